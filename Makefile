@@ -1,0 +1,170 @@
+# libingest, ingest-agent, ingest-receiver, ingestctl.
+# GNU make; see README.md.  Everything is built under $(BUILD).
+
+PREFIX      ?= /usr/local
+EXEC_PREFIX ?= $(PREFIX)
+BINDIR      ?= $(EXEC_PREFIX)/bin
+LIBDIR      ?= $(EXEC_PREFIX)/lib
+INCLUDEDIR  ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+MANDIR      ?= $(PREFIX)/share/man
+SYSCONFDIR  ?= /etc
+DESTDIR     ?=
+
+CC      ?= cc
+PKG_CONFIG ?= pkg-config
+DEPS_PC := libzstd libsodium yaml-0.1 rdkafka lmdb
+TEST_PC := cmocka
+
+ifeq ($(SANITIZE),1)
+BUILD ?= build-asan
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+OPT ?= -O1
+else
+BUILD ?= build
+SAN_FLAGS :=
+OPT ?= -O2
+endif
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
+        -Wmissing-prototypes -Wformat=2 -Wno-format-nonliteral -Wundef -Wvla
+PC_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(DEPS_PC) 2>/dev/null)
+PC_LIBS   := $(shell $(PKG_CONFIG) --libs $(DEPS_PC) 2>/dev/null)
+TEST_CFLAGS := $(shell $(PKG_CONFIG) --cflags $(TEST_PC) 2>/dev/null)
+TEST_LIBS   := $(shell $(PKG_CONFIG) --libs $(TEST_PC) 2>/dev/null)
+
+ALL_CFLAGS := -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -fvisibility=hidden -fPIC \
+              -Iinclude $(PC_CFLAGS) $(SAN_FLAGS) $(CPPFLAGS) $(CFLAGS)
+ALL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
+LIBS := $(PC_LIBS) -lpthread -lm
+
+SOMAJOR := 0
+SOVERSION := 0.1.0
+
+LIB_SRC  := $(sort $(wildcard libingest/*.c libingest/*/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+PROG_COMMON_SRC := $(sort $(wildcard agent/common/*.c))
+PROG_COMMON_OBJ := $(PROG_COMMON_SRC:%.c=$(BUILD)/obj/%.o)
+PROGRAMS := $(notdir $(wildcard agent/ingestctl agent/ingest-agent agent/ingest-receiver))
+PROG_BINS := $(PROGRAMS:%=$(BUILD)/%)
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+TESTLIB_SRC := $(sort $(wildcard tests/unit/support/*.c))
+TESTLIB_OBJ := $(TESTLIB_SRC:%.c=$(BUILD)/obj/%.o)
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+
+.PHONY: all lib programs tests check asan valgrind deps demo install uninstall \
+        install-shared install-static install-includes install-pc install-programs \
+        clean fuzz soak bench bench-deps
+
+all: lib programs
+
+lib: $(BUILD)/libingest.a $(BUILD)/libingest.so.$(SOVERSION) $(BUILD)/libingest.pc
+programs: $(PROG_BINS)
+tests: $(UNIT_BINS) $(FUZZ_BINS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libingest.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libingest.so.$(SOVERSION): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libingest.so.$(SOMAJOR) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
+	ln -sf libingest.so.$(SOVERSION) $(BUILD)/libingest.so.$(SOMAJOR)
+	ln -sf libingest.so.$(SOMAJOR) $(BUILD)/libingest.so
+
+$(BUILD)/libingest.pc: libingest.pc.in Makefile
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(SOVERSION)|' $< > $@
+
+# Each program is the folder agent/NAME; agent/common holds helpers they share.
+.SECONDARY:
+.SECONDEXPANSION:
+prog_objs = $(addprefix $(BUILD)/obj/,$(subst .c,.o,$(wildcard agent/$(1)/*.c)))
+$(BUILD)/%: $$(call prog_objs,$$*) $(PROG_COMMON_OBJ) $(BUILD)/libingest.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libingest.a $(LIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TESTLIB_OBJ) $(BUILD)/libingest.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libingest.a $(TEST_LIBS) $(LIBS)
+
+$(BUILD)/obj/tests/unit/%.o: tests/unit/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Ilibingest -Itests/unit $(TEST_CFLAGS) -MMD -MP -c $< -o $@
+
+# Fuzz targets, built with gcc and a driver that replays the corpus.
+$(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/driver.o $(BUILD)/libingest.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libingest.a $(LIBS)
+
+$(BUILD)/obj/tests/fuzz/%.o: tests/fuzz/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Ilibingest -MMD -MP -c $< -o $@
+
+deps:
+	@sh packaging/install-deps.sh
+
+check: deps
+	@$(MAKE) --no-print-directory all tests
+	@sh tests/run-tests.sh $(BUILD)
+
+asan:
+	@$(MAKE) --no-print-directory check SANITIZE=1
+
+valgrind: deps
+	@$(MAKE) --no-print-directory all tests
+	@VALGRIND=1 sh tests/run-tests.sh $(BUILD) unit
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@sh tests/demo.sh $(BUILD)
+
+# libFuzzer campaigns (clang): FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@sh tests/fuzz/run-libfuzzer.sh $(FUZZ_SECONDS)
+
+bench: all
+	@sh bench/run.sh $(BUILD)
+
+install: install-programs install-shared install-static install-includes install-pc
+
+install-programs: programs
+	install -d $(DESTDIR)$(BINDIR)
+	for p in $(PROGRAMS); do install -m 0755 $(BUILD)/$$p $(DESTDIR)$(BINDIR)/$$p; done
+
+install-shared: $(BUILD)/libingest.so.$(SOVERSION)
+	install -d $(DESTDIR)$(LIBDIR)
+	install -m 0755 $< $(DESTDIR)$(LIBDIR)/libingest.so.$(SOVERSION)
+	ln -sf libingest.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libingest.so.$(SOMAJOR)
+	ln -sf libingest.so.$(SOMAJOR) $(DESTDIR)$(LIBDIR)/libingest.so
+
+install-static: $(BUILD)/libingest.a
+	install -d $(DESTDIR)$(LIBDIR)
+	install -m 0644 $< $(DESTDIR)$(LIBDIR)/libingest.a
+
+install-includes:
+	install -d $(DESTDIR)$(INCLUDEDIR)/ingest
+	install -m 0644 include/ingest.h $(DESTDIR)$(INCLUDEDIR)/ingest.h
+	install -m 0644 include/ingest/*.h $(DESTDIR)$(INCLUDEDIR)/ingest/
+
+install-pc: $(BUILD)/libingest.pc
+	install -d $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 0644 $< $(DESTDIR)$(PKGCONFIGDIR)/libingest.pc
+
+uninstall:
+	for p in $(PROGRAMS); do rm -f $(DESTDIR)$(BINDIR)/$$p; done
+	rm -f $(DESTDIR)$(LIBDIR)/libingest.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libingest.so.$(SOMAJOR) \
+	      $(DESTDIR)$(LIBDIR)/libingest.so $(DESTDIR)$(LIBDIR)/libingest.a \
+	      $(DESTDIR)$(PKGCONFIGDIR)/libingest.pc $(DESTDIR)$(INCLUDEDIR)/ingest.h
+	rm -rf $(DESTDIR)$(INCLUDEDIR)/ingest
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,12 @@
+/* Placeholder until the module lands. */
+#include "ingestctl.h"
+
+#include <stdio.h>
+
+int cmd_chunk(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "ingestctl: not built yet\n");
+    return 1;
+}

@@ -1,0 +1,12 @@
+/* ingestctl: one function per subcommand, each in its own file. */
+#ifndef INGESTCTL_H
+#define INGESTCTL_H
+
+/* Each returns the process exit status: 0 ok, 1 failure, 2 usage error. */
+int cmd_chunk(int argc, char **argv);       /* cmd_chunk.c */
+int cmd_dict(int argc, char **argv);        /* cmd_dict.c */
+int cmd_index(int argc, char **argv);       /* cmd_index.c */
+int cmd_bench_chunk(int argc, char **argv); /* bench_chunk.c */
+int cmd_bench_index(int argc, char **argv); /* bench_index.c */
+
+#endif

@@ -1,0 +1,69 @@
+/* ingestctl: keys, status, verify, restore, chunking and the benchmark hooks. */
+#include "ingestctl.h"
+
+#include <ingest.h>
+#include <stdio.h>
+#include <string.h>
+
+struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *usage;
+};
+
+static const struct command bench_commands[] = {
+    { "chunk", cmd_bench_chunk, "bench chunk [--size BYTES] [--level N] [FILE]" },
+    { "index", cmd_bench_index, "bench index [--entries N] [--dir DIR]" },
+};
+
+static int cmd_bench(int argc, char **argv);
+
+static const struct command commands[] = {
+    { "chunk", cmd_chunk, "chunk [--min N --avg N --max N] FILE..." },
+    { "dict", cmd_dict, "dict train --out FILE [--size BYTES] SAMPLE..." },
+    { "index", cmd_index, "index check DIR [--bronze DIR]" },
+    { "bench", cmd_bench, "bench chunk|index ..." },
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ingestctl COMMAND [ARGS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(commands[i].name, "bench") != 0)
+            fprintf(f, "  ingestctl %s\n", commands[i].usage);
+    for (size_t i = 0; i < sizeof(bench_commands) / sizeof(bench_commands[0]); i++)
+        fprintf(f, "  ingestctl %s\n", bench_commands[i].usage);
+    fprintf(f, "  ingestctl --version\n");
+}
+
+static int cmd_bench(int argc, char **argv)
+{
+    if (argc >= 2)
+        for (size_t i = 0; i < sizeof(bench_commands) / sizeof(bench_commands[0]); i++)
+            if (strcmp(argv[1], bench_commands[i].name) == 0)
+                return bench_commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "ingestctl bench: expected one of: chunk, index\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("ingestctl %s\n", ingest_version_string());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "ingestctl: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,94 @@
+/*
+ * Per-chunk compression with zstd, optionally with trained dictionaries.
+ *
+ * An encoded chunk is self-describing (docs/compression.md):
+ *
+ *   offset size  field
+ *   0      1     format version (1)
+ *   1      1     method: 0 raw, 1 zstd, 2 zstd with dictionary
+ *   2      2     reserved, zero
+ *   4      4     dictionary id (0 unless method 2), little-endian
+ *   8      4     raw length, little-endian (<= INGEST_CODEC_MAX_RAW)
+ *   12     ...   payload (raw bytes, or one zstd frame)
+ *
+ * A chunk that does not shrink is stored raw.  Decoding bounds the raw
+ * length before allocating, checks that the frame decodes to exactly that
+ * length and, given the expected id and key, re-derives the chunk id.
+ */
+#ifndef INGEST_CODEC_H
+#define INGEST_CODEC_H
+
+#include "ingest/common.h"
+#include "ingest/hash.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define INGEST_CODEC_FORMAT 1
+#define INGEST_CODEC_HEADER 12
+#define INGEST_CODEC_MAX_RAW (64u * 1024u * 1024u)
+#define INGEST_CODEC_METHOD_RAW 0
+#define INGEST_CODEC_METHOD_ZSTD 1
+#define INGEST_CODEC_METHOD_ZSTD_DICT 2
+/* Dictionaries larger than this are refused when loaded. */
+#define INGEST_DICT_MAX_BYTES (4u * 1024u * 1024u)
+
+typedef struct ingest_codec_s ingest_codec;
+
+/*
+ * Create a codec with reused zstd contexts.  level is zstd's level:
+ * 1..ZSTD_maxCLevel(), or negative for the fast levels (down to -131072).
+ */
+INGEST_API int ingest_codec_create(ingest_ctx *ctx, int level, ingest_codec **out) INGEST_WUR;
+INGEST_API void ingest_codec_destroy(ingest_codec *c);
+
+/* Worst-case encoded size of a raw chunk of n bytes. */
+INGEST_API size_t ingest_codec_bound(size_t n);
+
+/*
+ * Register a dictionary (the contents of a file written by
+ * ingest_dict_train) for both compression and decompression; its id is
+ * returned in *dict_id.  Registering the same id twice is a no-op.
+ */
+INGEST_API int ingest_codec_add_dict(ingest_codec *c, const void *dict, size_t len, uint32_t *dict_id);
+/* Compress with dictionary dict_id from now on (0: no dictionary). */
+INGEST_API int ingest_codec_use_dict(ingest_codec *c, uint32_t dict_id);
+
+/* Encode src[0,n) into dst (cap >= ingest_codec_bound(n)); *out_len set. */
+INGEST_API int ingest_codec_encode(ingest_codec *c, const void *src, size_t n, void *dst, size_t cap,
+                                   size_t *out_len);
+
+/*
+ * Raw length declared by an encoded chunk, after checking its header:
+ * INGEST_ECORRUPT for a short or malformed header, INGEST_EVERSION for an
+ * unknown version, INGEST_ETOOBIG past INGEST_CODEC_MAX_RAW.
+ */
+INGEST_API int ingest_codec_raw_size(const void *src, size_t n, uint32_t *raw_len);
+
+/*
+ * Decode an encoded chunk into dst (cap >= its raw length).  When key and
+ * expect_id are both non-NULL the chunk id of the result is recomputed and
+ * must equal expect_id (INGEST_EMISMATCH otherwise).  An unknown dictionary
+ * is INGEST_ENOTFOUND with its id in the detail.
+ */
+INGEST_API int ingest_codec_decode(ingest_codec *c, const void *src, size_t n, void *dst, size_t cap,
+                                   size_t *out_len, const uint8_t *key, const uint8_t *expect_id);
+
+/*
+ * Train a dictionary from sample buffers (ZDICT) of at most max_bytes and
+ * write it, with its id, to *out (allocated through ctx; free with
+ * ingest_buf_free).  The id is stored in the dictionary itself.
+ */
+INGEST_API int ingest_dict_train(ingest_ctx *ctx, const void *samples, const size_t *sample_sizes,
+                                 unsigned nsamples, size_t max_bytes, void **out, size_t *out_len,
+                                 uint32_t *dict_id);
+/* Id of a dictionary (0 if the bytes are not a zstd dictionary). */
+INGEST_API uint32_t ingest_dict_id(const void *dict, size_t len);
+/* Free a buffer returned by the library through ctx. */
+INGEST_API void ingest_buf_free(ingest_ctx *ctx, void *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,50 @@
+/*
+ * Chunk ids and file hashes: keyed BLAKE2b-256 (libsodium
+ * crypto_generichash) with the fleet's dedup key.  Keyed, so ids seen on the
+ * wire or in Kafka reveal nothing about content to outsiders.
+ */
+#ifndef INGEST_HASH_H
+#define INGEST_HASH_H
+
+#include "ingest/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define INGEST_ID_BYTES 32
+#define INGEST_KEY_BYTES 32
+
+/*
+ * The documented default dedup key, used by `ingestctl chunk` so runs are
+ * comparable: the 32 bytes 0x00, 0x01, ..., 0x1f.  Never use it for a fleet.
+ */
+INGEST_API const uint8_t *ingest_default_dedup_key(void);
+
+/* id = BLAKE2b-256(key, data).  Thread-safe. */
+INGEST_API void ingest_chunk_id(const uint8_t key[INGEST_KEY_BYTES], const void *data, size_t len,
+                                uint8_t id[INGEST_ID_BYTES]);
+
+/*
+ * Streaming whole-file hash (keyed BLAKE2b-256 with the same key).  The
+ * state is a caller-owned, fixed-size object: no allocation.
+ */
+typedef struct ingest_filehash {
+    _Alignas(64) uint8_t opaque[384];
+} ingest_filehash;
+
+INGEST_API void ingest_filehash_init(ingest_filehash *h, const uint8_t key[INGEST_KEY_BYTES]);
+INGEST_API void ingest_filehash_update(ingest_filehash *h, const void *data, size_t len);
+INGEST_API void ingest_filehash_final(ingest_filehash *h, uint8_t out[INGEST_ID_BYTES]);
+
+/*
+ * Load a dedup key file: exactly 32 raw bytes, or 64 hex digits with an
+ * optional trailing newline.  Returns 0, INGEST_EIO or INGEST_EINVAL (detail
+ * in ctx).
+ */
+INGEST_API int ingest_dedup_key_load(ingest_ctx *ctx, const char *path, uint8_t key[INGEST_KEY_BYTES]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

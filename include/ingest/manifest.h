@@ -1,0 +1,96 @@
+/*
+ * Batch manifests: JSON Lines, one header line per batch, then one line per
+ * file, with continuation lines for long chunk lists so that no line (and no
+ * reader buffer) grows with the file size.  Written by the receiver under
+ * {bronze}/_manifests/{device}/{batch}.jsonl; they are the record of what
+ * landed and the source from which the chunk index is rebuilt.  The exact
+ * format is in docs/manifest.md.
+ *
+ * The reader takes untrusted input: every length is bounded before
+ * allocation, and a malformed line fails with INGEST_ECORRUPT and a detail
+ * naming the line and column.
+ */
+#ifndef INGEST_MANIFEST_H
+#define INGEST_MANIFEST_H
+
+#include "ingest/common.h"
+#include "ingest/hash.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define INGEST_MANIFEST_FORMAT 1
+#define INGEST_MANIFEST_PATH_MAX 4096        /* bytes of a relative path */
+#define INGEST_MANIFEST_NAME_MAX 128         /* device and batch names */
+#define INGEST_MANIFEST_CHUNKS_PER_LINE 1024 /* chunks on one line */
+#define INGEST_MANIFEST_LINE_MAX (256u * 1024u)
+
+typedef struct ingest_manifest_chunk {
+    uint8_t id[INGEST_ID_BYTES];
+    uint32_t len;
+} ingest_manifest_chunk;
+
+enum {
+    INGEST_MREC_HEADER = 1, /* batch header: the first line */
+    INGEST_MREC_FILE = 2,   /* a file, with the first part of its chunk list */
+    INGEST_MREC_CHUNKS = 3, /* more chunks of the preceding file */
+};
+
+typedef struct ingest_manifest_rec {
+    int type;
+    /* INGEST_MREC_HEADER */
+    uint32_t format;       /* INGEST_MANIFEST_FORMAT */
+    const char *device;
+    const char *batch;
+    uint64_t nfiles;       /* file records that follow */
+    uint64_t total_bytes;  /* sum of file sizes */
+    int64_t created_ns;    /* unix time the batch landed */
+    /* INGEST_MREC_FILE */
+    const char *path;      /* relative path under the source */
+    const char *landed;    /* path relative to the bronze root ("" when unknown) */
+    uint64_t size;
+    int64_t mtime_ns;
+    uint32_t mode;
+    uint64_t version;      /* version of this path at the core, from 1 */
+    uint8_t hash[INGEST_ID_BYTES]; /* whole-file keyed BLAKE2b */
+    uint64_t nchunks_total;        /* chunks of the whole file */
+    /* INGEST_MREC_FILE and INGEST_MREC_CHUNKS */
+    const ingest_manifest_chunk *chunks;
+    uint32_t nchunks;      /* on this line */
+} ingest_manifest_rec;
+
+typedef struct ingest_manifest_reader_s ingest_manifest_reader;
+
+/* Read a manifest file, or a buffer (not copied: it must outlive the reader). */
+INGEST_API int ingest_manifest_reader_open(ingest_ctx *ctx, const char *path,
+                                           ingest_manifest_reader **out) INGEST_WUR;
+INGEST_API int ingest_manifest_reader_mem(ingest_ctx *ctx, const void *buf, size_t len,
+                                          ingest_manifest_reader **out) INGEST_WUR;
+INGEST_API void ingest_manifest_reader_close(ingest_manifest_reader *r);
+/*
+ * Next record: 1 with *rec valid until the next call, 0 at the end, < 0 on
+ * malformed input (detail names the line and column).  The record sequence
+ * is checked: a header first, then files each followed by exactly enough
+ * CHUNKS records to reach nchunks_total, and as many files as announced.
+ */
+INGEST_API int ingest_manifest_reader_next(ingest_manifest_reader *r, ingest_manifest_rec *rec);
+
+/*
+ * Writer: formats records into memory; the caller writes the bytes out
+ * (ingest_manifest_writer_data) and may reset between flushes.
+ */
+typedef struct ingest_manifest_writer_s ingest_manifest_writer;
+INGEST_API int ingest_manifest_writer_create(ingest_ctx *ctx, ingest_manifest_writer **out) INGEST_WUR;
+INGEST_API void ingest_manifest_writer_destroy(ingest_manifest_writer *w);
+/* Append the header line (type must be HEADER) or a file's lines (FILE:
+ * rec->chunks holds all of the file's rec->nchunks chunks and the writer
+ * splits them into continuation lines). */
+INGEST_API int ingest_manifest_writer_add(ingest_manifest_writer *w, const ingest_manifest_rec *rec);
+INGEST_API const void *ingest_manifest_writer_data(const ingest_manifest_writer *w, size_t *len);
+INGEST_API void ingest_manifest_writer_reset(ingest_manifest_writer *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

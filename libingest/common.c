@@ -1,0 +1,266 @@
+/* Contexts, the allocation seam, errors, logging and bounded buffers. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+unsigned ingest_version_number(void) { return INGEST_VERSION_NUMBER; }
+
+const char *ingest_version_string(void)
+{
+#define INGEST__STR2(x) #x
+#define INGEST__STR(x) INGEST__STR2(x)
+    return INGEST__STR(INGEST_VERSION_MAJOR) "." INGEST__STR(INGEST_VERSION_MINOR) "." INGEST__STR(
+        INGEST_VERSION_PATCH);
+}
+
+const char *ingest_strerror(int code)
+{
+    switch (code) {
+    case INGEST_OK: return "success";
+    case INGEST_EINVAL: return "invalid argument";
+    case INGEST_ENOMEM: return "out of memory";
+    case INGEST_EIO: return "I/O error";
+    case INGEST_ECORRUPT: return "malformed data";
+    case INGEST_ENOTFOUND: return "not found";
+    case INGEST_ESTALE: return "stale entry (file changed or deleted)";
+    case INGEST_ETOOBIG: return "length exceeds its bound";
+    case INGEST_EMISMATCH: return "content does not match its id";
+    case INGEST_EEXIST: return "already exists";
+    case INGEST_ECRYPTO: return "cryptographic check failed";
+    case INGEST_ENOSPC: return "out of space";
+    case INGEST_EPROTO: return "protocol error";
+    case INGEST_EAUTH: return "not authorized";
+    case INGEST_ETIMEDOUT: return "timed out";
+    case INGEST_ECLOSED: return "connection closed";
+    case INGEST_EVERSION: return "unsupported version";
+    case INGEST_EBUSY: return "busy";
+    default: return "unknown error";
+    }
+}
+
+static void *default_alloc(void *opaque, size_t size)
+{
+    (void)opaque;
+    return malloc(size);
+}
+
+static void default_free(void *opaque, void *ptr)
+{
+    (void)opaque;
+    free(ptr);
+}
+
+ingest_ctx *ingest_ctx_create(const ingest_allocator *alloc)
+{
+    ingest_allocator a = { default_alloc, default_free, NULL };
+    if (alloc != NULL) {
+        if (alloc->alloc == NULL || alloc->free == NULL)
+            return NULL;
+        a = *alloc;
+    }
+    ingest_ctx *ctx = a.alloc(a.opaque, sizeof(*ctx));
+    if (ctx == NULL)
+        return NULL;
+    memset(ctx, 0, sizeof(*ctx));
+    ctx->alloc = a;
+    ctx->log_level = INGEST_LOG_WARN;
+    return ctx;
+}
+
+void ingest_ctx_destroy(ingest_ctx *ctx)
+{
+    if (ctx == NULL)
+        return;
+    const ingest_allocator a = ctx->alloc;
+    a.free(a.opaque, ctx);
+}
+
+void ingest_ctx_set_log(ingest_ctx *ctx, ingest_log_fn cb, void *userdata, int level)
+{
+    ctx->log_cb = cb;
+    ctx->log_ud = userdata;
+    ctx->log_level = level;
+}
+
+const char *ingest_ctx_errmsg(const ingest_ctx *ctx) { return ctx ? ctx->errmsg : ""; }
+
+void *ingest__malloc(ingest_ctx *ctx, size_t size)
+{
+    if (size == 0)
+        size = 1;
+    return ctx->alloc.alloc(ctx->alloc.opaque, size);
+}
+
+void *ingest__calloc(ingest_ctx *ctx, size_t n, size_t size)
+{
+    if (size != 0 && n > SIZE_MAX / size)
+        return NULL;
+    void *p = ingest__malloc(ctx, n * size);
+    if (p != NULL)
+        memset(p, 0, n * size);
+    return p;
+}
+
+void ingest__free(ingest_ctx *ctx, void *ptr)
+{
+    if (ptr != NULL)
+        ctx->alloc.free(ctx->alloc.opaque, ptr);
+}
+
+char *ingest__strdup(ingest_ctx *ctx, const char *s)
+{
+    const size_t n = strlen(s) + 1;
+    char *p = ingest__malloc(ctx, n);
+    if (p != NULL)
+        memcpy(p, s, n);
+    return p;
+}
+
+int ingest__fail(ingest_ctx *ctx, int code, const char *fmt, ...)
+{
+    if (ctx == NULL)
+        return code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->errmsg, sizeof(ctx->errmsg), fmt, ap);
+    va_end(ap);
+    if (ctx->log_cb != NULL && ctx->log_level >= INGEST_LOG_DEBUG)
+        ctx->log_cb(ctx->log_ud, INGEST_LOG_DEBUG, ctx->errmsg);
+    return code;
+}
+
+int ingest__errno(int err)
+{
+    switch (err) {
+    case 0: return INGEST_OK;
+    case ENOMEM: return INGEST_ENOMEM;
+    case ENOENT: return INGEST_ENOTFOUND;
+    case EEXIST: return INGEST_EEXIST;
+    case EINVAL: return INGEST_EINVAL;
+    case ENOSPC:
+    case EDQUOT: return INGEST_ENOSPC;
+    case ETIMEDOUT: return INGEST_ETIMEDOUT;
+    case EPIPE:
+    case ECONNRESET: return INGEST_ECLOSED;
+    case EBUSY:
+    case EAGAIN: return INGEST_EBUSY;
+    default: return INGEST_EIO;
+    }
+}
+
+void ingest__log(ingest_ctx *ctx, int level, const char *fmt, ...)
+{
+    if (ctx == NULL || ctx->log_cb == NULL || level > ctx->log_level)
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    ctx->log_cb(ctx->log_ud, level, msg);
+}
+
+void ingest_to_hex(const uint8_t *bin, size_t len, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = digits[bin[i] >> 4];
+        out[2 * i + 1] = digits[bin[i] & 15];
+    }
+    out[2 * len] = '\0';
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int ingest_from_hex(const char *hex, size_t hexlen, uint8_t *out, size_t outlen)
+{
+    if (hexlen != 2 * outlen)
+        return INGEST_EINVAL;
+    for (size_t i = 0; i < outlen; i++) {
+        const int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return INGEST_EINVAL;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return INGEST_OK;
+}
+
+void ingest__buf_init(ingest__buf *b, ingest_ctx *ctx, size_t max)
+{
+    b->ctx = ctx;
+    b->buf = NULL;
+    b->len = 0;
+    b->cap = 0;
+    b->max = max;
+}
+
+int ingest__buf_reserve(ingest__buf *b, size_t extra)
+{
+    if (extra > b->max - b->len)
+        return ingest__fail(b->ctx, INGEST_ETOOBIG, "buffer: %zu more bytes exceed the bound of %zu",
+                            extra, b->max);
+    const size_t need = b->len + extra;
+    if (need <= b->cap)
+        return INGEST_OK;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need)
+        cap = cap > b->max / 2 ? b->max : cap * 2;
+    uint8_t *p = ingest__malloc(b->ctx, cap);
+    if (p == NULL)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "buffer: cannot allocate %zu bytes", cap);
+    if (b->len)
+        memcpy(p, b->buf, b->len);
+    ingest__free(b->ctx, b->buf);
+    b->buf = p;
+    b->cap = cap;
+    return INGEST_OK;
+}
+
+int ingest__buf_append(ingest__buf *b, const void *data, size_t len)
+{
+    INGEST__FORWARD(ingest__buf_reserve(b, len));
+    if (len)
+        memcpy(b->buf + b->len, data, len);
+    b->len += len;
+    return INGEST_OK;
+}
+
+int ingest__buf_printf(ingest__buf *b, const char *fmt, ...)
+{
+    char small[256];
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(small, sizeof(small), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return ingest__fail(b->ctx, INGEST_EINVAL, "buffer: bad format");
+    if ((size_t)n < sizeof(small))
+        return ingest__buf_append(b, small, (size_t)n);
+    INGEST__FORWARD(ingest__buf_reserve(b, (size_t)n + 1));
+    va_start(ap, fmt);
+    vsnprintf((char *)b->buf + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return INGEST_OK;
+}
+
+void ingest__buf_reset(ingest__buf *b) { b->len = 0; }
+
+void ingest__buf_free(ingest__buf *b)
+{
+    ingest__free(b->ctx, b->buf);
+    b->buf = NULL;
+    b->len = b->cap = 0;
+}
