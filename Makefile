@@ -86,7 +86,7 @@ $(BUILD)/libingest.pc: libingest.pc.in Makefile
 .SECONDARY:
 .SECONDEXPANSION:
 prog_objs = $(addprefix $(BUILD)/obj/,$(subst .c,.o,$(wildcard agent/$(1)/*.c)))
-$(BUILD)/%: $$(call prog_objs,$$*) $(PROG_COMMON_OBJ) $(BUILD)/libingest.a
+$(PROG_BINS): $(BUILD)/%: $$(call prog_objs,$$*) $(PROG_COMMON_OBJ) $(BUILD)/libingest.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libingest.a $(LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TESTLIB_OBJ) $(BUILD)/libingest.a

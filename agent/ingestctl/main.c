@@ -21,7 +21,7 @@ static int cmd_bench(int argc, char **argv);
 
 static const struct command commands[] = {
     { "chunk", cmd_chunk, "chunk [--min N --avg N --max N] FILE..." },
-    { "dict", cmd_dict, "dict train --out FILE [--size BYTES] SAMPLE..." },
+    { "dict", cmd_dict, "dict train --out FILE [--size BYTES] [--force] SAMPLE... | dict info FILE" },
     { "index", cmd_index, "index check DIR [--bronze DIR]" },
     { "bench", cmd_bench, "bench chunk|index ..." },
 };

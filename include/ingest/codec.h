@@ -14,6 +14,10 @@
  * A chunk that does not shrink is stored raw.  Decoding bounds the raw
  * length before allocating, checks that the frame decodes to exactly that
  * length and, given the expected id and key, re-derives the chunk id.
+ *
+ * THREAD SAFETY: a codec is used by one thread at a time (it owns zstd
+ * contexts); make one per worker.  ingest_codec_raw_size, ingest_dict_id and
+ * ingest_codec_bound are pure and thread-safe.
  */
 #ifndef INGEST_CODEC_H
 #define INGEST_CODEC_H
@@ -38,24 +42,40 @@ typedef struct ingest_codec_s ingest_codec;
 
 /*
  * Create a codec with reused zstd contexts.  level is zstd's level:
- * 1..ZSTD_maxCLevel(), or negative for the fast levels (down to -131072).
+ * 1..ZSTD_maxCLevel(), or negative for the fast levels (down to
+ * ZSTD_minCLevel(), -131072); 0 means zstd's default (3).  Out of range:
+ * INGEST_EINVAL.  The contexts allocate through ctx, which must outlive
+ * the codec.
  */
 INGEST_API int ingest_codec_create(ingest_ctx *ctx, int level, ingest_codec **out) INGEST_WUR;
 INGEST_API void ingest_codec_destroy(ingest_codec *c);
 
-/* Worst-case encoded size of a raw chunk of n bytes. */
+/*
+ * Worst-case encoded size of a raw chunk of n bytes: n + INGEST_CODEC_HEADER
+ * (a chunk that does not shrink is stored raw).
+ */
 INGEST_API size_t ingest_codec_bound(size_t n);
 
 /*
  * Register a dictionary (the contents of a file written by
  * ingest_dict_train) for both compression and decompression; its id is
- * returned in *dict_id.  Registering the same id twice is a no-op.
+ * returned in *dict_id.  Registering the same id twice is a no-op.  The
+ * bytes are copied.  INGEST_EINVAL if they are not a zstd dictionary with
+ * an id, INGEST_ECORRUPT if its tables are malformed, INGEST_ETOOBIG past
+ * INGEST_DICT_MAX_BYTES, INGEST_ENOSPC when the codec already holds 64.
  */
 INGEST_API int ingest_codec_add_dict(ingest_codec *c, const void *dict, size_t len, uint32_t *dict_id);
-/* Compress with dictionary dict_id from now on (0: no dictionary). */
+/*
+ * Compress with dictionary dict_id from now on (0: no dictionary);
+ * INGEST_ENOTFOUND if it was not added.
+ */
 INGEST_API int ingest_codec_use_dict(ingest_codec *c, uint32_t dict_id);
 
-/* Encode src[0,n) into dst (cap >= ingest_codec_bound(n)); *out_len set. */
+/*
+ * Encode src[0,n) into dst (cap >= ingest_codec_bound(n), else
+ * INGEST_EINVAL; n <= INGEST_CODEC_MAX_RAW, else INGEST_ETOOBIG); *out_len
+ * set.  src and dst must not overlap.  An empty chunk is a bare header.
+ */
 INGEST_API int ingest_codec_encode(ingest_codec *c, const void *src, size_t n, void *dst, size_t cap,
                                    size_t *out_len);
 
@@ -70,7 +90,11 @@ INGEST_API int ingest_codec_raw_size(const void *src, size_t n, uint32_t *raw_le
  * Decode an encoded chunk into dst (cap >= its raw length).  When key and
  * expect_id are both non-NULL the chunk id of the result is recomputed and
  * must equal expect_id (INGEST_EMISMATCH otherwise).  An unknown dictionary
- * is INGEST_ENOTFOUND with its id in the detail.
+ * is INGEST_ENOTFOUND with its id in the detail.  A raw length above cap is
+ * INGEST_ETOOBIG; any malformed payload (trailing bytes, frame size or
+ * dictionary disagreeing with the header, corrupt frame) INGEST_ECORRUPT.
+ * Safe on untrusted input: nothing is allocated from declared lengths.
+ * src and dst must not overlap.
  */
 INGEST_API int ingest_codec_decode(ingest_codec *c, const void *src, size_t n, void *dst, size_t cap,
                                    size_t *out_len, const uint8_t *key, const uint8_t *expect_id);
@@ -78,7 +102,11 @@ INGEST_API int ingest_codec_decode(ingest_codec *c, const void *src, size_t n, v
 /*
  * Train a dictionary from sample buffers (ZDICT) of at most max_bytes and
  * write it, with its id, to *out (allocated through ctx; free with
- * ingest_buf_free).  The id is stored in the dictionary itself.
+ * ingest_buf_free).  The id is stored in the dictionary itself; it is
+ * derived from the trained content (BLAKE2b), in 32768..2^31-1, so the
+ * same samples give the same id.  Needs a few samples of 8+ bytes (ZDICT
+ * fails with INGEST_EINVAL otherwise); max_bytes is 256..INGEST_DICT_MAX_BYTES.
+ * ZDICT allocates its work memory (about 6 MB) with malloc, not ctx.
  */
 INGEST_API int ingest_dict_train(ingest_ctx *ctx, const void *samples, const size_t *sample_sizes,
                                  unsigned nsamples, size_t max_bytes, void **out, size_t *out_len,

@@ -1,0 +1,466 @@
+/*
+ * Per-chunk compression: a 12-byte header then a raw payload or one zstd
+ * frame, optionally made with a trained dictionary (docs/compression.md).
+ *
+ * zstd's contexts and dictionaries allocate through the codec's ingest_ctx
+ * (ZSTD_customMem, which needs ZSTD_STATIC_LINKING_ONLY; the functions used
+ * have been exported by libzstd.so since 1.3 and are stable in practice).
+ * Dictionary training (ZDICT) allocates with zstd's own malloc: it has no
+ * custom allocator.
+ */
+#define ZSTD_STATIC_LINKING_ONLY
+#include "ingest/codec.h"
+
+#include "internal.h"
+
+#include <sodium.h>
+#include <string.h>
+#include <zdict.h>
+#include <zstd.h>
+#include <zstd_errors.h>
+
+/* Dictionaries one codec can hold; loading one more fails. */
+#define CODEC_MAX_DICTS 64
+/*
+ * Size hint for the parameters of a compression dictionary: chunks are
+ * 16-256 KiB (FastCDC), so the tables are sized for one zstd block rather
+ * than for an unknown, possibly huge, input.
+ */
+#define CODEC_CDICT_SRC_HINT (128u * 1024u)
+/* zstd reserves dictionary ids below 32768 and from 2^31 up. */
+#define DICT_ID_MIN 32768u
+#define DICT_ID_END 0x80000000u
+/* ZDICT_DICTSIZE_MIN, which zdict.h keeps in its static-only section. */
+#define DICT_MIN_BYTES 256u
+
+/*
+ * The prepared dictionaries live in workspaces we allocate ourselves
+ * (ZSTD_initStatic*Dict): zstd 1.5.4's ZSTD_createCDict_advanced crashes
+ * when its allocation fails, and this way an allocation failure
+ * (INGEST_ENOMEM) is never confused with a malformed dictionary.
+ */
+struct dict_entry {
+    uint32_t id;
+    void *cws, *dws; /* workspaces of cdict and ddict */
+    const ZSTD_CDict *cdict;
+    const ZSTD_DDict *ddict;
+};
+
+struct ingest_codec_s {
+    ingest_ctx *ctx;
+    int level;
+    ZSTD_customMem mem;
+    ZSTD_CCtx *cctx;
+    ZSTD_DCtx *dctx;
+    const struct dict_entry *cur; /* compression dictionary, or NULL */
+    unsigned ndicts;
+    struct dict_entry dicts[CODEC_MAX_DICTS];
+};
+
+struct header {
+    unsigned method;
+    uint32_t dict_id;
+    uint32_t raw_len;
+};
+
+static void *zstd_alloc(void *opaque, size_t size) { return ingest__malloc(opaque, size); }
+static void zstd_free(void *opaque, void *ptr) { ingest__free(opaque, ptr); }
+
+/* A zstd error as an INGEST_E* code; `bad` is the code for bad input. */
+static int zstd_fail(ingest_ctx *ctx, size_t r, int bad, const char *what)
+{
+    const int code = ZSTD_getErrorCode(r) == ZSTD_error_memory_allocation ? INGEST_ENOMEM : bad;
+    return ingest__fail(ctx, code, "codec: %s: %s", what, ZSTD_getErrorName(r));
+}
+
+int ingest_codec_create(ingest_ctx *ctx, int level, ingest_codec **out)
+{
+    ingest_codec *c = NULL;
+    int rc;
+
+    if (out == NULL)
+        return ingest__fail(ctx, INGEST_EINVAL, "codec: no output handle");
+    *out = NULL;
+    if (ctx == NULL)
+        return INGEST_EINVAL;
+    if (level < ZSTD_minCLevel() || level > ZSTD_maxCLevel())
+        return ingest__fail(ctx, INGEST_EINVAL, "codec: level %d outside zstd's range %d..%d", level,
+                            ZSTD_minCLevel(), ZSTD_maxCLevel());
+    c = ingest__calloc(ctx, 1, sizeof(*c));
+    if (c == NULL)
+        return ingest__fail(ctx, INGEST_ENOMEM, "codec: out of memory");
+    c->ctx = ctx;
+    c->level = level == 0 ? ZSTD_CLEVEL_DEFAULT : level;
+    c->mem.customAlloc = zstd_alloc;
+    c->mem.customFree = zstd_free;
+    c->mem.opaque = ctx;
+    c->cctx = ZSTD_createCCtx_advanced(c->mem);
+    c->dctx = ZSTD_createDCtx_advanced(c->mem);
+    if (c->cctx == NULL || c->dctx == NULL) {
+        rc = ingest__fail(ctx, INGEST_ENOMEM, "codec: out of memory for zstd contexts");
+        goto fail;
+    }
+    *out = c;
+    return 0;
+fail:
+    ingest_codec_destroy(c);
+    return rc;
+}
+
+void ingest_codec_destroy(ingest_codec *c)
+{
+    if (c == NULL)
+        return;
+    for (unsigned i = 0; i < c->ndicts; i++) {
+        ingest__free(c->ctx, c->dicts[i].cws);
+        ingest__free(c->ctx, c->dicts[i].dws);
+    }
+    ZSTD_freeCCtx(c->cctx);
+    ZSTD_freeDCtx(c->dctx);
+    ingest__free(c->ctx, c);
+}
+
+size_t ingest_codec_bound(size_t n)
+{
+    /* A chunk that does not shrink is stored raw, so this is exact. */
+    return n > SIZE_MAX - INGEST_CODEC_HEADER ? SIZE_MAX : n + INGEST_CODEC_HEADER;
+}
+
+static struct dict_entry *find_dict(ingest_codec *c, uint32_t id)
+{
+    for (unsigned i = 0; i < c->ndicts; i++)
+        if (c->dicts[i].id == id)
+            return &c->dicts[i];
+    return NULL;
+}
+
+int ingest_codec_add_dict(ingest_codec *c, const void *dict, size_t len, uint32_t *dict_id)
+{
+    struct dict_entry e = { 0, NULL, NULL, NULL, NULL };
+    int rc;
+
+    if (dict_id != NULL)
+        *dict_id = 0;
+    if (c == NULL || (dict == NULL && len > 0))
+        return INGEST_EINVAL;
+    if (len > INGEST_DICT_MAX_BYTES)
+        return ingest__fail(c->ctx, INGEST_ETOOBIG, "codec: dictionary of %zu bytes exceeds %u", len,
+                            INGEST_DICT_MAX_BYTES);
+    e.id = ZDICT_getDictID(dict, len);
+    if (e.id == 0)
+        return ingest__fail(c->ctx, INGEST_EINVAL,
+                            "codec: %zu bytes are not a zstd dictionary (bad magic or id 0)", len);
+    if (find_dict(c, e.id) != NULL)
+        goto done;
+    if (c->ndicts == CODEC_MAX_DICTS)
+        return ingest__fail(c->ctx, INGEST_ENOSPC, "codec: dictionary %u: table full (%u loaded)",
+                            e.id, CODEC_MAX_DICTS);
+    const size_t dsize = ZSTD_estimateDDictSize(len, ZSTD_dlm_byCopy);
+    const ZSTD_compressionParameters cp = ZSTD_getCParams(c->level, CODEC_CDICT_SRC_HINT, len);
+    const size_t csize = ZSTD_estimateCDictSize_advanced(len, cp, ZSTD_dlm_byCopy);
+    e.dws = ingest__malloc(c->ctx, dsize);
+    e.cws = ingest__malloc(c->ctx, csize);
+    if (e.dws == NULL || e.cws == NULL) {
+        rc = ingest__fail(c->ctx, INGEST_ENOMEM, "codec: dictionary %u: out of memory (%zu + %zu bytes)", e.id,
+                          dsize, csize);
+        goto fail;
+    }
+    /* Parse as a full dictionary: malformed entropy tables fail here. */
+    e.ddict = ZSTD_initStaticDDict(e.dws, dsize, dict, len, ZSTD_dlm_byCopy, ZSTD_dct_fullDict);
+    if (e.ddict == NULL) {
+        rc = ingest__fail(c->ctx, INGEST_ECORRUPT, "codec: dictionary %u: malformed tables", e.id);
+        goto fail;
+    }
+    e.cdict = ZSTD_initStaticCDict(e.cws, csize, dict, len, ZSTD_dlm_byCopy, ZSTD_dct_fullDict, cp);
+    if (e.cdict == NULL) {
+        rc = ingest__fail(c->ctx, INGEST_ECORRUPT, "codec: dictionary %u: cannot prepare for compression",
+                          e.id);
+        goto fail;
+    }
+    c->dicts[c->ndicts++] = e;
+done:
+    if (dict_id != NULL)
+        *dict_id = e.id;
+    return 0;
+fail:
+    ingest__free(c->ctx, e.dws);
+    ingest__free(c->ctx, e.cws);
+    return rc;
+}
+
+int ingest_codec_use_dict(ingest_codec *c, uint32_t dict_id)
+{
+    if (c == NULL)
+        return INGEST_EINVAL;
+    if (dict_id == 0) {
+        c->cur = NULL;
+        return 0;
+    }
+    const struct dict_entry *e = find_dict(c, dict_id);
+    if (e == NULL)
+        return ingest__fail(c->ctx, INGEST_ENOTFOUND, "codec: dictionary %u is not loaded", dict_id);
+    c->cur = e;
+    return 0;
+}
+
+static void put_header(uint8_t *p, unsigned method, uint32_t dict_id, uint32_t raw_len)
+{
+    p[0] = INGEST_CODEC_FORMAT;
+    p[1] = (uint8_t)method;
+    ingest__put_u16(p + 2, 0);
+    ingest__put_u32(p + 4, dict_id);
+    ingest__put_u32(p + 8, raw_len);
+}
+
+int ingest_codec_encode(ingest_codec *c, const void *src, size_t n, void *dst, size_t cap,
+                        size_t *out_len)
+{
+    uint8_t *const d = dst;
+    unsigned method = INGEST_CODEC_METHOD_RAW;
+    uint32_t dict_id = 0;
+    size_t payload = n;
+
+    if (out_len != NULL)
+        *out_len = 0;
+    if (c == NULL || out_len == NULL || dst == NULL || (src == NULL && n > 0))
+        return ingest__fail(c ? c->ctx : NULL, INGEST_EINVAL, "codec: encode: NULL argument");
+    if (n > INGEST_CODEC_MAX_RAW)
+        return ingest__fail(c->ctx, INGEST_ETOOBIG, "codec: encode: chunk of %zu bytes exceeds %u", n,
+                            INGEST_CODEC_MAX_RAW);
+    if (cap < ingest_codec_bound(n))
+        return ingest__fail(c->ctx, INGEST_EINVAL, "codec: encode: capacity %zu < bound %zu", cap,
+                            ingest_codec_bound(n));
+    if (n > 0) {
+        /*
+         * Room for n - 1 bytes only: a frame that would not shrink the chunk
+         * stops with dstSize_tooSmall and the chunk is stored raw.
+         */
+        size_t r;
+        if (c->cur != NULL)
+            r = ZSTD_compress_usingCDict(c->cctx, d + INGEST_CODEC_HEADER, n - 1, src, n, c->cur->cdict);
+        else
+            r = ZSTD_compressCCtx(c->cctx, d + INGEST_CODEC_HEADER, n - 1, src, n, c->level);
+        if (!ZSTD_isError(r)) {
+            method = c->cur != NULL ? INGEST_CODEC_METHOD_ZSTD_DICT : INGEST_CODEC_METHOD_ZSTD;
+            dict_id = c->cur != NULL ? c->cur->id : 0;
+            payload = r;
+        } else if (ZSTD_getErrorCode(r) != ZSTD_error_dstSize_tooSmall) {
+            return zstd_fail(c->ctx, r, INGEST_EINVAL, "compress");
+        }
+    }
+    if (method == INGEST_CODEC_METHOD_RAW && n > 0)
+        memcpy(d + INGEST_CODEC_HEADER, src, n);
+    put_header(d, method, dict_id, (uint32_t)n);
+    *out_len = INGEST_CODEC_HEADER + payload;
+    return 0;
+}
+
+static int parse_header(ingest_ctx *ctx, const uint8_t *p, size_t n, struct header *h)
+{
+    if (p == NULL && n > 0)
+        return ingest__fail(ctx, INGEST_EINVAL, "codec: NULL chunk");
+    if (n < INGEST_CODEC_HEADER)
+        return ingest__fail(ctx, INGEST_ECORRUPT, "codec: chunk of %zu bytes is shorter than the %d-byte header",
+                            n, INGEST_CODEC_HEADER);
+    if (p[0] != INGEST_CODEC_FORMAT)
+        return ingest__fail(ctx, INGEST_EVERSION, "codec: format version %u at offset 0 (expected %d)", p[0],
+                            INGEST_CODEC_FORMAT);
+    h->method = p[1];
+    h->dict_id = ingest__get_u32(p + 4);
+    h->raw_len = ingest__get_u32(p + 8);
+    if (h->method > INGEST_CODEC_METHOD_ZSTD_DICT)
+        return ingest__fail(ctx, INGEST_ECORRUPT, "codec: unknown method %u at offset 1", h->method);
+    if (ingest__get_u16(p + 2) != 0)
+        return ingest__fail(ctx, INGEST_ECORRUPT, "codec: reserved bytes at offset 2 are 0x%04x, not zero",
+                            ingest__get_u16(p + 2));
+    if ((h->method == INGEST_CODEC_METHOD_ZSTD_DICT) != (h->dict_id != 0))
+        return ingest__fail(ctx, INGEST_ECORRUPT, "codec: dictionary id %u at offset 4 with method %u",
+                            h->dict_id, h->method);
+    if (h->raw_len > INGEST_CODEC_MAX_RAW)
+        return ingest__fail(ctx, INGEST_ETOOBIG, "codec: raw length %u at offset 8 exceeds %u", h->raw_len,
+                            INGEST_CODEC_MAX_RAW);
+    if (h->raw_len == 0 && h->method != INGEST_CODEC_METHOD_RAW)
+        return ingest__fail(ctx, INGEST_ECORRUPT, "codec: empty chunk with method %u (must be raw)",
+                            h->method);
+    return 0;
+}
+
+int ingest_codec_raw_size(const void *src, size_t n, uint32_t *raw_len)
+{
+    struct header h;
+    if (raw_len != NULL)
+        *raw_len = 0;
+    if (raw_len == NULL)
+        return INGEST_EINVAL;
+    INGEST__FORWARD(parse_header(NULL, src, n, &h));
+    *raw_len = h.raw_len;
+    return 0;
+}
+
+/* Check the zstd payload against the header before decoding anything. */
+static int check_frame(ingest_ctx *ctx, const struct header *h, const uint8_t *z, size_t zn)
+{
+    const size_t fsize = ZSTD_findFrameCompressedSize(z, zn);
+    if (ZSTD_isError(fsize))
+        return ingest__fail(ctx, INGEST_ECORRUPT, "codec: zstd frame at offset %d: %s", INGEST_CODEC_HEADER,
+                            ZSTD_getErrorName(fsize));
+    if (fsize != zn)
+        return ingest__fail(ctx, INGEST_ECORRUPT, "codec: %zu bytes after the zstd frame ending at offset %zu",
+                            zn - fsize, (size_t)INGEST_CODEC_HEADER + fsize);
+    const unsigned long long csize = ZSTD_getFrameContentSize(z, zn);
+    if (csize == ZSTD_CONTENTSIZE_ERROR)
+        return ingest__fail(ctx, INGEST_ECORRUPT, "codec: bad zstd frame header at offset %d",
+                            INGEST_CODEC_HEADER);
+    if (csize != ZSTD_CONTENTSIZE_UNKNOWN && csize != h->raw_len)
+        return ingest__fail(ctx, INGEST_ECORRUPT, "codec: zstd frame declares %llu bytes, header %u", csize,
+                            h->raw_len);
+    const unsigned fdict = ZSTD_getDictID_fromFrame(z, zn);
+    if (fdict != 0 && fdict != h->dict_id)
+        return ingest__fail(ctx, INGEST_ECORRUPT, "codec: zstd frame names dictionary %u, header %u", fdict,
+                            h->dict_id);
+    return 0;
+}
+
+int ingest_codec_decode(ingest_codec *c, const void *src, size_t n, void *dst, size_t cap,
+                        size_t *out_len, const uint8_t *key, const uint8_t *expect_id)
+{
+    const uint8_t *const p = src;
+    struct header h;
+
+    if (out_len != NULL)
+        *out_len = 0;
+    if (c == NULL || out_len == NULL)
+        return ingest__fail(c ? c->ctx : NULL, INGEST_EINVAL, "codec: decode: NULL argument");
+    INGEST__FORWARD(parse_header(c->ctx, p, n, &h));
+    if (h.raw_len > cap || (dst == NULL && h.raw_len > 0))
+        return ingest__fail(c->ctx, INGEST_ETOOBIG, "codec: raw length %u exceeds the capacity %zu", h.raw_len,
+                            dst == NULL ? (size_t)0 : cap);
+    const uint8_t *const z = p + INGEST_CODEC_HEADER;
+    const size_t zn = n - INGEST_CODEC_HEADER;
+    if (h.method == INGEST_CODEC_METHOD_RAW) {
+        if (zn != h.raw_len)
+            return ingest__fail(c->ctx, INGEST_ECORRUPT, "codec: raw payload of %zu bytes, header says %u", zn,
+                                h.raw_len);
+        if (zn > 0)
+            memcpy(dst, z, zn);
+    } else {
+        const struct dict_entry *e = NULL;
+        if (h.method == INGEST_CODEC_METHOD_ZSTD_DICT) {
+            e = find_dict(c, h.dict_id);
+            if (e == NULL)
+                return ingest__fail(c->ctx, INGEST_ENOTFOUND, "codec: dictionary %u is not loaded", h.dict_id);
+        }
+        INGEST__FORWARD(check_frame(c->ctx, &h, z, zn));
+        const size_t r = e != NULL ? ZSTD_decompress_usingDDict(c->dctx, dst, h.raw_len, z, zn, e->ddict)
+                                   : ZSTD_decompressDCtx(c->dctx, dst, h.raw_len, z, zn);
+        if (ZSTD_isError(r)) {
+            if (ZSTD_getErrorCode(r) == ZSTD_error_dstSize_tooSmall)
+                return ingest__fail(c->ctx, INGEST_ECORRUPT, "codec: zstd frame decodes past %u bytes",
+                                    h.raw_len);
+            return zstd_fail(c->ctx, r, INGEST_ECORRUPT, "decompress");
+        }
+        if (r != h.raw_len)
+            return ingest__fail(c->ctx, INGEST_ECORRUPT, "codec: zstd frame decodes to %zu bytes, header %u", r,
+                                h.raw_len);
+    }
+    if (key != NULL && expect_id != NULL) {
+        uint8_t id[INGEST_ID_BYTES];
+        ingest_chunk_id(key, dst, h.raw_len, id);
+        if (memcmp(id, expect_id, INGEST_ID_BYTES) != 0) {
+            char got[2 * INGEST_ID_BYTES + 1];
+            ingest_to_hex(id, 8, got);
+            return ingest__fail(c->ctx, INGEST_EMISMATCH, "codec: decoded %u bytes have id %s..., not the expected one",
+                                h.raw_len, got);
+        }
+    }
+    *out_len = h.raw_len;
+    return 0;
+}
+
+/* An id of a dictionary's own: from its content, in zstd's private range. */
+static uint32_t derive_dict_id(const uint8_t *content, size_t len)
+{
+    uint8_t hash[crypto_generichash_BYTES];
+    crypto_generichash(hash, sizeof(hash), content, len, NULL, 0);
+    return DICT_ID_MIN + ingest__get_u32(hash) % (DICT_ID_END - DICT_ID_MIN);
+}
+
+int ingest_dict_train(ingest_ctx *ctx, const void *samples, const size_t *sample_sizes, unsigned nsamples,
+                      size_t max_bytes, void **out, size_t *out_len, uint32_t *dict_id)
+{
+    uint8_t *buf = NULL;
+    size_t total = 0;
+    int rc;
+
+    if (out != NULL)
+        *out = NULL;
+    if (out_len != NULL)
+        *out_len = 0;
+    if (dict_id != NULL)
+        *dict_id = 0;
+    if (ctx == NULL || out == NULL || out_len == NULL || (nsamples > 0 && (samples == NULL || sample_sizes == NULL)))
+        return ingest__fail(ctx, INGEST_EINVAL, "dict: train: NULL argument");
+    if (nsamples == 0)
+        return ingest__fail(ctx, INGEST_EINVAL, "dict: train: no samples");
+    if (max_bytes < DICT_MIN_BYTES || max_bytes > INGEST_DICT_MAX_BYTES)
+        return ingest__fail(ctx, INGEST_EINVAL, "dict: train: size %zu outside %u..%u", max_bytes,
+                            DICT_MIN_BYTES, INGEST_DICT_MAX_BYTES);
+    for (unsigned i = 0; i < nsamples; i++) {
+        if (sample_sizes[i] > SIZE_MAX - total)
+            return ingest__fail(ctx, INGEST_ETOOBIG, "dict: train: sample sizes overflow at sample %u", i);
+        total += sample_sizes[i];
+    }
+    buf = ingest__malloc(ctx, max_bytes);
+    if (buf == NULL)
+        return ingest__fail(ctx, INGEST_ENOMEM, "dict: train: out of memory for %zu bytes", max_bytes);
+    size_t r = ZDICT_trainFromBuffer(buf, max_bytes, samples, sample_sizes, nsamples);
+    if (ZDICT_isError(r)) {
+        rc = ingest__fail(ctx, INGEST_EINVAL, "dict: train: %s (%u samples, %zu bytes)", ZDICT_getErrorName(r),
+                          nsamples, total);
+        goto fail;
+    }
+    const size_t hdr = ZDICT_getDictHeaderSize(buf, r);
+    if (ZDICT_isError(hdr) || hdr > r) {
+        rc = ingest__fail(ctx, INGEST_ECORRUPT, "dict: train: trained dictionary has no valid header");
+        goto fail;
+    }
+    /*
+     * Re-finalize the trained content with an id derived from it, so the
+     * same samples always give the same id and different dictionaries
+     * almost never share one (zstd's own default is an XXH64 of the content,
+     * which we would rather not depend on).
+     */
+    ZDICT_params_t params;
+    memset(&params, 0, sizeof(params));
+    params.dictID = derive_dict_id(buf + hdr, r - hdr);
+    r = ZDICT_finalizeDictionary(buf, max_bytes, buf + hdr, r - hdr, samples, sample_sizes, nsamples, params);
+    if (ZDICT_isError(r)) {
+        rc = ingest__fail(ctx, INGEST_EINVAL, "dict: finalize: %s", ZDICT_getErrorName(r));
+        goto fail;
+    }
+    if (ZDICT_getDictID(buf, r) != params.dictID) {
+        rc = ingest__fail(ctx, INGEST_ECORRUPT, "dict: finalized dictionary lost its id %u", params.dictID);
+        goto fail;
+    }
+    *out = buf;
+    *out_len = r;
+    if (dict_id != NULL)
+        *dict_id = params.dictID;
+    return 0;
+fail:
+    ingest__free(ctx, buf);
+    return rc;
+}
+
+uint32_t ingest_dict_id(const void *dict, size_t len)
+{
+    if (dict == NULL)
+        return 0;
+    return ZDICT_getDictID(dict, len);
+}
+
+void ingest_buf_free(ingest_ctx *ctx, void *p)
+{
+    if (ctx != NULL)
+        ingest__free(ctx, p);
+}

@@ -1,0 +1,813 @@
+/* Unit tests for the chunk codec: formats, levels, dictionaries, hostile input, allocation failure. */
+#define ZSTD_STATIC_LINKING_ONLY
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <zstd.h>
+
+#include "ingest.h"
+#include "ingest/codec.h"
+
+/* ---- helpers ----------------------------------------------------------- */
+
+/* Allocator through cmocka (leak-checked), failing the fail_at-th call. */
+struct failing {
+    unsigned count;
+    unsigned fail_at; /* 0: never */
+    unsigned failed;
+};
+
+static void *fa_alloc(void *opaque, size_t size)
+{
+    struct failing *f = opaque;
+    f->count++;
+    if (f->fail_at != 0 && f->count == f->fail_at) {
+        f->failed++;
+        return NULL;
+    }
+    return test_malloc(size);
+}
+
+static void fa_free(void *opaque, void *ptr)
+{
+    (void)opaque;
+    if (ptr != NULL)
+        test_free(ptr);
+}
+
+static ingest_ctx *make_ctx(struct failing *f)
+{
+    const ingest_allocator a = { fa_alloc, fa_free, f };
+    ingest_ctx *ctx = ingest_ctx_create(&a);
+    assert_non_null(ctx);
+    return ctx;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void gen_random(uint8_t *p, size_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(rng_next(&s) >> 24);
+}
+
+/* Telemetry CSV of exactly n bytes: similar across seeds, never equal. */
+static void gen_csv(uint8_t *p, size_t n, uint64_t seed)
+{
+    static const char *const metrics[] = { "temp_c", "humidity_pct", "pressure_hpa", "vibration_rms",
+                                           "battery_v" };
+    static const char *const states[] = { "ok", "ok", "ok", "warn", "ok", "degraded" };
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
+    size_t len = 0;
+    unsigned t = (unsigned)(seed % 100000u);
+    while (len < n) {
+        char line[160];
+        const uint64_t r = rng_next(&s);
+        const int k = snprintf(line, sizeof(line), "2024-05-%02u T%02u:%02u:%02u.%03uZ,site-%02u/sensor-%03u,%s,%u.%02u,%s\n",
+                               1 + (unsigned)(seed % 28), (t / 3600) % 24, (t / 60) % 60, t % 60,
+                               (unsigned)(r % 1000), (unsigned)(seed % 7), (unsigned)((r >> 10) % 40),
+                               metrics[(r >> 20) % 5], (unsigned)((r >> 24) % 100), (unsigned)((r >> 32) % 100),
+                               states[(r >> 40) % 6]);
+        t += 1 + (unsigned)((r >> 48) % 3);
+        const size_t take = (size_t)k < n - len ? (size_t)k : n - len;
+        memcpy(p + len, line, take);
+        len += take;
+    }
+}
+
+static const uint8_t test_key[INGEST_KEY_BYTES] = {
+    0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,
+    0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f,
+};
+
+/* Encode, check header fields, decode with the id check, compare. */
+static size_t round_trip(ingest_codec *enc, ingest_codec *dec, const uint8_t *src, size_t n, int want_method)
+{
+    uint8_t *z = malloc(ingest_codec_bound(n));
+    uint8_t *back = malloc(n + 1);
+    size_t zlen = 0, blen = 1234;
+    uint8_t id[INGEST_ID_BYTES];
+    uint32_t raw = 0;
+    assert_non_null(z);
+    assert_non_null(back);
+    assert_int_equal(ingest_codec_encode(enc, src, n, z, ingest_codec_bound(n), &zlen), 0);
+    assert_true(zlen >= INGEST_CODEC_HEADER && zlen <= ingest_codec_bound(n));
+    assert_int_equal(z[0], INGEST_CODEC_FORMAT);
+    if (want_method >= 0)
+        assert_int_equal(z[1], want_method);
+    if (z[1] == INGEST_CODEC_METHOD_RAW)
+        assert_int_equal(zlen, INGEST_CODEC_HEADER + n);
+    else
+        assert_true(zlen < INGEST_CODEC_HEADER + n);
+    assert_int_equal(ingest_codec_raw_size(z, zlen, &raw), 0);
+    assert_int_equal(raw, n);
+    ingest_chunk_id(test_key, src, n, id);
+    assert_int_equal(ingest_codec_decode(dec, z, zlen, back, n + 1, &blen, test_key, id), 0);
+    assert_int_equal(blen, n);
+    if (n > 0)
+        assert_memory_equal(back, src, n);
+    free(z);
+    free(back);
+    return zlen;
+}
+
+/* ---- tests ------------------------------------------------------------- */
+
+static void test_levels_round_trip(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    const int levels[] = { ZSTD_minCLevel(), -50, -5, -1, 0, 1, 3, 9, 19, ZSTD_maxCLevel() };
+    const size_t n = 32 * 1024;
+    uint8_t *csv = malloc(n);
+    size_t sizes[sizeof(levels) / sizeof(levels[0])];
+    assert_non_null(csv);
+    gen_csv(csv, n, 42);
+    for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
+        ingest_codec *c = NULL;
+        assert_int_equal(ingest_codec_create(ctx, levels[i], &c), 0);
+        /* At the very fastest level zstd may not shrink the chunk at all. */
+        sizes[i] = round_trip(c, c, csv, n, i == 0 ? -1 : INGEST_CODEC_METHOD_ZSTD);
+        /* The context is reused: a second chunk through the same codec. */
+        round_trip(c, c, csv + 100, n - 100, i == 0 ? -1 : INGEST_CODEC_METHOD_ZSTD);
+        ingest_codec_destroy(c);
+    }
+    /* Level 1 compresses telemetry CSV well; the maximum beats the minimum. */
+    assert_true(sizes[5] * 3 < n);
+    assert_true(sizes[9] < sizes[0]);
+    assert_true(sizes[8] <= sizes[5]);
+    free(csv);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_bad_levels(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    ingest_codec *c = (ingest_codec *)&f;
+    assert_int_equal(ingest_codec_create(ctx, ZSTD_maxCLevel() + 1, &c), INGEST_EINVAL);
+    assert_null(c);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "level"));
+    assert_int_equal(ingest_codec_create(ctx, ZSTD_minCLevel() - 1, &c), INGEST_EINVAL);
+    assert_int_equal(ingest_codec_create(ctx, 3, NULL), INGEST_EINVAL);
+    assert_int_equal(f.count, 1); /* only the context itself */
+    ingest_codec_destroy(NULL);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_incompressible_stored_raw(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    ingest_codec *c = NULL;
+    const size_t sizes[] = { 1, 7, 100, 4096, 65536 + 3 };
+    assert_int_equal(ingest_codec_create(ctx, 19, &c), 0);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        uint8_t *r = malloc(sizes[i]);
+        assert_non_null(r);
+        gen_random(r, sizes[i], i + 1);
+        assert_int_equal(round_trip(c, c, r, sizes[i], INGEST_CODEC_METHOD_RAW), INGEST_CODEC_HEADER + sizes[i]);
+        free(r);
+    }
+    /* Tiny but compressible input is still stored raw: a frame costs more. */
+    assert_int_equal(round_trip(c, c, (const uint8_t *)"aaaaaaaa", 8, INGEST_CODEC_METHOD_RAW), 20);
+    ingest_codec_destroy(c);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_empty_chunk(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    ingest_codec *c = NULL;
+    uint8_t z[INGEST_CODEC_HEADER];
+    const uint8_t want[INGEST_CODEC_HEADER] = { 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+    size_t zlen = 99, blen = 99;
+    assert_int_equal(ingest_codec_create(ctx, 3, &c), 0);
+    assert_int_equal(ingest_codec_bound(0), INGEST_CODEC_HEADER);
+    assert_int_equal(ingest_codec_encode(c, NULL, 0, z, sizeof(z), &zlen), 0);
+    assert_int_equal(zlen, INGEST_CODEC_HEADER);
+    assert_memory_equal(z, want, sizeof(want));
+    assert_int_equal(ingest_codec_decode(c, z, zlen, NULL, 0, &blen, NULL, NULL), 0);
+    assert_int_equal(blen, 0);
+    round_trip(c, c, (const uint8_t *)"", 0, INGEST_CODEC_METHOD_RAW);
+    ingest_codec_destroy(c);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_capacity_checks(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    ingest_codec *c = NULL;
+    uint8_t src[2000], z[2100], back[2000];
+    size_t zlen = 0, blen = 7;
+    gen_csv(src, sizeof(src), 3);
+    assert_int_equal(ingest_codec_create(ctx, 1, &c), 0);
+    assert_int_equal(ingest_codec_encode(c, src, sizeof(src), z, ingest_codec_bound(sizeof(src)) - 1, &zlen),
+                     INGEST_EINVAL);
+    assert_int_equal(zlen, 0);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "bound"));
+    assert_int_equal(ingest_codec_encode(c, src, INGEST_CODEC_MAX_RAW + 1u, z, SIZE_MAX, &zlen), INGEST_ETOOBIG);
+    assert_int_equal(ingest_codec_encode(c, src, sizeof(src), z, sizeof(z), &zlen), 0);
+    assert_int_equal(ingest_codec_decode(c, z, zlen, back, sizeof(back) - 1, &blen, NULL, NULL), INGEST_ETOOBIG);
+    assert_int_equal(blen, 0);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "capacity"));
+    assert_int_equal(ingest_codec_decode(c, z, zlen, back, sizeof(back), &blen, NULL, NULL), 0);
+    assert_int_equal(blen, sizeof(src));
+    assert_memory_equal(back, src, sizeof(src));
+    ingest_codec_destroy(c);
+    ingest_ctx_destroy(ctx);
+}
+
+/* Samples for training: small CSV files of varying length. */
+#define NSAMPLES 400
+static uint8_t *make_samples(size_t sizes[NSAMPLES], size_t *total)
+{
+    size_t t = 0;
+    for (unsigned i = 0; i < NSAMPLES; i++) {
+        sizes[i] = 300 + (i * 37) % 900;
+        t += sizes[i];
+    }
+    uint8_t *s = malloc(t);
+    assert_non_null(s);
+    size_t off = 0;
+    for (unsigned i = 0; i < NSAMPLES; i++) {
+        gen_csv(s + off, sizes[i], 1000 + i);
+        off += sizes[i];
+    }
+    *total = t;
+    return s;
+}
+
+static void test_dict_round_trip(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    size_t sizes[NSAMPLES], total = 0;
+    uint8_t *samples = make_samples(sizes, &total);
+    void *dict = NULL, *dict2 = NULL;
+    size_t dlen = 0, dlen2 = 0;
+    uint32_t id = 0, id2 = 0, got = 0;
+
+    assert_int_equal(ingest_dict_train(ctx, samples, sizes, NSAMPLES, 8192, &dict, &dlen, &id), 0);
+    assert_true(dlen > 256 && dlen <= 8192);
+    assert_true(id >= 32768u && id < 0x80000000u);
+    assert_int_equal(ingest_dict_id(dict, dlen), id);
+    assert_int_equal(ingest_dict_id(dict, 7), 0);
+    assert_int_equal(ingest_dict_id("not a dictionary", 16), 0);
+    /* Deterministic: the same samples give the same dictionary and id. */
+    assert_int_equal(ingest_dict_train(ctx, samples, sizes, NSAMPLES, 8192, &dict2, &dlen2, &id2), 0);
+    assert_int_equal(id2, id);
+    assert_int_equal(dlen2, dlen);
+    assert_memory_equal(dict2, dict, dlen);
+    ingest_buf_free(ctx, dict2);
+
+    ingest_codec *enc = NULL, *dec = NULL, *nodict = NULL;
+    assert_int_equal(ingest_codec_create(ctx, 3, &enc), 0);
+    assert_int_equal(ingest_codec_create(ctx, 3, &dec), 0);
+    assert_int_equal(ingest_codec_create(ctx, 3, &nodict), 0);
+    assert_int_equal(ingest_codec_use_dict(enc, id), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_codec_add_dict(enc, dict, dlen, &got), 0);
+    assert_int_equal(got, id);
+    assert_int_equal(ingest_codec_add_dict(enc, dict, dlen, &got), 0); /* no-op */
+    assert_int_equal(got, id);
+    assert_int_equal(ingest_codec_add_dict(dec, dict, dlen, NULL), 0);
+
+    /* A new small sample, unlike any trained on. */
+    uint8_t sample[700];
+    gen_csv(sample, sizeof(sample), 99999);
+    const size_t plain = round_trip(enc, dec, sample, sizeof(sample), -1);
+    assert_int_equal(ingest_codec_use_dict(enc, id), 0);
+    const size_t with = round_trip(enc, dec, sample, sizeof(sample), INGEST_CODEC_METHOD_ZSTD_DICT);
+    assert_true(with < plain);
+    assert_true(with * 2 < sizeof(sample));
+
+    /* The chunk names its dictionary; a codec without it refuses. */
+    uint8_t z[sizeof(sample) + INGEST_CODEC_HEADER], back[sizeof(sample)];
+    size_t zlen = 0, blen = 5;
+    char want[32];
+    assert_int_equal(ingest_codec_encode(enc, sample, sizeof(sample), z, sizeof(z), &zlen), 0);
+    assert_int_equal(z[1], INGEST_CODEC_METHOD_ZSTD_DICT);
+    assert_int_equal(z[4] | z[5] << 8 | z[6] << 16 | (uint32_t)z[7] << 24, id);
+    assert_int_equal(ingest_codec_decode(nodict, z, zlen, back, sizeof(back), &blen, NULL, NULL), INGEST_ENOTFOUND);
+    assert_int_equal(blen, 0);
+    snprintf(want, sizeof(want), "%u", id);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), want));
+
+    /* Back to no dictionary. */
+    assert_int_equal(ingest_codec_use_dict(enc, 0), 0);
+    round_trip(enc, nodict, sample, sizeof(sample), INGEST_CODEC_METHOD_ZSTD);
+
+    /* Bad dictionaries. */
+    assert_int_equal(ingest_codec_add_dict(nodict, "nonsense bytes", 14, &got), INGEST_EINVAL);
+    assert_int_equal(got, 0);
+    assert_int_equal(ingest_codec_add_dict(nodict, dict, 12, &got), INGEST_ECORRUPT);
+    assert_int_equal(ingest_codec_add_dict(nodict, dict, INGEST_DICT_MAX_BYTES + 1u, &got), INGEST_ETOOBIG);
+
+    ingest_codec_destroy(enc);
+    ingest_codec_destroy(dec);
+    ingest_codec_destroy(nodict);
+    ingest_buf_free(ctx, dict);
+    free(samples);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_dict_train_errors(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    void *dict = (void *)&f;
+    size_t dlen = 9, sizes[4] = { 10, 10, 10, 10 };
+    uint32_t id = 9;
+    const char same[40] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    assert_int_equal(ingest_dict_train(ctx, same, sizes, 0, 4096, &dict, &dlen, &id), INGEST_EINVAL);
+    assert_null(dict);
+    assert_int_equal(dlen, 0);
+    assert_int_equal(id, 0);
+    assert_int_equal(ingest_dict_train(ctx, same, sizes, 4, 100, &dict, &dlen, &id), INGEST_EINVAL);
+    assert_int_equal(ingest_dict_train(ctx, same, sizes, 4, INGEST_DICT_MAX_BYTES + 1u, &dict, &dlen, &id),
+                     INGEST_EINVAL);
+    /* Four identical 10-byte samples: ZDICT refuses, nothing leaks. */
+    assert_int_equal(ingest_dict_train(ctx, same, sizes, 4, 4096, &dict, &dlen, &id), INGEST_EINVAL);
+    assert_null(dict);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "dict"));
+    ingest_buf_free(ctx, NULL);
+    ingest_ctx_destroy(ctx);
+}
+
+/* Valid encoded chunks of each method, for the hostile-input tests. */
+struct chunks {
+    ingest_ctx *ctx;
+    ingest_codec *c;
+    void *dict;
+    size_t dlen;
+    uint8_t csv[3000];
+    uint8_t rnd[600];
+    uint8_t z[3][3100];
+    size_t zlen[3];
+    const uint8_t *raw[3];
+    size_t rawlen[3];
+};
+
+static void chunks_make(struct chunks *k, struct failing *f)
+{
+    size_t sizes[NSAMPLES], total;
+    uint8_t *samples = make_samples(sizes, &total);
+    uint32_t id;
+    memset(k, 0, sizeof(*k));
+    k->ctx = make_ctx(f);
+    assert_int_equal(ingest_dict_train(k->ctx, samples, sizes, NSAMPLES, 4096, &k->dict, &k->dlen, &id), 0);
+    free(samples);
+    assert_int_equal(ingest_codec_create(k->ctx, 3, &k->c), 0);
+    assert_int_equal(ingest_codec_add_dict(k->c, k->dict, k->dlen, NULL), 0);
+    gen_csv(k->csv, sizeof(k->csv), 5);
+    gen_random(k->rnd, sizeof(k->rnd), 5);
+    const uint8_t *src[3] = { k->rnd, k->csv, k->csv };
+    const size_t n[3] = { sizeof(k->rnd), sizeof(k->csv), sizeof(k->csv) };
+    for (int m = 0; m < 3; m++) {
+        assert_int_equal(ingest_codec_use_dict(k->c, m == 2 ? id : 0), 0);
+        assert_int_equal(ingest_codec_encode(k->c, src[m], n[m], k->z[m], sizeof(k->z[m]), &k->zlen[m]), 0);
+        assert_int_equal(k->z[m][1], m);
+        k->raw[m] = src[m];
+        k->rawlen[m] = n[m];
+    }
+}
+
+static void chunks_free(struct chunks *k)
+{
+    ingest_codec_destroy(k->c);
+    ingest_buf_free(k->ctx, k->dict);
+    ingest_ctx_destroy(k->ctx);
+}
+
+static void test_truncated(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    struct chunks *k = malloc(sizeof(*k));
+    uint8_t back[3000];
+    assert_non_null(k);
+    chunks_make(k, &f);
+    for (int m = 0; m < 3; m++) {
+        for (size_t len = 0; len < k->zlen[m]; len++) {
+            /* A fresh copy of exactly len bytes, so ASan sees any overread. */
+            uint8_t *t = malloc(len + 1);
+            size_t blen = 77;
+            uint32_t raw = 0;
+            assert_non_null(t);
+            memcpy(t, k->z[m], len);
+            const int rc = ingest_codec_decode(k->c, len ? t : NULL, len, back, sizeof(back), &blen, NULL, NULL);
+            if (rc >= 0)
+                fail_msg("method %d truncated to %zu of %zu bytes decoded", m, len, k->zlen[m]);
+            assert_int_equal(blen, 0);
+            if (len < INGEST_CODEC_HEADER) {
+                assert_int_equal(rc, INGEST_ECORRUPT);
+                assert_int_equal(ingest_codec_raw_size(t, len, &raw), INGEST_ECORRUPT);
+            } else {
+                assert_int_equal(ingest_codec_raw_size(t, len, &raw), 0);
+                assert_int_equal(raw, k->rawlen[m]);
+            }
+            free(t);
+        }
+    }
+    chunks_free(k);
+    free(k);
+}
+
+static void test_flipped_bytes(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    struct chunks *k = malloc(sizeof(*k));
+    uint8_t back[3000], id[3][INGEST_ID_BYTES];
+    unsigned tried = 0, rejected_checked = 0, decoded_unchecked = 0;
+    assert_non_null(k);
+    chunks_make(k, &f);
+    for (int m = 0; m < 3; m++)
+        ingest_chunk_id(test_key, k->raw[m], k->rawlen[m], id[m]);
+    const uint8_t masks[] = { 0x01, 0x80, 0xff, 0x10 };
+    for (int m = 0; m < 3; m++) {
+        /* Raw payloads are all data: flipping the first 64 bytes is plenty. */
+        const size_t end = m == 0 ? INGEST_CODEC_HEADER + 64 : k->zlen[m];
+        for (size_t pos = 0; pos < end; pos++) {
+            for (size_t b = 0; b < sizeof(masks); b++) {
+                uint8_t t[3100];
+                size_t blen = 0;
+                memcpy(t, k->z[m], k->zlen[m]);
+                t[pos] ^= masks[b];
+                tried++;
+                int rc = ingest_codec_decode(k->c, t, k->zlen[m], back, sizeof(back), &blen, NULL, NULL);
+                if (rc == 0) {
+                    decoded_unchecked++;
+                    assert_true(blen <= sizeof(back));
+                } else {
+                    assert_true(rc < 0);
+                    assert_int_equal(blen, 0);
+                }
+                rc = ingest_codec_decode(k->c, t, k->zlen[m], back, sizeof(back), &blen, test_key, id[m]);
+                if (rc == 0) {
+                    /* Only a flip that changes nothing decoded may pass the id check. */
+                    assert_int_equal(blen, k->rawlen[m]);
+                    assert_memory_equal(back, k->raw[m], blen);
+                } else {
+                    rejected_checked++;
+                    assert_true(rc < 0);
+                }
+            }
+        }
+    }
+    /* A raw payload flip decodes unchecked and is caught by the id check. */
+    assert_true(decoded_unchecked > 0);
+    assert_true(rejected_checked * 10 > tried * 9);
+    chunks_free(k);
+    free(k);
+}
+
+static void test_header_errors(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    struct chunks *k = malloc(sizeof(*k));
+    uint8_t t[3200], back[3000];
+    size_t blen = 0;
+    uint32_t raw = 0;
+    assert_non_null(k);
+    chunks_make(k, &f);
+    ingest_ctx *ctx = k->ctx;
+    const size_t zl = k->zlen[1];
+
+#define DECODE(buf, len) ingest_codec_decode(k->c, (buf), (len), back, sizeof(back), &blen, NULL, NULL)
+    for (int m = 0; m < 3; m++) {
+        memcpy(t, k->z[m], k->zlen[m]);
+        t[0] = 2;
+        assert_int_equal(DECODE(t, k->zlen[m]), INGEST_EVERSION);
+        assert_int_equal(ingest_codec_raw_size(t, k->zlen[m], &raw), INGEST_EVERSION);
+        t[0] = 0;
+        assert_int_equal(DECODE(t, k->zlen[m]), INGEST_EVERSION);
+        assert_non_null(strstr(ingest_ctx_errmsg(ctx), "version"));
+    }
+    /* Declared raw length over the bound, before any work. */
+    memcpy(t, k->z[1], zl);
+    t[8] = 0x01, t[9] = 0x00, t[10] = 0x00, t[11] = 0x04; /* 64 MiB + 1 */
+    assert_int_equal(DECODE(t, zl), INGEST_ETOOBIG);
+    assert_int_equal(ingest_codec_raw_size(t, zl, &raw), INGEST_ETOOBIG);
+    assert_int_equal(raw, 0);
+    t[8] = t[9] = t[10] = t[11] = 0xff;
+    assert_int_equal(DECODE(t, zl), INGEST_ETOOBIG);
+    t[8] = 0x00, t[11] = 0x04; /* exactly the bound: accepted by the header, too big for cap */
+    t[9] = t[10] = 0;
+    assert_int_equal(ingest_codec_raw_size(t, zl, &raw), 0);
+    assert_int_equal(raw, INGEST_CODEC_MAX_RAW);
+    assert_int_equal(DECODE(t, zl), INGEST_ETOOBIG);
+    /* Raw length disagreeing with the frame's content size. */
+    memcpy(t, k->z[1], zl);
+    t[8] ^= 0x10; /* 3000 -> 2984 */
+    assert_int_equal(DECODE(t, zl), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "declares"));
+    /* Reserved bytes, unknown method, dictionary id with the wrong method. */
+    memcpy(t, k->z[1], zl);
+    t[3] = 1;
+    assert_int_equal(DECODE(t, zl), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "reserved"));
+    memcpy(t, k->z[1], zl);
+    t[1] = 3;
+    assert_int_equal(DECODE(t, zl), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "method"));
+    memcpy(t, k->z[1], zl);
+    t[4] = 7;
+    assert_int_equal(DECODE(t, zl), INGEST_ECORRUPT);
+    memcpy(t, k->z[2], k->zlen[2]);
+    t[4] = t[5] = t[6] = t[7] = 0;
+    assert_int_equal(DECODE(t, k->zlen[2]), INGEST_ECORRUPT);
+    /* A dictionary frame relabelled as plain zstd. */
+    memcpy(t, k->z[2], k->zlen[2]);
+    t[1] = INGEST_CODEC_METHOD_ZSTD;
+    t[4] = t[5] = t[6] = t[7] = 0;
+    assert_int_equal(DECODE(t, k->zlen[2]), INGEST_ECORRUPT);
+    /* A frame naming another dictionary than the header (which is loaded). */
+    const uint32_t did = ingest_dict_id(k->dict, k->dlen);
+    assert_int_equal(ZSTD_getDictID_fromFrame(k->z[2] + INGEST_CODEC_HEADER, k->zlen[2] - INGEST_CODEC_HEADER),
+                     did);
+    uint8_t *other = malloc(k->dlen);
+    assert_non_null(other);
+    memcpy(other, k->dict, k->dlen);
+    other[4] = 0x40, other[5] = 0x9c, other[6] = other[7] = 0; /* id 40000 */
+    assert_int_equal(ingest_codec_add_dict(k->c, other, k->dlen, &raw), 0);
+    assert_int_equal(raw, 40000);
+    free(other);
+    memcpy(t, k->z[2], k->zlen[2]);
+    t[4] = 0x40, t[5] = 0x9c, t[6] = t[7] = 0;
+    assert_int_equal(DECODE(t, k->zlen[2]), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "names dictionary"));
+    /* Same, with a dictionary the codec does not hold. */
+    t[4] = 0x41;
+    assert_int_equal(DECODE(t, k->zlen[2]), INGEST_ENOTFOUND);
+    /* Trailing bytes after the frame; a second frame appended. */
+    memcpy(t, k->z[1], zl);
+    t[zl] = 0;
+    assert_int_equal(DECODE(t, zl + 1), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "after the zstd frame"));
+    memcpy(t + zl, k->z[1] + INGEST_CODEC_HEADER, zl - INGEST_CODEC_HEADER);
+    assert_int_equal(DECODE(t, 2 * zl - INGEST_CODEC_HEADER), INGEST_ECORRUPT);
+    /* Raw payload longer or shorter than declared. */
+    memcpy(t, k->z[0], k->zlen[0]);
+    assert_int_equal(DECODE(t, k->zlen[0] + 1), INGEST_ECORRUPT);
+    assert_int_equal(DECODE(t, k->zlen[0] - 1), INGEST_ECORRUPT);
+    /* Empty chunk claiming zstd. */
+    const uint8_t empty_zstd[INGEST_CODEC_HEADER] = { 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 };
+    assert_int_equal(DECODE(empty_zstd, sizeof(empty_zstd)), INGEST_ECORRUPT);
+    assert_int_equal(ingest_codec_raw_size(k->z[1], zl, NULL), INGEST_EINVAL);
+#undef DECODE
+    chunks_free(k);
+    free(k);
+}
+
+/* Frames without a content size: the decoded length itself is checked. */
+static void test_frame_without_size(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    ingest_codec *c = NULL;
+    uint8_t src[2000], t[2100], back[2100];
+    size_t blen = 0;
+    gen_csv(src, sizeof(src), 11);
+    ZSTD_CCtx *z = ZSTD_createCCtx();
+    assert_non_null(z);
+    assert_int_equal(ZSTD_CCtx_setParameter(z, ZSTD_c_contentSizeFlag, 0), 0);
+    const size_t r = ZSTD_compress2(z, t + INGEST_CODEC_HEADER, sizeof(t) - INGEST_CODEC_HEADER, src, sizeof(src));
+    assert_false(ZSTD_isError(r));
+    ZSTD_freeCCtx(z);
+    assert_int_equal(ingest_codec_create(ctx, 3, &c), 0);
+    const size_t n = INGEST_CODEC_HEADER + r;
+    const uint32_t lens[] = { sizeof(src), sizeof(src) - 1, sizeof(src) + 1, 1 };
+    const int want[] = { 0, INGEST_ECORRUPT, INGEST_ECORRUPT, INGEST_ECORRUPT };
+    for (size_t i = 0; i < 4; i++) {
+        t[0] = 1, t[1] = 1, t[2] = t[3] = 0, t[4] = t[5] = t[6] = t[7] = 0;
+        t[8] = (uint8_t)lens[i], t[9] = (uint8_t)(lens[i] >> 8), t[10] = t[11] = 0;
+        assert_int_equal(ingest_codec_decode(c, t, n, back, sizeof(back), &blen, NULL, NULL), want[i]);
+    }
+    t[8] = (uint8_t)sizeof(src), t[9] = (uint8_t)(sizeof(src) >> 8);
+    assert_int_equal(ingest_codec_decode(c, t, n, back, sizeof(back), &blen, NULL, NULL), 0);
+    assert_int_equal(blen, sizeof(src));
+    assert_memory_equal(back, src, sizeof(src));
+    ingest_codec_destroy(c);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_id_mismatch(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    ingest_codec *c = NULL;
+    uint8_t src[5000], z[5100], back[5000], id[INGEST_ID_BYTES], other_key[INGEST_KEY_BYTES];
+    size_t zlen = 0, blen = 0;
+    gen_csv(src, sizeof(src), 21);
+    ingest_chunk_id(test_key, src, sizeof(src), id);
+    assert_int_equal(ingest_codec_create(ctx, 1, &c), 0);
+    assert_int_equal(ingest_codec_encode(c, src, sizeof(src), z, sizeof(z), &zlen), 0);
+    assert_int_equal(ingest_codec_decode(c, z, zlen, back, sizeof(back), &blen, test_key, id), 0);
+    assert_int_equal(blen, sizeof(src));
+    id[31] ^= 1;
+    assert_int_equal(ingest_codec_decode(c, z, zlen, back, sizeof(back), &blen, test_key, id), INGEST_EMISMATCH);
+    assert_int_equal(blen, 0);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "id"));
+    /* No key or no id: no check. */
+    assert_int_equal(ingest_codec_decode(c, z, zlen, back, sizeof(back), &blen, NULL, id), 0);
+    assert_int_equal(ingest_codec_decode(c, z, zlen, back, sizeof(back), &blen, test_key, NULL), 0);
+    /* The right id under another key is a mismatch too. */
+    id[31] ^= 1;
+    memcpy(other_key, test_key, sizeof(other_key));
+    other_key[0] ^= 0x40;
+    assert_int_equal(ingest_codec_decode(c, z, zlen, back, sizeof(back), &blen, other_key, id), INGEST_EMISMATCH);
+    /* Empty chunk: the id of zero bytes. */
+    uint8_t eid[INGEST_ID_BYTES];
+    ingest_chunk_id(test_key, NULL, 0, eid);
+    assert_int_equal(ingest_codec_encode(c, NULL, 0, z, sizeof(z), &zlen), 0);
+    assert_int_equal(ingest_codec_decode(c, z, zlen, back, sizeof(back), &blen, test_key, eid), 0);
+    assert_int_equal(ingest_codec_decode(c, z, zlen, back, sizeof(back), &blen, test_key, id), INGEST_EMISMATCH);
+    ingest_codec_destroy(c);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_alloc_failure_create(void **state)
+{
+    (void)state;
+    unsigned n, failures = 0;
+    for (n = 2; n < 100; n++) { /* allocation 1 is the context itself */
+        struct failing f = { 0, n, 0 };
+        ingest_ctx *ctx = make_ctx(&f);
+        ingest_codec *c = (ingest_codec *)&f;
+        const int rc = ingest_codec_create(ctx, 3, &c);
+        if (f.failed == 0) {
+            assert_int_equal(rc, 0);
+            ingest_codec_destroy(c);
+            ingest_ctx_destroy(ctx);
+            break;
+        }
+        assert_int_equal(rc, INGEST_ENOMEM);
+        assert_null(c);
+        failures++;
+        ingest_ctx_destroy(ctx); /* cmocka fails the test on any leaked block */
+    }
+    /* The handle, the compression and the decompression contexts. */
+    assert_true(failures >= 3);
+    assert_true(n < 100);
+}
+
+/* Fail the Nth allocation made after create, through dictionary load, encode and decode. */
+static void test_alloc_failure_ops(void **state)
+{
+    (void)state;
+    size_t sizes[NSAMPLES], total, dlen;
+    uint8_t *samples = make_samples(sizes, &total);
+    void *dict;
+    uint32_t id;
+    struct failing f0 = { 0, 0, 0 };
+    ingest_ctx *tctx = make_ctx(&f0);
+    assert_int_equal(ingest_dict_train(tctx, samples, sizes, NSAMPLES, 4096, &dict, &dlen, &id), 0);
+    free(samples);
+    uint8_t src[4000], z[4100], back[4000];
+    gen_csv(src, sizeof(src), 8);
+    unsigned n, failures = 0;
+    for (n = 1; n < 200; n++) {
+        struct failing f = { 0, 0, 0 };
+        ingest_ctx *ctx = make_ctx(&f);
+        ingest_codec *c = NULL;
+        size_t zlen = 0, blen = 0;
+        int rc;
+        assert_int_equal(ingest_codec_create(ctx, 3, &c), 0);
+        f.count = 0;
+        f.fail_at = n;
+        rc = ingest_codec_add_dict(c, dict, dlen, NULL);
+        if (rc == 0)
+            rc = ingest_codec_use_dict(c, id);
+        if (rc == 0)
+            rc = ingest_codec_encode(c, src, sizeof(src), z, sizeof(z), &zlen);
+        if (rc == 0)
+            rc = ingest_codec_use_dict(c, 0);
+        if (rc == 0)
+            rc = ingest_codec_decode(c, z, zlen, back, sizeof(back), &blen, NULL, NULL);
+        if (rc == 0)
+            rc = ingest_codec_encode(c, src, sizeof(src), z, sizeof(z), &zlen);
+        if (rc == 0)
+            rc = ingest_codec_decode(c, z, zlen, back, sizeof(back), &blen, NULL, NULL);
+        if (f.failed == 0) {
+            assert_int_equal(rc, 0);
+            assert_memory_equal(back, src, sizeof(src));
+        } else {
+            assert_int_equal(rc, INGEST_ENOMEM);
+            failures++;
+            /* The codec stays usable once memory is back. */
+            f.fail_at = 0;
+            assert_int_equal(ingest_codec_add_dict(c, dict, dlen, NULL), 0);
+            assert_int_equal(ingest_codec_encode(c, src, sizeof(src), z, sizeof(z), &zlen), 0);
+            assert_int_equal(ingest_codec_decode(c, z, zlen, back, sizeof(back), &blen, NULL, NULL), 0);
+            assert_memory_equal(back, src, sizeof(src));
+        }
+        ingest_codec_destroy(c);
+        ingest_ctx_destroy(ctx);
+        if (f.failed == 0)
+            break;
+    }
+    assert_true(failures >= 3);
+    assert_true(n < 200);
+    ingest_buf_free(tctx, dict);
+    ingest_ctx_destroy(tctx);
+}
+
+static void test_alloc_failure_train(void **state)
+{
+    (void)state;
+    size_t sizes[NSAMPLES], total, dlen = 3;
+    uint8_t *samples = make_samples(sizes, &total);
+    void *dict = NULL;
+    uint32_t id = 5;
+    struct failing f = { 0, 2, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    assert_int_equal(ingest_dict_train(ctx, samples, sizes, NSAMPLES, 4096, &dict, &dlen, &id), INGEST_ENOMEM);
+    assert_null(dict);
+    assert_int_equal(dlen, 0);
+    assert_int_equal(id, 0);
+    free(samples);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_dict_table_full(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    ingest_codec *c = NULL;
+    size_t sizes[NSAMPLES], total;
+    uint8_t *samples = make_samples(sizes, &total);
+    void *dict;
+    size_t dlen;
+    uint32_t id, ids[65];
+    assert_int_equal(ingest_codec_create(ctx, 1, &c), 0);
+    assert_int_equal(ingest_dict_train(ctx, samples, sizes, NSAMPLES, 2048, &dict, &dlen, &id), 0);
+    /* Distinct ids by rewriting the id field (the tables stay valid). */
+    uint8_t *d = dict;
+    for (unsigned i = 0; i < 65; i++) {
+        const uint32_t want = 40000u + i;
+        d[4] = (uint8_t)want, d[5] = (uint8_t)(want >> 8), d[6] = (uint8_t)(want >> 16), d[7] = (uint8_t)(want >> 24);
+        const int rc = ingest_codec_add_dict(c, dict, dlen, &ids[i]);
+        if (i < 64) {
+            assert_int_equal(rc, 0);
+            assert_int_equal(ids[i], want);
+        } else {
+            assert_int_equal(rc, INGEST_ENOSPC);
+        }
+    }
+    assert_int_equal(ingest_codec_use_dict(c, 40063u), 0);
+    assert_int_equal(ingest_codec_use_dict(c, 40064u), INGEST_ENOTFOUND);
+    ingest_codec_destroy(c);
+    ingest_buf_free(ctx, dict);
+    free(samples);
+    ingest_ctx_destroy(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_levels_round_trip),
+        cmocka_unit_test(test_bad_levels),
+        cmocka_unit_test(test_incompressible_stored_raw),
+        cmocka_unit_test(test_empty_chunk),
+        cmocka_unit_test(test_capacity_checks),
+        cmocka_unit_test(test_dict_round_trip),
+        cmocka_unit_test(test_dict_train_errors),
+        cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_flipped_bytes),
+        cmocka_unit_test(test_header_errors),
+        cmocka_unit_test(test_frame_without_size),
+        cmocka_unit_test(test_id_mismatch),
+        cmocka_unit_test(test_alloc_failure_create),
+        cmocka_unit_test(test_alloc_failure_ops),
+        cmocka_unit_test(test_alloc_failure_train),
+        cmocka_unit_test(test_dict_table_full),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
