@@ -89,7 +89,7 @@ prog_objs = $(addprefix $(BUILD)/obj/,$(subst .c,.o,$(wildcard agent/$(1)/*.c)))
 $(PROG_BINS): $(BUILD)/%: $$(call prog_objs,$$*) $(PROG_COMMON_OBJ) $(BUILD)/libingest.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libingest.a $(LIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TESTLIB_OBJ) $(BUILD)/libingest.a
+$(UNIT_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TESTLIB_OBJ) $(BUILD)/libingest.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libingest.a $(TEST_LIBS) $(LIBS)
 
@@ -98,7 +98,7 @@ $(BUILD)/obj/tests/unit/%.o: tests/unit/%.c
 	$(CC) $(ALL_CFLAGS) -Ilibingest -Itests/unit $(TEST_CFLAGS) -MMD -MP -c $< -o $@
 
 # Fuzz targets, built with gcc and a driver that replays the corpus.
-$(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/driver.o $(BUILD)/libingest.a
+$(FUZZ_BINS): $(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/driver.o $(BUILD)/libingest.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libingest.a $(LIBS)
 

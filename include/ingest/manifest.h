@@ -47,12 +47,12 @@ typedef struct ingest_manifest_rec {
     uint64_t total_bytes;  /* sum of file sizes */
     int64_t created_ns;    /* unix time the batch landed */
     /* INGEST_MREC_FILE */
-    const char *path;      /* relative path under the source */
+    const char *path;      /* relative path under the source (any bytes but NUL; see docs) */
     const char *landed;    /* path relative to the bronze root ("" when unknown) */
     uint64_t size;
     int64_t mtime_ns;
     uint32_t mode;
-    uint64_t version;      /* version of this path at the core, from 1 */
+    uint64_t version;      /* version of this path at the core, from 1; 0: not assigned yet */
     uint8_t hash[INGEST_ID_BYTES]; /* whole-file keyed BLAKE2b */
     uint64_t nchunks_total;        /* chunks of the whole file */
     /* INGEST_MREC_FILE and INGEST_MREC_CHUNKS */
@@ -83,12 +83,28 @@ INGEST_API int ingest_manifest_reader_next(ingest_manifest_reader *r, ingest_man
 typedef struct ingest_manifest_writer_s ingest_manifest_writer;
 INGEST_API int ingest_manifest_writer_create(ingest_ctx *ctx, ingest_manifest_writer **out) INGEST_WUR;
 INGEST_API void ingest_manifest_writer_destroy(ingest_manifest_writer *w);
-/* Append the header line (type must be HEADER) or a file's lines (FILE:
- * rec->chunks holds all of the file's rec->nchunks chunks and the writer
- * splits them into continuation lines). */
+/*
+ * Append the header line (type HEADER; format 0 or 1, written as 1) or a
+ * file's lines (type FILE: rec->chunks holds all of the file's rec->nchunks
+ * chunks and the writer splits them into continuation lines;
+ * nchunks_total is 0 or equal to nchunks; landed NULL means "").  The
+ * record is checked with the reader's rules (names, paths, chunk lengths
+ * 1..64 MiB summing to size, a header first, no more files or bytes than
+ * it announced): INGEST_EINVAL with a detail, and nothing is appended.
+ * INGEST_ETOOBIG when the buffer would pass 1 GiB (reset it after each
+ * flush).
+ */
 INGEST_API int ingest_manifest_writer_add(ingest_manifest_writer *w, const ingest_manifest_rec *rec);
 INGEST_API const void *ingest_manifest_writer_data(const ingest_manifest_writer *w, size_t *len);
+/* Drop the formatted bytes (after the caller wrote them out); the record
+ * sequence state (header seen, files and bytes so far) is kept. */
 INGEST_API void ingest_manifest_writer_reset(ingest_manifest_writer *w);
+/*
+ * Check that the manifest is complete: a header was added, and the files
+ * added match its nfiles and total_bytes.  0 or INGEST_EINVAL (detail).
+ * Call it before publishing the manifest.
+ */
+INGEST_API int ingest_manifest_writer_finish(const ingest_manifest_writer *w) INGEST_WUR;
 
 #ifdef __cplusplus
 }
