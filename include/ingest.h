@@ -23,5 +23,11 @@
 #include "ingest/codec.h"
 #include "ingest/index.h"
 #include "ingest/manifest.h"
+#include "ingest/chunkhash.h"
+#include "ingest/config.h"
+#include "ingest/wire.h"
+#include "ingest/session.h"
+#include "ingest/lander.h"
+#include "ingest/sender.h"
 
 #endif
