@@ -1,0 +1,192 @@
+/*
+ * The core's landing engine: turns a device's batch (manifest + wanted
+ * chunks) into files in the bronze tree, written once and sequentially,
+ * durable before the batch may be acknowledged.  No networking here: the
+ * receiver feeds it.  Details and on-disk effects: docs/landing.md.
+ *
+ * Use, for one batch:
+ *
+ *   ingest_lander_begin()        parse and validate the manifest; 1 = the
+ *                                batch was landed before (ack at once)
+ *   ingest_lander_wants()        chunk indexes to request from the device
+ *   ingest_lander_put_chunk()    for each chunk received (any order)
+ *   ingest_lander_rewants()      after each put/advance: more chunks to
+ *                                request (known chunks found stale)
+ *   ingest_lander_commit()       0: durable, ack now; INGEST_EBUSY: chunks
+ *                                are still awaited (see rewants)
+ *   ingest_lander_batch_destroy()
+ *
+ * A chunk index is the position of a chunk in the batch's chunk list: the
+ * chunks of every file, files in manifest order, numbered from 0.
+ *
+ * Failures.  Any failure of put_chunk, advance or commit other than
+ * INGEST_EBUSY aborts the batch: its temporary files are removed, nothing
+ * new is visible under a final name (see docs/landing.md for the one
+ * exception, a failure in the middle of the renames of commit), and every
+ * later call on the batch fails with INGEST_EINVAL.  The detail is in the
+ * context's errmsg.
+ *
+ * Untrusted input: the manifest and the chunks come from a device.  Every
+ * count and length is bounded before allocation, every path is checked
+ * (relative, no "." or ".." or empty component, no NUL, no escape from the
+ * bronze root, including through a symlink already in the bronze tree),
+ * and every chunk is verified against its id before its bytes are used.
+ *
+ * THREAD SAFETY: a lander, its batches, the store, index and codec given to
+ * it belong to one thread at a time.  One batch at a time per lander.
+ */
+#ifndef INGEST_LANDER_H
+#define INGEST_LANDER_H
+
+#include "ingest/common.h"
+#include "ingest/codec.h"
+#include "ingest/hash.h"
+#include "ingest/index.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The default layout of landed paths under the bronze root. */
+#define INGEST_LANDER_LAYOUT_DEFAULT "{device}/{yyyy}/{mm}/{dd}/{path}"
+/* Default bounds of one batch (see ingest_lander_set_limits). */
+#define INGEST_LANDER_MAX_FILES_DEFAULT 1000000u
+#define INGEST_LANDER_MAX_CHUNKS_DEFAULT (4u * 1024u * 1024u)
+/* Hard ceilings of those bounds. */
+#define INGEST_LANDER_MAX_FILES_LIMIT (16u * 1024u * 1024u)
+#define INGEST_LANDER_MAX_CHUNKS_LIMIT (64u * 1024u * 1024u)
+
+/* ingest_lander_begin: the batch was landed before; ack without landing. */
+#define INGEST_LANDER_ALREADY 1
+
+typedef struct ingest_lander_s ingest_lander;
+typedef struct ingest_lander_batch_s ingest_lander_batch;
+
+/*
+ * Create a lander writing under bronze_root (an existing directory).
+ *   st, idx   the core's store and its chunk index (idx opened on st with
+ *             the same bronze_root); the lander keeps its per-path version
+ *             counters in a table of st ("lander_versions").
+ *   layout    landed path template, NULL for INGEST_LANDER_LAYOUT_DEFAULT.
+ *             Placeholders: {device} {path} {yyyy} {mm} {dd} {batch}; the
+ *             date is the file's mtime in UTC.  {path} is required; the
+ *             template must be relative, without "." / ".." components.
+ *   key       the fleet's dedup key (chunk ids and file hashes), copied.
+ *   codec     decoder of received chunks (dictionaries registered by the
+ *             caller); borrowed, must outlive the lander.
+ * INGEST_EINVAL for a bad layout or a bronze_root that is not a directory.
+ */
+INGEST_API int ingest_lander_create(ingest_ctx *ctx, ingest_store *st, ingest_index *idx,
+                                    const char *bronze_root, const char *layout,
+                                    const uint8_t key[INGEST_KEY_BYTES], ingest_codec *codec,
+                                    ingest_lander **out) INGEST_WUR;
+/* Destroy a lander (its batch must be destroyed first); NULL accepted. */
+INGEST_API void ingest_lander_destroy(ingest_lander *l);
+
+/*
+ * Bounds of one batch: at most max_files files and max_chunks chunks
+ * (0 keeps the current value).  Memory of a batch is about 49 bytes per
+ * chunk plus the paths of its files, so the default 4M chunks is ~200 MB at
+ * worst.  INGEST_EINVAL past the *_LIMIT ceilings.
+ */
+INGEST_API int ingest_lander_set_limits(ingest_lander *l, uint32_t max_files, uint32_t max_chunks);
+
+/*
+ * Expand the layout for one file: device, batch, relpath (checked as a
+ * manifest path) and mtime (ns since the epoch, UTC).  out gets a path
+ * relative to the bronze root.  INGEST_EINVAL for a bad path (detail names
+ * it), INGEST_ETOOBIG when it does not fit in cap.
+ */
+INGEST_API int ingest_lander_landed_path(ingest_lander *l, const char *device, const char *batch,
+                                         const char *relpath, int64_t mtime_ns, char *out, size_t cap);
+
+/*
+ * Start landing the batch of manifest (JSON-lines bytes, parsed while
+ * begin runs; not kept) from device (the authenticated peer: the
+ * manifest's header must name the same device).  Validates all of it
+ * before anything is written: INGEST_ECORRUPT for a malformed manifest,
+ * INGEST_EPROTO for a header naming another device, INGEST_ETOOBIG past the
+ * limits, INGEST_EMISMATCH when the chunk lengths of a file do not add up
+ * to its size, INGEST_EINVAL for a refused path (detail names the file).
+ * Returns 0 with *out set, or INGEST_LANDER_ALREADY with *out NULL when
+ * (device, batch) was landed before (a replay: ack it, nothing to do).
+ */
+INGEST_API int ingest_lander_begin(ingest_lander *l, const char *device, const void *manifest, size_t len,
+                                   ingest_lander_batch **out) INGEST_WUR;
+
+/* The batch's name (from the manifest header) and chunk count. */
+INGEST_API const char *ingest_lander_batch_name(const ingest_lander_batch *b);
+INGEST_API uint32_t ingest_lander_batch_chunks(const ingest_lander_batch *b);
+
+/*
+ * The chunks to request, as ascending chunk indexes (valid until the batch
+ * is destroyed): every chunk the index does not hold in a valid landed
+ * file, each distinct id once (its first occurrence).
+ */
+INGEST_API void ingest_lander_wants(const ingest_lander_batch *b, const uint32_t **idx, size_t *n);
+
+/*
+ * Chunks to request in addition, found since the previous call: known
+ * chunks whose landed copy turned out missing, changed or not matching its
+ * id while landing (they are also dropped from the index).  *n is 0 when
+ * there are none.  Valid until the next call on the batch.
+ */
+INGEST_API void ingest_lander_rewants(ingest_lander_batch *b, const uint32_t **idx, size_t *n);
+
+/*
+ * A received chunk: encoded (codec format), for chunk index i of the
+ * batch.  It is decoded and its id recomputed: INGEST_EMISMATCH when it is
+ * not the manifest's id for i; INGEST_EPROTO when i was not requested or
+ * was received already.  Chunks may arrive in any order; those the landing
+ * cannot use yet wait in an unnamed spill file, never in memory.  Lands
+ * (writes) whatever can be landed after it.
+ */
+INGEST_API int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const void *encoded, size_t len);
+
+/*
+ * Land whatever can be landed now (copies of known chunks included).
+ * Returns the number of chunks still awaited (requested, not received yet),
+ * or < 0 on failure.  put_chunk and commit call it; a receiver may call it
+ * right after begin to find stale known chunks early.
+ */
+INGEST_API int ingest_lander_advance(ingest_lander_batch *b);
+
+/* Chunks still awaited (requested and not received). */
+INGEST_API uint32_t ingest_lander_awaited(const ingest_lander_batch *b);
+
+/*
+ * Make the batch durable: finish landing, sync the files, rename them over
+ * their final names, sync their directories, write and sync the batch
+ * manifest {bronze}/_manifests/{device}/{batch}.jsonl, update the chunk
+ * index, mark the batch landed and commit the store.  0: durable, ack.
+ * INGEST_EBUSY: chunks are still awaited (ask for ingest_lander_rewants,
+ * put them, commit again); the batch is intact.  Other codes: the batch
+ * failed and is aborted.
+ */
+INGEST_API int ingest_lander_commit(ingest_lander_batch *b);
+
+/* Remove the batch's temporary files; later calls fail.  No-op once committed. */
+INGEST_API void ingest_lander_abort(ingest_lander_batch *b);
+/* Free a batch (aborting it unless committed); NULL accepted. */
+INGEST_API void ingest_lander_batch_destroy(ingest_lander_batch *b);
+
+typedef struct ingest_lander_stats {
+    uint64_t files;          /* files of the batch */
+    uint64_t bytes;          /* their total size */
+    uint64_t chunks;         /* chunks of the batch */
+    uint64_t chunks_new;     /* received from the device */
+    uint64_t chunks_known;   /* copied (from earlier landed files or within the batch) */
+    uint64_t chunks_rewanted;/* known chunks found stale and requested again */
+    uint64_t chunks_spilled; /* received before they could be written */
+    uint64_t bytes_received; /* encoded bytes received */
+    uint64_t bytes_written;  /* bytes written under the bronze root (files + manifest) */
+    uint64_t copies;         /* ranges copied from landed files */
+    uint64_t syncs;          /* fsync calls */
+} ingest_lander_stats;
+
+INGEST_API void ingest_lander_batch_stats(const ingest_lander_batch *b, ingest_lander_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,1622 @@
+/*
+ * The landing engine: manifest -> want list -> chunks -> files written once,
+ * sequentially, to temporary names -> durable -> renamed -> manifest ->
+ * index.  See include/ingest/lander.h and docs/landing.md.
+ *
+ * Memory.  Per chunk: its manifest entry {id, len} (36 bytes, kept as one
+ * array so the manifest writer takes a file's chunks in place), a u64
+ * position (offset in the spill file before it is written, offset in its
+ * landed file after), a u32 (first occurrence of a duplicate) and a state
+ * byte.  Per file: its paths.  Two chunk buffers of the largest chunk
+ * seen.  Nothing else grows with the batch.
+ *
+ * Landing is a cursor over the chunk list.  A chunk is landed when the
+ * cursor reaches it and its bytes are available: received (straight from
+ * put_chunk, or from the spill file when it arrived early), copied from a
+ * landed file named by the index (known), or copied from the temporary
+ * file where its first occurrence in this batch was written (dup).  Every
+ * copied range is read into memory and hashed before it is written, so the
+ * id check and the copy see the same bytes.
+ */
+#include "ingest/lander.h"
+#include "ingest/manifest.h"
+#include "internal.h"
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LANDED_MAX 4096      /* bytes of a landed path, NUL included */
+#define NAME_MAX_BYTES 255   /* bytes of one path component */
+#define MANIFEST_FLUSH (1u << 20)
+/* Batches of at least this many files are made durable with syncfs(). */
+#define INGEST_LANDER_SYNCFS_MIN 16u
+
+enum { K_RECV = 0, K_KNOWN = 1, K_DUP = 2, K_MASK = 3 };
+enum { F_ARRIVED = 4, F_INBUF = 8, F_DONE = 16 };
+enum { B_ACTIVE = 0, B_DEAD = 1, B_COMMITTED = 2 };
+
+struct ingest_lander_s {
+    ingest_ctx *ctx;
+    ingest_store *st;
+    ingest_index *idx;
+    ingest_codec *codec;
+    char *root;
+    int rootfd;
+    char *layout;
+    uint8_t key[INGEST_KEY_BYTES];
+    uint8_t tabkey[crypto_shorthash_KEYBYTES];
+    uint32_t max_files, max_chunks;
+    ingest__dbi vdb;
+    bool vdb_open;
+    ingest_lander_batch *busy;
+};
+
+typedef struct lfile {
+    char *path;   /* relative path at the device */
+    char *landed; /* relative to the bronze root */
+    uint64_t size;
+    int64_t mtime_ns;
+    uint32_t mode;
+    uint8_t hash[INGEST_ID_BYTES];
+    uint32_t first, nchunks;
+    uint64_t version;
+    ingest_file_identity ident;
+    bool created; /* its temporary file exists */
+    bool renamed; /* moved to its final name */
+} lfile;
+
+struct ingest_lander_batch_s {
+    ingest_lander *l;
+    ingest_ctx *ctx;
+    int state;
+    char *device;
+    char *name;
+    lfile *files;
+    uint32_t nfiles, nfiles_read;
+    ingest_manifest_chunk *mc;
+    uint64_t *pos;
+    uint32_t *src;
+    uint8_t *cst;
+    uint32_t nchunks, chunk_cap;
+    uint32_t *wants;
+    size_t nwants;
+    uint32_t *rew;
+    size_t nrew, rew_reported;
+    uint32_t awaited;
+    bool lookahead_done;
+    bool syncfs; /* commit syncs with syncfs() */
+    /* cursor */
+    uint32_t cur_file, cur_chunk;
+    int fd;           /* temporary file being written, -1 */
+    int dirfd;        /* directory of cur_dir, -1 */
+    char *cur_dir;    /* relative directory cached in dirfd */
+    uint64_t file_off;
+    ingest_filehash fh;
+    /* known-chunk source cache */
+    int srcfd;
+    uint64_t src_no;
+    /* spill */
+    int spillfd;
+    uint64_t spill_len;
+    /* buffers */
+    uint8_t *rbuf, *cbuf;
+    size_t bufcap;
+    /* directories to fsync at commit (relative, "" = root) */
+    char **dirs;
+    size_t ndirs, dirs_cap;
+    ingest_lander_stats stats;
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static int sys_fail(ingest_ctx *ctx, int err, const char *what, const char *path)
+{
+    return ingest__fail(ctx, ingest__errno(err), "lander: %s %s: %s", what, path, strerror(err));
+}
+
+static int write_full(int fd, const void *p, size_t n)
+{
+    const uint8_t *q = p;
+    while (n > 0) {
+        const ssize_t w = write(fd, q, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        q += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* 0 read all, 1 short (end of file), -1 error (errno). */
+static int pread_full(int fd, void *p, size_t n, uint64_t off)
+{
+    uint8_t *q = p;
+    while (n > 0) {
+        const ssize_t r = pread(fd, q, n, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (r == 0)
+            return 1;
+        q += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* Device and batch names become path components: keep them plain. */
+static int check_name(ingest_ctx *ctx, const char *what, const char *s)
+{
+    const size_t n = strlen(s);
+    if (n == 0 || n > INGEST_MANIFEST_NAME_MAX)
+        return ingest__fail(ctx, INGEST_EINVAL, "lander: %s name has %zu bytes (1..%u)", what, n,
+                            INGEST_MANIFEST_NAME_MAX);
+    if (s[0] == '.')
+        return ingest__fail(ctx, INGEST_EINVAL, "lander: %s name \"%s\" starts with '.'", what, s);
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                        c == '.' || c == '_' || c == '-' || c == ':' || c == '@' || c == '+' || c == '=';
+        if (!ok)
+            return ingest__fail(ctx, INGEST_EINVAL, "lander: %s name \"%.*s\": byte 0x%02x at %zu not allowed",
+                                what, (int)n, s, c, i);
+    }
+    return 0;
+}
+
+/* A relative path: no leading '/', no empty, "." or ".." component. */
+static int check_relpath(ingest_ctx *ctx, const char *what, const char *p)
+{
+    const size_t n = strlen(p);
+    if (n == 0)
+        return ingest__fail(ctx, INGEST_EINVAL, "lander: %s: empty path", what);
+    if (n >= LANDED_MAX)
+        return ingest__fail(ctx, INGEST_EINVAL, "lander: %s: path of %zu bytes is too long", what, n);
+    if (p[0] == '/')
+        return ingest__fail(ctx, INGEST_EINVAL, "lander: %s \"%s\": absolute path refused", what, p);
+    const char *c = p;
+    for (;;) {
+        const char *e = strchr(c, '/');
+        const size_t cl = e ? (size_t)(e - c) : strlen(c);
+        if (cl == 0)
+            return ingest__fail(ctx, INGEST_EINVAL, "lander: %s \"%s\": empty path component", what, p);
+        if ((cl == 1 && c[0] == '.') || (cl == 2 && c[0] == '.' && c[1] == '.'))
+            return ingest__fail(ctx, INGEST_EINVAL, "lander: %s \"%s\": \"%.*s\" component refused", what, p,
+                                (int)cl, c);
+        if (cl > NAME_MAX_BYTES)
+            return ingest__fail(ctx, INGEST_EINVAL, "lander: %s \"%s\": component longer than %d bytes", what,
+                                p, NAME_MAX_BYTES);
+        if (!e)
+            break;
+        c = e + 1;
+    }
+    return 0;
+}
+
+/* Split a landed path: *name points into p; dir gets the parent ("" for root). */
+static void split_path(const char *p, char *dir, size_t cap, const char **name)
+{
+    const char *s = strrchr(p, '/');
+    if (!s) {
+        dir[0] = '\0';
+        *name = p;
+        return;
+    }
+    size_t n = (size_t)(s - p);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dir, p, n);
+    dir[n] = '\0';
+    *name = s + 1;
+}
+
+static void tmp_name(const lfile *f, const char *name, const char *batch, uint32_t fi, char *out, size_t cap)
+{
+    (void)f;
+    const int n = snprintf(out, cap, ".%s.ingest-tmp.%s", name, batch);
+    if (n < 0 || (size_t)n > NAME_MAX_BYTES)
+        snprintf(out, cap, ".ingest-tmp.%s.%u", batch, fi);
+}
+
+/* ------------------------------------------------------------- layout */
+
+static const char *const PLACEHOLDERS[] = {"{device}", "{path}", "{yyyy}", "{mm}", "{dd}", "{batch}"};
+
+static int expand(ingest_ctx *ctx, const char *layout, const char *device, const char *batch,
+                  const char *relpath, int64_t mtime_ns, char *out, size_t cap)
+{
+    int64_t secs = mtime_ns / 1000000000;
+    if (mtime_ns % 1000000000 < 0)
+        secs--;
+    const time_t t = (time_t)secs;
+    struct tm tm;
+    if (gmtime_r(&t, &tm) == NULL)
+        return ingest__fail(ctx, INGEST_EINVAL, "lander: file %s: mtime %lld out of range", relpath,
+                            (long long)mtime_ns);
+    char yyyy[16], mm[16], dd[16];
+    snprintf(yyyy, sizeof yyyy, "%04d", tm.tm_year + 1900);
+    snprintf(mm, sizeof mm, "%02d", tm.tm_mon + 1);
+    snprintf(dd, sizeof dd, "%02d", tm.tm_mday);
+    const char *vals[] = {device, relpath, yyyy, mm, dd, batch};
+    size_t o = 0;
+    for (const char *p = layout; *p;) {
+        const char *v = NULL;
+        size_t skip = 1;
+        if (*p == '{') {
+            for (size_t k = 0; k < sizeof PLACEHOLDERS / sizeof PLACEHOLDERS[0]; k++) {
+                const size_t pl = strlen(PLACEHOLDERS[k]);
+                if (strncmp(p, PLACEHOLDERS[k], pl) == 0) {
+                    v = vals[k];
+                    skip = pl;
+                    break;
+                }
+            }
+            if (!v)
+                return ingest__fail(ctx, INGEST_EINVAL, "lander: layout \"%s\": unknown placeholder at %zu",
+                                    layout, (size_t)(p - layout));
+        }
+        const size_t vl = v ? strlen(v) : 1;
+        if (o + vl >= cap)
+            return ingest__fail(ctx, INGEST_ETOOBIG, "lander: file %s: landed path longer than %zu bytes",
+                                relpath, cap - 1);
+        memcpy(out + o, v ? v : p, vl);
+        o += vl;
+        p += skip;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+static int landed_path(ingest_lander *l, const char *device, const char *batch, const char *relpath,
+                       int64_t mtime_ns, char *out, size_t cap)
+{
+    INGEST__FORWARD(check_relpath(l->ctx, "file", relpath));
+    INGEST__FORWARD(expand(l->ctx, l->layout, device, batch, relpath, mtime_ns, out, cap));
+    INGEST__FORWARD(check_relpath(l->ctx, "landed path of file", out));
+    if (strncmp(out, "_manifests", 10) == 0 && (out[10] == '/' || out[10] == '\0'))
+        return ingest__fail(l->ctx, INGEST_EINVAL, "lander: file %s: landed path %s is under _manifests",
+                            relpath, out);
+    return 0;
+}
+
+int ingest_lander_landed_path(ingest_lander *l, const char *device, const char *batch, const char *relpath,
+                              int64_t mtime_ns, char *out, size_t cap)
+{
+    if (!l || !device || !batch || !relpath || !out || cap == 0)
+        return INGEST_EINVAL;
+    INGEST__FORWARD(check_name(l->ctx, "device", device));
+    INGEST__FORWARD(check_name(l->ctx, "batch", batch));
+    return landed_path(l, device, batch, relpath, mtime_ns, out, cap);
+}
+
+/* --------------------------------------------------------- create/destroy */
+
+int ingest_lander_create(ingest_ctx *ctx, ingest_store *st, ingest_index *idx, const char *bronze_root,
+                         const char *layout, const uint8_t key[INGEST_KEY_BYTES], ingest_codec *codec,
+                         ingest_lander **out)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !st || !idx || !bronze_root || !key || !codec || !out)
+        return ingest__fail(ctx, INGEST_EINVAL, "lander: create: missing argument");
+    if (!layout)
+        layout = INGEST_LANDER_LAYOUT_DEFAULT;
+    if (sodium_init() < 0)
+        return ingest__fail(ctx, INGEST_ECRYPTO, "lander: sodium_init failed");
+    int rc = 0;
+    ingest_lander *l = ingest__calloc(ctx, 1, sizeof *l);
+    if (!l)
+        return ingest__fail(ctx, INGEST_ENOMEM, "lander: out of memory");
+    l->ctx = ctx;
+    l->st = st;
+    l->idx = idx;
+    l->codec = codec;
+    l->rootfd = -1;
+    l->max_files = INGEST_LANDER_MAX_FILES_DEFAULT;
+    l->max_chunks = INGEST_LANDER_MAX_CHUNKS_DEFAULT;
+    memcpy(l->key, key, INGEST_KEY_BYTES);
+    randombytes_buf(l->tabkey, sizeof l->tabkey);
+    l->root = ingest__strdup(ctx, bronze_root);
+    l->layout = ingest__strdup(ctx, layout);
+    if (!l->root || !l->layout) {
+        rc = ingest__fail(ctx, INGEST_ENOMEM, "lander: out of memory");
+        goto fail;
+    }
+    if (strstr(layout, "{path}") == NULL) {
+        rc = ingest__fail(ctx, INGEST_EINVAL, "lander: layout \"%s\" lacks {path}", layout);
+        goto fail;
+    }
+    {
+        char tmp[LANDED_MAX];
+        rc = landed_path(l, "device", "batch", "dir/file", 0, tmp, sizeof tmp);
+        if (rc < 0) {
+            char why[INGEST__ERRMSG_MAX];
+            snprintf(why, sizeof why, "%s", ingest_ctx_errmsg(ctx));
+            rc = ingest__fail(ctx, INGEST_EINVAL, "lander: layout \"%s\" refused: %s", layout, why);
+            goto fail;
+        }
+    }
+    l->rootfd = open(bronze_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (l->rootfd < 0) {
+        const int e = errno;
+        rc = ingest__fail(ctx, INGEST_EINVAL, "lander: bronze root %s: %s", bronze_root, strerror(e));
+        goto fail;
+    }
+    *out = l;
+    return 0;
+fail:
+    ingest_lander_destroy(l);
+    return rc;
+}
+
+void ingest_lander_destroy(ingest_lander *l)
+{
+    if (!l)
+        return;
+    if (l->rootfd >= 0)
+        close(l->rootfd);
+    ingest__free(l->ctx, l->root);
+    ingest__free(l->ctx, l->layout);
+    sodium_memzero(l->key, sizeof l->key);
+    ingest__free(l->ctx, l);
+}
+
+int ingest_lander_set_limits(ingest_lander *l, uint32_t max_files, uint32_t max_chunks)
+{
+    if (!l)
+        return INGEST_EINVAL;
+    if (max_files > INGEST_LANDER_MAX_FILES_LIMIT || max_chunks > INGEST_LANDER_MAX_CHUNKS_LIMIT)
+        return ingest__fail(l->ctx, INGEST_EINVAL, "lander: limits %u files, %u chunks past the ceilings", max_files,
+                            max_chunks);
+    if (max_files)
+        l->max_files = max_files;
+    if (max_chunks)
+        l->max_chunks = max_chunks;
+    return 0;
+}
+
+/* ---------------------------------------------------------- directories */
+
+static int add_dir(ingest_lander_batch *b, const char *dir)
+{
+    if (b->ndirs > 0 && strcmp(b->dirs[b->ndirs - 1], dir) == 0)
+        return 0;
+    if (b->ndirs == b->dirs_cap) {
+        const size_t nc = b->dirs_cap ? b->dirs_cap * 2 : 16;
+        char **nd = ingest__malloc(b->ctx, nc * sizeof *nd);
+        if (!nd)
+            return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+        if (b->ndirs)
+            memcpy(nd, b->dirs, b->ndirs * sizeof *nd);
+        ingest__free(b->ctx, b->dirs);
+        b->dirs = nd;
+        b->dirs_cap = nc;
+    }
+    char *s = ingest__strdup(b->ctx, dir);
+    if (!s)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    b->dirs[b->ndirs++] = s;
+    return 0;
+}
+
+/*
+ * Open directory dir (relative to the root) one component at a time,
+ * never following a symlink.  create: make missing components (recording
+ * their parents for fsync).  Without create, a missing component gives
+ * *fd = -1 and 0.  A symlink or non-directory: INGEST_EINVAL naming file.
+ */
+static int walk_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create, int *fd)
+{
+    ingest_lander *l = b->l;
+    *fd = -1;
+    int cur = openat(l->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (cur < 0)
+        return sys_fail(b->ctx, errno, "open", l->root);
+    char part[LANDED_MAX];
+    size_t n = strlen(dir);
+    if (n >= sizeof part)
+        n = sizeof part - 1;
+    memcpy(part, dir, n);
+    part[n] = '\0';
+    char *c = part;
+    while (*c) {
+        char *e = strchr(c, '/');
+        if (e)
+            *e = '\0';
+        int nfd = openat(cur, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (nfd < 0 && errno == ENOENT && create) {
+            if (mkdirat(cur, c, 0755) < 0 && errno != EEXIST) {
+                const int err = errno;
+                close(cur);
+                return sys_fail(b->ctx, err, "mkdir under bronze root:", dir);
+            }
+            /* the new entry lives in the parent directory: sync it */
+            char parent[LANDED_MAX];
+            const size_t pl = (size_t)(c - part) > 0 ? (size_t)(c - part) - 1 : 0;
+            memcpy(parent, dir, pl);
+            parent[pl] = '\0';
+            const int rc = add_dir(b, parent);
+            if (rc < 0) {
+                close(cur);
+                return rc;
+            }
+            nfd = openat(cur, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }
+        if (nfd < 0) {
+            const int err = errno;
+            close(cur);
+            if (err == ENOENT && !create)
+                return 0;
+            if (err == ELOOP || err == ENOTDIR)
+                return ingest__fail(b->ctx, INGEST_EINVAL,
+                                    "lander: file %s: \"%s\" in the bronze tree is a symlink or not a directory",
+                                    file, c);
+            return sys_fail(b->ctx, err, "open directory", dir);
+        }
+        close(cur);
+        cur = nfd;
+        if (!e)
+            break;
+        c = e + 1;
+    }
+    *fd = cur;
+    return 0;
+}
+
+/* Make b->dirfd the directory dir (cached by name). */
+static int enter_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create)
+{
+    if (b->dirfd >= 0 && b->cur_dir && strcmp(b->cur_dir, dir) == 0)
+        return 0;
+    close_fd(&b->dirfd);
+    ingest__free(b->ctx, b->cur_dir);
+    b->cur_dir = NULL;
+    INGEST__FORWARD(walk_dir(b, file, dir, create, &b->dirfd));
+    if (b->dirfd < 0)
+        return ingest__fail(b->ctx, INGEST_ENOTFOUND, "lander: file %s: directory %s missing", file, dir);
+    b->cur_dir = ingest__strdup(b->ctx, dir);
+    if (!b->cur_dir)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    return 0;
+}
+
+/* ------------------------------------------------------------ batch state */
+
+static int bufs_reserve(ingest_lander_batch *b, size_t n)
+{
+    if (n <= b->bufcap)
+        return 0;
+    ingest__free(b->ctx, b->rbuf);
+    ingest__free(b->ctx, b->cbuf);
+    b->rbuf = ingest__malloc(b->ctx, n);
+    b->cbuf = ingest__malloc(b->ctx, n);
+    b->bufcap = 0;
+    if (!b->rbuf || !b->cbuf)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory for %zu-byte chunk buffers", n);
+    b->bufcap = n;
+    return 0;
+}
+
+static int chunks_grow(ingest_lander_batch *b, uint32_t need)
+{
+    if (need <= b->chunk_cap)
+        return 0;
+    if (need > b->l->max_chunks)
+        return ingest__fail(b->ctx, INGEST_ETOOBIG, "lander: batch %s has more than %u chunks", b->name,
+                            b->l->max_chunks);
+    uint64_t nc = b->chunk_cap ? (uint64_t)b->chunk_cap * 2 : 1024;
+    while (nc < need)
+        nc *= 2;
+    if (nc > b->l->max_chunks)
+        nc = b->l->max_chunks;
+    ingest_manifest_chunk *mc = ingest__malloc(b->ctx, nc * sizeof *mc);
+    if (!mc)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory for %llu chunks", (unsigned long long)nc);
+    if (b->nchunks)
+        memcpy(mc, b->mc, b->nchunks * sizeof *mc);
+    ingest__free(b->ctx, b->mc);
+    b->mc = mc;
+    b->chunk_cap = (uint32_t)nc;
+    return 0;
+}
+
+static void remove_temps(ingest_lander_batch *b)
+{
+    char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
+    close_fd(&b->fd);
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        if (!f->created || f->renamed)
+            continue;
+        const char *name;
+        split_path(f->landed, dir, sizeof dir, &name);
+        tmp_name(f, name, b->name, i, tn, sizeof tn);
+        int dfd = -1;
+        const int saved_state = b->state;
+        /* walk_dir may record an error detail: keep the original one */
+        char keep[INGEST__ERRMSG_MAX];
+        memcpy(keep, b->ctx->errmsg, sizeof keep);
+        if (walk_dir(b, f->landed, dir, false, &dfd) == 0 && dfd >= 0) {
+            unlinkat(dfd, tn, 0);
+            close(dfd);
+        }
+        memcpy(b->ctx->errmsg, keep, sizeof keep);
+        b->state = saved_state;
+        f->created = false;
+    }
+}
+
+/* Abort on failure: returns rc so callers can `return fail_batch(b, rc)`. */
+static int fail_batch(ingest_lander_batch *b, int rc)
+{
+    if (b->state == B_ACTIVE) {
+        remove_temps(b);
+        b->state = B_DEAD;
+    }
+    return rc;
+}
+
+void ingest_lander_abort(ingest_lander_batch *b)
+{
+    if (!b || b->state == B_COMMITTED)
+        return;
+    remove_temps(b);
+    b->state = B_DEAD;
+}
+
+void ingest_lander_batch_destroy(ingest_lander_batch *b)
+{
+    if (!b)
+        return;
+    ingest_ctx *ctx = b->ctx;
+    ingest_lander_abort(b);
+    close_fd(&b->fd);
+    close_fd(&b->dirfd);
+    close_fd(&b->srcfd);
+    close_fd(&b->spillfd);
+    if (b->files) {
+        for (uint32_t i = 0; i < b->nfiles; i++) {
+            ingest__free(ctx, b->files[i].path);
+            ingest__free(ctx, b->files[i].landed);
+        }
+    }
+    for (size_t i = 0; i < b->ndirs; i++)
+        ingest__free(ctx, b->dirs[i]);
+    ingest__free(ctx, b->dirs);
+    ingest__free(ctx, b->files);
+    ingest__free(ctx, b->mc);
+    ingest__free(ctx, b->pos);
+    ingest__free(ctx, b->src);
+    ingest__free(ctx, b->cst);
+    ingest__free(ctx, b->wants);
+    ingest__free(ctx, b->rew);
+    ingest__free(ctx, b->rbuf);
+    ingest__free(ctx, b->cbuf);
+    ingest__free(ctx, b->cur_dir);
+    ingest__free(ctx, b->device);
+    ingest__free(ctx, b->name);
+    if (b->l && b->l->busy == b)
+        b->l->busy = NULL;
+    ingest__free(ctx, b);
+}
+
+const char *ingest_lander_batch_name(const ingest_lander_batch *b) { return b ? b->name : NULL; }
+uint32_t ingest_lander_batch_chunks(const ingest_lander_batch *b) { return b ? b->nchunks : 0; }
+uint32_t ingest_lander_awaited(const ingest_lander_batch *b) { return b ? b->awaited : 0; }
+
+void ingest_lander_wants(const ingest_lander_batch *b, const uint32_t **idx, size_t *n)
+{
+    *idx = b ? b->wants : NULL;
+    *n = b ? b->nwants : 0;
+}
+
+void ingest_lander_rewants(ingest_lander_batch *b, const uint32_t **idx, size_t *n)
+{
+    if (!b) {
+        *idx = NULL;
+        *n = 0;
+        return;
+    }
+    *idx = b->rew ? b->rew + b->rew_reported : NULL;
+    *n = b->nrew - b->rew_reported;
+    b->rew_reported = b->nrew;
+}
+
+void ingest_lander_batch_stats(const ingest_lander_batch *b, ingest_lander_stats *st)
+{
+    if (b)
+        *st = b->stats;
+    else
+        memset(st, 0, sizeof *st);
+}
+
+/* ----------------------------------------------------------------- begin */
+
+static int cmp_strp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Check every landed path: distinct, and no symlink/non-directory on the way. */
+static int check_paths(ingest_lander_batch *b)
+{
+    int rc = 0;
+    char **v = NULL;
+    char lastdir[LANDED_MAX] = "";
+    int lastfd = -2; /* -2: nothing cached; -1: directory absent */
+    if (b->nfiles == 0)
+        return 0;
+    v = ingest__malloc(b->ctx, b->nfiles * sizeof *v);
+    if (!v)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    for (uint32_t i = 0; i < b->nfiles; i++)
+        v[i] = b->files[i].landed;
+    qsort(v, b->nfiles, sizeof *v, cmp_strp);
+    for (uint32_t i = 1; i < b->nfiles; i++) {
+        if (strcmp(v[i - 1], v[i]) == 0) {
+            rc = ingest__fail(b->ctx, INGEST_EINVAL, "lander: two files of batch %s land at %s", b->name, v[i]);
+            goto out;
+        }
+    }
+    /* "a" and "a/b" cannot both be landed: look each parent up */
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        char pre[LANDED_MAX];
+        snprintf(pre, sizeof pre, "%s", v[i]);
+        for (char *s = strchr(pre, '/'); s; s = strchr(s + 1, '/')) {
+            *s = '\0';
+            const char *key = pre;
+            if (bsearch(&key, v, b->nfiles, sizeof *v, cmp_strp)) {
+                rc = ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch %s: %s is both a file and a directory",
+                                  b->name, pre);
+                goto out;
+            }
+            *s = '/';
+        }
+    }
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        const lfile *f = &b->files[i];
+        char dir[LANDED_MAX];
+        const char *name;
+        split_path(f->landed, dir, sizeof dir, &name);
+        if (lastfd == -2 || strcmp(dir, lastdir) != 0) {
+            if (lastfd >= 0)
+                close(lastfd);
+            lastfd = -2;
+            rc = walk_dir(b, f->path, dir, false, &lastfd);
+            if (rc < 0)
+                goto out;
+            snprintf(lastdir, sizeof lastdir, "%s", dir);
+        }
+        if (lastfd >= 0) {
+            struct stat sb;
+            if (fstatat(lastfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode)) {
+                rc = ingest__fail(b->ctx, INGEST_EINVAL,
+                                  "lander: file %s: %s exists in the bronze tree and is not a regular file",
+                                  f->path, f->landed);
+                goto out;
+            }
+        }
+    }
+out:
+    if (lastfd >= 0)
+        close(lastfd);
+    ingest__free(b->ctx, v);
+    return rc;
+}
+
+static uint64_t tab_hash(const ingest_lander *l, const uint8_t *id)
+{
+    uint8_t h[crypto_shorthash_BYTES];
+    crypto_shorthash(h, id, INGEST_ID_BYTES, l->tabkey);
+    uint64_t v;
+    memcpy(&v, h, sizeof v);
+    return v;
+}
+
+/* Classify each chunk (recv / known / dup) and build the want list. */
+static int compute_wants(ingest_lander_batch *b)
+{
+    ingest_lander *l = b->l;
+    int rc = 0;
+    uint32_t *tab = NULL;
+    const uint32_t n = b->nchunks;
+    b->pos = ingest__calloc(b->ctx, n ? n : 1, sizeof *b->pos);
+    b->src = ingest__calloc(b->ctx, n ? n : 1, sizeof *b->src);
+    b->cst = ingest__calloc(b->ctx, n ? n : 1, 1);
+    b->wants = ingest__malloc(b->ctx, (n ? n : 1) * sizeof *b->wants);
+    b->rew = ingest__malloc(b->ctx, (n ? n : 1) * sizeof *b->rew);
+    uint64_t tcap = 16;
+    while (tcap < (uint64_t)n * 2)
+        tcap *= 2;
+    tab = ingest__calloc(b->ctx, tcap, sizeof *tab);
+    if (!b->pos || !b->src || !b->cst || !b->wants || !b->rew || !tab) {
+        rc = ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory for %u chunks", n);
+        goto out;
+    }
+    uint64_t last_no = UINT64_MAX;
+    bool last_ok = false;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *id = b->mc[i].id;
+        uint64_t s = tab_hash(l, id) & (tcap - 1);
+        bool dup = false;
+        while (tab[s] != 0) {
+            const uint32_t j = tab[s] - 1;
+            if (memcmp(b->mc[j].id, id, INGEST_ID_BYTES) == 0) {
+                if (b->mc[j].len != b->mc[i].len) {
+                    rc = ingest__fail(b->ctx, INGEST_EMISMATCH,
+                                      "lander: batch %s: chunk %u and chunk %u have the same id and lengths %u, %u",
+                                      b->name, j, i, b->mc[j].len, b->mc[i].len);
+                    goto out;
+                }
+                b->cst[i] = K_DUP;
+                b->src[i] = j;
+                dup = true;
+                break;
+            }
+            s = (s + 1) & (tcap - 1);
+        }
+        if (dup)
+            continue;
+        tab[s] = i + 1;
+        ingest_chunk_loc loc;
+        rc = ingest_index_find(l->idx, id, &loc);
+        bool known = false;
+        if (rc == 0 && loc.length == b->mc[i].len) {
+            if (loc.file_no != last_no) {
+                char p[LANDED_MAX + 512];
+                rc = ingest_index_file_path(l->idx, loc.file_no, p, sizeof p);
+                if (rc < 0 && rc != INGEST_ESTALE && rc != INGEST_ENOTFOUND)
+                    goto out;
+                last_no = loc.file_no;
+                last_ok = rc == 0;
+            }
+            known = last_ok;
+        } else if (rc < 0 && rc != INGEST_ENOTFOUND) {
+            goto out;
+        }
+        rc = 0;
+        if (known) {
+            b->cst[i] = K_KNOWN;
+        } else {
+            b->cst[i] = K_RECV;
+            b->wants[b->nwants++] = i;
+        }
+    }
+    b->awaited = (uint32_t)b->nwants;
+out:
+    ingest__free(b->ctx, tab);
+    return rc;
+}
+
+static int read_manifest(ingest_lander_batch *b, const char *device, const void *buf, size_t len, bool *already)
+{
+    ingest_lander *l = b->l;
+    ingest_manifest_reader *r = NULL;
+    ingest_manifest_rec rec;
+    lfile *f = NULL;
+    uint64_t fsum = 0, fchunks = 0;
+    int rc = ingest_manifest_reader_mem(b->ctx, buf, len, &r);
+    if (rc < 0)
+        return rc;
+    rc = ingest_manifest_reader_next(r, &rec);
+    if (rc == 0)
+        rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: empty manifest from device %s", device);
+    if (rc < 0)
+        goto out;
+    if (rec.type != INGEST_MREC_HEADER) {
+        rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: manifest from device %s does not start with a header",
+                          device);
+        goto out;
+    }
+    if (strcmp(rec.device, device) != 0) {
+        rc = ingest__fail(b->ctx, INGEST_EPROTO, "lander: manifest names device \"%s\", peer is \"%s\"",
+                          rec.device, device);
+        goto out;
+    }
+    if ((rc = check_name(b->ctx, "batch", rec.batch)) < 0)
+        goto out;
+    b->name = ingest__strdup(b->ctx, rec.batch);
+    if (!b->name) {
+        rc = ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+        goto out;
+    }
+    rc = ingest_index_batch_landed(l->idx, device, b->name);
+    if (rc < 0)
+        goto out;
+    if (rc == 1) {
+        *already = true;
+        rc = 0;
+        goto out;
+    }
+    if (rec.nfiles > l->max_files) {
+        rc = ingest__fail(b->ctx, INGEST_ETOOBIG, "lander: batch %s announces %llu files (at most %u)", b->name,
+                          (unsigned long long)rec.nfiles, l->max_files);
+        goto out;
+    }
+    b->nfiles = (uint32_t)rec.nfiles;
+    b->files = ingest__calloc(b->ctx, b->nfiles ? b->nfiles : 1, sizeof *b->files);
+    if (!b->files) {
+        rc = ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory for %u files", b->nfiles);
+        goto out;
+    }
+    for (;;) {
+        rc = ingest_manifest_reader_next(r, &rec);
+        if (rc < 0)
+            goto out;
+        if (rc == 0 || rec.type == INGEST_MREC_FILE) {
+            if (f && fsum != f->size) {
+                rc = ingest__fail(b->ctx, INGEST_EMISMATCH,
+                                  "lander: file %s: chunk lengths add up to %llu bytes, size is %llu", f->path,
+                                  (unsigned long long)fsum, (unsigned long long)f->size);
+                goto out;
+            }
+            if (f && fchunks != f->nchunks) {
+                rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: file %s: %llu chunks listed, %u announced",
+                                  f->path, (unsigned long long)fchunks, f->nchunks);
+                goto out;
+            }
+            if (rc == 0)
+                break;
+            if (b->nfiles_read >= b->nfiles) {
+                rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: batch %s: more files than the %u announced",
+                                  b->name, b->nfiles);
+                goto out;
+            }
+            f = &b->files[b->nfiles_read++];
+            if ((rc = check_relpath(b->ctx, "file", rec.path)) < 0)
+                goto out;
+            f->path = ingest__strdup(b->ctx, rec.path);
+            if (!f->path) {
+                rc = ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+                goto out;
+            }
+            f->size = rec.size;
+            f->mtime_ns = rec.mtime_ns;
+            f->mode = rec.mode;
+            memcpy(f->hash, rec.hash, sizeof f->hash);
+            if (rec.nchunks_total > l->max_chunks) {
+                rc = ingest__fail(b->ctx, INGEST_ETOOBIG, "lander: file %s: %llu chunks (at most %u)", f->path,
+                                  (unsigned long long)rec.nchunks_total, l->max_chunks);
+                goto out;
+            }
+            f->first = b->nchunks;
+            f->nchunks = (uint32_t)rec.nchunks_total;
+            fsum = 0;
+            fchunks = 0;
+        } else if (rec.type != INGEST_MREC_CHUNKS || !f) {
+            rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: batch %s: unexpected record type %d", b->name,
+                              rec.type);
+            goto out;
+        }
+        if (rec.nchunks > 0) {
+            if ((uint64_t)b->nchunks + rec.nchunks > l->max_chunks) {
+                rc = ingest__fail(b->ctx, INGEST_ETOOBIG, "lander: batch %s has more than %u chunks", b->name,
+                                  l->max_chunks);
+                goto out;
+            }
+            if ((rc = chunks_grow(b, b->nchunks + rec.nchunks)) < 0)
+                goto out;
+            for (uint32_t k = 0; k < rec.nchunks; k++) {
+                const uint32_t cl = rec.chunks[k].len;
+                if (cl == 0 || cl > INGEST_CODEC_MAX_RAW) {
+                    rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: file %s: chunk %llu has length %u", f->path,
+                                      (unsigned long long)(fchunks + k), cl);
+                    goto out;
+                }
+                fsum += cl;
+                b->mc[b->nchunks++] = rec.chunks[k];
+            }
+            fchunks += rec.nchunks;
+        }
+    }
+    if (b->nfiles_read != b->nfiles) {
+        rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: batch %s: %u files listed, %u announced", b->name,
+                          b->nfiles_read, b->nfiles);
+        goto out;
+    }
+    rc = 0;
+out:
+    ingest_manifest_reader_close(r);
+    return rc;
+}
+
+int ingest_lander_begin(ingest_lander *l, const char *device, const void *manifest, size_t len,
+                        ingest_lander_batch **out)
+{
+    if (out)
+        *out = NULL;
+    if (!l || !device || !manifest || !out)
+        return INGEST_EINVAL;
+    if (l->busy)
+        return ingest__fail(l->ctx, INGEST_EBUSY, "lander: batch %s still open", l->busy->name);
+    INGEST__FORWARD(check_name(l->ctx, "device", device));
+    ingest_lander_batch *b = ingest__calloc(l->ctx, 1, sizeof *b);
+    if (!b)
+        return ingest__fail(l->ctx, INGEST_ENOMEM, "lander: out of memory");
+    b->l = l;
+    b->ctx = l->ctx;
+    b->fd = b->dirfd = b->srcfd = b->spillfd = -1;
+    b->src_no = UINT64_MAX;
+    b->state = B_DEAD; /* nothing to remove until landing starts */
+    bool already = false;
+    int rc;
+    b->device = ingest__strdup(l->ctx, device);
+    if (!b->device) {
+        rc = ingest__fail(l->ctx, INGEST_ENOMEM, "lander: out of memory");
+        goto fail;
+    }
+    rc = read_manifest(b, device, manifest, len, &already);
+    if (rc < 0)
+        goto fail;
+    if (already) {
+        ingest__log(l->ctx, INGEST_LOG_INFO, "lander: batch %s of %s already landed", b->name, device);
+        ingest_lander_batch_destroy(b);
+        return INGEST_LANDER_ALREADY;
+    }
+    uint32_t maxlen = 0;
+    for (uint32_t i = 0; i < b->nchunks; i++)
+        if (b->mc[i].len > maxlen)
+            maxlen = b->mc[i].len;
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        char p[LANDED_MAX];
+        rc = landed_path(l, device, b->name, f->path, f->mtime_ns, p, sizeof p);
+        if (rc < 0)
+            goto fail;
+        f->landed = ingest__strdup(l->ctx, p);
+        if (!f->landed) {
+            rc = ingest__fail(l->ctx, INGEST_ENOMEM, "lander: out of memory");
+            goto fail;
+        }
+        b->stats.bytes += f->size;
+    }
+    if ((rc = check_paths(b)) < 0)
+        goto fail;
+    if ((rc = compute_wants(b)) < 0)
+        goto fail;
+    if ((rc = bufs_reserve(b, maxlen ? maxlen : 1)) < 0)
+        goto fail;
+    b->stats.files = b->nfiles;
+    b->stats.chunks = b->nchunks;
+    b->state = B_ACTIVE;
+    l->busy = b;
+    *out = b;
+    return 0;
+fail:
+    ingest_lander_batch_destroy(b);
+    return rc;
+}
+
+/* --------------------------------------------------------------- landing */
+
+static int open_tmp(ingest_lander_batch *b, uint32_t fi)
+{
+    lfile *f = &b->files[fi];
+    char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
+    const char *name;
+    split_path(f->landed, dir, sizeof dir, &name);
+    INGEST__FORWARD(enter_dir(b, f->path, dir, true));
+    INGEST__FORWARD(add_dir(b, dir));
+    tmp_name(f, name, b->name, fi, tn, sizeof tn);
+    b->fd = openat(b->dirfd, tn, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (b->fd < 0)
+        return sys_fail(b->ctx, errno, "create temporary file for", f->landed);
+    f->created = true;
+    b->file_off = 0;
+    ingest_filehash_init(&b->fh, b->l->key);
+    return 0;
+}
+
+static uint32_t landed_mode(uint32_t mode)
+{
+    return (mode & 0111) ? 0755 : 0644;
+}
+
+static int finish_file(ingest_lander_batch *b, uint32_t fi)
+{
+    lfile *f = &b->files[fi];
+    uint8_t h[INGEST_ID_BYTES];
+    ingest_filehash_final(&b->fh, h);
+    if (b->file_off != f->size)
+        return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: wrote %llu bytes, size is %llu", f->path,
+                            (unsigned long long)b->file_off, (unsigned long long)f->size);
+    if (sodium_memcmp(h, f->hash, sizeof h) != 0)
+        return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: whole-file hash differs from the manifest",
+                            f->path);
+    if (fchmod(b->fd, (mode_t)landed_mode(f->mode)) < 0)
+        return sys_fail(b->ctx, errno, "chmod", f->landed);
+    struct timespec ts[2];
+    int64_t s = f->mtime_ns / 1000000000, ns = f->mtime_ns % 1000000000;
+    if (ns < 0) {
+        s--;
+        ns += 1000000000;
+    }
+    ts[0].tv_sec = ts[1].tv_sec = (time_t)s;
+    ts[0].tv_nsec = ts[1].tv_nsec = (long)ns;
+    if (futimens(b->fd, ts) < 0)
+        return sys_fail(b->ctx, errno, "set mtime of", f->landed);
+    /* start writeback now; commit waits for it with one fsync per file */
+    (void)sync_file_range(b->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    if (close(b->fd) < 0) {
+        b->fd = -1;
+        return sys_fail(b->ctx, errno, "close", f->landed);
+    }
+    b->fd = -1;
+    return 0;
+}
+
+static int write_chunk(ingest_lander_batch *b, uint32_t i, const uint8_t *data)
+{
+    const uint32_t n = b->mc[i].len;
+    if (write_full(b->fd, data, n) < 0)
+        return sys_fail(b->ctx, errno, "write", b->files[b->cur_file].landed);
+    ingest_filehash_update(&b->fh, data, n);
+    b->pos[i] = b->file_off;
+    b->file_off += n;
+    b->cst[i] = (uint8_t)((b->cst[i] & ~(F_ARRIVED | F_INBUF)) | F_DONE);
+    b->stats.bytes_written += n;
+    return 0;
+}
+
+static bool id_matches(const ingest_lander_batch *b, uint32_t i, const uint8_t *data)
+{
+    uint8_t id[INGEST_ID_BYTES];
+    ingest_chunk_id(b->l->key, data, b->mc[i].len, id);
+    return sodium_memcmp(id, b->mc[i].id, INGEST_ID_BYTES) == 0;
+}
+
+static int rewant(ingest_lander_batch *b, uint32_t i, const char *why)
+{
+    char hex[2 * INGEST_ID_BYTES + 1];
+    ingest_to_hex(b->mc[i].id, INGEST_ID_BYTES, hex);
+    ingest__log(b->ctx, INGEST_LOG_INFO, "lander: batch %s: known chunk %u (%s) %s: wanted again", b->name, i, hex,
+                why);
+    const int rc = ingest_index_forget_chunk(b->l->idx, b->mc[i].id);
+    if (rc < 0 && rc != INGEST_ENOTFOUND)
+        return rc;
+    b->cst[i] = K_RECV;
+    b->rew[b->nrew++] = i;
+    b->awaited++;
+    b->stats.chunks_rewanted++;
+    return 0;
+}
+
+/*
+ * Check where a known chunk lives without reading it: 1 usable, 0 stale
+ * (already re-wanted), < 0 error.
+ */
+static int known_source(ingest_lander_batch *b, uint32_t i, ingest_chunk_loc *loc)
+{
+    int rc = ingest_index_find(b->l->idx, b->mc[i].id, loc);
+    if (rc == INGEST_ENOTFOUND || (rc == 0 && loc->length != b->mc[i].len)) {
+        INGEST__FORWARD(rewant(b, i, "left the index"));
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    if (b->srcfd >= 0 && b->src_no == loc->file_no)
+        return 1;
+    close_fd(&b->srcfd);
+    b->src_no = UINT64_MAX;
+    char p[LANDED_MAX + 512];
+    rc = ingest_index_file_path(b->l->idx, loc->file_no, p, sizeof p);
+    if (rc == INGEST_ESTALE || rc == INGEST_ENOTFOUND) {
+        INGEST__FORWARD(rewant(b, i, "has a missing or changed landed file"));
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    b->srcfd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (b->srcfd < 0) {
+        const int e = errno;
+        if (e == ENOENT || e == ELOOP || e == ENOTDIR) {
+            INGEST__FORWARD(rewant(b, i, "has a missing landed file"));
+            return 0;
+        }
+        return sys_fail(b->ctx, e, "open", p);
+    }
+    b->src_no = loc->file_no;
+    return 1;
+}
+
+/* Once per batch, after a first stale chunk: re-want every later stale one now, in one round. */
+static int lookahead(ingest_lander_batch *b, uint32_t from)
+{
+    b->lookahead_done = true;
+    uint64_t last_no = UINT64_MAX;
+    bool last_ok = false;
+    for (uint32_t j = from; j < b->nchunks; j++) {
+        if ((b->cst[j] & K_MASK) != K_KNOWN || (b->cst[j] & F_DONE))
+            continue;
+        ingest_chunk_loc loc;
+        int rc = ingest_index_find(b->l->idx, b->mc[j].id, &loc);
+        if (rc == INGEST_ENOTFOUND || (rc == 0 && loc.length != b->mc[j].len)) {
+            INGEST__FORWARD(rewant(b, j, "left the index"));
+            continue;
+        }
+        if (rc < 0)
+            return rc;
+        if (loc.file_no != last_no) {
+            char p[LANDED_MAX + 512];
+            rc = ingest_index_file_path(b->l->idx, loc.file_no, p, sizeof p);
+            if (rc < 0 && rc != INGEST_ESTALE && rc != INGEST_ENOTFOUND)
+                return rc;
+            last_no = loc.file_no;
+            last_ok = rc == 0;
+        }
+        if (!last_ok)
+            INGEST__FORWARD(rewant(b, j, "has a missing or changed landed file"));
+    }
+    return 0;
+}
+
+/* Land chunk i at the cursor: 0 landed, 1 blocked (awaited), < 0 error. */
+static int land_one(ingest_lander_batch *b, uint32_t i)
+{
+    const uint32_t n = b->mc[i].len;
+    const int kind = b->cst[i] & K_MASK;
+    if (kind == K_RECV) {
+        if (b->cst[i] & F_INBUF)
+            return write_chunk(b, i, b->rbuf);
+        if (!(b->cst[i] & F_ARRIVED))
+            return 1;
+        const int r = pread_full(b->spillfd, b->cbuf, n, b->pos[i]);
+        if (r != 0)
+            return ingest__fail(b->ctx, r < 0 ? ingest__errno(errno) : INGEST_EIO,
+                                "lander: batch %s: reading chunk %u back from the spill file failed", b->name, i);
+        if (!id_matches(b, i, b->cbuf))
+            return ingest__fail(b->ctx, INGEST_EIO, "lander: batch %s: chunk %u changed in the spill file", b->name,
+                                i);
+        return write_chunk(b, i, b->cbuf);
+    }
+    if (kind == K_DUP) {
+        const uint32_t j = b->src[i];
+        /* the file holding chunk j: the last whose first chunk is <= j */
+        uint32_t lo = 0, hi = b->nfiles;
+        while (hi - lo > 1) {
+            const uint32_t mid = lo + (hi - lo) / 2;
+            if (b->files[mid].first <= j)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        while (lo > 0 && b->files[lo].nchunks == 0)
+            lo--;
+        const lfile *sf = &b->files[lo];
+        int fd = -1;
+        bool own = false;
+        if (lo == b->cur_file) {
+            /* written through a write-only descriptor: read it through a new one */
+            char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
+            const char *name;
+            split_path(sf->landed, dir, sizeof dir, &name);
+            tmp_name(sf, name, b->name, lo, tn, sizeof tn);
+            fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        } else {
+            char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
+            const char *name;
+            split_path(sf->landed, dir, sizeof dir, &name);
+            tmp_name(sf, name, b->name, lo, tn, sizeof tn);
+            int dfd = -1;
+            INGEST__FORWARD(walk_dir(b, sf->path, dir, false, &dfd));
+            if (dfd >= 0) {
+                fd = openat(dfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+                close(dfd);
+            }
+        }
+        own = fd >= 0;
+        if (!own)
+            return ingest__fail(b->ctx, INGEST_EIO, "lander: batch %s: temporary file of %s vanished", b->name,
+                                sf->landed);
+        const int r = pread_full(fd, b->cbuf, n, b->pos[j]);
+        const int e = errno;
+        close(fd);
+        if (r != 0)
+            return ingest__fail(b->ctx, r < 0 ? ingest__errno(e) : INGEST_EIO,
+                                "lander: batch %s: reading chunk %u back from %s failed", b->name, j, sf->landed);
+        if (!id_matches(b, i, b->cbuf))
+            return ingest__fail(b->ctx, INGEST_EIO, "lander: batch %s: chunk %u changed in temporary file of %s",
+                                b->name, j, sf->landed);
+        b->stats.copies++;
+        b->stats.chunks_known++;
+        return write_chunk(b, i, b->cbuf);
+    }
+    /* known: copy from the landed file named by the index, verifying it */
+    ingest_chunk_loc loc;
+    int rc = known_source(b, i, &loc);
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        const int r = pread_full(b->srcfd, b->cbuf, n, loc.offset);
+        if (r < 0)
+            return sys_fail(b->ctx, errno, "read", "landed file");
+        if (r == 0 && id_matches(b, i, b->cbuf)) {
+            b->stats.copies++;
+            b->stats.chunks_known++;
+            return write_chunk(b, i, b->cbuf);
+        }
+        close_fd(&b->srcfd);
+        b->src_no = UINT64_MAX;
+        INGEST__FORWARD(rewant(b, i, r ? "is past the end of its landed file" : "does not match its landed bytes"));
+    }
+    if (!b->lookahead_done)
+        INGEST__FORWARD(lookahead(b, i + 1));
+    return 1;
+}
+
+static int pump(ingest_lander_batch *b)
+{
+    while (b->cur_file < b->nfiles) {
+        const lfile *f = &b->files[b->cur_file];
+        if (b->fd < 0)
+            INGEST__FORWARD(open_tmp(b, b->cur_file));
+        while (b->cur_chunk < f->first + f->nchunks) {
+            const int r = land_one(b, b->cur_chunk);
+            if (r < 0)
+                return r;
+            if (r > 0)
+                return 0;
+            b->cur_chunk++;
+        }
+        INGEST__FORWARD(finish_file(b, b->cur_file));
+        b->cur_file++;
+    }
+    return 0;
+}
+
+int ingest_lander_advance(ingest_lander_batch *b)
+{
+    if (!b || b->state != B_ACTIVE)
+        return b ? ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch is %s",
+                                b->state == B_COMMITTED ? "committed" : "aborted")
+                 : INGEST_EINVAL;
+    const int rc = pump(b);
+    if (rc < 0)
+        return fail_batch(b, rc);
+    return (int)b->awaited;
+}
+
+static int spill(ingest_lander_batch *b, uint32_t i)
+{
+    if (b->spillfd < 0) {
+        b->spillfd = openat(b->l->rootfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (b->spillfd < 0) {
+            /* no O_TMPFILE here: a named file, unlinked at once */
+            char name[64];
+            for (int k = 0; k < 100 && b->spillfd < 0; k++) {
+                snprintf(name, sizeof name, ".ingest-spill.%08x", randombytes_random());
+                b->spillfd = openat(b->l->rootfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+            }
+            if (b->spillfd < 0)
+                return sys_fail(b->ctx, errno, "create spill file in", b->l->root);
+            unlinkat(b->l->rootfd, name, 0);
+        }
+        b->spill_len = 0;
+    }
+    const uint32_t n = b->mc[i].len;
+    size_t done = 0;
+    while (done < n) {
+        const ssize_t w = pwrite(b->spillfd, b->rbuf + done, n - done, (off_t)(b->spill_len + done));
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return sys_fail(b->ctx, errno, "write spill file in", b->l->root);
+        }
+        done += (size_t)w;
+    }
+    b->pos[i] = b->spill_len;
+    b->spill_len += n;
+    b->cst[i] |= F_ARRIVED;
+    b->stats.chunks_spilled++;
+    return 0;
+}
+
+int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const void *encoded, size_t len)
+{
+    if (!b || b->state != B_ACTIVE)
+        return b ? ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch is %s",
+                                b->state == B_COMMITTED ? "committed" : "aborted")
+                 : INGEST_EINVAL;
+    int rc;
+    if (!encoded && len > 0)
+        return fail_batch(b, ingest__fail(b->ctx, INGEST_EINVAL, "lander: put_chunk: no data"));
+    if (i >= b->nchunks)
+        return fail_batch(b, ingest__fail(b->ctx, INGEST_EPROTO, "lander: batch %s: chunk index %u past %u chunks",
+                                          b->name, i, b->nchunks));
+    if ((b->cst[i] & K_MASK) != K_RECV || (b->cst[i] & (F_ARRIVED | F_INBUF | F_DONE)))
+        return fail_batch(b, ingest__fail(b->ctx, INGEST_EPROTO, "lander: batch %s: chunk %u was not %s", b->name,
+                                          i, (b->cst[i] & K_MASK) != K_RECV ? "requested" : "awaited any more"));
+    size_t got = 0;
+    rc = ingest_codec_decode(b->l->codec, encoded, len, b->rbuf, b->mc[i].len, &got, b->l->key, b->mc[i].id);
+    if (rc < 0) {
+        char keep[INGEST__ERRMSG_MAX];
+        memcpy(keep, b->ctx->errmsg, sizeof keep);
+        return fail_batch(b, ingest__fail(b->ctx, rc, "lander: batch %s: chunk %u refused: %s", b->name, i, keep));
+    }
+    if (got != b->mc[i].len)
+        return fail_batch(b, ingest__fail(b->ctx, INGEST_EMISMATCH,
+                                          "lander: batch %s: chunk %u decodes to %zu bytes, manifest says %u", b->name,
+                                          i, got, b->mc[i].len));
+    b->stats.bytes_received += len;
+    b->stats.chunks_new++;
+    b->awaited--;
+    /* land what precedes it, then it straight from memory if the cursor is there */
+    if ((rc = pump(b)) < 0)
+        return fail_batch(b, rc);
+    if (b->cur_chunk == i && b->cur_file < b->nfiles) {
+        b->cst[i] |= F_INBUF;
+        if ((rc = pump(b)) < 0)
+            return fail_batch(b, rc);
+    } else if ((rc = spill(b, i)) < 0) {
+        return fail_batch(b, rc);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- commit */
+
+static int write_manifest(ingest_lander_batch *b)
+{
+    ingest_lander *l = b->l;
+    ingest_manifest_writer *w = NULL;
+    int fd = -1, dfd = -1, rc;
+    char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1], fn[NAME_MAX_BYTES + 1];
+    snprintf(dir, sizeof dir, "_manifests/%s", b->device);
+    snprintf(tn, sizeof tn, ".%s.jsonl.tmp", b->name);
+    snprintf(fn, sizeof fn, "%s.jsonl", b->name);
+    if ((rc = walk_dir(b, fn, dir, true, &dfd)) < 0)
+        goto out;
+    if ((rc = add_dir(b, dir)) < 0)
+        goto out;
+    if ((rc = ingest_manifest_writer_create(b->ctx, &w)) < 0)
+        goto out;
+    fd = openat(dfd, tn, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = sys_fail(b->ctx, errno, "create manifest in", dir);
+        goto out;
+    }
+    ingest_manifest_rec rec;
+    memset(&rec, 0, sizeof rec);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    rec.type = INGEST_MREC_HEADER;
+    rec.format = INGEST_MANIFEST_FORMAT;
+    rec.device = b->device;
+    rec.batch = b->name;
+    rec.nfiles = b->nfiles;
+    rec.total_bytes = b->stats.bytes;
+    rec.created_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    for (uint32_t i = 0; i <= b->nfiles; i++) {
+        if ((rc = ingest_manifest_writer_add(w, &rec)) < 0)
+            goto out;
+        size_t n;
+        const void *d = ingest_manifest_writer_data(w, &n);
+        if (n >= MANIFEST_FLUSH || i == b->nfiles) {
+            if (write_full(fd, d, n) < 0) {
+                rc = sys_fail(b->ctx, errno, "write manifest in", dir);
+                goto out;
+            }
+            b->stats.bytes_written += n;
+            ingest_manifest_writer_reset(w);
+        }
+        if (i == b->nfiles)
+            break;
+        const lfile *f = &b->files[i];
+        memset(&rec, 0, sizeof rec);
+        rec.type = INGEST_MREC_FILE;
+        rec.path = f->path;
+        rec.landed = f->landed;
+        rec.size = f->size;
+        rec.mtime_ns = f->mtime_ns;
+        rec.mode = f->mode;
+        rec.version = f->version;
+        memcpy(rec.hash, f->hash, sizeof rec.hash);
+        rec.nchunks_total = f->nchunks;
+        rec.chunks = f->nchunks ? &b->mc[f->first] : NULL;
+        rec.nchunks = f->nchunks;
+    }
+    if (!b->syncfs) {
+        if (fsync(fd) < 0) {
+            rc = sys_fail(b->ctx, errno, "fsync manifest in", dir);
+            goto out;
+        }
+        b->stats.syncs++;
+    }
+    if (close(fd) < 0) {
+        fd = -1;
+        rc = sys_fail(b->ctx, errno, "close manifest in", dir);
+        goto out;
+    }
+    fd = -1;
+    if (renameat(dfd, tn, dfd, fn) < 0) {
+        rc = sys_fail(b->ctx, errno, "rename manifest in", dir);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (fd >= 0) {
+        close(fd);
+        unlinkat(dfd, tn, 0);
+    }
+    if (dfd >= 0)
+        close(dfd);
+    ingest_manifest_writer_destroy(w);
+    (void)l;
+    return rc;
+}
+
+static int sync_dirs(ingest_lander_batch *b)
+{
+    qsort(b->dirs, b->ndirs, sizeof *b->dirs, cmp_strp);
+    for (size_t i = 0; i < b->ndirs; i++) {
+        if (i > 0 && strcmp(b->dirs[i], b->dirs[i - 1]) == 0)
+            continue;
+        int dfd = -1;
+        INGEST__FORWARD(walk_dir(b, b->dirs[i], b->dirs[i], false, &dfd));
+        if (dfd < 0)
+            return ingest__fail(b->ctx, INGEST_EIO, "lander: directory %s vanished", b->dirs[i]);
+        const int r = fsync(dfd);
+        const int e = errno;
+        close(dfd);
+        if (r < 0)
+            return sys_fail(b->ctx, e, "fsync directory", b->dirs[i][0] ? b->dirs[i] : ".");
+        b->stats.syncs++;
+    }
+    return 0;
+}
+
+static int versions_db(ingest_lander *l)
+{
+    if (l->vdb_open)
+        return 0;
+    INGEST__FORWARD(ingest__store_db(l->st, "lander_versions", &l->vdb));
+    l->vdb_open = true;
+    return 0;
+}
+
+static int do_commit(ingest_lander_batch *b)
+{
+    ingest_lander *l = b->l;
+    char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
+    const char *name;
+    /*
+     * 1. every file durable under its temporary name.  Batches of many
+     * files on one filesystem: one syncfs() for all of them (and again at
+     * step 5 for renames, manifest and directories) instead of an fsync per
+     * file and directory; syncfs reports writeback errors since Linux 5.8.
+     */
+    struct stat rs;
+    if (fstat(l->rootfd, &rs) < 0)
+        return sys_fail(b->ctx, errno, "stat", l->root);
+    bool use_syncfs = b->nfiles >= INGEST_LANDER_SYNCFS_MIN;
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        split_path(f->landed, dir, sizeof dir, &name);
+        tmp_name(f, name, b->name, i, tn, sizeof tn);
+        INGEST__FORWARD(enter_dir(b, f->path, dir, false));
+        struct stat sb;
+        if (fstatat(b->dirfd, tn, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+            return sys_fail(b->ctx, errno, "stat temporary file of", f->landed);
+        if (sb.st_dev != rs.st_dev)
+            use_syncfs = false;
+        f->ident.dev = (uint64_t)sb.st_dev;
+        f->ident.ino = (uint64_t)sb.st_ino;
+        f->ident.size = (uint64_t)sb.st_size;
+        f->ident.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    }
+    b->syncfs = use_syncfs;
+    if (use_syncfs) {
+        if (syncfs(l->rootfd) < 0)
+            return sys_fail(b->ctx, errno, "syncfs", l->root);
+        b->stats.syncs++;
+    }
+    for (uint32_t i = 0; i < b->nfiles && !use_syncfs; i++) {
+        lfile *f = &b->files[i];
+        split_path(f->landed, dir, sizeof dir, &name);
+        tmp_name(f, name, b->name, i, tn, sizeof tn);
+        INGEST__FORWARD(enter_dir(b, f->path, dir, false));
+        const int fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            return sys_fail(b->ctx, errno, "open temporary file of", f->landed);
+        const int r = fsync(fd);
+        const int e = errno;
+        close(fd);
+        if (r < 0)
+            return sys_fail(b->ctx, e, "fsync", f->landed);
+        b->stats.syncs++;
+    }
+    /* 2. versions (they go into the manifest) */
+    INGEST__FORWARD(versions_db(l));
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        uint8_t v[8];
+        size_t vl = 0;
+        const int r = ingest__store_get(l->st, l->vdb, f->landed, strlen(f->landed), v, sizeof v, &vl);
+        if (r < 0 && r != INGEST_ENOTFOUND)
+            return r;
+        f->version = (r == 0 && vl == 8) ? ingest__get_u64(v) + 1 : 1;
+    }
+    /* 3. rename over the final names */
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        split_path(f->landed, dir, sizeof dir, &name);
+        tmp_name(f, name, b->name, i, tn, sizeof tn);
+        INGEST__FORWARD(enter_dir(b, f->path, dir, false));
+        if (renameat(b->dirfd, tn, b->dirfd, name) < 0)
+            return sys_fail(b->ctx, errno, "rename into place", f->landed);
+        f->renamed = true;
+    }
+    /* 4. the batch manifest, then every touched directory once */
+    INGEST__FORWARD(write_manifest(b));
+    close_fd(&b->dirfd);
+    if (b->syncfs) {
+        if (syncfs(l->rootfd) < 0)
+            return sys_fail(b->ctx, errno, "syncfs", l->root);
+        b->stats.syncs++;
+    } else {
+        INGEST__FORWARD(sync_dirs(b));
+    }
+    /* 5. the index: files, chunks (first occurrences, at their new place), versions, batch */
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        uint64_t file_no = 0;
+        INGEST__FORWARD(ingest_index_add_file(l->idx, f->landed, &f->ident, &file_no));
+        for (uint32_t k = f->first; k < f->first + f->nchunks; k++) {
+            if ((b->cst[k] & K_MASK) == K_DUP)
+                continue;
+            const ingest_chunk_loc loc = {file_no, b->pos[k], b->mc[k].len};
+            INGEST__FORWARD(ingest_index_add_chunk(l->idx, b->mc[k].id, &loc));
+        }
+        uint8_t v[8];
+        ingest__put_u64(v, f->version);
+        INGEST__FORWARD(ingest__store_put(l->st, l->vdb, f->landed, strlen(f->landed), v, sizeof v));
+    }
+    INGEST__FORWARD(ingest_index_batch_mark(l->idx, b->device, b->name));
+    INGEST__FORWARD(ingest_store_commit(l->st));
+    return 0;
+}
+
+int ingest_lander_commit(ingest_lander_batch *b)
+{
+    if (!b || b->state != B_ACTIVE)
+        return b ? ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch is %s",
+                                b->state == B_COMMITTED ? "committed" : "aborted")
+                 : INGEST_EINVAL;
+    int rc = pump(b);
+    if (rc < 0)
+        return fail_batch(b, rc);
+    if (b->awaited > 0 || b->cur_file < b->nfiles)
+        return ingest__fail(b->ctx, INGEST_EBUSY, "lander: batch %s: %u chunks still awaited (%zu re-wanted)",
+                            b->name, b->awaited, b->nrew);
+    close_fd(&b->srcfd);
+    rc = do_commit(b);
+    close_fd(&b->dirfd);
+    if (rc < 0)
+        return fail_batch(b, rc);
+    b->state = B_COMMITTED;
+    ingest__log(b->ctx, INGEST_LOG_INFO, "lander: batch %s of %s landed: %u files, %llu bytes", b->name, b->device,
+                b->nfiles, (unsigned long long)b->stats.bytes);
+    return 0;
+}

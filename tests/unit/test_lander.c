@@ -1,0 +1,874 @@
+/* The landing engine: manifests in, bronze files + manifests + index out. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ingest/codec.h"
+#include "ingest/hash.h"
+#include "ingest/index.h"
+#include "ingest/lander.h"
+#include "ingest/manifest.h"
+
+#define CH 4096 /* fixed-size chunking of the tests */
+#define MAXCH 256
+
+typedef struct tfile {
+    const char *path;
+    const uint8_t *data;
+    size_t len;
+    int64_t mtime_ns;
+    uint32_t mode;
+} tfile;
+
+typedef struct tbatch {
+    uint8_t *manifest;
+    size_t mlen;
+    uint32_t nchunks;
+    const uint8_t *cdata[MAXCH];
+    uint32_t clen[MAXCH];
+} tbatch;
+
+typedef struct env {
+    char dir[64];
+    char bronze[96];
+    char state[96];
+    ingest_ctx *ctx;
+    ingest_store *st;
+    ingest_index *idx;
+    ingest_codec *codec;
+    ingest_lander *l;
+    const uint8_t *key;
+} env;
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static int setup(void **state)
+{
+    env *e = calloc(1, sizeof *e);
+    assert_non_null(e);
+    snprintf(e->dir, sizeof e->dir, "/tmp/test-lander-XXXXXX");
+    assert_non_null(mkdtemp(e->dir));
+    snprintf(e->bronze, sizeof e->bronze, "%s/bronze", e->dir);
+    snprintf(e->state, sizeof e->state, "%s/state", e->dir);
+    assert_int_equal(mkdir(e->bronze, 0755), 0);
+    e->ctx = ingest_ctx_create(NULL);
+    assert_non_null(e->ctx);
+    const ingest_store_opts o = {1ull << 28, 0, 0};
+    assert_int_equal(ingest_store_open(e->ctx, e->state, &o, &e->st), 0);
+    assert_int_equal(ingest_index_open(e->st, e->bronze, &e->idx), 0);
+    assert_int_equal(ingest_codec_create(e->ctx, 1, &e->codec), 0);
+    e->key = ingest_default_dedup_key();
+    assert_int_equal(ingest_lander_create(e->ctx, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &e->l), 0);
+    *state = e;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    env *e = *state;
+    ingest_lander_destroy(e->l);
+    ingest_codec_destroy(e->codec);
+    ingest_index_close(e->idx);
+    ingest_store_close(e->st);
+    ingest_ctx_destroy(e->ctx);
+    nftw(e->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    free(e);
+    return 0;
+}
+
+/* Compose a device manifest for files (fixed-size chunks). */
+static void make_batch(env *e, const char *device, const char *batch, const tfile *f, size_t n, tbatch *tb)
+{
+    ingest_manifest_writer *w = NULL;
+    assert_int_equal(ingest_manifest_writer_create(e->ctx, &w), 0);
+    ingest_manifest_rec rec;
+    memset(&rec, 0, sizeof rec);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += f[i].len;
+    rec.type = INGEST_MREC_HEADER;
+    rec.format = INGEST_MANIFEST_FORMAT;
+    rec.device = device;
+    rec.batch = batch;
+    rec.nfiles = n;
+    rec.total_bytes = total;
+    rec.created_ns = 1;
+    assert_int_equal(ingest_manifest_writer_add(w, &rec), 0);
+    memset(tb, 0, sizeof *tb);
+    for (size_t i = 0; i < n; i++) {
+        ingest_manifest_chunk ch[MAXCH];
+        uint32_t nc = 0;
+        for (size_t off = 0; off < f[i].len; off += CH) {
+            const size_t cl = f[i].len - off < CH ? f[i].len - off : CH;
+            assert_true(nc < MAXCH && tb->nchunks < MAXCH);
+            ingest_chunk_id(e->key, f[i].data + off, cl, ch[nc].id);
+            ch[nc].len = (uint32_t)cl;
+            tb->cdata[tb->nchunks] = f[i].data + off;
+            tb->clen[tb->nchunks] = (uint32_t)cl;
+            tb->nchunks++;
+            nc++;
+        }
+        memset(&rec, 0, sizeof rec);
+        rec.type = INGEST_MREC_FILE;
+        rec.path = f[i].path;
+        rec.size = f[i].len;
+        rec.mtime_ns = f[i].mtime_ns;
+        rec.mode = f[i].mode;
+        ingest_filehash fh;
+        ingest_filehash_init(&fh, e->key);
+        ingest_filehash_update(&fh, f[i].data, f[i].len);
+        ingest_filehash_final(&fh, rec.hash);
+        rec.chunks = ch;
+        rec.nchunks = nc;
+        rec.nchunks_total = nc;
+        assert_int_equal(ingest_manifest_writer_add(w, &rec), 0);
+    }
+    size_t len;
+    const void *d = ingest_manifest_writer_data(w, &len);
+    tb->manifest = malloc(len);
+    assert_non_null(tb->manifest);
+    memcpy(tb->manifest, d, len);
+    tb->mlen = len;
+    ingest_manifest_writer_destroy(w);
+}
+
+static int put(env *e, ingest_lander_batch *b, const tbatch *tb, uint32_t i)
+{
+    uint8_t enc[CH + 64];
+    size_t el = 0;
+    assert_true(ingest_codec_bound(tb->clen[i]) <= sizeof enc);
+    assert_int_equal(ingest_codec_encode(e->codec, tb->cdata[i], tb->clen[i], enc, sizeof enc, &el), 0);
+    return ingest_lander_put_chunk(b, i, enc, el);
+}
+
+/* Send every want and re-want, then commit. */
+static void land_all(env *e, ingest_lander_batch *b, const tbatch *tb)
+{
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, b, tb, w[k]), 0);
+    for (;;) {
+        int rc = ingest_lander_commit(b);
+        if (rc == 0)
+            break;
+        assert_int_equal(rc, INGEST_EBUSY);
+        ingest_lander_rewants(b, &w, &n);
+        assert_true(n > 0);
+        for (size_t k = 0; k < n; k++)
+            assert_int_equal(put(e, b, tb, w[k]), 0);
+    }
+}
+
+static uint8_t *pattern(size_t n, uint32_t seed)
+{
+    uint8_t *p = malloc(n ? n : 1);
+    assert_non_null(p);
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        p[i] = (uint8_t)x;
+    }
+    return p;
+}
+
+static void assert_file(const env *e, const char *rel, const uint8_t *data, size_t len, int64_t mtime_ns,
+                        mode_t mode)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    struct stat sb;
+    assert_int_equal(lstat(p, &sb), 0);
+    assert_true(S_ISREG(sb.st_mode));
+    assert_int_equal((uint64_t)sb.st_size, len);
+    assert_int_equal(sb.st_mode & 07777, mode);
+    assert_int_equal((int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec, mtime_ns);
+    FILE *fp = fopen(p, "rb");
+    assert_non_null(fp);
+    uint8_t *got = malloc(len + 1);
+    assert_non_null(got);
+    assert_int_equal(fread(got, 1, len + 1, fp), len);
+    fclose(fp);
+    if (len)
+        assert_memory_equal(got, data, len);
+    free(got);
+}
+
+/* Regular files under the bronze root outside _manifests (names in out, if any). */
+static int count_cb_n;
+static int count_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (flag == FTW_F && strstr(p, "/_manifests/") == NULL)
+        count_cb_n++;
+    return 0;
+}
+static int count_files(const env *e)
+{
+    count_cb_n = 0;
+    nftw(e->bronze, count_cb, 16, FTW_PHYS);
+    return count_cb_n;
+}
+
+#define T2024 (1709251199ll * 1000000000ll + 123456789ll) /* 2024-02-29T23:59:59.123456789Z */
+
+static void test_land_new(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(10000, 1), *c = pattern(CH, 3);
+    const tfile f[] = {
+        {"a.bin", a, 10000, T2024, 0640},
+        {"empty", a, 0, T2024, 0600},
+        {"sub/dir/c.sh", c, CH, T2024 + 1, 0750},
+    };
+    tbatch tb;
+    make_batch(e, "dev1", "b1", f, 3, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_string_equal(ingest_lander_batch_name(b), "b1");
+    assert_int_equal(ingest_lander_batch_chunks(b), 4);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, 4);
+    for (uint32_t i = 0; i < 4; i++)
+        assert_int_equal(w[i], i);
+    assert_int_equal(ingest_lander_awaited(b), 4);
+    land_all(e, b, &tb);
+    ingest_lander_stats s;
+    ingest_lander_batch_stats(b, &s);
+    assert_int_equal(s.files, 3);
+    assert_int_equal(s.bytes, 10000 + CH);
+    assert_int_equal(s.chunks_new, 4);
+    assert_int_equal(s.chunks_known, 0);
+    assert_int_equal(s.copies, 0);
+    assert_true(s.bytes_written > 10000 + CH); /* files + manifest */
+    assert_true(s.syncs >= 4);                  /* 3 files + manifest + dirs */
+    ingest_lander_batch_destroy(b);
+
+    assert_file(e, "dev1/2024/02/29/a.bin", a, 10000, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/empty", a, 0, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/sub/dir/c.sh", c, CH, T2024 + 1, 0755);
+    assert_int_equal(count_files(e), 3);
+
+    /* the landed manifest, read back */
+    char mp[256];
+    snprintf(mp, sizeof mp, "%s/_manifests/dev1/b1.jsonl", e->bronze);
+    ingest_manifest_reader *r = NULL;
+    assert_int_equal(ingest_manifest_reader_open(e->ctx, mp, &r), 0);
+    ingest_manifest_rec rec;
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_int_equal(rec.type, INGEST_MREC_HEADER);
+    assert_string_equal(rec.device, "dev1");
+    assert_string_equal(rec.batch, "b1");
+    assert_int_equal(rec.nfiles, 3);
+    assert_int_equal(rec.total_bytes, 10000 + CH);
+    const char *landed[] = {"dev1/2024/02/29/a.bin", "dev1/2024/02/29/empty", "dev1/2024/02/29/sub/dir/c.sh"};
+    const uint32_t nch[] = {3, 0, 1};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+        assert_int_equal(rec.type, INGEST_MREC_FILE);
+        assert_string_equal(rec.path, f[i].path);
+        assert_string_equal(rec.landed, landed[i]);
+        assert_int_equal(rec.version, 1);
+        assert_int_equal(rec.size, f[i].len);
+        assert_int_equal(rec.mtime_ns, f[i].mtime_ns);
+        assert_int_equal(rec.nchunks_total, nch[i]);
+    }
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 0);
+    ingest_manifest_reader_close(r);
+
+    /* the index knows the chunks, at the new file */
+    uint8_t id[INGEST_ID_BYTES];
+    ingest_chunk_id(e->key, c, CH, id);
+    ingest_chunk_loc loc;
+    assert_int_equal(ingest_index_find(e->idx, id, &loc), 0);
+    assert_int_equal(loc.offset, 0);
+    assert_int_equal(loc.length, CH);
+    char p[512];
+    assert_int_equal(ingest_index_file_path(e->idx, loc.file_no, p, sizeof p), 0);
+    assert_non_null(strstr(p, "dev1/2024/02/29/sub/dir/c.sh"));
+    assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", "b1"), 1);
+
+    /* replay: recognised, nothing to do */
+    b = (ingest_lander_batch *)1;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), INGEST_LANDER_ALREADY);
+    assert_null(b);
+    free(tb.manifest);
+    free(a);
+    free(c);
+}
+
+static void test_dedup_copies(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(3 * CH, 7), *x = pattern(CH, 8);
+    const tfile f1[] = {{"a", a, 3 * CH, T2024, 0644}};
+    tbatch t1;
+    make_batch(e, "dev1", "b1", f1, 1, &t1);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t1.manifest, t1.mlen, &b), 0);
+    land_all(e, b, &t1);
+    ingest_lander_batch_destroy(b);
+
+    /* b = a's chunks 2,0 + new x + x again + a's chunk 1 */
+    uint8_t *bb = malloc(5 * CH);
+    memcpy(bb, a + 2 * CH, CH);
+    memcpy(bb + CH, a, CH);
+    memcpy(bb + 2 * CH, x, CH);
+    memcpy(bb + 3 * CH, x, CH);
+    memcpy(bb + 4 * CH, a + CH, CH);
+    const tfile f2[] = {{"b", bb, 5 * CH, T2024, 0644}, {"x2", x, CH, T2024, 0644}};
+    tbatch t2;
+    make_batch(e, "dev2", "b2", f2, 2, &t2);
+    assert_int_equal(ingest_lander_begin(e->l, "dev2", t2.manifest, t2.mlen, &b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(w[0], 2);
+    land_all(e, b, &t2);
+    ingest_lander_stats s;
+    ingest_lander_batch_stats(b, &s);
+    assert_int_equal(s.chunks_new, 1);
+    assert_int_equal(s.chunks_known, 5);
+    assert_int_equal(s.copies, 5);
+    assert_int_equal(s.chunks_rewanted, 0);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev2/2024/02/29/b", bb, 5 * CH, T2024, 0644);
+    assert_file(e, "dev2/2024/02/29/x2", x, CH, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/a", a, 3 * CH, T2024, 0644);
+    free(t1.manifest);
+    free(t2.manifest);
+    free(a);
+    free(x);
+    free(bb);
+}
+
+/* A known chunk's landed file deleted, or overwritten in place, after begin: re-wanted. */
+static void rewant_case(env *e, int how)
+{
+    uint8_t *a = pattern(4 * CH, 11), *bb = pattern(4 * CH, 11);
+    bb[4 * CH - 1] ^= 0x55; /* last chunk differs */
+    const tfile f1[] = {{"a", a, 4 * CH, T2024, 0644}};
+    tbatch t1;
+    make_batch(e, "dev1", "b1", f1, 1, &t1);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t1.manifest, t1.mlen, &b), 0);
+    land_all(e, b, &t1);
+    ingest_lander_batch_destroy(b);
+
+    const tfile f2[] = {{"b", bb, 4 * CH, T2024, 0644}};
+    tbatch t2;
+    make_batch(e, "dev1", "b2", f2, 1, &t2);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t2.manifest, t2.mlen, &b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(w[0], 3);
+
+    char p[512];
+    snprintf(p, sizeof p, "%s/dev1/2024/02/29/a", e->bronze);
+    if (how == 0) {
+        assert_int_equal(unlink(p), 0);
+    } else {
+        /* same size, same mtime, same inode: only the bytes tell */
+        const int fd = open(p, O_WRONLY);
+        assert_true(fd >= 0);
+        uint8_t z[16] = {0};
+        assert_int_equal(pwrite(fd, z, sizeof z, CH + 5), (ssize_t)sizeof z);
+        const struct timespec ts[2] = {{1709251199, 123456789}, {1709251199, 123456789}};
+        assert_int_equal(futimens(fd, ts), 0);
+        close(fd);
+    }
+    assert_int_equal(ingest_lander_advance(b), how == 0 ? 4 : 2);
+    ingest_lander_rewants(b, &w, &n);
+    if (how == 0) {
+        assert_int_equal(n, 3);
+        assert_int_equal(w[0], 0);
+        assert_int_equal(w[2], 2);
+    } else {
+        assert_int_equal(n, 1);
+        assert_int_equal(w[0], 1);
+    }
+    const uint32_t first = w[0];
+    assert_int_equal(ingest_lander_commit(b), INGEST_EBUSY);
+    /* the rewants were taken: the next call reports nothing new */
+    ingest_lander_rewants(b, &w, &n);
+    assert_int_equal(n, 0);
+    for (uint32_t i = first; i < (how == 0 ? 3u : 2u); i++)
+        assert_int_equal(put(e, b, &t2, i), 0);
+    assert_int_equal(put(e, b, &t2, 3), 0);
+    assert_int_equal(ingest_lander_commit(b), 0);
+    ingest_lander_stats s;
+    ingest_lander_batch_stats(b, &s);
+    assert_int_equal(s.chunks_rewanted, how == 0 ? 3 : 1);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/b", bb, 4 * CH, T2024, 0644);
+    free(t1.manifest);
+    free(t2.manifest);
+    free(a);
+    free(bb);
+}
+
+static void test_rewant_deleted(void **state) { rewant_case(*state, 0); }
+static void test_rewant_overwritten(void **state) { rewant_case(*state, 1); }
+
+static void test_bad_id(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(3 * CH, 21), *evil = pattern(CH, 22);
+    const tfile f[] = {{"a", a, 3 * CH, T2024, 0644}, {"b", a, CH, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "b1", f, 2, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_int_equal(put(e, b, &tb, 0), 0);
+    tb.cdata[1] = evil;
+    assert_int_equal(put(e, b, &tb, 1), INGEST_EMISMATCH);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "chunk 1"));
+    assert_int_equal(count_files(e), 0); /* temp file removed, nothing final */
+    tb.cdata[1] = a + CH;
+    assert_int_equal(put(e, b, &tb, 1), INGEST_EINVAL); /* the batch is dead */
+    assert_int_equal(ingest_lander_commit(b), INGEST_EINVAL);
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", "b1"), 0);
+    free(tb.manifest);
+    free(a);
+    free(evil);
+}
+
+static void test_protocol_errors(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(2 * CH, 31);
+    const tfile f[] = {{"a", a, 2 * CH, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "b1", f, 1, &tb);
+    ingest_lander_batch *b = NULL;
+    /* another device's manifest */
+    assert_int_equal(ingest_lander_begin(e->l, "dev9", tb.manifest, tb.mlen, &b), INGEST_EPROTO);
+    assert_null(b);
+    /* truncated manifest */
+    assert_true(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen / 2, &b) < 0);
+    assert_null(b);
+    /* a chunk index past the end, and one put twice */
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_int_equal(put(e, b, &tb, 0), 0);
+    assert_int_equal(put(e, b, &tb, 0), INGEST_EPROTO);
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(count_files(e), 0);
+    free(tb.manifest);
+    free(a);
+}
+
+static void refused(env *e, const char *path, const char *msg_part)
+{
+    uint8_t d[10] = "0123456789";
+    const tfile f[] = {{"ok", d, 10, T2024, 0644}, {path, d, 10, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "bx", f, 2, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), INGEST_EINVAL);
+    assert_null(b);
+    const char *m = ingest_ctx_errmsg(e->ctx);
+    if (strstr(m, msg_part) == NULL)
+        fail_msg("message \"%s\" lacks \"%s\"", m, msg_part);
+    free(tb.manifest);
+}
+
+/* The manifest writer refuses to write bad paths, so forge them by editing the JSON. */
+static void refused_raw(env *e, const char *path, const char *msg_part)
+{
+    uint8_t d[10] = "0123456789";
+    const tfile f[] = {{"PLACEHOLDER_PATH", d, 10, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "bx", f, 1, &tb);
+    const char *at = strstr((char *)tb.manifest, "PLACEHOLDER_PATH");
+    assert_non_null(at);
+    const size_t pre = (size_t)(at - (char *)tb.manifest), pl = strlen(path), old = strlen("PLACEHOLDER_PATH");
+    uint8_t *m2 = malloc(tb.mlen + pl);
+    memcpy(m2, tb.manifest, pre);
+    memcpy(m2 + pre, path, pl);
+    memcpy(m2 + pre + pl, at + old, tb.mlen - pre - old);
+    ingest_lander_batch *b = NULL;
+    const int rc = ingest_lander_begin(e->l, "dev1", m2, tb.mlen - old + pl, &b);
+    assert_true(rc == INGEST_EINVAL || rc == INGEST_ECORRUPT);
+    assert_null(b);
+    const char *m = ingest_ctx_errmsg(e->ctx);
+    if (strstr(m, msg_part) == NULL)
+        fail_msg("message \"%s\" lacks \"%s\"", m, msg_part);
+    free(m2);
+    free(tb.manifest);
+}
+
+static void test_traversal(void **state)
+{
+    env *e = *state;
+    refused_raw(e, "../x", "..");
+    refused_raw(e, "a/../../x", "..");
+    refused_raw(e, "/abs", "abs");
+}
+
+static void test_symlink_in_bronze(void **state)
+{
+    env *e = *state;
+    char outside[128], lnk[256];
+    snprintf(outside, sizeof outside, "%s/outside", e->dir);
+    assert_int_equal(mkdir(outside, 0755), 0);
+    /* dev1/2024 -> outside */
+    snprintf(lnk, sizeof lnk, "%s/dev1", e->bronze);
+    assert_int_equal(mkdir(lnk, 0755), 0);
+    snprintf(lnk, sizeof lnk, "%s/dev1/2024", e->bronze);
+    assert_int_equal(symlink(outside, lnk), 0);
+    refused(e, "x", "symlink");
+    /* a symlink at the final name's place is refused too */
+    assert_int_equal(unlink(lnk), 0);
+    snprintf(lnk, sizeof lnk, "%s/dev1/2024/02/29", e->bronze);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && ln -s %s/target %s/x", lnk, outside, lnk);
+    assert_int_equal(system(cmd), 0);
+    refused(e, "x", "not a regular file");
+    DIR *d = opendir(outside);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        n += de->d_name[0] != '.';
+    closedir(d);
+    assert_int_equal(n, 0);
+}
+
+static void test_refused_misc(void **state)
+{
+    env *e = *state;
+    refused(e, "ok", "two files"); /* two files landing at one path */
+    refused(e, "ok/sub", "both a file and a directory");
+}
+
+static void test_abort(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(3 * CH, 41), *c = pattern(CH, 42);
+    const tfile f[] = {{"d1/a", c, CH, T2024, 0644}, {"d2/b", a, 3 * CH, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "b1", f, 2, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    /* chunk 3 first (spilled), then 0 and 1: a done, b half-written */
+    assert_int_equal(put(e, b, &tb, 3), 0);
+    assert_int_equal(put(e, b, &tb, 0), 0);
+    assert_int_equal(put(e, b, &tb, 1), 0);
+    assert_int_equal(count_files(e), 2);
+    ingest_lander_abort(b);
+    assert_int_equal(count_files(e), 0);
+    assert_int_equal(ingest_lander_commit(b), INGEST_EINVAL);
+    ingest_lander_batch_destroy(b);
+    /* destroy of an uncommitted batch removes its temporaries too */
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_int_equal(put(e, b, &tb, 0), 0);
+    assert_int_equal(count_files(e), 2); /* a complete, b opened */
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(count_files(e), 0);
+    assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", "b1"), 0);
+    free(tb.manifest);
+    free(a);
+    free(c);
+}
+
+static void test_out_of_order(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(5 * CH + 17, 51), *c = pattern(2 * CH, 52);
+    const tfile f[] = {{"a", a, 5 * CH + 17, T2024, 0644}, {"c", c, 2 * CH, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "b1", f, 2, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    for (int i = (int)tb.nchunks - 1; i >= 0; i--)
+        assert_int_equal(put(e, b, &tb, (uint32_t)i), 0);
+    assert_int_equal(ingest_lander_awaited(b), 0);
+    assert_int_equal(ingest_lander_commit(b), 0);
+    ingest_lander_stats s;
+    ingest_lander_batch_stats(b, &s);
+    assert_int_equal(s.chunks_spilled, tb.nchunks - 1);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/a", a, 5 * CH + 17, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/c", c, 2 * CH, T2024, 0644);
+    free(tb.manifest);
+    free(a);
+    free(c);
+}
+
+static void test_new_version(void **state)
+{
+    env *e = *state;
+    uint8_t *v1 = pattern(2 * CH, 61), *v2 = pattern(CH + 5, 62);
+    const tfile f1[] = {{"p/q", v1, 2 * CH, T2024, 0644}};
+    const tfile f2[] = {{"p/q", v2, CH + 5, T2024 + 7, 0755}};
+    tbatch t1, t2;
+    make_batch(e, "dev1", "b1", f1, 1, &t1);
+    make_batch(e, "dev1", "b2", f2, 1, &t2);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t1.manifest, t1.mlen, &b), 0);
+    land_all(e, b, &t1);
+    ingest_lander_batch_destroy(b);
+    char p[512];
+    snprintf(p, sizeof p, "%s/dev1/2024/02/29/p/q", e->bronze);
+    struct stat s1;
+    assert_int_equal(stat(p, &s1), 0);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t2.manifest, t2.mlen, &b), 0);
+    land_all(e, b, &t2);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/p/q", v2, CH + 5, T2024 + 7, 0755);
+    assert_int_equal(count_files(e), 1);
+    char mp[256];
+    snprintf(mp, sizeof mp, "%s/_manifests/dev1/b2.jsonl", e->bronze);
+    ingest_manifest_reader *r = NULL;
+    assert_int_equal(ingest_manifest_reader_open(e->ctx, mp, &r), 0);
+    ingest_manifest_rec rec;
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_int_equal(rec.version, 2);
+    assert_string_equal(rec.landed, "dev1/2024/02/29/p/q");
+    ingest_manifest_reader_close(r);
+    /* chunks of the old version now point at a replaced file: a batch needing them wants them */
+    const tfile f3[] = {{"r", v1, 2 * CH, T2024, 0644}};
+    tbatch t3;
+    make_batch(e, "dev1", "b3", f3, 1, &t3);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t3.manifest, t3.mlen, &b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, 2);
+    land_all(e, b, &t3);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/r", v1, 2 * CH, T2024, 0644);
+    free(t1.manifest);
+    free(t2.manifest);
+    free(t3.manifest);
+    free(v1);
+    free(v2);
+}
+
+static void test_layout(void **state)
+{
+    env *e = *state;
+    char out[512];
+    assert_int_equal(ingest_lander_landed_path(e->l, "dev1", "b1", "x/y.csv", T2024, out, sizeof out), 0);
+    assert_string_equal(out, "dev1/2024/02/29/x/y.csv");
+    /* one ns before the epoch is 1969-12-31 */
+    assert_int_equal(ingest_lander_landed_path(e->l, "dev1", "b1", "z", -1, out, sizeof out), 0);
+    assert_string_equal(out, "dev1/1969/12/31/z");
+    assert_int_equal(ingest_lander_landed_path(e->l, "dev1", "b1", "../z", 0, out, sizeof out), INGEST_EINVAL);
+    assert_int_equal(ingest_lander_landed_path(e->l, "dev1", "b1", "a//z", 0, out, sizeof out), INGEST_EINVAL);
+    assert_int_equal(ingest_lander_landed_path(e->l, "dev1", "b1", "./z", 0, out, sizeof out), INGEST_EINVAL);
+    assert_int_equal(ingest_lander_landed_path(e->l, "../d", "b1", "z", 0, out, sizeof out), INGEST_EINVAL);
+    assert_int_equal(ingest_lander_landed_path(e->l, "dev1", "b1", "z", 0, out, 8), INGEST_ETOOBIG);
+
+    ingest_lander *l2 = NULL;
+    assert_int_equal(ingest_lander_create(e->ctx, e->st, e->idx, e->bronze, "{batch}/{yyyy}-{mm}-{dd}/{device}_{path}",
+                                          e->key, e->codec, &l2),
+                     0);
+    assert_int_equal(ingest_lander_landed_path(l2, "dev1", "b7", "x/y.csv", 86400ll * 1000000000ll, out, sizeof out), 0);
+    assert_string_equal(out, "b7/1970-01-02/dev1_x/y.csv");
+    ingest_lander_destroy(l2);
+    const char *bad[] = {"{device}/{nope}/{path}", "/abs/{path}", "{device}/x", "{device}/../{path}",
+                         "_manifests/{path}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        l2 = (ingest_lander *)1;
+        assert_int_equal(ingest_lander_create(e->ctx, e->st, e->idx, e->bronze, bad[i], e->key, e->codec, &l2),
+                         INGEST_EINVAL);
+        assert_null(l2);
+    }
+}
+
+static void test_hash_mismatch(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(2 * CH, 71);
+    const tfile f[] = {{"a", a, 2 * CH, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "b1", f, 1, &tb);
+    /* corrupt the whole-file hash in the manifest (first hex digit after "hash":") */
+    char *h = strstr((char *)tb.manifest, "\"hash\":\"");
+    assert_non_null(h);
+    h += 8;
+    *h = *h == '0' ? '1' : '0';
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_int_equal(put(e, b, &tb, 0), 0);
+    assert_int_equal(put(e, b, &tb, 1), INGEST_EMISMATCH);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "whole-file hash"));
+    assert_int_equal(count_files(e), 0);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+    free(a);
+}
+
+/* 16 files or more: two syncfs() per batch instead of an fsync per file. */
+static void test_many_files(void **state)
+{
+    env *e = *state;
+    enum { NF = 20 };
+    uint8_t *d[NF];
+    tfile f[NF];
+    char names[NF][32];
+    for (int i = 0; i < NF; i++) {
+        d[i] = pattern(100 + (size_t)i, 200 + (uint32_t)i);
+        snprintf(names[i], sizeof names[i], "d%d/f%02d", i % 3, i);
+        f[i] = (tfile){names[i], d[i], 100 + (size_t)i, T2024, 0644};
+    }
+    tbatch tb;
+    make_batch(e, "dev1", "many", f, NF, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    land_all(e, b, &tb);
+    ingest_lander_stats s;
+    ingest_lander_batch_stats(b, &s);
+    assert_int_equal(s.syncs, 2);
+    ingest_lander_batch_destroy(b);
+    for (int i = 0; i < NF; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "dev1/2024/02/29/%s", names[i]);
+        assert_file(e, rel, d[i], 100 + (size_t)i, T2024, 0644);
+        free(d[i]);
+    }
+    assert_int_equal(count_files(e), NF);
+    free(tb.manifest);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* INGEST_TEST_FULL=1: a figure, 64 files of 252 KiB all new, then the same content copied. */
+static void test_bench(void **state)
+{
+    env *e = *state;
+    const char *full = getenv("INGEST_TEST_FULL");
+    if (!full || strcmp(full, "1") != 0)
+        skip();
+    enum { NF = 64, FS = 63 * CH };
+    uint8_t *data[NF];
+    char names[NF][16];
+    for (int i = 0; i < NF; i++) {
+        data[i] = pattern(FS, 100 + (uint32_t)i);
+        snprintf(names[i], sizeof names[i], "f%03d", i);
+    }
+    for (int round = 0; round < 2; round++) {
+        /* manifest in pieces of one file: MAXCH chunks per tbatch */
+        ingest_lander_batch *b = NULL;
+        ingest_manifest_writer *w = NULL;
+        assert_int_equal(ingest_manifest_writer_create(e->ctx, &w), 0);
+        ingest_manifest_rec rec;
+        memset(&rec, 0, sizeof rec);
+        rec.type = INGEST_MREC_HEADER;
+        rec.device = "dev1";
+        rec.batch = round ? "r1" : "r0";
+        rec.nfiles = NF;
+        rec.total_bytes = (uint64_t)NF * FS;
+        assert_int_equal(ingest_manifest_writer_add(w, &rec), 0);
+        for (int i = 0; i < NF; i++) {
+            char nm[64] = "copy/";
+            memcpy(nm + (round ? 5 : 0), names[i], strlen(names[i]) + 1);
+            ingest_manifest_chunk ch[MAXCH];
+            uint32_t nc = 0;
+            for (size_t off = 0; off < FS; off += CH, nc++) {
+                ingest_chunk_id(e->key, data[i] + off, CH, ch[nc].id);
+                ch[nc].len = CH;
+            }
+            memset(&rec, 0, sizeof rec);
+            rec.type = INGEST_MREC_FILE;
+            rec.path = nm;
+            rec.size = FS;
+            rec.mtime_ns = T2024;
+            rec.mode = 0644;
+            ingest_filehash fh;
+            ingest_filehash_init(&fh, e->key);
+            ingest_filehash_update(&fh, data[i], FS);
+            ingest_filehash_final(&fh, rec.hash);
+            rec.chunks = ch;
+            rec.nchunks = rec.nchunks_total = nc;
+            assert_int_equal(ingest_manifest_writer_add(w, &rec), 0);
+        }
+        size_t ml;
+        const void *m = ingest_manifest_writer_data(w, &ml);
+        const double t0 = now_s();
+        assert_int_equal(ingest_lander_begin(e->l, "dev1", m, ml, &b), 0);
+        const uint32_t *wl;
+        size_t n;
+        ingest_lander_wants(b, &wl, &n);
+        assert_int_equal(n, round ? 0 : (size_t)NF * (FS / CH));
+        for (size_t k = 0; k < n; k++) {
+            const uint32_t fi = wl[k] / (FS / CH), ci = wl[k] % (FS / CH);
+            uint8_t enc[CH + 64];
+            size_t el;
+            assert_int_equal(ingest_codec_encode(e->codec, data[fi] + (size_t)ci * CH, CH, enc, sizeof enc, &el), 0);
+            assert_int_equal(ingest_lander_put_chunk(b, wl[k], enc, el), 0);
+        }
+        const double t1 = now_s();
+        assert_int_equal(ingest_lander_commit(b), 0);
+        const double dt = now_s() - t0;
+        print_message("  (begin + chunks %.3f s, commit %.3f s)\n", t1 - t0, dt - (t1 - t0));
+        ingest_lander_stats s;
+        ingest_lander_batch_stats(b, &s);
+        print_message("lander bench %s: %d files, %.1f MB in %.3f s = %.0f MB/s, %llu syncs, %llu copies\n",
+                      round ? "all known (copies)" : "all new", NF, (double)s.bytes / 1e6, dt,
+                      (double)s.bytes / 1e6 / dt, (unsigned long long)s.syncs, (unsigned long long)s.copies);
+        ingest_lander_batch_destroy(b);
+        ingest_manifest_writer_destroy(w);
+    }
+    for (int i = 0; i < NF; i++)
+        free(data[i]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_land_new, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dedup_copies, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rewant_deleted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rewant_overwritten, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_id, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_protocol_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_traversal, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_symlink_in_bronze, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refused_misc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_abort, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_new_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_layout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hash_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bench, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
