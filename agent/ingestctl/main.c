@@ -23,6 +23,7 @@ static const struct command commands[] = {
     { "chunk", cmd_chunk, "chunk [--min N --avg N --max N] FILE..." },
     { "dict", cmd_dict, "dict train --out FILE [--size BYTES] [--force] SAMPLE... | dict info FILE" },
     { "index", cmd_index, "index check DIR [--bronze DIR]" },
+    { "keygen", cmd_keygen, "keygen NAME | keygen --dedup FILE" },
     { "bench", cmd_bench, "bench chunk|index ..." },
 };
 

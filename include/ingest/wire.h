@@ -1,0 +1,195 @@
+/*
+ * Wire protocol messages (docs/protocol.md).
+ *
+ * Every message travels inside one encrypted session frame (session.h).  The
+ * plaintext of a frame is an 8-byte header followed by the payload:
+ *
+ *   offset size  field
+ *   0      1     type (INGEST_MSG_*)
+ *   1      1     version (INGEST_WIRE_VERSION)
+ *   2      2     flags, little-endian (0; reserved)
+ *   4      4     payload length, little-endian (<= the session's bound)
+ *
+ * The encoders and decoders here deal with the payload of each type.  Every
+ * integer is little-endian.  A string is a u16 length followed by that many
+ * bytes (no NUL byte; no terminator on the wire).
+ *
+ * UNTRUSTED INPUT: the decoders accept arbitrary bytes; every length is
+ * checked against the payload and its own bound, trailing bytes are an
+ * error, and nothing is allocated.  Decoded byte views (manifest parts,
+ * chunk data, WANT indexes) point into the payload buffer and are valid as
+ * long as it is.
+ *
+ * THREAD SAFETY: all functions here are thread-safe (no shared state); ctx
+ * is used only to record an error detail.
+ */
+#ifndef INGEST_WIRE_H
+#define INGEST_WIRE_H
+
+#include "ingest/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define INGEST_WIRE_VERSION 1
+#define INGEST_WIRE_HDR_BYTES 8
+/* Default bound of a frame's payload; both sides enforce it. */
+#define INGEST_WIRE_MAX_PAYLOAD (4u * 1024u * 1024u)
+/* Highest bound a session may be configured with (a 64 MiB chunk, encoded). */
+#define INGEST_WIRE_MAX_PAYLOAD_HIGHEST (80u * 1024u * 1024u)
+#define INGEST_WIRE_BATCH_ID_MAX 128  /* bytes; [A-Za-z0-9._:-] */
+#define INGEST_WIRE_MESSAGE_MAX 1024  /* bytes of an ACK/ERROR message */
+
+/* Message types.  0 is never valid. */
+enum {
+    INGEST_MSG_BATCH_BEGIN = 1,   /* agent -> receiver */
+    INGEST_MSG_MANIFEST_PART = 2, /* agent -> receiver */
+    INGEST_MSG_MANIFEST_END = 3,  /* agent -> receiver */
+    INGEST_MSG_WANT = 4,          /* receiver -> agent */
+    INGEST_MSG_CHUNK = 5,         /* agent -> receiver */
+    INGEST_MSG_BATCH_COMMIT = 6,  /* agent -> receiver */
+    INGEST_MSG_ACK = 7,           /* receiver -> agent */
+    INGEST_MSG_ERROR = 8,         /* either way; the sender closes after it */
+    INGEST_MSG_PING = 9,          /* either way */
+    INGEST_MSG_PONG = 10,         /* answer to PING */
+    INGEST_MSG_TYPE_LAST = 10,
+};
+
+/* WANT flag: more WANT frames for the same batch follow. */
+#define INGEST_WANT_MORE 0x01u
+
+/* ACK status values (other negative values are INGEST_E* codes). */
+enum {
+    INGEST_ACK_LANDED = 0,    /* batch landed and durable */
+    INGEST_ACK_DUPLICATE = 1, /* batch was already landed earlier; durable */
+};
+
+/* The frame header (the first 8 bytes of a frame's plaintext). */
+typedef struct ingest_wire_hdr {
+    uint8_t type;
+    uint8_t version;
+    uint16_t flags;
+    uint32_t length;
+} ingest_wire_hdr;
+
+/* A static name of a message type ("BATCH_BEGIN"), or "UNKNOWN". */
+INGEST_API const char *ingest_wire_type_name(unsigned type);
+
+/* Write the 8-byte header. */
+INGEST_API void ingest_wire_hdr_encode(const ingest_wire_hdr *h, uint8_t out[INGEST_WIRE_HDR_BYTES]);
+/*
+ * Parse and check a header: known type (else INGEST_EPROTO), version
+ * INGEST_WIRE_VERSION (else INGEST_EVERSION), flags 0 (else INGEST_EPROTO),
+ * length <= max_payload (else INGEST_ETOOBIG).
+ */
+INGEST_API int ingest_wire_hdr_decode(ingest_ctx *ctx, const uint8_t in[INGEST_WIRE_HDR_BYTES],
+                                      size_t max_payload, ingest_wire_hdr *h);
+
+typedef struct ingest_wire_batch_begin {
+    char batch_id[INGEST_WIRE_BATCH_ID_MAX + 1];
+    uint32_t file_count;
+    uint32_t chunk_count; /* entries of the batch's ordered chunk list */
+    uint64_t total_bytes; /* sum of the file sizes */
+} ingest_wire_batch_begin;
+
+typedef struct ingest_wire_bytes {
+    const uint8_t *data;
+    size_t len;
+} ingest_wire_bytes;
+
+typedef struct ingest_wire_manifest_end {
+    uint32_t part_count;     /* MANIFEST_PART frames sent for this batch */
+    uint64_t manifest_bytes; /* their total length */
+} ingest_wire_manifest_end;
+
+typedef struct ingest_wire_want {
+    char batch_id[INGEST_WIRE_BATCH_ID_MAX + 1];
+    uint8_t flags;        /* INGEST_WANT_MORE */
+    uint32_t count;       /* number of indexes */
+    const uint8_t *raw;   /* count little-endian u32, strictly increasing */
+    const uint32_t *idx;  /* encode only: the indexes (raw is ignored) */
+} ingest_wire_want;
+
+typedef struct ingest_wire_chunk {
+    uint32_t index;      /* into the batch's ordered chunk list */
+    const uint8_t *data; /* an encoded chunk (codec.h) */
+    size_t len;
+} ingest_wire_chunk;
+
+typedef struct ingest_wire_batch_commit {
+    char batch_id[INGEST_WIRE_BATCH_ID_MAX + 1];
+    uint32_t chunks_sent; /* CHUNK frames sent for this batch */
+} ingest_wire_batch_commit;
+
+typedef struct ingest_wire_ack {
+    char batch_id[INGEST_WIRE_BATCH_ID_MAX + 1];
+    int32_t status; /* INGEST_ACK_* or a negative INGEST_E* code */
+    char message[INGEST_WIRE_MESSAGE_MAX + 1];
+} ingest_wire_ack;
+
+typedef struct ingest_wire_error {
+    int32_t code; /* negative INGEST_E* code */
+    char message[INGEST_WIRE_MESSAGE_MAX + 1];
+} ingest_wire_error;
+
+typedef struct ingest_wire_ping {
+    uint64_t nonce; /* echoed by PONG */
+} ingest_wire_ping;
+
+/* Any message: type selects the member of u. */
+typedef struct ingest_wire_msg {
+    uint8_t type;
+    union {
+        ingest_wire_batch_begin begin;
+        ingest_wire_bytes manifest_part;
+        ingest_wire_manifest_end manifest_end;
+        ingest_wire_want want;
+        ingest_wire_chunk chunk;
+        ingest_wire_batch_commit commit;
+        ingest_wire_ack ack;
+        ingest_wire_error error;
+        ingest_wire_ping ping; /* PING and PONG */
+    } u;
+} ingest_wire_msg;
+
+/* Index i (< w->count) of a decoded WANT. */
+INGEST_API uint32_t ingest_wire_want_index(const ingest_wire_want *w, uint32_t i);
+
+/*
+ * Encoded payload size of m, or 0 when m is invalid (bad type, string too
+ * long, etc.).
+ */
+INGEST_API size_t ingest_wire_encoded_size(const ingest_wire_msg *m);
+
+/*
+ * Encode the payload of m into out[0,cap): *len gets the size.  Checks the
+ * fields as the decoder would (INGEST_EINVAL with a reason); INGEST_ETOOBIG
+ * when cap or INGEST_WIRE_MAX_PAYLOAD_HIGHEST is too small.
+ */
+INGEST_API int ingest_wire_encode(ingest_ctx *ctx, const ingest_wire_msg *m, uint8_t *out, size_t cap,
+                                  size_t *len);
+
+/*
+ * Encode only the fixed part of m, without the trailing bytes of a
+ * MANIFEST_PART or CHUNK (which are then sent from their own buffer, see
+ * ingest_session_send_msg).  For the other types this is ingest_wire_encode.
+ */
+INGEST_API int ingest_wire_encode_head(ingest_ctx *ctx, const ingest_wire_msg *m, uint8_t *out, size_t cap,
+                                       size_t *len);
+
+/*
+ * Decode the payload of a message of the given type.  Returns 0,
+ * INGEST_EPROTO for an unknown type, or INGEST_ECORRUPT naming the type and
+ * the field and offset that is wrong.  Views point into payload.
+ */
+INGEST_API int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, size_t len,
+                                  ingest_wire_msg *m);
+
+/* A batch or device id is 1..128 bytes of [A-Za-z0-9._:-]: 1 if valid. */
+INGEST_API int ingest_wire_id_valid(const char *s, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

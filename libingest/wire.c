@@ -1,0 +1,424 @@
+/* Wire protocol message codecs (docs/protocol.md, "Messages"). */
+#include "internal.h"
+#include "ingest/wire.h"
+
+#include <string.h>
+
+const char *ingest_wire_type_name(unsigned type)
+{
+    switch (type) {
+    case INGEST_MSG_BATCH_BEGIN: return "BATCH_BEGIN";
+    case INGEST_MSG_MANIFEST_PART: return "MANIFEST_PART";
+    case INGEST_MSG_MANIFEST_END: return "MANIFEST_END";
+    case INGEST_MSG_WANT: return "WANT";
+    case INGEST_MSG_CHUNK: return "CHUNK";
+    case INGEST_MSG_BATCH_COMMIT: return "BATCH_COMMIT";
+    case INGEST_MSG_ACK: return "ACK";
+    case INGEST_MSG_ERROR: return "ERROR";
+    case INGEST_MSG_PING: return "PING";
+    case INGEST_MSG_PONG: return "PONG";
+    default: return "UNKNOWN";
+    }
+}
+
+void ingest_wire_hdr_encode(const ingest_wire_hdr *h, uint8_t out[INGEST_WIRE_HDR_BYTES])
+{
+    out[0] = h->type;
+    out[1] = h->version;
+    ingest__put_u16(out + 2, h->flags);
+    ingest__put_u32(out + 4, h->length);
+}
+
+int ingest_wire_hdr_decode(ingest_ctx *ctx, const uint8_t in[INGEST_WIRE_HDR_BYTES], size_t max_payload,
+                           ingest_wire_hdr *h)
+{
+    h->type = in[0];
+    h->version = in[1];
+    h->flags = ingest__get_u16(in + 2);
+    h->length = ingest__get_u32(in + 4);
+    if (h->version != INGEST_WIRE_VERSION)
+        return ingest__fail(ctx, INGEST_EVERSION, "wire: frame version %u (type %u), expected %u",
+                            (unsigned)h->version, (unsigned)h->type, INGEST_WIRE_VERSION);
+    if (h->type == 0 || h->type > INGEST_MSG_TYPE_LAST)
+        return ingest__fail(ctx, INGEST_EPROTO, "wire: unknown message type %u", (unsigned)h->type);
+    if (h->flags != 0)
+        return ingest__fail(ctx, INGEST_EPROTO, "wire: %s: reserved flags 0x%04x set",
+                            ingest_wire_type_name(h->type), (unsigned)h->flags);
+    if (h->length > max_payload)
+        return ingest__fail(ctx, INGEST_ETOOBIG, "wire: %s: payload length %u exceeds bound %zu",
+                            ingest_wire_type_name(h->type), (unsigned)h->length, max_payload);
+    return 0;
+}
+
+int ingest_wire_id_valid(const char *s, size_t len)
+{
+    if (len == 0 || len > INGEST_WIRE_BATCH_ID_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        const int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        /* The first byte is alphanumeric so "." and ".." can never be ids. */
+        if (!alnum && (i == 0 || (c != '.' && c != '_' && c != ':' && c != '-')))
+            return 0;
+    }
+    return 1;
+}
+
+uint32_t ingest_wire_want_index(const ingest_wire_want *w, uint32_t i)
+{
+    if (w->idx != NULL)
+        return w->idx[i];
+    return ingest__get_u32(w->raw + 4u * (size_t)i);
+}
+
+/* ---- encoding ---------------------------------------------------------- */
+
+/* A writer over out[0,cap); overflow is sticky and checked once at the end. */
+typedef struct wr {
+    uint8_t *p;
+    size_t cap;
+    size_t len;
+    int over;
+} wr;
+
+static void w_bytes(wr *w, const void *src, size_t n)
+{
+    if (w->over || n > w->cap - w->len) {
+        w->over = 1;
+        return;
+    }
+    if (n > 0)
+        memcpy(w->p + w->len, src, n);
+    w->len += n;
+}
+
+static void w_u8(wr *w, uint8_t v) { w_bytes(w, &v, 1); }
+static void w_u16(wr *w, uint16_t v)
+{
+    uint8_t b[2];
+    ingest__put_u16(b, v);
+    w_bytes(w, b, 2);
+}
+static void w_u32(wr *w, uint32_t v)
+{
+    uint8_t b[4];
+    ingest__put_u32(b, v);
+    w_bytes(w, b, 4);
+}
+static void w_u64(wr *w, uint64_t v)
+{
+    uint8_t b[8];
+    ingest__put_u64(b, v);
+    w_bytes(w, b, 8);
+}
+static void w_str(wr *w, const char *s, size_t n)
+{
+    w_u16(w, (uint16_t)n);
+    w_bytes(w, s, n);
+}
+
+static int check_id(ingest_ctx *ctx, const char *what, const char *id, size_t *n)
+{
+    *n = strnlen(id, INGEST_WIRE_BATCH_ID_MAX + 1);
+    if (!ingest_wire_id_valid(id, *n))
+        return ingest__fail(ctx, INGEST_EINVAL, "wire: %s: invalid batch id (1..%d bytes of [A-Za-z0-9._:-])",
+                            what, INGEST_WIRE_BATCH_ID_MAX);
+    return 0;
+}
+
+static int check_msg(ingest_ctx *ctx, const char *what, const char *msg, size_t *n)
+{
+    *n = strnlen(msg, INGEST_WIRE_MESSAGE_MAX + 1);
+    if (*n > INGEST_WIRE_MESSAGE_MAX)
+        return ingest__fail(ctx, INGEST_EINVAL, "wire: %s: message longer than %d bytes", what,
+                            INGEST_WIRE_MESSAGE_MAX);
+    return 0;
+}
+
+/* Encode into w; with_tail=0 leaves out the trailing bytes of PART/CHUNK. */
+static int encode(ingest_ctx *ctx, const ingest_wire_msg *m, wr *w, int with_tail)
+{
+    const char *name = ingest_wire_type_name(m->type);
+    size_t n = 0, n2 = 0;
+    switch (m->type) {
+    case INGEST_MSG_BATCH_BEGIN:
+        INGEST__FORWARD(check_id(ctx, name, m->u.begin.batch_id, &n));
+        w_str(w, m->u.begin.batch_id, n);
+        w_u32(w, m->u.begin.file_count);
+        w_u32(w, m->u.begin.chunk_count);
+        w_u64(w, m->u.begin.total_bytes);
+        break;
+    case INGEST_MSG_MANIFEST_PART:
+        if (m->u.manifest_part.len == 0)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: MANIFEST_PART: empty part");
+        if (with_tail)
+            w_bytes(w, m->u.manifest_part.data, m->u.manifest_part.len);
+        break;
+    case INGEST_MSG_MANIFEST_END:
+        w_u32(w, m->u.manifest_end.part_count);
+        w_u64(w, m->u.manifest_end.manifest_bytes);
+        break;
+    case INGEST_MSG_WANT: {
+        const ingest_wire_want *x = &m->u.want;
+        INGEST__FORWARD(check_id(ctx, name, x->batch_id, &n));
+        if ((x->flags & ~INGEST_WANT_MORE) != 0)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: WANT: unknown flags 0x%02x", (unsigned)x->flags);
+        if (x->count > 0 && x->idx == NULL && x->raw == NULL)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: WANT: %u indexes but no array", (unsigned)x->count);
+        w_str(w, x->batch_id, n);
+        w_u8(w, x->flags);
+        w_u32(w, x->count);
+        for (uint32_t i = 0; i < x->count && !w->over; i++) {
+            const uint32_t v = ingest_wire_want_index(x, i);
+            if (i > 0 && v <= ingest_wire_want_index(x, i - 1))
+                return ingest__fail(ctx, INGEST_EINVAL, "wire: WANT: index %u at position %u not above %u",
+                                    (unsigned)v, (unsigned)i, (unsigned)ingest_wire_want_index(x, i - 1));
+            w_u32(w, v);
+        }
+        break;
+    }
+    case INGEST_MSG_CHUNK:
+        if (m->u.chunk.len == 0)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: CHUNK: empty chunk");
+        w_u32(w, m->u.chunk.index);
+        if (with_tail)
+            w_bytes(w, m->u.chunk.data, m->u.chunk.len);
+        break;
+    case INGEST_MSG_BATCH_COMMIT:
+        INGEST__FORWARD(check_id(ctx, name, m->u.commit.batch_id, &n));
+        w_str(w, m->u.commit.batch_id, n);
+        w_u32(w, m->u.commit.chunks_sent);
+        break;
+    case INGEST_MSG_ACK:
+        INGEST__FORWARD(check_id(ctx, name, m->u.ack.batch_id, &n));
+        INGEST__FORWARD(check_msg(ctx, name, m->u.ack.message, &n2));
+        w_str(w, m->u.ack.batch_id, n);
+        w_u32(w, (uint32_t)m->u.ack.status);
+        w_str(w, m->u.ack.message, n2);
+        break;
+    case INGEST_MSG_ERROR:
+        INGEST__FORWARD(check_msg(ctx, name, m->u.error.message, &n2));
+        if (m->u.error.code >= 0)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: ERROR: code %d is not negative", (int)m->u.error.code);
+        w_u32(w, (uint32_t)m->u.error.code);
+        w_str(w, m->u.error.message, n2);
+        break;
+    case INGEST_MSG_PING:
+    case INGEST_MSG_PONG:
+        w_u64(w, m->u.ping.nonce);
+        break;
+    default:
+        return ingest__fail(ctx, INGEST_EINVAL, "wire: cannot encode unknown message type %u", (unsigned)m->type);
+    }
+    if (w->over)
+        return ingest__fail(ctx, INGEST_ETOOBIG, "wire: %s: encoded payload does not fit in %zu bytes", name,
+                            w->cap);
+    return 0;
+}
+
+size_t ingest_wire_encoded_size(const ingest_wire_msg *m)
+{
+    /* Every head but WANT's fits in this scratch buffer. */
+    uint8_t scratch[64 + 2 * INGEST_WIRE_BATCH_ID_MAX + INGEST_WIRE_MESSAGE_MAX];
+    wr w = { scratch, sizeof(scratch), 0, 0 };
+    size_t tail = 0;
+    if (m->type == INGEST_MSG_WANT) {
+        size_t n = strnlen(m->u.want.batch_id, INGEST_WIRE_BATCH_ID_MAX + 1);
+        if (!ingest_wire_id_valid(m->u.want.batch_id, n))
+            return 0;
+        return 2 + n + 1 + 4 + 4 * (size_t)m->u.want.count;
+    }
+    if (encode(NULL, m, &w, 0) != 0)
+        return 0;
+    if (m->type == INGEST_MSG_MANIFEST_PART)
+        tail = m->u.manifest_part.len;
+    else if (m->type == INGEST_MSG_CHUNK)
+        tail = m->u.chunk.len;
+    if (tail > INGEST_WIRE_MAX_PAYLOAD_HIGHEST)
+        return 0;
+    return w.len + tail;
+}
+
+int ingest_wire_encode(ingest_ctx *ctx, const ingest_wire_msg *m, uint8_t *out, size_t cap, size_t *len)
+{
+    wr w = { out, cap, 0, 0 };
+    *len = 0;
+    INGEST__FORWARD(encode(ctx, m, &w, 1));
+    *len = w.len;
+    return 0;
+}
+
+int ingest_wire_encode_head(ingest_ctx *ctx, const ingest_wire_msg *m, uint8_t *out, size_t cap, size_t *len)
+{
+    wr w = { out, cap, 0, 0 };
+    *len = 0;
+    INGEST__FORWARD(encode(ctx, m, &w, 0));
+    *len = w.len;
+    return 0;
+}
+
+/* ---- decoding ---------------------------------------------------------- */
+
+typedef struct rd {
+    ingest_ctx *ctx;
+    const char *what;
+    const uint8_t *p;
+    size_t len;
+    size_t pos;
+} rd;
+
+static int r_need(rd *r, size_t n, const char *field)
+{
+    if (n > r->len - r->pos)
+        return ingest__fail(r->ctx, INGEST_ECORRUPT, "wire: %s: truncated at %s (offset %zu, need %zu, have %zu)",
+                            r->what, field, r->pos, n, r->len - r->pos);
+    return 0;
+}
+
+static int r_u8(rd *r, const char *field, uint8_t *v)
+{
+    INGEST__FORWARD(r_need(r, 1, field));
+    *v = r->p[r->pos++];
+    return 0;
+}
+
+static int r_u32(rd *r, const char *field, uint32_t *v)
+{
+    INGEST__FORWARD(r_need(r, 4, field));
+    *v = ingest__get_u32(r->p + r->pos);
+    r->pos += 4;
+    return 0;
+}
+
+static int r_u64(rd *r, const char *field, uint64_t *v)
+{
+    INGEST__FORWARD(r_need(r, 8, field));
+    *v = ingest__get_u64(r->p + r->pos);
+    r->pos += 8;
+    return 0;
+}
+
+/* A u16-prefixed string of at most max bytes, copied NUL-terminated to out. */
+static int r_str(rd *r, const char *field, char *out, size_t max, int is_id)
+{
+    INGEST__FORWARD(r_need(r, 2, field));
+    const size_t at = r->pos;
+    const size_t n = ingest__get_u16(r->p + r->pos);
+    r->pos += 2;
+    if (n > max)
+        return ingest__fail(r->ctx, INGEST_ECORRUPT, "wire: %s: %s length %zu exceeds %zu (offset %zu)", r->what,
+                            field, n, max, at);
+    INGEST__FORWARD(r_need(r, n, field));
+    const char *s = (const char *)r->p + r->pos;
+    if (is_id && !ingest_wire_id_valid(s, n))
+        return ingest__fail(r->ctx, INGEST_ECORRUPT,
+                            "wire: %s: %s at offset %zu is not 1..%d bytes of [A-Za-z0-9._:-]", r->what, field,
+                            at, INGEST_WIRE_BATCH_ID_MAX);
+    if (!is_id && memchr(s, 0, n) != NULL)
+        return ingest__fail(r->ctx, INGEST_ECORRUPT, "wire: %s: %s at offset %zu contains a NUL byte", r->what,
+                            field, at);
+    memcpy(out, s, n);
+    out[n] = '\0';
+    r->pos += n;
+    return 0;
+}
+
+static int r_end(rd *r)
+{
+    if (r->pos != r->len)
+        return ingest__fail(r->ctx, INGEST_ECORRUPT, "wire: %s: %zu trailing bytes at offset %zu", r->what,
+                            r->len - r->pos, r->pos);
+    return 0;
+}
+
+int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, size_t len, ingest_wire_msg *m)
+{
+    rd r = { ctx, ingest_wire_type_name(type), payload, len, 0 };
+    memset(m, 0, sizeof(*m));
+    if (payload == NULL && len != 0)
+        return ingest__fail(ctx, INGEST_EINVAL, "wire: NULL payload");
+    if (len > INGEST_WIRE_MAX_PAYLOAD_HIGHEST)
+        return ingest__fail(ctx, INGEST_ETOOBIG, "wire: %s: payload of %zu bytes exceeds %u", r.what, len,
+                            INGEST_WIRE_MAX_PAYLOAD_HIGHEST);
+    m->type = (uint8_t)type;
+    switch (type) {
+    case INGEST_MSG_BATCH_BEGIN: {
+        ingest_wire_batch_begin *x = &m->u.begin;
+        INGEST__FORWARD(r_str(&r, "batch id", x->batch_id, INGEST_WIRE_BATCH_ID_MAX, 1));
+        INGEST__FORWARD(r_u32(&r, "file count", &x->file_count));
+        INGEST__FORWARD(r_u32(&r, "chunk count", &x->chunk_count));
+        INGEST__FORWARD(r_u64(&r, "total bytes", &x->total_bytes));
+        return r_end(&r);
+    }
+    case INGEST_MSG_MANIFEST_PART:
+        if (len == 0)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: MANIFEST_PART: empty part");
+        m->u.manifest_part.data = payload;
+        m->u.manifest_part.len = len;
+        return 0;
+    case INGEST_MSG_MANIFEST_END:
+        INGEST__FORWARD(r_u32(&r, "part count", &m->u.manifest_end.part_count));
+        INGEST__FORWARD(r_u64(&r, "manifest bytes", &m->u.manifest_end.manifest_bytes));
+        return r_end(&r);
+    case INGEST_MSG_WANT: {
+        ingest_wire_want *x = &m->u.want;
+        INGEST__FORWARD(r_str(&r, "batch id", x->batch_id, INGEST_WIRE_BATCH_ID_MAX, 1));
+        INGEST__FORWARD(r_u8(&r, "flags", &x->flags));
+        if ((x->flags & ~INGEST_WANT_MORE) != 0)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: WANT: unknown flags 0x%02x at offset %zu",
+                                (unsigned)x->flags, r.pos - 1);
+        INGEST__FORWARD(r_u32(&r, "index count", &x->count));
+        /* Bound the count by the bytes present before touching the array. */
+        if (x->count > (len - r.pos) / 4)
+            return ingest__fail(ctx, INGEST_ECORRUPT,
+                                "wire: WANT: index count %u needs %zu bytes, %zu present (offset %zu)",
+                                (unsigned)x->count, 4 * (size_t)x->count, len - r.pos, r.pos - 4);
+        x->raw = payload + r.pos;
+        for (uint32_t i = 1; i < x->count; i++) {
+            const uint32_t a = ingest__get_u32(x->raw + 4 * (size_t)(i - 1));
+            const uint32_t b = ingest__get_u32(x->raw + 4 * (size_t)i);
+            if (b <= a)
+                return ingest__fail(ctx, INGEST_ECORRUPT,
+                                    "wire: WANT: index %u at position %u is not above %u (offset %zu)",
+                                    (unsigned)b, (unsigned)i, (unsigned)a, r.pos + 4 * (size_t)i);
+        }
+        r.pos += 4 * (size_t)x->count;
+        return r_end(&r);
+    }
+    case INGEST_MSG_CHUNK:
+        INGEST__FORWARD(r_u32(&r, "chunk index", &m->u.chunk.index));
+        if (r.pos == len)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: CHUNK: no chunk bytes after the index");
+        m->u.chunk.data = payload + r.pos;
+        m->u.chunk.len = len - r.pos;
+        return 0;
+    case INGEST_MSG_BATCH_COMMIT:
+        INGEST__FORWARD(r_str(&r, "batch id", m->u.commit.batch_id, INGEST_WIRE_BATCH_ID_MAX, 1));
+        INGEST__FORWARD(r_u32(&r, "chunks sent", &m->u.commit.chunks_sent));
+        return r_end(&r);
+    case INGEST_MSG_ACK: {
+        uint32_t st;
+        INGEST__FORWARD(r_str(&r, "batch id", m->u.ack.batch_id, INGEST_WIRE_BATCH_ID_MAX, 1));
+        INGEST__FORWARD(r_u32(&r, "status", &st));
+        m->u.ack.status = (int32_t)st;
+        INGEST__FORWARD(r_str(&r, "message", m->u.ack.message, INGEST_WIRE_MESSAGE_MAX, 0));
+        return r_end(&r);
+    }
+    case INGEST_MSG_ERROR: {
+        uint32_t code;
+        INGEST__FORWARD(r_u32(&r, "code", &code));
+        m->u.error.code = (int32_t)code;
+        if (m->u.error.code >= 0)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: ERROR: code %d is not negative (offset 0)",
+                                (int)m->u.error.code);
+        INGEST__FORWARD(r_str(&r, "message", m->u.error.message, INGEST_WIRE_MESSAGE_MAX, 0));
+        return r_end(&r);
+    }
+    case INGEST_MSG_PING:
+    case INGEST_MSG_PONG:
+        INGEST__FORWARD(r_u64(&r, "nonce", &m->u.ping.nonce));
+        return r_end(&r);
+    default:
+        return ingest__fail(ctx, INGEST_EPROTO, "wire: unknown message type %u", type);
+    }
+}
