@@ -1,0 +1,220 @@
+/*
+ * The edge's batch builder (no networking): walk the configured sources,
+ * group regular files into batches, chunk and hash each file into a batch
+ * manifest, then produce the encoded chunks the core asks for.
+ *
+ *   ingest_sender_create(ctx, &opts, &s);
+ *   ingest_sender_scan(s);                        start a walk of every source
+ *   while (ingest_sender_next_batch(s, &b) == 1) {
+ *       ingest_sender_batch_manifest(b, &m, &mlen);   send it
+ *       for each wanted chunk index i:                from the receiver
+ *           ingest_sender_batch_chunk(b, i, buf, cap, &n);   send buf[0,n)
+ *       ingest_sender_batch_destroy(b);
+ *   }
+ *
+ * Walk order (so batches are reproducible): sources in the order given;
+ * inside a source, depth first, the entries of each directory in bytewise
+ * (strcmp) order of their names, a subdirectory's contents visited where
+ * its name sorts.  Symbolic links are never followed; only regular files
+ * are taken.  Anything skipped is counted in ingest_sender_stats and
+ * reported through opts.on_skip, never silently lost.
+ *
+ * Paths: a file's manifest path is "{source name}/{path under the source}"
+ * (always prefixed, so adding a source never moves the files of another).
+ *
+ * Memory is bounded by the batch, not by the tree: the walk holds one
+ * sorted name list per open directory level (at most
+ * INGEST_SENDER_MAX_DEPTH levels), and a batch holds its files and chunk
+ * list (about 44 bytes per chunk).  Files are streamed through fixed
+ * buffers (serial: read_buffer + chunking.max bytes; pipeline: about
+ * 2*max + 16*avg): never a whole file in memory.
+ *
+ * THREAD SAFETY: a sender and its batches belong to one thread at a time
+ * (that of their context).  Batches borrow the sender's codec and key:
+ * destroy every batch before the sender.
+ */
+#ifndef INGEST_SENDER_H
+#define INGEST_SENDER_H
+
+#include "ingest/common.h"
+#include "ingest/chunker.h"
+#include "ingest/codec.h"
+#include "ingest/hash.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define INGEST_SENDER_MAX_DEPTH 64           /* directory levels below a source */
+#define INGEST_SENDER_MAX_SOURCES 256
+#define INGEST_SENDER_SOURCE_NAME_MAX 64     /* bytes of a source name */
+#define INGEST_SENDER_PREFIX_MAX 64          /* bytes of a batch id prefix */
+#define INGEST_SENDER_DIR_MAX_ENTRIES (16u * 1024u * 1024u) /* names per directory */
+#define INGEST_SENDER_READ_BUFFER_DEFAULT (1024u * 1024u)
+
+/* Why a file was not put in a batch (opts.on_skip, ingest_sender_batch_dropped). */
+enum {
+    INGEST_SKIP_UNREADABLE = 1, /* open or read failed (EACCES, EIO, ...) */
+    INGEST_SKIP_SPECIAL = 2,    /* symlink, fifo, socket or device */
+    INGEST_SKIP_VANISHED = 3,   /* listed, then gone before it was opened */
+    INGEST_SKIP_NAME = 4,       /* path too long or a name with control bytes */
+    INGEST_SKIP_DIR = 5,        /* a directory that could not be read, or too deep */
+    INGEST_SKIP_CHANGED = 6,    /* size/mtime/ctime changed while it was chunked */
+    INGEST_SKIP_TOOBIG = 7,     /* more chunks than a manifest line count holds */
+};
+
+typedef struct ingest_sender_source {
+    const char *name; /* 1..INGEST_SENDER_SOURCE_NAME_MAX of [A-Za-z0-9._-], not "." or "..", unique */
+    const char *path; /* directory to walk */
+} ingest_sender_source;
+
+/*
+ * Options.  Zero-initialise, then set what you need: a zero field means
+ * its default.  Strings and arrays are copied by ingest_sender_create.
+ */
+typedef struct ingest_sender_opts {
+    const char *device;              /* required: device id, 1..INGEST_MANIFEST_NAME_MAX bytes of [A-Za-z0-9._-], no leading . */
+    const uint8_t *dedup_key;        /* required: INGEST_KEY_BYTES */
+    ingest_chunk_params chunking;    /* all zero: the defaults */
+    int level;                       /* zstd level for the codec the sender makes (0: 1) */
+    ingest_codec *codec;             /* optional: use this codec (borrowed, e.g. with a dictionary) */
+    const ingest_sender_source *sources;
+    size_t nsources;                 /* 1..INGEST_SENDER_MAX_SOURCES */
+    uint64_t max_files;              /* files per batch (0: 10000) */
+    uint64_t max_bytes;              /* bytes of file data per batch (0: 1 GiB); a single
+                                        file larger than this makes a batch of its own */
+    /*
+     * Batch ids are "{batch_prefix}{seq}" with seq in decimal, at least 6
+     * digits, zero-padded, starting at batch_seq and increasing by one per
+     * batch; the agent persists ingest_sender_next_seq() to keep ids unique
+     * and increasing across restarts.  batch_prefix NULL means
+     * "{unix seconds at create}-"; "" is allowed.  Characters: [A-Za-z0-9._-].
+     */
+    const char *batch_prefix;
+    uint64_t batch_seq;
+    uint32_t read_buffer;            /* serial mode: bytes per read() (0: 1 MiB; 4 KiB..64 MiB) */
+    /* 0 or 2: chunk and hash on two threads (ingest_chunkhash: the chunk ids
+     * are hashed by a helper thread while this one finds boundaries and
+     * computes the whole-file hash); 1: everything on the calling thread.
+     * The results are identical. */
+    int threads;
+    /* Called for every file or directory not taken, with its manifest-style
+     * path ("{source}/{relative path}") and an INGEST_SKIP_* reason. */
+    void (*on_skip)(void *userdata, const char *path, int reason);
+    /* Called while chunking a file (after each read, or each chunk with
+     * threads != 1) with the bytes done so far (metrics, progress; may be NULL). */
+    void (*on_read)(void *userdata, const char *path, uint64_t bytes_done);
+    void *userdata;
+} ingest_sender_opts;
+
+typedef struct ingest_sender_stats {
+    uint64_t files_seen;         /* regular files found by the walk */
+    uint64_t files_batched;      /* files put in a batch */
+    uint64_t bytes_batched;
+    uint64_t batches;
+    uint64_t skipped_unreadable;
+    uint64_t skipped_special;
+    uint64_t skipped_vanished;
+    uint64_t skipped_name;
+    uint64_t skipped_dirs;
+    uint64_t dropped_changed;
+    uint64_t skipped_toobig;
+} ingest_sender_stats;
+
+typedef struct ingest_sender_s ingest_sender;
+typedef struct ingest_sender_batch_s ingest_sender_batch;
+
+/* Validate opts, make the codec (unless given).  *out is NULL on failure. */
+INGEST_API int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *opts,
+                                    ingest_sender **out) INGEST_WUR;
+INGEST_API void ingest_sender_destroy(ingest_sender *s);
+
+/*
+ * Start (or restart) a walk of every source.  A source directory that
+ * cannot be opened is reported (INGEST_SKIP_DIR) and the walk goes on
+ * with the others.  Returns 0 or INGEST_ENOMEM.
+ */
+INGEST_API int ingest_sender_scan(ingest_sender *s);
+
+/*
+ * Build the next batch from the walk: returns 1 with *out (destroy it with
+ * ingest_sender_batch_destroy), 0 when the walk is done or was never
+ * started with ingest_sender_scan (*out NULL), < 0 on
+ * failure (out of memory, or a failure of the chunker or hash).  Files that
+ * cannot be read or that change while they are chunked are left out (and
+ * reported), never returned half done.  A batch always holds >= 1 file.
+ * After a failure the files of the batch being built are not returned:
+ * call ingest_sender_scan to walk again.
+ */
+INGEST_API int ingest_sender_next_batch(ingest_sender *s, ingest_sender_batch **out) INGEST_WUR;
+
+/* Sequence number the next batch will get. */
+INGEST_API uint64_t ingest_sender_next_seq(const ingest_sender *s);
+INGEST_API void ingest_sender_get_stats(const ingest_sender *s, ingest_sender_stats *st);
+/* Capacity of an output buffer that fits any encoded chunk of this sender. */
+INGEST_API size_t ingest_sender_chunk_bound(const ingest_sender *s);
+
+INGEST_API void ingest_sender_batch_destroy(ingest_sender_batch *b);
+/* The batch id, e.g. "1712345678-000042"; valid until the batch is destroyed. */
+INGEST_API const char *ingest_sender_batch_id(const ingest_sender_batch *b);
+
+/*
+ * The manifest of the batch (JSON Lines, docs/manifest.md): a header
+ * record (device, batch id, nfiles, total bytes, created_ns = the time the
+ * batch was built) then one FILE record per file in walk order, with
+ * landed "" and version 0 (the core fills them).  *ptr stays valid until
+ * the batch is destroyed.
+ */
+INGEST_API int ingest_sender_batch_manifest(ingest_sender_batch *b, const void **ptr, size_t *len);
+
+typedef struct ingest_sender_batch_stats {
+    uint64_t files;
+    uint64_t bytes;          /* sum of file sizes */
+    uint64_t chunks;         /* chunk list length (manifest order) */
+    uint64_t unique_chunks;  /* distinct chunk ids among them */
+    uint64_t dropped;        /* files left out because they changed */
+} ingest_sender_batch_stats;
+INGEST_API void ingest_sender_batch_stats_get(const ingest_sender_batch *b, ingest_sender_batch_stats *st);
+
+typedef struct ingest_sender_file_info {
+    const char *path;        /* manifest path "{source}/{relative path}" */
+    uint64_t size;
+    int64_t mtime_ns;
+    int64_t ctime_ns;
+    uint32_t mode;           /* st_mode */
+    uint8_t hash[INGEST_ID_BYTES];
+    uint64_t first_chunk;    /* index of its first chunk in the batch list */
+    uint64_t nchunks;
+} ingest_sender_file_info;
+/* File file_index (0..files-1, manifest order); pointers valid with the batch. */
+INGEST_API int ingest_sender_batch_file(const ingest_sender_batch *b, uint64_t file_index,
+                                        ingest_sender_file_info *info);
+/* The file that chunk chunk_index belongs to (INGEST_ENOTFOUND past the end). */
+INGEST_API int ingest_sender_batch_chunk_file(const ingest_sender_batch *b, uint64_t chunk_index,
+                                              uint64_t *file_index);
+/* Id, length and offset in its file of chunk chunk_index. */
+INGEST_API int ingest_sender_batch_chunk_info(const ingest_sender_batch *b, uint64_t chunk_index,
+                                              uint8_t id[INGEST_ID_BYTES], uint32_t *len,
+                                              uint64_t *offset);
+/* Dropped file i (0..dropped-1): its path and INGEST_SKIP_* reason. */
+INGEST_API int ingest_sender_batch_dropped(const ingest_sender_batch *b, uint64_t i, const char **path,
+                                           int *reason);
+
+/*
+ * Encode chunk chunk_index (its order in the batch's chunk list: all files'
+ * chunks in manifest order) into out[0, cap) (cap >=
+ * ingest_sender_chunk_bound()).  The chunk is re-read from its file (pread
+ * at its offset; the file stays open, so chunk i+1 after chunk i does not
+ * reopen it) and its id re-derived: a file that was replaced, shortened or
+ * rewritten since it was chunked gives INGEST_ESTALE (use
+ * ingest_sender_batch_chunk_file to learn which file; ship it later as a
+ * new version).  Other failures: INGEST_ENOTFOUND (index past the end),
+ * INGEST_ETOOBIG (cap too small), INGEST_EIO.
+ */
+INGEST_API int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t chunk_index, void *out,
+                                         size_t cap, size_t *out_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,1155 @@
+/*
+ * The edge's batch builder: a streaming walk of the sources, chunking and
+ * hashing of each file into a batch, the batch manifest, and re-reading
+ * and encoding of the chunks the core wants.  See include/ingest/sender.h
+ * and docs/sending.md.
+ */
+#include "internal.h"
+#include "ingest/chunkhash.h"
+#include "ingest/manifest.h"
+#include "ingest/sender.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_MAX_FILES 10000u
+#define DEFAULT_MAX_BYTES (1024ull * 1024u * 1024u)
+#define READ_BUFFER_MIN (4u * 1024u)
+#define READ_BUFFER_MAX (64u * 1024u * 1024u)
+#define DIR_ARENA_MAX ((size_t)1 << 30) /* bytes of names in one directory */
+#define PATH_CAP (INGEST_MANIFEST_PATH_MAX + 2)
+
+/* ------------------------------------------------------------------ */
+/* Types */
+
+typedef struct source {
+    char *name;
+    char *path;
+    size_t name_len;
+    int fd; /* root directory, open from the time the walk reaches it */
+} source;
+
+/* One open directory of the walk: its names, sorted, and a cursor. */
+typedef struct frame {
+    int fd;
+    char *arena;
+    char **names;
+    size_t n, i;
+    size_t prefix_len; /* bytes of s->path that name this directory, with its '/' */
+} frame;
+
+typedef struct ingest_sender_batch_s batch_t;
+
+/* What the chunk callback of the pipeline works on: the current file. */
+typedef struct file_ctx {
+    ingest_sender *s;
+    batch_t *b;
+    ingest_filehash *fh;
+    const char *path;
+    uint64_t total;
+    int rc; /* a failure of ours inside the callback (fatal) */
+} file_ctx;
+
+struct ingest_sender_s {
+    ingest_ctx *ctx;
+    char *device;
+    char *prefix;
+    uint64_t seq;
+    uint8_t key[INGEST_KEY_BYTES];
+    ingest_chunk_params params;
+    ingest_codec *codec;
+    int own_codec;
+    source *srcs;
+    size_t nsrc;
+    uint64_t max_files, max_bytes;
+    size_t rbuf;
+    void (*on_skip)(void *, const char *, int);
+    void (*on_read)(void *, const char *, uint64_t);
+    void *ud;
+
+    /* the walk */
+    size_t cur_src; /* == nsrc when done */
+    int depth;      /* frames in use */
+    frame stack[INGEST_SENDER_MAX_DEPTH + 1];
+    char path[PATH_CAP]; /* "{source}/{relative path}" of the current entry */
+    int peeked;          /* the entry at the top frame's cursor is a regular file, counted */
+    struct stat peek_st;
+
+    ingest_chunkhash *pipe; /* threads != 1: chunk+hash on two threads */
+    file_ctx fc;
+    ingest_chunker *chunker; /* threads == 1: serial */
+    uint8_t *buf; /* rbuf + params.max, serial only */
+    size_t bufcap;
+    ingest_sender_stats st;
+};
+
+typedef struct bfile {
+    size_t path_off; /* in b->paths */
+    size_t src;
+    uint64_t size;
+    int64_t mtime_ns, ctime_ns;
+    uint32_t mode;
+    dev_t dev;
+    ino_t ino;
+    uint8_t hash[INGEST_ID_BYTES];
+    uint64_t first_chunk, nchunks;
+} bfile;
+
+typedef struct bdrop {
+    size_t path_off;
+    int reason;
+} bdrop;
+
+struct ingest_sender_batch_s {
+    ingest_sender *s;
+    ingest_ctx *ctx;
+    char id[INGEST_SENDER_PREFIX_MAX + 24];
+    int64_t created_ns;
+    bfile *files;
+    size_t nfiles, capfiles;
+    ingest__buf paths; /* NUL-terminated paths of files and drops */
+    ingest_manifest_chunk *chunks;
+    uint64_t *offs;
+    size_t nchunks, capchunks;
+    uint64_t bytes, unique;
+    bdrop *drops;
+    size_t ndrops, capdrops;
+    int *rootfd; /* per source, dup of the sender's, -1 when unused */
+    /* chunk access */
+    int cur_fd;
+    size_t cur_file; /* SIZE_MAX: none */
+    uint8_t *raw;
+    ingest_manifest_writer *mw;
+};
+
+static int on_chunk(void *ud, const ingest_chunk_info *c);
+
+/* ------------------------------------------------------------------ */
+/* Helpers */
+
+static int64_t ts_ns(const struct timespec *t) { return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec; }
+
+static int name_ok(const char *p, size_t maxlen)
+{
+    const size_t n = strlen(p);
+    if (n > maxlen)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        const char c = p[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+/* Grow an array of n elements of size sz to hold one more. */
+static int grow(ingest_ctx *ctx, void **arr, size_t *cap, size_t n, size_t sz)
+{
+    if (n < *cap)
+        return 0;
+    const size_t ncap = *cap ? *cap * 2 : 16;
+    if (ncap > SIZE_MAX / sz)
+        return ingest__fail(ctx, INGEST_ENOMEM, "sender: array of %zu entries too large", ncap);
+    void *p = ingest__malloc(ctx, ncap * sz);
+    if (p == NULL)
+        return ingest__fail(ctx, INGEST_ENOMEM, "sender: out of memory (%zu entries)", ncap);
+    if (n)
+        memcpy(p, *arr, n * sz);
+    ingest__free(ctx, *arr);
+    *arr = p;
+    *cap = ncap;
+    return 0;
+}
+
+static void report(ingest_sender *s, const char *path, int reason, int err)
+{
+    uint64_t *ctr = NULL;
+    const char *what = "skipped";
+    int level = INGEST_LOG_WARN;
+    switch (reason) {
+    case INGEST_SKIP_UNREADABLE: ctr = &s->st.skipped_unreadable; what = "unreadable"; break;
+    case INGEST_SKIP_SPECIAL: ctr = &s->st.skipped_special; what = "not a regular file"; level = INGEST_LOG_DEBUG; break;
+    case INGEST_SKIP_VANISHED: ctr = &s->st.skipped_vanished; what = "vanished"; level = INGEST_LOG_INFO; break;
+    case INGEST_SKIP_NAME: ctr = &s->st.skipped_name; what = "path too long or control bytes in name"; break;
+    case INGEST_SKIP_DIR: ctr = &s->st.skipped_dirs; what = "directory not walked"; break;
+    case INGEST_SKIP_CHANGED: ctr = &s->st.dropped_changed; what = "changed while chunked, retry later"; level = INGEST_LOG_INFO; break;
+    case INGEST_SKIP_TOOBIG: ctr = &s->st.skipped_toobig; what = "too many chunks"; break;
+    default: break;
+    }
+    if (ctr)
+        (*ctr)++;
+    if (err)
+        ingest__log(s->ctx, level, "sender: %s: %s (%s)", path, what, strerror(err));
+    else
+        ingest__log(s->ctx, level, "sender: %s: %s", path, what);
+    if (s->on_skip)
+        s->on_skip(s->ud, path, reason);
+}
+
+/* ------------------------------------------------------------------ */
+/* Sender */
+
+int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_sender **out)
+{
+    int rc = 0;
+    ingest_sender *s = NULL;
+    if (out == NULL)
+        return ingest__fail(ctx, INGEST_EINVAL, "sender: out is NULL");
+    *out = NULL;
+    if (ctx == NULL || o == NULL)
+        return ingest__fail(ctx, INGEST_EINVAL, "sender: ctx and opts are required");
+    if (o->device == NULL || o->device[0] == '\0' || o->device[0] == '.' ||
+        !name_ok(o->device, INGEST_MANIFEST_NAME_MAX))
+        return ingest__fail(ctx, INGEST_EINVAL,
+                            "sender: device id must be 1..%d bytes of [A-Za-z0-9._-], not starting with '.'",
+                            INGEST_MANIFEST_NAME_MAX);
+    if (o->dedup_key == NULL)
+        return ingest__fail(ctx, INGEST_EINVAL, "sender: dedup key is required");
+    if (o->sources == NULL || o->nsources == 0 || o->nsources > INGEST_SENDER_MAX_SOURCES)
+        return ingest__fail(ctx, INGEST_EINVAL, "sender: 1..%d sources are required", INGEST_SENDER_MAX_SOURCES);
+    for (size_t i = 0; i < o->nsources; i++) {
+        const ingest_sender_source *src = &o->sources[i];
+        if (src->name == NULL || src->path == NULL || src->name[0] == '\0' || src->path[0] == '\0')
+            return ingest__fail(ctx, INGEST_EINVAL, "sender: sources[%zu]: name and path are required", i);
+        if (!name_ok(src->name, INGEST_SENDER_SOURCE_NAME_MAX) || strcmp(src->name, ".") == 0 ||
+            strcmp(src->name, "..") == 0)
+            return ingest__fail(ctx, INGEST_EINVAL,
+                                "sender: sources[%zu]: name '%s' must be 1..%d bytes of [A-Za-z0-9._-], not . or ..",
+                                i, src->name, INGEST_SENDER_SOURCE_NAME_MAX);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(o->sources[j].name, src->name) == 0)
+                return ingest__fail(ctx, INGEST_EINVAL, "sender: sources[%zu]: duplicate name '%s'", i, src->name);
+    }
+    if (o->batch_prefix != NULL && (o->batch_prefix[0] == '.' || !name_ok(o->batch_prefix, INGEST_SENDER_PREFIX_MAX)))
+        return ingest__fail(ctx, INGEST_EINVAL,
+                            "sender: batch prefix must be 0..%d bytes of [A-Za-z0-9._-], not starting with '.'",
+                            INGEST_SENDER_PREFIX_MAX);
+    if (o->threads < 0 || o->threads > 2)
+        return ingest__fail(ctx, INGEST_EINVAL, "sender: threads %d (0 or 2: chunk+hash pipeline, 1: serial)",
+                            o->threads);
+    if (o->read_buffer != 0 && (o->read_buffer < READ_BUFFER_MIN || o->read_buffer > READ_BUFFER_MAX))
+        return ingest__fail(ctx, INGEST_EINVAL, "sender: read_buffer %u out of %u..%u", o->read_buffer,
+                            READ_BUFFER_MIN, READ_BUFFER_MAX);
+
+    ingest_chunk_params params = o->chunking;
+    if (params.min == 0 && params.avg == 0 && params.max == 0)
+        ingest_chunk_params_default(&params);
+    rc = ingest_chunk_params_check(ctx, &params);
+    if (rc < 0)
+        return rc;
+
+    s = ingest__calloc(ctx, 1, sizeof(*s));
+    if (s == NULL)
+        return ingest__fail(ctx, INGEST_ENOMEM, "sender: out of memory");
+    s->ctx = ctx;
+    s->depth = 0;
+    s->cur_src = o->nsources; /* no walk until ingest_sender_scan */
+    for (size_t i = 0; i < sizeof(s->stack) / sizeof(s->stack[0]); i++)
+        s->stack[i].fd = -1;
+    memcpy(s->key, o->dedup_key, INGEST_KEY_BYTES);
+    s->params = params;
+    s->max_files = o->max_files ? o->max_files : DEFAULT_MAX_FILES;
+    s->max_bytes = o->max_bytes ? o->max_bytes : DEFAULT_MAX_BYTES;
+    s->rbuf = o->read_buffer ? o->read_buffer : INGEST_SENDER_READ_BUFFER_DEFAULT;
+    s->seq = o->batch_seq;
+    s->on_skip = o->on_skip;
+    s->on_read = o->on_read;
+    s->ud = o->userdata;
+
+    s->device = ingest__strdup(ctx, o->device);
+    if (o->batch_prefix != NULL) {
+        s->prefix = ingest__strdup(ctx, o->batch_prefix);
+    } else {
+        char tmp[32];
+        snprintf(tmp, sizeof(tmp), "%lld-", (long long)time(NULL));
+        s->prefix = ingest__strdup(ctx, tmp);
+    }
+    s->srcs = ingest__calloc(ctx, o->nsources, sizeof(*s->srcs));
+    if (s->device == NULL || s->prefix == NULL || s->srcs == NULL) {
+        rc = ingest__fail(ctx, INGEST_ENOMEM, "sender: out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < o->nsources; i++) {
+        s->srcs[i].fd = -1;
+        s->srcs[i].name = ingest__strdup(ctx, o->sources[i].name);
+        s->srcs[i].path = ingest__strdup(ctx, o->sources[i].path);
+        s->nsrc = i + 1;
+        if (s->srcs[i].name == NULL || s->srcs[i].path == NULL) {
+            rc = ingest__fail(ctx, INGEST_ENOMEM, "sender: out of memory");
+            goto fail;
+        }
+        s->srcs[i].name_len = strlen(s->srcs[i].name);
+    }
+    s->cur_src = s->nsrc;
+
+    if (o->codec != NULL) {
+        s->codec = o->codec;
+    } else {
+        rc = ingest_codec_create(ctx, o->level ? o->level : 1, &s->codec);
+        if (rc < 0)
+            goto fail;
+        s->own_codec = 1;
+    }
+    if (o->threads == 1) {
+        rc = ingest_chunker_create(ctx, &s->params, &s->chunker);
+        if (rc < 0)
+            goto fail;
+        s->bufcap = s->rbuf + s->params.max;
+        s->buf = ingest__malloc(ctx, s->bufcap);
+        if (s->buf == NULL) {
+            rc = ingest__fail(ctx, INGEST_ENOMEM, "sender: out of memory (read buffer of %zu bytes)", s->bufcap);
+            goto fail;
+        }
+    } else {
+        ingest_chunkhash_opts co;
+        memset(&co, 0, sizeof(co));
+        co.params = &s->params;
+        co.key = s->key;
+        co.threads = 2;
+        rc = ingest_chunkhash_create(ctx, &co, on_chunk, &s->fc, &s->pipe);
+        if (rc < 0)
+            goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    ingest_sender_destroy(s);
+    return rc;
+}
+
+static void frame_free(ingest_sender *s, frame *f)
+{
+    close_fd(&f->fd);
+    ingest__free(s->ctx, f->arena);
+    ingest__free(s->ctx, f->names);
+    f->arena = NULL;
+    f->names = NULL;
+    f->n = f->i = 0;
+}
+
+static void walk_reset(ingest_sender *s)
+{
+    while (s->depth > 0)
+        frame_free(s, &s->stack[--s->depth]);
+    for (size_t i = 0; i < s->nsrc; i++)
+        close_fd(&s->srcs[i].fd);
+    s->peeked = 0;
+    s->cur_src = s->nsrc;
+}
+
+void ingest_sender_destroy(ingest_sender *s)
+{
+    if (s == NULL)
+        return;
+    ingest_ctx *ctx = s->ctx;
+    walk_reset(s);
+    for (size_t i = 0; i < s->nsrc; i++) {
+        ingest__free(ctx, s->srcs[i].name);
+        ingest__free(ctx, s->srcs[i].path);
+    }
+    ingest__free(ctx, s->srcs);
+    if (s->own_codec)
+        ingest_codec_destroy(s->codec);
+    ingest_chunker_destroy(s->chunker);
+    ingest_chunkhash_destroy(s->pipe);
+    ingest__free(ctx, s->buf);
+    ingest__free(ctx, s->device);
+    ingest__free(ctx, s->prefix);
+    ingest__free(ctx, s);
+}
+
+uint64_t ingest_sender_next_seq(const ingest_sender *s) { return s->seq; }
+
+void ingest_sender_get_stats(const ingest_sender *s, ingest_sender_stats *st) { *st = s->st; }
+
+size_t ingest_sender_chunk_bound(const ingest_sender *s) { return ingest_codec_bound(s->params.max); }
+
+int ingest_sender_scan(ingest_sender *s)
+{
+    walk_reset(s);
+    s->cur_src = 0;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* The walk */
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * Read the names of directory fd (taken over by f) into f, sorted.
+ * Returns 0, INGEST_ENOMEM (fatal), or INGEST_EIO/INGEST_ETOOBIG with errno
+ * in *err (the directory is skipped).
+ */
+static int frame_load(ingest_sender *s, frame *f, int fd, int *err)
+{
+    ingest_ctx *ctx = s->ctx;
+    ingest__buf arena, offs;
+    int rc = 0;
+    DIR *d = NULL;
+    *err = 0;
+    memset(f, 0, sizeof(*f));
+    f->fd = fd;
+    ingest__buf_init(&arena, ctx, DIR_ARENA_MAX);
+    ingest__buf_init(&offs, ctx, (size_t)INGEST_SENDER_DIR_MAX_ENTRIES * sizeof(size_t));
+
+    const int dfd = dup(fd);
+    if (dfd < 0 || (d = fdopendir(dfd)) == NULL) {
+        *err = errno;
+        if (dfd >= 0)
+            close(dfd);
+        rc = INGEST_EIO;
+        goto out;
+    }
+    for (;;) {
+        errno = 0;
+        const struct dirent *de = readdir(d);
+        if (de == NULL) {
+            if (errno != 0) {
+                *err = errno;
+                rc = INGEST_EIO;
+                goto out;
+            }
+            break;
+        }
+        const char *nm = de->d_name;
+        if (nm[0] == '.' && (nm[1] == '\0' || (nm[1] == '.' && nm[2] == '\0')))
+            continue;
+        const size_t off = arena.len;
+        rc = ingest__buf_append(&offs, &off, sizeof(off));
+        if (rc == 0)
+            rc = ingest__buf_append(&arena, nm, strlen(nm) + 1);
+        if (rc == INGEST_ETOOBIG) {
+            *err = E2BIG;
+            goto out;
+        }
+        if (rc < 0)
+            goto out;
+    }
+    f->n = offs.len / sizeof(size_t);
+    f->names = ingest__calloc(ctx, f->n ? f->n : 1, sizeof(char *));
+    if (f->names == NULL) {
+        rc = ingest__fail(ctx, INGEST_ENOMEM, "sender: out of memory listing a directory of %zu entries", f->n);
+        goto out;
+    }
+    for (size_t i = 0; i < f->n; i++) {
+        size_t off;
+        memcpy(&off, offs.buf + i * sizeof(size_t), sizeof(off));
+        f->names[i] = (char *)arena.buf + off;
+    }
+    qsort(f->names, f->n, sizeof(char *), cmp_names);
+    f->arena = (char *)arena.buf; /* taken over */
+    arena.buf = NULL;
+    arena.cap = arena.len = 0;
+out:
+    if (d != NULL)
+        closedir(d);
+    ingest__buf_free(&arena);
+    ingest__buf_free(&offs);
+    if (rc < 0) {
+        ingest__free(ctx, f->names);
+        f->names = NULL;
+        f->n = 0;
+        f->fd = -1; /* the caller still owns fd */
+    }
+    return rc;
+}
+
+/* Push directory fd (owned from now on) whose path is s->path[0, prefix_len). */
+static int walk_push(ingest_sender *s, int fd, size_t prefix_len)
+{
+    int err = 0;
+    frame *f = &s->stack[s->depth];
+    const int rc = frame_load(s, f, fd, &err);
+    if (rc == INGEST_ENOMEM) {
+        close(fd);
+        return rc;
+    }
+    if (rc < 0) {
+        close(fd);
+        s->path[prefix_len ? prefix_len - 1 : 0] = '\0';
+        report(s, s->path, INGEST_SKIP_DIR, err);
+        return 0;
+    }
+    f->prefix_len = prefix_len;
+    s->depth++;
+    return 0;
+}
+
+/*
+ * Position the walk on the next regular file (not consumed): returns 1 with
+ * the top frame's cursor on it and s->path its manifest path, 0 when the
+ * walk is done, < 0 on a fatal failure.
+ */
+static int walk_peek(ingest_sender *s)
+{
+    if (s->peeked)
+        return 1;
+    for (;;) {
+        if (s->depth == 0) {
+            if (s->cur_src >= s->nsrc)
+                return 0;
+            source *src = &s->srcs[s->cur_src];
+            close_fd(&src->fd);
+            src->fd = open(src->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            int dfd = src->fd >= 0 ? dup(src->fd) : -1;
+            if (dfd < 0) {
+                const int e = errno;
+                report(s, src->name, INGEST_SKIP_DIR, e);
+                s->cur_src++;
+                continue;
+            }
+            memcpy(s->path, src->name, src->name_len);
+            s->path[src->name_len] = '/';
+            s->path[src->name_len + 1] = '\0';
+            INGEST__FORWARD(walk_push(s, dfd, src->name_len + 1));
+            if (s->depth == 0)
+                s->cur_src++;
+            continue;
+        }
+        frame *f = &s->stack[s->depth - 1];
+        if (f->i >= f->n) {
+            frame_free(s, f);
+            s->depth--;
+            if (s->depth == 0)
+                s->cur_src++;
+            continue;
+        }
+        const char *nm = f->names[f->i];
+        const size_t nlen = strlen(nm);
+        if (f->prefix_len + nlen >= INGEST_MANIFEST_PATH_MAX) {
+            memcpy(s->path + f->prefix_len, nm, INGEST_MANIFEST_PATH_MAX - f->prefix_len);
+            s->path[INGEST_MANIFEST_PATH_MAX] = '\0';
+            f->i++;
+            report(s, s->path, INGEST_SKIP_NAME, ENAMETOOLONG);
+            continue;
+        }
+        memcpy(s->path + f->prefix_len, nm, nlen + 1);
+        int bad = 0;
+        for (size_t k = 0; k < nlen; k++)
+            if ((unsigned char)nm[k] < 0x20 || nm[k] == 0x7f)
+                bad = 1;
+        if (bad) {
+            f->i++;
+            report(s, s->path, INGEST_SKIP_NAME, 0);
+            continue;
+        }
+        struct stat st;
+        if (fstatat(f->fd, nm, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            const int e = errno;
+            f->i++;
+            report(s, s->path, e == ENOENT ? INGEST_SKIP_VANISHED : INGEST_SKIP_UNREADABLE, e);
+            continue;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            f->i++;
+            if (s->depth >= (int)(sizeof(s->stack) / sizeof(s->stack[0]))) {
+                report(s, s->path, INGEST_SKIP_DIR, ELOOP);
+                continue;
+            }
+            const int dfd = openat(f->fd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (dfd < 0) {
+                const int e = errno;
+                report(s, s->path, e == ENOENT ? INGEST_SKIP_VANISHED : INGEST_SKIP_DIR, e);
+                continue;
+            }
+            const size_t plen = f->prefix_len + nlen + 1;
+            s->path[plen - 1] = '/';
+            s->path[plen] = '\0';
+            INGEST__FORWARD(walk_push(s, dfd, plen));
+            continue;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            f->i++;
+            report(s, s->path, INGEST_SKIP_SPECIAL, 0);
+            continue;
+        }
+        s->peek_st = st;
+        s->peeked = 1;
+        s->st.files_seen++;
+        return 1;
+    }
+}
+
+static void walk_advance(ingest_sender *s)
+{
+    s->stack[s->depth - 1].i++;
+    s->peeked = 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Batches */
+
+static int batch_add_path(ingest_sender_batch *b, const char *path, size_t *off)
+{
+    *off = b->paths.len;
+    return ingest__buf_append(&b->paths, path, strlen(path) + 1);
+}
+
+static int batch_drop(ingest_sender_batch *b, const char *path, int reason)
+{
+    INGEST__FORWARD(grow(b->ctx, (void **)&b->drops, &b->capdrops, b->ndrops, sizeof(*b->drops)));
+    size_t off;
+    INGEST__FORWARD(batch_add_path(b, path, &off));
+    b->drops[b->ndrops].path_off = off;
+    b->drops[b->ndrops].reason = reason;
+    b->ndrops++;
+    return 0;
+}
+
+static int batch_push_chunk(ingest_sender_batch *b, const uint8_t id[INGEST_ID_BYTES], size_t len, uint64_t off)
+{
+    ingest_ctx *ctx = b->ctx;
+    if (b->nchunks == b->capchunks) {
+        size_t cap = b->capchunks;
+        const size_t n = b->nchunks;
+        INGEST__FORWARD(grow(ctx, (void **)&b->chunks, &cap, n, sizeof(*b->chunks)));
+        uint64_t *o = ingest__malloc(ctx, cap * sizeof(uint64_t));
+        if (o == NULL)
+            return ingest__fail(ctx, INGEST_ENOMEM, "sender: out of memory (%zu chunks)", cap);
+        if (n)
+            memcpy(o, b->offs, n * sizeof(uint64_t));
+        ingest__free(ctx, b->offs);
+        b->offs = o;
+        b->capchunks = cap;
+    }
+    ingest_manifest_chunk *c = &b->chunks[b->nchunks];
+    memcpy(c->id, id, INGEST_ID_BYTES);
+    c->len = (uint32_t)len;
+    b->offs[b->nchunks] = off;
+    b->nchunks++;
+    return 0;
+}
+
+static int batch_add_chunk(ingest_sender_batch *b, const uint8_t *data, size_t len, uint64_t off)
+{
+    uint8_t id[INGEST_ID_BYTES];
+    ingest_chunk_id(b->s->key, data, len, id);
+    return batch_push_chunk(b, id, len, off);
+}
+
+/* Chunks from the pipeline, in stream order, on the caller's thread. */
+static int on_chunk(void *ud, const ingest_chunk_info *c)
+{
+    file_ctx *fc = ud;
+    ingest_filehash_update(fc->fh, c->data, c->len);
+    const int rc = batch_push_chunk(fc->b, c->id, c->len, c->offset);
+    if (rc < 0) {
+        fc->rc = rc;
+        return rc;
+    }
+    fc->total += c->len;
+    if (fc->s->on_read)
+        fc->s->on_read(fc->s->ud, fc->path, fc->total);
+    return 0;
+}
+
+/*
+ * Chunk and hash the open file through the serial loop: returns 0 with
+ * *total, 1 for a read error (errno in *err; skip the file), < 0 fatal.
+ */
+static int chunk_serial(ingest_sender *s, ingest_sender_batch *b, int fd, const char *path, ingest_filehash *fh,
+                        uint64_t *total_out, int *err)
+{
+    ingest_ctx *ctx = s->ctx;
+    int rc = 0;
+    ingest_chunker_reset(s->chunker);
+    uint8_t *const buf = s->buf;
+    size_t start = 0, end = 0;
+    uint64_t total = 0, chunk_off = 0;
+    for (;;) {
+        if (s->bufcap - end < s->rbuf) {
+            /* Keep the pending chunk (< params.max bytes) and make room. */
+            memmove(buf, buf + start, end - start);
+            end -= start;
+            start = 0;
+            if (s->bufcap - end < s->rbuf)
+                return ingest__fail(ctx, INGEST_EINVAL, "sender: %s: chunker passed max without a cut", path);
+        }
+        const ssize_t n = read(fd, buf + end, s->rbuf);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            *err = errno;
+            return 1;
+        }
+        if (n == 0)
+            break;
+        ingest_filehash_update(fh, buf + end, (size_t)n);
+        size_t scan = end;
+        end += (size_t)n;
+        total += (uint64_t)n;
+        while (scan < end) {
+            size_t used = 0;
+            const int cut = ingest_chunker_scan(s->chunker, buf + scan, end - scan, &used);
+            scan += used;
+            if (cut != 1)
+                break;
+            rc = batch_add_chunk(b, buf + start, scan - start, chunk_off);
+            if (rc < 0)
+                return rc;
+            chunk_off += scan - start;
+            start = scan;
+        }
+        if (s->on_read)
+            s->on_read(s->ud, path, total);
+    }
+    const uint64_t tail = ingest_chunker_finish(s->chunker);
+    if (tail != end - start)
+        return ingest__fail(ctx, INGEST_EINVAL, "sender: %s: chunker left %" PRIu64 " bytes pending, expected %zu",
+                            path, tail, end - start);
+    if (tail > 0) {
+        rc = batch_add_chunk(b, buf + start, end - start, chunk_off);
+        if (rc < 0)
+            return rc;
+    }
+    *total_out = total;
+    return 0;
+}
+
+/* The same through the two-thread pipeline. */
+static int chunk_pipe(ingest_sender *s, ingest_sender_batch *b, int fd, const char *path, ingest_filehash *fh,
+                      uint64_t *total_out, int *err)
+{
+    s->fc.s = s;
+    s->fc.b = b;
+    s->fc.fh = fh;
+    s->fc.path = path;
+    s->fc.total = 0;
+    s->fc.rc = 0;
+    errno = 0;
+    const int rc = ingest_chunkhash_fd(s->pipe, fd);
+    const int e = errno;
+    s->fc.b = NULL;
+    s->fc.fh = NULL;
+    if (s->fc.rc < 0)
+        return s->fc.rc;
+    if (rc == INGEST_ENOMEM || rc == INGEST_EINVAL)
+        return rc;
+    if (rc < 0) {
+        *err = e ? e : EIO;
+        return 1; /* a read error: skip the file */
+    }
+    *total_out = s->fc.total;
+    return 0;
+}
+
+static int same_stat(const struct stat *a, const struct stat *b)
+{
+    return a->st_size == b->st_size && a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
+           ts_ns(&a->st_mtim) == ts_ns(&b->st_mtim) && ts_ns(&a->st_ctim) == ts_ns(&b->st_ctim);
+}
+
+/*
+ * Chunk the peeked file into b.  Returns 0 when it was handled (added,
+ * skipped or dropped: consume it), 1 when it no longer fits the batch
+ * (leave it for the next), < 0 on a fatal failure.
+ */
+static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
+{
+    ingest_ctx *ctx = s->ctx;
+    frame *f = &s->stack[s->depth - 1];
+    const char *nm = f->names[f->i];
+    const char *path = s->path;
+    int rc = 0;
+    const size_t first = b->nchunks;
+
+    int fd = openat(f->fd, nm, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        const int e = errno;
+        report(s, path,
+               e == ENOENT ? INGEST_SKIP_VANISHED : e == ELOOP ? INGEST_SKIP_SPECIAL : INGEST_SKIP_UNREADABLE, e);
+        return 0;
+    }
+    struct stat st0, st1;
+    if (fstat(fd, &st0) != 0) {
+        const int e = errno;
+        report(s, path, INGEST_SKIP_UNREADABLE, e);
+        goto out;
+    }
+    if (!S_ISREG(st0.st_mode)) {
+        report(s, path, INGEST_SKIP_SPECIAL, 0);
+        goto out;
+    }
+    if (b->nfiles > 0 && b->bytes + (uint64_t)st0.st_size > s->max_bytes) {
+        rc = 1;
+        goto out;
+    }
+
+    ingest_filehash fh;
+    ingest_filehash_init(&fh, s->key);
+    uint64_t total = 0;
+    int err = 0;
+    rc = s->pipe ? chunk_pipe(s, b, fd, path, &fh, &total, &err) : chunk_serial(s, b, fd, path, &fh, &total, &err);
+    if (rc < 0)
+        goto fatal;
+    if (rc == 1) {
+        rc = 0;
+        b->nchunks = first;
+        report(s, path, INGEST_SKIP_UNREADABLE, err);
+        goto out;
+    }
+    if (fstat(fd, &st1) != 0 || !same_stat(&st0, &st1) || total != (uint64_t)st0.st_size) {
+        b->nchunks = first;
+        rc = batch_drop(b, path, INGEST_SKIP_CHANGED);
+        if (rc < 0)
+            goto fatal;
+        report(s, path, INGEST_SKIP_CHANGED, 0);
+        goto out;
+    }
+    if (b->nchunks - first > UINT32_MAX) {
+        b->nchunks = first;
+        report(s, path, INGEST_SKIP_TOOBIG, 0);
+        goto out;
+    }
+    rc = grow(ctx, (void **)&b->files, &b->capfiles, b->nfiles, sizeof(*b->files));
+    if (rc < 0)
+        goto fatal;
+    bfile *bf = &b->files[b->nfiles];
+    memset(bf, 0, sizeof(*bf));
+    rc = batch_add_path(b, path, &bf->path_off);
+    if (rc < 0)
+        goto fatal;
+    bf->src = s->cur_src;
+    if (b->rootfd[bf->src] < 0) {
+        b->rootfd[bf->src] = dup(s->srcs[bf->src].fd);
+        if (b->rootfd[bf->src] < 0) {
+            rc = ingest__fail(ctx, ingest__errno(errno), "sender: dup: %s", strerror(errno));
+            goto fatal;
+        }
+    }
+    bf->size = (uint64_t)st0.st_size;
+    bf->mtime_ns = ts_ns(&st0.st_mtim);
+    bf->ctime_ns = ts_ns(&st0.st_ctim);
+    bf->mode = (uint32_t)st0.st_mode;
+    bf->dev = st0.st_dev;
+    bf->ino = st0.st_ino;
+    ingest_filehash_final(&fh, bf->hash);
+    bf->first_chunk = first;
+    bf->nchunks = b->nchunks - first;
+    b->nfiles++;
+    b->bytes += bf->size;
+    s->st.files_batched++;
+    s->st.bytes_batched += bf->size;
+    rc = 0;
+out:
+    close(fd);
+    return rc;
+fatal:
+    b->nchunks = first;
+    close(fd);
+    return rc;
+}
+
+static int cmp_ids(const void *a, const void *b) { return memcmp(a, b, INGEST_ID_BYTES); }
+
+static int batch_count_unique(ingest_sender_batch *b)
+{
+    b->unique = 0;
+    if (b->nchunks == 0)
+        return 0;
+    uint8_t *ids = ingest__calloc(b->ctx, b->nchunks, INGEST_ID_BYTES);
+    if (ids == NULL)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "sender: out of memory (%zu chunk ids)", b->nchunks);
+    for (size_t i = 0; i < b->nchunks; i++)
+        memcpy(ids + i * INGEST_ID_BYTES, b->chunks[i].id, INGEST_ID_BYTES);
+    qsort(ids, b->nchunks, INGEST_ID_BYTES, cmp_ids);
+    b->unique = 1;
+    for (size_t i = 1; i < b->nchunks; i++)
+        if (memcmp(ids + (i - 1) * INGEST_ID_BYTES, ids + i * INGEST_ID_BYTES, INGEST_ID_BYTES) != 0)
+            b->unique++;
+    ingest__free(b->ctx, ids);
+    return 0;
+}
+
+void ingest_sender_batch_destroy(ingest_sender_batch *b)
+{
+    if (b == NULL)
+        return;
+    ingest_ctx *ctx = b->ctx;
+    close_fd(&b->cur_fd);
+    if (b->rootfd != NULL)
+        for (size_t i = 0; i < b->s->nsrc; i++)
+            close_fd(&b->rootfd[i]);
+    ingest__free(ctx, b->rootfd);
+    ingest__free(ctx, b->files);
+    ingest__free(ctx, b->chunks);
+    ingest__free(ctx, b->offs);
+    ingest__free(ctx, b->drops);
+    ingest__free(ctx, b->raw);
+    ingest__buf_free(&b->paths);
+    ingest_manifest_writer_destroy(b->mw);
+    ingest__free(ctx, b);
+}
+
+static ingest_sender_batch *batch_new(ingest_sender *s)
+{
+    ingest_sender_batch *b = ingest__calloc(s->ctx, 1, sizeof(*b));
+    if (b == NULL)
+        return NULL;
+    b->s = s;
+    b->ctx = s->ctx;
+    b->cur_fd = -1;
+    b->cur_file = SIZE_MAX;
+    ingest__buf_init(&b->paths, s->ctx, SIZE_MAX / 2);
+    b->rootfd = ingest__malloc(s->ctx, s->nsrc * sizeof(int));
+    if (b->rootfd == NULL) {
+        ingest__free(s->ctx, b);
+        return NULL;
+    }
+    for (size_t i = 0; i < s->nsrc; i++)
+        b->rootfd[i] = -1;
+    return b;
+}
+
+int ingest_sender_next_batch(ingest_sender *s, ingest_sender_batch **out)
+{
+    int rc = 0;
+    *out = NULL;
+    ingest_sender_batch *b = batch_new(s);
+    if (b == NULL)
+        return ingest__fail(s->ctx, INGEST_ENOMEM, "sender: out of memory");
+    for (;;) {
+        rc = walk_peek(s);
+        if (rc < 0)
+            goto fail;
+        if (rc == 0)
+            break;
+        if (b->nfiles >= s->max_files)
+            break;
+        if (b->nfiles > 0 && b->bytes + (uint64_t)s->peek_st.st_size > s->max_bytes)
+            break;
+        rc = batch_add_file(s, b);
+        if (rc < 0)
+            goto fail;
+        if (rc == 1)
+            break;
+        walk_advance(s);
+    }
+    if (b->nfiles == 0) {
+        ingest_sender_batch_destroy(b);
+        return 0;
+    }
+    rc = batch_count_unique(b);
+    if (rc < 0)
+        goto fail;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    b->created_ns = ts_ns(&now);
+    snprintf(b->id, sizeof(b->id), "%s%06" PRIu64, s->prefix, s->seq);
+    s->seq++;
+    s->st.batches++;
+    *out = b;
+    return 1;
+fail:
+    ingest_sender_batch_destroy(b);
+    return rc;
+}
+
+const char *ingest_sender_batch_id(const ingest_sender_batch *b) { return b->id; }
+
+int ingest_sender_batch_manifest(ingest_sender_batch *b, const void **ptr, size_t *len)
+{
+    int rc = 0;
+    if (b->mw == NULL) {
+        ingest_manifest_writer *w = NULL;
+        INGEST__FORWARD(ingest_manifest_writer_create(b->ctx, &w));
+        ingest_manifest_rec rec;
+        memset(&rec, 0, sizeof(rec));
+        rec.type = INGEST_MREC_HEADER;
+        rec.format = INGEST_MANIFEST_FORMAT;
+        rec.device = b->s->device;
+        rec.batch = b->id;
+        rec.nfiles = b->nfiles;
+        rec.total_bytes = b->bytes;
+        rec.created_ns = b->created_ns;
+        rc = ingest_manifest_writer_add(w, &rec);
+        for (size_t i = 0; rc == 0 && i < b->nfiles; i++) {
+            const bfile *f = &b->files[i];
+            memset(&rec, 0, sizeof(rec));
+            rec.type = INGEST_MREC_FILE;
+            rec.path = (const char *)b->paths.buf + f->path_off;
+            rec.landed = "";
+            rec.size = f->size;
+            rec.mtime_ns = f->mtime_ns;
+            rec.mode = f->mode;
+            rec.version = 0;
+            memcpy(rec.hash, f->hash, INGEST_ID_BYTES);
+            rec.nchunks_total = f->nchunks;
+            rec.chunks = f->nchunks ? &b->chunks[f->first_chunk] : NULL;
+            rec.nchunks = (uint32_t)f->nchunks;
+            rc = ingest_manifest_writer_add(w, &rec);
+        }
+        if (rc < 0) {
+            ingest_manifest_writer_destroy(w);
+            return rc;
+        }
+        b->mw = w;
+    }
+    *ptr = ingest_manifest_writer_data(b->mw, len);
+    return 0;
+}
+
+void ingest_sender_batch_stats_get(const ingest_sender_batch *b, ingest_sender_batch_stats *st)
+{
+    st->files = b->nfiles;
+    st->bytes = b->bytes;
+    st->chunks = b->nchunks;
+    st->unique_chunks = b->unique;
+    st->dropped = b->ndrops;
+}
+
+int ingest_sender_batch_file(const ingest_sender_batch *b, uint64_t i, ingest_sender_file_info *info)
+{
+    if (i >= b->nfiles)
+        return ingest__fail(b->ctx, INGEST_ENOTFOUND, "sender: batch %s has no file %" PRIu64, b->id, i);
+    const bfile *f = &b->files[i];
+    info->path = (const char *)b->paths.buf + f->path_off;
+    info->size = f->size;
+    info->mtime_ns = f->mtime_ns;
+    info->ctime_ns = f->ctime_ns;
+    info->mode = f->mode;
+    memcpy(info->hash, f->hash, INGEST_ID_BYTES);
+    info->first_chunk = f->first_chunk;
+    info->nchunks = f->nchunks;
+    return 0;
+}
+
+int ingest_sender_batch_chunk_file(const ingest_sender_batch *b, uint64_t ci, uint64_t *file_index)
+{
+    if (ci >= b->nchunks)
+        return ingest__fail(b->ctx, INGEST_ENOTFOUND, "sender: batch %s has no chunk %" PRIu64, b->id, ci);
+    if (b->cur_file < b->nfiles) {
+        const bfile *f = &b->files[b->cur_file];
+        if (ci >= f->first_chunk && ci < f->first_chunk + f->nchunks) {
+            *file_index = b->cur_file;
+            return 0;
+        }
+    }
+    /* Last file whose first chunk is <= ci: empty files share the first
+     * chunk index of the next file, so the last one among equals owns it. */
+    size_t lo = 0, hi = b->nfiles;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (b->files[mid].first_chunk <= ci)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *file_index = lo - 1;
+    return 0;
+}
+
+int ingest_sender_batch_chunk_info(const ingest_sender_batch *b, uint64_t ci, uint8_t id[INGEST_ID_BYTES],
+                                   uint32_t *len, uint64_t *offset)
+{
+    if (ci >= b->nchunks)
+        return ingest__fail(b->ctx, INGEST_ENOTFOUND, "sender: batch %s has no chunk %" PRIu64, b->id, ci);
+    if (id)
+        memcpy(id, b->chunks[ci].id, INGEST_ID_BYTES);
+    if (len)
+        *len = b->chunks[ci].len;
+    if (offset)
+        *offset = b->offs[ci];
+    return 0;
+}
+
+int ingest_sender_batch_dropped(const ingest_sender_batch *b, uint64_t i, const char **path, int *reason)
+{
+    if (i >= b->ndrops)
+        return ingest__fail(b->ctx, INGEST_ENOTFOUND, "sender: batch %s has no dropped file %" PRIu64, b->id, i);
+    *path = (const char *)b->paths.buf + b->drops[i].path_off;
+    *reason = b->drops[i].reason;
+    return 0;
+}
+
+/* Make b->cur_fd the open file fi, checking it is still the file chunked. */
+static int batch_open(ingest_sender_batch *b, size_t fi)
+{
+    if (b->cur_file == fi && b->cur_fd >= 0)
+        return 0;
+    close_fd(&b->cur_fd);
+    b->cur_file = SIZE_MAX;
+    const bfile *f = &b->files[fi];
+    const char *path = (const char *)b->paths.buf + f->path_off;
+    const char *rel = path + b->s->srcs[f->src].name_len + 1;
+    const int fd = openat(b->rootfd[f->src], rel, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        const int e = errno;
+        if (e == ENOENT || e == ELOOP || e == ENOTDIR)
+            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: %s", path, strerror(e));
+        return ingest__fail(b->ctx, ingest__errno(e), "sender: open %s: %s", path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        const int e = errno;
+        close(fd);
+        return ingest__fail(b->ctx, ingest__errno(e), "sender: fstat %s: %s", path, strerror(e));
+    }
+    if (st.st_dev != f->dev || st.st_ino != f->ino) {
+        close(fd);
+        return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: replaced since it was chunked", path);
+    }
+    b->cur_fd = fd;
+    b->cur_file = fi;
+    return 0;
+}
+
+int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t ci, void *out, size_t cap, size_t *out_len)
+{
+    *out_len = 0;
+    uint64_t fi = 0;
+    INGEST__FORWARD(ingest_sender_batch_chunk_file(b, ci, &fi));
+    const ingest_manifest_chunk *c = &b->chunks[ci];
+    const size_t need = ingest_codec_bound(c->len);
+    if (cap < need)
+        return ingest__fail(b->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, chunk %" PRIu64 " needs %zu",
+                            cap, ci, need);
+    if (b->raw == NULL) {
+        b->raw = ingest__malloc(b->ctx, b->s->params.max);
+        if (b->raw == NULL)
+            return ingest__fail(b->ctx, INGEST_ENOMEM, "sender: out of memory (%u bytes)", b->s->params.max);
+    }
+    INGEST__FORWARD(batch_open(b, (size_t)fi));
+    const char *path = (const char *)b->paths.buf + b->files[fi].path_off;
+    size_t got = 0;
+    while (got < c->len) {
+        const ssize_t n = pread(b->cur_fd, b->raw + got, c->len - got, (off_t)(b->offs[ci] + got));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            const int e = errno;
+            return ingest__fail(b->ctx, ingest__errno(e), "sender: read %s: %s", path, strerror(e));
+        }
+        if (n == 0)
+            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: shorter than when chunked (chunk %" PRIu64 ")",
+                                path, ci);
+        got += (size_t)n;
+    }
+    uint8_t id[INGEST_ID_BYTES];
+    ingest_chunk_id(b->s->key, b->raw, c->len, id);
+    if (memcmp(id, c->id, INGEST_ID_BYTES) != 0)
+        return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: changed since it was chunked (chunk %" PRIu64
+                            " at offset %" PRIu64 ")", path, ci, b->offs[ci]);
+    return ingest_codec_encode(b->s->codec, b->raw, c->len, out, cap, out_len);
+}

@@ -1,0 +1,1173 @@
+/* Unit tests for the batch builder: walk order, skips, limits, manifest,
+ * chunk re-reading and encoding, change detection, bounded memory. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ingest.h"
+#include "ingest/sender.h"
+
+/* ---- helpers ----------------------------------------------------------- */
+
+struct failing {
+    unsigned count;
+    unsigned fail_at; /* 0: never */
+    unsigned failed;
+};
+
+static void *fa_alloc(void *opaque, size_t size)
+{
+    struct failing *f = opaque;
+    f->count++;
+    if (f->fail_at != 0 && f->count == f->fail_at) {
+        f->failed++;
+        return NULL;
+    }
+    return test_malloc(size);
+}
+
+static void fa_free(void *opaque, void *ptr)
+{
+    (void)opaque;
+    if (ptr != NULL)
+        test_free(ptr);
+}
+
+static ingest_ctx *make_ctx(struct failing *f)
+{
+    const ingest_allocator a = { fa_alloc, fa_free, f };
+    ingest_ctx *ctx = ingest_ctx_create(&a);
+    assert_non_null(ctx);
+    return ctx;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void gen_random(uint8_t *p, size_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(rng_next(&s) >> 24);
+}
+
+static int quick(void)
+{
+    const char *q = getenv("INGEST_TEST_QUICK");
+    return q != NULL && q[0] == '1';
+}
+
+static char *mk_tmpdir(void)
+{
+    char tmpl[] = "/tmp/ingest-sender-XXXXXX";
+    char *d = mkdtemp(tmpl);
+    assert_non_null(d);
+    assert_int_equal(chmod(d, 0755), 0);
+    return strdup(d);
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (flag == FTW_DP)
+        return rmdir(p);
+    return unlink(p);
+}
+
+static void rm_tree(char *d)
+{
+    nftw(d, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(d);
+}
+
+static void join(char *out, size_t cap, const char *dir, const char *rel)
+{
+    const int n = snprintf(out, cap, "%s/%s", dir, rel);
+    assert_true(n > 0 && (size_t)n < cap);
+}
+
+static void mkdirs(const char *dir, const char *rel)
+{
+    char p[4096];
+    join(p, sizeof(p), dir, rel);
+    for (char *q = p + strlen(dir) + 1; *q; q++) {
+        if (*q == '/') {
+            *q = '\0';
+            mkdir(p, 0755);
+            *q = '/';
+        }
+    }
+    mkdir(p, 0755);
+}
+
+static void put_file(const char *dir, const char *rel, const void *data, size_t len)
+{
+    char p[4096];
+    join(p, sizeof(p), dir, rel);
+    const int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, data, len), (ssize_t)len);
+    close(fd);
+}
+
+static void put_random(const char *dir, const char *rel, size_t len, uint64_t seed)
+{
+    uint8_t *buf = malloc(len ? len : 1);
+    assert_non_null(buf);
+    gen_random(buf, len, seed);
+    put_file(dir, rel, buf, len);
+    free(buf);
+}
+
+/* Whole contents of dir/rel (malloc'd). */
+static uint8_t *slurp(const char *dir, const char *rel, size_t *len)
+{
+    char p[4096];
+    join(p, sizeof(p), dir, rel);
+    const int fd = open(p, O_RDONLY);
+    assert_true(fd >= 0);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    uint8_t *buf = malloc((size_t)st.st_size + 1);
+    assert_non_null(buf);
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        const ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+        assert_true(n > 0);
+        got += (size_t)n;
+    }
+    close(fd);
+    *len = got;
+    return buf;
+}
+
+/* Records of on_skip / on_read. */
+struct rec {
+    char skips[4096];
+    int nskips;
+    /* on_read hook: append to this file once when it is being read */
+    const char *grow_path;  /* manifest path to watch */
+    const char *grow_file;  /* filesystem path to append to */
+    int grown;
+    long rss_peak_kb;
+    int sample_rss;
+};
+
+static void on_skip(void *ud, const char *path, int reason)
+{
+    struct rec *r = ud;
+    const size_t n = strlen(r->skips);
+    snprintf(r->skips + n, sizeof(r->skips) - n, "%d:%s\n", reason, path);
+    r->nskips++;
+}
+
+static long rss_anon_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        return -1;
+    char line[256];
+    long kb = -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "RssAnon: %ld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
+static void on_read(void *ud, const char *path, uint64_t done)
+{
+    struct rec *r = ud;
+    (void)done;
+    if (r->grow_path && !r->grown && strcmp(path, r->grow_path) == 0) {
+        const int fd = open(r->grow_file, O_WRONLY | O_APPEND);
+        if (fd >= 0) {
+            const char more[100] = "more";
+            if (write(fd, more, sizeof(more)) == (ssize_t)sizeof(more))
+                r->grown = 1;
+            close(fd);
+        }
+    }
+    if (r->sample_rss) {
+        const long kb = rss_anon_kb();
+        if (kb > r->rss_peak_kb)
+            r->rss_peak_kb = kb;
+    }
+}
+
+static int g_threads = 0; /* opts.threads of the tests that do not loop over both */
+
+static ingest_sender_opts base_opts(const ingest_sender_source *src, size_t n, struct rec *r)
+{
+    ingest_sender_opts o;
+    memset(&o, 0, sizeof(o));
+    o.device = "dev-1";
+    o.dedup_key = ingest_default_dedup_key();
+    o.sources = src;
+    o.nsources = n;
+    o.batch_prefix = "t-";
+    o.on_skip = on_skip;
+    o.on_read = on_read;
+    o.userdata = r;
+    o.threads = g_threads;
+    return o;
+}
+
+/* Walk everything; return the manifest paths of all batches joined by
+ * '\n' and per-batch file counts joined by ','. */
+static void walk_all(ingest_ctx *ctx, const ingest_sender_opts *o, char *paths, size_t pcap, char *counts,
+                     size_t ccap, ingest_sender_stats *st)
+{
+    ingest_sender *s = NULL;
+    assert_int_equal(ingest_sender_create(ctx, o, &s), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    paths[0] = counts[0] = '\0';
+    ingest_sender_batch *b = NULL;
+    int rc;
+    while ((rc = ingest_sender_next_batch(s, &b)) == 1) {
+        ingest_sender_batch_stats bs;
+        ingest_sender_batch_stats_get(b, &bs);
+        size_t n = strlen(counts);
+        snprintf(counts + n, ccap - n, "%s%llu", n ? "," : "", (unsigned long long)bs.files);
+        for (uint64_t i = 0; i < bs.files; i++) {
+            ingest_sender_file_info fi;
+            assert_int_equal(ingest_sender_batch_file(b, i, &fi), 0);
+            n = strlen(paths);
+            snprintf(paths + n, pcap - n, "%s\n", fi.path);
+        }
+        ingest_sender_batch_destroy(b);
+    }
+    assert_int_equal(rc, 0);
+    assert_null(b);
+    /* the walk is done: more calls keep returning 0 */
+    assert_int_equal(ingest_sender_next_batch(s, &b), 0);
+    if (st)
+        ingest_sender_get_stats(s, st);
+    ingest_sender_destroy(s);
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+static void test_walk_order_and_skips(void **state)
+{
+    (void)state;
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    mkdirs(d, "src/a/deep/x/y");
+    put_file(d, "src/b.txt", "bbbb", 4);
+    put_random(d, "src/a/z.bin", 300 * 1024, 1);
+    put_file(d, "src/a/empty", "", 0);
+    put_file(d, "src/a/deep/x/y/f", "0123456789", 10);
+    put_file(d, "src/a.txt", "a", 1);
+    put_file(d, "src/c.dat", "c", 1);
+    put_file(d, "src/bad\001name", "x", 1); /* control byte: skipped */
+    mkdirs(d, "src/emptydir");
+    char p[4096], t[4096];
+    join(p, sizeof(p), d, "src/link");
+    assert_int_equal(symlink("b.txt", p), 0);
+    join(p, sizeof(p), d, "src/dlink");
+    assert_int_equal(symlink("a", p), 0);
+    join(p, sizeof(p), d, "src/fifo");
+    assert_int_equal(mkfifo(p, 0644), 0);
+    join(p, sizeof(p), d, "src");
+
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_opts o = base_opts(src, 1, &r);
+    char paths[8192], counts[256];
+    ingest_sender_stats st;
+    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), &st);
+    assert_string_equal(paths, "s/a/deep/x/y/f\ns/a/empty\ns/a/z.bin\ns/a.txt\ns/b.txt\ns/c.dat\n");
+    assert_string_equal(counts, "6");
+    assert_int_equal(st.files_seen, 6);
+    assert_int_equal(st.files_batched, 6);
+    assert_int_equal(st.bytes_batched, 4 + 300 * 1024 + 10 + 1 + 1);
+    assert_int_equal(st.batches, 1);
+    assert_int_equal(st.skipped_special, 3);
+    assert_int_equal(st.skipped_name, 1);
+    assert_int_equal(st.skipped_unreadable, 0);
+    snprintf(t, sizeof(t), "%d:s/bad\001name\n%d:s/dlink\n%d:s/fifo\n%d:s/link\n", INGEST_SKIP_NAME,
+             INGEST_SKIP_SPECIAL, INGEST_SKIP_SPECIAL, INGEST_SKIP_SPECIAL);
+    assert_string_equal(r.skips, t);
+
+    /* The same walk again gives the same order (reproducible batches). */
+    char paths2[8192];
+    walk_all(ctx, &o, paths2, sizeof(paths2), counts, sizeof(counts), NULL);
+    assert_string_equal(paths, paths2);
+
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
+/* The check for test_unreadable, run as a user that permissions apply to:
+ * returns 0 when it holds, else a line number. */
+static int unreadable_check(const char *srcpath)
+{
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    if (ctx == NULL)
+        return __LINE__;
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    const ingest_sender_source src[] = { { "s", srcpath } };
+    const ingest_sender_opts o = base_opts(src, 1, &r);
+    ingest_sender *s = NULL;
+    int ret = 0;
+    if (ingest_sender_create(ctx, &o, &s) != 0 || ingest_sender_scan(s) != 0) {
+        ret = __LINE__;
+        goto out;
+    }
+    ingest_sender_batch *b = NULL;
+    if (ingest_sender_next_batch(s, &b) != 1) {
+        ret = __LINE__;
+        goto out;
+    }
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    ingest_sender_file_info f0, f1;
+    if (bs.files != 2 || ingest_sender_batch_file(b, 0, &f0) != 0 || ingest_sender_batch_file(b, 1, &f1) != 0 ||
+        strcmp(f0.path, "s/ok1") != 0 || strcmp(f1.path, "s/ok2") != 0)
+        ret = __LINE__;
+    ingest_sender_batch_destroy(b);
+    if (ret == 0 && ingest_sender_next_batch(s, &b) != 0)
+        ret = __LINE__;
+    ingest_sender_stats st;
+    ingest_sender_get_stats(s, &st);
+    char want[256];
+    snprintf(want, sizeof(want), "%d:s/secret\n%d:s/sub\n", INGEST_SKIP_UNREADABLE, INGEST_SKIP_DIR);
+    if (ret == 0 && (st.skipped_unreadable != 1 || st.skipped_dirs != 1 || strcmp(r.skips, want) != 0))
+        ret = __LINE__;
+out:
+    ingest_sender_destroy(s);
+    ingest_ctx_destroy(ctx);
+    return ret;
+}
+
+static void test_unreadable(void **state)
+{
+    (void)state;
+    char *d = mk_tmpdir();
+    mkdirs(d, "src/sub");
+    put_file(d, "src/ok1", "1", 1);
+    put_file(d, "src/ok2", "2", 1);
+    put_file(d, "src/secret", "s", 1);
+    put_file(d, "src/sub/hidden", "h", 1);
+    char p[4096];
+    join(p, sizeof(p), d, "src/secret");
+    assert_int_equal(chmod(p, 0), 0);
+    join(p, sizeof(p), d, "src/sub");
+    assert_int_equal(chmod(p, 0), 0);
+    join(p, sizeof(p), d, "src");
+    if (geteuid() != 0) {
+        assert_int_equal(unreadable_check(p), 0);
+    } else {
+        /* root reads anything: check as an unprivileged user in a child. */
+        fflush(NULL);
+        const pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            if (setgid(65534) != 0 || setuid(65534) != 0)
+                _exit(200);
+            const int line = unreadable_check(p);
+            free(d); /* the child's copy (leak checkers run in the child too) */
+            if (line != 0)
+                fprintf(stderr, "unreadable_check failed at line %d\n", line);
+            _exit(line == 0 ? 0 : line % 199 + 1);
+        }
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        if (WEXITSTATUS(status) == 200) {
+            print_message("cannot drop privileges: unreadable check skipped\n");
+        } else {
+            assert_int_equal(WEXITSTATUS(status), 0);
+        }
+    }
+    join(p, sizeof(p), d, "src/sub");
+    chmod(p, 0755);
+    rm_tree(d);
+}
+
+static void test_batch_limits(void **state)
+{
+    (void)state;
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    mkdirs(d, "src");
+    char name[64];
+    for (int i = 0; i < 10; i++) {
+        snprintf(name, sizeof(name), "src/f%02d", i);
+        put_random(d, name, 10 * 1024, (uint64_t)i + 100);
+    }
+    char p[4096];
+    join(p, sizeof(p), d, "src");
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    const ingest_sender_source src[] = { { "s", p } };
+    ingest_sender_opts o = base_opts(src, 1, &r);
+    char paths[8192], counts[256];
+    const char *all = "s/f00\ns/f01\ns/f02\ns/f03\ns/f04\ns/f05\ns/f06\ns/f07\ns/f08\ns/f09\n";
+
+    o.max_files = 3;
+    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
+    assert_string_equal(counts, "3,3,3,1");
+    assert_string_equal(paths, all);
+
+    o.max_files = 0;
+    o.max_bytes = 25 * 1024;
+    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
+    assert_string_equal(counts, "2,2,2,2,2");
+    assert_string_equal(paths, all);
+
+    /* A file larger than max_bytes makes a batch of its own. */
+    put_random(d, "src/f05", 100 * 1024, 7);
+    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
+    assert_string_equal(counts, "2,2,1,1,2,2");
+    assert_string_equal(paths, all);
+
+    /* Batch ids: prefix + sequence from batch_seq, and next_seq follows. */
+    o.max_bytes = 0;
+    o.max_files = 4;
+    o.batch_seq = 7;
+    ingest_sender *s = NULL;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    const char *want[] = { "t-000007", "t-000008", "t-000009" };
+    ingest_sender_batch *b = NULL;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+        assert_string_equal(ingest_sender_batch_id(b), want[i]);
+        ingest_sender_batch_destroy(b);
+    }
+    assert_int_equal(ingest_sender_next_batch(s, &b), 0);
+    assert_int_equal(ingest_sender_next_seq(s), 10);
+    /* A new scan walks again and continues the sequence. */
+    assert_int_equal(ingest_sender_scan(s), 0);
+    assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+    assert_string_equal(ingest_sender_batch_id(b), "t-000010");
+    ingest_sender_batch_destroy(b);
+    ingest_sender_destroy(s);
+
+    /* Default prefix: "{unix seconds}-". */
+    o.batch_prefix = NULL;
+    o.batch_seq = 0;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+    long long secs = 0;
+    char tail[16];
+    assert_int_equal(sscanf(ingest_sender_batch_id(b), "%lld-%15s", &secs, tail), 2);
+    assert_string_equal(tail, "000000");
+    assert_true(secs > 1600000000);
+    ingest_sender_batch_destroy(b);
+    ingest_sender_destroy(s);
+
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_multi_source(void **state)
+{
+    (void)state;
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    mkdirs(d, "one/x");
+    mkdirs(d, "two");
+    put_file(d, "one/x/a", "a", 1);
+    put_file(d, "two/b", "b", 1);
+    char p1[4096], p2[4096], p3[4096];
+    join(p1, sizeof(p1), d, "two");
+    join(p2, sizeof(p2), d, "missing");
+    join(p3, sizeof(p3), d, "one");
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    const ingest_sender_source src[] = { { "cam", p1 }, { "gone", p2 }, { "lidar", p3 } };
+    const ingest_sender_opts o = base_opts(src, 3, &r);
+    char paths[4096], counts[64];
+    ingest_sender_stats st;
+    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), &st);
+    assert_string_equal(paths, "cam/b\nlidar/x/a\n");
+    assert_int_equal(st.skipped_dirs, 1);
+    char want[64];
+    snprintf(want, sizeof(want), "%d:gone\n", INGEST_SKIP_DIR);
+    assert_string_equal(r.skips, want);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_invalid_opts(void **state)
+{
+    (void)state;
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    const ingest_sender_source good[] = { { "s", "/tmp" } };
+    const ingest_sender_source slash[] = { { "a/b", "/tmp" } };
+    const ingest_sender_source dots[] = { { "..", "/tmp" } };
+    const ingest_sender_source dup[] = { { "s", "/tmp" }, { "s", "/var" } };
+    ingest_sender *s = (ingest_sender *)&r;
+    ingest_sender_opts o = base_opts(good, 1, &r);
+    o.device = NULL;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
+    assert_null(s);
+    o.device = ".hidden";
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
+    o = base_opts(good, 1, &r);
+    o.dedup_key = NULL;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
+    o = base_opts(slash, 1, &r);
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "a/b"));
+    o = base_opts(dots, 1, &r);
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
+    o = base_opts(dup, 2, &r);
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "duplicate"));
+    o = base_opts(good, 0, &r);
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
+    o = base_opts(good, 1, &r);
+    o.batch_prefix = "bad/prefix";
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
+    o = base_opts(good, 1, &r);
+    o.chunking.min = 1000;
+    o.chunking.avg = 1000; /* not a power of two */
+    o.chunking.max = 5000;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
+    o = base_opts(good, 1, &r);
+    o.read_buffer = 10;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
+    assert_null(s);
+    ingest_ctx_destroy(ctx);
+}
+
+/* Parse the manifest of b and check it against the files on disk. */
+static void check_manifest(ingest_ctx *ctx, ingest_sender_batch *b, const char *srcdir, const char *srcname,
+                           uint64_t *nfiles_out)
+{
+    const void *m = NULL;
+    size_t mlen = 0;
+    assert_int_equal(ingest_sender_batch_manifest(b, &m, &mlen), 0);
+    assert_true(mlen > 0);
+    /* asking twice gives the same bytes */
+    const void *m2 = NULL;
+    size_t mlen2 = 0;
+    assert_int_equal(ingest_sender_batch_manifest(b, &m2, &mlen2), 0);
+    assert_ptr_equal(m, m2);
+    assert_int_equal(mlen, mlen2);
+
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    ingest_manifest_reader *rd = NULL;
+    assert_int_equal(ingest_manifest_reader_mem(ctx, m, mlen, &rd), 0);
+    ingest_manifest_rec rec;
+    assert_int_equal(ingest_manifest_reader_next(rd, &rec), 1);
+    assert_int_equal(rec.type, INGEST_MREC_HEADER);
+    assert_string_equal(rec.device, "dev-1");
+    assert_string_equal(rec.batch, ingest_sender_batch_id(b));
+    assert_int_equal(rec.nfiles, bs.files);
+    assert_int_equal(rec.total_bytes, bs.bytes);
+    uint64_t nfiles = 0, chunk_index = 0, total = 0;
+    uint8_t *data = NULL;
+    size_t dlen = 0, off = 0, left = 0;
+    uint64_t fidx = 0;
+    int rc;
+    while ((rc = ingest_manifest_reader_next(rd, &rec)) == 1) {
+        if (rec.type == INGEST_MREC_FILE) {
+            assert_int_equal(left, 0); /* previous file complete */
+            free(data);
+            const size_t pre = strlen(srcname) + 1;
+            assert_memory_equal(rec.path, srcname, pre - 1);
+            assert_int_equal(rec.path[pre - 1], '/');
+            data = slurp(srcdir, rec.path + pre, &dlen);
+            char p[4096];
+            join(p, sizeof(p), srcdir, rec.path + pre);
+            struct stat st;
+            assert_int_equal(stat(p, &st), 0);
+            assert_string_equal(rec.landed, "");
+            assert_int_equal(rec.version, 0);
+            assert_int_equal(rec.size, dlen);
+            assert_int_equal(rec.mode, st.st_mode);
+            assert_int_equal(rec.mtime_ns, (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec);
+            uint8_t h[INGEST_ID_BYTES];
+            ingest_filehash fh;
+            ingest_filehash_init(&fh, ingest_default_dedup_key());
+            ingest_filehash_update(&fh, data, dlen);
+            ingest_filehash_final(&fh, h);
+            assert_memory_equal(rec.hash, h, INGEST_ID_BYTES);
+            ingest_sender_file_info fi;
+            assert_int_equal(ingest_sender_batch_file(b, nfiles, &fi), 0);
+            assert_string_equal(fi.path, rec.path);
+            assert_int_equal(fi.first_chunk, chunk_index);
+            assert_int_equal(fi.nchunks, rec.nchunks_total);
+            fidx = nfiles;
+            nfiles++;
+            total += rec.size;
+            off = 0;
+            left = rec.nchunks_total;
+        } else {
+            assert_int_equal(rec.type, INGEST_MREC_CHUNKS);
+        }
+        for (uint32_t i = 0; i < rec.nchunks; i++) {
+            assert_true(off + rec.chunks[i].len <= dlen);
+            uint8_t id[INGEST_ID_BYTES];
+            ingest_chunk_id(ingest_default_dedup_key(), data + off, rec.chunks[i].len, id);
+            assert_memory_equal(rec.chunks[i].id, id, INGEST_ID_BYTES);
+            uint8_t id2[INGEST_ID_BYTES];
+            uint32_t len2 = 0;
+            uint64_t off2 = 0, fi2 = 0;
+            assert_int_equal(ingest_sender_batch_chunk_info(b, chunk_index, id2, &len2, &off2), 0);
+            assert_memory_equal(id2, id, INGEST_ID_BYTES);
+            assert_int_equal(len2, rec.chunks[i].len);
+            assert_int_equal(off2, off);
+            assert_int_equal(ingest_sender_batch_chunk_file(b, chunk_index, &fi2), 0);
+            assert_int_equal(fi2, fidx);
+            off += rec.chunks[i].len;
+            chunk_index++;
+            left--;
+        }
+        if (left == 0)
+            assert_int_equal(off, dlen); /* chunk lengths sum to the size */
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(left, 0);
+    assert_int_equal(nfiles, bs.files);
+    assert_int_equal(chunk_index, bs.chunks);
+    assert_int_equal(total, bs.bytes);
+    free(data);
+    ingest_manifest_reader_close(rd);
+    if (nfiles_out)
+        *nfiles_out = nfiles;
+}
+
+static void small_chunks(ingest_sender_opts *o)
+{
+    o->chunking.min = 256;
+    o->chunking.avg = 1024;
+    o->chunking.max = 4096;
+}
+
+static void manifest_mode(int threads, uint8_t **ids_out, size_t *nids_out)
+{
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    mkdirs(d, "src/sub");
+    const size_t big = 2u * 1024 * 1024; /* ~2000 chunks: continuation lines */
+    put_random(d, "src/big", big, 11);
+    put_random(d, "src/sub/copy", big, 11); /* same content */
+    put_file(d, "src/empty", "", 0);
+    put_file(d, "src/note.txt", "hello, world\n", 13);
+    char p[4096];
+    join(p, sizeof(p), d, "src");
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    const ingest_sender_source src[] = { { "s", p } };
+    ingest_sender_opts o = base_opts(src, 1, &r);
+    small_chunks(&o);
+    o.threads = threads;
+    ingest_sender *s = NULL;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    ingest_sender_batch *b = NULL;
+    assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+    assert_string_equal(ingest_sender_batch_id(b), "t-000000");
+    uint64_t nfiles = 0;
+    check_manifest(ctx, b, p, "s", &nfiles);
+    assert_int_equal(nfiles, 4);
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    ingest_sender_file_info fbig, fnote;
+    assert_int_equal(ingest_sender_batch_file(b, 0, &fbig), 0);
+    assert_string_equal(fbig.path, "s/big");
+    assert_true(fbig.nchunks > INGEST_MANIFEST_CHUNKS_PER_LINE);
+    assert_int_equal(ingest_sender_batch_file(b, 2, &fnote), 0);
+    assert_string_equal(fnote.path, "s/note.txt");
+    assert_int_equal(fnote.nchunks, 1);
+    assert_int_equal(bs.files, 4);
+    assert_int_equal(bs.bytes, 2 * big + 13);
+    assert_int_equal(bs.chunks, 2 * fbig.nchunks + 1);
+    assert_int_equal(bs.unique_chunks, fbig.nchunks + 1);
+    assert_int_equal(bs.dropped, 0);
+    ingest_sender_file_info fe;
+    assert_int_equal(ingest_sender_batch_file(b, 1, &fe), 0);
+    assert_string_equal(fe.path, "s/empty");
+    assert_int_equal(fe.nchunks, 0);
+    assert_int_equal(ingest_sender_batch_file(b, 4, &fe), INGEST_ENOTFOUND);
+    uint64_t fi = 0;
+    assert_int_equal(ingest_sender_batch_chunk_file(b, bs.chunks, &fi), INGEST_ENOTFOUND);
+    /* chunk right after the empty file belongs to note.txt, not to "empty" */
+    assert_int_equal(ingest_sender_batch_chunk_file(b, fbig.nchunks, &fi), 0);
+    assert_int_equal(fi, 2);
+    *nids_out = bs.chunks;
+    *ids_out = malloc(bs.chunks * INGEST_ID_BYTES);
+    assert_non_null(*ids_out);
+    for (uint64_t i = 0; i < bs.chunks; i++)
+        assert_int_equal(ingest_sender_batch_chunk_info(b, i, *ids_out + i * INGEST_ID_BYTES, NULL, NULL), 0);
+    ingest_sender_batch_destroy(b);
+    assert_int_equal(ingest_sender_next_batch(s, &b), 0);
+    ingest_sender_destroy(s);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_manifest(void **state)
+{
+    (void)state;
+    uint8_t *ids1 = NULL, *ids2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    manifest_mode(1, &ids1, &n1);
+    manifest_mode(2, &ids2, &n2);
+    /* serial and pipeline give the same chunks */
+    assert_int_equal(n1, n2);
+    assert_memory_equal(ids1, ids2, n1 * INGEST_ID_BYTES);
+    free(ids1);
+    free(ids2);
+}
+
+/* Encode chunk ci and check it decodes to the file's bytes. */
+static void check_chunk(ingest_sender_batch *b, ingest_codec *dec, uint64_t ci, const uint8_t *expect, size_t cap,
+                        uint8_t *enc, uint8_t *raw)
+{
+    size_t n = 0, rn = 0;
+    uint8_t id[INGEST_ID_BYTES];
+    uint32_t len = 0;
+    uint64_t off = 0;
+    assert_int_equal(ingest_sender_batch_chunk_info(b, ci, id, &len, &off), 0);
+    const int rc = ingest_sender_batch_chunk(b, ci, enc, cap, &n);
+    assert_int_equal(rc, 0);
+    assert_true(n >= INGEST_CODEC_HEADER);
+    assert_int_equal(ingest_codec_decode(dec, enc, n, raw, len, &rn, ingest_default_dedup_key(), id), 0);
+    assert_int_equal(rn, len);
+    assert_memory_equal(raw, expect + off, len);
+}
+
+static void test_chunks_encode(void **state)
+{
+    (void)state;
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    mkdirs(d, "src");
+    const size_t n1 = 200 * 1024;
+    put_random(d, "src/a.bin", n1, 21);
+    /* compressible text */
+    char *text = malloc(100000);
+    assert_non_null(text);
+    size_t tl = 0;
+    for (int i = 0; tl + 64 < 100000; i++)
+        tl += (size_t)snprintf(text + tl, 100000 - tl, "%d,sensor-%d,%d.%03d\n", 1700000000 + i, i % 7, i % 50,
+                               (i * 37) % 1000);
+    put_file(d, "src/b.csv", text, tl);
+    free(text);
+    char p[4096];
+    join(p, sizeof(p), d, "src");
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    const ingest_sender_source src[] = { { "s", p } };
+    ingest_sender_opts o = base_opts(src, 1, &r);
+    small_chunks(&o);
+    ingest_sender *s = NULL;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    ingest_sender_batch *b = NULL;
+    assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+    ingest_codec *dec = NULL;
+    assert_int_equal(ingest_codec_create(ctx, 1, &dec), 0);
+    const size_t cap = ingest_sender_chunk_bound(s);
+    assert_true(cap >= ingest_codec_bound(4096));
+    uint8_t *enc = malloc(cap), *raw = malloc(4096);
+    assert_non_null(enc);
+    assert_non_null(raw);
+    size_t la = 0, lb = 0;
+    uint8_t *da = slurp(p, "a.bin", &la), *db = slurp(p, "b.csv", &lb);
+    ingest_sender_file_info fa0, fb0;
+    assert_int_equal(ingest_sender_batch_file(b, 0, &fa0), 0);
+    assert_int_equal(ingest_sender_batch_file(b, 1, &fb0), 0);
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    assert_int_equal(bs.chunks, fa0.nchunks + fb0.nchunks);
+    /* forward, then backward (switching files both ways) */
+    for (uint64_t ci = 0; ci < bs.chunks; ci++)
+        check_chunk(b, dec, ci, ci < fb0.first_chunk ? da : db, cap, enc, raw);
+    for (uint64_t ci = bs.chunks; ci-- > 0;)
+        check_chunk(b, dec, ci, ci < fb0.first_chunk ? da : db, cap, enc, raw);
+    /* text chunks are compressed */
+    size_t n = 0;
+    assert_int_equal(ingest_sender_batch_chunk(b, fb0.first_chunk, enc, cap, &n), 0);
+    assert_int_equal(enc[1], INGEST_CODEC_METHOD_ZSTD);
+    uint32_t clen = 0;
+    assert_int_equal(ingest_sender_batch_chunk_info(b, fb0.first_chunk, NULL, &clen, NULL), 0);
+    assert_true(n < clen);
+    /* errors: past the end, buffer too small */
+    assert_int_equal(ingest_sender_batch_chunk(b, bs.chunks, enc, cap, &n), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_sender_batch_chunk(b, 0, enc, 100, &n), INGEST_ETOOBIG);
+    assert_int_equal(n, 0);
+
+    /* Sequential reads keep the file open: unlinking a.bin after its
+     * first chunk does not stop its next one. */
+    check_chunk(b, dec, 0, da, cap, enc, raw);
+    char q[4096];
+    join(q, sizeof(q), p, "a.bin");
+    assert_int_equal(unlink(q), 0);
+    check_chunk(b, dec, 1, da, cap, enc, raw);
+    /* ... but once another file was read, a.bin must be reopened: gone. */
+    check_chunk(b, dec, fb0.first_chunk, db, cap, enc, raw);
+    assert_int_equal(ingest_sender_batch_chunk(b, 2, enc, cap, &n), INGEST_ESTALE);
+
+    free(da);
+    free(db);
+    free(enc);
+    free(raw);
+    ingest_codec_destroy(dec);
+    ingest_sender_batch_destroy(b);
+    ingest_sender_destroy(s);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_stale_after_chunking(void **state)
+{
+    (void)state;
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    mkdirs(d, "src");
+    put_random(d, "src/a", 64 * 1024, 31);
+    put_random(d, "src/b", 64 * 1024, 32);
+    put_random(d, "src/c", 64 * 1024, 33);
+    put_random(d, "src/d", 64 * 1024, 34);
+    char p[4096];
+    join(p, sizeof(p), d, "src");
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    const ingest_sender_source src[] = { { "s", p } };
+    ingest_sender_opts o = base_opts(src, 1, &r);
+    small_chunks(&o);
+    ingest_sender *s = NULL;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    ingest_sender_batch *b = NULL;
+    assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+    ingest_sender_file_info f[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(ingest_sender_batch_file(b, (uint64_t)i, &f[i]), 0);
+    const size_t cap = ingest_sender_chunk_bound(s);
+    uint8_t *enc = malloc(cap);
+    assert_non_null(enc);
+    size_t n = 0;
+    char q[4096];
+
+    /* a: rewritten in place (same size) inside its third chunk */
+    uint32_t len = 0;
+    uint64_t off = 0;
+    assert_int_equal(ingest_sender_batch_chunk_info(b, f[0].first_chunk + 2, NULL, &len, &off), 0);
+    join(q, sizeof(q), p, "a");
+    int fd = open(q, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, "XXXX", 4, (off_t)off + 1), 4);
+    close(fd);
+    assert_int_equal(ingest_sender_batch_chunk(b, f[0].first_chunk, enc, cap, &n), 0);
+    assert_int_equal(ingest_sender_batch_chunk(b, f[0].first_chunk + 2, enc, cap, &n), INGEST_ESTALE);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "s/a"));
+    uint64_t which = 99;
+    assert_int_equal(ingest_sender_batch_chunk_file(b, f[0].first_chunk + 2, &which), 0);
+    assert_int_equal(which, 0);
+    assert_int_equal(ingest_sender_batch_chunk(b, f[0].first_chunk + 3, enc, cap, &n), 0);
+
+    /* b: replaced by another file with the same bytes (new inode) */
+    uint8_t *same = NULL;
+    size_t sl = 0;
+    same = slurp(p, "b", &sl);
+    put_file(d, "src/b.new", same, sl);
+    free(same);
+    char q2[4096];
+    join(q, sizeof(q), p, "b.new");
+    join(q2, sizeof(q2), p, "b");
+    assert_int_equal(rename(q, q2), 0);
+    assert_int_equal(ingest_sender_batch_chunk(b, f[1].first_chunk, enc, cap, &n), INGEST_ESTALE);
+
+    /* c: truncated */
+    join(q, sizeof(q), p, "c");
+    assert_int_equal(truncate(q, 1000), 0);
+    assert_int_equal(ingest_sender_batch_chunk(b, f[2].first_chunk + f[2].nchunks - 1, enc, cap, &n),
+                     INGEST_ESTALE);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "shorter"));
+
+    /* d: unchanged, still fine */
+    assert_int_equal(ingest_sender_batch_chunk(b, f[3].first_chunk, enc, cap, &n), 0);
+
+    free(enc);
+    ingest_sender_batch_destroy(b);
+    ingest_sender_destroy(s);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
+static void changed_mode(int threads)
+{
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    mkdirs(d, "src");
+    put_random(d, "src/a", 10000, 41);
+    put_random(d, "src/grow", 3 * 64 * 1024, 42);
+    put_random(d, "src/z", 10000, 43);
+    char p[4096], g[4096];
+    join(p, sizeof(p), d, "src");
+    join(g, sizeof(g), d, "src/grow");
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    r.grow_path = "s/grow";
+    r.grow_file = g;
+    const ingest_sender_source src[] = { { "s", p } };
+    ingest_sender_opts o = base_opts(src, 1, &r);
+    o.read_buffer = 64 * 1024; /* several reads per file */
+    o.threads = threads;
+    ingest_sender *s = NULL;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    ingest_sender_batch *b = NULL;
+    assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+    assert_int_equal(r.grown, 1);
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    assert_int_equal(bs.files, 2);
+    assert_int_equal(bs.bytes, 20000);
+    assert_int_equal(bs.dropped, 1);
+    const char *dp = NULL;
+    int reason = 0;
+    assert_int_equal(ingest_sender_batch_dropped(b, 0, &dp, &reason), 0);
+    assert_string_equal(dp, "s/grow");
+    assert_int_equal(reason, INGEST_SKIP_CHANGED);
+    assert_int_equal(ingest_sender_batch_dropped(b, 1, &dp, &reason), INGEST_ENOTFOUND);
+    ingest_sender_file_info f0, f1;
+    assert_int_equal(ingest_sender_batch_file(b, 0, &f0), 0);
+    assert_int_equal(ingest_sender_batch_file(b, 1, &f1), 0);
+    assert_string_equal(f0.path, "s/a");
+    assert_string_equal(f1.path, "s/z");
+    /* the manifest holds the two stable files only, chunk lists intact */
+    uint64_t nfiles = 0;
+    check_manifest(ctx, b, p, "s", &nfiles);
+    assert_int_equal(nfiles, 2);
+    char want[64];
+    snprintf(want, sizeof(want), "%d:s/grow\n", INGEST_SKIP_CHANGED);
+    assert_string_equal(r.skips, want);
+    ingest_sender_stats st;
+    ingest_sender_get_stats(s, &st);
+    assert_int_equal(st.dropped_changed, 1);
+    assert_int_equal(st.files_seen, 3);
+    assert_int_equal(st.files_batched, 2);
+    ingest_sender_batch_destroy(b);
+
+    /* The next walk takes it (now stable) */
+    assert_int_equal(ingest_sender_scan(s), 0);
+    assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+    ingest_sender_batch_stats_get(b, &bs);
+    assert_int_equal(bs.files, 3);
+    assert_int_equal(bs.bytes, 20000 + 3 * 64 * 1024 + 100);
+    ingest_sender_batch_destroy(b);
+
+    /* A walk whose only file changes: no batch at all. */
+    ingest_sender_destroy(s);
+    o.sources = src;
+    char only[4096];
+    mkdirs(d, "only");
+    put_random(d, "only/grow", 1000, 44);
+    join(only, sizeof(only), d, "only");
+    join(g, sizeof(g), d, "only/grow");
+    const ingest_sender_source src2[] = { { "s", only } };
+    o.sources = src2;
+    memset(r.skips, 0, sizeof(r.skips));
+    r.grown = 0;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    assert_int_equal(ingest_sender_next_batch(s, &b), 0);
+    assert_null(b);
+    assert_int_equal(r.grown, 1);
+    assert_string_equal(r.skips, want);
+    ingest_sender_destroy(s);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_changed_while_chunking(void **state)
+{
+    (void)state;
+    changed_mode(1);
+    changed_mode(2);
+}
+
+static void memory_mode(int threads)
+{
+    ingest_ctx *ctx = ingest_ctx_create(NULL); /* plain malloc: measure real RSS */
+    assert_non_null(ctx);
+    char *d = mk_tmpdir();
+    mkdirs(d, "src");
+    const size_t mib = 1024 * 1024;
+    const size_t total = (quick() ? 8 : 64) * mib;
+    char p[4096];
+    join(p, sizeof(p), d, "src/big");
+    uint8_t *piece = malloc(mib);
+    assert_non_null(piece);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    for (size_t i = 0; i < total / mib; i++) {
+        gen_random(piece, mib, 1000 + i);
+        assert_int_equal(write(fd, piece, mib), (ssize_t)mib);
+    }
+    close(fd);
+    free(piece);
+    join(p, sizeof(p), d, "src");
+
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    r.sample_rss = 1;
+    const long base = rss_anon_kb();
+    const ingest_sender_source src[] = { { "s", p } };
+    ingest_sender_opts o = base_opts(src, 1, &r);
+    o.threads = threads;
+    ingest_sender *s = NULL;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    ingest_sender_batch *b = NULL;
+    assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    assert_int_equal(bs.bytes, total);
+    assert_true(bs.chunks >= total / (256 * 1024));
+    const size_t cap = ingest_sender_chunk_bound(s);
+    uint8_t *enc = malloc(cap);
+    assert_non_null(enc);
+    uint64_t enc_total = 0;
+    for (uint64_t ci = 0; ci < bs.chunks; ci++) {
+        size_t n = 0;
+        assert_int_equal(ingest_sender_batch_chunk(b, ci, enc, cap, &n), 0);
+        enc_total += n;
+        if ((ci & 63) == 0)
+            on_read(&r, "", 0);
+    }
+    on_read(&r, "", 0);
+    assert_true(enc_total >= total); /* random bytes: stored raw, plus headers */
+    free(enc);
+    const long grew = r.rss_peak_kb - base;
+    print_message("memory (threads %d): RssAnon base %ld kB, peak %ld kB (+%ld kB) for a %zu MiB file\n",
+                  threads ? threads : 2, base, r.rss_peak_kb, grew, total / mib);
+    if (!quick() && base >= 0)
+        assert_true(grew < 24 * 1024);
+    ingest_sender_batch_destroy(b);
+    ingest_sender_destroy(s);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_memory_bounded(void **state)
+{
+    (void)state;
+    memory_mode(1);
+    memory_mode(2);
+}
+
+/* Every allocation fails in turn: the result is ENOMEM or success, never
+ * a leak (cmocka checks) or a crash. */
+static void test_alloc_failures(void **state)
+{
+    (void)state;
+    char *d = mk_tmpdir();
+    mkdirs(d, "src/sub");
+    put_random(d, "src/a", 20000, 51);
+    put_random(d, "src/sub/b", 5000, 52);
+    put_file(d, "src/c", "", 0);
+    char p[4096];
+    join(p, sizeof(p), d, "src");
+    int successes = 0, failures = 0;
+    for (int threads = 1; threads <= 2; threads++)
+    for (unsigned k = 2; k < 400; k++) { /* 1 is the context itself */
+        struct failing fa = { 0, k, 0 };
+        ingest_ctx *ctx = make_ctx(&fa);
+        struct rec r;
+        memset(&r, 0, sizeof(r));
+        const ingest_sender_source src[] = { { "s", p } };
+        ingest_sender_opts o = base_opts(src, 1, &r);
+        small_chunks(&o);
+        o.max_files = 2;
+        o.threads = threads;
+        ingest_sender *s = NULL;
+        int rc = ingest_sender_create(ctx, &o, &s);
+        if (rc == 0)
+            rc = ingest_sender_scan(s);
+        uint64_t files = 0;
+        while (rc == 0) {
+            ingest_sender_batch *b = NULL;
+            rc = ingest_sender_next_batch(s, &b);
+            if (rc != 1)
+                break;
+            const void *m;
+            size_t ml;
+            rc = ingest_sender_batch_manifest(b, &m, &ml);
+            uint8_t enc[8192];
+            size_t n;
+            if (rc == 0)
+                rc = ingest_sender_batch_chunk(b, 0, enc, sizeof(enc), &n);
+            ingest_sender_batch_stats bs;
+            ingest_sender_batch_stats_get(b, &bs);
+            files += bs.files;
+            ingest_sender_batch_destroy(b);
+        }
+        ingest_sender_destroy(s);
+        ingest_ctx_destroy(ctx);
+        if (rc == 0) {
+            assert_int_equal(files, 3);
+            successes++;
+        } else {
+            assert_int_equal(rc, INGEST_ENOMEM);
+            failures++;
+        }
+        if (fa.failed == 0)
+            break; /* every allocation was made: done */
+    }
+    assert_true(successes >= 1);
+    assert_true(failures >= 10);
+    rm_tree(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_walk_order_and_skips),
+        cmocka_unit_test(test_unreadable),
+        cmocka_unit_test(test_batch_limits),
+        cmocka_unit_test(test_multi_source),
+        cmocka_unit_test(test_invalid_opts),
+        cmocka_unit_test(test_manifest),
+        cmocka_unit_test(test_chunks_encode),
+        cmocka_unit_test(test_stale_after_chunking),
+        cmocka_unit_test(test_changed_while_chunking),
+        cmocka_unit_test(test_memory_bounded),
+        cmocka_unit_test(test_alloc_failures),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
