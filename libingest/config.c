@@ -144,7 +144,7 @@ static int check_name(cfg_parser *p, const char *shown, const char *value, cfg_m
 }
 
 /* "host:port" or "[v6addr]:port"; port 1..65535. */
-static int hostport_problem(const char *v, const char **why)
+static int hostport_problem(const char *v, bool allow_zero, const char **why)
 {
     const char *colon;
     if (v[0] == '[') {
@@ -195,8 +195,8 @@ static int hostport_problem(const char *v, const char **why)
         }
         val = val * 10 + (port[i] - '0');
     }
-    if (val < 1 || val > 65535) {
-        *why = "the port must be a number from 1 to 65535";
+    if ((val < 1 && !(allow_zero && val == 0)) || val > 65535) {
+        *why = allow_zero ? "the port must be a number from 0 to 65535" : "the port must be a number from 1 to 65535";
         return -1;
     }
     return 0;
@@ -205,7 +205,16 @@ static int hostport_problem(const char *v, const char **why)
 static int check_hostport(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
 {
     const char *why = NULL;
-    if (hostport_problem(value, &why) != 0)
+    if (hostport_problem(value, false, &why) != 0)
+        return perr(p, at, "key '%s': bad address '%s': %s", shown, value, why);
+    return INGEST_OK;
+}
+
+/* A listening address may use port 0: an ephemeral port (the receiver reports the one bound). */
+static int check_listen(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
+{
+    const char *why = NULL;
+    if (hostport_problem(value, true, &why) != 0)
         return perr(p, at, "key '%s': bad address '%s': %s", shown, value, why);
     return INGEST_OK;
 }
@@ -333,7 +342,7 @@ static const cfg_row agent_rows[] = {
 #define R ingest_receiver_config
 static const cfg_row receiver_rows[] = {
     { .name = "listen", .type = T_STRING, .def = "127.0.0.1:7443", FIELD(R, listen),
-      .check = check_hostport, .desc = "Address the receiver accepts devices on, host:port" },
+      .check = check_listen, .desc = "Address the receiver accepts devices on, host:port (port 0: any free port)" },
     { .name = "key", .type = T_PATH, .flags = F_REQUIRED, FIELD(R, key),
       .desc = "File holding the receiver's secret key (ingestctl keygen)" },
     { .name = "authorized_devices", .type = T_PATH, .flags = F_REQUIRED,

@@ -1,0 +1,209 @@
+/* Helpers shared by the programs. */
+#include "prog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *log_name = "ingest";
+static int log_level = INGEST_LOG_INFO;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void prog_log_init(const char *name, int level)
+{
+    log_name = name;
+    log_level = level;
+}
+
+void prog_log_set_level(int level) { log_level = level; }
+int prog_log_level(void) { return log_level; }
+
+static const char *level_name(int level)
+{
+    switch (level) {
+    case INGEST_LOG_ERROR: return "error";
+    case INGEST_LOG_WARN: return "warn";
+    case INGEST_LOG_INFO: return "info";
+    default: return "debug";
+    }
+}
+
+int prog_parse_level(const char *s)
+{
+    static const char *const names[] = { "error", "warn", "info", "debug" };
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+void prog_log(int level, const char *fmt, ...)
+{
+    if (level > log_level)
+        return;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char when[32];
+    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+    pthread_mutex_lock(&log_lock);
+    fprintf(stderr, "%s.%03ldZ %s[%s]: %s\n", when, ts.tv_nsec / 1000000, log_name, level_name(level), msg);
+    pthread_mutex_unlock(&log_lock);
+}
+
+void prog_lib_log(void *userdata, int level, const char *msg)
+{
+    (void)userdata;
+    prog_log(level, "%s", msg);
+}
+
+double prog_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+double prog_cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+static int split_address(const char *address, char *host, size_t hcap, char *port, size_t pcap)
+{
+    const char *colon;
+    if (address[0] == '[') {
+        const char *end = strchr(address, ']');
+        if (end == NULL || end[1] != ':')
+            return -1;
+        snprintf(host, hcap, "%.*s", (int)(end - address - 1), address + 1);
+        colon = end + 1;
+    } else {
+        colon = strrchr(address, ':');
+        if (colon == NULL)
+            return -1;
+        snprintf(host, hcap, "%.*s", (int)(colon - address), address);
+    }
+    snprintf(port, pcap, "%s", colon + 1);
+    return port[0] ? 0 : -1;
+}
+
+int prog_connect(const char *address, int timeout_ms, char *errmsg, size_t cap)
+{
+    char host[256], port[16];
+    if (split_address(address, host, sizeof(host), port, sizeof(port)) != 0) {
+        snprintf(errmsg, cap, "bad address '%s' (want host:port)", address);
+        return -1;
+    }
+    struct addrinfo hints = { 0 }, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    const int g = getaddrinfo(host, port, &hints, &res);
+    if (g != 0) {
+        snprintf(errmsg, cap, "%s: %s", address, gai_strerror(g));
+        return -1;
+    }
+    int fd = -1;
+    snprintf(errmsg, cap, "%s: no address", address);
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno == EINPROGRESS) {
+            struct pollfd p = { fd, POLLOUT, 0 };
+            int err = 0;
+            socklen_t len = sizeof(err);
+            if (poll(&p, 1, timeout_ms) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
+                goto connected;
+            snprintf(errmsg, cap, "connect %s: %s", address, err ? strerror(err) : "timed out");
+        } else if (errno == 0 || errno == EISCONN) {
+            goto connected;
+        } else {
+            snprintf(errmsg, cap, "connect %s: %s", address, strerror(errno));
+        }
+        close(fd);
+        fd = -1;
+        continue;
+    connected:
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+        {
+            const int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        }
+        break;
+    }
+    freeaddrinfo(res);
+    return fd;
+}
+
+int prog_listen(const char *address, char *bound, size_t bound_cap, char *errmsg, size_t cap)
+{
+    char host[256], port[16];
+    if (split_address(address, host, sizeof(host), port, sizeof(port)) != 0) {
+        snprintf(errmsg, cap, "bad listen address '%s' (want host:port)", address);
+        return -1;
+    }
+    struct addrinfo hints = { 0 }, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    const int g = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+    if (g != 0) {
+        snprintf(errmsg, cap, "%s: %s", address, gai_strerror(g));
+        return -1;
+    }
+    int fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+    const int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 64) != 0) {
+        snprintf(errmsg, cap, "listen %s: %s", address, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(res);
+        return -1;
+    }
+    freeaddrinfo(res);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char h[NI_MAXHOST], p[NI_MAXSERV];
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+        getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), p, sizeof(p), NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+        snprintf(bound, bound_cap, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
+    else
+        snprintf(bound, bound_cap, "%s", address);
+    return fd;
+}
+
+int prog_write_file_atomic(const char *path, const char *text)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL)
+        return -1;
+    const int ok = fputs(text, f) >= 0;
+    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,40 @@
+/* Helpers shared by the programs: logging to stderr, sockets, time. */
+#ifndef INGEST_PROG_H
+#define INGEST_PROG_H
+
+#include <ingest.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define PROG_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define PROG_PRINTF(a, b)
+#endif
+
+/* Name shown in log lines ("ingest-agent") and the level in force. */
+void prog_log_init(const char *name, int level);
+void prog_log_set_level(int level);
+int prog_log_level(void);
+/* One line to stderr: "2026-11-22T17:50:00.123Z name[level]: msg". */
+void prog_log(int level, const char *fmt, ...) PROG_PRINTF(2, 3);
+/* A library log callback that forwards to prog_log (userdata unused). */
+void prog_lib_log(void *userdata, int level, const char *msg);
+/* Parse "error|warn|info|debug"; -1 if unknown. */
+int prog_parse_level(const char *s);
+
+/* Monotonic clock in seconds. */
+double prog_now(void);
+/* CPU seconds used by this process (user + system). */
+double prog_cpu_seconds(void);
+
+/*
+ * Split "host:port" (host may be "[v6]") and connect with a timeout;
+ * returns a connected blocking fd or -1 with errmsg set.
+ */
+int prog_connect(const char *address, int timeout_ms, char *errmsg, size_t cap);
+/* Listen on "host:port" (port 0: ephemeral); returns the fd or -1. */
+int prog_listen(const char *address, char *bound, size_t bound_cap, char *errmsg, size_t cap);
+/* Write text to path atomically (temporary file + rename); 0 or -1. */
+int prog_write_file_atomic(const char *path, const char *text);
+
+#endif

@@ -1,0 +1,641 @@
+/*
+ * ingest-agent: the edge program.  With --once it ships every regular file
+ * under the configured sources to the core, waits for every batch's ack,
+ * prints a one-line summary and exits: 0 when everything was acknowledged,
+ * 1 otherwise (the reason is logged), 2 for a usage or configuration error.
+ *
+ * Per batch (docs/protocol.md): BATCH_BEGIN, the manifest, MANIFEST_END;
+ * the receiver answers WANT; the wanted chunks are re-read, re-checked,
+ * compressed and sent in manifest order; BATCH_COMMIT; then, while the
+ * receiver makes the batch durable, the next batch is chunked and hashed,
+ * and only then is the ACK read (the receiver may first ask again for
+ * chunks it found stale).
+ */
+#include "../common/prog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MANIFEST_PART_MAX (1024u * 1024u)
+#define HANDSHAKE_TIMEOUT_MS 15000
+#define ACK_TIMEOUT_MS 600000
+#define FRAME_OVERHEAD 28 /* length prefix, frame header and AEAD tag per frame */
+
+typedef struct totals {
+    uint64_t files, bytes, chunks, chunks_sent, chunks_dedup, chunk_bytes_raw, chunk_bytes_sent;
+    uint64_t wire_out, wire_in, batches, batches_acked, batches_failed, batches_abandoned;
+} totals;
+
+typedef struct agent {
+    ingest_agent_config *cfg;
+    ingest_ctx *ctx;
+    ingest_secret_key key;
+    uint8_t receiver_pub[INGEST_PUBKEY_BYTES];
+    uint8_t dedup[INGEST_KEY_BYTES];
+    ingest_codec *codec;
+    ingest_store *st;
+    ingest_havecache *have;
+    ingest_session *ss;
+    int fd;
+    uint64_t seq;
+    totals t;
+    double t0, last_progress;
+    int tty;
+    uint8_t *chunkbuf;
+    size_t chunkcap;
+} agent;
+
+static volatile sig_atomic_t stopping;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stopping = 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ingest-agent --config FILE --once [--check-config]\n"
+               "       ingest-agent --help-config\n"
+               "\n"
+               "  --config FILE    the agent's YAML configuration (docs/config.md)\n"
+               "  --once           ship every file present under the sources, wait for the acks, exit\n"
+               "  --check-config   validate the configuration and exit (0 valid, 2 invalid)\n"
+               "  --help-config    list every configuration key\n");
+}
+
+/* ---- state: the batch sequence survives restarts ---------------------- */
+
+static uint64_t load_seq(const char *state_dir)
+{
+    char p[4096], buf[64] = "";
+    snprintf(p, sizeof(p), "%s/next_batch_seq", state_dir);
+    FILE *f = fopen(p, "r");
+    if (f == NULL)
+        return 1;
+    const int ok = fgets(buf, sizeof(buf), f) != NULL;
+    fclose(f);
+    char *end;
+    const unsigned long long v = ok ? strtoull(buf, &end, 10) : 0;
+    return v ? v : 1;
+}
+
+static int save_seq(const char *state_dir, uint64_t seq)
+{
+    char p[4096], tmp[4200], line[32];
+    snprintf(p, sizeof(p), "%s/next_batch_seq", state_dir);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", p);
+    snprintf(line, sizeof(line), "%llu\n", (unsigned long long)seq);
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    const ssize_t n = write(fd, line, strlen(line));
+    const int ok = n == (ssize_t)strlen(line) && fsync(fd) == 0;
+    close(fd);
+    return ok && rename(tmp, p) == 0 ? 0 : -1;
+}
+
+/* ---- progress ------------------------------------------------------------ */
+
+static void progress(agent *a, int final)
+{
+    if (!a->tty)
+        return;
+    const double now = prog_now();
+    if (!final && now - a->last_progress < 0.25)
+        return;
+    a->last_progress = now;
+    const double secs = now - a->t0 > 1e-9 ? now - a->t0 : 1e-9;
+    fprintf(stdout, "\r\033[K%llu files  %.1f MB  %.1f MB/s  wire %.1f MB",
+            (unsigned long long)a->t.files, (double)a->t.bytes / 1e6, (double)a->t.bytes / 1e6 / secs,
+            (double)(a->t.wire_out + a->t.wire_in) / 1e6);
+    if (final)
+        fputs("\r\033[K", stdout);
+    fflush(stdout);
+}
+
+/* ---- sending ------------------------------------------------------------- */
+
+static int send_msg(agent *a, ingest_wire_msg *m, size_t extra)
+{
+    const int rc = ingest_session_send_msg(a->ss, a->fd, m);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "send %s: %s: %s", ingest_wire_type_name(m->type), ingest_strerror(rc),
+                 ingest_session_send_errmsg(a->ss));
+        return rc;
+    }
+    a->t.wire_out += ingest_wire_encoded_size(m) + FRAME_OVERHEAD + extra;
+    return 0;
+}
+
+static int recv_msg(agent *a, ingest_wire_msg *m, int timeout_ms)
+{
+    const int rc = ingest_session_recv_msg(a->ss, a->fd, m, timeout_ms);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "receive: %s: %s", ingest_strerror(rc), ingest_session_recv_errmsg(a->ss));
+        return rc;
+    }
+    a->t.wire_in += ingest_wire_encoded_size(m) + FRAME_OVERHEAD;
+    if (m->type == INGEST_MSG_ERROR) {
+        prog_log(INGEST_LOG_ERROR, "receiver reported: %s: %s", ingest_strerror(m->u.error.code),
+                 m->u.error.message);
+        return m->u.error.code < 0 ? m->u.error.code : INGEST_EPROTO;
+    }
+    return 0;
+}
+
+static int send_manifest(agent *a, ingest_sender_batch *b)
+{
+    const void *mp;
+    size_t mlen;
+    int rc = ingest_sender_batch_manifest(b, &mp, &mlen);
+    if (rc < 0)
+        return rc;
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_BATCH_BEGIN;
+    snprintf(m.u.begin.batch_id, sizeof(m.u.begin.batch_id), "%s", ingest_sender_batch_id(b));
+    m.u.begin.file_count = (uint32_t)bs.files;
+    m.u.begin.chunk_count = (uint32_t)bs.chunks;
+    m.u.begin.total_bytes = bs.bytes;
+
+    if ((rc = send_msg(a, &m, 0)) < 0)
+        return rc;
+    uint32_t parts = 0;
+    for (size_t off = 0; off < mlen; off += MANIFEST_PART_MAX, parts++) {
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_MANIFEST_PART;
+        m.u.manifest_part.data = (const uint8_t *)mp + off;
+        m.u.manifest_part.len = mlen - off < MANIFEST_PART_MAX ? mlen - off : MANIFEST_PART_MAX;
+        if ((rc = send_msg(a, &m, 0)) < 0)
+            return rc;
+    }
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_MANIFEST_END;
+    m.u.manifest_end.part_count = parts;
+    m.u.manifest_end.manifest_bytes = mlen;
+    return send_msg(a, &m, 0);
+}
+
+/*
+ * Send the chunks of one WANT frame.  A chunk whose file changed since it
+ * was chunked cannot be sent: *stale is set and the batch is abandoned.
+ */
+static int send_wanted(agent *a, ingest_sender_batch *b, const ingest_wire_want *w, uint32_t *sent, int *stale)
+{
+    for (uint32_t i = 0; i < w->count && !stopping; i++) {
+        const uint32_t idx = ingest_wire_want_index(w, i);
+        size_t n = 0;
+        int rc = ingest_sender_batch_chunk(b, idx, a->chunkbuf, a->chunkcap, &n);
+        if (rc == INGEST_ESTALE) {
+            uint64_t fi = 0;
+            ingest_sender_file_info info;
+            memset(&info, 0, sizeof(info));
+            if (ingest_sender_batch_chunk_file(b, idx, &fi) == 0)
+                ingest_sender_batch_file(b, fi, &info);
+            prog_log(INGEST_LOG_WARN, "batch %s: %s changed while it was being shipped; it will be shipped again",
+                     ingest_sender_batch_id(b), info.path ? info.path : "a file");
+            *stale = 1;
+            return 0;
+        }
+        if (rc < 0) {
+            prog_log(INGEST_LOG_ERROR, "batch %s: chunk %u: %s", ingest_sender_batch_id(b), idx,
+                     ingest_ctx_errmsg(a->ctx));
+            return rc;
+        }
+        uint8_t id[INGEST_ID_BYTES];
+        uint32_t len = 0;
+        uint64_t off = 0;
+        ingest_sender_batch_chunk_info(b, idx, id, &len, &off);
+        ingest_wire_msg m;
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_CHUNK;
+        m.u.chunk.index = idx;
+        m.u.chunk.data = a->chunkbuf;
+        m.u.chunk.len = n;
+        if ((rc = send_msg(a, &m, 0)) < 0)
+            return rc;
+        a->t.chunks_sent++;
+        a->t.chunk_bytes_raw += len;
+        a->t.chunk_bytes_sent += n;
+        (*sent)++;
+        progress(a, 0);
+    }
+    return stopping ? INGEST_ECLOSED : 0;
+}
+
+/* Read WANT frames until one without MORE, sending the chunks of each. */
+static int serve_wants(agent *a, ingest_sender_batch *b, ingest_wire_msg *first, uint32_t *sent, int *stale)
+{
+    ingest_wire_msg m = *first;
+    for (;;) {
+        if (m.type != INGEST_MSG_WANT || strcmp(m.u.want.batch_id, ingest_sender_batch_id(b)) != 0) {
+            prog_log(INGEST_LOG_ERROR, "batch %s: unexpected %s from the receiver", ingest_sender_batch_id(b),
+                     ingest_wire_type_name(m.type));
+            return INGEST_EPROTO;
+        }
+        const int more = (m.u.want.flags & INGEST_WANT_MORE) != 0;
+        /* The WANT's index list lives in the session's receive buffer: send before the next receive. */
+        int rc = send_wanted(a, b, &m.u.want, sent, stale);
+        if (rc < 0 || *stale || !more)
+            return rc;
+        if ((rc = recv_msg(a, &m, ACK_TIMEOUT_MS)) < 0)
+            return rc;
+    }
+}
+
+static void remember_chunks(agent *a, ingest_sender_batch *b)
+{
+    if (a->have == NULL)
+        return;
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    for (uint64_t i = 0; i < bs.chunks; i++) {
+        uint8_t id[INGEST_ID_BYTES];
+        uint32_t len;
+        uint64_t off;
+        if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0 && ingest_havecache_add(a->have, id) < 0)
+            break;
+    }
+    if (ingest_store_commit(a->st) < 0)
+        prog_log(INGEST_LOG_WARN, "have-cache: %s", ingest_ctx_errmsg(a->ctx));
+}
+
+/*
+ * Ship one batch whose manifest was sent.  *next is built (the next batch
+ * of the walk) while the receiver commits this one.  Returns 0 acked, 1
+ * abandoned (a file changed; ship again later), < 0 failure of the
+ * connection, > 1 a batch the receiver refused.
+ */
+static int finish_batch(agent *a, ingest_sender *snd, ingest_sender_batch *b, ingest_sender_batch **next,
+                        int *walk_rc)
+{
+    ingest_wire_msg m;
+    uint32_t sent = 0;
+    int stale = 0, rc = recv_msg(a, &m, ACK_TIMEOUT_MS);
+    if (rc < 0)
+        return rc;
+    const char *id = ingest_sender_batch_id(b);
+    for (;;) {
+        if (m.type == INGEST_MSG_ACK)
+            break;
+        if ((rc = serve_wants(a, b, &m, &sent, &stale)) < 0)
+            return rc;
+        if (stale) {
+            /* Tell the receiver, which drops the batch and closes; the caller reconnects. */
+            memset(&m, 0, sizeof(m));
+            m.type = INGEST_MSG_ERROR;
+            m.u.error.code = INGEST_ESTALE;
+            snprintf(m.u.error.message, sizeof(m.u.error.message), "batch %s abandoned: a file changed", id);
+            send_msg(a, &m, 0);
+            a->t.batches_abandoned++;
+            return 1;
+        }
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_BATCH_COMMIT;
+        snprintf(m.u.commit.batch_id, sizeof(m.u.commit.batch_id), "%s", id);
+        m.u.commit.chunks_sent = sent;
+        if ((rc = send_msg(a, &m, 0)) < 0)
+            return rc;
+        /* Overlap: chunk and hash the next batch while the receiver makes this one durable. */
+        if (next != NULL && *next == NULL && *walk_rc == 1) {
+            *walk_rc = ingest_sender_next_batch(snd, next);
+            if (*walk_rc < 0)
+                prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(a->ctx));
+        }
+        if ((rc = recv_msg(a, &m, ACK_TIMEOUT_MS)) < 0)
+            return rc;
+    }
+    if (strcmp(m.u.ack.batch_id, id) != 0) {
+        prog_log(INGEST_LOG_ERROR, "ack for batch %s while %s was open", m.u.ack.batch_id, id);
+        return INGEST_EPROTO;
+    }
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    if (m.u.ack.status < 0) {
+        prog_log(INGEST_LOG_ERROR, "batch %s refused by the receiver: %s: %s", id, ingest_strerror(m.u.ack.status),
+                 m.u.ack.message);
+        a->t.batches_failed++;
+        return 2;
+    }
+    a->t.batches_acked++;
+    a->t.files += bs.files;
+    a->t.bytes += bs.bytes;
+    a->t.chunks += bs.chunks;
+    a->t.chunks_dedup += bs.chunks - sent;
+    prog_log(INGEST_LOG_DEBUG, "batch %s acked (%s): %llu files, %llu chunks, %u sent", id,
+             m.u.ack.status == INGEST_ACK_DUPLICATE ? "already landed" : "landed", (unsigned long long)bs.files,
+             (unsigned long long)bs.chunks, sent);
+    remember_chunks(a, b);
+    return 0;
+}
+
+static int connect_core(agent *a)
+{
+    char err[512];
+    a->fd = prog_connect(a->cfg->core_address, 10000, err, sizeof(err));
+    if (a->fd < 0) {
+        prog_log(INGEST_LOG_ERROR, "cannot reach the core: %s", err);
+        return -1;
+    }
+    ingest_session_destroy(a->ss);
+    a->ss = NULL;
+    if (ingest_session_client_create(a->ctx, a->cfg->device_id, &a->key, a->receiver_pub, &a->ss) < 0)
+        return -1;
+    const int rc = ingest_session_handshake_fd(a->ss, a->fd, HANDSHAKE_TIMEOUT_MS);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "handshake with %s failed: %s: %s", a->cfg->core_address, ingest_strerror(rc),
+                 ingest_ctx_errmsg(a->ctx));
+        close(a->fd);
+        a->fd = -1;
+        return -1;
+    }
+    prog_log(INGEST_LOG_DEBUG, "connected to %s (%s)", a->cfg->core_address,
+             ingest_session_cipher_name(ingest_session_cipher(a->ss)));
+    return 0;
+}
+
+static void disconnect_core(agent *a)
+{
+    if (a->fd >= 0)
+        close(a->fd);
+    a->fd = -1;
+}
+
+/*
+ * One pass over every source.  Returns 0 when every batch was acked, 1
+ * when some batch was abandoned because a file changed (run another pass),
+ * < 0 on failure.
+ */
+static int ship_pass(agent *a, ingest_sender_opts *o)
+{
+    ingest_sender *snd = NULL;
+    o->batch_seq = a->seq;
+    int rc = ingest_sender_create(a->ctx, o, &snd);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
+        return rc;
+    }
+    if (a->chunkbuf == NULL) {
+        a->chunkcap = ingest_sender_chunk_bound(snd);
+        a->chunkbuf = malloc(a->chunkcap);
+        if (a->chunkbuf == NULL) {
+            ingest_sender_destroy(snd);
+            return INGEST_ENOMEM;
+        }
+    }
+    if ((rc = ingest_sender_scan(snd)) < 0) {
+        ingest_sender_destroy(snd);
+        return rc;
+    }
+    int again = 0, failed = 0;
+    ingest_sender_batch *b = NULL, *next = NULL;
+    int walk = ingest_sender_next_batch(snd, &b);
+    while (walk == 1 || b != NULL) {
+        if (stopping) {
+            rc = INGEST_ECLOSED;
+            break;
+        }
+        if (b == NULL) {
+            b = next;
+            next = NULL;
+            if (b == NULL && walk == 1)
+                walk = ingest_sender_next_batch(snd, &b);
+            if (b == NULL)
+                break;
+        }
+        a->seq = ingest_sender_next_seq(snd);
+        if (save_seq(a->cfg->state_dir, a->seq) != 0)
+            prog_log(INGEST_LOG_WARN, "cannot save the batch sequence in %s: %s", a->cfg->state_dir, strerror(errno));
+        if (a->fd < 0 && connect_core(a) != 0) {
+            rc = INGEST_ECLOSED;
+            break;
+        }
+        a->t.batches++;
+        rc = send_manifest(a, b);
+        if (rc == 0)
+            rc = finish_batch(a, snd, b, &next, &walk);
+        if (rc == 1) {
+            again = 1;
+            disconnect_core(a);
+            rc = 0;
+        } else if (rc == 2) {
+            failed = 1;
+            rc = 0;
+        } else if (rc < 0) {
+            break;
+        }
+        ingest_sender_batch_destroy(b);
+        b = next;
+        next = NULL;
+        if (b == NULL && walk == 1)
+            walk = ingest_sender_next_batch(snd, &b);
+        if (walk < 0) {
+            prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(a->ctx));
+            rc = walk;
+            break;
+        }
+    }
+    ingest_sender_batch_destroy(b);
+    ingest_sender_batch_destroy(next);
+    ingest_sender_stats ss;
+    ingest_sender_get_stats(snd, &ss);
+    if (ss.dropped_changed > 0)
+        again = 1;
+    a->seq = ingest_sender_next_seq(snd);
+    save_seq(a->cfg->state_dir, a->seq);
+    ingest_sender_destroy(snd);
+    if (rc < 0)
+        return rc;
+    if (failed)
+        return -2;
+    return again;
+}
+
+static void on_skip(void *ud, const char *path, int reason)
+{
+    (void)ud;
+    static const char *const why[] = { "", "unreadable", "not a regular file", "vanished", "bad name",
+                                       "directory unreadable", "changed while chunked", "too many chunks" };
+    prog_log(reason == INGEST_SKIP_SPECIAL ? INGEST_LOG_DEBUG : INGEST_LOG_WARN, "skipped %s: %s", path,
+             reason >= 1 && reason <= 7 ? why[reason] : "?");
+}
+
+static int load_state(agent *a)
+{
+    if (ingest_secret_key_load(a->ctx, a->cfg->device_key, &a->key) < 0 ||
+        ingest_public_key_load(a->ctx, a->cfg->core_receiver_key, a->receiver_pub) < 0 ||
+        ingest_dedup_key_load(a->ctx, a->cfg->dedup_key, a->dedup) < 0) {
+        prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
+        return -1;
+    }
+    if (ingest_codec_create(a->ctx, a->cfg->compression_level, &a->codec) < 0) {
+        prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
+        return -1;
+    }
+    if (a->cfg->compression_dictionary[0]) {
+        FILE *f = fopen(a->cfg->compression_dictionary, "rb");
+        uint8_t *d = malloc(INGEST_DICT_MAX_BYTES);
+        size_t n = f && d ? fread(d, 1, INGEST_DICT_MAX_BYTES, f) : 0;
+        uint32_t did = 0;
+        const int ok = n > 0 && ingest_codec_add_dict(a->codec, d, n, &did) == 0 && ingest_codec_use_dict(a->codec, did) == 0;
+        if (f)
+            fclose(f);
+        free(d);
+        if (!ok) {
+            prog_log(INGEST_LOG_ERROR, "compression.dictionary %s: %s", a->cfg->compression_dictionary,
+                     f ? ingest_ctx_errmsg(a->ctx) : strerror(errno));
+            return -1;
+        }
+    }
+    if (mkdir(a->cfg->state_dir, 0700) != 0 && errno != EEXIST) {
+        prog_log(INGEST_LOG_ERROR, "state_dir %s: %s", a->cfg->state_dir, strerror(errno));
+        return -1;
+    }
+    ingest_store_opts so = { 0 };
+    so.map_size = 1ull << 30;
+    if (ingest_store_open(a->ctx, a->cfg->state_dir, &so, &a->st) < 0 ||
+        ingest_havecache_open(a->st, a->cfg->havecache_max_entries, &a->have) < 0) {
+        prog_log(INGEST_LOG_ERROR, "state store in %s: %s", a->cfg->state_dir, ingest_ctx_errmsg(a->ctx));
+        return -1;
+    }
+    a->seq = load_seq(a->cfg->state_dir);
+    return 0;
+}
+
+static int print_key(void *ud, const ingest_config_key *k)
+{
+    (void)ud;
+    printf("  %-24s %-8s %s%s%s%s%s\n", k->name, k->type, k->description, k->default_value[0] ? " (default " : "",
+           k->default_value, k->default_value[0] ? ")" : "", k->required ? " [required]" : "");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *config = NULL;
+    int once = 0, check = 0;
+    static const struct option opts[] = {
+        { "config", required_argument, NULL, 'c' }, { "once", no_argument, NULL, 'o' },
+        { "check-config", no_argument, NULL, 'k' }, { "help", no_argument, NULL, 'h' },
+        { "help-config", no_argument, NULL, 'H' },  { "version", no_argument, NULL, 'V' },
+        { NULL, 0, NULL, 0 },
+    };
+    int o;
+    while ((o = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'c': config = optarg; break;
+        case 'o': once = 1; break;
+        case 'k': check = 1; break;
+        case 'h': usage(stdout); return 0;
+        case 'H': printf("ingest-agent configuration keys:\n"); ingest_config_keys(INGEST_CONFIG_AGENT, print_key, NULL); return 0;
+        case 'V': printf("ingest-agent %s\n", ingest_version_string()); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (config == NULL || optind != argc || (!once && !check)) {
+        if (config != NULL && !once && !check)
+            fprintf(stderr, "ingest-agent: only --once is available in this version\n");
+        usage(stderr);
+        return 2;
+    }
+    prog_log_init("ingest-agent", INGEST_LOG_INFO);
+    agent a;
+    memset(&a, 0, sizeof(a));
+    a.fd = -1;
+    a.ctx = ingest_ctx_create(NULL);
+    if (a.ctx == NULL)
+        return 1;
+    if (ingest_agent_config_load(a.ctx, config, &a.cfg) < 0) {
+        fprintf(stderr, "ingest-agent: %s\n", ingest_ctx_errmsg(a.ctx));
+        ingest_ctx_destroy(a.ctx);
+        return 2;
+    }
+    if (check) {
+        printf("%s: ok\n", config);
+        ingest_agent_config_free(a.cfg);
+        ingest_ctx_destroy(a.ctx);
+        return 0;
+    }
+    prog_log_set_level(a.cfg->log_level);
+    ingest_ctx_set_log(a.ctx, prog_lib_log, NULL, a.cfg->log_level);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    a.tty = isatty(STDOUT_FILENO);
+    int status = 1;
+    ingest_sender_source *src = NULL;
+    if (load_state(&a) != 0)
+        goto out;
+    src = calloc(a.cfg->sources_count, sizeof(*src));
+    if (src == NULL)
+        goto out;
+    for (size_t i = 0; i < a.cfg->sources_count; i++) {
+        src[i].name = a.cfg->sources[i].name;
+        src[i].path = a.cfg->sources[i].path;
+    }
+    ingest_sender_opts so;
+    memset(&so, 0, sizeof(so));
+    so.device = a.cfg->device_id;
+    so.dedup_key = a.dedup;
+    so.chunking = a.cfg->chunking;
+    so.codec = a.codec;
+    so.sources = src;
+    so.nsources = a.cfg->sources_count;
+    so.max_files = a.cfg->batch_max_files;
+    so.max_bytes = a.cfg->batch_max_bytes;
+    so.on_skip = on_skip;
+    a.t0 = prog_now();
+    const double cpu0 = prog_cpu_seconds();
+    int rc = 0;
+    for (int pass = 0; pass < 5; pass++) {
+        rc = ship_pass(&a, &so);
+        if (rc <= 0)
+            break;
+        prog_log(INGEST_LOG_INFO, "files changed while shipping; shipping them again (pass %d)", pass + 2);
+    }
+    disconnect_core(&a);
+    progress(&a, 1);
+    const double secs = prog_now() - a.t0;
+    printf("shipped: files=%llu bytes=%llu chunks=%llu chunks_new=%llu chunks_dedup=%llu chunk_bytes=%llu "
+           "wire_bytes=%llu batches=%llu seconds=%.3f MB/s=%.1f cpu_seconds=%.3f\n",
+           (unsigned long long)a.t.files, (unsigned long long)a.t.bytes, (unsigned long long)a.t.chunks,
+           (unsigned long long)a.t.chunks_sent, (unsigned long long)a.t.chunks_dedup,
+           (unsigned long long)a.t.chunk_bytes_sent, (unsigned long long)(a.t.wire_out + a.t.wire_in),
+           (unsigned long long)a.t.batches_acked, secs, secs > 0 ? (double)a.t.bytes / 1e6 / secs : 0.0,
+           prog_cpu_seconds() - cpu0);
+    fflush(stdout);
+    if (rc == 0) {
+        status = 0;
+    } else if (rc == -2 || a.t.batches_failed) {
+        fprintf(stderr, "ingest-agent: %llu batch(es) were refused by the receiver; see the log above\n",
+                (unsigned long long)a.t.batches_failed);
+    } else if (rc > 0) {
+        fprintf(stderr, "ingest-agent: files kept changing while they were shipped; not everything was acknowledged\n");
+    } else {
+        fprintf(stderr, "ingest-agent: stopped before every batch was acknowledged (%s)\n", ingest_strerror(rc));
+    }
+out:
+    free(src);
+    free(a.chunkbuf);
+    ingest_session_destroy(a.ss);
+    ingest_havecache_close(a.have);
+    ingest_store_close(a.st);
+    ingest_codec_destroy(a.codec);
+    ingest_secret_key_wipe(&a.key);
+    ingest_agent_config_free(a.cfg);
+    ingest_ctx_destroy(a.ctx);
+    return status;
+}

@@ -1,0 +1,635 @@
+/*
+ * ingest-receiver: the core service.  Accepts authenticated device
+ * sessions on TCP, lands their batches in the bronze tree through the
+ * lander, and acknowledges a batch only once it is durable.
+ *
+ * Threads: the main thread accepts; each connection has a thread of its
+ * own (at most max_connections).  The store, the chunk index and the
+ * landers share one LMDB environment, so every call into landing holds
+ * land_lock; network waits never do.
+ */
+#include "../common/prog.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MANIFEST_MAX (512u * 1024u * 1024u) /* bytes of one batch manifest */
+#define HANDSHAKE_TIMEOUT_MS 10000
+
+typedef struct server {
+    ingest_receiver_config *cfg;
+    ingest_ctx *ctx; /* of the store, index and codec; used under land_lock */
+    ingest_secret_key key;
+    ingest_authset *auth;
+    uint8_t dedup[INGEST_KEY_BYTES];
+    ingest_store *st;
+    ingest_index *idx;
+    ingest_codec *codec;
+    pthread_mutex_t land_lock;
+    atomic_int nconn;
+    atomic_ullong batches_landed, batches_failed, chunks_received, bytes_received;
+} server;
+
+static volatile sig_atomic_t stopping;
+static int stop_pipe[2] = { -1, -1 };
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stopping = 1;
+    if (stop_pipe[1] >= 0) {
+        const char c = 's';
+        ssize_t n = write(stop_pipe[1], &c, 1);
+        (void)n;
+    }
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ingest-receiver --config FILE [--check-config] [--rebuild-index] [--ready-file FILE]\n"
+               "       ingest-receiver --help-config\n"
+               "\n"
+               "  --config FILE      the receiver's YAML configuration (docs/config.md)\n"
+               "  --check-config     validate the configuration and exit (0 valid, 2 invalid)\n"
+               "  --rebuild-index    rebuild the chunk index from the manifests, then serve\n"
+               "  --ready-file FILE  once listening, write the bound address (host:port) to FILE\n"
+               "  --help-config      list every configuration key\n");
+}
+
+/* ---- index start-up check ---------------------------------------------- */
+
+/*
+ * Open the store and the index.  A store that cannot be opened (corrupt,
+ * another format) is removed and rebuilt from the manifests; an empty
+ * index beside existing manifests (deleted) is rebuilt too.
+ */
+static int open_index(server *s, int force_rebuild)
+{
+    const char *dir = s->cfg->state_dir, *bronze = s->cfg->bronze;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        prog_log(INGEST_LOG_ERROR, "state_dir %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    int rebuild = force_rebuild;
+    int rc = ingest_store_open(s->ctx, dir, NULL, &s->st);
+    if (rc == 0)
+        rc = ingest_index_open(s->st, bronze, &s->idx);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_WARN, "chunk index in %s is unusable (%s: %s); rebuilding it from the manifests",
+                 dir, ingest_strerror(rc), ingest_ctx_errmsg(s->ctx));
+        ingest_index_close(s->idx);
+        s->idx = NULL;
+        ingest_store_close(s->st);
+        s->st = NULL;
+        ingest_store_wipe(s->ctx, dir);
+        rc = ingest_store_open(s->ctx, dir, NULL, &s->st);
+        if (rc == 0)
+            rc = ingest_index_open(s->st, bronze, &s->idx);
+        if (rc < 0) {
+            prog_log(INGEST_LOG_ERROR, "cannot create the chunk index in %s: %s", dir, ingest_ctx_errmsg(s->ctx));
+            return -1;
+        }
+        rebuild = 1;
+    }
+    if (!rebuild && ingest_index_rebuild_needed(s->idx) == 1) {
+        prog_log(INGEST_LOG_INFO, "chunk index in %s is new or was not completed; building it from %s/_manifests",
+                 dir, bronze);
+        rebuild = 1;
+    }
+    if (rebuild) {
+        ingest_index_stats stats;
+        memset(&stats, 0, sizeof(stats));
+        const double t0 = prog_now();
+        rc = ingest_index_rebuild(s->idx, &stats);
+        if (rc < 0) {
+            prog_log(INGEST_LOG_ERROR, "index rebuild failed: %s", ingest_ctx_errmsg(s->ctx));
+            return -1;
+        }
+        prog_log(INGEST_LOG_INFO,
+                 "index rebuilt from the manifests in %.2fs: %llu files, %llu chunks, %llu batches, %llu stale, %llu bad",
+                 prog_now() - t0, (unsigned long long)stats.files, (unsigned long long)stats.chunks,
+                 (unsigned long long)stats.batches, (unsigned long long)stats.stale,
+                 (unsigned long long)stats.bad);
+    }
+    return 0;
+}
+
+/* ---- one connection ---------------------------------------------------- */
+
+typedef struct conn {
+    server *srv;
+    int fd;
+    char peer[64];
+} conn;
+
+typedef struct u32vec {
+    uint32_t *v;
+    size_t n, cap;
+} u32vec;
+
+static int u32vec_push(u32vec *a, const uint32_t *v, size_t n)
+{
+    if (a->n + n > a->cap) {
+        size_t cap = a->cap ? a->cap : 1024;
+        while (cap < a->n + n)
+            cap *= 2;
+        uint32_t *p = realloc(a->v, cap * sizeof(*p));
+        if (p == NULL)
+            return -1;
+        a->v = p;
+        a->cap = cap;
+    }
+    memcpy(a->v + a->n, v, n * sizeof(*v));
+    a->n += n;
+    return 0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Send the indexes as WANT frames (sorted, deduplicated), MORE on all but the last. */
+static int send_wants(ingest_session *ss, int fd, const char *batch, u32vec *w)
+{
+    qsort(w->v, w->n, sizeof(uint32_t), cmp_u32);
+    size_t n = 0;
+    for (size_t i = 0; i < w->n; i++)
+        if (n == 0 || w->v[i] != w->v[n - 1])
+            w->v[n++] = w->v[i];
+    w->n = n;
+    const size_t per = (INGEST_WIRE_MAX_PAYLOAD - 256) / 4;
+    size_t off = 0;
+    do {
+        const size_t k = w->n - off < per ? w->n - off : per;
+        ingest_wire_msg m;
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_WANT;
+        snprintf(m.u.want.batch_id, sizeof(m.u.want.batch_id), "%s", batch);
+        m.u.want.count = (uint32_t)k;
+        m.u.want.idx = w->v + off;
+        m.u.want.flags = off + k < w->n ? INGEST_WANT_MORE : 0;
+        const int rc = ingest_session_send_msg(ss, fd, &m);
+        if (rc < 0)
+            return rc;
+        off += k;
+    } while (off < w->n);
+    return 0;
+}
+
+static int send_ack(ingest_session *ss, int fd, const char *batch, int status, const char *msg)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_ACK;
+    snprintf(m.u.ack.batch_id, sizeof(m.u.ack.batch_id), "%s", batch);
+    m.u.ack.status = status;
+    snprintf(m.u.ack.message, sizeof(m.u.ack.message), "%s", msg);
+    return ingest_session_send_msg(ss, fd, &m);
+}
+
+static int send_error(ingest_session *ss, int fd, int code, const char *msg)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_ERROR;
+    m.u.error.code = code;
+    snprintf(m.u.error.message, sizeof(m.u.error.message), "%s", msg);
+    return ingest_session_send_msg(ss, fd, &m);
+}
+
+/* Collect the lander's re-wants into w (caller holds land_lock). */
+static int collect_rewants(ingest_lander_batch *b, u32vec *w)
+{
+    const uint32_t *idx;
+    size_t n;
+    ingest_lander_rewants(b, &idx, &n);
+    return n ? u32vec_push(w, idx, n) : 0;
+}
+
+static void serve(conn *c)
+{
+    server *s = c->srv;
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_session *ss = NULL;
+    ingest_lander *lander = NULL;
+    ingest_lander_batch *b = NULL;
+    uint8_t *manifest = NULL;
+    size_t mlen = 0, mcap = 0;
+    u32vec wants = { 0 };
+    char batch[INGEST_WIRE_BATCH_ID_MAX + 1] = "";
+    char device[INGEST_DEVICE_ID_MAX + 1] = "";
+    uint32_t parts = 0;
+    if (ctx == NULL)
+        goto out;
+    ingest_ctx_set_log(ctx, prog_lib_log, NULL, prog_log_level());
+    if (ingest_session_server_create(ctx, &s->key, s->auth, &ss) < 0)
+        goto out;
+    int rc = ingest_session_handshake_fd(ss, c->fd, HANDSHAKE_TIMEOUT_MS);
+    if (rc < 0) {
+        const char *id = ingest_session_peer_id(ss);
+        prog_log(INGEST_LOG_WARN, "handshake from %s%s%s refused: %s: %s", c->peer, id && *id ? " device " : "",
+                 id ? id : "", ingest_strerror(rc), ingest_ctx_errmsg(ctx));
+        goto out;
+    }
+    snprintf(device, sizeof(device), "%s", ingest_session_peer_id(ss));
+    prog_log(INGEST_LOG_INFO, "device %s connected from %s (%s)", device, c->peer,
+             ingest_session_cipher_name(ingest_session_cipher(ss)));
+    pthread_mutex_lock(&s->land_lock);
+    rc = ingest_lander_create(ctx, s->st, s->idx, s->cfg->bronze, s->cfg->layout, s->dedup, s->codec, &lander);
+    pthread_mutex_unlock(&s->land_lock);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "device %s: cannot start landing: %s", device, ingest_ctx_errmsg(ctx));
+        goto out;
+    }
+    const int idle = (int)(s->cfg->idle_timeout_ms > 0x7fffffff ? 0x7fffffff : s->cfg->idle_timeout_ms);
+    for (;;) {
+        ingest_wire_msg m;
+        rc = ingest_session_recv_msg(ss, c->fd, &m, idle);
+        if (rc == INGEST_ETIMEDOUT) {
+            prog_log(INGEST_LOG_INFO, "device %s idle for %d ms; closing", device, idle);
+            break;
+        }
+        if (rc == INGEST_ECLOSED && b == NULL && mlen == 0) {
+            prog_log(INGEST_LOG_INFO, "device %s disconnected", device);
+            break;
+        }
+        if (rc < 0) {
+            prog_log(INGEST_LOG_WARN, "device %s: %s: %s%s", device, ingest_strerror(rc),
+                     ingest_session_recv_errmsg(ss), b ? "; batch abandoned" : "");
+            if (rc == INGEST_ECORRUPT)
+                send_error(ss, c->fd, rc, ingest_session_recv_errmsg(ss));
+            break;
+        }
+        switch (m.type) {
+        case INGEST_MSG_PING: {
+            ingest_wire_msg p = m;
+            p.type = INGEST_MSG_PONG;
+            rc = ingest_session_send_msg(ss, c->fd, &p);
+            break;
+        }
+        case INGEST_MSG_BATCH_BEGIN:
+            if (b != NULL) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            snprintf(batch, sizeof(batch), "%s", m.u.begin.batch_id);
+            mlen = 0;
+            parts = 0;
+            break;
+        case INGEST_MSG_MANIFEST_PART:
+            if (batch[0] == '\0' || b != NULL || m.u.manifest_part.len > MANIFEST_MAX - mlen) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            if (mlen + m.u.manifest_part.len > mcap) {
+                size_t cap = mcap ? mcap : 1 << 16;
+                while (cap < mlen + m.u.manifest_part.len)
+                    cap *= 2;
+                uint8_t *p = realloc(manifest, cap);
+                if (p == NULL) {
+                    rc = INGEST_ENOMEM;
+                    break;
+                }
+                manifest = p;
+                mcap = cap;
+            }
+            memcpy(manifest + mlen, m.u.manifest_part.data, m.u.manifest_part.len);
+            mlen += m.u.manifest_part.len;
+            parts++;
+            break;
+        case INGEST_MSG_MANIFEST_END: {
+            if (batch[0] == '\0' || b != NULL || m.u.manifest_end.part_count != parts ||
+                m.u.manifest_end.manifest_bytes != mlen) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            pthread_mutex_lock(&s->land_lock);
+            rc = ingest_lander_begin(lander, device, manifest, mlen, &b);
+            char why[INGEST_WIRE_MESSAGE_MAX];
+            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(ctx));
+            wants.n = 0;
+            if (rc == 0) {
+                const uint32_t *idx;
+                size_t n;
+                ingest_lander_wants(b, &idx, &n);
+                if (u32vec_push(&wants, idx, n) != 0 || ingest_lander_advance(b) < 0 ||
+                    collect_rewants(b, &wants) != 0) {
+                    rc = INGEST_ENOMEM;
+                    snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(ctx));
+                }
+            }
+            pthread_mutex_unlock(&s->land_lock);
+            mlen = 0;
+            if (rc == INGEST_LANDER_ALREADY) {
+                prog_log(INGEST_LOG_INFO, "device %s batch %s was landed before; acknowledged again", device, batch);
+                rc = send_ack(ss, c->fd, batch, INGEST_ACK_DUPLICATE, "already landed");
+                batch[0] = '\0';
+                break;
+            }
+            if (rc < 0) {
+                prog_log(INGEST_LOG_WARN, "device %s batch %s refused: %s: %s", device, batch, ingest_strerror(rc),
+                         why);
+                s->batches_failed++;
+                ingest_lander_batch_destroy(b);
+                b = NULL;
+                rc = send_ack(ss, c->fd, batch, rc, why);
+                batch[0] = '\0';
+                break;
+            }
+            prog_log(INGEST_LOG_DEBUG, "device %s batch %s: %u chunks, %zu wanted", device, batch,
+                     ingest_lander_batch_chunks(b), wants.n);
+            rc = send_wants(ss, c->fd, batch, &wants);
+            break;
+        }
+        case INGEST_MSG_CHUNK: {
+            if (b == NULL) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            pthread_mutex_lock(&s->land_lock);
+            rc = ingest_lander_put_chunk(b, m.u.chunk.index, m.u.chunk.data, m.u.chunk.len);
+            if (rc == 0)
+                rc = collect_rewants(b, &wants) == 0 ? 0 : INGEST_ENOMEM;
+            char why[INGEST_WIRE_MESSAGE_MAX];
+            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(ctx));
+            pthread_mutex_unlock(&s->land_lock);
+            s->chunks_received++;
+            s->bytes_received += m.u.chunk.len;
+            if (rc < 0) {
+                prog_log(INGEST_LOG_WARN, "device %s batch %s failed: chunk %u: %s: %s", device, batch,
+                         m.u.chunk.index, ingest_strerror(rc), why);
+                s->batches_failed++;
+                ingest_lander_batch_destroy(b);
+                b = NULL;
+                send_error(ss, c->fd, rc, why);
+                goto out;
+            }
+            break;
+        }
+        case INGEST_MSG_BATCH_COMMIT: {
+            if (b == NULL || strcmp(m.u.commit.batch_id, batch) != 0) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            const double t0 = prog_now();
+            pthread_mutex_lock(&s->land_lock);
+            wants.n = 0;
+            rc = ingest_lander_commit(b);
+            if (rc == INGEST_EBUSY && collect_rewants(b, &wants) != 0)
+                rc = INGEST_ENOMEM;
+            char why[INGEST_WIRE_MESSAGE_MAX];
+            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(ctx));
+            ingest_lander_stats st;
+            ingest_lander_batch_stats(b, &st);
+            pthread_mutex_unlock(&s->land_lock);
+            if (rc == INGEST_EBUSY && wants.n > 0) {
+                prog_log(INGEST_LOG_INFO, "device %s batch %s: %zu known chunks were stale; asking for them",
+                         device, batch, wants.n);
+                rc = send_wants(ss, c->fd, batch, &wants);
+                break;
+            }
+            if (rc < 0) {
+                prog_log(INGEST_LOG_WARN, "device %s batch %s failed: %s: %s", device, batch, ingest_strerror(rc),
+                         why);
+                s->batches_failed++;
+                rc = send_ack(ss, c->fd, batch, rc, why);
+            } else {
+                s->batches_landed++;
+                prog_log(INGEST_LOG_INFO,
+                         "device %s batch %s landed: %llu files, %llu bytes, %llu chunks new, %llu known, "
+                         "%llu re-asked, commit %.3fs",
+                         device, batch, (unsigned long long)st.files, (unsigned long long)st.bytes,
+                         (unsigned long long)st.chunks_new, (unsigned long long)st.chunks_known,
+                         (unsigned long long)st.chunks_rewanted, prog_now() - t0);
+                rc = send_ack(ss, c->fd, batch, INGEST_ACK_LANDED, "landed");
+            }
+            pthread_mutex_lock(&s->land_lock);
+            ingest_lander_batch_destroy(b);
+            pthread_mutex_unlock(&s->land_lock);
+            b = NULL;
+            batch[0] = '\0';
+            break;
+        }
+        case INGEST_MSG_ERROR:
+            prog_log(INGEST_LOG_WARN, "device %s reported: %s: %s", device, ingest_strerror(m.u.error.code),
+                     m.u.error.message);
+            goto out;
+        default:
+            rc = INGEST_EPROTO;
+            break;
+        }
+        if (rc == INGEST_EPROTO) {
+            prog_log(INGEST_LOG_WARN, "device %s: unexpected %s message; closing", device,
+                     ingest_wire_type_name(m.type));
+            send_error(ss, c->fd, rc, "unexpected message");
+            break;
+        }
+        if (rc < 0) {
+            prog_log(INGEST_LOG_WARN, "device %s: %s: %s", device, ingest_strerror(rc),
+                     ingest_session_send_errmsg(ss));
+            break;
+        }
+    }
+out:
+    if (b != NULL) {
+        pthread_mutex_lock(&s->land_lock);
+        ingest_lander_batch_destroy(b);
+        pthread_mutex_unlock(&s->land_lock);
+    }
+    if (lander != NULL) {
+        pthread_mutex_lock(&s->land_lock);
+        ingest_lander_destroy(lander);
+        pthread_mutex_unlock(&s->land_lock);
+    }
+    free(manifest);
+    free(wants.v);
+    ingest_session_destroy(ss);
+    ingest_ctx_destroy(ctx);
+}
+
+static void *conn_thread(void *arg)
+{
+    conn *c = arg;
+    serve(c);
+    close(c->fd);
+    c->srv->nconn--;
+    free(c);
+    return NULL;
+}
+
+/* ---- main -------------------------------------------------------------- */
+
+static int load_keys(server *s)
+{
+    if (ingest_secret_key_load(s->ctx, s->cfg->key, &s->key) < 0 ||
+        ingest_authset_load(s->ctx, s->cfg->authorized_devices, &s->auth) < 0 ||
+        ingest_dedup_key_load(s->ctx, s->cfg->dedup_key, s->dedup) < 0) {
+        prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(s->ctx));
+        return -1;
+    }
+    return 0;
+}
+
+static int print_key(void *ud, const ingest_config_key *k)
+{
+    (void)ud;
+    printf("  %-24s %-8s %s%s%s%s%s\n", k->name, k->type, k->description, k->default_value[0] ? " (default " : "",
+           k->default_value, k->default_value[0] ? ")" : "", k->required ? " [required]" : "");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *config = NULL, *ready = NULL;
+    int check = 0, rebuild = 0;
+    static const struct option opts[] = {
+        { "config", required_argument, NULL, 'c' }, { "check-config", no_argument, NULL, 'k' },
+        { "rebuild-index", no_argument, NULL, 'r' }, { "ready-file", required_argument, NULL, 'R' },
+        { "help", no_argument, NULL, 'h' },          { "help-config", no_argument, NULL, 'H' },
+        { "version", no_argument, NULL, 'V' },       { NULL, 0, NULL, 0 },
+    };
+    int o;
+    while ((o = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'c': config = optarg; break;
+        case 'k': check = 1; break;
+        case 'r': rebuild = 1; break;
+        case 'R': ready = optarg; break;
+        case 'h': usage(stdout); return 0;
+        case 'H': printf("ingest-receiver configuration keys:\n"); ingest_config_keys(INGEST_CONFIG_RECEIVER, print_key, NULL); return 0;
+        case 'V': printf("ingest-receiver %s\n", ingest_version_string()); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (config == NULL || optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+    prog_log_init("ingest-receiver", INGEST_LOG_INFO);
+    server s;
+    memset(&s, 0, sizeof(s));
+    pthread_mutex_init(&s.land_lock, NULL);
+    s.ctx = ingest_ctx_create(NULL);
+    if (s.ctx == NULL)
+        return 1;
+    if (ingest_receiver_config_load(s.ctx, config, &s.cfg) < 0) {
+        fprintf(stderr, "ingest-receiver: %s\n", ingest_ctx_errmsg(s.ctx));
+        ingest_ctx_destroy(s.ctx);
+        return 2;
+    }
+    if (check) {
+        printf("%s: ok\n", config);
+        ingest_receiver_config_free(s.cfg);
+        ingest_ctx_destroy(s.ctx);
+        return 0;
+    }
+    prog_log_set_level(s.cfg->log_level);
+    ingest_ctx_set_log(s.ctx, prog_lib_log, NULL, s.cfg->log_level);
+    int status = 1, lfd = -1;
+    if (load_keys(&s) != 0)
+        goto out;
+    struct stat bst;
+    if (stat(s.cfg->bronze, &bst) != 0 || !S_ISDIR(bst.st_mode)) {
+        prog_log(INGEST_LOG_ERROR, "bronze %s: not a directory", s.cfg->bronze);
+        goto out;
+    }
+    if (ingest_codec_create(s.ctx, 1, &s.codec) < 0 || open_index(&s, rebuild) != 0)
+        goto out;
+    char bound[300], err[512];
+    lfd = prog_listen(s.cfg->listen, bound, sizeof(bound), err, sizeof(err));
+    if (lfd < 0) {
+        prog_log(INGEST_LOG_ERROR, "%s", err);
+        goto out;
+    }
+    if (pipe(stop_pipe) != 0)
+        goto out;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    prog_log(INGEST_LOG_INFO, "listening on %s; bronze %s; %zu authorized devices", bound, s.cfg->bronze,
+             ingest_authset_count(s.auth));
+    if (ready != NULL) {
+        char line[320];
+        snprintf(line, sizeof(line), "%s\n", bound);
+        if (prog_write_file_atomic(ready, line) != 0)
+            prog_log(INGEST_LOG_WARN, "cannot write %s: %s", ready, strerror(errno));
+    }
+    while (!stopping) {
+        struct pollfd p[2] = { { lfd, POLLIN, 0 }, { stop_pipe[0], POLLIN, 0 } };
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (p[1].revents)
+            break;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        const int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        if (s.nconn >= (int)s.cfg->max_connections) {
+            prog_log(INGEST_LOG_WARN, "connection refused: max_connections (%u) reached", s.cfg->max_connections);
+            close(fd);
+            continue;
+        }
+        conn *c = calloc(1, sizeof(*c));
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        c->srv = &s;
+        c->fd = fd;
+        char h[64] = "?", pt[16] = "?";
+        getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), pt, sizeof(pt), NI_NUMERICHOST | NI_NUMERICSERV);
+        snprintf(c->peer, sizeof(c->peer), "%s:%s", h, pt);
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        s.nconn++;
+        if (pthread_create(&t, &attr, conn_thread, c) != 0) {
+            s.nconn--;
+            close(fd);
+            free(c);
+        }
+        pthread_attr_destroy(&attr);
+    }
+    prog_log(INGEST_LOG_INFO, "stopping: %llu batches landed, %llu failed", (unsigned long long)s.batches_landed,
+             (unsigned long long)s.batches_failed);
+    close(lfd);
+    lfd = -1;
+    /* Let connections finish their current step; unacknowledged batches are simply re-sent. */
+    for (int i = 0; i < 100 && s.nconn > 0; i++)
+        usleep(20000);
+    status = 0;
+out:
+    if (lfd >= 0)
+        close(lfd);
+    if (s.nconn == 0) {
+        ingest_index_close(s.idx);
+        ingest_store_close(s.st);
+        ingest_codec_destroy(s.codec);
+        ingest_authset_destroy(s.auth);
+        ingest_receiver_config_free(s.cfg);
+        ingest_secret_key_wipe(&s.key);
+        ingest_ctx_destroy(s.ctx);
+    }
+    return status;
+}
