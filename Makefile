@@ -51,6 +51,8 @@ UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TESTLIB_SRC := $(sort $(wildcard tests/unit/support/*.c))
 TESTLIB_OBJ := $(TESTLIB_SRC:%.c=$(BUILD)/obj/%.o)
+TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
+TOOL_BINS := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
@@ -62,7 +64,7 @@ all: lib programs
 
 lib: $(BUILD)/libingest.a $(BUILD)/libingest.so.$(SOVERSION) $(BUILD)/libingest.pc
 programs: $(PROG_BINS)
-tests: $(UNIT_BINS) $(FUZZ_BINS)
+tests: $(UNIT_BINS) $(FUZZ_BINS) $(TOOL_BINS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -96,6 +98,11 @@ $(UNIT_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TESTLIB_OBJ) $(BUI
 $(BUILD)/obj/tests/unit/%.o: tests/unit/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Ilibingest -Itests/unit $(TEST_CFLAGS) -MMD -MP -c $< -o $@
+
+# Test tools: helper programs the integration tests run (one .c each).
+$(TOOL_BINS): $(BUILD)/tools/%: $(BUILD)/obj/tests/tools/%.o $(PROG_COMMON_OBJ) $(BUILD)/libingest.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libingest.a $(LIBS)
 
 # Fuzz targets, built with gcc and a driver that replays the corpus.
 $(FUZZ_BINS): $(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/driver.o $(BUILD)/libingest.a
