@@ -72,6 +72,7 @@ struct ingest_sender_s {
     uint64_t max_files, max_bytes;
     size_t rbuf;
     void (*on_skip)(void *, const char *, int);
+    int (*want_file)(void *, const char *, const ingest_sender_stat *);
     void (*on_read)(void *, const char *, uint64_t);
     void *ud;
 
@@ -271,6 +272,7 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
     s->seq = o->batch_seq;
     s->on_skip = o->on_skip;
     s->on_read = o->on_read;
+    s->want_file = o->want_file;
     s->ud = o->userdata;
 
     s->device = ingest__strdup(ctx, o->device);
@@ -584,9 +586,21 @@ static int walk_peek(ingest_sender *s)
             report(s, s->path, INGEST_SKIP_SPECIAL, 0);
             continue;
         }
+        s->st.files_seen++;
+        if (s->want_file != NULL) {
+            const ingest_sender_stat ws = { (uint64_t)st.st_size, ts_ns(&st.st_mtim), ts_ns(&st.st_ctim),
+                                            (uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint32_t)st.st_mode };
+            const int want = s->want_file(s->ud, s->path, &ws);
+            if (want < 0)
+                return ingest__fail(s->ctx, want, "sender: want_file refused %s", s->path);
+            if (want == 0) {
+                f->i++;
+                s->st.files_unchanged++;
+                continue;
+            }
+        }
         s->peek_st = st;
         s->peeked = 1;
-        s->st.files_seen++;
         return 1;
     }
 }

@@ -30,7 +30,7 @@
 
 typedef struct totals {
     uint64_t files, bytes, chunks, chunks_sent, chunks_dedup, chunk_bytes_raw, chunk_bytes_sent;
-    uint64_t wire_out, wire_in, batches, batches_acked, batches_failed, batches_abandoned;
+    uint64_t wire_out, wire_in, batches, batches_acked, batches_failed, batches_abandoned, unchanged;
 } totals;
 
 typedef struct agent {
@@ -42,6 +42,8 @@ typedef struct agent {
     ingest_codec *codec;
     ingest_store *st;
     ingest_havecache *have;
+    ingest_filetable *ft;
+    int all; /* --all: ship files even when unchanged since their ack */
     ingest_session *ss;
     int fd;
     uint64_t seq;
@@ -62,11 +64,12 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ingest-agent --config FILE --once [--check-config]\n"
+    fprintf(f, "usage: ingest-agent --config FILE --once [--all] [--check-config]\n"
                "       ingest-agent --help-config\n"
                "\n"
                "  --config FILE    the agent's YAML configuration (docs/config.md)\n"
                "  --once           ship every file present under the sources, wait for the acks, exit\n"
+               "  --all            ship files even when unchanged since their last acknowledged ship\n"
                "  --check-config   validate the configuration and exit (0 valid, 2 invalid)\n"
                "  --help-config    list every configuration key\n");
 }
@@ -253,21 +256,49 @@ static int serve_wants(agent *a, ingest_sender_batch *b, ingest_wire_msg *first,
     }
 }
 
-static void remember_chunks(agent *a, ingest_sender_batch *b)
+/*
+ * After an ack: record every file of the batch in the file table (so an
+ * unchanged file is not shipped again) and its chunks in the have-cache,
+ * then commit the store.
+ */
+static void record_acked(agent *a, ingest_sender_batch *b)
 {
-    if (a->have == NULL)
-        return;
     ingest_sender_batch_stats bs;
     ingest_sender_batch_stats_get(b, &bs);
-    for (uint64_t i = 0; i < bs.chunks; i++) {
+    int rc = 0;
+    for (uint64_t i = 0; i < bs.files && rc == 0; i++) {
+        ingest_sender_file_info info;
+        if (ingest_sender_batch_file(b, i, &info) != 0)
+            continue;
+        const ingest_file_state fs = { info.size, info.mtime_ns, info.ctime_ns, 0, 0 };
+        rc = ingest_filetable_put(a->ft, info.path, &fs);
+    }
+    for (uint64_t i = 0; i < bs.chunks && rc == 0; i++) {
         uint8_t id[INGEST_ID_BYTES];
         uint32_t len;
         uint64_t off;
-        if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0 && ingest_havecache_add(a->have, id) < 0)
-            break;
+        if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0)
+            rc = ingest_havecache_add(a->have, id);
     }
-    if (ingest_store_commit(a->st) < 0)
-        prog_log(INGEST_LOG_WARN, "have-cache: %s", ingest_ctx_errmsg(a->ctx));
+    if (rc < 0 || ingest_store_commit(a->st) < 0)
+        prog_log(INGEST_LOG_WARN, "state store: %s (files of batch %s may be shipped again)", ingest_ctx_errmsg(a->ctx),
+                 ingest_sender_batch_id(b));
+}
+
+/* The sender's want_file hook: pass over files unchanged since their ack. */
+static int want_file(void *ud, const char *path, const ingest_sender_stat *st)
+{
+    agent *a = ud;
+    if (a->all)
+        return 1;
+    ingest_file_state fs;
+    if (ingest_filetable_get(a->ft, path, &fs) != 0)
+        return 1;
+    if (fs.size == st->size && fs.mtime_ns == st->mtime_ns && fs.ctime_ns == st->ctime_ns) {
+        a->t.unchanged++;
+        return 0;
+    }
+    return 1;
 }
 
 /*
@@ -335,7 +366,7 @@ static int finish_batch(agent *a, ingest_sender *snd, ingest_sender_batch *b, in
     prog_log(INGEST_LOG_DEBUG, "batch %s acked (%s): %llu files, %llu chunks, %u sent", id,
              m.u.ack.status == INGEST_ACK_DUPLICATE ? "already landed" : "landed", (unsigned long long)bs.files,
              (unsigned long long)bs.chunks, sent);
-    remember_chunks(a, b);
+    record_acked(a, b);
     return 0;
 }
 
@@ -504,7 +535,8 @@ static int load_state(agent *a)
     ingest_store_opts so = { 0 };
     so.map_size = 1ull << 30;
     if (ingest_store_open(a->ctx, a->cfg->state_dir, &so, &a->st) < 0 ||
-        ingest_havecache_open(a->st, a->cfg->havecache_max_entries, &a->have) < 0) {
+        ingest_havecache_open(a->st, a->cfg->havecache_max_entries, &a->have) < 0 ||
+        ingest_filetable_open(a->st, &a->ft) < 0) {
         prog_log(INGEST_LOG_ERROR, "state store in %s: %s", a->cfg->state_dir, ingest_ctx_errmsg(a->ctx));
         return -1;
     }
@@ -523,18 +555,19 @@ static int print_key(void *ud, const ingest_config_key *k)
 int main(int argc, char **argv)
 {
     const char *config = NULL;
-    int once = 0, check = 0;
+    int once = 0, check = 0, all = 0;
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' }, { "once", no_argument, NULL, 'o' },
         { "check-config", no_argument, NULL, 'k' }, { "help", no_argument, NULL, 'h' },
         { "help-config", no_argument, NULL, 'H' },  { "version", no_argument, NULL, 'V' },
-        { NULL, 0, NULL, 0 },
+        { "all", no_argument, NULL, 'a' },          { NULL, 0, NULL, 0 },
     };
     int o;
     while ((o = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         switch (o) {
         case 'c': config = optarg; break;
         case 'o': once = 1; break;
+        case 'a': all = 1; break;
         case 'k': check = 1; break;
         case 'h': usage(stdout); return 0;
         case 'H': printf("ingest-agent configuration keys:\n"); ingest_config_keys(INGEST_CONFIG_AGENT, print_key, NULL); return 0;
@@ -552,6 +585,7 @@ int main(int argc, char **argv)
     agent a;
     memset(&a, 0, sizeof(a));
     a.fd = -1;
+    a.all = all;
     a.ctx = ingest_ctx_create(NULL);
     if (a.ctx == NULL)
         return 1;
@@ -567,7 +601,7 @@ int main(int argc, char **argv)
         return 0;
     }
     prog_log_set_level(a.cfg->log_level);
-    ingest_ctx_set_log(a.ctx, prog_lib_log, NULL, a.cfg->log_level);
+    ingest_ctx_set_log(a.ctx, prog_lib_log, NULL, a.cfg->log_level >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
@@ -597,6 +631,8 @@ int main(int argc, char **argv)
     so.max_files = a.cfg->batch_max_files;
     so.max_bytes = a.cfg->batch_max_bytes;
     so.on_skip = on_skip;
+    so.want_file = want_file;
+    so.userdata = &a;
     a.t0 = prog_now();
     const double cpu0 = prog_cpu_seconds();
     int rc = 0;
@@ -609,9 +645,10 @@ int main(int argc, char **argv)
     disconnect_core(&a);
     progress(&a, 1);
     const double secs = prog_now() - a.t0;
-    printf("shipped: files=%llu bytes=%llu chunks=%llu chunks_new=%llu chunks_dedup=%llu chunk_bytes=%llu "
+    printf("shipped: files=%llu unchanged=%llu bytes=%llu chunks=%llu chunks_new=%llu chunks_dedup=%llu chunk_bytes=%llu "
            "wire_bytes=%llu batches=%llu seconds=%.3f MB/s=%.1f cpu_seconds=%.3f\n",
-           (unsigned long long)a.t.files, (unsigned long long)a.t.bytes, (unsigned long long)a.t.chunks,
+           (unsigned long long)a.t.files, (unsigned long long)a.t.unchanged, (unsigned long long)a.t.bytes,
+           (unsigned long long)a.t.chunks,
            (unsigned long long)a.t.chunks_sent, (unsigned long long)a.t.chunks_dedup,
            (unsigned long long)a.t.chunk_bytes_sent, (unsigned long long)(a.t.wire_out + a.t.wire_in),
            (unsigned long long)a.t.batches_acked, secs, secs > 0 ? (double)a.t.bytes / 1e6 / secs : 0.0,
@@ -631,6 +668,7 @@ out:
     free(src);
     free(a.chunkbuf);
     ingest_session_destroy(a.ss);
+    ingest_filetable_close(a.ft);
     ingest_havecache_close(a.have);
     ingest_store_close(a.st);
     ingest_codec_destroy(a.codec);

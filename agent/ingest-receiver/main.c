@@ -234,7 +234,7 @@ static void serve(conn *c)
     uint32_t parts = 0;
     if (ctx == NULL)
         goto out;
-    ingest_ctx_set_log(ctx, prog_lib_log, NULL, prog_log_level());
+    ingest_ctx_set_log(ctx, prog_lib_log, NULL, prog_log_level() >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
     if (ingest_session_server_create(ctx, &s->key, s->auth, &ss) < 0)
         goto out;
     int rc = ingest_session_handshake_fd(ss, c->fd, HANDSHAKE_TIMEOUT_MS);
@@ -352,6 +352,7 @@ static void serve(conn *c)
             prog_log(INGEST_LOG_DEBUG, "device %s batch %s: %u chunks, %zu wanted", device, batch,
                      ingest_lander_batch_chunks(b), wants.n);
             rc = send_wants(ss, c->fd, batch, &wants);
+            wants.n = 0; /* from here on: re-wants not sent yet (found while chunks arrive) */
             break;
         }
         case INGEST_MSG_CHUNK: {
@@ -386,7 +387,7 @@ static void serve(conn *c)
             }
             const double t0 = prog_now();
             pthread_mutex_lock(&s->land_lock);
-            wants.n = 0;
+            /* wants holds the re-wants collected while chunks arrived: they were not sent yet */
             rc = ingest_lander_commit(b);
             if (rc == INGEST_EBUSY && collect_rewants(b, &wants) != 0)
                 rc = INGEST_ENOMEM;
@@ -399,8 +400,10 @@ static void serve(conn *c)
                 prog_log(INGEST_LOG_INFO, "device %s batch %s: %zu known chunks were stale; asking for them",
                          device, batch, wants.n);
                 rc = send_wants(ss, c->fd, batch, &wants);
+                wants.n = 0;
                 break;
             }
+            wants.n = 0;
             if (rc < 0) {
                 prog_log(INGEST_LOG_WARN, "device %s batch %s failed: %s: %s", device, batch, ingest_strerror(rc),
                          why);
@@ -537,7 +540,7 @@ int main(int argc, char **argv)
         return 0;
     }
     prog_log_set_level(s.cfg->log_level);
-    ingest_ctx_set_log(s.ctx, prog_lib_log, NULL, s.cfg->log_level);
+    ingest_ctx_set_log(s.ctx, prog_lib_log, NULL, s.cfg->log_level >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
     int status = 1, lfd = -1;
     if (load_keys(&s) != 0)
         goto out;

@@ -26,20 +26,45 @@ extern "C" {
 
 #define INGEST_STORE_FORMAT 1
 
+/* ingest_store_opts.flags */
+#define INGEST_STORE_NOCREATE 0x1u /* fail with INGEST_ENOTFOUND when there is no store */
+#define INGEST_STORE_RDONLY 0x2u   /* read only (implies NOCREATE); writes fail INGEST_EINVAL */
+#define INGEST_STORE_NOSYNC 0x4u   /* commits are not synced: a power cut may lose them (tests, scratch) */
+
 typedef struct ingest_store_opts {
     uint64_t map_size;        /* LMDB map size in bytes; 0: 64 GiB */
     unsigned txn_max_writes;  /* writes per transaction; 0: 1000 */
+    unsigned flags;           /* INGEST_STORE_* */
 } ingest_store_opts;
 
+/*
+ * A store is one handle for one thread at a time (the caller serialises
+ * calls); several processes may open the same directory (LMDB locking).
+ */
 typedef struct ingest_store_s ingest_store;
 
-/* Open (creating when absent) the store in directory dir. */
+/*
+ * Open (creating when absent, directory included) the store in directory
+ * dir; opts may be NULL.  Returns 0, INGEST_ECORRUPT when the environment
+ * cannot be opened as an LMDB store or its meta record is missing or bad
+ * (detail in ctx), INGEST_EVERSION when its format is not
+ * INGEST_STORE_FORMAT, INGEST_ENOTFOUND with NOCREATE/RDONLY and no store.
+ * A store that is corrupt is remade by ingest_store_wipe() then
+ * ingest_store_open(); the core's index is then refilled with
+ * ingest_index_rebuild() (see docs/storage.md).
+ */
 INGEST_API int ingest_store_open(ingest_ctx *ctx, const char *dir, const ingest_store_opts *opts,
                                  ingest_store **out) INGEST_WUR;
 /* Commit what is pending and close; NULL accepted. */
 INGEST_API void ingest_store_close(ingest_store *st);
-/* Commit the open write transaction, if any (durable on return). */
+/*
+ * Commit the open write transaction, if any (durable on return).  When a
+ * write fails, the open transaction is discarded: writes since the last
+ * commit are lost, as in a crash.
+ */
 INGEST_API int ingest_store_commit(ingest_store *st);
+/* Remove the store's files (data.mdb, lock.mdb) in dir; absent files are fine. */
+INGEST_API int ingest_store_wipe(ingest_ctx *ctx, const char *dir);
 
 /* ---- core: chunk index and landed files ---- */
 
@@ -58,9 +83,22 @@ typedef struct ingest_chunk_loc {
 
 typedef struct ingest_index_s ingest_index;
 
-/* The chunk index of store st, for landed files under bronze_root. */
+/*
+ * The chunk index of store st, for landed files under bronze_root (NULL:
+ * unknown; then file_path fails INGEST_EINVAL, check skips the files on
+ * disk and rebuild fails).  INGEST_ECORRUPT when the index records of the
+ * store are missing or bad, INGEST_EVERSION for another index format.
+ */
 INGEST_API int ingest_index_open(ingest_store *st, const char *bronze_root, ingest_index **out) INGEST_WUR;
 INGEST_API void ingest_index_close(ingest_index *idx);
+/*
+ * 1 when the index must be rebuilt before use: a new store (never built),
+ * or a rebuild that was interrupted; 0 when it is complete.  Startup
+ * sequence for the core: ingest_store_open (on ECORRUPT/EVERSION:
+ * ingest_store_wipe and open again), ingest_index_open, then
+ * ingest_index_rebuild when this returns 1.
+ */
+INGEST_API int ingest_index_rebuild_needed(ingest_index *idx);
 
 /* Record a landed file (path relative to the bronze root); *file_no set. */
 INGEST_API int ingest_index_add_file(ingest_index *idx, const char *relpath,
@@ -115,6 +153,33 @@ INGEST_API int ingest_havecache_has(ingest_havecache *hc, const uint8_t id[INGES
 /* Remember id (refreshing its age); prunes the oldest past max_entries. */
 INGEST_API int ingest_havecache_add(ingest_havecache *hc, const uint8_t id[INGEST_ID_BYTES]);
 INGEST_API uint64_t ingest_havecache_count(ingest_havecache *hc);
+
+/* ---- edge: file table (what was acknowledged, per manifest path) ---- */
+
+/*
+ * The state of a file when its batch was acknowledged.  A file whose
+ * current size, mtime and ctime equal its record is unchanged and is not
+ * shipped again.  Keys are manifest paths, so one directory's entries are
+ * adjacent; the table lives on disk, not in RAM.
+ */
+typedef struct ingest_file_state {
+    uint64_t size;
+    int64_t mtime_ns;
+    int64_t ctime_ns;
+    uint64_t dev;
+    uint64_t ino;
+} ingest_file_state;
+
+typedef struct ingest_filetable_s ingest_filetable;
+
+INGEST_API int ingest_filetable_open(ingest_store *st, ingest_filetable **out) INGEST_WUR;
+INGEST_API void ingest_filetable_close(ingest_filetable *ft);
+/* 0 with *out, INGEST_ENOTFOUND, or INGEST_ECORRUPT for a malformed record. */
+INGEST_API int ingest_filetable_get(ingest_filetable *ft, const char *path, ingest_file_state *out);
+/* Record (replace) path's state; durable at the next ingest_store_commit. */
+INGEST_API int ingest_filetable_put(ingest_filetable *ft, const char *path, const ingest_file_state *state);
+INGEST_API int ingest_filetable_del(ingest_filetable *ft, const char *path);
+INGEST_API uint64_t ingest_filetable_count(ingest_filetable *ft);
 
 #ifdef __cplusplus
 }

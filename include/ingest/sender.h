@@ -63,6 +63,16 @@ enum {
     INGEST_SKIP_TOOBIG = 7,     /* more chunks than a manifest line count holds */
 };
 
+/* What the walk knows of a regular file before opening it (lstat). */
+typedef struct ingest_sender_stat {
+    uint64_t size;
+    int64_t mtime_ns;
+    int64_t ctime_ns;
+    uint64_t dev;
+    uint64_t ino;
+    uint32_t mode;
+} ingest_sender_stat;
+
 typedef struct ingest_sender_source {
     const char *name; /* 1..INGEST_SENDER_SOURCE_NAME_MAX of [A-Za-z0-9._-], not "." or "..", unique */
     const char *path; /* directory to walk */
@@ -104,6 +114,11 @@ typedef struct ingest_sender_opts {
     /* Called while chunking a file (after each read, or each chunk with
      * threads != 1) with the bytes done so far (metrics, progress; may be NULL). */
     void (*on_read)(void *userdata, const char *path, uint64_t bytes_done);
+    /* Optional: called for every regular file the walk finds, before it is
+     * opened, with its manifest path: return 1 to take it, 0 to pass it over
+     * (counted in ingest_sender_stats.files_unchanged; the agent skips files
+     * whose acknowledged version is unchanged), < 0 to fail the walk. */
+    int (*want_file)(void *userdata, const char *path, const ingest_sender_stat *st);
     void *userdata;
 } ingest_sender_opts;
 
@@ -119,6 +134,7 @@ typedef struct ingest_sender_stats {
     uint64_t skipped_dirs;
     uint64_t dropped_changed;
     uint64_t skipped_toobig;
+    uint64_t files_unchanged;    /* passed over by want_file */
 } ingest_sender_stats;
 
 typedef struct ingest_sender_s ingest_sender;
