@@ -1,0 +1,479 @@
+/* The LMDB state store: environment, meta record, transactions. */
+#include "store.h"
+
+#include <errno.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STORE_DEFAULT_MAP (64ull << 30)
+#define STORE_DEFAULT_TXN 1000u
+#define STORE_MAX_DBS 32
+#define STORE_PATH_MAX 4096
+
+struct ingest_store_s {
+    ingest_ctx *ctx;
+    char *dir;
+    MDB_env *env;
+    MDB_txn *wtxn;   /* the open write transaction, or NULL */
+    MDB_txn *rtxn;   /* reusable read transaction (reset when idle), or NULL */
+    int rdepth;      /* > 0 while rtxn is live (iteration in progress) */
+    unsigned writes; /* writes in wtxn */
+    unsigned reserved;
+    unsigned txn_max;
+    unsigned flags;
+    bool created;
+    MDB_dbi meta;
+};
+
+static int map_mdb(ingest_ctx *ctx, int rc, const char *dir, const char *what)
+{
+    int code;
+    switch (rc) {
+    case MDB_NOTFOUND: code = INGEST_ENOTFOUND; break;
+    case MDB_MAP_FULL:
+    case MDB_TXN_FULL:
+    case MDB_DBS_FULL: code = INGEST_ENOSPC; break;
+    case MDB_INVALID:
+    case MDB_CORRUPTED:
+    case MDB_PAGE_NOTFOUND:
+    case MDB_BAD_VALSIZE:
+    case MDB_INCOMPATIBLE: code = INGEST_ECORRUPT; break;
+    case MDB_VERSION_MISMATCH: code = INGEST_EVERSION; break;
+    case MDB_READERS_FULL:
+    case MDB_MAP_RESIZED: code = INGEST_EBUSY; break;
+    case MDB_BAD_TXN:
+    case MDB_BAD_RSLOT:
+    case MDB_BAD_DBI: code = INGEST_EINVAL; break;
+    case EACCES:
+    case EROFS: code = INGEST_EIO; break;
+    default: code = rc > 0 ? ingest__errno(rc) : INGEST_EIO; break;
+    }
+    return ingest__fail(ctx, code, "store %s: %s: %s", dir, what, mdb_strerror(rc));
+}
+
+ingest_ctx *ingest__store_ctx(const ingest_store *st) { return st->ctx; }
+bool ingest__store_readonly(const ingest_store *st) { return (st->flags & INGEST_STORE_RDONLY) != 0; }
+bool ingest__store_created(const ingest_store *st) { return st->created; }
+
+/* Begin the read transaction for one operation (or join the live one). */
+static int read_begin(ingest_store *st, MDB_txn **txn)
+{
+    if (st->wtxn != NULL) {
+        *txn = st->wtxn;
+        return 0;
+    }
+    if (st->rdepth > 0) {
+        *txn = st->rtxn;
+        return 0;
+    }
+    int rc;
+    if (st->rtxn == NULL)
+        rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &st->rtxn);
+    else
+        rc = mdb_txn_renew(st->rtxn);
+    if (rc != 0) {
+        if (st->rtxn != NULL) {
+            mdb_txn_abort(st->rtxn);
+            st->rtxn = NULL;
+        }
+        return map_mdb(st->ctx, rc, st->dir, "begin read transaction");
+    }
+    *txn = st->rtxn;
+    return 0;
+}
+
+static void read_end(ingest_store *st, MDB_txn *txn)
+{
+    if (txn == st->rtxn && st->rdepth == 0)
+        mdb_txn_reset(st->rtxn);
+}
+
+static int txn_open(ingest_store *st)
+{
+    if (st->flags & INGEST_STORE_RDONLY)
+        return ingest__fail(st->ctx, INGEST_EINVAL, "store %s: opened read-only", st->dir);
+    if (st->rdepth > 0)
+        return ingest__fail(st->ctx, INGEST_EINVAL, "store %s: write during iteration", st->dir);
+    if (st->wtxn != NULL)
+        return 0;
+    const int rc = mdb_txn_begin(st->env, NULL, 0, &st->wtxn);
+    if (rc != 0) {
+        st->wtxn = NULL;
+        return map_mdb(st->ctx, rc, st->dir, "begin write transaction");
+    }
+    st->writes = 0;
+    st->reserved = 0;
+    return 0;
+}
+
+void ingest__store_abort(ingest_store *st)
+{
+    if (st->wtxn != NULL)
+        mdb_txn_abort(st->wtxn);
+    st->wtxn = NULL;
+    st->writes = 0;
+    st->reserved = 0;
+}
+
+int ingest_store_commit(ingest_store *st)
+{
+    if (st == NULL)
+        return INGEST_EINVAL;
+    if (st->wtxn == NULL)
+        return 0;
+    const int rc = mdb_txn_commit(st->wtxn);
+    st->wtxn = NULL;
+    st->writes = 0;
+    st->reserved = 0;
+    if (rc != 0)
+        return map_mdb(st->ctx, rc, st->dir, "commit");
+    return 0;
+}
+
+int ingest__store_set_sync(ingest_store *st, bool sync)
+{
+    if (st->flags & (INGEST_STORE_NOSYNC | INGEST_STORE_RDONLY))
+        return 0;
+    int rc = mdb_env_set_flags(st->env, MDB_NOSYNC, sync ? 0 : 1);
+    if (rc == 0 && sync)
+        rc = mdb_env_sync(st->env, 1);
+    if (rc != 0)
+        return map_mdb(st->ctx, rc, st->dir, "sync");
+    return 0;
+}
+
+int ingest__store_write_begin(ingest_store *st, unsigned n)
+{
+    if (st->wtxn != NULL && st->writes > 0 && st->writes + n > st->txn_max)
+        INGEST__FORWARD(ingest_store_commit(st));
+    INGEST__FORWARD(txn_open(st));
+    st->reserved = n;
+    return 0;
+}
+
+/* Account for one write: inside a reserved group, or on its own. */
+static int write_one(ingest_store *st)
+{
+    if (st->reserved > 0 && st->wtxn != NULL) {
+        st->reserved--;
+    } else {
+        INGEST__FORWARD(ingest__store_write_begin(st, 1));
+        st->reserved = 0;
+    }
+    st->writes++;
+    return 0;
+}
+
+int ingest__store_put(ingest_store *st, ingest__dbi db, const void *key, size_t klen, const void *val,
+                      size_t vlen)
+{
+    INGEST__FORWARD(write_one(st));
+    MDB_val k = { klen, (void *)key }, v = { vlen, (void *)val };
+    const int rc = mdb_put(st->wtxn, db, &k, &v, 0);
+    if (rc != 0) {
+        ingest__store_abort(st);
+        return map_mdb(st->ctx, rc, st->dir, "put");
+    }
+    return 0;
+}
+
+int ingest__store_del(ingest_store *st, ingest__dbi db, const void *key, size_t klen)
+{
+    INGEST__FORWARD(write_one(st));
+    MDB_val k = { klen, (void *)key };
+    const int rc = mdb_del(st->wtxn, db, &k, NULL);
+    if (rc == MDB_NOTFOUND)
+        return INGEST_ENOTFOUND;
+    if (rc != 0) {
+        ingest__store_abort(st);
+        return map_mdb(st->ctx, rc, st->dir, "del");
+    }
+    return 0;
+}
+
+int ingest__store_drop(ingest_store *st, ingest__dbi db)
+{
+    INGEST__FORWARD(write_one(st));
+    const int rc = mdb_drop(st->wtxn, db, 0);
+    if (rc != 0) {
+        ingest__store_abort(st);
+        return map_mdb(st->ctx, rc, st->dir, "drop");
+    }
+    return 0;
+}
+
+int ingest__store_get(ingest_store *st, ingest__dbi db, const void *key, size_t klen, void *buf, size_t cap,
+                      size_t *vlen)
+{
+    MDB_txn *txn;
+    INGEST__FORWARD(read_begin(st, &txn));
+    MDB_val k = { klen, (void *)key }, v = { 0, NULL };
+    const int rc = mdb_get(txn, db, &k, &v);
+    int ret = 0;
+    if (rc == MDB_NOTFOUND) {
+        ret = INGEST_ENOTFOUND;
+    } else if (rc != 0) {
+        ret = map_mdb(st->ctx, rc, st->dir, "get");
+    } else {
+        memcpy(buf, v.mv_data, v.mv_size < cap ? v.mv_size : cap);
+        *vlen = v.mv_size;
+    }
+    read_end(st, txn);
+    return ret;
+}
+
+int ingest__store_count(ingest_store *st, ingest__dbi db, uint64_t *n)
+{
+    MDB_txn *txn;
+    INGEST__FORWARD(read_begin(st, &txn));
+    MDB_stat ms;
+    const int rc = mdb_stat(txn, db, &ms);
+    read_end(st, txn);
+    if (rc != 0)
+        return map_mdb(st->ctx, rc, st->dir, "stat");
+    *n = ms.ms_entries;
+    return 0;
+}
+
+int ingest__store_iter(ingest_store *st, ingest__dbi db, const void *from, size_t fromlen, bool reverse,
+                       ingest__store_iter_fn fn, void *ud)
+{
+    MDB_txn *txn;
+    MDB_cursor *cur = NULL;
+    int ret = 0;
+    INGEST__FORWARD(read_begin(st, &txn));
+    if (txn == st->rtxn)
+        st->rdepth++;
+    int rc = mdb_cursor_open(txn, db, &cur);
+    if (rc != 0) {
+        ret = map_mdb(st->ctx, rc, st->dir, "cursor");
+        cur = NULL;
+        goto out;
+    }
+    MDB_val k = { fromlen, (void *)from }, v = { 0, NULL };
+    if (from == NULL) {
+        rc = mdb_cursor_get(cur, &k, &v, reverse ? MDB_LAST : MDB_FIRST);
+    } else {
+        rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        if (reverse) {
+            if (rc == MDB_NOTFOUND) {
+                rc = mdb_cursor_get(cur, &k, &v, MDB_LAST);
+            } else if (rc == 0) {
+                const size_t m = k.mv_size < fromlen ? k.mv_size : fromlen;
+                const int c = memcmp(k.mv_data, from, m);
+                if (c > 0 || (c == 0 && k.mv_size > fromlen))
+                    rc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
+            }
+        }
+    }
+    while (rc == 0) {
+        const int r = fn(ud, k.mv_data, k.mv_size, v.mv_data, v.mv_size);
+        if (r < 0) {
+            ret = r;
+            goto out;
+        }
+        if (r > 0)
+            goto out;
+        rc = mdb_cursor_get(cur, &k, &v, reverse ? MDB_PREV : MDB_NEXT);
+    }
+    if (rc != MDB_NOTFOUND)
+        ret = map_mdb(st->ctx, rc, st->dir, "cursor get");
+out:
+    if (cur != NULL)
+        mdb_cursor_close(cur);
+    if (txn == st->rtxn) {
+        st->rdepth--;
+        read_end(st, txn);
+    }
+    return ret;
+}
+
+int ingest__store_db(ingest_store *st, const char *name, ingest__dbi *out)
+{
+    const bool ro = (st->flags & INGEST_STORE_RDONLY) != 0;
+    MDB_txn *txn = NULL;
+    int rc;
+    /* A table is opened in a transaction of its own, committed so that the
+     * handle is valid for every later transaction. */
+    if (!ro)
+        INGEST__FORWARD(ingest_store_commit(st));
+    if (st->rdepth > 0)
+        return ingest__fail(st->ctx, INGEST_EINVAL, "store %s: open table during iteration", st->dir);
+    rc = mdb_txn_begin(st->env, NULL, ro ? MDB_RDONLY : 0, &txn);
+    if (rc != 0)
+        return map_mdb(st->ctx, rc, st->dir, "begin transaction");
+    MDB_dbi dbi;
+    rc = mdb_dbi_open(txn, name, ro ? 0 : MDB_CREATE, &dbi);
+    if (rc != 0) {
+        mdb_txn_abort(txn);
+        if (rc == MDB_NOTFOUND)
+            return ingest__fail(st->ctx, INGEST_ECORRUPT, "store %s: table %s missing", st->dir, name);
+        return map_mdb(st->ctx, rc, st->dir, name);
+    }
+    rc = mdb_txn_commit(txn);
+    if (rc != 0)
+        return map_mdb(st->ctx, rc, st->dir, name);
+    *out = dbi;
+    return 0;
+}
+
+static int check_meta(ingest_store *st)
+{
+    uint8_t buf[8];
+    size_t len = 0;
+    if (st->created) {
+        ingest__put_u32(buf, INGEST_STORE_FORMAT);
+        INGEST__FORWARD(ingest__store_put(st, st->meta, INGEST__META_FORMAT, strlen(INGEST__META_FORMAT), buf, 4));
+        return ingest_store_commit(st);
+    }
+    const int rc = ingest__store_get(st, st->meta, INGEST__META_FORMAT, strlen(INGEST__META_FORMAT), buf,
+                                     sizeof(buf), &len);
+    if (rc == INGEST_ENOTFOUND)
+        return ingest__fail(st->ctx, INGEST_ECORRUPT, "store %s: meta: format record missing", st->dir);
+    INGEST__FORWARD(rc);
+    if (len != 4)
+        return ingest__fail(st->ctx, INGEST_ECORRUPT, "store %s: meta: format record of %zu bytes, want 4",
+                            st->dir, len);
+    const uint32_t v = ingest__get_u32(buf);
+    if (v != INGEST_STORE_FORMAT)
+        return ingest__fail(st->ctx, INGEST_EVERSION, "store %s: format %u, this library reads %u", st->dir,
+                            (unsigned)v, (unsigned)INGEST_STORE_FORMAT);
+    return 0;
+}
+
+int ingest_store_open(ingest_ctx *ctx, const char *dir, const ingest_store_opts *opts, ingest_store **out)
+{
+    ingest_store *st = NULL;
+    char path[STORE_PATH_MAX];
+    int ret, rc;
+    struct stat sb;
+
+    if (out == NULL)
+        return INGEST_EINVAL;
+    *out = NULL;
+    if (ctx == NULL || dir == NULL || dir[0] == '\0')
+        return ingest__fail(ctx, INGEST_EINVAL, "store: no directory");
+    if ((size_t)snprintf(path, sizeof(path), "%s/data.mdb", dir) >= sizeof(path))
+        return ingest__fail(ctx, INGEST_ETOOBIG, "store: directory name too long");
+
+    st = ingest__calloc(ctx, 1, sizeof(*st));
+    if (st == NULL)
+        return ingest__fail(ctx, INGEST_ENOMEM, "store: out of memory");
+    st->ctx = ctx;
+    st->txn_max = opts != NULL && opts->txn_max_writes > 0 ? opts->txn_max_writes : STORE_DEFAULT_TXN;
+    st->flags = opts != NULL ? opts->flags : 0;
+    if (st->flags & INGEST_STORE_RDONLY)
+        st->flags |= INGEST_STORE_NOCREATE;
+    const uint64_t map = opts != NULL && opts->map_size > 0 ? opts->map_size : STORE_DEFAULT_MAP;
+    st->dir = ingest__strdup(ctx, dir);
+    if (st->dir == NULL) {
+        ret = ingest__fail(ctx, INGEST_ENOMEM, "store: out of memory");
+        goto fail;
+    }
+
+    if (stat(path, &sb) != 0) {
+        const int e = errno;
+        if (e != ENOENT) {
+            ret = ingest__fail(ctx, ingest__errno(e), "store %s: stat data.mdb: %s", dir, strerror(e));
+            goto fail;
+        }
+        st->created = true;
+    } else {
+        st->created = sb.st_size == 0;
+    }
+    if (st->created && (st->flags & INGEST_STORE_NOCREATE)) {
+        ret = ingest__fail(ctx, INGEST_ENOTFOUND, "store %s: no store there", dir);
+        goto fail;
+    }
+    if (st->created && mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        const int e = errno;
+        ret = ingest__fail(ctx, ingest__errno(e), "store %s: mkdir: %s", dir, strerror(e));
+        goto fail;
+    }
+
+    rc = mdb_env_create(&st->env);
+    if (rc != 0) {
+        st->env = NULL;
+        ret = map_mdb(ctx, rc, dir, "env create");
+        goto fail;
+    }
+    if ((rc = mdb_env_set_mapsize(st->env, (size_t)map)) != 0 ||
+        (rc = mdb_env_set_maxdbs(st->env, STORE_MAX_DBS)) != 0) {
+        ret = map_mdb(ctx, rc, dir, "env setup");
+        goto fail;
+    }
+    rc = mdb_env_open(st->env, dir,
+                      MDB_NOTLS | ((st->flags & INGEST_STORE_RDONLY) ? MDB_RDONLY : 0) |
+                          ((st->flags & INGEST_STORE_NOSYNC) ? MDB_NOSYNC : 0),
+                      0600);
+    if (rc != 0) {
+        ret = map_mdb(ctx, rc, dir, "open environment");
+        /* LMDB says EINVAL for files it cannot make sense of. */
+        if (ret == INGEST_EINVAL)
+            ret = ingest__fail(ctx, INGEST_ECORRUPT, "store %s: open environment: %s", dir, mdb_strerror(rc));
+        goto fail;
+    }
+    if (!st->created) {
+        /* An existing environment must have the meta table: without it,
+         * this is not a store of ours or it was damaged. */
+        MDB_txn *txn = NULL;
+        rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+        if (rc == 0) {
+            rc = mdb_dbi_open(txn, "meta", 0, &st->meta);
+            mdb_txn_abort(txn);
+            if (rc == MDB_NOTFOUND) {
+                ret = ingest__fail(ctx, INGEST_ECORRUPT, "store %s: meta table missing", dir);
+                goto fail;
+            }
+        }
+        if (rc != 0) {
+            ret = map_mdb(ctx, rc, dir, "meta table");
+            goto fail;
+        }
+    }
+    if ((ret = ingest__store_db(st, "meta", &st->meta)) < 0)
+        goto fail;
+    if ((ret = check_meta(st)) < 0)
+        goto fail;
+    *out = st;
+    return 0;
+fail:
+    ingest_store_close(st);
+    return ret;
+}
+
+void ingest_store_close(ingest_store *st)
+{
+    if (st == NULL)
+        return;
+    ingest_ctx *const ctx = st->ctx;
+    if (st->env != NULL) {
+        if (st->wtxn != NULL)
+            (void)ingest_store_commit(st);
+        if (st->rtxn != NULL)
+            mdb_txn_abort(st->rtxn);
+        mdb_env_close(st->env);
+    }
+    ingest__free(ctx, st->dir);
+    ingest__free(ctx, st);
+}
+
+int ingest_store_wipe(ingest_ctx *ctx, const char *dir)
+{
+    static const char *const names[] = { "data.mdb", "lock.mdb" };
+    char path[STORE_PATH_MAX];
+    if (dir == NULL || dir[0] == '\0')
+        return ingest__fail(ctx, INGEST_EINVAL, "store: no directory");
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, names[i]) >= sizeof(path))
+            return ingest__fail(ctx, INGEST_ETOOBIG, "store: directory name too long");
+        if (unlink(path) != 0 && errno != ENOENT) {
+            const int e = errno;
+            return ingest__fail(ctx, ingest__errno(e), "store %s: unlink %s: %s", dir, names[i], strerror(e));
+        }
+    }
+    return 0;
+}
