@@ -11,6 +11,7 @@
 #include "../common/prog.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <netdb.h>
 #include <poll.h>
@@ -125,12 +126,75 @@ static int open_index(server *s, int force_rebuild)
     return 0;
 }
 
+/* ---- temporary files left by a crash ------------------------------------ */
+
+/*
+ * The lander writes each file to ".{name}.ingest-tmp.{batch}" (or
+ * ".ingest-tmp.{batch}.{n}") created 0600, and each manifest to
+ * "_manifests/{device}/.{batch}.jsonl.tmp"; a crash (kill -9, power cut)
+ * leaves them behind, and a batch that is never replayed under the same
+ * name never overwrites them.  The lander refuses to land a file whose name
+ * contains ".ingest-tmp.", so every file so named is a temporary.  The sweep runs
+ * at start-up only when the previous run did not stop cleanly (the marker
+ * file RUNNING_MARKER in state_dir is still there), so a clean restart
+ * does not walk a large bronze tree.
+ */
+#define RUNNING_MARKER "receiver.running"
+
+static unsigned long long swept, sweep_failed;
+
+static int sweep_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    const char *base = path + ftw->base;
+    if (type != FTW_F || !S_ISREG(st->st_mode) || base[0] != '.')
+        return 0;
+    const int in_manifests = strstr(path, "/_manifests/") != NULL;
+    const size_t n = strlen(base);
+    const int tmp_manifest = in_manifests && n > 10 && strcmp(base + n - 10, ".jsonl.tmp") == 0;
+    const int tmp_file = strstr(base, ".ingest-tmp.") != NULL;
+    if (!tmp_manifest && !tmp_file)
+        return 0;
+    if (unlink(path) == 0) {
+        swept++;
+    } else {
+        sweep_failed++;
+        prog_log(INGEST_LOG_WARN, "cannot remove temporary file %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+/* Remove what a crashed run left under bronze, if the previous run crashed. */
+static void sweep_after_crash(server *s)
+{
+    char marker[4200];
+    snprintf(marker, sizeof(marker), "%s/%s", s->cfg->state_dir, RUNNING_MARKER);
+    struct stat mst;
+    if (stat(marker, &mst) != 0)
+        return;
+    const double t0 = prog_now();
+    swept = sweep_failed = 0;
+    if (nftw(s->cfg->bronze, sweep_one, 32, FTW_PHYS) != 0)
+        prog_log(INGEST_LOG_WARN, "sweep of %s: %s", s->cfg->bronze, strerror(errno));
+    prog_log(INGEST_LOG_INFO,
+             "previous run did not stop cleanly: removed %llu temporary files of unfinished batches from %s "
+             "in %.2fs%s",
+             swept, s->cfg->bronze, prog_now() - t0, sweep_failed ? " (some could not be removed)" : "");
+}
+
+static void running_marker(server *s, int set)
+{
+    char marker[4200];
+    snprintf(marker, sizeof(marker), "%s/%s", s->cfg->state_dir, RUNNING_MARKER);
+    if (set ? prog_write_file_atomic(marker, "running\n") != 0 : unlink(marker) != 0 && errno != ENOENT)
+        prog_log(INGEST_LOG_WARN, "%s: %s", marker, strerror(errno));
+}
+
 /* ---- one connection ---------------------------------------------------- */
 
 typedef struct conn {
     server *srv;
     int fd;
-    char peer[64];
+    char peer[96]; /* "host:port": h[64] + ":" + pt[16] */
 } conn;
 
 typedef struct u32vec {
@@ -140,6 +204,8 @@ typedef struct u32vec {
 
 static int u32vec_push(u32vec *a, const uint32_t *v, size_t n)
 {
+    if (n == 0) /* v may be NULL then; memcpy(NULL, NULL, 0) is undefined */
+        return 0;
     if (a->n + n > a->cap) {
         size_t cap = a->cap ? a->cap : 1024;
         while (cap < a->n + n)
@@ -164,7 +230,8 @@ static int cmp_u32(const void *a, const void *b)
 /* Send the indexes as WANT frames (sorted, deduplicated), MORE on all but the last. */
 static int send_wants(ingest_session *ss, int fd, const char *batch, u32vec *w)
 {
-    qsort(w->v, w->n, sizeof(uint32_t), cmp_u32);
+    if (w->n > 1) /* w->v is NULL while nothing was pushed; qsort(NULL, 0) is undefined */
+        qsort(w->v, w->n, sizeof(uint32_t), cmp_u32);
     size_t n = 0;
     for (size_t i = 0; i < w->n; i++)
         if (n == 0 || w->v[i] != w->v[n - 1])
@@ -551,6 +618,8 @@ int main(int argc, char **argv)
     }
     if (ingest_codec_create(s.ctx, 1, &s.codec) < 0 || open_index(&s, rebuild) != 0)
         goto out;
+    sweep_after_crash(&s);
+    running_marker(&s, 1);
     char bound[300], err[512];
     lfd = prog_listen(s.cfg->listen, bound, sizeof(bound), err, sizeof(err));
     if (lfd < 0) {
@@ -621,6 +690,8 @@ int main(int argc, char **argv)
     /* Let connections finish their current step; unacknowledged batches are simply re-sent. */
     for (int i = 0; i < 100 && s.nconn > 0; i++)
         usleep(20000);
+    if (s.nconn == 0)
+        running_marker(&s, 0); /* a batch still landing would leave temporary files: keep the marker */
     status = 0;
 out:
     if (lfd >= 0)
