@@ -298,6 +298,13 @@ static int landed_path(ingest_lander *l, const char *device, const char *batch, 
     if (strncmp(out, "_manifests", 10) == 0 && (out[10] == '/' || out[10] == '\0'))
         return ingest__fail(l->ctx, INGEST_EINVAL, "lander: file %s: landed path %s is under _manifests",
                             relpath, out);
+    /* Names of that shape are the lander's temporary files (tmp_name): a
+     * device file so named could be truncated by, or swept as, one. */
+    const char *base = strrchr(out, '/');
+    if (strstr(base ? base + 1 : out, ".ingest-tmp.") != NULL)
+        return ingest__fail(l->ctx, INGEST_EINVAL,
+                            "lander: file %s: name contains \".ingest-tmp.\" (reserved for temporary files)",
+                            relpath);
     return 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -322,8 +323,16 @@ static int get_path(ingest_manifest_reader *r, uint32_t ti, int k, int allow_emp
     size_t len = 0;
     INGEST__FORWARD(get_str(r, ti, k, &s, &len));
     const char *what = check_relpath(s, len, allow_empty);
-    if (what != NULL)
-        return badf(r, INGEST_ECORRUPT, r->json.toks[ti].pos, what, key_names[k]);
+    if (what != NULL) {
+        /* Name the refused path, shortened and with unprintable bytes as '?'. */
+        char shown[200], msg[300];
+        size_t n = 0;
+        for (size_t i = 0; i < len && n < 80; i++)
+            shown[n++] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+        shown[n] = '\0';
+        snprintf(msg, sizeof(msg), "%s in '%s%s'", what, shown, len > 80 ? "..." : "");
+        return badf(r, INGEST_ECORRUPT, r->json.toks[ti].pos, msg, key_names[k]);
+    }
     *out = s;
     return 0;
 }

@@ -99,3 +99,54 @@ same_tree() {
 # landed_root DEVICE: the directory the device's files landed under
 # (layout {device}/{path} in these tests)
 landed_root() { echo "$T/bronze/$1"; }
+
+# gen_log FILE BYTES SEED: a deterministic text log of exactly BYTES bytes
+# (timestamped lines with pseudo-random fields; seed selects the content).
+gen_log() {
+    awk -v seed="$3" -v n=$(($2 / 100 + 1000)) 'BEGIN {
+        s = seed
+        for (i = 0; i < n; i++) {
+            s = (s * 1103515245 + 12345) % 2147483648
+            printf "2024-05-01T%02d:%02d:%02d.%03dZ host-%d svc=ingest level=%s req=%08x latency_ms=%d msg=\"request %d seed %d\"\n",
+                int(i / 3600000) % 24, int(i / 60000) % 60, int(i / 1000) % 60, i % 1000,
+                s % 7, (s % 13 == 0 ? "WARN" : "INFO"), s, s % 997, i, seed
+        }
+    }' | head -c "$2" >> "$1"
+}
+
+# count_tmp DIR: number of lander temporary files (.*.ingest-tmp.*) under DIR
+count_tmp() { find "$1" -name '*.ingest-tmp.*' | wc -l; }
+
+# manifest_paths DEVICE: the source paths recorded in the device's batch
+# manifests (one line per FILE record, in batch name order)
+manifest_paths() {
+    for m in $(ls "$T/bronze/_manifests/$1/" | sort); do
+        grep -o '"path":"[^"]*"' "$T/bronze/_manifests/$1/$m" | sed 's/^"path":"//; s/"$//'
+    done
+}
+
+# wait_log PATTERN [TRIES]: wait (50 ms steps, default 10 s) for PATTERN in the receiver log
+wait_log() {
+    i=0
+    while ! grep -q -- "$1" "$T/receiver.log" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -gt "${2:-200}" ] && { tail -20 "$T/receiver.log"; fail "no '$1' in the receiver log"; }
+        sleep 0.05
+    done
+}
+
+# distinct_chunks FILE...: number of distinct chunk ids of the files
+# (default chunking parameters, as the agents in these tests use)
+distinct_chunks() { "$CTL" chunk "$@" | grep -v '^#' | awk '{ print $3 }' | sort -u | wc -l; }
+
+# recv_sum NAME: sum of "<n> NAME" over every "landed:" line of the receiver log
+# (NAME: "chunks new", "known", "re-asked")
+recv_sum() { grep ' landed: ' "$T/receiver.log" | grep -o "[0-9]* $1" | awk '{ s += $1 } END { print s + 0 }'; }
+
+# ship_with DEVICE ARGS...: like ship, with extra agent arguments (e.g. --all)
+ship_with() {
+    d=$1; shift
+    "$AGENT" --config "$T/$d.yaml" --once "$@" > "$T/$d.out" 2> "$T/$d.err" || {
+        cat "$T/$d.err"; tail -20 "$T/receiver.log"; fail "agent $d failed"; }
+    cat "$T/$d.out"
+}

@@ -1,0 +1,89 @@
+#!/bin/sh
+# The core's chunk index is a cache of the manifests.
+# 1. Deleted (data.mdb removed while the receiver is stopped): the restart
+#    rebuilds it from the manifests, and a re-ship of known content sends
+#    no chunk data.
+# 2. Corrupted (data.mdb overwritten with garbage): detected at start-up,
+#    wiped and rebuilt; again no chunk data on a re-ship.
+# 3. ingest-receiver --rebuild-index rebuilds on request; `ingestctl index
+#    check` reports clean (exit 0) after a ship and a problem (exit 1, the
+#    file named) once a landed file is modified downstream.
+# 4. A device file named like the lander's temporary files is refused (it
+#    could be truncated by, or swept as, a temporary file).
+. "$(dirname "$0")/lib.sh"
+setup_keys
+write_receiver_config 'layout: "{device}/{path}"'
+start_receiver
+S="$T/src/data"
+"$CTL" bench gen --size 4MiB "$S" > /dev/null
+nfiles=$(find "$S" -type f | wc -l)
+write_agent_config dev1 "$S" 'batch:
+  max_files: 30'
+ship dev1
+same_tree "$S" "$(landed_root dev1)/data"
+nchunks=$(field dev1 chunks)
+nbatches=$(ls "$T/bronze/_manifests/dev1" | wc -l)
+[ "$nbatches" -ge 2 ] || fail "expected several batches, got $nbatches"
+"$CTL" index check "$T/rstate" --bronze "$T/bronze" > "$T/check.out" || { cat "$T/check.out"; fail "index check not clean after a ship"; }
+grep -q "bad 0, stale 0" "$T/check.out" || fail "index check output: $(cat "$T/check.out")"
+pass "index check clean after a ship: $(tail -1 "$T/check.out")"
+
+# restart_and_reship WHAT: restart the receiver, re-ship everything (--all), expect no chunk data
+restart_and_reship() {
+    start_receiver
+    write_agent_config dev1 "$S" 'batch:
+  max_files: 30'
+    ship_with dev1 --all
+    [ "$(field dev1 files)" -eq "$nfiles" ] || fail "$1: re-ship covered $(field dev1 files) of $nfiles files"
+    [ "$(field dev1 chunks_new)" -eq 0 ] || fail "$1: re-ship of known content sent $(field dev1 chunks_new) chunks"
+    [ "$(field dev1 chunk_bytes)" -eq 0 ] || fail "$1: re-ship sent chunk bytes"
+    same_tree "$S" "$(landed_root dev1)/data"
+}
+
+stop_receiver
+[ -f "$T/rstate/data.mdb" ] || fail "no data.mdb in the receiver's state_dir"
+rm -f "$T/rstate/data.mdb" "$T/rstate/lock.mdb"
+: > "$T/receiver.log"
+restart_and_reship "deleted index"
+grep -q "is new or was not completed; building it" "$T/receiver.log" || fail "no log line about a missing index"
+grep -q "did not stop cleanly" "$T/receiver.log" && fail "a clean stop was taken for a crash"
+grep "index rebuilt from the manifests" "$T/receiver.log" | grep -q "$nbatches batches" ||
+    { grep rebuilt "$T/receiver.log"; fail "rebuild did not find the $nbatches batches"; }
+pass "deleted index rebuilt from $nbatches manifests; re-ship of $nfiles files sent no chunk data"
+
+stop_receiver
+awk 'BEGIN { for (i = 0; i < 4096; i++) printf "garbage-%08d-not-an-lmdb-page\n", i }' > "$T/rstate/data.mdb"
+: > "$T/receiver.log"
+restart_and_reship "corrupt index"
+grep -q "unusable" "$T/receiver.log" || { head "$T/receiver.log"; fail "corrupt index not reported"; }
+grep -q "index rebuilt from the manifests" "$T/receiver.log" || fail "corrupt index not rebuilt"
+pass "corrupt index detected and rebuilt; re-ship sent no chunk data"
+
+stop_receiver
+: > "$T/receiver.log"
+"$RECEIVER" --config "$T/receiver.yaml" --rebuild-index --ready-file "$T/receiver.addr" >> "$T/receiver.log" 2>&1 &
+RECV_PID=$!
+wait_log "listening on"
+grep -q "index rebuilt from the manifests" "$T/receiver.log" || fail "--rebuild-index did not rebuild"
+"$CTL" index check "$T/rstate" --bronze "$T/bronze" > "$T/check.out" || { cat "$T/check.out"; fail "index check not clean after --rebuild-index"; }
+grep -q "chunks [1-9]" "$T/check.out" || fail "rebuilt index is empty: $(cat "$T/check.out")"
+pass "--rebuild-index: $(tail -1 "$T/check.out")"
+
+victim=$(cd "$(landed_root dev1)" && find data -type f -name '*.csv' | sort | head -1)
+[ -n "$victim" ] || fail "no csv landed"
+printf 'edited downstream\n' >> "$(landed_root dev1)/$victim"
+rc=0
+"$CTL" index check "$T/rstate" --bronze "$T/bronze" > "$T/check.out" || rc=$?
+[ $rc -eq 1 ] || { cat "$T/check.out"; fail "index check exited $rc after a landed file was modified"; }
+grep -q "$victim" "$T/check.out" || { cat "$T/check.out"; fail "index check did not name $victim"; }
+grep -q "stale [1-9]" "$T/check.out" || fail "index check counted no stale entry: $(tail -1 "$T/check.out")"
+pass "index check exits 1 and names $victim after it was modified downstream"
+
+mkdir -p "$T/src2/d"
+printf 'x\n' > "$T/src2/d/ok.txt"
+printf 'y\n' > "$T/src2/d/.a.ingest-tmp.b"
+write_agent_config dev2 "$T/src2/d"
+"$AGENT" --config "$T/dev2.yaml" --once > "$T/dev2.out" 2> "$T/dev2.err" && fail "a file named .a.ingest-tmp.b was accepted"
+grep -q 'reserved for temporary files' "$T/dev2.err" || { cat "$T/dev2.err"; fail "refusal does not say why"; }
+[ ! -e "$(landed_root dev2)/d/.a.ingest-tmp.b" ] || fail "the reserved name landed"
+pass "a device file named .a.ingest-tmp.b is refused"
