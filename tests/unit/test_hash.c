@@ -1,0 +1,247 @@
+/*
+ * Chunk ids, file hashes and the dedup key loader.  Known answers live in
+ * tests/unit/golden/ids-default-key.txt (keyed BLAKE2b-256 with the default
+ * key 00..1f; cross-checked once against Python's hashlib.blake2b).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sodium.h>
+
+#include "ingest/hash.h"
+#include "internal.h"
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+static uint8_t *gen_buffer(uint64_t seed, size_t len)
+{
+    uint8_t *b = malloc(len ? len : 1);
+    assert_non_null(b);
+    uint64_t s = seed;
+    for (size_t i = 0; i < len; i += 8) {
+        const uint64_t v = splitmix64(&s);
+        for (size_t k = 0; k < 8 && i + k < len; k++)
+            b[i + k] = (uint8_t)(v >> (8 * k));
+    }
+    return b;
+}
+
+static const char *golden_path(const char *name)
+{
+    static char buf[1024];
+    const char *dir = getenv("INGEST_GOLDEN_DIR");
+    if (dir != NULL) {
+        snprintf(buf, sizeof(buf), "%s/%s", dir, name);
+    } else {
+        const char *f = __FILE__, *slash = strrchr(f, '/');
+        const int dl = slash ? (int)(slash - f) : 1;
+        snprintf(buf, sizeof(buf), "%.*s/golden/%s", dl, slash ? f : ".", name);
+    }
+    return buf;
+}
+
+static void test_default_key(void **state)
+{
+    (void)state;
+    const uint8_t *k = ingest_default_dedup_key();
+    for (int i = 0; i < INGEST_KEY_BYTES; i++)
+        assert_int_equal(k[i], i);
+    assert_true(sizeof(crypto_generichash_state) <= sizeof(ingest_filehash));
+}
+
+static void add_line(char *out, size_t cap, const char *name, const void *d, size_t n)
+{
+    uint8_t id[INGEST_ID_BYTES];
+    char hex[2 * INGEST_ID_BYTES + 1];
+    ingest_chunk_id(ingest_default_dedup_key(), d, n, id);
+    ingest_to_hex(id, sizeof(id), hex);
+    const size_t w = strlen(out);
+    snprintf(out + w, cap - w, "%s %s\n", name, hex);
+}
+
+static void test_golden_ids(void **state)
+{
+    (void)state;
+    char got[4096] = "";
+    uint8_t seq[256];
+    for (int i = 0; i < 256; i++)
+        seq[i] = (uint8_t)i;
+    uint8_t *big = gen_buffer(UINT64_C(0x676f6c64656e3031), 1u << 20);
+    add_line(got, sizeof(got), "empty", "", 0);
+    add_line(got, sizeof(got), "zero-byte", "\0", 1);
+    add_line(got, sizeof(got), "abc", "abc", 3);
+    add_line(got, sizeof(got), "bytes-00-ff", seq, sizeof(seq));
+    add_line(got, sizeof(got), "golden-1MiB", big, 1u << 20);
+    free(big);
+    const char *path = golden_path("ids-default-key.txt");
+    if (getenv("INGEST_GOLDEN_UPDATE") != NULL) {
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        fputs(got, f);
+        assert_int_equal(fclose(f), 0);
+    }
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("golden file %s missing", path);
+    char want[4096];
+    const size_t n = fread(want, 1, sizeof(want) - 1, f);
+    fclose(f);
+    want[n] = '\0';
+    assert_string_equal(want, got);
+}
+
+static void test_keyed(void **state)
+{
+    (void)state;
+    uint8_t k2[INGEST_KEY_BYTES], a[INGEST_ID_BYTES], b[INGEST_ID_BYTES], c[INGEST_ID_BYTES];
+    memcpy(k2, ingest_default_dedup_key(), sizeof(k2));
+    ingest_chunk_id(k2, "data", 4, a);
+    k2[31] ^= 1;
+    ingest_chunk_id(k2, "data", 4, b);
+    ingest_chunk_id(k2, "data", 4, c);
+    assert_memory_not_equal(a, b, INGEST_ID_BYTES);
+    assert_memory_equal(b, c, INGEST_ID_BYTES);
+    /* Unkeyed BLAKE2b differs from keyed. */
+    crypto_generichash(c, sizeof(c), (const uint8_t *)"data", 4, NULL, 0);
+    assert_memory_not_equal(a, c, INGEST_ID_BYTES);
+}
+
+static void test_filehash_equals_oneshot(void **state)
+{
+    (void)state;
+    const size_t n = 3u << 20;
+    uint8_t *d = gen_buffer(42, n);
+    uint8_t want[INGEST_ID_BYTES], got[INGEST_ID_BYTES];
+    ingest_chunk_id(ingest_default_dedup_key(), d, n, want);
+    uint64_t rs = 7;
+    for (int round = 0; round < 3; round++) {
+        ingest_filehash h;
+        ingest_filehash_init(&h, ingest_default_dedup_key());
+        for (size_t pos = 0; pos < n;) {
+            size_t k = round == 0 ? n : 1 + (size_t)(splitmix64(&rs) % (round == 1 ? 200000 : 300));
+            if (k > n - pos)
+                k = n - pos;
+            ingest_filehash_update(&h, d + pos, k);
+            ingest_filehash_update(&h, d, 0);
+            pos += k;
+        }
+        ingest_filehash_final(&h, got);
+        assert_memory_equal(want, got, INGEST_ID_BYTES);
+    }
+    ingest_filehash h;
+    ingest_filehash_init(&h, ingest_default_dedup_key());
+    ingest_filehash_final(&h, got);
+    ingest_chunk_id(ingest_default_dedup_key(), "", 0, want);
+    assert_memory_equal(want, got, INGEST_ID_BYTES);
+    free(d);
+}
+
+/* ---- dedup key loader ---------------------------------------------------- */
+
+static char *write_tmp(const void *d, size_t n)
+{
+    static char path[64];
+    strcpy(path, "/tmp/test_hash_key_XXXXXX");
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, d, n), (ssize_t)n);
+    close(fd);
+    return path;
+}
+
+static int load(ingest_ctx *ctx, const void *d, size_t n, uint8_t key[INGEST_KEY_BYTES])
+{
+    char *p = write_tmp(d, n);
+    const int rc = ingest_dedup_key_load(ctx, p, key);
+    unlink(p);
+    return rc;
+}
+
+static void expect_reject(ingest_ctx *ctx, const char *text, size_t n, const char *msg)
+{
+    uint8_t key[INGEST_KEY_BYTES];
+    assert_int_equal(load(ctx, text, n, key), INGEST_EINVAL);
+    if (strstr(ingest_ctx_errmsg(ctx), msg) == NULL)
+        fail_msg("message '%s' lacks '%s'", ingest_ctx_errmsg(ctx), msg);
+}
+
+static void test_key_load(void **state)
+{
+    (void)state;
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    uint8_t raw[INGEST_KEY_BYTES], key[INGEST_KEY_BYTES];
+    for (int i = 0; i < INGEST_KEY_BYTES; i++)
+        raw[i] = (uint8_t)(0xa0 + i * 3);
+    raw[5] = '\n'; /* raw keys may contain any byte */
+    raw[6] = 0;
+    assert_int_equal(load(ctx, raw, sizeof(raw), key), 0);
+    assert_memory_equal(raw, key, INGEST_KEY_BYTES);
+
+    char hex[2 * INGEST_KEY_BYTES + 2];
+    ingest_to_hex(raw, sizeof(raw), hex);
+    memset(key, 0, sizeof(key));
+    assert_int_equal(load(ctx, hex, 64, key), 0);
+    assert_memory_equal(raw, key, INGEST_KEY_BYTES);
+    hex[64] = '\n';
+    memset(key, 0, sizeof(key));
+    assert_int_equal(load(ctx, hex, 65, key), 0);
+    assert_memory_equal(raw, key, INGEST_KEY_BYTES);
+    for (int i = 0; i < 64; i++) /* upper case too */
+        if (hex[i] >= 'a')
+            hex[i] = (char)(hex[i] - 32);
+    memset(key, 0, sizeof(key));
+    assert_int_equal(load(ctx, hex, 65, key), 0);
+    assert_memory_equal(raw, key, INGEST_KEY_BYTES);
+
+    expect_reject(ctx, hex, 31, "got 31 bytes");
+    expect_reject(ctx, hex, 33, "got 33 bytes");
+    expect_reject(ctx, hex, 63, "got 63 bytes");
+    expect_reject(ctx, "", 0, "got 0 bytes");
+    char longer[200];
+    memset(longer, 'a', sizeof(longer));
+    expect_reject(ctx, longer, sizeof(longer), "got at least 66 bytes");
+    expect_reject(ctx, longer, 66, "got at least 66 bytes");
+    char bad[66];
+    memcpy(bad, hex, 64);
+    bad[64] = '\r';
+    bad[65] = '\n';
+    expect_reject(ctx, bad, 66, "expected 32 raw bytes or 64 hex");
+    bad[64] = 'x';
+    expect_reject(ctx, bad, 65, "expected 32 raw bytes or 64 hex");
+    memcpy(bad, hex, 64);
+    bad[17] = 'g';
+    expect_reject(ctx, bad, 64, "not a hex digit at offset 17");
+    bad[17] = hex[17];
+    bad[0] = ' ';
+    expect_reject(ctx, bad, 64, "offset 0");
+
+    assert_int_equal(ingest_dedup_key_load(ctx, "/nonexistent/dir/key", key), INGEST_ENOTFOUND);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "/nonexistent/dir/key"));
+    assert_int_equal(ingest_dedup_key_load(ctx, "/", key), INGEST_EIO); /* a directory: read fails */
+    ingest_ctx_destroy(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_key),
+        cmocka_unit_test(test_golden_ids),
+        cmocka_unit_test(test_keyed),
+        cmocka_unit_test(test_filehash_equals_oneshot),
+        cmocka_unit_test(test_key_load),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
