@@ -136,8 +136,18 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@sh tests/fuzz/run-libfuzzer.sh $(FUZZ_SECONDS)
 
-bench: all
-	@sh bench/run.sh $(BUILD)
+# The shipping benchmark (ours vs rsync vs tar|zstd): bench/ship.sh, see
+# bench/README.md.  SIZE=64MiB RUNS=1 for a smoke run.
+.PHONY: bench-ship
+bench bench-ship: all
+	@bash bench/ship.sh $(BUILD)
+
+# The benchmark's comparison tools, from Debian (root only).
+BENCH_DEBS := rsync socat zstd time
+bench-deps:
+	@if [ "$$(id -u)" != 0 ]; then echo "bench-deps: needs root: apt-get install $(BENCH_DEBS)"; exit 1; fi
+	@DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(BENCH_DEBS) || \
+	 { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(BENCH_DEBS); }
 
 install: install-programs install-shared install-static install-includes install-pc
 
@@ -160,9 +170,12 @@ install-includes:
 	install -m 0644 include/ingest.h $(DESTDIR)$(INCLUDEDIR)/ingest.h
 	install -m 0644 include/ingest/*.h $(DESTDIR)$(INCLUDEDIR)/ingest/
 
-install-pc: $(BUILD)/libingest.pc
+# Generated here, not from $(BUILD)/libingest.pc: PREFIX and LIBDIR are the install's.
+install-pc: libingest.pc.in
 	install -d $(DESTDIR)$(PKGCONFIGDIR)
-	install -m 0644 $< $(DESTDIR)$(PKGCONFIGDIR)/libingest.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(SOVERSION)|' $< > $(DESTDIR)$(PKGCONFIGDIR)/libingest.pc
+	chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/libingest.pc
 
 uninstall:
 	for p in $(PROGRAMS); do rm -f $(DESTDIR)$(BINDIR)/$$p; done
