@@ -70,6 +70,7 @@ struct ingest_sender_s {
     source *srcs;
     size_t nsrc;
     uint64_t max_files, max_bytes;
+    int recheck; /* INGEST_SENDER_RECHECK_* */
     size_t rbuf;
     void (*on_skip)(void *, const char *, int);
     int (*want_file)(void *, const char *, const ingest_sender_stat *);
@@ -135,6 +136,9 @@ static int on_chunk(void *ud, const ingest_chunk_info *c);
 
 /* ------------------------------------------------------------------ */
 /* Helpers */
+
+/* Files up to this size are chunked and hashed on the calling thread. */
+#define SENDER_SMALL_FILE (1024u * 1024u)
 
 static int64_t ts_ns(const struct timespec *t) { return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec; }
 
@@ -273,6 +277,7 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
     s->on_skip = o->on_skip;
     s->on_read = o->on_read;
     s->want_file = o->want_file;
+    s->recheck = o->recheck;
     s->ud = o->userdata;
 
     s->device = ingest__strdup(ctx, o->device);
@@ -309,7 +314,9 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
             goto fail;
         s->own_codec = 1;
     }
-    if (o->threads == 1) {
+    /* The serial path always exists: with two threads it still takes small
+     * files, for which handing chunks to another thread costs more than it saves. */
+    {
         rc = ingest_chunker_create(ctx, &s->params, &s->chunker);
         if (rc < 0)
             goto fail;
@@ -319,7 +326,8 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
             rc = ingest__fail(ctx, INGEST_ENOMEM, "sender: out of memory (read buffer of %zu bytes)", s->bufcap);
             goto fail;
         }
-    } else {
+    }
+    if (o->threads != 1) {
         ingest_chunkhash_opts co;
         memset(&co, 0, sizeof(co));
         co.params = &s->params;
@@ -655,10 +663,13 @@ static int batch_push_chunk(ingest_sender_batch *b, const uint8_t id[INGEST_ID_B
     return 0;
 }
 
-static int batch_add_chunk(ingest_sender_batch *b, const uint8_t *data, size_t len, uint64_t off)
+/* The whole-file hash covers the file's chunk ids in order (docs/manifest.md). */
+static int batch_add_chunk(ingest_sender_batch *b, ingest_filehash *fh, const uint8_t *data, size_t len,
+                           uint64_t off)
 {
     uint8_t id[INGEST_ID_BYTES];
     ingest_chunk_id(b->s->key, data, len, id);
+    ingest_filehash_update(fh, id, INGEST_ID_BYTES);
     return batch_push_chunk(b, id, len, off);
 }
 
@@ -666,7 +677,7 @@ static int batch_add_chunk(ingest_sender_batch *b, const uint8_t *data, size_t l
 static int on_chunk(void *ud, const ingest_chunk_info *c)
 {
     file_ctx *fc = ud;
-    ingest_filehash_update(fc->fh, c->data, c->len);
+    ingest_filehash_update(fc->fh, c->id, INGEST_ID_BYTES);
     const int rc = batch_push_chunk(fc->b, c->id, c->len, c->offset);
     if (rc < 0) {
         fc->rc = rc;
@@ -709,7 +720,6 @@ static int chunk_serial(ingest_sender *s, ingest_sender_batch *b, int fd, const 
         }
         if (n == 0)
             break;
-        ingest_filehash_update(fh, buf + end, (size_t)n);
         size_t scan = end;
         end += (size_t)n;
         total += (uint64_t)n;
@@ -719,7 +729,7 @@ static int chunk_serial(ingest_sender *s, ingest_sender_batch *b, int fd, const 
             scan += used;
             if (cut != 1)
                 break;
-            rc = batch_add_chunk(b, buf + start, scan - start, chunk_off);
+            rc = batch_add_chunk(b, fh, buf + start, scan - start, chunk_off);
             if (rc < 0)
                 return rc;
             chunk_off += scan - start;
@@ -733,7 +743,7 @@ static int chunk_serial(ingest_sender *s, ingest_sender_batch *b, int fd, const 
         return ingest__fail(ctx, INGEST_EINVAL, "sender: %s: chunker left %" PRIu64 " bytes pending, expected %zu",
                             path, tail, end - start);
     if (tail > 0) {
-        rc = batch_add_chunk(b, buf + start, end - start, chunk_off);
+        rc = batch_add_chunk(b, fh, buf + start, end - start, chunk_off);
         if (rc < 0)
             return rc;
     }
@@ -814,7 +824,8 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
     ingest_filehash_init(&fh, s->key);
     uint64_t total = 0;
     int err = 0;
-    rc = s->pipe ? chunk_pipe(s, b, fd, path, &fh, &total, &err) : chunk_serial(s, b, fd, path, &fh, &total, &err);
+    rc = s->pipe && (uint64_t)st0.st_size > SENDER_SMALL_FILE ? chunk_pipe(s, b, fd, path, &fh, &total, &err)
+                                                              : chunk_serial(s, b, fd, path, &fh, &total, &err);
     if (rc < 0)
         goto fatal;
     if (rc == 1) {
@@ -1160,10 +1171,20 @@ int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t ci, void *out, si
                                 path, ci);
         got += (size_t)n;
     }
-    uint8_t id[INGEST_ID_BYTES];
-    ingest_chunk_id(b->s->key, b->raw, c->len, id);
-    if (memcmp(id, c->id, INGEST_ID_BYTES) != 0)
-        return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: changed since it was chunked (chunk %" PRIu64
-                            " at offset %" PRIu64 ")", path, ci, b->offs[ci]);
+    if (b->s->recheck == INGEST_SENDER_RECHECK_STAT) {
+        /* Size, mtime and ctime as when chunked, before (batch_open) and after the read. */
+        struct stat st;
+        const bfile *bf = &b->files[fi];
+        if (fstat(b->cur_fd, &st) != 0 || (uint64_t)st.st_size != bf->size || ts_ns(&st.st_mtim) != bf->mtime_ns ||
+            ts_ns(&st.st_ctim) != bf->ctime_ns)
+            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: changed since it was chunked (chunk %" PRIu64
+                                " at offset %" PRIu64 ")", path, ci, b->offs[ci]);
+    } else {
+        uint8_t id[INGEST_ID_BYTES];
+        ingest_chunk_id(b->s->key, b->raw, c->len, id);
+        if (memcmp(id, c->id, INGEST_ID_BYTES) != 0)
+            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: changed since it was chunked (chunk %" PRIu64
+                                " at offset %" PRIu64 ")", path, ci, b->offs[ci]);
+    }
     return ingest_codec_encode(b->s->codec, b->raw, c->len, out, cap, out_len);
 }

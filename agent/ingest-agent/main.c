@@ -307,8 +307,42 @@ static int want_file(void *ud, const char *path, const ingest_sender_stat *st)
  * abandoned (a file changed; ship again later), < 0 failure of the
  * connection, > 1 a batch the receiver refused.
  */
+/*
+ * A failure while a batch was open.  The receiver re-derives every chunk
+ * id; when it finds one that no longer matches (the file changed after the
+ * agent's own checks) it says so in an ERROR frame and closes: then the
+ * batch is abandoned and its files shipped again in a later pass (1).
+ * Anything else stays a failure (rc).
+ */
+static int batch_failure(agent *a, ingest_sender_batch *b, int rc)
+{
+    if (rc != INGEST_EMISMATCH && rc != INGEST_EPROTO) {
+        ingest_wire_msg m;
+        if (ingest_session_recv_msg(a->ss, a->fd, &m, 2000) == 0 && m.type == INGEST_MSG_ERROR) {
+            prog_log(INGEST_LOG_WARN, "receiver reported: %s: %s", ingest_strerror(m.u.error.code), m.u.error.message);
+            rc = m.u.error.code;
+        }
+    }
+    if (rc != INGEST_EMISMATCH)
+        return rc;
+    prog_log(INGEST_LOG_WARN, "batch %s abandoned: a file changed while it was shipped; it will be shipped again",
+             ingest_sender_batch_id(b));
+    a->t.batches_abandoned++;
+    return 1;
+}
+
+static int finish_batch_once(agent *a, ingest_sender *snd, ingest_sender_batch *b, ingest_sender_batch **next,
+                             int *walk_rc);
+
 static int finish_batch(agent *a, ingest_sender *snd, ingest_sender_batch *b, ingest_sender_batch **next,
                         int *walk_rc)
+{
+    const int rc = finish_batch_once(a, snd, b, next, walk_rc);
+    return rc < 0 ? batch_failure(a, b, rc) : rc;
+}
+
+static int finish_batch_once(agent *a, ingest_sender *snd, ingest_sender_batch *b, ingest_sender_batch **next,
+                             int *walk_rc)
 {
     ingest_wire_msg m;
     uint32_t sent = 0;
@@ -632,6 +666,8 @@ int main(int argc, char **argv)
     so.max_bytes = a.cfg->batch_max_bytes;
     so.on_skip = on_skip;
     so.want_file = want_file;
+    /* The receiver re-derives every chunk id; a stat check here saves a hash pass. */
+    so.recheck = INGEST_SENDER_RECHECK_STAT;
     so.userdata = &a;
     a.t0 = prog_now();
     const double cpu0 = prog_cpu_seconds();

@@ -26,8 +26,11 @@ INGEST_API void ingest_chunk_id(const uint8_t key[INGEST_KEY_BYTES], const void 
                                 uint8_t id[INGEST_ID_BYTES]);
 
 /*
- * Streaming whole-file hash (keyed BLAKE2b-256 with the same key).  The
- * state is a caller-owned, fixed-size object: no allocation.
+ * Streaming keyed BLAKE2b-256 (the same key).  The whole-file hash of a
+ * manifest is this hash over the file's chunk ids in order (32 bytes each),
+ * not over its bytes: the ids already cover the bytes, so each side hashes
+ * the data once.  The state is a caller-owned, fixed-size object: no
+ * allocation.
  */
 typedef struct ingest_filehash {
     _Alignas(64) uint8_t opaque[384];

@@ -73,6 +73,8 @@ typedef struct ingest_sender_stat {
     uint32_t mode;
 } ingest_sender_stat;
 
+enum { INGEST_SENDER_RECHECK_ID = 0, INGEST_SENDER_RECHECK_STAT = 1 };
+
 typedef struct ingest_sender_source {
     const char *name; /* 1..INGEST_SENDER_SOURCE_NAME_MAX of [A-Za-z0-9._-], not "." or "..", unique */
     const char *path; /* directory to walk */
@@ -119,6 +121,13 @@ typedef struct ingest_sender_opts {
      * (counted in ingest_sender_stats.files_unchanged; the agent skips files
      * whose acknowledged version is unchanged), < 0 to fail the walk. */
     int (*want_file)(void *userdata, const char *path, const ingest_sender_stat *st);
+    /* How ingest_sender_batch_chunk checks that a chunk re-read for sending
+     * is still the chunk of the manifest: INGEST_SENDER_RECHECK_ID (0, the
+     * default) re-derives its id; INGEST_SENDER_RECHECK_STAT compares the
+     * file's size, mtime and ctime after the read with those at chunking
+     * time, which saves a hash pass when the receiver verifies every id
+     * anyway (a change within one timestamp tick is then caught there). */
+    int recheck;
     void *userdata;
 } ingest_sender_opts;
 

@@ -273,7 +273,7 @@ int main(int argc, char **argv)
     ingest_chunk_id(dedup, text, tlen, cid);
     ingest_filehash fh;
     ingest_filehash_init(&fh, dedup);
-    ingest_filehash_update(&fh, text, tlen);
+    ingest_filehash_update(&fh, cid, sizeof(cid)); /* the file hash covers the chunk ids */
     ingest_filehash_final(&fh, fhash);
     ingest_to_hex(cid, sizeof(cid), cid_hex);
     ingest_to_hex(fhash, sizeof(fhash), fhash_hex);

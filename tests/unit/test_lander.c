@@ -136,7 +136,8 @@ static void make_batch(env *e, const char *device, const char *batch, const tfil
         rec.mode = f[i].mode;
         ingest_filehash fh;
         ingest_filehash_init(&fh, e->key);
-        ingest_filehash_update(&fh, f[i].data, f[i].len);
+        for (uint32_t k = 0; k < nc; k++)
+            ingest_filehash_update(&fh, ch[k].id, INGEST_ID_BYTES);
         ingest_filehash_final(&fh, rec.hash);
         rec.chunks = ch;
         rec.nchunks = nc;
@@ -813,7 +814,8 @@ static void test_bench(void **state)
             rec.mode = 0644;
             ingest_filehash fh;
             ingest_filehash_init(&fh, e->key);
-            ingest_filehash_update(&fh, data[i], FS);
+            for (uint32_t k = 0; k < nc; k++)
+                ingest_filehash_update(&fh, ch[k].id, INGEST_ID_BYTES);
             ingest_filehash_final(&fh, rec.hash);
             rec.chunks = ch;
             rec.nchunks = rec.nchunks_total = nc;

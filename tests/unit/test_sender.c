@@ -612,17 +612,24 @@ static void check_manifest(ingest_ctx *ctx, ingest_sender_batch *b, const char *
             assert_int_equal(rec.size, dlen);
             assert_int_equal(rec.mode, st.st_mode);
             assert_int_equal(rec.mtime_ns, (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec);
-            uint8_t h[INGEST_ID_BYTES];
-            ingest_filehash fh;
-            ingest_filehash_init(&fh, ingest_default_dedup_key());
-            ingest_filehash_update(&fh, data, dlen);
-            ingest_filehash_final(&fh, h);
-            assert_memory_equal(rec.hash, h, INGEST_ID_BYTES);
             ingest_sender_file_info fi;
             assert_int_equal(ingest_sender_batch_file(b, nfiles, &fi), 0);
             assert_string_equal(fi.path, rec.path);
             assert_int_equal(fi.first_chunk, chunk_index);
             assert_int_equal(fi.nchunks, rec.nchunks_total);
+            /* The whole-file hash covers the chunk ids in order (docs/manifest.md). */
+            uint8_t h[INGEST_ID_BYTES];
+            ingest_filehash fh;
+            ingest_filehash_init(&fh, ingest_default_dedup_key());
+            for (uint64_t k = 0; k < fi.nchunks; k++) {
+                uint8_t cid[INGEST_ID_BYTES];
+                uint32_t clen = 0;
+                uint64_t coff = 0;
+                assert_int_equal(ingest_sender_batch_chunk_info(b, fi.first_chunk + k, cid, &clen, &coff), 0);
+                ingest_filehash_update(&fh, cid, sizeof(cid));
+            }
+            ingest_filehash_final(&fh, h);
+            assert_memory_equal(rec.hash, h, INGEST_ID_BYTES);
             fidx = nfiles;
             nfiles++;
             total += rec.size;
