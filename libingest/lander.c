@@ -817,6 +817,39 @@ out:
     return rc;
 }
 
+/*
+ * (device, batch) was landed before: check that its landed manifest
+ * describes the same batch (file count, bytes, first file's path and hash)
+ * before calling this a replay.  INGEST_EEXIST when the id was reused for
+ * other data; a missing landed manifest cannot be compared and is taken as
+ * the same batch.
+ */
+static int same_landed_batch(ingest_lander_batch *b, const char *device, uint64_t nfiles, uint64_t bytes,
+                             const ingest_manifest_rec *first)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/_manifests/%s/%s.jsonl", b->l->root, device, b->name);
+    ingest_manifest_reader *r = NULL;
+    ingest_manifest_rec rec;
+    if (access(path, F_OK) != 0)
+        return 0;
+    int rc = ingest_manifest_reader_open(b->ctx, path, &r);
+    if (rc == 0)
+        rc = ingest_manifest_reader_next(r, &rec);
+    int same = rc == 1 && rec.type == INGEST_MREC_HEADER && rec.nfiles == nfiles && rec.total_bytes == bytes;
+    if (same && first != NULL) {
+        rc = ingest_manifest_reader_next(r, &rec);
+        same = rc == 1 && rec.type == INGEST_MREC_FILE && strcmp(rec.path, first->path) == 0 &&
+               memcmp(rec.hash, first->hash, INGEST_ID_BYTES) == 0;
+    }
+    ingest_manifest_reader_close(r);
+    if (!same)
+        return ingest__fail(b->ctx, INGEST_EEXIST,
+                            "lander: batch id %s of device %s was already used for other data; refusing to treat "
+                            "it as a replay (the device must use a new batch id)", b->name, device);
+    return 0;
+}
+
 static int read_manifest(ingest_lander_batch *b, const char *device, const void *buf, size_t len, bool *already)
 {
     ingest_lander *l = b->l;
@@ -853,6 +886,14 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
     if (rc < 0)
         goto out;
     if (rc == 1) {
+        /* A replay carries the same batch; a device that lost its state may reuse an id for new data. */
+        const uint64_t nfiles = rec.nfiles, bytes = rec.total_bytes;
+        rc = ingest_manifest_reader_next(r, &rec);
+        if (rc < 0)
+            goto out;
+        rc = same_landed_batch(b, device, nfiles, bytes, rc == 1 && rec.type == INGEST_MREC_FILE ? &rec : NULL);
+        if (rc < 0)
+            goto out;
         *already = true;
         rc = 0;
         goto out;

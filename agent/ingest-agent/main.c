@@ -44,6 +44,7 @@ typedef struct agent {
     ingest_havecache *have;
     ingest_filetable *ft;
     int all; /* --all: ship files even when unchanged since their ack */
+    char instance[24], prefix[32];
     ingest_session *ss;
     int fd;
     uint64_t seq;
@@ -103,6 +104,45 @@ static int save_seq(const char *state_dir, uint64_t seq)
     const int ok = n == (ssize_t)strlen(line) && fsync(fd) == 0;
     close(fd);
     return ok && rename(tmp, p) == 0 ? 0 : -1;
+}
+
+/*
+ * Batch ids are "{instance}-{seq}": the instance is 16 random hex digits
+ * made when the state directory is new, so a device whose state was lost
+ * never reuses the id of a batch the core already landed.
+ */
+static int load_instance(const char *state_dir, char *out, size_t cap)
+{
+    char p[4096];
+    snprintf(p, sizeof(p), "%s/instance", state_dir);
+    FILE *f = fopen(p, "r");
+    if (f != NULL) {
+        char buf[64] = "";
+        const int ok = fgets(buf, sizeof(buf), f) != NULL;
+        fclose(f);
+        buf[strcspn(buf, "\n")] = '\0';
+        if (ok && strlen(buf) == 16 && strspn(buf, "0123456789abcdef") == 16) {
+            snprintf(out, cap, "%s", buf);
+            return 0;
+        }
+        prog_log(INGEST_LOG_WARN, "%s is malformed; making a new instance id", p);
+    }
+    unsigned char r[8];
+    const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, r, sizeof(r)) != (ssize_t)sizeof(r)) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    char hex[17];
+    ingest_to_hex(r, sizeof(r), hex);
+    char line[32];
+    snprintf(line, sizeof(line), "%s\n", hex);
+    if (prog_write_file_atomic(p, line) != 0)
+        return -1;
+    snprintf(out, cap, "%s", hex);
+    return 0;
 }
 
 /* ---- progress ------------------------------------------------------------ */
@@ -575,6 +615,11 @@ static int load_state(agent *a)
         return -1;
     }
     a->seq = load_seq(a->cfg->state_dir);
+    if (load_instance(a->cfg->state_dir, a->instance, sizeof(a->instance)) != 0) {
+        prog_log(INGEST_LOG_ERROR, "cannot make %s/instance: %s", a->cfg->state_dir, strerror(errno));
+        return -1;
+    }
+    snprintf(a->prefix, sizeof(a->prefix), "%s-", a->instance);
     return 0;
 }
 
@@ -666,6 +711,7 @@ int main(int argc, char **argv)
     so.max_bytes = a.cfg->batch_max_bytes;
     so.on_skip = on_skip;
     so.want_file = want_file;
+    so.batch_prefix = a.prefix;
     /* The receiver re-derives every chunk id; a stat check here saves a hash pass. */
     so.recheck = INGEST_SENDER_RECHECK_STAT;
     so.userdata = &a;

@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MANIFEST_MAX (512u * 1024u * 1024u) /* bytes of one batch manifest */
+#define MANIFEST_MAX (64u * 1024u * 1024u) /* bytes of one batch manifest (~800k chunks) */
 #define HANDSHAKE_TIMEOUT_MS 10000
 
 typedef struct server {

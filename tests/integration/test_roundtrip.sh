@@ -27,3 +27,17 @@ ship dev1
 [ "$(field dev1 chunks_new)" -eq 0 ] || fail "renamed directory sent $(field dev1 chunks_new) chunks"
 same_tree "$T/src/data/many-renamed" "$(landed_root dev1)/data/many-renamed"
 pass "renamed directory of 100 files sends no chunk data"
+
+# Two devices at once: both sessions are served concurrently and both trees land.
+"$CTL" bench gen --size 6MiB --seed 7 "$T/src2/data" > /dev/null
+"$CTL" bench gen --size 6MiB --seed 8 "$T/src3/data" > /dev/null
+write_agent_config dev2 "$T/src2/data"
+sed "s/id: dev2/id: dev1/; s/keys\/dev2.key/keys\/dev1.key/; s/astate-dev2/astate-dev1b/" "$T/dev2.yaml" > "$T/dev1b.yaml"
+sed -i "s|$T/src2/data|$T/src3/data|" "$T/dev1b.yaml"
+"$AGENT" --config "$T/dev2.yaml" --once > "$T/dev2.out" 2> "$T/dev2.err" & p1=$!
+"$AGENT" --config "$T/dev1b.yaml" --once > "$T/dev1b.out" 2> "$T/dev1b.err" & p2=$!
+wait $p1 || { cat "$T/dev2.err"; fail "concurrent agent dev2 failed"; }
+wait $p2 || { cat "$T/dev1b.err"; fail "concurrent agent dev1 (second source) failed"; }
+same_tree "$T/src2/data" "$(landed_root dev2)/data"
+same_tree "$T/src3/data" "$(landed_root dev1)/data"
+pass "two devices shipping at the same time both land byte-identical"

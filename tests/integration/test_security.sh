@@ -158,3 +158,14 @@ grep -q "^ACK batch=honest1 status=0" "$T/honest.out" || fail "control: no lande
 [ "$(cat "$T/bronze/dev2/honest/ok.txt")" = "honest content" ] || fail "control: landed bytes differ"
 [ -f "$T/bronze/_manifests/dev2/honest1.jsonl" ] || fail "control: no manifest for the honest batch"
 pass "control: the same evil-agent batch, untampered, lands"
+
+# A replay of a landed batch is acknowledged as a duplicate and lands nothing
+# new; the same batch id with other content is refused, never taken for a replay.
+evil dev2 "replay1" --batch honest1 --path "honest/ok.txt" --content "honest content"
+[ "$EVIL_RC" -eq 2 ] || { cat "$T/replay1.err"; fail "replayed batch: exit $EVIL_RC, expected 2"; }
+grep -q "^ACK batch=honest1 status=1" "$T/replay1.out" || fail "replayed batch: not acknowledged as a duplicate"
+evil dev2 "reuse" --batch honest1 --path "honest/ok.txt" --content "other content under a reused batch id"
+[ "$EVIL_RC" -eq 0 ] || { cat "$T/reuse.err"; fail "reused batch id: exit $EVIL_RC, expected 0 (negative ACK)"; }
+grep -q "already used for other data" "$T/reuse.out" || fail "reused batch id: no reason given"
+[ "$(cat "$T/bronze/dev2/honest/ok.txt")" = "honest content" ] || fail "reused batch id: landed file changed"
+pass "a replayed batch is a duplicate; a reused batch id with other content is refused"
