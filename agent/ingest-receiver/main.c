@@ -27,6 +27,7 @@
 
 #define MANIFEST_MAX (64u * 1024u * 1024u) /* bytes of one batch manifest (~800k chunks) */
 #define HANDSHAKE_TIMEOUT_MS 10000
+#define RECEIVER_TXN_WRITES 16384
 
 typedef struct server {
     ingest_receiver_config *cfg;
@@ -83,7 +84,17 @@ static int open_index(server *s, int force_rebuild)
         return -1;
     }
     int rebuild = force_rebuild;
-    int rc = ingest_store_open(s->ctx, dir, NULL, &s->st);
+    /*
+     * Larger write transactions than the library's default: a batch's index
+     * updates then share pages instead of rewriting them commit after commit
+     * (chunk ids are random keys), which keeps the core's write
+     * amplification low; the price is up to tens of MB of dirty pages
+     * while a big batch commits.
+     */
+    ingest_store_opts so;
+    memset(&so, 0, sizeof(so));
+    so.txn_max_writes = RECEIVER_TXN_WRITES;
+    int rc = ingest_store_open(s->ctx, dir, &so, &s->st);
     if (rc == 0)
         rc = ingest_index_open(s->st, bronze, &s->idx);
     if (rc < 0) {
@@ -94,7 +105,7 @@ static int open_index(server *s, int force_rebuild)
         ingest_store_close(s->st);
         s->st = NULL;
         ingest_store_wipe(s->ctx, dir);
-        rc = ingest_store_open(s->ctx, dir, NULL, &s->st);
+        rc = ingest_store_open(s->ctx, dir, &so, &s->st);
         if (rc == 0)
             rc = ingest_index_open(s->st, bronze, &s->idx);
         if (rc < 0) {
