@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,9 @@ typedef struct agent {
     ingest_havecache *have;
     ingest_filetable *ft;
     int all; /* --all: ship files even when unchanged since their ack */
+    /* The store (file table, have-cache) is used by the builder thread
+     * (want_file) and the main thread (record_acked): one at a time. */
+    pthread_mutex_t store_lock;
     char instance[24], prefix[32];
     ingest_session *ss;
     int fd;
@@ -306,6 +310,7 @@ static void record_acked(agent *a, ingest_sender_batch *b)
     ingest_sender_batch_stats bs;
     ingest_sender_batch_stats_get(b, &bs);
     int rc = 0;
+    pthread_mutex_lock(&a->store_lock);
     for (uint64_t i = 0; i < bs.files && rc == 0; i++) {
         ingest_sender_file_info info;
         if (ingest_sender_batch_file(b, i, &info) != 0)
@@ -323,6 +328,7 @@ static void record_acked(agent *a, ingest_sender_batch *b)
     if (rc < 0 || ingest_store_commit(a->st) < 0)
         prog_log(INGEST_LOG_WARN, "state store: %s (files of batch %s may be shipped again)", ingest_ctx_errmsg(a->ctx),
                  ingest_sender_batch_id(b));
+    pthread_mutex_unlock(&a->store_lock);
 }
 
 /* The sender's want_file hook: pass over files unchanged since their ack. */
@@ -332,21 +338,16 @@ static int want_file(void *ud, const char *path, const ingest_sender_stat *st)
     if (a->all)
         return 1;
     ingest_file_state fs;
-    if (ingest_filetable_get(a->ft, path, &fs) != 0)
-        return 1;
-    if (fs.size == st->size && fs.mtime_ns == st->mtime_ns && fs.ctime_ns == st->ctime_ns) {
+    pthread_mutex_lock(&a->store_lock);
+    const int found = ingest_filetable_get(a->ft, path, &fs) == 0;
+    pthread_mutex_unlock(&a->store_lock);
+    if (found && fs.size == st->size && fs.mtime_ns == st->mtime_ns && fs.ctime_ns == st->ctime_ns) {
         a->t.unchanged++;
         return 0;
     }
     return 1;
 }
 
-/*
- * Ship one batch whose manifest was sent.  *next is built (the next batch
- * of the walk) while the receiver commits this one.  Returns 0 acked, 1
- * abandoned (a file changed; ship again later), < 0 failure of the
- * connection, > 1 a batch the receiver refused.
- */
 /*
  * A failure while a batch was open.  The receiver re-derives every chunk
  * id; when it finds one that no longer matches (the file changed after the
@@ -371,18 +372,20 @@ static int batch_failure(agent *a, ingest_sender_batch *b, int rc)
     return 1;
 }
 
-static int finish_batch_once(agent *a, ingest_sender *snd, ingest_sender_batch *b, ingest_sender_batch **next,
-                             int *walk_rc);
+static int finish_batch_once(agent *a, ingest_sender_batch *b);
 
-static int finish_batch(agent *a, ingest_sender *snd, ingest_sender_batch *b, ingest_sender_batch **next,
-                        int *walk_rc)
+/*
+ * Ship one batch whose manifest was sent: serve the WANTs, commit, read the
+ * ACK.  Returns 0 acked, 1 abandoned (a file changed; ship again later),
+ * < 0 failure of the connection, 2 a batch the receiver refused.
+ */
+static int finish_batch(agent *a, ingest_sender_batch *b)
 {
-    const int rc = finish_batch_once(a, snd, b, next, walk_rc);
+    const int rc = finish_batch_once(a, b);
     return rc < 0 ? batch_failure(a, b, rc) : rc;
 }
 
-static int finish_batch_once(agent *a, ingest_sender *snd, ingest_sender_batch *b, ingest_sender_batch **next,
-                             int *walk_rc)
+static int finish_batch_once(agent *a, ingest_sender_batch *b)
 {
     ingest_wire_msg m;
     uint32_t sent = 0;
@@ -411,12 +414,6 @@ static int finish_batch_once(agent *a, ingest_sender *snd, ingest_sender_batch *
         m.u.commit.chunks_sent = sent;
         if ((rc = send_msg(a, &m, 0)) < 0)
             return rc;
-        /* Overlap: chunk and hash the next batch while the receiver makes this one durable. */
-        if (next != NULL && *next == NULL && *walk_rc == 1) {
-            *walk_rc = ingest_sender_next_batch(snd, next);
-            if (*walk_rc < 0)
-                prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(a->ctx));
-        }
         if ((rc = recv_msg(a, &m, ACK_TIMEOUT_MS)) < 0)
             return rc;
     }
@@ -481,54 +478,130 @@ static void disconnect_core(agent *a)
  * when some batch was abandoned because a file changed (run another pass),
  * < 0 on failure.
  */
+/*
+ * The builder thread: walks the sources and builds (chunks and hashes) the
+ * next batch while the main thread ships the current one, one batch ahead
+ * at most.  It owns the sender; the main thread only uses the batches it
+ * hands over (their chunks are encoded with the agent's codec, which the
+ * builder never touches).
+ */
+typedef struct builder {
+    agent *a;
+    ingest_sender *snd;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    ingest_sender_batch *slot; /* the batch handed over, or NULL */
+    int done;                  /* the walk ended: 0 fine, < 0 failed */
+    int rc;
+    int quit;                  /* set by the main thread: stop building */
+} builder;
+
+static void *builder_main(void *arg)
+{
+    builder *bl = arg;
+    for (;;) {
+        ingest_sender_batch *b = NULL;
+        const int rc = ingest_sender_next_batch(bl->snd, &b);
+        if (rc == 1 && save_seq(bl->a->cfg->state_dir, ingest_sender_next_seq(bl->snd)) != 0)
+            prog_log(INGEST_LOG_WARN, "cannot save the batch sequence in %s: %s", bl->a->cfg->state_dir,
+                     strerror(errno));
+        pthread_mutex_lock(&bl->lock);
+        while (bl->slot != NULL && !bl->quit)
+            pthread_cond_wait(&bl->cond, &bl->lock);
+        if (bl->quit || rc != 1) {
+            if (rc < 0)
+                prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(bl->a->ctx));
+            bl->done = 1;
+            bl->rc = rc < 0 ? rc : 0;
+            pthread_cond_broadcast(&bl->cond);
+            pthread_mutex_unlock(&bl->lock);
+            ingest_sender_batch_destroy(b);
+            return NULL;
+        }
+        bl->slot = b;
+        pthread_cond_broadcast(&bl->cond);
+        pthread_mutex_unlock(&bl->lock);
+    }
+}
+
+/* The next built batch (1), or the end of the walk (0), or its failure (< 0). */
+static int builder_take(builder *bl, ingest_sender_batch **out)
+{
+    pthread_mutex_lock(&bl->lock);
+    while (bl->slot == NULL && !bl->done)
+        pthread_cond_wait(&bl->cond, &bl->lock);
+    *out = bl->slot;
+    bl->slot = NULL;
+    const int rc = *out != NULL ? 1 : bl->rc;
+    pthread_cond_broadcast(&bl->cond);
+    pthread_mutex_unlock(&bl->lock);
+    return rc;
+}
+
+static void builder_stop(builder *bl)
+{
+    pthread_mutex_lock(&bl->lock);
+    bl->quit = 1;
+    pthread_cond_broadcast(&bl->cond);
+    pthread_mutex_unlock(&bl->lock);
+    pthread_join(bl->thread, NULL);
+    ingest_sender_batch_destroy(bl->slot);
+    bl->slot = NULL;
+}
+
+/*
+ * One pass over every source.  Returns 0 when every batch was acked, 1
+ * when some batch was abandoned because a file changed (run another pass),
+ * < 0 on failure.
+ */
 static int ship_pass(agent *a, ingest_sender_opts *o)
 {
-    ingest_sender *snd = NULL;
+    builder bl;
+    memset(&bl, 0, sizeof(bl));
+    bl.a = a;
     o->batch_seq = a->seq;
-    int rc = ingest_sender_create(a->ctx, o, &snd);
+    int rc = ingest_sender_create(a->ctx, o, &bl.snd);
     if (rc < 0) {
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
         return rc;
     }
     if (a->chunkbuf == NULL) {
-        a->chunkcap = ingest_sender_chunk_bound(snd);
+        a->chunkcap = ingest_sender_chunk_bound(bl.snd);
         a->chunkbuf = malloc(a->chunkcap);
         if (a->chunkbuf == NULL) {
-            ingest_sender_destroy(snd);
+            ingest_sender_destroy(bl.snd);
             return INGEST_ENOMEM;
         }
     }
-    if ((rc = ingest_sender_scan(snd)) < 0) {
-        ingest_sender_destroy(snd);
+    if ((rc = ingest_sender_scan(bl.snd)) < 0) {
+        ingest_sender_destroy(bl.snd);
         return rc;
     }
+    pthread_mutex_init(&bl.lock, NULL);
+    pthread_cond_init(&bl.cond, NULL);
+    if (pthread_create(&bl.thread, NULL, builder_main, &bl) != 0) {
+        ingest_sender_destroy(bl.snd);
+        return INGEST_ENOMEM;
+    }
     int again = 0, failed = 0;
-    ingest_sender_batch *b = NULL, *next = NULL;
-    int walk = ingest_sender_next_batch(snd, &b);
-    while (walk == 1 || b != NULL) {
-        if (stopping) {
-            rc = INGEST_ECLOSED;
+    for (;;) {
+        ingest_sender_batch *b = NULL;
+        const int took = builder_take(&bl, &b);
+        if (took <= 0) {
+            rc = took;
             break;
         }
-        if (b == NULL) {
-            b = next;
-            next = NULL;
-            if (b == NULL && walk == 1)
-                walk = ingest_sender_next_batch(snd, &b);
-            if (b == NULL)
-                break;
-        }
-        a->seq = ingest_sender_next_seq(snd);
-        if (save_seq(a->cfg->state_dir, a->seq) != 0)
-            prog_log(INGEST_LOG_WARN, "cannot save the batch sequence in %s: %s", a->cfg->state_dir, strerror(errno));
-        if (a->fd < 0 && connect_core(a) != 0) {
+        if (stopping || (a->fd < 0 && connect_core(a) != 0)) {
             rc = INGEST_ECLOSED;
+            ingest_sender_batch_destroy(b);
             break;
         }
         a->t.batches++;
         rc = send_manifest(a, b);
         if (rc == 0)
-            rc = finish_batch(a, snd, b, &next, &walk);
+            rc = finish_batch(a, b);
+        ingest_sender_batch_destroy(b);
         if (rc == 1) {
             again = 1;
             disconnect_core(a);
@@ -539,26 +612,17 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
         } else if (rc < 0) {
             break;
         }
-        ingest_sender_batch_destroy(b);
-        b = next;
-        next = NULL;
-        if (b == NULL && walk == 1)
-            walk = ingest_sender_next_batch(snd, &b);
-        if (walk < 0) {
-            prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(a->ctx));
-            rc = walk;
-            break;
-        }
     }
-    ingest_sender_batch_destroy(b);
-    ingest_sender_batch_destroy(next);
+    builder_stop(&bl);
+    pthread_cond_destroy(&bl.cond);
+    pthread_mutex_destroy(&bl.lock);
     ingest_sender_stats ss;
-    ingest_sender_get_stats(snd, &ss);
+    ingest_sender_get_stats(bl.snd, &ss);
     if (ss.dropped_changed > 0)
         again = 1;
-    a->seq = ingest_sender_next_seq(snd);
+    a->seq = ingest_sender_next_seq(bl.snd);
     save_seq(a->cfg->state_dir, a->seq);
-    ingest_sender_destroy(snd);
+    ingest_sender_destroy(bl.snd);
     if (rc < 0)
         return rc;
     if (failed)
@@ -665,6 +729,7 @@ int main(int argc, char **argv)
     memset(&a, 0, sizeof(a));
     a.fd = -1;
     a.all = all;
+    pthread_mutex_init(&a.store_lock, NULL);
     a.ctx = ingest_ctx_create(NULL);
     if (a.ctx == NULL)
         return 1;
