@@ -173,7 +173,7 @@ void ingest_to_hex(const uint8_t *bin, size_t len, char *out)
     out[2 * len] = '\0';
 }
 
-static int hexval(char c)
+int ingest__hexval(char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -189,7 +189,7 @@ int ingest_from_hex(const char *hex, size_t hexlen, uint8_t *out, size_t outlen)
     if (hexlen != 2 * outlen)
         return INGEST_EINVAL;
     for (size_t i = 0; i < outlen; i++) {
-        const int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        const int hi = ingest__hexval(hex[2 * i]), lo = ingest__hexval(hex[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return INGEST_EINVAL;
         out[i] = (uint8_t)(hi << 4 | lo);

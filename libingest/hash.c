@@ -69,17 +69,6 @@ void ingest_filehash_final(ingest_filehash *h, uint8_t out[INGEST_ID_BYTES])
     sodium_memzero(h->opaque, sizeof(h->opaque));
 }
 
-static int hexdigit(uint8_t c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int ingest_dedup_key_load(ingest_ctx *ctx, const char *path, uint8_t key[INGEST_KEY_BYTES])
 {
     /* Longest accepted form is 64 hex digits + "\n"; read one byte more to detect longer files. */
@@ -118,7 +107,7 @@ int ingest_dedup_key_load(ingest_ctx *ctx, const char *path, uint8_t key[INGEST_
         goto out;
     }
     for (size_t i = 0; i < INGEST_KEY_BYTES; i++) {
-        const int hi = hexdigit(buf[2 * i]), lo = hexdigit(buf[2 * i + 1]);
+        const int hi = ingest__hexval((char)buf[2 * i]), lo = ingest__hexval((char)buf[2 * i + 1]);
         if (hi < 0 || lo < 0) {
             const size_t at = hi < 0 ? 2 * i : 2 * i + 1;
             rc = ingest__fail(ctx, INGEST_EINVAL, "dedup key %s: not a hex digit at offset %zu (byte 0x%02x)", path,

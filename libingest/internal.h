@@ -42,6 +42,9 @@ int ingest__fail(ingest_ctx *ctx, int code, const char *fmt, ...) INGEST__PRINTF
 /* Convert an errno value to an INGEST_E* code. */
 int ingest__errno(int err);
 
+/* Value of a hex digit (either case), or -1. */
+int ingest__hexval(char c);
+
 /* Log through the context's callback; formats only when the level is on. */
 void ingest__log(ingest_ctx *ctx, int level, const char *fmt, ...) INGEST__PRINTF(3, 4);
 

@@ -207,3 +207,17 @@ int prog_write_file_atomic(const char *path, const char *text)
     }
     return 0;
 }
+
+static int print_key(void *ud, const ingest_config_key *k)
+{
+    (void)ud;
+    printf("  %-24s %-8s %s%s%s%s%s\n", k->name, k->type, k->description, k->default_value[0] ? " (default " : "",
+           k->default_value, k->default_value[0] ? ")" : "", k->required ? " [required]" : "");
+    return 0;
+}
+
+void prog_print_config_keys(int program, const char *title)
+{
+    printf("%s configuration keys (docs/config.md):\n", title);
+    ingest_config_keys(program, print_key, NULL);
+}

@@ -34,6 +34,9 @@ double prog_cpu_seconds(void);
 int prog_connect(const char *address, int timeout_ms, char *errmsg, size_t cap);
 /* Listen on "host:port" (port 0: ephemeral); returns the fd or -1. */
 int prog_listen(const char *address, char *bound, size_t bound_cap, char *errmsg, size_t cap);
+/* Print the configuration keys of program (INGEST_CONFIG_AGENT or _RECEIVER) for --help-config. */
+void prog_print_config_keys(int program, const char *title);
+
 /* Write text to path atomically (temporary file + rename); 0 or -1. */
 int prog_write_file_atomic(const char *path, const char *text);
 

@@ -687,14 +687,6 @@ static int load_state(agent *a)
     return 0;
 }
 
-static int print_key(void *ud, const ingest_config_key *k)
-{
-    (void)ud;
-    printf("  %-24s %-8s %s%s%s%s%s\n", k->name, k->type, k->description, k->default_value[0] ? " (default " : "",
-           k->default_value, k->default_value[0] ? ")" : "", k->required ? " [required]" : "");
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     const char *config = NULL;
@@ -713,7 +705,7 @@ int main(int argc, char **argv)
         case 'a': all = 1; break;
         case 'k': check = 1; break;
         case 'h': usage(stdout); return 0;
-        case 'H': printf("ingest-agent configuration keys:\n"); ingest_config_keys(INGEST_CONFIG_AGENT, print_key, NULL); return 0;
+        case 'H': prog_print_config_keys(INGEST_CONFIG_AGENT, "ingest-agent"); return 0;
         case 'V': printf("ingest-agent %s\n", ingest_version_string()); return 0;
         default: usage(stderr); return 2;
         }

@@ -564,14 +564,6 @@ static int load_keys(server *s)
     return 0;
 }
 
-static int print_key(void *ud, const ingest_config_key *k)
-{
-    (void)ud;
-    printf("  %-24s %-8s %s%s%s%s%s\n", k->name, k->type, k->description, k->default_value[0] ? " (default " : "",
-           k->default_value, k->default_value[0] ? ")" : "", k->required ? " [required]" : "");
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     const char *config = NULL, *ready = NULL;
@@ -590,7 +582,7 @@ int main(int argc, char **argv)
         case 'r': rebuild = 1; break;
         case 'R': ready = optarg; break;
         case 'h': usage(stdout); return 0;
-        case 'H': printf("ingest-receiver configuration keys:\n"); ingest_config_keys(INGEST_CONFIG_RECEIVER, print_key, NULL); return 0;
+        case 'H': prog_print_config_keys(INGEST_CONFIG_RECEIVER, "ingest-receiver"); return 0;
         case 'V': printf("ingest-receiver %s\n", ingest_version_string()); return 0;
         default: usage(stderr); return 2;
         }
