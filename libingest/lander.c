@@ -1382,14 +1382,24 @@ static int spill(ingest_lander_batch *b, uint32_t i)
     return 0;
 }
 
-int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const void *encoded, size_t len)
+int ingest_lander_chunk_expect(const ingest_lander_batch *b, uint32_t i, uint8_t id[INGEST_ID_BYTES],
+                               uint32_t *len)
+{
+    if (b == NULL || i >= b->nchunks)
+        return INGEST_EINVAL;
+    memcpy(id, b->mc[i].id, INGEST_ID_BYTES);
+    *len = b->mc[i].len;
+    return 0;
+}
+
+/* Checks shared by put_chunk and put_verified: is chunk i awaited? */
+static int put_check(ingest_lander_batch *b, uint32_t i, const void *data, size_t len)
 {
     if (!b || b->state != B_ACTIVE)
         return b ? ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch is %s",
                                 b->state == B_COMMITTED ? "committed" : "aborted")
                  : INGEST_EINVAL;
-    int rc;
-    if (!encoded && len > 0)
+    if (!data && len > 0)
         return fail_batch(b, ingest__fail(b->ctx, INGEST_EINVAL, "lander: put_chunk: no data"));
     if (i >= b->nchunks)
         return fail_batch(b, ingest__fail(b->ctx, INGEST_EPROTO, "lander: batch %s: chunk index %u past %u chunks",
@@ -1397,18 +1407,14 @@ int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const void *enco
     if ((b->cst[i] & K_MASK) != K_RECV || (b->cst[i] & (F_ARRIVED | F_INBUF | F_DONE)))
         return fail_batch(b, ingest__fail(b->ctx, INGEST_EPROTO, "lander: batch %s: chunk %u was not %s", b->name,
                                           i, (b->cst[i] & K_MASK) != K_RECV ? "requested" : "awaited any more"));
-    size_t got = 0;
-    rc = ingest_codec_decode(b->l->codec, encoded, len, b->rbuf, b->mc[i].len, &got, b->l->key, b->mc[i].id);
-    if (rc < 0) {
-        char keep[INGEST__ERRMSG_MAX];
-        memcpy(keep, b->ctx->errmsg, sizeof keep);
-        return fail_batch(b, ingest__fail(b->ctx, rc, "lander: batch %s: chunk %u refused: %s", b->name, i, keep));
-    }
-    if (got != b->mc[i].len)
-        return fail_batch(b, ingest__fail(b->ctx, INGEST_EMISMATCH,
-                                          "lander: batch %s: chunk %u decodes to %zu bytes, manifest says %u", b->name,
-                                          i, got, b->mc[i].len));
-    b->stats.bytes_received += len;
+    return 0;
+}
+
+/* The chunk's bytes are in b->rbuf, verified: land them (or spill them). */
+static int put_tail(ingest_lander_batch *b, uint32_t i, size_t received)
+{
+    int rc;
+    b->stats.bytes_received += received;
     b->stats.chunks_new++;
     b->awaited--;
     /* land what precedes it, then it straight from memory if the cursor is there */
@@ -1422,6 +1428,38 @@ int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const void *enco
         return fail_batch(b, rc);
     }
     return 0;
+}
+
+int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const void *encoded, size_t len)
+{
+    int rc = put_check(b, i, encoded, len);
+    if (rc < 0)
+        return rc;
+    size_t got = 0;
+    rc = ingest_codec_decode(b->l->codec, encoded, len, b->rbuf, b->mc[i].len, &got, b->l->key, b->mc[i].id);
+    if (rc < 0) {
+        char keep[INGEST__ERRMSG_MAX];
+        memcpy(keep, b->ctx->errmsg, sizeof keep);
+        return fail_batch(b, ingest__fail(b->ctx, rc, "lander: batch %s: chunk %u refused: %s", b->name, i, keep));
+    }
+    if (got != b->mc[i].len)
+        return fail_batch(b, ingest__fail(b->ctx, INGEST_EMISMATCH,
+                                          "lander: batch %s: chunk %u decodes to %zu bytes, manifest says %u", b->name,
+                                          i, got, b->mc[i].len));
+    return put_tail(b, i, len);
+}
+
+int ingest_lander_put_verified(ingest_lander_batch *b, uint32_t i, const void *raw, size_t len, size_t received)
+{
+    int rc = put_check(b, i, raw, len);
+    if (rc < 0)
+        return rc;
+    if (len != b->mc[i].len)
+        return fail_batch(b, ingest__fail(b->ctx, INGEST_EMISMATCH,
+                                          "lander: batch %s: chunk %u has %zu bytes, manifest says %u", b->name, i,
+                                          len, b->mc[i].len));
+    memcpy(b->rbuf, raw, len);
+    return put_tail(b, i, received);
 }
 
 /* ---------------------------------------------------------------- commit */

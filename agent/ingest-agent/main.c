@@ -125,8 +125,8 @@ static int load_instance(const char *state_dir, char *out, size_t cap)
         const int ok = fgets(buf, sizeof(buf), f) != NULL;
         fclose(f);
         buf[strcspn(buf, "\n")] = '\0';
-        if (ok && strlen(buf) == 16 && strspn(buf, "0123456789abcdef") == 16) {
-            snprintf(out, cap, "%s", buf);
+        if (ok && strlen(buf) == 16 && strspn(buf, "0123456789abcdef") == 16 && cap > 16) {
+            memcpy(out, buf, 17);
             return 0;
         }
         prog_log(INGEST_LOG_WARN, "%s is malformed; making a new instance id", p);

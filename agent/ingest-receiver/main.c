@@ -297,6 +297,156 @@ static int collect_rewants(ingest_lander_batch *b, u32vec *w)
     return n ? u32vec_push(w, idx, n) : 0;
 }
 
+/* ---- the reader thread of a connection ---------------------------------- */
+
+/*
+ * Each connection has two threads: the reader receives and opens frames,
+ * and decodes and verifies each CHUNK against the id the manifest gives it
+ * (the costly part: decompression and BLAKE2b); the connection's own thread
+ * lands what the reader queues and sends the replies.  The session allows
+ * exactly that: one receiving and one sending thread.  The queue is
+ * bounded by bytes, so a fast device cannot make the receiver buffer more
+ * than READQ_MAX per connection.
+ */
+#define READQ_MAX (16u * 1024u * 1024u)
+
+typedef struct qitem {
+    struct qitem *next;
+    ingest_wire_msg m;  /* the message; for MANIFEST_PART and CHUNK the bytes are in data */
+    int rc;             /* < 0: the receive failed (m unused) */
+    char why[512];      /* the receive failure's detail */
+    int verified;       /* CHUNK: data holds the decoded, verified chunk */
+    int last;           /* the reader's end marker: nothing follows */
+    size_t enc_len;     /* CHUNK: encoded size as received */
+    size_t len;         /* bytes in data */
+    uint8_t data[];
+} qitem;
+
+typedef struct readq {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    qitem *head, *tail;
+    size_t bytes;
+    int quit, ended;
+    ingest_lander_batch *batch; /* the open batch, for the expected chunk ids */
+    ingest_session *ss;
+    int fd, idle_ms;
+    ingest_codec *codec;        /* the reader's own decoder */
+    const uint8_t *key;
+} readq;
+
+static void readq_push(readq *q, qitem *it)
+{
+    pthread_mutex_lock(&q->lock);
+    while (q->bytes > READQ_MAX && !q->quit)
+        pthread_cond_wait(&q->cond, &q->lock);
+    it->next = NULL;
+    if (q->tail)
+        q->tail->next = it;
+    else
+        q->head = it;
+    q->tail = it;
+    q->bytes += it->len + sizeof(*it);
+    pthread_cond_broadcast(&q->cond);
+    pthread_mutex_unlock(&q->lock);
+}
+
+static qitem *readq_pop(readq *q)
+{
+    pthread_mutex_lock(&q->lock);
+    while (q->head == NULL)
+        pthread_cond_wait(&q->cond, &q->lock);
+    qitem *it = q->head;
+    q->head = it->next;
+    if (q->head == NULL)
+        q->tail = NULL;
+    q->bytes -= it->len + sizeof(*it);
+    pthread_cond_broadcast(&q->cond);
+    pthread_mutex_unlock(&q->lock);
+    return it;
+}
+
+/* Publish (or withdraw, with NULL) the open batch to the reader. */
+static void readq_set_batch(readq *q, ingest_lander_batch *b)
+{
+    pthread_mutex_lock(&q->lock);
+    q->batch = b;
+    pthread_mutex_unlock(&q->lock);
+}
+
+static qitem *item_new(size_t len)
+{
+    qitem *it = malloc(sizeof(*it) + len);
+    if (it != NULL) {
+        memset(it, 0, sizeof(*it));
+        it->len = len;
+    }
+    return it;
+}
+
+static void *reader_main(void *arg)
+{
+    readq *q = arg;
+    for (;;) {
+        ingest_wire_msg m;
+        const int rc = ingest_session_recv_msg(q->ss, q->fd, &m, q->idle_ms);
+        qitem *it = NULL;
+        if (rc < 0) {
+            it = item_new(0);
+            if (it == NULL)
+                break;
+            it->rc = rc;
+            snprintf(it->why, sizeof(it->why), "%s", ingest_session_recv_errmsg(q->ss));
+        } else if (m.type == INGEST_MSG_CHUNK) {
+            uint8_t id[INGEST_ID_BYTES];
+            uint32_t len = 0;
+            pthread_mutex_lock(&q->lock);
+            const int known = q->batch != NULL && ingest_lander_chunk_expect(q->batch, m.u.chunk.index, id, &len) == 0;
+            pthread_mutex_unlock(&q->lock);
+            size_t got = 0;
+            if (known && (it = item_new(len)) != NULL &&
+                ingest_codec_decode(q->codec, m.u.chunk.data, m.u.chunk.len, it->data, len, &got, q->key, id) == 0 &&
+                got == len) {
+                it->verified = 1;
+            } else {
+                /* Not verifiable here: the lander decodes it and names what is wrong. */
+                free(it);
+                if ((it = item_new(m.u.chunk.len)) == NULL)
+                    break;
+                memcpy(it->data, m.u.chunk.data, m.u.chunk.len);
+            }
+            it->m = m;
+            it->enc_len = m.u.chunk.len;
+            it->m.u.chunk.data = NULL;
+        } else if (m.type == INGEST_MSG_MANIFEST_PART) {
+            if ((it = item_new(m.u.manifest_part.len)) == NULL)
+                break;
+            memcpy(it->data, m.u.manifest_part.data, m.u.manifest_part.len);
+            it->m = m;
+            it->m.u.manifest_part.data = it->data;
+        } else {
+            if ((it = item_new(0)) == NULL)
+                break;
+            it->m = m;
+        }
+        readq_push(q, it);
+        if (rc < 0 || q->quit)
+            break;
+    }
+    pthread_mutex_lock(&q->lock);
+    q->ended = 1;
+    pthread_mutex_unlock(&q->lock);
+    /* An end marker, so the lander thread never waits on a queue nobody fills. */
+    qitem *end = item_new(0);
+    if (end != NULL) {
+        end->rc = INGEST_ECLOSED;
+        end->last = 1;
+        snprintf(end->why, sizeof(end->why), "connection closed");
+        readq_push(q, end);
+    }
+    return NULL;
+}
+
 static void serve(conn *c)
 {
     server *s = c->srv;
@@ -310,6 +460,13 @@ static void serve(conn *c)
     char batch[INGEST_WIRE_BATCH_ID_MAX + 1] = "";
     char device[INGEST_DEVICE_ID_MAX + 1] = "";
     uint32_t parts = 0;
+    readq q;
+    memset(&q, 0, sizeof(q));
+    pthread_mutex_init(&q.lock, NULL);
+    pthread_cond_init(&q.cond, NULL);
+    int reader_started = 0, reader_done = 0;
+    pthread_t reader;
+    qitem *it = NULL;
     if (ctx == NULL)
         goto out;
     ingest_ctx_set_log(ctx, prog_lib_log, NULL, prog_log_level() >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
@@ -333,9 +490,20 @@ static void serve(conn *c)
         goto out;
     }
     const int idle = (int)(s->cfg->idle_timeout_ms > 0x7fffffff ? 0x7fffffff : s->cfg->idle_timeout_ms);
+    q.ss = ss;
+    q.fd = c->fd;
+    q.idle_ms = idle;
+    q.key = s->dedup;
+    if (ingest_codec_create(ctx, 1, &q.codec) < 0 || pthread_create(&reader, NULL, reader_main, &q) != 0) {
+        prog_log(INGEST_LOG_ERROR, "device %s: cannot start its reader: %s", device, ingest_ctx_errmsg(ctx));
+        goto out;
+    }
+    reader_started = 1;
     for (;;) {
-        ingest_wire_msg m;
-        rc = ingest_session_recv_msg(ss, c->fd, &m, idle);
+        free(it);
+        it = readq_pop(&q);
+        reader_done |= it->last;
+        rc = it->rc;
         if (rc == INGEST_ETIMEDOUT) {
             prog_log(INGEST_LOG_INFO, "device %s idle for %d ms; closing", device, idle);
             break;
@@ -345,12 +513,13 @@ static void serve(conn *c)
             break;
         }
         if (rc < 0) {
-            prog_log(INGEST_LOG_WARN, "device %s: %s: %s%s", device, ingest_strerror(rc),
-                     ingest_session_recv_errmsg(ss), b ? "; batch abandoned" : "");
+            prog_log(INGEST_LOG_WARN, "device %s: %s: %s%s", device, ingest_strerror(rc), it->why,
+                     b ? "; batch abandoned" : "");
             if (rc == INGEST_ECORRUPT)
-                send_error(ss, c->fd, rc, ingest_session_recv_errmsg(ss));
+                send_error(ss, c->fd, rc, it->why);
             break;
         }
+        const ingest_wire_msg m = it->m;
         switch (m.type) {
         case INGEST_MSG_PING: {
             ingest_wire_msg p = m;
@@ -429,6 +598,7 @@ static void serve(conn *c)
             }
             prog_log(INGEST_LOG_DEBUG, "device %s batch %s: %u chunks, %zu wanted", device, batch,
                      ingest_lander_batch_chunks(b), wants.n);
+            readq_set_batch(&q, b);
             rc = send_wants(ss, c->fd, batch, &wants);
             wants.n = 0; /* from here on: re-wants not sent yet (found while chunks arrive) */
             break;
@@ -439,19 +609,23 @@ static void serve(conn *c)
                 break;
             }
             pthread_mutex_lock(&s->land_lock);
-            rc = ingest_lander_put_chunk(b, m.u.chunk.index, m.u.chunk.data, m.u.chunk.len);
+            rc = it->verified ? ingest_lander_put_verified(b, m.u.chunk.index, it->data, it->len, it->enc_len)
+                              : ingest_lander_put_chunk(b, m.u.chunk.index, it->data, it->enc_len);
             if (rc == 0)
                 rc = collect_rewants(b, &wants) == 0 ? 0 : INGEST_ENOMEM;
             char why[INGEST_WIRE_MESSAGE_MAX];
             snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(ctx));
             pthread_mutex_unlock(&s->land_lock);
             s->chunks_received++;
-            s->bytes_received += m.u.chunk.len;
+            s->bytes_received += it->enc_len;
             if (rc < 0) {
                 prog_log(INGEST_LOG_WARN, "device %s batch %s failed: chunk %u: %s: %s", device, batch,
                          m.u.chunk.index, ingest_strerror(rc), why);
                 s->batches_failed++;
+                readq_set_batch(&q, NULL);
+                pthread_mutex_lock(&s->land_lock);
                 ingest_lander_batch_destroy(b);
+                pthread_mutex_unlock(&s->land_lock);
                 b = NULL;
                 send_error(ss, c->fd, rc, why);
                 goto out;
@@ -497,6 +671,7 @@ static void serve(conn *c)
                          (unsigned long long)st.chunks_rewanted, prog_now() - t0);
                 rc = send_ack(ss, c->fd, batch, INGEST_ACK_LANDED, "landed");
             }
+            readq_set_batch(&q, NULL);
             pthread_mutex_lock(&s->land_lock);
             ingest_lander_batch_destroy(b);
             pthread_mutex_unlock(&s->land_lock);
@@ -525,6 +700,25 @@ static void serve(conn *c)
         }
     }
 out:
+    free(it);
+    if (reader_started) {
+        /* Stop the reader: no more frames are read once the socket is shut down. */
+        pthread_mutex_lock(&q.lock);
+        q.quit = 1;
+        pthread_cond_broadcast(&q.cond);
+        pthread_mutex_unlock(&q.lock);
+        shutdown(c->fd, SHUT_RDWR);
+        while (!reader_done) { /* drain until the reader's end marker */
+            qitem *d = readq_pop(&q);
+            reader_done = d->last;
+            free(d);
+        }
+        pthread_join(reader, NULL);
+    }
+    readq_set_batch(&q, NULL);
+    ingest_codec_destroy(q.codec);
+    pthread_cond_destroy(&q.cond);
+    pthread_mutex_destroy(&q.lock);
     if (b != NULL) {
         pthread_mutex_lock(&s->land_lock);
         ingest_lander_batch_destroy(b);

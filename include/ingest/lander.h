@@ -144,6 +144,24 @@ INGEST_API void ingest_lander_rewants(ingest_lander_batch *b, const uint32_t **i
 INGEST_API int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const void *encoded, size_t len);
 
 /*
+ * For receivers that decode and verify chunks on another thread: the id
+ * and length the manifest gives chunk i (INGEST_EINVAL past the end).  It
+ * only reads what ingest_lander_begin fixed, so another thread may call it
+ * while the owner works on the batch, as long as the batch is not
+ * destroyed meanwhile.
+ */
+INGEST_API int ingest_lander_chunk_expect(const ingest_lander_batch *b, uint32_t i, uint8_t id[INGEST_ID_BYTES],
+                                          uint32_t *len);
+/*
+ * As ingest_lander_put_chunk, for a chunk the caller has already decoded
+ * and verified: raw[0,len) MUST hash (ingest_chunk_id with the fleet key)
+ * to the id ingest_lander_chunk_expect gives; the lander does not hash it
+ * again.  received is the encoded size, for the statistics.
+ */
+INGEST_API int ingest_lander_put_verified(ingest_lander_batch *b, uint32_t i, const void *raw, size_t len,
+                                          size_t received);
+
+/*
  * Land whatever can be landed now (copies of known chunks included).
  * Returns the number of chunks still awaited (requested, not received yet),
  * or < 0 on failure.  put_chunk and commit call it; a receiver may call it

@@ -33,8 +33,11 @@ int main(void)
     return n > 0 ? 0 : 1;
 }
 EOT
+# A sanitizer build of the library needs the embedder built with the same runtime.
+san=""
+nm -D "$root/usr/lib/libingest.so.0" 2>/dev/null | grep -q __asan_ && san="-fsanitize=address,undefined"
 PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_PATH="$root/usr/lib/pkgconfig" \
-    cc -std=c11 -Wall -Werror -o "$T/embed" "$T/embed.c" $(PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_PATH="$root/usr/lib/pkgconfig" pkg-config --cflags --libs libingest) \
+    cc -std=c11 -Wall -Werror $san -o "$T/embed" "$T/embed.c" $(PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_PATH="$root/usr/lib/pkgconfig" pkg-config --cflags --libs libingest) \
     || fail "embedder does not build against the installed library"
 out=$(LD_LIBRARY_PATH="$root/usr/lib" "$T/embed") || fail "embedder failed"
 echo "$out" | grep -q '^0\.1\.0 [0-9][0-9]* chunks$' || fail "unexpected output: $out"
