@@ -29,5 +29,6 @@
 #include "ingest/session.h"
 #include "ingest/lander.h"
 #include "ingest/sender.h"
+#include "ingest/throttle.h"
 
 #endif
