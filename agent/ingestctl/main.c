@@ -24,6 +24,7 @@ static const struct command commands[] = {
     { "dict", cmd_dict, "dict train --out FILE [--size BYTES] [--force] SAMPLE... | dict info FILE" },
     { "index", cmd_index, "index check DIR [--bronze DIR]" },
     { "keygen", cmd_keygen, "keygen NAME | keygen --dedup FILE" },
+    { "status", cmd_status, "status [--json] [--socket PATH | --config AGENT.yaml]" },
     { "bench", cmd_bench, "bench chunk|index ..." },
 };
 

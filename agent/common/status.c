@@ -1,0 +1,174 @@
+/* The agent's status endpoint over a unix socket (status.h). */
+#include "status.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define STATUS_MAX (256u * 1024u)
+
+struct status_server {
+    int fd;
+    int stop_pipe[2];
+    pthread_t thread;
+    status_render_fn fn;
+    void *ud;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    char *buf;
+};
+
+static void answer(status_server *s, int c)
+{
+    char req[16] = "";
+    struct pollfd p = { c, POLLIN, 0 };
+    /* A client that says nothing within a second gets the text form. */
+    if (poll(&p, 1, 1000) == 1) {
+        const ssize_t n = read(c, req, sizeof(req) - 1);
+        req[n > 0 ? n : 0] = '\0';
+    }
+    const int json = strncmp(req, "json", 4) == 0;
+    s->buf[0] = '\0';
+    s->fn(s->ud, json, s->buf, STATUS_MAX);
+    const size_t len = strlen(s->buf);
+    size_t off = 0;
+    while (off < len) {
+        const ssize_t n = write(c, s->buf + off, len - off);
+        if (n <= 0)
+            break;
+        off += (size_t)n;
+    }
+}
+
+static void *serve(void *arg)
+{
+    status_server *s = arg;
+    for (;;) {
+        struct pollfd p[2] = { { s->fd, POLLIN, 0 }, { s->stop_pipe[0], POLLIN, 0 } };
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (p[1].revents)
+            break;
+        const int c = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0)
+            continue;
+        answer(s, c);
+        close(c);
+    }
+    return NULL;
+}
+
+status_server *status_server_start(const char *path, status_render_fn fn, void *userdata, char *err, size_t errcap)
+{
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        snprintf(err, errcap, "status socket path %s is longer than %zu bytes", path, sizeof(sa.sun_path) - 1);
+        return NULL;
+    }
+    status_server *s = calloc(1, sizeof(*s));
+    if (s == NULL || (s->buf = malloc(STATUS_MAX)) == NULL) {
+        free(s);
+        snprintf(err, errcap, "out of memory");
+        return NULL;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    snprintf(s->path, sizeof(s->path), "%s", path);
+    s->fn = fn;
+    s->ud = userdata;
+    s->stop_pipe[0] = s->stop_pipe[1] = -1;
+    s->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Only a socket is replaced, never another kind of file. */
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(path);
+    /* Created 0600 from the start: no window in which others could connect. */
+    const mode_t old = umask(0177);
+    const int bound = s->fd >= 0 && bind(s->fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    umask(old);
+    if (!bound || listen(s->fd, 8) != 0 || pipe2(s->stop_pipe, O_CLOEXEC) != 0 ||
+        pthread_create(&s->thread, NULL, serve, s) != 0) {
+        snprintf(err, errcap, "status socket %s: %s", path, strerror(errno));
+        if (s->fd >= 0)
+            close(s->fd);
+        if (s->stop_pipe[0] >= 0) {
+            close(s->stop_pipe[0]);
+            close(s->stop_pipe[1]);
+        }
+        free(s->buf);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void status_server_stop(status_server *s)
+{
+    if (s == NULL)
+        return;
+    const char c = 's';
+    if (write(s->stop_pipe[1], &c, 1) != 1) {
+        /* the thread also ends when the pipe closes */
+    }
+    pthread_join(s->thread, NULL);
+    close(s->fd);
+    close(s->stop_pipe[0]);
+    close(s->stop_pipe[1]);
+    unlink(s->path);
+    free(s->buf);
+    free(s);
+}
+
+int status_query(const char *path, int json, char *out, size_t cap, char *err, size_t errcap)
+{
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        snprintf(err, errcap, "socket path too long: %s", path);
+        return -1;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        snprintf(err, errcap, "cannot reach the agent at %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    const char *req = json ? "json\n" : "text\n";
+    if (write(fd, req, strlen(req)) < 0) {
+        snprintf(err, errcap, "%s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    size_t len = 0;
+    for (;;) {
+        struct pollfd p = { fd, POLLIN, 0 };
+        if (poll(&p, 1, 5000) != 1) {
+            snprintf(err, errcap, "%s: no answer within 5 s", path);
+            close(fd);
+            return -1;
+        }
+        if (len + 1 >= cap)
+            break;
+        const ssize_t n = read(fd, out + len, cap - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    out[len] = '\0';
+    close(fd);
+    return 0;
+}
