@@ -331,9 +331,33 @@ static int evolve(const char *root, uint64_t size, uint64_t seed, unsigned gen, 
     return 0;
 }
 
+/* Profile "empty": n empty files, 1,000 per directory (discovery benchmarks). */
+static int generate_empty(const char *root, uint64_t n)
+{
+    char dir[4096], path[4200];
+    for (uint64_t i = 0; i < n; i++) {
+        if (i % 1000 == 0) {
+            snprintf(dir, sizeof(dir), "%s/d%04llu/e%02llu", root, (unsigned long long)(i / 100000),
+                     (unsigned long long)(i / 1000 % 100));
+            if (mkdirs(dir) != 0) {
+                fprintf(stderr, "ingestctl bench gen: mkdir %s: %s\n", dir, strerror(errno));
+                return -1;
+            }
+        }
+        snprintf(path, sizeof(path), "%s/f%06llu", dir, (unsigned long long)i);
+        const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            fprintf(stderr, "ingestctl bench gen: %s: %s\n", path, strerror(errno));
+            return -1;
+        }
+        close(fd);
+    }
+    return 0;
+}
+
 int cmd_bench_gen(int argc, char **argv)
 {
-    uint64_t size = 64ull << 20, seed = 1;
+    uint64_t size = 64ull << 20, seed = 1, nfiles = 1000000;
     unsigned gen = 0;
     const char *root = NULL, *profile = "sensors";
     for (int i = 1; i < argc; i++) {
@@ -344,6 +368,8 @@ int cmd_bench_gen(int argc, char **argv)
             seed = strtoull(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--profile") == 0 && i + 1 < argc) {
             profile = argv[++i];
+        } else if (strcmp(argv[i], "--files") == 0 && i + 1 < argc) {
+            nfiles = strtoull(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--evolve") == 0) {
             gen = 1;
         } else if (strcmp(argv[i], "--generation") == 0 && i + 1 < argc) {
@@ -358,10 +384,17 @@ int cmd_bench_gen(int argc, char **argv)
             return 2;
         }
     }
-    if (root == NULL || strcmp(profile, "sensors") != 0) {
+    if (root == NULL || (strcmp(profile, "sensors") != 0 && strcmp(profile, "empty") != 0)) {
         fprintf(stderr, "usage: ingestctl bench gen [--profile sensors] [--size BYTES] [--seed N] "
-                        "[--evolve | --generation N] DIR\n");
+                        "[--evolve | --generation N] DIR\n"
+                        "       ingestctl bench gen --profile empty [--files N] DIR\n");
         return 2;
+    }
+    if (strcmp(profile, "empty") == 0) {
+        if (generate_empty(root, nfiles) != 0)
+            return 1;
+        printf("{\"dir\":\"%s\",\"profile\":\"empty\",\"files\":%llu}\n", root, (unsigned long long)nfiles);
+        return 0;
     }
     unsigned files = 0;
     const int rc = gen ? evolve(root, size, seed, gen, &files) : generate(root, size, seed, &files);
