@@ -29,6 +29,7 @@
 #include "ingest/session.h"
 #include "ingest/lander.h"
 #include "ingest/sender.h"
+#include "ingest/filter.h"
 #include "ingest/throttle.h"
 
 #endif

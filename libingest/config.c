@@ -7,6 +7,10 @@
  * tree), so nesting depth, value sizes and list lengths are checked as the
  * events arrive, and anchors, aliases and tags are refused outright.
  *
+ * A list of strings (T_STRLIST: `sources[].include`) is one row whose
+ * field is a char ** with a count beside it (count_off); row->max bounds
+ * the entries and row->check runs on each entry.
+ *
  * A list of mappings (the agent's `sources`) is one row of type T_LIST;
  * the keys of its entries are rows named "sources[].KEY" whose offsets are
  * into the entry struct, so adding a per-source key is adding one row.
@@ -16,6 +20,7 @@
  */
 #include "internal.h"
 #include "ingest/config.h"
+#include "ingest/filter.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,12 +33,13 @@
 #include <unistd.h>
 #include <yaml.h>
 
-enum { T_STRING, T_PATH, T_BOOL, T_INT, T_SIZE, T_DURATION, T_ENUM, T_LIST };
+enum { T_STRING, T_PATH, T_BOOL, T_INT, T_SIZE, T_DURATION, T_ENUM, T_LIST, T_STRLIST, T_RATE };
 
 #define F_REQUIRED 1u
 
 #define CFG_NAME_MAX 256 /* longest dotted key name we track */
 #define CFG_DIR_MAX 4096
+#define CFG_SUN_PATH_MAX 107 /* sizeof(sockaddr_un.sun_path) - 1 on Linux */
 
 typedef struct cfg_enum {
     const char *name;
@@ -60,10 +66,10 @@ struct cfg_row {
     const char *def; /* YAML text of the default; NULL: none (required, or set by finish) */
     const char *def_doc; /* shown as the default when def is NULL and the key is optional */
     size_t off, width;
-    int64_t min, max; /* T_INT/T_SIZE/T_DURATION bounds; T_LIST entry count */
+    int64_t min, max; /* T_INT/T_SIZE/T_DURATION/T_RATE bounds; T_LIST/T_STRLIST entry count */
     const cfg_enum *enums; /* T_ENUM, NULL-terminated */
-    cfg_check_fn check;    /* T_STRING/T_PATH */
-    size_t count_off, elem_size; /* T_LIST */
+    cfg_check_fn check;    /* T_STRING/T_PATH; T_STRLIST: each entry */
+    size_t count_off, elem_size; /* T_LIST (count_off also T_STRLIST) */
     cfg_finish_fn finish_entry;  /* T_LIST */
     const char *desc;
 };
@@ -267,11 +273,79 @@ static int check_layout(cfg_parser *p, const char *shown, const char *value, cfg
     return INGEST_OK;
 }
 
+/* A glob of sources[].include / exclude (include/ingest/filter.h). */
+static int check_glob(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
+{
+    char why[INGEST__ERRMSG_MAX];
+    if (ingest_filter_glob_check(p->ctx, value) == INGEST_OK)
+        return INGEST_OK;
+    snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(p->ctx));
+    return perr(p, at, "key '%s': %s", shown, why);
+}
+
+static int check_prefix(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
+{
+    char why[INGEST__ERRMSG_MAX];
+    uint8_t bytes[INGEST_FILTER_MAX_PREFIX];
+    size_t n;
+    if (ingest_filter_prefix_parse(p->ctx, value, bytes, sizeof(bytes), &n) == INGEST_OK)
+        return INGEST_OK;
+    snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(p->ctx));
+    return perr(p, at, "key '%s': %s", shown, why);
+}
+
+static int check_after_ship(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
+{
+    if (strcmp(value, "keep") == 0 || strcmp(value, "delete") == 0 ||
+        (strncmp(value, "move:", 5) == 0 && value[5] != '\0'))
+        return INGEST_OK;
+    if (strcmp(value, "move:") == 0 || strcmp(value, "move") == 0)
+        return perr(p, at, "key '%s': 'move' needs a directory: move:DIR", shown);
+    return perr(p, at, "key '%s': '%s' is not keep, delete or move:DIR", shown, value);
+}
+
+/* "HH:MM-HH:MM", 00:00..23:59, two different times; minutes of the day. */
+static int parse_window(const char *s, int *start, int *end)
+{
+    int v[4];
+    const char *c = s;
+    for (int i = 0; i < 4; i++) {
+        if (c[0] < '0' || c[0] > '9' || c[1] < '0' || c[1] > '9')
+            return -1;
+        v[i] = (c[0] - '0') * 10 + (c[1] - '0');
+        c += 2;
+        const char sep = i == 0 || i == 2 ? ':' : i == 1 ? '-' : '\0';
+        if (*c != sep)
+            return -1;
+        if (sep != '\0')
+            c++;
+    }
+    if (v[0] > 23 || v[2] > 23 || v[1] > 59 || v[3] > 59)
+        return -1;
+    *start = v[0] * 60 + v[1];
+    *end = v[2] * 60 + v[3];
+    return *start == *end ? -1 : 0;
+}
+
+static int check_window(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
+{
+    int a, b;
+    if (parse_window(value, &a, &b) != 0)
+        return perr(p, at,
+                    "key '%s': bad window '%s': expected HH:MM-HH:MM (local time, 00:00 to 23:59, two "
+                    "different times; \"\" = always)",
+                    shown, value);
+    return INGEST_OK;
+}
+
 /* ---- the tables ---------------------------------------------------------- */
 
 static const cfg_enum transport_enum[] = { { "tcp", INGEST_TRANSPORT_TCP },
                                            { "kafka", INGEST_TRANSPORT_KAFKA },
                                            { NULL, 0 } };
+static const cfg_enum spool_enum[] = { { "none", INGEST_SPOOL_NONE },
+                                       { "copy", INGEST_SPOOL_COPY },
+                                       { NULL, 0 } };
 static const cfg_enum log_enum[] = { { "error", INGEST_LOG_ERROR }, { "warn", INGEST_LOG_WARN },
                                      { "info", INGEST_LOG_INFO },   { "debug", INGEST_LOG_DEBUG },
                                      { NULL, 0 } };
@@ -285,6 +359,7 @@ static int finish_agent(cfg_parser *p, cfg_inst *inst);
 #define TiB (1024ll * GiB)
 #define SEC ((int64_t)1000)
 #define HOUR (3600 * SEC)
+#define PiB (1024ll * TiB)
 
 #define A ingest_agent_config
 #define S ingest_source_config
@@ -310,6 +385,30 @@ static const cfg_row agent_rows[] = {
     { .name = "sources[].name", .type = T_STRING, FIELD(S, name), .check = check_name,
       .def_doc = "(last component of path)",
       .desc = "Short name of the source (default: last component of path)" },
+    { .name = "sources[].include", .type = T_STRLIST, FIELD(S, include),
+      .count_off = offsetof(S, include_count), .max = INGEST_FILTER_MAX_GLOBS, .check = check_glob,
+      .def_doc = "[]", .desc = "Globs on the path under the source; ship only matching files ([] = all)" },
+    { .name = "sources[].exclude", .type = T_STRLIST, FIELD(S, exclude),
+      .count_off = offsetof(S, exclude_count), .max = INGEST_FILTER_MAX_GLOBS, .check = check_glob,
+      .def_doc = "[]", .desc = "Globs on the path under the source; never ship matching files" },
+    { .name = "sources[].min_size", .type = T_SIZE, .def = "0", FIELD(S, min_size), .min = 0,
+      .max = PiB, .desc = "Skip files smaller than this" },
+    { .name = "sources[].max_size", .type = T_SIZE, .def = "0", FIELD(S, max_size), .min = 0,
+      .max = PiB, .desc = "Skip files larger than this (0 = no limit)" },
+    { .name = "sources[].max_age", .type = T_DURATION, .def = "0", FIELD(S, max_age_ms), .min = 0,
+      .max = 87600 * HOUR, .desc = "Skip files last modified longer ago than this (0 = no limit)" },
+    { .name = "sources[].sample_every", .type = T_INT, .def = "1", FIELD(S, sample_every), .min = 1,
+      .max = 1000000, .desc = "Ship 1 in N files, chosen by a hash of the path (1 = all)" },
+    { .name = "sources[].drop_if_prefix", .type = T_STRING, .def = "", FIELD(S, drop_if_prefix),
+      .check = check_prefix,
+      .desc = "Skip files starting with these bytes: hex:0000ffff or a string (\"\" = off)" },
+    { .name = "sources[].settle", .type = T_DURATION, .def = "2s", FIELD(S, settle_ms), .min = 0,
+      .max = 24 * HOUR, .desc = "Take a file once its size and mtime were unchanged this long" },
+    { .name = "sources[].spool", .type = T_ENUM, .def = "none", FIELD(S, spool), .enums = spool_enum,
+      .desc = "none (read files in place) or copy (copy into the spool when taken)" },
+    { .name = "sources[].after_ship", .type = T_STRING, .def = "keep", FIELD(S, after_ship),
+      .check = check_after_ship,
+      .desc = "After the core acks a file: keep, delete or move:DIR (DIR outside the source)" },
     { .name = "state_dir", .type = T_PATH, .flags = F_REQUIRED, FIELD(A, state_dir),
       .desc = "Directory of the agent's journal and caches (LMDB)" },
     { .name = "chunking.min", .type = T_SIZE, .def = "16KiB", FIELD(A, chunking.min), .min = 64,
@@ -335,6 +434,21 @@ static const cfg_row agent_rows[] = {
       .desc = "Least severe messages logged: error, warn, info or debug" },
     { .name = "metrics.listen", .type = T_STRING, .def = "", FIELD(A, metrics_listen),
       .check = check_hostport_or_empty, .desc = "Prometheus endpoint host:port (\"\" = off)" },
+    { .name = "rescan_interval", .type = T_DURATION, .def = "60s", FIELD(A, rescan_interval_ms),
+      .min = 10, .max = 24 * HOUR, .desc = "Walk every source this often (besides inotify)" },
+    { .name = "spool.quota", .type = T_SIZE, .def = "1GiB", FIELD(A, spool_quota), .min = MiB,
+      .max = PiB, .desc = "Most bytes the spool (sources with spool: copy) may hold" },
+    { .name = "queue.max_files", .type = T_INT, .def = "100000", FIELD(A, queue_max_files), .min = 1,
+      .max = 100000000, .desc = "Files waiting to ship before the scan pauses" },
+    { .name = "queue.max_bytes", .type = T_SIZE, .def = "4GiB", FIELD(A, queue_max_bytes),
+      .min = MiB, .max = PiB, .desc = "Bytes of files waiting to ship before the scan pauses" },
+    { .name = "throttle.rate", .type = T_RATE, .def = "0", FIELD(A, throttle_rate), .min = 0,
+      .max = PiB, .desc = "Most bytes per second on the wire, e.g. 10MiB or 10MiB/s (0 = unlimited)" },
+    { .name = "throttle.window", .type = T_STRING, .def = "", FIELD(A, throttle_window),
+      .check = check_window,
+      .desc = "Ship only between these local times, HH:MM-HH:MM (\"\" = always)" },
+    { .name = "status.socket", .type = T_PATH, FIELD(A, status_socket),
+      .def_doc = "{state_dir}/agent.sock", .desc = "Unix socket for ingestctl status" },
 };
 #undef A
 #undef S
@@ -445,6 +559,14 @@ static void free_obj(ingest_ctx *ctx, const cfg_schema *schema, const char *pref
             ingest__free(ctx, *arr);
             *arr = NULL;
             *count = 0;
+        } else if (row->type == T_STRLIST) {
+            char ***arr = (char ***)(void *)((char *)base + row->off);
+            size_t *count = (size_t *)((char *)base + row->count_off);
+            for (size_t k = 0; *arr != NULL && k < *count; k++)
+                ingest__free(ctx, (*arr)[k]);
+            ingest__free(ctx, *arr);
+            *arr = NULL;
+            *count = 0;
         }
     }
 }
@@ -544,17 +666,28 @@ static int apply_text(cfg_parser *p, const cfg_row *row, void *base, const char 
         return INGEST_OK;
     }
     case T_SIZE:
+    case T_RATE:
     case T_DURATION: {
         uint64_t v;
-        rc = row->type == T_SIZE ? ingest_parse_size(p->ctx, text, &v)
-                                 : ingest_parse_duration(p->ctx, text, &v);
+        char rate[INGEST_CONFIG_MAX_VALUE + 1];
+        if (row->type == T_RATE) {
+            /* a size, optionally followed by "/s" */
+            size_t n = strlen(text);
+            if (n >= 2 && strcmp(text + n - 2, "/s") == 0)
+                n -= 2;
+            snprintf(rate, sizeof(rate), "%.*s", (int)n, text);
+        }
+        rc = row->type == T_SIZE   ? ingest_parse_size(p->ctx, text, &v)
+             : row->type == T_RATE ? ingest_parse_size(p->ctx, rate, &v)
+                                   : ingest_parse_duration(p->ctx, text, &v);
         if (rc != INGEST_OK) {
             snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(p->ctx));
             return perr(p, at, "key '%s': %s", shown, why);
         }
         if (v < (uint64_t)row->min || v > (uint64_t)row->max)
             return perr(p, at, "key '%s': %s is out of range (%" PRId64 "..%" PRId64 " %s)", shown,
-                        text, row->min, row->max, row->type == T_SIZE ? "bytes" : "ms");
+                        text, row->min, row->max,
+                        row->type == T_SIZE ? "bytes" : row->type == T_RATE ? "bytes/s" : "ms");
         store_uint(base, row, v);
         return INGEST_OK;
     }
@@ -650,8 +783,11 @@ static int yaml_error(cfg_parser *p)
     } else {
         at = (cfg_mark){ y->problem_mark.line + 1, y->problem_mark.column + 1 };
     }
-    return perr(p, at, "malformed YAML: %s%s%s", y->problem ? y->problem : "syntax error",
-                y->context ? " " : "", y->context ? y->context : "");
+    /* An unquoted glob such as *.csv reads as a YAML alias: say so. */
+    const bool alias = y->context != NULL && strstr(y->context, "alias") != NULL;
+    return perr(p, at, "malformed YAML: %s%s%s%s", y->problem ? y->problem : "syntax error",
+                y->context ? " " : "", y->context ? y->context : "",
+                alias ? " (quote a value that starts with '*')" : "");
 }
 
 /* Advance to the next event; refuse what we never accept anywhere. */
@@ -669,7 +805,7 @@ static int next_event(cfg_parser *p)
     const yaml_char_t *anchor = NULL, *tag = NULL;
     switch (ev->type) {
     case YAML_ALIAS_EVENT:
-        return perr(p, at, "YAML aliases (*name) are not supported");
+        return perr(p, at, "YAML aliases (*name) are not supported (quote a value that starts with '*')");
     case YAML_SCALAR_EVENT:
         anchor = ev->data.scalar.anchor;
         tag = ev->data.scalar.tag;
@@ -709,8 +845,9 @@ static bool scalar_is_null(const yaml_event_t *ev)
 
 static const char *type_name(int type)
 {
-    static const char *const names[] = { "string", "path", "bool", "int", "size", "duration", "enum", "list" };
-    return type >= 0 && type <= T_LIST ? names[type] : "?";
+    static const char *const names[] = { "string", "path", "bool", "int", "size",
+                                         "duration", "enum", "list", "strings", "rate" };
+    return type >= 0 && type <= T_RATE ? names[type] : "?";
 }
 
 static int parse_mapping(cfg_parser *p, cfg_inst *inst, const char *path);
@@ -765,11 +902,59 @@ static int parse_list(cfg_parser *p, cfg_inst *inst, const cfg_row *row, const c
     }
 }
 
+/* A list of strings: each entry a non-empty scalar, at most row->max of them. */
+static int parse_strlist(cfg_parser *p, cfg_inst *inst, const cfg_row *row, const char *shown)
+{
+    char ***arr = (char ***)(void *)((char *)inst->base + row->off);
+    size_t *count = (size_t *)((char *)inst->base + row->count_off);
+    char entry_shown[CFG_NAME_MAX * 3 + 32];
+
+    if (p->ev.type == YAML_SCALAR_EVENT && scalar_is_null(&p->ev))
+        return INGEST_OK; /* no entries */
+    if (p->ev.type != YAML_SEQUENCE_START_EVENT)
+        return perr(p, ev_mark(&p->ev), "key '%s' must be a list of strings, e.g. [\"a\", \"b\"]",
+                    shown);
+    for (;;) {
+        INGEST__FORWARD(next_event(p));
+        if (p->ev.type == YAML_SEQUENCE_END_EVENT)
+            return INGEST_OK;
+        const cfg_mark at = ev_mark(&p->ev);
+        snprintf(entry_shown, sizeof(entry_shown), "%s[%zu]", shown, *count);
+        if (p->ev.type != YAML_SCALAR_EVENT)
+            return perr(p, at, "key '%s' must be a string, not a %s", entry_shown,
+                        p->ev.type == YAML_MAPPING_START_EVENT ? "mapping" : "list");
+        if (*count >= (size_t)row->max)
+            return perr(p, at, "key '%s' has more than %" PRId64 " entries", shown, row->max);
+        const char *v = (const char *)p->ev.data.scalar.value;
+        const size_t n = p->ev.data.scalar.length;
+        if (n > INGEST_CONFIG_MAX_VALUE)
+            return perr(p, at, "key '%s': value longer than %d bytes", entry_shown,
+                        INGEST_CONFIG_MAX_VALUE);
+        if (strlen(v) != n)
+            return perr(p, at, "key '%s': value contains a NUL byte", entry_shown);
+        if (scalar_is_null(&p->ev))
+            return perr(p, at, "key '%s' needs a value", entry_shown);
+        if (*arr == NULL) {
+            *arr = ingest__calloc(p->ctx, (size_t)row->max, sizeof(char *));
+            if (*arr == NULL)
+                return ingest__fail(p->ctx, INGEST_ENOMEM, "%s: out of memory", p->file);
+        }
+        char *dup = ingest__strdup(p->ctx, v);
+        if (dup == NULL)
+            return ingest__fail(p->ctx, INGEST_ENOMEM, "%s: out of memory", p->file);
+        (*arr)[(*count)++] = dup;
+        if (row->check != NULL)
+            INGEST__FORWARD(row->check(p, entry_shown, v, at));
+    }
+}
+
 /* The current event is the value of row (key at keymark). */
 static int parse_value(cfg_parser *p, cfg_inst *inst, const cfg_row *row, const char *shown)
 {
     if (row->type == T_LIST)
         return parse_list(p, inst, row, shown);
+    if (row->type == T_STRLIST)
+        return parse_strlist(p, inst, row, shown);
     const yaml_event_t *ev = &p->ev;
     const cfg_mark at = ev_mark(ev);
     if (ev->type == YAML_MAPPING_START_EVENT || ev->type == YAML_SEQUENCE_START_EVENT)
@@ -1079,7 +1264,7 @@ out:
 
 /* ---- cross-key checks ---------------------------------------------------- */
 
-static int finish_source(cfg_parser *p, cfg_inst *inst)
+static int finish_source_name(cfg_parser *p, cfg_inst *inst)
 {
     ingest_source_config *s = inst->base;
     if (s->name != NULL && s->name[0] != '\0')
@@ -1112,9 +1297,78 @@ static int finish_source(cfg_parser *p, cfg_inst *inst)
     return INGEST_OK;
 }
 
+/* Length of a path without its trailing slashes (but "/" stays "/"). */
+static size_t path_len_trimmed(const char *path)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    return n;
+}
+
+static int finish_source(cfg_parser *p, cfg_inst *inst)
+{
+    ingest_source_config *s = inst->base;
+    INGEST__FORWARD(finish_source_name(p, inst));
+    if (s->max_size != 0 && s->max_size < s->min_size)
+        return perr(p, mark_of(p, inst, "sources[].max_size"),
+                    "key '%smax_size' (%" PRIu64 " bytes) is less than %smin_size (%" PRIu64 " bytes)",
+                    inst->shown, s->max_size, inst->shown, s->min_size);
+    s->after_ship_dir = "";
+    if (strcmp(s->after_ship, "delete") == 0) {
+        s->after_ship_mode = INGEST_AFTER_SHIP_DELETE;
+    } else if (strncmp(s->after_ship, "move:", 5) == 0) {
+        /* Resolve DIR like a path key and keep it inside the string. */
+        const cfg_mark at = mark_of(p, inst, "sources[].after_ship");
+        char *dir = resolve_path(p, s->after_ship + 5);
+        char *moved = dir ? ingest__malloc(p->ctx, strlen(dir) + 6) : NULL;
+        if (moved == NULL) {
+            ingest__free(p->ctx, dir);
+            return ingest__fail(p->ctx, INGEST_ENOMEM, "%s: out of memory", p->file);
+        }
+        memcpy(moved, "move:", 5);
+        memcpy(moved + 5, dir, strlen(dir) + 1);
+        ingest__free(p->ctx, dir);
+        ingest__free(p->ctx, s->after_ship);
+        s->after_ship = moved;
+        s->after_ship_mode = INGEST_AFTER_SHIP_MOVE;
+        s->after_ship_dir = moved + 5;
+        const size_t dl = path_len_trimmed(s->after_ship_dir), sl = path_len_trimmed(s->path);
+        if (dl >= sl && strncmp(s->after_ship_dir, s->path, sl) == 0 &&
+            (dl == sl || s->after_ship_dir[sl] == '/' || (sl == 1 && s->path[0] == '/')))
+            return perr(p, at,
+                        "key '%safter_ship': the directory '%s' is inside the source '%s' (its files "
+                        "would be shipped again)",
+                        inst->shown, s->after_ship_dir, s->path);
+    } else {
+        s->after_ship_mode = INGEST_AFTER_SHIP_KEEP;
+    }
+    return INGEST_OK;
+}
+
 static int finish_agent(cfg_parser *p, cfg_inst *inst)
 {
-    const ingest_agent_config *cfg = inst->base;
+    ingest_agent_config *cfg = inst->base;
+    cfg->throttle_window_start = cfg->throttle_window_end = -1;
+    if (cfg->throttle_window[0] != '\0' &&
+        parse_window(cfg->throttle_window, &cfg->throttle_window_start, &cfg->throttle_window_end) != 0)
+        return perr(p, mark_of(p, inst, "throttle.window"), "key 'throttle.window': bad window");
+    if (cfg->status_socket[0] == '\0') {
+        /* Default: {state_dir}/agent.sock. */
+        const size_t n = path_len_trimmed(cfg->state_dir);
+        char *sock = ingest__malloc(p->ctx, n + sizeof("/agent.sock"));
+        if (sock == NULL)
+            return ingest__fail(p->ctx, INGEST_ENOMEM, "%s: out of memory", p->file);
+        memcpy(sock, cfg->state_dir, n);
+        strcpy(sock + (n == 1 && cfg->state_dir[0] == '/' ? 0 : n), "/agent.sock");
+        ingest__free(p->ctx, cfg->status_socket);
+        cfg->status_socket = sock;
+    } else if (strlen(cfg->status_socket) > CFG_SUN_PATH_MAX) {
+        return perr(p, mark_of(p, inst, "status.socket"),
+                    "key 'status.socket': '%.60s...' is %zu bytes long, more than the %d a unix "
+                    "socket path may have",
+                    cfg->status_socket, strlen(cfg->status_socket), CFG_SUN_PATH_MAX);
+    }
     if (ingest_chunk_params_check(p->ctx, &cfg->chunking) != INGEST_OK) {
         char why[INGEST__ERRMSG_MAX];
         snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(p->ctx));
@@ -1269,9 +1523,10 @@ int ingest_config_keys(int program, ingest_config_key_fn fn, void *userdata)
             snprintf(bounds, sizeof(bounds), "%" PRId64 "..%" PRId64, row->min, row->max);
             break;
         case T_SIZE:
+        case T_RATE:
             fmt_size(lo, sizeof(lo), (uint64_t)row->min);
             fmt_size(hi, sizeof(hi), (uint64_t)row->max);
-            snprintf(bounds, sizeof(bounds), "%s..%s", lo, hi);
+            snprintf(bounds, sizeof(bounds), "%s..%s%s", lo, hi, row->type == T_RATE ? "/s" : "");
             break;
         case T_DURATION:
             fmt_duration(lo, sizeof(lo), (uint64_t)row->min);
@@ -1286,6 +1541,7 @@ int ingest_config_keys(int program, ingest_config_key_fn fn, void *userdata)
             }
             break;
         case T_LIST:
+        case T_STRLIST:
             snprintf(bounds, sizeof(bounds), "%" PRId64 "..%" PRId64 " entries", row->min, row->max);
             break;
         default:

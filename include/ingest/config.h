@@ -21,7 +21,8 @@
  *   when the config path is relative.  Files named by the config need not
  *   exist: the programs check them when they start.
  * - After a successful load every string field is non-NULL ("" when an
- *   optional key is unset).
+ *   optional key is unset); a list of strings that is unset or empty is
+ *   NULL with a count of 0.
  *
  * THREAD SAFETY: loaders use only their context; the key listing functions
  * are thread-safe.
@@ -46,10 +47,34 @@ extern "C" {
 /* Values of ingest_agent_config.transport. */
 enum { INGEST_TRANSPORT_TCP = 0, INGEST_TRANSPORT_KAFKA = 1 };
 
-/* One entry of the agent's `sources` list. */
+/* Values of ingest_source_config.spool. */
+enum { INGEST_SPOOL_NONE = 0, INGEST_SPOOL_COPY = 1 };
+
+/* Values of ingest_source_config.after_ship_mode. */
+enum { INGEST_AFTER_SHIP_KEEP = 0, INGEST_AFTER_SHIP_DELETE = 1, INGEST_AFTER_SHIP_MOVE = 2 };
+
+/*
+ * One entry of the agent's `sources` list.  The filter keys map one to one
+ * onto ingest_filter_spec (include/ingest/filter.h); docs/config.md,
+ * section Filters, gives their exact semantics.
+ */
 typedef struct ingest_source_config {
     char *path; /* directory to ship (resolved) */
     char *name; /* short name, [A-Za-z0-9._-]{1,64}; default: basename of path */
+    char **include;          /* include globs (NULL when none) */
+    size_t include_count;    /* 0..INGEST_FILTER_MAX_GLOBS */
+    char **exclude;          /* exclude globs (NULL when none) */
+    size_t exclude_count;    /* 0..INGEST_FILTER_MAX_GLOBS */
+    uint64_t min_size;       /* bytes, 0 = no lower bound */
+    uint64_t max_size;       /* bytes, 0 = no upper bound; else >= min_size */
+    uint64_t max_age_ms;     /* 0 = no age bound */
+    uint64_t sample_every;   /* >= 1; 1 = every file */
+    char *drop_if_prefix;    /* "" = none; "hex:..." or a string (validated) */
+    uint64_t settle_ms;      /* size and mtime unchanged this long before a file is taken */
+    int spool;               /* INGEST_SPOOL_* */
+    char *after_ship;        /* "keep", "delete" or "move:DIR" with DIR resolved (absolute) */
+    int after_ship_mode;     /* INGEST_AFTER_SHIP_*, parsed from after_ship */
+    const char *after_ship_dir; /* MOVE: the directory (points into after_ship); else "" */
 } ingest_source_config;
 
 /*
@@ -75,6 +100,15 @@ typedef struct ingest_agent_config {
     uint64_t havecache_max_entries;  /* havecache.max_entries */
     int log_level;                   /* log.level: INGEST_LOG_* */
     char *metrics_listen;            /* metrics.listen, "host:port" or "" = off */
+    uint64_t rescan_interval_ms;     /* rescan_interval, milliseconds */
+    uint64_t spool_quota;            /* spool.quota, bytes */
+    uint64_t queue_max_files;        /* queue.max_files */
+    uint64_t queue_max_bytes;        /* queue.max_bytes, bytes */
+    uint64_t throttle_rate;          /* throttle.rate, bytes per second, 0 = unlimited */
+    char *throttle_window;           /* throttle.window, "HH:MM-HH:MM" or "" = always */
+    int throttle_window_start;       /* its start, minutes after local midnight; -1 when "" */
+    int throttle_window_end;         /* its end (may be < start: wraps midnight); -1 when "" */
+    char *status_socket;             /* status.socket (path); default {state_dir}/agent.sock */
 } ingest_agent_config;
 
 /* The receiver's configuration; see ingest_agent_config. */
@@ -120,7 +154,8 @@ enum { INGEST_CONFIG_AGENT = 1, INGEST_CONFIG_RECEIVER = 2 };
 /* One key, as described by ingest_config_keys().  Strings are valid during the callback. */
 typedef struct ingest_config_key {
     const char *name;          /* dotted name: "batch.max_files", "sources[].path" */
-    const char *type;          /* string, path, bool, int, size, duration, enum, list */
+    const char *type;          /* string, path, bool, int, size, duration, enum, list,
+                                  strings (a list of strings), rate (a size per second) */
     int required;              /* 1: the key must be present */
     const char *default_value; /* as written in YAML; "" when none */
     const char *bounds;        /* "1..1000000", "16KiB..64MiB", "tcp|kafka", or "" */

@@ -201,8 +201,235 @@ static void test_agent_defaults(void **state)
     assert_int_equal(c->havecache_max_entries, 4000000);
     assert_int_equal(c->log_level, INGEST_LOG_INFO);
     assert_string_equal(c->metrics_listen, "");
+    /* filters and daemon keys */
+    const ingest_source_config *s = &c->sources[0];
+    assert_null(s->include);
+    assert_int_equal(s->include_count, 0);
+    assert_null(s->exclude);
+    assert_int_equal(s->exclude_count, 0);
+    assert_int_equal(s->min_size, 0);
+    assert_int_equal(s->max_size, 0);
+    assert_int_equal(s->max_age_ms, 0);
+    assert_int_equal(s->sample_every, 1);
+    assert_string_equal(s->drop_if_prefix, "");
+    assert_int_equal(s->settle_ms, 2000);
+    assert_int_equal(s->spool, INGEST_SPOOL_NONE);
+    assert_string_equal(s->after_ship, "keep");
+    assert_int_equal(s->after_ship_mode, INGEST_AFTER_SHIP_KEEP);
+    assert_string_equal(s->after_ship_dir, "");
+    assert_int_equal(c->rescan_interval_ms, 60000);
+    assert_true(c->spool_quota == 1ull << 30);
+    assert_int_equal(c->queue_max_files, 100000);
+    assert_true(c->queue_max_bytes == 4ull << 30);
+    assert_int_equal(c->throttle_rate, 0);
+    assert_string_equal(c->throttle_window, "");
+    assert_int_equal(c->throttle_window_start, -1);
+    assert_int_equal(c->throttle_window_end, -1);
+    assert_string_equal(c->status_socket, "/var/lib/ingest/agent.sock");
     ingest_agent_config_free(c);
     ingest_ctx_destroy(ctx);
+}
+
+static void test_agent_filters_and_daemon_keys(void **state)
+{
+    (void)state;
+    static const char yaml[] = "device: {id: gw, key: k}\n"
+                               "core: {address: 'h:1', receiver_key: r}\n"
+                               "dedup_key: d\n"
+                               "state_dir: /var/lib/ingest/\n"
+                               "sources:\n"
+                               "  - path: /data/cam\n"
+                               "    include: [\"**/*.jpg\", '**/*.json']\n"
+                               "    exclude:\n"
+                               "      - \"**/tmp/**\"\n"
+                               "      - \"**/.*\"\n"
+                               "      - 'x[!0-9]?'\n"
+                               "    min_size: 1KiB\n"
+                               "    max_size: 2GiB\n"
+                               "    max_age: 24h\n"
+                               "    sample_every: 10\n"
+                               "    drop_if_prefix: \"hex:00000000\"\n"
+                               "    settle: 500ms\n"
+                               "    spool: copy\n"
+                               "    after_ship: delete\n"
+                               "  - path: /data/plc\n"
+                               "    include: []\n"
+                               "    exclude:\n"
+                               "    drop_if_prefix: '#DRAFT'\n"
+                               "    settle: 0\n"
+                               "    after_ship: move:done/plc/\n"
+                               "  - path: /data/x\n"
+                               "    after_ship: move:/data/xdone\n"
+                               "    max_size: 5\n"
+                               "    min_size: 5\n"
+                               "rescan_interval: 5m\n"
+                               "spool: {quota: 20GiB}\n"
+                               "queue:\n"
+                               "  max_files: 5000\n"
+                               "  max_bytes: 512MiB\n"
+                               "throttle:\n"
+                               "  rate: 10MiB/s\n"
+                               "  window: '22:30-06:00'\n"
+                               "status:\n"
+                               "  socket: run/agent.sock\n";
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_agent_config *c = agent_ok(ctx, yaml);
+    const ingest_source_config *s = &c->sources[0];
+    assert_int_equal(s->include_count, 2);
+    assert_string_equal(s->include[0], "**/*.jpg");
+    assert_string_equal(s->include[1], "**/*.json");
+    assert_int_equal(s->exclude_count, 3);
+    assert_string_equal(s->exclude[0], "**/tmp/**");
+    assert_string_equal(s->exclude[1], "**/.*");
+    assert_string_equal(s->exclude[2], "x[!0-9]?");
+    assert_int_equal(s->min_size, 1024);
+    assert_true(s->max_size == 2ull << 30);
+    assert_int_equal(s->max_age_ms, 24 * 3600 * 1000);
+    assert_int_equal(s->sample_every, 10);
+    assert_string_equal(s->drop_if_prefix, "hex:00000000");
+    assert_int_equal(s->settle_ms, 500);
+    assert_int_equal(s->spool, INGEST_SPOOL_COPY);
+    assert_string_equal(s->after_ship, "delete");
+    assert_int_equal(s->after_ship_mode, INGEST_AFTER_SHIP_DELETE);
+    assert_string_equal(s->after_ship_dir, "");
+    s = &c->sources[1];
+    assert_int_equal(s->include_count, 0);
+    assert_int_equal(s->exclude_count, 0);
+    assert_string_equal(s->drop_if_prefix, "#DRAFT");
+    assert_int_equal(s->settle_ms, 0);
+    assert_int_equal(s->spool, INGEST_SPOOL_NONE);
+    assert_int_equal(s->after_ship_mode, INGEST_AFTER_SHIP_MOVE);
+    assert_string_equal(s->after_ship, "move:/etc/ingest/done/plc/"); /* resolved like a path */
+    assert_string_equal(s->after_ship_dir, "/etc/ingest/done/plc/");
+    s = &c->sources[2];
+    assert_string_equal(s->after_ship_dir, "/data/xdone"); /* a sibling, not inside /data/x */
+    assert_int_equal(s->min_size, 5);
+    assert_int_equal(s->max_size, 5);
+    assert_int_equal(c->rescan_interval_ms, 300000);
+    assert_true(c->spool_quota == 20ull << 30);
+    assert_int_equal(c->queue_max_files, 5000);
+    assert_true(c->queue_max_bytes == 512ull << 20);
+    assert_true(c->throttle_rate == 10ull << 20);
+    assert_string_equal(c->throttle_window, "22:30-06:00");
+    assert_int_equal(c->throttle_window_start, 22 * 60 + 30);
+    assert_int_equal(c->throttle_window_end, 6 * 60);
+    assert_string_equal(c->status_socket, "/etc/ingest/run/agent.sock");
+    ingest_agent_config_free(c);
+
+    /* a rate without /s, the flat form, and state_dir "/" for the socket default */
+    static const char flat[] = "device: {id: gw, key: k}\n"
+                               "core: {address: 'h:1', receiver_key: r}\n"
+                               "dedup_key: d\nstate_dir: /\nsources: [{path: /a}]\n"
+                               "throttle.rate: 250kB\nthrottle.window: 00:00-23:59\n";
+    c = agent_ok(ctx, flat);
+    assert_int_equal(c->throttle_rate, 250000);
+    assert_int_equal(c->throttle_window_start, 0);
+    assert_int_equal(c->throttle_window_end, 23 * 60 + 59);
+    assert_string_equal(c->status_socket, "/agent.sock");
+    ingest_agent_config_free(c);
+    ingest_ctx_destroy(ctx);
+}
+
+static void test_errors_filters_and_daemon_keys(void **state)
+{
+    (void)state;
+    static const char head[] = "device: {id: gw, key: k}\n"
+                               "core: {address: 'h:1', receiver_key: r}\n"
+                               "dedup_key: d\n"
+                               "state_dir: s\n"
+                               "sources:\n"
+                               "  - path: /data/a\n"; /* line 6; a source key goes on line 7 */
+    static const struct {
+        const char *tail, *expect;
+    } cases[] = {
+        /* lists of strings */
+        { "    include: '**/*.csv'\n",
+          "agent.yaml:7:14: key 'sources[0].include' must be a list of strings" },
+        { "    include: {a: 1}\n", "agent.yaml:7:14: key 'sources[0].include' must be a list of strings" },
+        { "    include: [[a]]\n", "agent.yaml:7:15: key 'sources[0].include[0]' must be a string, not a list" },
+        { "    exclude: [a, {b: 1}]\n", "agent.yaml:7:18: key 'sources[0].exclude[1]' must be a string, not a mapping" },
+        { "    exclude: [a, ~]\n", "agent.yaml:7:18: key 'sources[0].exclude[1]' needs a value" },
+        { "    include: [*csv]\n", "agent.yaml:7:15: YAML aliases (*name) are not supported (quote a value that starts with '*')" },
+        { "    include: [*.csv]\n", "agent.yaml:7:16: malformed YAML: did not find expected alphabetic or numeric character while scanning an alias (quote a value that starts with '*')" },
+        { "    include:\n      - *.csv\n", "agent.yaml:8:10: malformed YAML" },
+        { "    include: ['x[ab']\n",
+          "agent.yaml:7:15: key 'sources[0].include[0]': bad glob 'x[ab': unterminated '[' at offset 1" },
+        { "    exclude:\n      - ok\n      - '/abs'\n",
+          "agent.yaml:9:9: key 'sources[0].exclude[1]': bad glob '/abs': patterns are relative to the source" },
+        { "    exclude: ['a**']\n", "key 'sources[0].exclude[0]': bad glob 'a**': '**' must be a whole path component at offset 1" },
+        { "    include: ['']\n", "agent.yaml:7:15: key 'sources[0].include[0]': bad glob '': empty pattern" },
+        { "    include: [a]\n    include: [b]\n", "agent.yaml:8:5: duplicate key 'sources[0].include'" },
+        /* sizes, durations, ints */
+        { "    min_size: lots\n", "agent.yaml:7:15: key 'sources[0].min_size': bad size 'lots'" },
+        { "    max_size: -1\n", "agent.yaml:7:15: key 'sources[0].max_size': bad size '-1': must not be negative" },
+        { "    max_size: 2048TiB\n", "agent.yaml:7:15: key 'sources[0].max_size': 2048TiB is out of range" },
+        { "    min_size: 10\n    max_size: 9\n",
+          "agent.yaml:8:5: key 'sources[0].max_size' (9 bytes) is less than sources[0].min_size (10 bytes)" },
+        { "    max_age: 3\n", "agent.yaml:7:14: key 'sources[0].max_age': bad duration '3': a unit is required" },
+        { "    max_age: 87601h\n", "agent.yaml:7:14: key 'sources[0].max_age': 87601h is out of range" },
+        { "    sample_every: 0\n", "agent.yaml:7:19: key 'sources[0].sample_every': 0 is out of range (1..1000000)" },
+        { "    sample_every: 1000001\n", "key 'sources[0].sample_every': 1000001 is out of range (1..1000000)" },
+        { "    sample_every: half\n", "agent.yaml:7:19: key 'sources[0].sample_every': 'half' is not a whole number" },
+        { "    settle: 25h\n", "agent.yaml:7:13: key 'sources[0].settle': 25h is out of range" },
+        /* prefix */
+        { "    drop_if_prefix: 'hex:0g'\n",
+          "agent.yaml:7:21: key 'sources[0].drop_if_prefix': bad prefix 'hex:0g': 'g' at offset 5 is not a hex digit" },
+        { "    drop_if_prefix: 'hex:123'\n",
+          "agent.yaml:7:21: key 'sources[0].drop_if_prefix': bad prefix 'hex:123': 'hex:' needs an even number of hex digits, got 3" },
+        { "    drop_if_prefix: 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'\n",
+          "agent.yaml:7:21: key 'sources[0].drop_if_prefix': bad prefix 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...': 65 bytes, more than 64" },
+        /* enums and after_ship */
+        { "    spool: move\n", "agent.yaml:7:12: key 'sources[0].spool': 'move' is not one of none, copy" },
+        { "    after_ship: remove\n", "agent.yaml:7:17: key 'sources[0].after_ship': 'remove' is not keep, delete or move:DIR" },
+        { "    after_ship: 'move:'\n", "agent.yaml:7:17: key 'sources[0].after_ship': 'move' needs a directory: move:DIR" },
+        { "    after_ship: move\n", "agent.yaml:7:17: key 'sources[0].after_ship': 'move' needs a directory: move:DIR" },
+        { "    after_ship: move:/data/a/done\n",
+          "agent.yaml:7:5: key 'sources[0].after_ship': the directory '/data/a/done' is inside the source '/data/a'" },
+        { "    after_ship: move:/data/a/\n", "the directory '/data/a/' is inside the source '/data/a'" },
+        /* top-level daemon keys */
+        { "rescan_interval: 5ms\n", "agent.yaml:7:18: key 'rescan_interval': 5ms is out of range" },
+        { "rescan_interval: soon\n", "agent.yaml:7:18: key 'rescan_interval': bad duration 'soon'" },
+        { "spool:\n  quota: 1kB\n", "agent.yaml:8:10: key 'spool.quota': 1kB is out of range" },
+        { "spool:\n  quota: 1 gigabyte\n", "agent.yaml:8:10: key 'spool.quota': bad size '1 gigabyte': unknown unit 'gigabyte'" },
+        { "spool: copy\n", "agent.yaml:7:8: key 'spool' must be a mapping of keys" },
+        { "queue:\n  max_files: 0\n", "agent.yaml:8:14: key 'queue.max_files': 0 is out of range (1..100000000)" },
+        { "queue:\n  max_bytes: 1000\n", "agent.yaml:8:14: key 'queue.max_bytes': 1000 is out of range" },
+        { "queue:\n  max_filez: 1\n", "agent.yaml:8:3: unknown key 'queue.max_filez'" },
+        { "throttle:\n  rate: 10MiB/h\n", "agent.yaml:8:9: key 'throttle.rate': bad size '10MiB/h'" },
+        { "throttle:\n  rate: fast\n", "agent.yaml:8:9: key 'throttle.rate': bad size 'fast'" },
+        { "throttle:\n  rate: /s\n", "agent.yaml:8:9: key 'throttle.rate': bad size ''" },
+        { "throttle:\n  rate: 2048TiB/s\n", "agent.yaml:8:9: key 'throttle.rate': 2048TiB/s is out of range (0..1125899906842624 bytes/s)" },
+        { "throttle:\n  window: '9:00-17:00'\n",
+          "agent.yaml:8:11: key 'throttle.window': bad window '9:00-17:00': expected HH:MM-HH:MM" },
+        { "throttle:\n  window: '24:00-06:00'\n", "agent.yaml:8:11: key 'throttle.window': bad window '24:00-06:00'" },
+        { "throttle:\n  window: '08:60-09:00'\n", "key 'throttle.window': bad window '08:60-09:00'" },
+        { "throttle:\n  window: '08:00-08:00'\n", "key 'throttle.window': bad window '08:00-08:00'" },
+        { "throttle:\n  window: '08:00-09:00x'\n", "key 'throttle.window': bad window '08:00-09:00x'" },
+        { "throttle:\n  window: '08:00 - 09:00'\n", "key 'throttle.window': bad window" },
+        { "status:\n  socket: /aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+          "agent.yaml:8:3: key 'status.socket': '/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...' is 110 bytes long, more than the 107" },
+        { "status:\n  sockets: /x\n", "agent.yaml:8:3: unknown key 'status.sockets'" },
+    };
+    char buf[2048];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(buf, sizeof(buf), "%s%s", head, cases[i].tail);
+        agent_err(buf, cases[i].expect);
+    }
+    /* 64 globs are fine, 65 are not */
+    char *big = malloc(8192);
+    strcpy(big, head);
+    strcat(big, "    exclude:\n");
+    for (int i = 0; i < 64; i++)
+        sprintf(big + strlen(big), "      - 'p%d/**'\n", i);
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_agent_config *c = agent_ok(ctx, big);
+    assert_int_equal(c->sources[0].exclude_count, 64);
+    assert_string_equal(c->sources[0].exclude[63], "p63/**");
+    ingest_agent_config_free(c);
+    ingest_ctx_destroy(ctx);
+    strcat(big, "      - 'p64/**'\n");
+    agent_err(big, "agent.yaml:72:9: key 'sources[0].exclude' has more than 64 entries");
+    free(big);
 }
 
 static void test_agent_null_values_mean_default(void **state)
@@ -618,6 +845,13 @@ static void test_shipped_configs(void **state)
     assert_int_equal(c->transport, INGEST_TRANSPORT_TCP);
     assert_int_equal(c->compression_level, 1);
     assert_int_equal(c->batch_max_wait_ms, 5000);
+    assert_int_equal(c->sources[0].include_count, 2);
+    assert_string_equal(c->sources[0].include[1], "**/*.json");
+    assert_int_equal(c->sources[0].exclude_count, 2);
+    assert_true(c->sources[0].max_size == 2ull << 30);
+    assert_int_equal(c->sources[1].include_count, 0);
+    assert_int_equal(c->sources[1].sample_every, 1);
+    assert_string_equal(c->status_socket, "/var/lib/ingest-agent/agent.sock");
     ingest_agent_config_free(c);
 
     srcpath(path, sizeof(path), "conf/agent-minimal.yaml");
@@ -691,7 +925,7 @@ static void test_keys_docs_and_help(void **state)
     assert_non_null(receiver);
     key_check kc = { doc, agent, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_AGENT, check_key, &kc), 0);
-    assert_int_equal(kc.keys, 21);
+    assert_int_equal(kc.keys, 38);
     kc = (key_check){ doc, receiver, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_RECEIVER, check_key, &kc), 0);
     assert_int_equal(kc.keys, 11);
@@ -709,6 +943,10 @@ static void test_keys_docs_and_help(void **state)
     assert_non_null(strstr(help, "  transport                enum tcp|kafka, default tcp\n"));
     assert_non_null(strstr(help, "  batch.max_wait           duration 10ms..24h, default 5s\n"));
     assert_non_null(strstr(help, "  sources[].path           path, required\n"));
+    assert_non_null(strstr(help, "  sources[].include        strings 0..64 entries, default []\n"));
+    assert_non_null(strstr(help, "  throttle.rate            rate 0B..1024TiB/s, default 0\n"));
+    assert_non_null(strstr(help, "  status.socket            path, default {state_dir}/agent.sock\n"));
+    assert_non_null(strstr(help, "  sources[].spool          enum none|copy, default none\n"));
     /* Truncation keeps a NUL and reports the full length. */
     char small[32];
     assert_int_equal(ingest_config_help(INGEST_CONFIG_AGENT, small, sizeof(small)), need);
@@ -761,7 +999,10 @@ static void test_alloc_failures(void **state)
                                "state_dir: s\n"
                                "sources:\n"
                                "  - path: /a\n  - path: /b\n  - {path: c, name: cc}\n"
-                               "  - path: /d\n  - path: /e\n";
+                               "  - path: /d\n  - path: /e\n"
+                               "    include: ['**/*.csv', 'x/**']\n"
+                               "    exclude: ['**/tmp/**']\n"
+                               "    after_ship: move:done\n";
     int ok = 0;
     for (long n = 0; n < 500 && !ok; n++) {
         fail_alloc fa = { -1, 0 };
@@ -774,6 +1015,9 @@ static void test_alloc_failures(void **state)
         if (rc == 0) {
             assert_int_equal(c->sources_count, 5);
             assert_string_equal(c->sources[2].path, "/x/c");
+            assert_int_equal(c->sources[4].include_count, 2);
+            assert_string_equal(c->sources[4].after_ship_dir, "/x/done");
+            assert_string_equal(c->status_socket, "/x/s/agent.sock");
             ingest_agent_config_free(c);
             ok = 1;
         } else {
@@ -792,6 +1036,8 @@ int main(void)
         cmocka_unit_test(test_agent_full),
         cmocka_unit_test(test_agent_defaults),
         cmocka_unit_test(test_agent_null_values_mean_default),
+        cmocka_unit_test(test_agent_filters_and_daemon_keys),
+        cmocka_unit_test(test_errors_filters_and_daemon_keys),
         cmocka_unit_test(test_receiver_full_and_defaults),
         cmocka_unit_test(test_relative_to_config_dir),
         cmocka_unit_test(test_error_positions),
