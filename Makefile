@@ -188,3 +188,8 @@ clean:
 	rm -rf build build-asan
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# Crash-safety soak of the edge daemon: 20+ kill -9 at random moments while it ships 2,000 files.
+soak: programs
+	BUILD=$(abspath $(BUILD)) SOAK_KILLS=$${SOAK_KILLS:-24} sh tests/integration/test_daemon_kill.sh
+.PHONY: soak

@@ -30,6 +30,7 @@
 #include "ingest/lander.h"
 #include "ingest/sender.h"
 #include "ingest/filter.h"
+#include "ingest/journal.h"
 #include "ingest/throttle.h"
 
 #endif

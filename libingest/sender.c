@@ -84,6 +84,12 @@ struct ingest_sender_s {
     char path[PATH_CAP]; /* "{source}/{relative path}" of the current entry */
     int peeked;          /* the entry at the top frame's cursor is a regular file, counted */
     struct stat peek_st;
+    int peek_dirfd;          /* where the peeked file is: directory fd and name in it */
+    const char *peek_name;
+    /* list mode (ingest_sender_scan_list): the given manifest paths, borrowed */
+    const char *const *list;
+    size_t nlist, ilist;
+    char relbuf[PATH_CAP];
 
     ingest_chunkhash *pipe; /* threads != 1: chunk+hash on two threads */
     file_ctx fc;
@@ -362,6 +368,8 @@ static void walk_reset(ingest_sender *s)
         close_fd(&s->srcs[i].fd);
     s->peeked = 0;
     s->cur_src = s->nsrc;
+    s->list = NULL;
+    s->nlist = s->ilist = 0;
 }
 
 void ingest_sender_destroy(ingest_sender *s)
@@ -395,6 +403,17 @@ int ingest_sender_scan(ingest_sender *s)
 {
     walk_reset(s);
     s->cur_src = 0;
+    return 0;
+}
+
+int ingest_sender_scan_list(ingest_sender *s, const char *const *paths, size_t n)
+{
+    walk_reset(s);
+    if (n > 0 && paths == NULL)
+        return ingest__fail(s->ctx, INGEST_EINVAL, "sender: scan_list: NULL path list");
+    s->list = paths;
+    s->nlist = n;
+    s->ilist = 0;
     return 0;
 }
 
@@ -511,10 +530,14 @@ static int walk_push(ingest_sender *s, int fd, size_t prefix_len)
  * the top frame's cursor on it and s->path its manifest path, 0 when the
  * walk is done, < 0 on a fatal failure.
  */
+static int list_peek(ingest_sender *s);
+
 static int walk_peek(ingest_sender *s)
 {
     if (s->peeked)
         return 1;
+    if (s->list != NULL)
+        return list_peek(s);
     for (;;) {
         if (s->depth == 0) {
             if (s->cur_src >= s->nsrc)
@@ -608,14 +631,88 @@ static int walk_peek(ingest_sender *s)
             }
         }
         s->peek_st = st;
+        s->peek_dirfd = f->fd;
+        s->peek_name = nm;
         s->peeked = 1;
         return 1;
     }
 }
 
+/*
+ * List mode: the next listed path that names a regular file under one of
+ * the sources ("{source}/{relative path}"); others are reported and passed
+ * over.  want_file is not called: the caller chose the files.
+ */
+static int list_peek(ingest_sender *s)
+{
+    while (s->ilist < s->nlist) {
+        const char *p = s->list[s->ilist];
+        const size_t plen = p != NULL ? strlen(p) : 0;
+        if (p == NULL || plen > INGEST_MANIFEST_PATH_MAX) {
+            s->ilist++;
+            report(s, p != NULL ? "(path too long)" : "(null)", INGEST_SKIP_NAME, 0);
+            continue;
+        }
+        memcpy(s->path, p, plen + 1);
+        size_t si = s->nsrc;
+        for (size_t i = 0; i < s->nsrc; i++)
+            if (plen > s->srcs[i].name_len + 1 && memcmp(p, s->srcs[i].name, s->srcs[i].name_len) == 0 &&
+                p[s->srcs[i].name_len] == '/') {
+                si = i;
+                break;
+            }
+        const char *rel = si < s->nsrc ? p + s->srcs[si].name_len + 1 : NULL;
+        int bad = rel == NULL || rel[0] == '/' || strstr(rel, "//") != NULL;
+        for (size_t k = 0; rel != NULL && rel[k] && !bad; k++)
+            if ((unsigned char)rel[k] < 0x20 || rel[k] == 0x7f ||
+                (rel[k] == '.' && (k == 0 || rel[k - 1] == '/') && (rel[k + 1] == '/' || rel[k + 1] == '\0' ||
+                                                                    (rel[k + 1] == '.' && (rel[k + 2] == '/' || rel[k + 2] == '\0')))))
+                bad = 1;
+        if (bad) {
+            s->ilist++;
+            report(s, p, INGEST_SKIP_NAME, 0);
+            continue;
+        }
+        source *src = &s->srcs[si];
+        if (src->fd < 0) {
+            src->fd = open(src->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (src->fd < 0) {
+                const int e = errno;
+                s->ilist++;
+                report(s, p, e == ENOENT ? INGEST_SKIP_VANISHED : INGEST_SKIP_DIR, e);
+                continue;
+            }
+        }
+        struct stat st;
+        if (fstatat(src->fd, rel, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            const int e = errno;
+            s->ilist++;
+            report(s, p, e == ENOENT || e == ENOTDIR ? INGEST_SKIP_VANISHED : INGEST_SKIP_UNREADABLE, e);
+            continue;
+        }
+        if (!S_ISREG(st.st_mode)) {
+            s->ilist++;
+            report(s, p, INGEST_SKIP_SPECIAL, 0);
+            continue;
+        }
+        s->st.files_seen++;
+        memcpy(s->relbuf, rel, strlen(rel) + 1);
+        s->cur_src = si;
+        s->peek_st = st;
+        s->peek_dirfd = src->fd;
+        s->peek_name = s->relbuf;
+        s->peeked = 1;
+        return 1;
+    }
+    return 0;
+}
+
 static void walk_advance(ingest_sender *s)
 {
-    s->stack[s->depth - 1].i++;
+    if (s->list != NULL)
+        s->ilist++;
+    else
+        s->stack[s->depth - 1].i++;
     s->peeked = 0;
 }
 
@@ -792,13 +889,11 @@ static int same_stat(const struct stat *a, const struct stat *b)
 static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
 {
     ingest_ctx *ctx = s->ctx;
-    frame *f = &s->stack[s->depth - 1];
-    const char *nm = f->names[f->i];
     const char *path = s->path;
     int rc = 0;
     const size_t first = b->nchunks;
 
-    int fd = openat(f->fd, nm, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    int fd = openat(s->peek_dirfd, s->peek_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         const int e = errno;
         report(s, path,

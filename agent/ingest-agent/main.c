@@ -11,7 +11,7 @@
  * and only then is the ACK read (the receiver may first ask again for
  * chunks it found stale).
  */
-#include "../common/prog.h"
+#include "agent.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,55 +24,24 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MANIFEST_PART_MAX (1024u * 1024u)
-#define HANDSHAKE_TIMEOUT_MS 15000
-#define ACK_TIMEOUT_MS 600000
-#define FRAME_OVERHEAD 28 /* length prefix, frame header and AEAD tag per frame */
-
-typedef struct totals {
-    uint64_t files, bytes, chunks, chunks_sent, chunks_dedup, chunk_bytes_raw, chunk_bytes_sent;
-    uint64_t wire_out, wire_in, batches, batches_acked, batches_failed, batches_abandoned, unchanged;
-} totals;
-
-typedef struct agent {
-    ingest_agent_config *cfg;
-    ingest_ctx *ctx;
-    ingest_secret_key key;
-    uint8_t receiver_pub[INGEST_PUBKEY_BYTES];
-    uint8_t dedup[INGEST_KEY_BYTES];
-    ingest_codec *codec;
-    ingest_store *st;
-    ingest_havecache *have;
-    ingest_filetable *ft;
-    int all; /* --all: ship files even when unchanged since their ack */
-    /* The store (file table, have-cache) is used by the builder thread
-     * (want_file) and the main thread (record_acked): one at a time. */
-    pthread_mutex_t store_lock;
-    char instance[24], prefix[32];
-    ingest_session *ss;
-    int fd;
-    uint64_t seq;
-    totals t;
-    double t0, last_progress;
-    int tty;
-    uint8_t *chunkbuf;
-    size_t chunkcap;
-} agent;
-
-static volatile sig_atomic_t stopping;
+volatile sig_atomic_t stopping;
+volatile sig_atomic_t reload_requested;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    stopping = 1;
+    if (sig == SIGHUP)
+        reload_requested = 1;
+    else
+        stopping = 1;
 }
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ingest-agent --config FILE --once [--all] [--check-config]\n"
+    fprintf(f, "usage: ingest-agent --config FILE [--once [--all]] [--check-config]\n"
                "       ingest-agent --help-config\n"
                "\n"
                "  --config FILE    the agent's YAML configuration (docs/config.md)\n"
+               "  (no --once)      run as the edge daemon until SIGTERM/SIGINT; SIGHUP reloads FILE\n"
                "  --once           ship every file present under the sources, wait for the acks, exit\n"
                "  --all            ship files even when unchanged since their last acknowledged ship\n"
                "  --check-config   validate the configuration and exit (0 valid, 2 invalid)\n"
@@ -81,7 +50,7 @@ static void usage(FILE *f)
 
 /* ---- state: the batch sequence survives restarts ---------------------- */
 
-static uint64_t load_seq(const char *state_dir)
+uint64_t load_seq(const char *state_dir)
 {
     char p[4096], buf[64] = "";
     snprintf(p, sizeof(p), "%s/next_batch_seq", state_dir);
@@ -95,7 +64,7 @@ static uint64_t load_seq(const char *state_dir)
     return v ? v : 1;
 }
 
-static int save_seq(const char *state_dir, uint64_t seq)
+int save_seq(const char *state_dir, uint64_t seq)
 {
     char p[4096], tmp[4200], line[32];
     snprintf(p, sizeof(p), "%s/next_batch_seq", state_dir);
@@ -198,7 +167,7 @@ static int recv_msg(agent *a, ingest_wire_msg *m, int timeout_ms)
     return 0;
 }
 
-static int send_manifest(agent *a, ingest_sender_batch *b)
+int send_manifest(agent *a, ingest_sender_batch *b)
 {
     const void *mp;
     size_t mlen;
@@ -307,6 +276,8 @@ static int serve_wants(agent *a, ingest_sender_batch *b, ingest_wire_msg *first,
  */
 static void record_acked(agent *a, ingest_sender_batch *b)
 {
+    if (a->daemon)
+        return; /* the daemon records acks in its journal (daemon.c) */
     ingest_sender_batch_stats bs;
     ingest_sender_batch_stats_get(b, &bs);
     int rc = 0;
@@ -379,7 +350,7 @@ static int finish_batch_once(agent *a, ingest_sender_batch *b);
  * ACK.  Returns 0 acked, 1 abandoned (a file changed; ship again later),
  * < 0 failure of the connection, 2 a batch the receiver refused.
  */
-static int finish_batch(agent *a, ingest_sender_batch *b)
+int finish_batch(agent *a, ingest_sender_batch *b)
 {
     const int rc = finish_batch_once(a, b);
     return rc < 0 ? batch_failure(a, b, rc) : rc;
@@ -441,7 +412,7 @@ static int finish_batch_once(agent *a, ingest_sender_batch *b)
     return 0;
 }
 
-static int connect_core(agent *a)
+int connect_core(agent *a)
 {
     char err[512];
     a->fd = prog_connect(a->cfg->core_address, 10000, err, sizeof(err));
@@ -466,7 +437,7 @@ static int connect_core(agent *a)
     return 0;
 }
 
-static void disconnect_core(agent *a)
+void disconnect_core(agent *a)
 {
     if (a->fd >= 0)
         close(a->fd);
@@ -630,7 +601,7 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     return again;
 }
 
-static void on_skip(void *ud, const char *path, int reason)
+void on_skip(void *ud, const char *path, int reason)
 {
     (void)ud;
     static const char *const why[] = { "", "unreadable", "not a regular file", "vanished", "bad name",
@@ -639,7 +610,7 @@ static void on_skip(void *ud, const char *path, int reason)
              reason >= 1 && reason <= 7 ? why[reason] : "?");
 }
 
-static int load_state(agent *a)
+int load_state(agent *a)
 {
     if (ingest_secret_key_load(a->ctx, a->cfg->device_key, &a->key) < 0 ||
         ingest_public_key_load(a->ctx, a->cfg->core_receiver_key, a->receiver_pub) < 0 ||
@@ -710,9 +681,7 @@ int main(int argc, char **argv)
         default: usage(stderr); return 2;
         }
     }
-    if (config == NULL || optind != argc || (!once && !check)) {
-        if (config != NULL && !once && !check)
-            fprintf(stderr, "ingest-agent: only --once is available in this version\n");
+    if (config == NULL || optind != argc) {
         usage(stderr);
         return 2;
     }
@@ -743,6 +712,8 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    if (!once)
+        sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     a.tty = isatty(STDOUT_FILENO);
     int status = 1;
@@ -773,6 +744,11 @@ int main(int argc, char **argv)
     so.recheck = INGEST_SENDER_RECHECK_STAT;
     so.userdata = &a;
     a.t0 = prog_now();
+    if (!once) {
+        a.daemon = 1;
+        status = daemon_run(&a, config, &so);
+        goto out;
+    }
     const double cpu0 = prog_cpu_seconds();
     int rc = 0;
     for (int pass = 0; pass < 5; pass++) {

@@ -162,6 +162,18 @@ INGEST_API void ingest_sender_destroy(ingest_sender *s);
 INGEST_API int ingest_sender_scan(ingest_sender *s);
 
 /*
+ * Start (or restart) a "walk" of exactly the given manifest paths
+ * ("{source}/{relative path}"), in the order given, instead of the
+ * sources' trees: the daemon re-ships a journaled batch this way (same
+ * files, same order).  paths is borrowed until the next scan or the
+ * sender's destruction.  want_file is not called; a path that is absent,
+ * not a regular file or outside every source is reported through on_skip
+ * (INGEST_SKIP_VANISHED, _SPECIAL, _NAME) and passed over.  Returns 0 or
+ * INGEST_EINVAL (paths NULL with n > 0).
+ */
+INGEST_API int ingest_sender_scan_list(ingest_sender *s, const char *const *paths, size_t n);
+
+/*
  * Build the next batch from the walk: returns 1 with *out (destroy it with
  * ingest_sender_batch_destroy), 0 when the walk is done or was never
  * started with ingest_sender_scan (*out NULL), < 0 on

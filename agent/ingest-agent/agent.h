@@ -1,0 +1,74 @@
+/*
+ * ingest-agent internals shared by the one-shot mode (main.c) and the
+ * daemon (daemon.c): the agent's state and the shipping steps.
+ */
+#ifndef INGEST_AGENT_H
+#define INGEST_AGENT_H
+
+#include "../common/prog.h"
+
+#include <ingest.h>
+#include <ingest/filter.h>
+#include <ingest/journal.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define MANIFEST_PART_MAX (1024u * 1024u)
+#define HANDSHAKE_TIMEOUT_MS 15000
+#define ACK_TIMEOUT_MS 600000
+#define FRAME_OVERHEAD 28 /* length prefix, frame header and AEAD tag per frame */
+
+typedef struct totals {
+    uint64_t files, bytes, chunks, chunks_sent, chunks_dedup, chunk_bytes_raw, chunk_bytes_sent;
+    uint64_t wire_out, wire_in, batches, batches_acked, batches_failed, batches_abandoned, unchanged;
+} totals;
+
+typedef struct agent {
+    ingest_agent_config *cfg;
+    ingest_ctx *ctx;
+    ingest_secret_key key;
+    uint8_t receiver_pub[INGEST_PUBKEY_BYTES];
+    uint8_t dedup[INGEST_KEY_BYTES];
+    ingest_codec *codec;
+    ingest_store *st;
+    ingest_havecache *have;
+    ingest_filetable *ft;
+    int all; /* --all: ship files even when unchanged since their ack */
+    void *userdata; /* the daemon's state */
+    int daemon; /* daemon mode: acks are recorded through the journal, not record_acked */
+    /* The store (file table, have-cache) is used by the builder thread
+     * (want_file) and the main thread (record_acked): one at a time. */
+    pthread_mutex_t store_lock;
+    char instance[24], prefix[32];
+    ingest_session *ss;
+    int fd;
+    uint64_t seq;
+    totals t;
+    double t0, last_progress;
+    int tty;
+    uint8_t *chunkbuf;
+    size_t chunkcap;
+} agent;
+
+/* Set by signal handlers: SIGTERM/SIGINT, and SIGHUP (daemon: reload the config). */
+extern volatile sig_atomic_t stopping;
+extern volatile sig_atomic_t reload_requested;
+
+uint64_t load_seq(const char *state_dir);
+int save_seq(const char *state_dir, uint64_t seq);
+int load_state(agent *a);
+int connect_core(agent *a);
+void disconnect_core(agent *a);
+/* Send BATCH_BEGIN, the manifest and MANIFEST_END. */
+int send_manifest(agent *a, ingest_sender_batch *b);
+/* After send_manifest: 0 acked, 1 abandoned (a file changed), 2 refused, < 0 connection failure. */
+int finish_batch(agent *a, ingest_sender_batch *b);
+void on_skip(void *ud, const char *path, int reason);
+
+/* The daemon (no --once): runs until SIGTERM/SIGINT; returns the exit status. */
+int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base);
+
+#endif

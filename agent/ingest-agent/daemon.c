@@ -1,0 +1,963 @@
+/*
+ * ingest-agent without --once: the edge daemon (docs/operations.md).
+ *
+ * One thread runs a loop:
+ *   - discovery: a walk of the sources whose want_file hook never lets the
+ *     sender chunk anything: it only chooses files (filters, unchanged since
+ *     their ack, not in flight, stable for `settle`) and appends them to the
+ *     open batch, journaled PENDING (include/ingest/journal.h).  Walks run
+ *     when inotify reports a change (debounced), when a file still settling
+ *     is due, and every rescan_interval as the safety net.
+ *   - shipping: the oldest closed batch of the journal is rebuilt from its
+ *     file list (ingest_sender_scan_list: same files, same order, same
+ *     batch id), marked SENT, shipped, and marked ACKED together with the
+ *     file table; then the after-ship action runs and the record goes.
+ *   - the core unreachable: batches stay queued in the journal (bounded:
+ *     when the queue is full discovery stops taking files = backpressure)
+ *     and connections are retried with exponential backoff and jitter.
+ * Nothing per file is held in RAM beyond the open batch.
+ */
+#include "agent.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEBOUNCE_MS 200
+#define RESCAN_DEFAULT_MS 60000
+#define QUEUE_FILES_DEFAULT 100000
+#define QUEUE_BYTES_DEFAULT (4ull << 30)
+#define BACKOFF_MIN_MS 500
+#define BACKOFF_MAX_MS 60000
+
+enum { AFTER_KEEP = 0, AFTER_DELETE = 1, AFTER_MOVE = 2 };
+
+/* Per-source settings of the daemon. */
+typedef struct dsource {
+    const char *name, *path; /* borrowed from the config */
+    size_t name_len;
+    int64_t settle_ns;
+    int after;               /* AFTER_* */
+    const char *move_dir;    /* AFTER_MOVE */
+    ingest_filter *filter;   /* NULL: take everything */
+} dsource;
+
+typedef struct watch {
+    int wd;
+    size_t src;
+    char *rel; /* directory relative to the source, "" for its root */
+} watch;
+
+typedef struct daemon {
+    agent *a;
+    const char *config_path;
+    ingest_sender_opts base;
+    ingest_sender_source *ssrc;
+    dsource *src;
+    size_t nsrc;
+    ingest_journal *j;
+
+    int ino;             /* inotify fd, -1 when off */
+    int ino_full;        /* watches ran out: rescans only */
+    watch *w;
+    size_t nw, capw;
+
+    uint64_t rescan_ms, max_wait_ms, queue_files, queue_bytes;
+    double scan_at;      /* monotonic seconds of the next walk (0: none due) */
+    double last_full;    /* time of the last walk */
+
+    /* the open batch: journaled PENDING, still taking files */
+    uint64_t open_seq;   /* 0: none */
+    double open_at;
+    ingest_journal_file *of;
+    size_t nof, capof;
+    uint64_t of_bytes;
+    int of_dirty;        /* files added since it was journaled */
+
+    uint64_t q_files, q_bytes; /* journaled, not acked (open batch included) */
+    int backpressure;
+
+    double next_connect;
+    unsigned backoff_ms;
+    int core_down_logged;
+
+    /* counters (logged at shutdown) */
+    uint64_t skipped[INGEST_FILTER_NREASONS];
+    uint64_t shipped_files, shipped_bytes, batches_acked, batches_replayed, deleted, moved, not_stable;
+    double now;          /* monotonic, refreshed per loop and per walk */
+    int64_t wall_ns;
+} daemon_t;
+
+static int64_t wall_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void schedule_scan(daemon_t *d, double at)
+{
+    if (d->scan_at == 0 || at < d->scan_at)
+        d->scan_at = at;
+}
+
+/* ---- sources, filters --------------------------------------------------- */
+
+static void sources_free(daemon_t *d)
+{
+    for (size_t i = 0; i < d->nsrc; i++)
+        ingest_filter_destroy(d->src[i].filter);
+    free(d->src);
+    free(d->ssrc);
+    d->src = NULL;
+    d->ssrc = NULL;
+    d->nsrc = 0;
+}
+
+/* Per-source settings from cfg; 0 or -1 (logged). */
+static int sources_make(daemon_t *d, const ingest_agent_config *cfg, dsource **out, ingest_sender_source **sout)
+{
+    dsource *s = calloc(cfg->sources_count, sizeof(*s));
+    ingest_sender_source *ss = calloc(cfg->sources_count, sizeof(*ss));
+    if (s == NULL || ss == NULL) {
+        free(s);
+        free(ss);
+        return -1;
+    }
+    for (size_t i = 0; i < cfg->sources_count; i++) {
+        const ingest_source_config *c = &cfg->sources[i];
+        s[i].name = ss[i].name = c->name;
+        s[i].path = ss[i].path = c->path;
+        s[i].name_len = strlen(c->name);
+        s[i].settle_ns = (int64_t)c->settle_ms * 1000000;
+        s[i].after = c->after_ship_mode == INGEST_AFTER_SHIP_DELETE ? AFTER_DELETE
+                     : c->after_ship_mode == INGEST_AFTER_SHIP_MOVE ? AFTER_MOVE
+                                                                     : AFTER_KEEP;
+        s[i].move_dir = c->after_ship_dir;
+        if (c->include_count || c->exclude_count || c->min_size || c->max_size || c->max_age_ms ||
+            c->sample_every > 1 || c->drop_if_prefix[0]) {
+            ingest_filter_spec fs;
+            memset(&fs, 0, sizeof(fs));
+            fs.include = (const char *const *)c->include;
+            fs.include_count = c->include_count;
+            fs.exclude = (const char *const *)c->exclude;
+            fs.exclude_count = c->exclude_count;
+            fs.min_size = c->min_size;
+            fs.max_size = c->max_size;
+            fs.max_age_ms = c->max_age_ms;
+            fs.sample_every = c->sample_every;
+            fs.drop_if_prefix = c->drop_if_prefix;
+            if (ingest_filter_create(d->a->ctx, &fs, &s[i].filter) < 0) {
+                prog_log(INGEST_LOG_ERROR, "source %s: filter: %s", c->name, ingest_ctx_errmsg(d->a->ctx));
+                for (size_t k = 0; k < i; k++)
+                    ingest_filter_destroy(s[k].filter);
+                free(s);
+                free(ss);
+                return -1;
+            }
+        }
+    }
+    *out = s;
+    *sout = ss;
+    return 0;
+}
+
+static dsource *source_of(daemon_t *d, const char *path, const char **rel)
+{
+    for (size_t i = 0; i < d->nsrc; i++)
+        if (strncmp(path, d->src[i].name, d->src[i].name_len) == 0 && path[d->src[i].name_len] == '/') {
+            *rel = path + d->src[i].name_len + 1;
+            return &d->src[i];
+        }
+    return NULL;
+}
+
+/* ---- inotify -------------------------------------------------------------- */
+
+static void watch_add_tree(daemon_t *d, size_t si, const char *rel);
+
+static void watch_add(daemon_t *d, size_t si, const char *rel)
+{
+    if (d->ino < 0 || d->ino_full)
+        return;
+    char p[PATH_MAX];
+    snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel);
+    const int wd = inotify_add_watch(d->ino, p, IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DONT_FOLLOW | IN_ONLYDIR);
+    if (wd < 0) {
+        if (errno == ENOSPC) {
+            long lim = -1;
+            FILE *f = fopen("/proc/sys/fs/inotify/max_user_watches", "r");
+            if (f != NULL) {
+                if (fscanf(f, "%ld", &lim) != 1)
+                    lim = -1;
+                fclose(f);
+            }
+            prog_log(INGEST_LOG_WARN,
+                     "inotify watches ran out (fs.inotify.max_user_watches = %ld, %zu in use): "
+                     "falling back to rescans every %llu ms",
+                     lim, d->nw, (unsigned long long)d->rescan_ms);
+            d->ino_full = 1;
+        }
+        return;
+    }
+    for (size_t i = 0; i < d->nw; i++)
+        if (d->w[i].wd == wd)
+            return; /* already watched */
+    if (d->nw == d->capw) {
+        const size_t nc = d->capw ? d->capw * 2 : 64;
+        watch *nw = realloc(d->w, nc * sizeof(*nw));
+        if (nw == NULL)
+            return;
+        d->w = nw;
+        d->capw = nc;
+    }
+    d->w[d->nw].wd = wd;
+    d->w[d->nw].src = si;
+    d->w[d->nw].rel = strdup(rel);
+    if (d->w[d->nw].rel == NULL)
+        return;
+    d->nw++;
+    watch_add_tree(d, si, rel);
+}
+
+/* Watch the subdirectories of rel (which is watched). */
+static void watch_add_tree(daemon_t *d, size_t si, const char *rel)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel);
+    const int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    DIR *dir = fdopendir(fd);
+    if (dir == NULL) {
+        close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL && !d->ino_full) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN)
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
+            continue;
+        char r[PATH_MAX];
+        if ((size_t)snprintf(r, sizeof(r), "%s%s%s", rel, rel[0] ? "/" : "", e->d_name) >= sizeof(r))
+            continue;
+        watch_add(d, si, r);
+    }
+    closedir(dir);
+}
+
+static void watches_clear(daemon_t *d)
+{
+    for (size_t i = 0; i < d->nw; i++) {
+        if (d->ino >= 0)
+            inotify_rm_watch(d->ino, d->w[i].wd);
+        free(d->w[i].rel);
+    }
+    d->nw = 0;
+}
+
+static void watches_setup(daemon_t *d)
+{
+    watches_clear(d);
+    d->ino_full = 0;
+    for (size_t i = 0; i < d->nsrc && !d->ino_full; i++)
+        watch_add(d, i, "");
+}
+
+static watch *watch_find(daemon_t *d, int wd)
+{
+    for (size_t i = 0; i < d->nw; i++)
+        if (d->w[i].wd == wd)
+            return &d->w[i];
+    return NULL;
+}
+
+static void inotify_drain(daemon_t *d)
+{
+    char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
+    for (;;) {
+        const ssize_t n = read(d->ino, buf, sizeof(buf));
+        if (n <= 0)
+            return;
+        for (char *p = buf; p < buf + n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)p;
+            p += sizeof(*ev) + ev->len;
+            if (ev->mask & IN_Q_OVERFLOW) {
+                schedule_scan(d, d->now);
+                continue;
+            }
+            watch *w = watch_find(d, ev->wd);
+            if (w == NULL)
+                continue;
+            if (ev->mask & IN_IGNORED) {
+                free(w->rel);
+                *w = d->w[--d->nw];
+                continue;
+            }
+            if (ev->len == 0)
+                continue;
+            char rel[PATH_MAX];
+            if ((size_t)snprintf(rel, sizeof(rel), "%s%s%s", w->rel, w->rel[0] ? "/" : "", ev->name) >= sizeof(rel))
+                continue;
+            if (ev->mask & IN_ISDIR) {
+                if (ev->mask & (IN_CREATE | IN_MOVED_TO))
+                    watch_add(d, w->src, rel);
+                schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
+                continue;
+            }
+            if (ev->mask & IN_MOVED_TO) {
+                /* renamed into the tree: complete by convention, no settle time */
+                char full[PATH_MAX], mpath[PATH_MAX];
+                struct stat st;
+                if ((size_t)snprintf(full, sizeof(full), "%s/%s", d->src[w->src].path, rel) < sizeof(full) &&
+                    (size_t)snprintf(mpath, sizeof(mpath), "%s/%s", d->src[w->src].name, rel) < sizeof(mpath) &&
+                    lstat(full, &st) == 0 && S_ISREG(st.st_mode))
+                    (void)ingest_journal_mark_renamed(d->j, mpath, (uint64_t)st.st_size,
+                                                      (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                                                      wall_now_ns());
+            }
+            if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO))
+                schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
+        }
+    }
+}
+
+/* ---- the open batch ------------------------------------------------------- */
+
+static void open_reset(daemon_t *d)
+{
+    for (size_t i = 0; i < d->nof; i++)
+        free((char *)d->of[i].path);
+    d->nof = 0;
+    d->of_bytes = 0;
+    d->open_seq = 0;
+    d->of_dirty = 0;
+}
+
+/* Journal the open batch's file list (PENDING). */
+static int open_journal(daemon_t *d)
+{
+    if (d->open_seq == 0 || !d->of_dirty || d->nof == 0)
+        return 0;
+    char id[INGEST_JOURNAL_ID_MAX + 1];
+    snprintf(id, sizeof(id), "%s%06llu", d->a->prefix, (unsigned long long)d->open_seq);
+    if (ingest_journal_add(d->j, d->open_seq, id, d->of, d->nof) < 0) {
+        prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(d->a->ctx));
+        return -1;
+    }
+    d->of_dirty = 0;
+    return 0;
+}
+
+static int open_close(daemon_t *d)
+{
+    const int rc = open_journal(d);
+    if (d->open_seq != 0)
+        prog_log(INGEST_LOG_DEBUG, "batch %s%06llu closed: %zu files, %llu bytes", d->a->prefix,
+                 (unsigned long long)d->open_seq, d->nof, (unsigned long long)d->of_bytes);
+    open_reset(d);
+    return rc;
+}
+
+static int open_add(daemon_t *d, const char *path, const ingest_sender_stat *st)
+{
+    const uint64_t maxf = d->a->cfg->batch_max_files, maxb = d->a->cfg->batch_max_bytes;
+    if (d->open_seq != 0 && (d->nof >= maxf || (d->nof > 0 && d->of_bytes + st->size > maxb)))
+        if (open_close(d) < 0)
+            return -1;
+    if (d->open_seq == 0) {
+        d->open_seq = d->a->seq++;
+        if (save_seq(d->a->cfg->state_dir, d->a->seq) != 0) {
+            prog_log(INGEST_LOG_ERROR, "cannot save the batch sequence in %s: %s", d->a->cfg->state_dir,
+                     strerror(errno));
+            return -1;
+        }
+        d->open_at = d->now;
+    }
+    if (d->nof == d->capof) {
+        const size_t nc = d->capof ? d->capof * 2 : 256;
+        ingest_journal_file *nf = realloc(d->of, nc * sizeof(*nf));
+        if (nf == NULL)
+            return -1;
+        d->of = nf;
+        d->capof = nc;
+    }
+    char *p = strdup(path);
+    if (p == NULL)
+        return -1;
+    d->of[d->nof].path = p;
+    d->of[d->nof].size = st->size;
+    d->of[d->nof].mtime_ns = st->mtime_ns;
+    d->of[d->nof].ctime_ns = st->ctime_ns;
+    d->nof++;
+    d->of_bytes += st->size;
+    d->of_dirty = 1;
+    d->q_files++;
+    d->q_bytes += st->size;
+    if (d->nof >= maxf || d->of_bytes >= maxb)
+        return open_close(d);
+    return 0;
+}
+
+/* ---- discovery -------------------------------------------------------------- */
+
+static int read_head(const dsource *s, const char *rel, uint8_t *buf, size_t cap, size_t *len)
+{
+    char full[PATH_MAX];
+    snprintf(full, sizeof(full), "%s/%s", s->path, rel);
+    const int fd = open(full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -1;
+    size_t n = 0;
+    while (n < cap) {
+        const ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    *len = n;
+    return 0;
+}
+
+/* The walk's want_file: choose files for the open batch; never let the sender chunk. */
+static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
+{
+    daemon_t *d = ((agent *)ud)->userdata;
+    const char *rel = NULL;
+    dsource *s = source_of(d, path, &rel);
+    if (s == NULL || stopping)
+        return 0;
+    ingest_file_state fs;
+    if (ingest_filetable_get(d->a->ft, path, &fs) == 0 && fs.size == st->size && fs.mtime_ns == st->mtime_ns &&
+        fs.ctime_ns == st->ctime_ns)
+        return 0; /* unchanged since its ack */
+    int rc = ingest_journal_inflight(d->j, path, NULL);
+    if (rc != 0)
+        return rc < 0 ? rc : 0;
+    if (s->filter != NULL) {
+        if (ingest_journal_skipped(d->j, path, st->size, st->mtime_ns) > 0)
+            return 0; /* this version was counted already */
+        int r = ingest_filter_check_stat(s->filter, rel, st->size, st->mtime_ns, d->wall_ns);
+        const size_t hl = ingest_filter_head_len(s->filter);
+        if (r == INGEST_FILTER_TAKE && hl > 0) {
+            uint8_t head[INGEST_FILTER_MAX_PREFIX];
+            size_t n = 0;
+            if (read_head(s, rel, head, hl < sizeof(head) ? hl : sizeof(head), &n) == 0)
+                r = ingest_filter_check_head(s->filter, head, n);
+        }
+        if (r != INGEST_FILTER_TAKE) {
+            if (r > 0 && r < INGEST_FILTER_NREASONS)
+                d->skipped[r]++;
+            prog_log(INGEST_LOG_DEBUG, "skipped %s: filter %s", path, ingest_filter_reason_name(r));
+            (void)ingest_journal_mark_skipped(d->j, path, st->size, st->mtime_ns, r, d->wall_ns);
+            return 0;
+        }
+    }
+    int64_t wait_ns = 0;
+    rc = ingest_journal_stable(d->j, path, st->size, st->mtime_ns, d->wall_ns, s->settle_ns, &wait_ns);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
+        d->not_stable++;
+        schedule_scan(d, d->now + (double)wait_ns / 1e9 + 0.05);
+        return 0;
+    }
+    if (d->q_files >= d->queue_files || d->q_bytes + st->size > d->queue_bytes) {
+        if (!d->backpressure)
+            prog_log(INGEST_LOG_WARN,
+                     "backpressure: the queue is full (%llu files, %llu bytes queued; limits %llu files, %llu bytes): "
+                     "not taking new files until batches are acknowledged",
+                     (unsigned long long)d->q_files, (unsigned long long)d->q_bytes,
+                     (unsigned long long)d->queue_files, (unsigned long long)d->queue_bytes);
+        d->backpressure = 1;
+        return 0;
+    }
+    return open_add(d, path, st) < 0 ? INGEST_ENOMEM : 0;
+}
+
+static int walk(daemon_t *d)
+{
+    ingest_sender_opts o = d->base;
+    o.want_file = select_file;
+    o.on_skip = on_skip;
+    o.batch_seq = 1;
+    o.threads = 1;
+    ingest_sender *s = NULL;
+    d->scan_at = 0;
+    d->last_full = d->now;
+    d->wall_ns = wall_now_ns();
+    int rc = ingest_sender_create(d->a->ctx, &o, &s);
+    if (rc == 0)
+        rc = ingest_sender_scan(s);
+    ingest_sender_batch *b = NULL;
+    if (rc == 0)
+        rc = ingest_sender_next_batch(s, &b); /* select_file takes nothing: the walk runs to its end */
+    ingest_sender_batch_destroy(b);
+    ingest_sender_destroy(s);
+    if (rc < 0)
+        prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(d->a->ctx));
+    if (open_journal(d) < 0)
+        rc = -1;
+    (void)ingest_journal_flush(d->j);
+    return rc < 0 ? rc : 0;
+}
+
+/* ---- after-ship ------------------------------------------------------------- */
+
+static int mkdirs(char *p)
+{
+    for (char *q = p + 1; *q; q++) {
+        if (*q != '/')
+            continue;
+        *q = '\0';
+        const int r = mkdir(p, 0755);
+        *q = '/';
+        if (r != 0 && errno != EEXIST)
+            return -1;
+    }
+    return 0;
+}
+
+/* Apply the source's after-ship action to the acked files (only when still the version shipped). */
+static void after_ship(daemon_t *d, const ingest_journal_file *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *rel = NULL;
+        dsource *s = source_of(d, f[i].path, &rel);
+        if (s == NULL || s->after == AFTER_KEEP)
+            continue;
+        char full[PATH_MAX];
+        struct stat st;
+        snprintf(full, sizeof(full), "%s/%s", s->path, rel);
+        if (lstat(full, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != f[i].size ||
+            (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec != f[i].mtime_ns ||
+            (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec != f[i].ctime_ns)
+            continue; /* gone, or a newer version: leave it */
+        if (s->after == AFTER_DELETE) {
+            if (unlink(full) == 0)
+                d->deleted++;
+            else
+                prog_log(INGEST_LOG_WARN, "after_ship delete %s: %s", full, strerror(errno));
+        } else {
+            char dst[PATH_MAX];
+            snprintf(dst, sizeof(dst), "%s/%s", s->move_dir, rel);
+            if (mkdirs(dst) == 0 && rename(full, dst) == 0)
+                d->moved++;
+            else
+                prog_log(INGEST_LOG_WARN, "after_ship move %s -> %s: %s", full, dst, strerror(errno));
+        }
+        /* the file table entry is kept: a file put back unchanged is not shipped again */
+    }
+}
+
+/* ---- shipping ----------------------------------------------------------------- */
+
+static void backoff(daemon_t *d)
+{
+    d->backoff_ms = d->backoff_ms == 0 ? BACKOFF_MIN_MS : d->backoff_ms * 2;
+    if (d->backoff_ms > BACKOFF_MAX_MS)
+        d->backoff_ms = BACKOFF_MAX_MS;
+    /* jitter: 50%..100% of the step */
+    const double ms = d->backoff_ms * (0.5 + 0.5 * (double)rand() / RAND_MAX);
+    d->next_connect = d->now + ms / 1000.0;
+    prog_log(INGEST_LOG_WARN, "core unreachable; next attempt in %.1f s (%llu files, %llu bytes queued)", ms / 1000.0,
+             (unsigned long long)d->q_files, (unsigned long long)d->q_bytes);
+}
+
+static int files_differ(const ingest_journal_batch *jb, const ingest_journal_file *f, size_t n)
+{
+    if (n != jb->nfiles)
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(f[i].path, jb->files[i].path) != 0 || f[i].size != jb->files[i].size ||
+            f[i].mtime_ns != jb->files[i].mtime_ns || f[i].ctime_ns != jb->files[i].ctime_ns)
+            return 1;
+    return 0;
+}
+
+static void queue_recount(daemon_t *d)
+{
+    uint64_t nb = 0;
+    if (ingest_journal_queued(d->j, &nb, &d->q_files, &d->q_bytes) < 0)
+        return;
+    if (d->backpressure && d->q_files < d->queue_files && d->q_bytes < d->queue_bytes) {
+        prog_log(INGEST_LOG_INFO, "backpressure off: %llu files, %llu bytes queued", (unsigned long long)d->q_files,
+                 (unsigned long long)d->q_bytes);
+        d->backpressure = 0;
+        schedule_scan(d, d->now);
+    }
+}
+
+static int forget(daemon_t *d, uint64_t seq)
+{
+    const int rc = ingest_journal_remove(d->j, seq);
+    if (rc < 0)
+        prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(d->a->ctx));
+    queue_recount(d);
+    return rc;
+}
+
+/*
+ * Ship journaled batch seq.  Returns 0 done (acked, or dropped and its files
+ * left to discovery), 1 the connection failed (the batch stays queued),
+ * < 0 a local failure.
+ */
+static int ship_one(daemon_t *d, uint64_t seq)
+{
+    agent *a = d->a;
+    ingest_journal_batch *jb = NULL;
+    int rc = ingest_journal_get(d->j, seq, &jb);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "journal: batch %llu: %s", (unsigned long long)seq, ingest_ctx_errmsg(a->ctx));
+        return rc == INGEST_ECORRUPT ? forget(d, seq) : rc;
+    }
+    if (jb->state == INGEST_JOURNAL_ACKED) {
+        /* acked before a restart: finish its after-ship action */
+        after_ship(d, jb->files, jb->nfiles);
+        ingest_journal_batch_free(d->j, jb);
+        return forget(d, seq);
+    }
+    if (a->fd < 0) {
+        if (d->now < d->next_connect) {
+            ingest_journal_batch_free(d->j, jb);
+            return 1;
+        }
+        if (connect_core(a) != 0) {
+            backoff(d);
+            ingest_journal_batch_free(d->j, jb);
+            return 1;
+        }
+        if (d->backoff_ms)
+            prog_log(INGEST_LOG_INFO, "connected to the core again");
+        d->backoff_ms = 0;
+    }
+    const char **paths = calloc(jb->nfiles, sizeof(*paths));
+    ingest_journal_file *got = calloc(jb->nfiles, sizeof(*got));
+    ingest_sender *s = NULL;
+    ingest_sender_batch *b = NULL;
+    size_t ngot = 0;
+    if (paths == NULL || got == NULL) {
+        rc = INGEST_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < jb->nfiles; i++)
+        paths[i] = jb->files[i].path;
+    ingest_sender_opts o = d->base;
+    o.want_file = NULL;
+    o.batch_seq = seq;
+    o.max_files = jb->nfiles;
+    o.max_bytes = UINT64_MAX / 4;
+    rc = ingest_sender_create(a->ctx, &o, &s);
+    if (rc == 0 && a->chunkbuf == NULL) {
+        a->chunkcap = ingest_sender_chunk_bound(s);
+        a->chunkbuf = malloc(a->chunkcap);
+        if (a->chunkbuf == NULL)
+            rc = INGEST_ENOMEM;
+    }
+    if (rc == 0)
+        rc = ingest_sender_scan_list(s, paths, jb->nfiles);
+    if (rc == 0)
+        rc = ingest_sender_next_batch(s, &b);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "batch %s: %s", jb->id, ingest_ctx_errmsg(a->ctx));
+        goto out;
+    }
+    if (rc == 0) {
+        prog_log(INGEST_LOG_INFO, "batch %s: none of its %zu files is left to ship", jb->id, jb->nfiles);
+        rc = forget(d, seq);
+        goto out;
+    }
+    if (strcmp(ingest_sender_batch_id(b), jb->id) != 0) {
+        prog_log(INGEST_LOG_ERROR, "batch %s rebuilt as %s: dropped (its files will be found again)", jb->id,
+                 ingest_sender_batch_id(b));
+        rc = forget(d, seq);
+        goto out;
+    }
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    for (uint64_t i = 0; i < bs.files; i++) {
+        ingest_sender_file_info info;
+        if (ingest_sender_batch_file(b, i, &info) != 0)
+            continue;
+        got[ngot].path = info.path;
+        got[ngot].size = info.size;
+        got[ngot].mtime_ns = info.mtime_ns;
+        got[ngot].ctime_ns = info.ctime_ns;
+        ngot++;
+    }
+    if (files_differ(jb, got, ngot)) {
+        if (jb->state == INGEST_JOURNAL_PENDING) {
+            /* never sent: record what will really go, so a replay after a crash is the same batch */
+            if ((rc = ingest_journal_add(d->j, seq, jb->id, got, ngot)) < 0) {
+                prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
+                goto out;
+            }
+        } else {
+            prog_log(INGEST_LOG_WARN, "batch %s: files changed since it was sent; replaying what is there now",
+                     jb->id);
+        }
+    }
+    if (jb->state == INGEST_JOURNAL_SENT)
+        d->batches_replayed++;
+    else if ((rc = ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_SENT, NULL, 0)) < 0) {
+        prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
+        goto out;
+    }
+    a->t.batches++;
+    rc = send_manifest(a, b);
+    if (rc == 0)
+        rc = finish_batch(a, b);
+    if (rc == 0) {
+        if ((rc = ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_ACKED, got, ngot)) < 0) {
+            prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
+            goto out;
+        }
+        for (uint64_t i = 0; i < bs.chunks; i++) {
+            uint8_t id[INGEST_ID_BYTES];
+            uint32_t len;
+            uint64_t off;
+            if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0 && ingest_havecache_add(a->have, id) < 0)
+                break;
+        }
+        (void)ingest_store_commit(a->st);
+        d->batches_acked++;
+        d->shipped_files += bs.files;
+        d->shipped_bytes += bs.bytes;
+        prog_log(INGEST_LOG_INFO, "batch %s acked: %llu files, %llu bytes", jb->id, (unsigned long long)bs.files,
+                 (unsigned long long)bs.bytes);
+        after_ship(d, got, ngot);
+        rc = forget(d, seq);
+    } else if (rc == 1 || rc == 2) {
+        /* abandoned (a file changed) or refused: its files go back to discovery */
+        disconnect_core(a);
+        rc = forget(d, seq);
+        schedule_scan(d, d->now);
+    } else {
+        disconnect_core(a);
+        if (!stopping)
+            backoff(d);
+        rc = 1;
+    }
+out:
+    ingest_sender_batch_destroy(b);
+    ingest_sender_destroy(s);
+    free(paths);
+    free(got);
+    ingest_journal_batch_free(d->j, jb);
+    return rc;
+}
+
+/* Ship the queue, oldest first, until it is empty (0), the core fails (1) or a walk is due. */
+static int ship_queue(daemon_t *d)
+{
+    uint64_t seq = 0;
+    for (;;) {
+        if (stopping || reload_requested)
+            return 0;
+        d->now = prog_now();
+        if (d->scan_at != 0 && d->now >= d->scan_at)
+            return 0;
+        const int r = ingest_journal_next(d->j, seq, &seq);
+        if (r <= 0)
+            return r;
+        if (seq == d->open_seq)
+            continue;
+        const int rc = ship_one(d, seq);
+        if (rc != 0)
+            return rc;
+    }
+}
+
+/* ---- configuration ------------------------------------------------------------ */
+
+static void apply_config(daemon_t *d)
+{
+    const ingest_agent_config *cfg = d->a->cfg;
+    d->base.sources = d->ssrc;
+    d->base.nsources = d->nsrc;
+    d->base.device = cfg->device_id;
+    d->base.chunking = cfg->chunking;
+    d->base.max_files = cfg->batch_max_files;
+    d->base.max_bytes = cfg->batch_max_bytes;
+    d->max_wait_ms = cfg->batch_max_wait_ms;
+    d->rescan_ms = cfg->rescan_interval_ms ? cfg->rescan_interval_ms : RESCAN_DEFAULT_MS;
+    d->queue_files = cfg->queue_max_files ? cfg->queue_max_files : QUEUE_FILES_DEFAULT;
+    d->queue_bytes = cfg->queue_max_bytes ? cfg->queue_max_bytes : QUEUE_BYTES_DEFAULT;
+}
+
+static void reload(daemon_t *d)
+{
+    reload_requested = 0;
+    agent *a = d->a;
+    ingest_agent_config *ncfg = NULL;
+    if (ingest_agent_config_load(a->ctx, d->config_path, &ncfg) < 0) {
+        prog_log(INGEST_LOG_ERROR, "config reload rejected: %s; the current configuration stays in force",
+                 ingest_ctx_errmsg(a->ctx));
+        return;
+    }
+    if (strcmp(ncfg->device_id, a->cfg->device_id) != 0 || strcmp(ncfg->state_dir, a->cfg->state_dir) != 0) {
+        prog_log(INGEST_LOG_ERROR, "config reload rejected: device.id and state_dir cannot change while running; "
+                                   "the current configuration stays in force");
+        ingest_agent_config_free(ncfg);
+        return;
+    }
+    dsource *ns = NULL;
+    ingest_sender_source *nss = NULL;
+    if (sources_make(d, ncfg, &ns, &nss) < 0) {
+        prog_log(INGEST_LOG_ERROR, "config reload rejected: the sources could not be set up");
+        ingest_agent_config_free(ncfg);
+        return;
+    }
+    /* the open batch is journaled under the old sources: close it */
+    open_close(d);
+    if (strcmp(ncfg->core_address, a->cfg->core_address) != 0)
+        disconnect_core(a);
+    sources_free(d);
+    ingest_agent_config_free(a->cfg);
+    a->cfg = ncfg;
+    d->src = ns;
+    d->ssrc = nss;
+    d->nsrc = ncfg->sources_count;
+    apply_config(d);
+    prog_log_set_level(ncfg->log_level);
+    watches_setup(d);
+    schedule_scan(d, d->now);
+    prog_log(INGEST_LOG_INFO, "configuration reloaded from %s (%zu sources)", d->config_path, d->nsrc);
+}
+
+/* ---- the loop --------------------------------------------------------------------- */
+
+int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base)
+{
+    daemon_t d;
+    memset(&d, 0, sizeof(d));
+    d.a = a;
+    d.config_path = config_path;
+    d.base = *base;
+    d.ino = -1;
+    a->userdata = &d;
+    int status = 1;
+    srand((unsigned)(getpid() ^ (unsigned)wall_now_ns()));
+    if (ingest_journal_open(a->st, a->ft, &d.j) < 0) {
+        prog_log(INGEST_LOG_ERROR, "journal in %s: %s", a->cfg->state_dir, ingest_ctx_errmsg(a->ctx));
+        return 1;
+    }
+    if (sources_make(&d, a->cfg, &d.src, &d.ssrc) < 0)
+        goto out;
+    d.nsrc = a->cfg->sources_count;
+    apply_config(&d);
+    d.base.userdata = a;
+    /* batch ids stay unique: continue after the last journaled batch */
+    uint64_t last = 0, s = 0;
+    while (ingest_journal_next(d.j, s, &s) == 1)
+        last = s;
+    if (a->seq <= last)
+        a->seq = last + 1;
+    queue_recount(&d);
+    if (d.q_files)
+        prog_log(INGEST_LOG_INFO, "resuming: %llu files, %llu bytes queued in the journal",
+                 (unsigned long long)d.q_files, (unsigned long long)d.q_bytes);
+    d.ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (d.ino < 0)
+        prog_log(INGEST_LOG_WARN, "inotify unavailable (%s): rescans only", strerror(errno));
+    d.now = prog_now();
+    watches_setup(&d);
+    prog_log(INGEST_LOG_INFO, "running: %zu sources, %zu directories watched, rescan every %llu ms", d.nsrc, d.nw,
+             (unsigned long long)d.rescan_ms);
+    schedule_scan(&d, d.now);
+    while (!stopping) {
+        d.now = prog_now();
+        if (reload_requested)
+            reload(&d);
+        if (d.ino >= 0)
+            inotify_drain(&d);
+        if (d.now - d.last_full >= d.rescan_ms / 1000.0)
+            schedule_scan(&d, d.now);
+        if (d.scan_at != 0 && d.now >= d.scan_at) {
+            if (walk(&d) < 0 && stopping)
+                break;
+            d.now = prog_now();
+        }
+        if (d.open_seq != 0 && (d.now - d.open_at) * 1000.0 >= (double)d.max_wait_ms)
+            open_close(&d);
+        const int shipped = ship_queue(&d);
+        if (shipped < 0)
+            prog_log(INGEST_LOG_ERROR, "shipping failed; retrying");
+        /* sleep until something is due */
+        d.now = prog_now();
+        double until = d.now + 1.0;
+        if (d.scan_at != 0 && d.scan_at < until)
+            until = d.scan_at;
+        if (d.open_seq != 0 && d.open_at + d.max_wait_ms / 1000.0 < until)
+            until = d.open_at + d.max_wait_ms / 1000.0;
+        if (d.q_files > d.nof && a->fd < 0 && d.next_connect < until)
+            until = d.next_connect;
+        if (d.q_files > d.nof && a->fd >= 0 && shipped == 0)
+            until = d.now; /* more to ship */
+        int ms = (int)((until - d.now) * 1000.0);
+        if (ms < 0)
+            ms = 0;
+        if (shipped < 0 && ms < 1000)
+            ms = 1000;
+        if (ms > 0 && !stopping && !reload_requested) {
+            struct pollfd p = { d.ino, POLLIN, 0 };
+            poll(&p, d.ino >= 0 ? 1 : 0, ms);
+        }
+    }
+    /* Shutdown: the open batch is journaled PENDING, an interrupted batch stays SENT: both resume. */
+    open_journal(&d);
+    status = 0;
+out:
+    if (ingest_store_commit(a->st) < 0) {
+        prog_log(INGEST_LOG_ERROR, "state store: %s", ingest_ctx_errmsg(a->ctx));
+        status = 1;
+    }
+    disconnect_core(a);
+    queue_recount(&d);
+    prog_log(INGEST_LOG_INFO,
+             "stopped: shipped files=%llu bytes=%llu batches=%llu replayed=%llu; queued files=%llu bytes=%llu; "
+             "after_ship deleted=%llu moved=%llu; skipped include=%llu exclude=%llu min_size=%llu max_size=%llu "
+             "max_age=%llu sample=%llu prefix=%llu",
+             (unsigned long long)d.shipped_files, (unsigned long long)d.shipped_bytes,
+             (unsigned long long)d.batches_acked, (unsigned long long)d.batches_replayed,
+             (unsigned long long)d.q_files, (unsigned long long)d.q_bytes, (unsigned long long)d.deleted,
+             (unsigned long long)d.moved, (unsigned long long)d.skipped[INGEST_FILTER_INCLUDE],
+             (unsigned long long)d.skipped[INGEST_FILTER_EXCLUDE], (unsigned long long)d.skipped[INGEST_FILTER_MIN_SIZE],
+             (unsigned long long)d.skipped[INGEST_FILTER_MAX_SIZE], (unsigned long long)d.skipped[INGEST_FILTER_MAX_AGE],
+             (unsigned long long)d.skipped[INGEST_FILTER_SAMPLE], (unsigned long long)d.skipped[INGEST_FILTER_PREFIX]);
+    printf("stopped: files=%llu bytes=%llu batches=%llu replayed=%llu queued_files=%llu deleted=%llu moved=%llu "
+           "skipped_include=%llu skipped_exclude=%llu skipped_min_size=%llu skipped_max_size=%llu "
+           "skipped_max_age=%llu skipped_sample=%llu skipped_prefix=%llu\n",
+           (unsigned long long)d.shipped_files, (unsigned long long)d.shipped_bytes,
+           (unsigned long long)d.batches_acked, (unsigned long long)d.batches_replayed,
+           (unsigned long long)d.q_files, (unsigned long long)d.deleted, (unsigned long long)d.moved,
+           (unsigned long long)d.skipped[INGEST_FILTER_INCLUDE], (unsigned long long)d.skipped[INGEST_FILTER_EXCLUDE],
+           (unsigned long long)d.skipped[INGEST_FILTER_MIN_SIZE], (unsigned long long)d.skipped[INGEST_FILTER_MAX_SIZE],
+           (unsigned long long)d.skipped[INGEST_FILTER_MAX_AGE], (unsigned long long)d.skipped[INGEST_FILTER_SAMPLE],
+           (unsigned long long)d.skipped[INGEST_FILTER_PREFIX]);
+    fflush(stdout);
+    open_reset(&d);
+    free(d.of);
+    watches_clear(&d);
+    free(d.w);
+    if (d.ino >= 0)
+        close(d.ino);
+    sources_free(&d);
+    ingest_journal_close(d.j);
+    return status;
+}

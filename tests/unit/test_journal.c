@@ -1,0 +1,200 @@
+/* The edge's batch journal: states, in-flight marks, file table on ack, stability, reopen. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "store.h"
+#include "ingest/journal.h"
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+typedef struct fixture {
+    char dir[64];
+    ingest_ctx *ctx;
+    ingest_store *st;
+    ingest_filetable *ft;
+    ingest_journal *j;
+} fixture;
+
+static void open_all(fixture *f)
+{
+    const ingest_store_opts o = { 64u << 20, 0, INGEST_STORE_NOSYNC };
+    assert_int_equal(ingest_store_open(f->ctx, f->dir, &o, &f->st), 0);
+    assert_int_equal(ingest_filetable_open(f->st, &f->ft), 0);
+    assert_int_equal(ingest_journal_open(f->st, f->ft, &f->j), 0);
+}
+
+static void close_all(fixture *f)
+{
+    ingest_journal_close(f->j);
+    ingest_filetable_close(f->ft);
+    ingest_store_close(f->st);
+    f->j = NULL;
+    f->ft = NULL;
+    f->st = NULL;
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return -1;
+    snprintf(f->dir, sizeof(f->dir), "/tmp/test_journal.XXXXXX");
+    if (mkdtemp(f->dir) == NULL)
+        return -1;
+    f->ctx = ingest_ctx_create(NULL);
+    if (f->ctx == NULL)
+        return -1;
+    open_all(f);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    close_all(f);
+    nftw(f->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    ingest_ctx_destroy(f->ctx);
+    free(f);
+    return 0;
+}
+
+static const ingest_journal_file files3[] = {
+    { "src/a", 10, 100, 1000 },
+    { "src/d/b", 20, 200, 2000 },
+    { "src/d/c", 30, 300, 3000 },
+};
+
+static void test_lifecycle(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(ingest_journal_add(f->j, 7, "inst-000007", files3, 3), 0);
+    uint64_t seq = 0;
+    assert_int_equal(ingest_journal_inflight(f->j, "src/d/b", &seq), 1);
+    assert_int_equal(seq, 7);
+    assert_int_equal(ingest_journal_inflight(f->j, "src/zzz", NULL), 0);
+    uint64_t nb = 0, nf = 0, by = 0;
+    assert_int_equal(ingest_journal_queued(f->j, &nb, &nf, &by), 0);
+    assert_int_equal(nb, 1);
+    assert_int_equal(nf, 3);
+    assert_int_equal(by, 60);
+
+    /* survives a reopen (as after kill -9: every change is committed) */
+    close_all(f);
+    open_all(f);
+    ingest_journal_batch *b = NULL;
+    assert_int_equal(ingest_journal_get(f->j, 7, &b), 0);
+    assert_int_equal(b->state, INGEST_JOURNAL_PENDING);
+    assert_string_equal(b->id, "inst-000007");
+    assert_int_equal(b->nfiles, 3);
+    assert_string_equal(b->files[2].path, "src/d/c");
+    assert_int_equal(b->files[2].size, 30);
+    assert_int_equal(b->files[1].mtime_ns, 200);
+    assert_int_equal(b->files[0].ctime_ns, 1000);
+    ingest_journal_batch_free(f->j, b);
+
+    assert_int_equal(ingest_journal_set_state(f->j, 7, INGEST_JOURNAL_SENT, NULL, 0), 0);
+    /* a sent batch cannot be re-chosen, and states never go back */
+    assert_int_equal(ingest_journal_add(f->j, 7, "inst-000007", files3, 2), INGEST_EEXIST);
+    ingest_file_state fs;
+    assert_int_equal(ingest_filetable_get(f->ft, "src/a", &fs), INGEST_ENOTFOUND);
+
+    /* ack with what really went (the third file had changed) */
+    ingest_journal_file got[2] = { files3[0], files3[1] };
+    got[1].size = 21;
+    assert_int_equal(ingest_journal_set_state(f->j, 7, INGEST_JOURNAL_ACKED, got, 2), 0);
+    assert_int_equal(ingest_journal_set_state(f->j, 7, INGEST_JOURNAL_SENT, NULL, 0), INGEST_EINVAL);
+    close_all(f);
+    open_all(f);
+    assert_int_equal(ingest_filetable_get(f->ft, "src/d/b", &fs), 0);
+    assert_int_equal(fs.size, 21);
+    assert_int_equal(fs.mtime_ns, 200);
+    assert_int_equal(ingest_filetable_get(f->ft, "src/d/c", &fs), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_journal_inflight(f->j, "src/a", NULL), 0);
+    assert_int_equal(ingest_journal_inflight(f->j, "src/d/c", NULL), 0);
+    assert_int_equal(ingest_journal_queued(f->j, &nb, &nf, &by), 0);
+    assert_int_equal(nb, 0);
+    assert_int_equal(ingest_journal_next(f->j, 0, &seq), 1);
+    assert_int_equal(seq, 7);
+    assert_int_equal(ingest_journal_remove(f->j, 7), 0);
+    assert_int_equal(ingest_journal_next(f->j, 0, &seq), 0);
+    assert_int_equal(ingest_journal_get(f->j, 7, &b), INGEST_ENOTFOUND);
+}
+
+static void test_replace_and_remove(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(ingest_journal_add(f->j, 3, "x-000003", files3, 3), 0);
+    /* a pending batch is chosen again: the old marks go */
+    assert_int_equal(ingest_journal_add(f->j, 3, "x-000003", files3 + 1, 1), 0);
+    assert_int_equal(ingest_journal_inflight(f->j, "src/a", NULL), 0);
+    assert_int_equal(ingest_journal_inflight(f->j, "src/d/b", NULL), 1);
+    assert_int_equal(ingest_journal_add(f->j, 4, "x-000004", files3 + 2, 1), 0);
+    uint64_t seq = 0;
+    assert_int_equal(ingest_journal_next(f->j, 3, &seq), 1);
+    assert_int_equal(seq, 4);
+    assert_int_equal(ingest_journal_remove(f->j, 3), 0);
+    assert_int_equal(ingest_journal_inflight(f->j, "src/d/b", NULL), 0);
+    assert_int_equal(ingest_journal_inflight(f->j, "src/d/c", NULL), 1);
+    /* bad input */
+    assert_int_equal(ingest_journal_add(f->j, 5, "", files3, 1), INGEST_EINVAL);
+    assert_int_equal(ingest_journal_add(f->j, 5, "x", files3, 0), INGEST_EINVAL);
+    assert_int_equal(ingest_journal_set_state(f->j, 99, INGEST_JOURNAL_SENT, NULL, 0), INGEST_ENOTFOUND);
+}
+
+static void test_stability(void **state)
+{
+    fixture *f = *state;
+    const int64_t s = 1000000000; /* 1 s */
+    int64_t wait = 0;
+    assert_int_equal(ingest_journal_stable(f->j, "src/a", 10, 5, 100 * s, 2 * s, &wait), 0);
+    assert_int_equal(wait, 2 * s);
+    assert_int_equal(ingest_journal_stable(f->j, "src/a", 10, 5, 101 * s, 2 * s, &wait), 0);
+    assert_int_equal(wait, s);
+    /* it grew: the clock restarts */
+    assert_int_equal(ingest_journal_stable(f->j, "src/a", 11, 6, 102 * s, 2 * s, &wait), 0);
+    assert_int_equal(ingest_journal_stable(f->j, "src/a", 11, 6, 103 * s, 2 * s, &wait), 0);
+    assert_int_equal(ingest_journal_stable(f->j, "src/a", 11, 6, 104 * s, 2 * s, &wait), 1);
+    /* renamed in: stable at once, while size and mtime hold */
+    assert_int_equal(ingest_journal_mark_renamed(f->j, "src/r", 7, 8, 50 * s), 0);
+    assert_int_equal(ingest_journal_stable(f->j, "src/r", 7, 8, 50 * s, 2 * s, &wait), 1);
+    assert_int_equal(ingest_journal_stable(f->j, "src/r", 9, 8, 50 * s, 2 * s, &wait), 0);
+    /* skipped versions */
+    assert_int_equal(ingest_journal_mark_skipped(f->j, "src/k", 1, 2, 6, 50 * s), 0);
+    assert_int_equal(ingest_journal_skipped(f->j, "src/k", 1, 2), 6);
+    assert_int_equal(ingest_journal_skipped(f->j, "src/k", 1, 3), 0);
+    assert_int_equal(ingest_journal_mark_skipped(f->j, "src/k", 1, 2, 0, 50 * s), INGEST_EINVAL);
+    /* an ack clears the record */
+    const ingest_journal_file fa = { "src/a", 11, 6, 9 };
+    assert_int_equal(ingest_journal_add(f->j, 1, "y-000001", &fa, 1), 0);
+    assert_int_equal(ingest_journal_set_state(f->j, 1, INGEST_JOURNAL_ACKED, NULL, 0), 0);
+    assert_int_equal(ingest_journal_stable(f->j, "src/a", 11, 6, 200 * s, 2 * s, &wait), 0);
+    assert_int_equal(ingest_journal_flush(f->j), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_lifecycle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replace_and_remove, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stability, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
