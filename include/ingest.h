@@ -32,5 +32,6 @@
 #include "ingest/filter.h"
 #include "ingest/journal.h"
 #include "ingest/throttle.h"
+#include "ingest/metrics.h"
 
 #endif

@@ -225,10 +225,13 @@ static int check_listen(cfg_parser *p, const char *shown, const char *value, cfg
     return INGEST_OK;
 }
 
-static int check_hostport_or_empty(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
+static int check_listen(cfg_parser *p, const char *shown, const char *value, cfg_mark at);
+
+static int check_listen_or_empty(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
 {
-    return value[0] == '\0' ? INGEST_OK : check_hostport(p, shown, value, at);
+    return value[0] == '\0' ? INGEST_OK : check_listen(p, shown, value, at);
 }
+
 
 static const char *const layout_placeholders[] = { "{device}", "{path}", "{yyyy}", "{mm}",
                                                    "{dd}",     "{batch}", NULL };
@@ -433,7 +436,7 @@ static const cfg_row agent_rows[] = {
     { .name = "log.level", .type = T_ENUM, .def = "info", FIELD(A, log_level), .enums = log_enum,
       .desc = "Least severe messages logged: error, warn, info or debug" },
     { .name = "metrics.listen", .type = T_STRING, .def = "", FIELD(A, metrics_listen),
-      .check = check_hostport_or_empty, .desc = "Prometheus endpoint host:port (\"\" = off)" },
+      .check = check_listen_or_empty, .desc = "Prometheus endpoint host:port (\"\" = off; port 0: any free port)" },
     { .name = "rescan_interval", .type = T_DURATION, .def = "60s", FIELD(A, rescan_interval_ms),
       .min = 10, .max = 24 * HOUR, .desc = "Walk every source this often (besides inotify)" },
     { .name = "spool.quota", .type = T_SIZE, .def = "1GiB", FIELD(A, spool_quota), .min = MiB,
@@ -477,7 +480,7 @@ static const cfg_row receiver_rows[] = {
     { .name = "log.level", .type = T_ENUM, .def = "info", FIELD(R, log_level), .enums = log_enum,
       .desc = "Least severe messages logged: error, warn, info or debug" },
     { .name = "metrics.listen", .type = T_STRING, .def = "", FIELD(R, metrics_listen),
-      .check = check_hostport_or_empty, .desc = "Prometheus endpoint host:port (\"\" = off)" },
+      .check = check_listen_or_empty, .desc = "Prometheus endpoint host:port (\"\" = off; port 0: any free port)" },
 };
 #undef R
 

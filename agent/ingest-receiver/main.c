@@ -8,6 +8,7 @@
  * landers share one LMDB environment, so every call into landing holds
  * land_lock; network waits never do.
  */
+#include "../common/http.h"
 #include "../common/prog.h"
 
 #include <errno.h>
@@ -41,7 +42,51 @@ typedef struct server {
     pthread_mutex_t land_lock;
     atomic_int nconn;
     atomic_ullong batches_landed, batches_failed, chunks_received, bytes_received;
+    /* Prometheus metrics (docs/operations.md): labelled by device. */
+    ingest_metrics *metrics;
+    ingest_metric *m_conns, *m_refused, *m_landed, *m_failed, *m_files, *m_bytes, *m_new, *m_known, *m_rewanted,
+        *m_wire, *m_written, *m_latency;
 } server;
+
+static int define_metrics(server *s)
+{
+    static const double lat[] = { 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 };
+    struct {
+        ingest_metric **m;
+        int type;
+        const char *name, *help, *label;
+    } defs[] = {
+        { &s->m_conns, INGEST_METRIC_GAUGE, "ingest_receiver_connections", "Open device connections", NULL },
+        { &s->m_refused, INGEST_METRIC_COUNTER, "ingest_receiver_handshakes_refused_total",
+          "Handshakes refused (unknown device, bad key, malformed)", NULL },
+        { &s->m_landed, INGEST_METRIC_COUNTER, "ingest_receiver_batches_landed_total",
+          "Batches made durable and acknowledged (replays included)", "device" },
+        { &s->m_failed, INGEST_METRIC_COUNTER, "ingest_receiver_batches_failed_total",
+          "Batches refused or failed", "device" },
+        { &s->m_files, INGEST_METRIC_COUNTER, "ingest_receiver_files_landed_total", "Files landed", "device" },
+        { &s->m_bytes, INGEST_METRIC_COUNTER, "ingest_receiver_bytes_landed_total", "Bytes of files landed",
+          "device" },
+        { &s->m_new, INGEST_METRIC_COUNTER, "ingest_receiver_chunks_received_total",
+          "Chunks received from devices (new to the core)", "device" },
+        { &s->m_known, INGEST_METRIC_COUNTER, "ingest_receiver_chunks_known_total",
+          "Chunks copied from files landed earlier (deduplicated)", "device" },
+        { &s->m_rewanted, INGEST_METRIC_COUNTER, "ingest_receiver_chunks_rewanted_total",
+          "Known chunks found stale and asked for again", "device" },
+        { &s->m_wire, INGEST_METRIC_COUNTER, "ingest_receiver_chunk_bytes_received_total",
+          "Encoded chunk bytes received", "device" },
+        { &s->m_written, INGEST_METRIC_COUNTER, "ingest_receiver_bytes_written_total",
+          "Bytes written under the bronze root (files and manifests)", "device" },
+    };
+    if (ingest_metrics_create(s->ctx, &s->metrics) != 0)
+        return -1;
+    for (size_t i = 0; i < sizeof(defs) / sizeof(defs[0]); i++)
+        if (ingest_metric_define(s->metrics, defs[i].type, defs[i].name, defs[i].help, defs[i].label, NULL, 0,
+                                 defs[i].m) != 0)
+            return -1;
+    return ingest_metric_define(s->metrics, INGEST_METRIC_HISTOGRAM, "ingest_receiver_batch_seconds",
+                                "Seconds from a batch's manifest received to the batch durable", "device", lat,
+                                sizeof(lat) / sizeof(lat[0]), &s->m_latency);
+}
 
 static volatile sig_atomic_t stopping;
 static int stop_pipe[2] = { -1, -1 };
@@ -464,7 +509,8 @@ static void serve(conn *c)
     memset(&q, 0, sizeof(q));
     pthread_mutex_init(&q.lock, NULL);
     pthread_cond_init(&q.cond, NULL);
-    int reader_started = 0, reader_done = 0;
+    int reader_started = 0, reader_done = 0, counted = 0;
+    double batch_t0 = 0;
     pthread_t reader;
     qitem *it = NULL;
     if (ctx == NULL)
@@ -477,9 +523,12 @@ static void serve(conn *c)
         const char *id = ingest_session_peer_id(ss);
         prog_log(INGEST_LOG_WARN, "handshake from %s%s%s refused: %s: %s", c->peer, id && *id ? " device " : "",
                  id ? id : "", ingest_strerror(rc), ingest_ctx_errmsg(ctx));
+        ingest_metric_add(s->m_refused, NULL, 1);
         goto out;
     }
     snprintf(device, sizeof(device), "%s", ingest_session_peer_id(ss));
+    ingest_metric_add(s->m_conns, NULL, 1);
+    counted = 1;
     prog_log(INGEST_LOG_INFO, "device %s connected from %s (%s)", device, c->peer,
              ingest_session_cipher_name(ingest_session_cipher(ss)));
     pthread_mutex_lock(&s->land_lock);
@@ -563,6 +612,7 @@ static void serve(conn *c)
                 rc = INGEST_EPROTO;
                 break;
             }
+            batch_t0 = prog_now();
             pthread_mutex_lock(&s->land_lock);
             rc = ingest_lander_begin(lander, device, manifest, mlen, &b);
             char why[INGEST_WIRE_MESSAGE_MAX];
@@ -582,6 +632,7 @@ static void serve(conn *c)
             mlen = 0;
             if (rc == INGEST_LANDER_ALREADY) {
                 prog_log(INGEST_LOG_INFO, "device %s batch %s was landed before; acknowledged again", device, batch);
+                ingest_metric_add(s->m_landed, device, 1);
                 rc = send_ack(ss, c->fd, batch, INGEST_ACK_DUPLICATE, "already landed");
                 batch[0] = '\0';
                 break;
@@ -590,6 +641,7 @@ static void serve(conn *c)
                 prog_log(INGEST_LOG_WARN, "device %s batch %s refused: %s: %s", device, batch, ingest_strerror(rc),
                          why);
                 s->batches_failed++;
+                ingest_metric_add(s->m_failed, device, 1);
                 ingest_lander_batch_destroy(b);
                 b = NULL;
                 rc = send_ack(ss, c->fd, batch, rc, why);
@@ -622,6 +674,7 @@ static void serve(conn *c)
                 prog_log(INGEST_LOG_WARN, "device %s batch %s failed: chunk %u: %s: %s", device, batch,
                          m.u.chunk.index, ingest_strerror(rc), why);
                 s->batches_failed++;
+                ingest_metric_add(s->m_failed, device, 1);
                 readq_set_batch(&q, NULL);
                 pthread_mutex_lock(&s->land_lock);
                 ingest_lander_batch_destroy(b);
@@ -660,9 +713,19 @@ static void serve(conn *c)
                 prog_log(INGEST_LOG_WARN, "device %s batch %s failed: %s: %s", device, batch, ingest_strerror(rc),
                          why);
                 s->batches_failed++;
+                ingest_metric_add(s->m_failed, device, 1);
                 rc = send_ack(ss, c->fd, batch, rc, why);
             } else {
                 s->batches_landed++;
+                ingest_metric_add(s->m_landed, device, 1);
+                ingest_metric_add(s->m_files, device, st.files);
+                ingest_metric_add(s->m_bytes, device, st.bytes);
+                ingest_metric_add(s->m_new, device, st.chunks_new);
+                ingest_metric_add(s->m_known, device, st.chunks_known);
+                ingest_metric_add(s->m_rewanted, device, st.chunks_rewanted);
+                ingest_metric_add(s->m_wire, device, st.bytes_received);
+                ingest_metric_add(s->m_written, device, st.bytes_written);
+                ingest_metric_observe(s->m_latency, device, prog_now() - batch_t0);
                 prog_log(INGEST_LOG_INFO,
                          "device %s batch %s landed: %llu files, %llu bytes, %llu chunks new, %llu known, "
                          "%llu re-asked, commit %.3fs",
@@ -700,6 +763,8 @@ static void serve(conn *c)
         }
     }
 out:
+    if (counted)
+        ingest_metric_add(s->m_conns, NULL, (uint64_t)-1);
     free(it);
     if (reader_started) {
         /* Stop the reader: no more frames are read once the socket is shut down. */
@@ -813,8 +878,18 @@ int main(int argc, char **argv)
         prog_log(INGEST_LOG_ERROR, "bronze %s: not a directory", s.cfg->bronze);
         goto out;
     }
-    if (ingest_codec_create(s.ctx, 1, &s.codec) < 0 || open_index(&s, rebuild) != 0)
+    if (ingest_codec_create(s.ctx, 1, &s.codec) < 0 || define_metrics(&s) != 0 || open_index(&s, rebuild) != 0)
         goto out;
+    metrics_http *mh = NULL;
+    if (s.cfg->metrics_listen[0] != '\0') {
+        char mb[300], merr[512];
+        mh = metrics_http_start(s.cfg->metrics_listen, s.metrics, mb, sizeof(mb), merr, sizeof(merr));
+        if (mh == NULL) {
+            prog_log(INGEST_LOG_ERROR, "metrics.listen: %s", merr);
+            goto out;
+        }
+        prog_log(INGEST_LOG_INFO, "metrics on http://%s/metrics", mb);
+    }
     sweep_after_crash(&s);
     running_marker(&s, 1);
     char bound[300], err[512];
@@ -889,6 +964,7 @@ int main(int argc, char **argv)
         usleep(20000);
     if (s.nconn == 0)
         running_marker(&s, 0); /* a batch still landing would leave temporary files: keep the marker */
+    metrics_http_stop(mh);
     status = 0;
 out:
     if (lfd >= 0)
@@ -897,6 +973,7 @@ out:
         ingest_index_close(s.idx);
         ingest_store_close(s.st);
         ingest_codec_destroy(s.codec);
+        ingest_metrics_destroy(s.metrics);
         ingest_authset_destroy(s.auth);
         ingest_receiver_config_free(s.cfg);
         ingest_secret_key_wipe(&s.key);

@@ -1,0 +1,137 @@
+/* The Prometheus endpoint (http.h). */
+#include "http.h"
+#include "prog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define REQ_MAX 8192
+#define BODY_MAX (1024u * 1024u)
+
+struct metrics_http {
+    int fd;
+    int stop_pipe[2];
+    pthread_t thread;
+    ingest_metrics *m;
+    char *body;
+};
+
+static void write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        const ssize_t w = write(fd, p, n);
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void answer(metrics_http *h, int c)
+{
+    char req[REQ_MAX + 1];
+    size_t len = 0;
+    req[0] = '\0';
+    const double deadline = prog_now() + 2.0;
+    /* Read until the end of the headers, the bound or the deadline. */
+    while (len < REQ_MAX && strstr(req, "\r\n\r\n") == NULL) {
+        const int left = (int)((deadline - prog_now()) * 1000);
+        struct pollfd p = { c, POLLIN, 0 };
+        if (left <= 0 || poll(&p, 1, left) != 1)
+            return;
+        const ssize_t n = read(c, req + len, REQ_MAX - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        req[len] = '\0';
+    }
+    req[len] = '\0';
+    if (strncmp(req, "GET /metrics ", 13) != 0 && strncmp(req, "GET /metrics?", 13) != 0) {
+        static const char nf[] = "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n"
+                                 "Connection: close\r\n\r\nnot found\n";
+        write_all(c, nf, sizeof(nf) - 1);
+        return;
+    }
+    const size_t blen = ingest_metrics_render(h->m, h->body, BODY_MAX);
+    const size_t n = blen < BODY_MAX ? blen : BODY_MAX - 1;
+    char head[256];
+    const int hl = snprintf(head, sizeof(head),
+                            "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %zu\r\n"
+                            "Connection: close\r\n\r\n",
+                            n);
+    write_all(c, head, (size_t)hl);
+    write_all(c, h->body, n);
+}
+
+static void *serve(void *arg)
+{
+    metrics_http *h = arg;
+    for (;;) {
+        struct pollfd p[2] = { { h->fd, POLLIN, 0 }, { h->stop_pipe[0], POLLIN, 0 } };
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (p[1].revents)
+            break;
+        const int c = accept4(h->fd, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0)
+            continue;
+        answer(h, c);
+        close(c);
+    }
+    return NULL;
+}
+
+metrics_http *metrics_http_start(const char *address, ingest_metrics *m, char *bound, size_t bound_cap, char *err,
+                                 size_t errcap)
+{
+    metrics_http *h = calloc(1, sizeof(*h));
+    if (h == NULL || (h->body = malloc(BODY_MAX)) == NULL) {
+        free(h);
+        snprintf(err, errcap, "out of memory");
+        return NULL;
+    }
+    h->m = m;
+    h->stop_pipe[0] = h->stop_pipe[1] = -1;
+    h->fd = prog_listen(address, bound, bound_cap, err, errcap);
+    if (h->fd < 0 || pipe2(h->stop_pipe, O_CLOEXEC) != 0 || pthread_create(&h->thread, NULL, serve, h) != 0) {
+        if (h->fd >= 0) {
+            snprintf(err, errcap, "metrics endpoint: %s", strerror(errno));
+            close(h->fd);
+        }
+        if (h->stop_pipe[0] >= 0) {
+            close(h->stop_pipe[0]);
+            close(h->stop_pipe[1]);
+        }
+        free(h->body);
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+void metrics_http_stop(metrics_http *h)
+{
+    if (h == NULL)
+        return;
+    const char c = 's';
+    if (write(h->stop_pipe[1], &c, 1) != 1) {
+        /* closing the pipe below ends the thread too */
+    }
+    pthread_join(h->thread, NULL);
+    close(h->fd);
+    close(h->stop_pipe[0]);
+    close(h->stop_pipe[1]);
+    free(h->body);
+    free(h);
+}
