@@ -10,6 +10,7 @@
 #include <ingest.h>
 #include <ingest/filter.h>
 #include <ingest/journal.h>
+#include <ingest/throttle.h>
 
 #include <pthread.h>
 #include <signal.h>
@@ -26,7 +27,8 @@ typedef struct totals {
     uint64_t wire_out, wire_in, batches, batches_acked, batches_failed, batches_abandoned, unchanged;
 } totals;
 
-typedef struct agent {
+typedef struct agent agent;
+struct agent {
     ingest_agent_config *cfg;
     ingest_ctx *ctx;
     ingest_secret_key key;
@@ -51,7 +53,14 @@ typedef struct agent {
     int tty;
     uint8_t *chunkbuf;
     size_t chunkcap;
-} agent;
+    /* throttle.rate and throttle.window (NULL: neither set) */
+    ingest_throttle *throttle;
+    uint64_t throttle_wait_ms; /* time spent waiting for the throttle */
+    int window_closed;         /* the last check found the window closed */
+    /* Called by the shipping steps after each chunk and while waiting (the
+     * daemon publishes its status figures); may be NULL. */
+    void (*publish)(struct agent *a);
+};
 
 /* Set by signal handlers: SIGTERM/SIGINT, and SIGHUP (daemon: reload the config). */
 extern volatile sig_atomic_t stopping;
@@ -67,6 +76,14 @@ int send_manifest(agent *a, ingest_sender_batch *b);
 /* After send_manifest: 0 acked, 1 abandoned (a file changed), 2 refused, < 0 connection failure. */
 int finish_batch(agent *a, ingest_sender_batch *b);
 void on_skip(void *ud, const char *path, int reason);
+
+/* Make a->throttle from a->cfg (replacing the old one); 0 or -1 (logged). */
+int throttle_setup(agent *a);
+/* 1 when the throttle window is open now (or none is set); else 0 and, if
+ * opens_in_min is not NULL, the minutes until it opens. */
+int throttle_window_open(const agent *a, int *opens_in_min);
+/* --once: wait (checking SIGTERM) until the window opens; 0 or INGEST_ECLOSED. */
+int throttle_wait_window(agent *a);
 
 /* The daemon (no --once): runs until SIGTERM/SIGINT; returns the exit status. */
 int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base);

@@ -18,12 +18,14 @@
  * Nothing per file is held in RAM beyond the open batch.
  */
 #include "agent.h"
+#include "../common/status.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
@@ -48,6 +50,7 @@ typedef struct dsource {
     int after;               /* AFTER_* */
     const char *move_dir;    /* AFTER_MOVE */
     ingest_filter *filter;   /* NULL: take everything */
+    int spool;               /* spool: copy */
 } dsource;
 
 typedef struct watch {
@@ -55,6 +58,41 @@ typedef struct watch {
     size_t src;
     char *rel; /* directory relative to the source, "" for its root */
 } watch;
+
+#define RATE_SAMPLES 64
+#define RATE_WINDOW_S 5.0
+
+/* One source as the status shows it. */
+typedef struct snap_source {
+    char *name, *path;
+    int spool;
+} snap_source;
+
+/*
+ * The figures the status thread renders: a copy the main thread publishes
+ * (publish()) under the daemon's status lock; the status thread reads only
+ * this, under the same lock.
+ */
+typedef struct snap {
+    char device[128], core[256], window[16];
+    int connected, watching, backpressure, spool_full, window_closed;
+    snap_source *src;
+    size_t nsrc;
+    uint64_t q_batches, q_files, q_bytes, queue_files, queue_bytes;
+    uint64_t spool_bytes, spool_files, spool_quota;
+    char inflight[INGEST_JOURNAL_ID_MAX + 1];
+    int64_t last_ack_ns; /* wall clock; 0: none yet */
+    uint64_t files_seen, files_taken, bytes_taken, files_shipped, bytes_shipped, bytes_read;
+    uint64_t chunks_new, chunks_dedup, chunk_bytes_sent, wire_out, wire_in;
+    uint64_t batches_acked, batches_replayed, deleted, moved;
+    uint64_t skipped[INGEST_FILTER_NREASONS];
+    uint64_t throttle_rate, throttle_wait_ms;
+    double started;
+    /* wire byte totals sampled at least 0.2 s apart, for the rate */
+    double rate_t[RATE_SAMPLES];
+    uint64_t rate_w[RATE_SAMPLES];
+    size_t rate_n, rate_head;
+} snap;
 
 typedef struct daemon {
     agent *a;
@@ -88,6 +126,20 @@ typedef struct daemon {
     double next_connect;
     unsigned backoff_ms;
     int core_down_logged;
+
+    /* spool: state_dir/spool/{batch seq}/{source name}/{path in the source} */
+    char spool_dir[PATH_MAX];
+    uint64_t spool_bytes, spool_files, spool_quota;
+    int spool_full;
+    int spool_big_logged;
+
+    /* status */
+    status_server *status;
+    pthread_mutex_t slock;
+    snap sn;             /* guarded by slock */
+    uint64_t q_batches, files_seen, files_taken, bytes_taken, bytes_read;
+    char inflight[INGEST_JOURNAL_ID_MAX + 1];
+    int64_t last_ack_ns;
 
     /* counters (logged at shutdown) */
     uint64_t skipped[INGEST_FILTER_NREASONS];
@@ -142,6 +194,7 @@ static int sources_make(daemon_t *d, const ingest_agent_config *cfg, dsource **o
                      : c->after_ship_mode == INGEST_AFTER_SHIP_MOVE ? AFTER_MOVE
                                                                      : AFTER_KEEP;
         s[i].move_dir = c->after_ship_dir;
+        s[i].spool = c->spool == INGEST_SPOOL_COPY;
         if (c->include_count || c->exclude_count || c->min_size || c->max_size || c->max_age_ms ||
             c->sample_every > 1 || c->drop_if_prefix[0]) {
             ingest_filter_spec fs;
@@ -334,6 +387,194 @@ static void inotify_drain(daemon_t *d)
     }
 }
 
+/* ---- spool ------------------------------------------------------------------ */
+
+static int mkdirs(char *p);
+
+/* Bytes and files under dirfd/name (a directory or a file); removed when rm. */
+static void tree_walk(int at, const char *name, int rm, uint64_t *bytes, uint64_t *files)
+{
+    struct stat st;
+    if (fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return;
+    if (S_ISDIR(st.st_mode)) {
+        const int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+        if (dir == NULL) {
+            if (fd >= 0)
+                close(fd);
+            return;
+        }
+        struct dirent *e;
+        while ((e = readdir(dir)) != NULL)
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                tree_walk(dirfd(dir), e->d_name, rm, bytes, files);
+        closedir(dir);
+        if (rm && unlinkat(at, name, AT_REMOVEDIR) != 0)
+            prog_log(INGEST_LOG_WARN, "spool: cannot remove directory %s: %s", name, strerror(errno));
+        return;
+    }
+    if (S_ISREG(st.st_mode)) {
+        *bytes += (uint64_t)st.st_size;
+        *files += 1;
+    }
+    if (rm && unlinkat(at, name, 0) != 0)
+        prog_log(INGEST_LOG_WARN, "spool: cannot remove %s: %s", name, strerror(errno));
+}
+
+static void spool_resume_check(daemon_t *d)
+{
+    if (d->spool_full && d->spool_bytes < d->spool_quota) {
+        prog_log(INGEST_LOG_INFO, "spool backpressure off: %llu of %llu bytes in use",
+                 (unsigned long long)d->spool_bytes, (unsigned long long)d->spool_quota);
+        d->spool_full = 0;
+        schedule_scan(d, d->now);
+    }
+}
+
+/* Remove the spool copies of batch seq (acked, dropped or never journaled). */
+static void spool_drop(daemon_t *d, uint64_t seq)
+{
+    char name[32];
+    snprintf(name, sizeof(name), "%llu", (unsigned long long)seq);
+    const int dfd = open(d->spool_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return;
+    uint64_t bytes = 0, files = 0;
+    tree_walk(dfd, name, 1, &bytes, &files);
+    close(dfd);
+    d->spool_bytes = d->spool_bytes > bytes ? d->spool_bytes - bytes : 0;
+    d->spool_files = d->spool_files > files ? d->spool_files - files : 0;
+    spool_resume_check(d);
+}
+
+/*
+ * At start: make the spool directory, remove what belongs to no journaled
+ * batch (copies made for a batch that was never journaled before a crash)
+ * and count the rest against the quota.
+ */
+static int spool_init(daemon_t *d)
+{
+    snprintf(d->spool_dir, sizeof(d->spool_dir), "%s/spool", d->a->cfg->state_dir);
+    if (mkdir(d->spool_dir, 0700) != 0 && errno != EEXIST) {
+        prog_log(INGEST_LOG_ERROR, "spool %s: %s", d->spool_dir, strerror(errno));
+        return -1;
+    }
+    const int dfd = open(d->spool_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *dir = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (dir == NULL) {
+        prog_log(INGEST_LOG_ERROR, "spool %s: %s", d->spool_dir, strerror(errno));
+        if (dfd >= 0)
+            close(dfd);
+        return -1;
+    }
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char *end = NULL;
+        const unsigned long long seq = strtoull(e->d_name, &end, 10);
+        ingest_journal_batch *jb = NULL;
+        const int known = seq > 0 && end != NULL && *end == '\0' && ingest_journal_get(d->j, seq, &jb) == 0;
+        ingest_journal_batch_free(d->j, jb);
+        uint64_t bytes = 0, files = 0;
+        tree_walk(dirfd(dir), e->d_name, !known, &bytes, &files);
+        if (known) {
+            d->spool_bytes += bytes;
+            d->spool_files += files;
+        } else {
+            prog_log(INGEST_LOG_INFO, "spool: removed %s (no journaled batch): %llu files, %llu bytes", e->d_name,
+                     (unsigned long long)files, (unsigned long long)bytes);
+        }
+    }
+    closedir(dir);
+    return 0;
+}
+
+static int same_version(const struct stat *st, const ingest_sender_stat *w)
+{
+    return (uint64_t)st->st_size == w->size &&
+           (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec == w->mtime_ns &&
+           (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec == w->ctime_ns;
+}
+
+/*
+ * Copy source file rel (the version st) into the spool of batch seq, with
+ * its mtime and permission bits, and fsync it.  0 copied; 1 the file
+ * changed or vanished meanwhile (not taken: the next walk sees it again);
+ * -1 a local failure (logged; not taken).
+ */
+static int spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *rel, const ingest_sender_stat *st)
+{
+    char src[PATH_MAX], dst[PATH_MAX];
+    if ((size_t)snprintf(src, sizeof(src), "%s/%s", s->path, rel) >= sizeof(src) ||
+        (size_t)snprintf(dst, sizeof(dst), "%s/%llu/%s/%s", d->spool_dir, (unsigned long long)seq, s->name, rel) >=
+            sizeof(dst)) {
+        prog_log(INGEST_LOG_WARN, "spool: path too long for %s/%s", s->name, rel);
+        return -1;
+    }
+    const int in = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (in < 0)
+        return errno == ENOENT ? 1 : -1;
+    struct stat a, b;
+    int rc = -1, out = -1;
+    char *buf = NULL;
+    if (fstat(in, &a) != 0 || !S_ISREG(a.st_mode) || !same_version(&a, st)) {
+        rc = 1;
+        goto done;
+    }
+    if (mkdirs(dst) != 0 || (buf = malloc(1u << 20)) == NULL) {
+        prog_log(INGEST_LOG_WARN, "spool: %s: %s", dst, strerror(errno));
+        goto done;
+    }
+    out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (out < 0) {
+        prog_log(INGEST_LOG_WARN, "spool: %s: %s", dst, strerror(errno));
+        goto done;
+    }
+    uint64_t total = 0;
+    for (;;) {
+        const ssize_t n = read(in, buf, 1u << 20);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            goto io_error;
+        if (n == 0)
+            break;
+        for (ssize_t off = 0; off < n;) {
+            const ssize_t w = write(out, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                goto io_error;
+            off += w;
+        }
+        total += (uint64_t)n;
+    }
+    if (fstat(in, &b) != 0 || !same_version(&b, st) || total != st->size) {
+        rc = 1; /* changed while copied */
+        goto done;
+    }
+    const struct timespec times[2] = { a.st_atim, a.st_mtim };
+    if (fchmod(out, (a.st_mode & 0777) | 0400) != 0 || futimens(out, times) != 0 || fsync(out) != 0)
+        goto io_error;
+    rc = 0;
+    d->spool_bytes += total;
+    d->spool_files++;
+    goto done;
+io_error:
+    prog_log(INGEST_LOG_WARN, "spool: copying %s to %s: %s", src, dst, strerror(errno));
+done:
+    if (out >= 0) {
+        close(out);
+        if (rc != 0)
+            unlink(dst);
+    }
+    close(in);
+    free(buf);
+    return rc;
+}
+
 /* ---- the open batch ------------------------------------------------------- */
 
 static void open_reset(daemon_t *d)
@@ -364,6 +605,8 @@ static int open_journal(daemon_t *d)
 static int open_close(daemon_t *d)
 {
     const int rc = open_journal(d);
+    if (d->open_seq != 0 && d->nof == 0)
+        spool_drop(d, d->open_seq); /* never journaled: nothing may stay in its spool */
     if (d->open_seq != 0)
         prog_log(INGEST_LOG_DEBUG, "batch %s%06llu closed: %zu files, %llu bytes", d->a->prefix,
                  (unsigned long long)d->open_seq, d->nof, (unsigned long long)d->of_bytes);
@@ -371,7 +614,7 @@ static int open_close(daemon_t *d)
     return rc;
 }
 
-static int open_add(daemon_t *d, const char *path, const ingest_sender_stat *st)
+static int open_add(daemon_t *d, const dsource *s, const char *rel, const char *path, const ingest_sender_stat *st)
 {
     const uint64_t maxf = d->a->cfg->batch_max_files, maxb = d->a->cfg->batch_max_bytes;
     if (d->open_seq != 0 && (d->nof >= maxf || (d->nof > 0 && d->of_bytes + st->size > maxb)))
@@ -385,6 +628,14 @@ static int open_add(daemon_t *d, const char *path, const ingest_sender_stat *st)
             return -1;
         }
         d->open_at = d->now;
+    }
+    if (s->spool) {
+        const int c = spool_copy(d, d->open_seq, s, rel, st);
+        if (c != 0) {
+            if (c > 0)
+                schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
+            return 0; /* not taken now; a later walk tries again */
+        }
     }
     if (d->nof == d->capof) {
         const size_t nc = d->capof ? d->capof * 2 : 256;
@@ -406,6 +657,8 @@ static int open_add(daemon_t *d, const char *path, const ingest_sender_stat *st)
     d->of_dirty = 1;
     d->q_files++;
     d->q_bytes += st->size;
+    d->files_taken++;
+    d->bytes_taken += st->size;
     if (d->nof >= maxf || d->of_bytes >= maxb)
         return open_close(d);
     return 0;
@@ -487,7 +740,26 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
         d->backpressure = 1;
         return 0;
     }
-    return open_add(d, path, st) < 0 ? INGEST_ENOMEM : 0;
+    if (s->spool) {
+        if (st->size > d->spool_quota) {
+            prog_log(d->spool_big_logged ? INGEST_LOG_DEBUG : INGEST_LOG_WARN,
+                     "%s (%llu bytes) is larger than spool.quota (%llu bytes): not taken", path,
+                     (unsigned long long)st->size, (unsigned long long)d->spool_quota);
+            d->spool_big_logged = 1;
+            return 0;
+        }
+        if (d->spool_bytes + st->size > d->spool_quota) {
+            if (!d->spool_full)
+                prog_log(INGEST_LOG_WARN,
+                         "backpressure: the spool is full (%llu files, %llu bytes; spool.quota %llu bytes): not "
+                         "taking new files from spool sources until batches are acknowledged",
+                         (unsigned long long)d->spool_files, (unsigned long long)d->spool_bytes,
+                         (unsigned long long)d->spool_quota);
+            d->spool_full = 1;
+            return 0;
+        }
+    }
+    return open_add(d, s, rel, path, st) < 0 ? INGEST_ENOMEM : 0;
 }
 
 static int walk(daemon_t *d)
@@ -508,6 +780,11 @@ static int walk(daemon_t *d)
     if (rc == 0)
         rc = ingest_sender_next_batch(s, &b); /* select_file takes nothing: the walk runs to its end */
     ingest_sender_batch_destroy(b);
+    if (s != NULL) {
+        ingest_sender_stats ss;
+        ingest_sender_get_stats(s, &ss);
+        d->files_seen = ss.files_seen;
+    }
     ingest_sender_destroy(s);
     if (rc < 0)
         prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(d->a->ctx));
@@ -565,6 +842,284 @@ static void after_ship(daemon_t *d, const ingest_journal_file *f, size_t n)
     }
 }
 
+/* ---- status ------------------------------------------------------------------- */
+
+static void snap_sources_free(snap *sn)
+{
+    for (size_t i = 0; i < sn->nsrc; i++) {
+        free(sn->src[i].name);
+        free(sn->src[i].path);
+    }
+    free(sn->src);
+    sn->src = NULL;
+    sn->nsrc = 0;
+}
+
+/* The sources as the status shows them (at start and after a reload). */
+static void publish_sources(daemon_t *d)
+{
+    snap_source *ns = calloc(d->nsrc ? d->nsrc : 1, sizeof(*ns));
+    size_t n = 0;
+    for (size_t i = 0; ns != NULL && i < d->nsrc; i++) {
+        ns[n].name = strdup(d->src[i].name);
+        ns[n].path = strdup(d->src[i].path);
+        ns[n].spool = d->src[i].spool;
+        if (ns[n].name == NULL || ns[n].path == NULL) {
+            free(ns[n].name);
+            free(ns[n].path);
+            continue;
+        }
+        n++;
+    }
+    pthread_mutex_lock(&d->slock);
+    snap_sources_free(&d->sn);
+    d->sn.src = ns;
+    d->sn.nsrc = n;
+    const ingest_agent_config *cfg = d->a->cfg;
+    snprintf(d->sn.device, sizeof(d->sn.device), "%s", cfg->device_id);
+    snprintf(d->sn.core, sizeof(d->sn.core), "%s", cfg->core_address);
+    snprintf(d->sn.window, sizeof(d->sn.window), "%s", cfg->throttle_window);
+    d->sn.throttle_rate = cfg->throttle_rate;
+    d->sn.queue_files = d->queue_files;
+    d->sn.queue_bytes = d->queue_bytes;
+    d->sn.spool_quota = d->spool_quota;
+    pthread_mutex_unlock(&d->slock);
+}
+
+/* Copy the main thread's figures for the status thread. */
+static void publish(daemon_t *d)
+{
+    const agent *a = d->a;
+    const double now = prog_now();
+    pthread_mutex_lock(&d->slock);
+    snap *sn = &d->sn;
+    sn->connected = a->fd >= 0;
+    sn->watching = d->ino >= 0 && !d->ino_full;
+    sn->backpressure = d->backpressure;
+    sn->spool_full = d->spool_full;
+    sn->window_closed = a->window_closed;
+    sn->q_batches = d->q_batches;
+    sn->q_files = d->q_files;
+    sn->q_bytes = d->q_bytes;
+    sn->spool_bytes = d->spool_bytes;
+    sn->spool_files = d->spool_files;
+    memcpy(sn->inflight, d->inflight, sizeof(sn->inflight));
+    sn->last_ack_ns = d->last_ack_ns;
+    sn->files_seen = d->files_seen;
+    sn->files_taken = d->files_taken;
+    sn->bytes_taken = d->bytes_taken;
+    sn->files_shipped = d->shipped_files;
+    sn->bytes_shipped = d->shipped_bytes;
+    sn->bytes_read = d->bytes_read;
+    sn->chunks_new = a->t.chunks_sent;
+    sn->chunks_dedup = a->t.chunks_dedup;
+    sn->chunk_bytes_sent = a->t.chunk_bytes_sent;
+    sn->wire_out = a->t.wire_out;
+    sn->wire_in = a->t.wire_in;
+    sn->batches_acked = d->batches_acked;
+    sn->batches_replayed = d->batches_replayed;
+    sn->deleted = d->deleted;
+    sn->moved = d->moved;
+    memcpy(sn->skipped, d->skipped, sizeof(sn->skipped));
+    sn->throttle_wait_ms = a->throttle_wait_ms;
+    const size_t last = (sn->rate_head + RATE_SAMPLES - 1) % RATE_SAMPLES;
+    if (sn->rate_n == 0 || now - sn->rate_t[last] >= 0.2) {
+        sn->rate_t[sn->rate_head] = now;
+        sn->rate_w[sn->rate_head] = a->t.wire_out + a->t.wire_in;
+        sn->rate_head = (sn->rate_head + 1) % RATE_SAMPLES;
+        if (sn->rate_n < RATE_SAMPLES)
+            sn->rate_n++;
+    }
+    pthread_mutex_unlock(&d->slock);
+}
+
+static void publish_hook(agent *a)
+{
+    publish(a->userdata);
+}
+
+/* Wire bytes per second over the last RATE_WINDOW_S seconds (caller holds slock). */
+static double wire_rate(const snap *sn, double now)
+{
+    if (sn->rate_n == 0)
+        return 0.0;
+    const uint64_t cur = sn->wire_out + sn->wire_in;
+    /* the newest sample at least RATE_WINDOW_S old, else the oldest one */
+    size_t base = (sn->rate_head + RATE_SAMPLES - sn->rate_n) % RATE_SAMPLES;
+    for (size_t k = 0; k < sn->rate_n; k++) {
+        const size_t i = (sn->rate_head + RATE_SAMPLES - 1 - k) % RATE_SAMPLES;
+        if (now - sn->rate_t[i] >= RATE_WINDOW_S) {
+            base = i;
+            break;
+        }
+    }
+    double dt = now - sn->rate_t[base];
+    if (dt < RATE_WINDOW_S)
+        dt = RATE_WINDOW_S < now - sn->started ? RATE_WINDOW_S : now - sn->started;
+    if (dt < 0.001 || cur < sn->rate_w[base])
+        return 0.0;
+    return (double)(cur - sn->rate_w[base]) / dt;
+}
+
+typedef struct outbuf {
+    char *p;
+    size_t cap, len;
+} outbuf;
+
+static void PROG_PRINTF(2, 3) put(outbuf *o, const char *fmt, ...)
+{
+    if (o->len + 1 >= o->cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(o->p + o->len, o->cap - o->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        o->len = o->len + (size_t)n < o->cap ? o->len + (size_t)n : o->cap - 1;
+}
+
+/* A JSON string: quotes, backslashes and control bytes escaped. */
+static void put_jstr(outbuf *o, const char *s)
+{
+    put(o, "\"");
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            put(o, "\\%c", *c);
+        else if (*c < 0x20 || *c == 0x7f)
+            put(o, "\\u%04x", *c);
+        else
+            put(o, "%c", *c);
+    }
+    put(o, "\"");
+}
+
+static const char *const skip_names[INGEST_FILTER_NREASONS] = { "", "include", "exclude", "min_size",
+                                                                "max_size", "max_age", "sample", "prefix" };
+
+static void fmt_time(int64_t ns, char *buf, size_t cap)
+{
+    const time_t t = (time_t)(ns / 1000000000);
+    struct tm tm;
+    if (ns == 0 || gmtime_r(&t, &tm) == NULL || strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(buf, cap, "-");
+}
+
+static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
+{
+    put(o, "{\"device\":");
+    put_jstr(o, sn->device);
+    put(o, ",\"uptime_s\":%.1f,\"core\":{\"address\":", now - sn->started);
+    put_jstr(o, sn->core);
+    put(o, ",\"connected\":%s},\"sources\":[", sn->connected ? "true" : "false");
+    for (size_t i = 0; i < sn->nsrc; i++) {
+        put(o, "%s{\"name\":", i ? "," : "");
+        put_jstr(o, sn->src[i].name);
+        put(o, ",\"path\":");
+        put_jstr(o, sn->src[i].path);
+        put(o, ",\"state\":\"%s\",\"spool\":\"%s\"}", sn->watching ? "watching" : "rescan-only",
+            sn->src[i].spool ? "copy" : "none");
+    }
+    put(o, "],\"queue\":{\"batches\":%llu,\"files\":%llu,\"bytes\":%llu,\"max_files\":%llu,\"max_bytes\":%llu}",
+        (unsigned long long)sn->q_batches, (unsigned long long)sn->q_files, (unsigned long long)sn->q_bytes,
+        (unsigned long long)sn->queue_files, (unsigned long long)sn->queue_bytes);
+    put(o, ",\"in_flight\":");
+    if (sn->inflight[0])
+        put_jstr(o, sn->inflight);
+    else
+        put(o, "null");
+    char ts[40];
+    fmt_time(sn->last_ack_ns, ts, sizeof(ts));
+    if (sn->last_ack_ns)
+        put(o, ",\"last_ack\":{\"time\":\"%s\",\"age_s\":%.1f}", ts, (double)(wall - sn->last_ack_ns) / 1e9);
+    else
+        put(o, ",\"last_ack\":null");
+    put(o,
+        ",\"totals\":{\"files_seen\":%llu,\"files_taken\":%llu,\"bytes_taken\":%llu,\"files_shipped\":%llu,"
+        "\"bytes_shipped\":%llu,\"bytes_read\":%llu,\"chunks_new\":%llu,\"chunks_dedup\":%llu,"
+        "\"chunk_bytes_sent\":%llu,\"wire_bytes_out\":%llu,\"wire_bytes_in\":%llu,\"batches_acked\":%llu,"
+        "\"batches_replayed\":%llu,\"after_ship_deleted\":%llu,\"after_ship_moved\":%llu}",
+        (unsigned long long)sn->files_seen, (unsigned long long)sn->files_taken, (unsigned long long)sn->bytes_taken,
+        (unsigned long long)sn->files_shipped, (unsigned long long)sn->bytes_shipped,
+        (unsigned long long)sn->bytes_read, (unsigned long long)sn->chunks_new, (unsigned long long)sn->chunks_dedup,
+        (unsigned long long)sn->chunk_bytes_sent, (unsigned long long)sn->wire_out, (unsigned long long)sn->wire_in,
+        (unsigned long long)sn->batches_acked, (unsigned long long)sn->batches_replayed,
+        (unsigned long long)sn->deleted, (unsigned long long)sn->moved);
+    put(o, ",\"skipped\":{");
+    for (int r = 1; r < INGEST_FILTER_NREASONS; r++)
+        put(o, "%s\"%s\":%llu", r > 1 ? "," : "", skip_names[r], (unsigned long long)sn->skipped[r]);
+    put(o, "},\"backpressure\":{\"on\":%s,\"queue\":%s,\"spool\":%s}",
+        sn->backpressure || sn->spool_full ? "true" : "false", sn->backpressure ? "true" : "false",
+        sn->spool_full ? "true" : "false");
+    put(o, ",\"spool\":{\"files\":%llu,\"bytes\":%llu,\"quota\":%llu}", (unsigned long long)sn->spool_files,
+        (unsigned long long)sn->spool_bytes, (unsigned long long)sn->spool_quota);
+    put(o, ",\"throttle\":{\"rate\":%llu,\"window\":", (unsigned long long)sn->throttle_rate);
+    put_jstr(o, sn->window);
+    put(o, ",\"window_open\":%s,\"waited_s\":%.3f}", sn->window_closed ? "false" : "true",
+        (double)sn->throttle_wait_ms / 1000.0);
+    put(o, ",\"wire_rate_bps\":%.0f}\n", wire_rate(sn, now));
+}
+
+static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
+{
+    put(o, "device %s   core %s (%s)   up %.0f s\n", sn->device, sn->core,
+        sn->connected ? "connected" : "not connected", now - sn->started);
+    put(o, "\n%-20s %-12s %-6s %s\n", "SOURCE", "STATE", "SPOOL", "PATH");
+    for (size_t i = 0; i < sn->nsrc; i++)
+        put(o, "%-20s %-12s %-6s %s\n", sn->src[i].name, sn->watching ? "watching" : "rescan-only",
+            sn->src[i].spool ? "copy" : "none", sn->src[i].path);
+    char ts[40];
+    fmt_time(sn->last_ack_ns, ts, sizeof(ts));
+    put(o, "\n%-20s %llu batches, %llu files, %llu bytes (limits %llu files, %llu bytes)\n", "queued",
+        (unsigned long long)sn->q_batches, (unsigned long long)sn->q_files, (unsigned long long)sn->q_bytes,
+        (unsigned long long)sn->queue_files, (unsigned long long)sn->queue_bytes);
+    put(o, "%-20s %s\n", "in flight", sn->inflight[0] ? sn->inflight : "-");
+    if (sn->last_ack_ns)
+        put(o, "%-20s %s (%.0f s ago)\n", "last ack", ts, (double)(wall - sn->last_ack_ns) / 1e9);
+    else
+        put(o, "%-20s -\n", "last ack");
+    put(o, "%-20s %s (queue %s, spool %s)\n", "backpressure", sn->backpressure || sn->spool_full ? "ON" : "off",
+        sn->backpressure ? "full" : "ok", sn->spool_full ? "full" : "ok");
+    put(o, "%-20s %llu files, %llu of %llu bytes\n", "spool", (unsigned long long)sn->spool_files,
+        (unsigned long long)sn->spool_bytes, (unsigned long long)sn->spool_quota);
+    put(o, "%-20s rate %llu B/s, window %s (%s), waited %.1f s\n", "throttle",
+        (unsigned long long)sn->throttle_rate, sn->window[0] ? sn->window : "always",
+        sn->window_closed ? "CLOSED" : "open", (double)sn->throttle_wait_ms / 1000.0);
+    put(o, "%-20s %.0f B/s (last %.0f s)\n", "wire rate", wire_rate(sn, now), RATE_WINDOW_S);
+    put(o, "\n%-20s %14s %16s\n", "STAGE", "FILES", "BYTES");
+    put(o, "%-20s %14llu %16s\n", "seen (last walk)", (unsigned long long)sn->files_seen, "-");
+    put(o, "%-20s %14llu %16llu\n", "taken", (unsigned long long)sn->files_taken,
+        (unsigned long long)sn->bytes_taken);
+    put(o, "%-20s %14s %16llu\n", "read", "-", (unsigned long long)sn->bytes_read);
+    put(o, "%-20s %14llu %16llu\n", "shipped (acked)", (unsigned long long)sn->files_shipped,
+        (unsigned long long)sn->bytes_shipped);
+    put(o, "%-20s %14s %16llu\n", "wire out", "-", (unsigned long long)sn->wire_out);
+    put(o, "%-20s %14s %16llu\n", "wire in", "-", (unsigned long long)sn->wire_in);
+    put(o, "%-20s %llu new (%llu bytes sent), %llu dedup\n", "chunks", (unsigned long long)sn->chunks_new,
+        (unsigned long long)sn->chunk_bytes_sent, (unsigned long long)sn->chunks_dedup);
+    put(o, "%-20s %llu acked, %llu replayed; after_ship %llu deleted, %llu moved\n", "batches",
+        (unsigned long long)sn->batches_acked, (unsigned long long)sn->batches_replayed,
+        (unsigned long long)sn->deleted, (unsigned long long)sn->moved);
+    put(o, "%-20s", "skipped");
+    for (int r = 1; r < INGEST_FILTER_NREASONS; r++)
+        put(o, " %s=%llu", skip_names[r], (unsigned long long)sn->skipped[r]);
+    put(o, "\n");
+}
+
+/* The status thread's callback. */
+static void render(void *ud, int json, char *buf, size_t cap)
+{
+    daemon_t *d = ud;
+    outbuf o = { buf, cap, 0 };
+    const double now = prog_now();
+    const int64_t wall = wall_now_ns();
+    pthread_mutex_lock(&d->slock);
+    if (json)
+        render_json(&d->sn, now, wall, &o);
+    else
+        render_text(&d->sn, now, wall, &o);
+    pthread_mutex_unlock(&d->slock);
+}
+
 /* ---- shipping ----------------------------------------------------------------- */
 
 static void backoff(daemon_t *d)
@@ -595,6 +1150,7 @@ static void queue_recount(daemon_t *d)
     uint64_t nb = 0;
     if (ingest_journal_queued(d->j, &nb, &d->q_files, &d->q_bytes) < 0)
         return;
+    d->q_batches = nb;
     if (d->backpressure && d->q_files < d->queue_files && d->q_bytes < d->queue_bytes) {
         prog_log(INGEST_LOG_INFO, "backpressure off: %llu files, %llu bytes queued", (unsigned long long)d->q_files,
                  (unsigned long long)d->q_bytes);
@@ -608,6 +1164,8 @@ static int forget(daemon_t *d, uint64_t seq)
     const int rc = ingest_journal_remove(d->j, seq);
     if (rc < 0)
         prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(d->a->ctx));
+    else
+        spool_drop(d, seq); /* after the ack (or the drop) is journaled */
     queue_recount(d);
     return rc;
 }
@@ -648,17 +1206,35 @@ static int ship_one(daemon_t *d, uint64_t seq)
     }
     const char **paths = calloc(jb->nfiles, sizeof(*paths));
     ingest_journal_file *got = calloc(jb->nfiles, sizeof(*got));
+    ingest_sender_source *bsrc = calloc(d->nsrc, sizeof(*bsrc));
+    char **spooled = calloc(d->nsrc, sizeof(*spooled));
     ingest_sender *s = NULL;
     ingest_sender_batch *b = NULL;
     size_t ngot = 0;
-    if (paths == NULL || got == NULL) {
+    if (paths == NULL || got == NULL || bsrc == NULL || spooled == NULL) {
         rc = INGEST_ENOMEM;
         goto out;
+    }
+    /* a source whose files were spooled for this batch is read from the spool */
+    for (size_t i = 0; i < d->nsrc; i++) {
+        bsrc[i] = d->ssrc[i];
+        char sp[PATH_MAX];
+        struct stat st;
+        if ((size_t)snprintf(sp, sizeof(sp), "%s/%llu/%s", d->spool_dir, (unsigned long long)seq, d->src[i].name) <
+                sizeof(sp) &&
+            lstat(sp, &st) == 0 && S_ISDIR(st.st_mode)) {
+            if ((spooled[i] = strdup(sp)) == NULL) {
+                rc = INGEST_ENOMEM;
+                goto out;
+            }
+            bsrc[i].path = spooled[i];
+        }
     }
     for (size_t i = 0; i < jb->nfiles; i++)
         paths[i] = jb->files[i].path;
     ingest_sender_opts o = d->base;
     o.want_file = NULL;
+    o.sources = bsrc;
     o.batch_seq = seq;
     o.max_files = jb->nfiles;
     o.max_bytes = UINT64_MAX / 4;
@@ -700,6 +1276,19 @@ static int ship_one(daemon_t *d, uint64_t seq)
         got[ngot].ctime_ns = info.ctime_ns;
         ngot++;
     }
+    d->bytes_read += bs.bytes;
+    /* A spool copy has its own ctime: the version shipped is the original's (journaled) one. */
+    for (size_t i = 0, k = 0; i < ngot && k < jb->nfiles; i++) {
+        while (k < jb->nfiles && strcmp(jb->files[k].path, got[i].path) != 0)
+            k++;
+        const char *rel = NULL;
+        const dsource *src = k < jb->nfiles ? source_of(d, got[i].path, &rel) : NULL;
+        if (src != NULL && spooled[src - d->src] != NULL && got[i].size == jb->files[k].size &&
+            got[i].mtime_ns == jb->files[k].mtime_ns)
+            got[i].ctime_ns = jb->files[k].ctime_ns;
+        if (k < jb->nfiles)
+            k++;
+    }
     if (files_differ(jb, got, ngot)) {
         if (jb->state == INGEST_JOURNAL_PENDING) {
             /* never sent: record what will really go, so a replay after a crash is the same batch */
@@ -719,10 +1308,14 @@ static int ship_one(daemon_t *d, uint64_t seq)
         goto out;
     }
     a->t.batches++;
+    snprintf(d->inflight, sizeof(d->inflight), "%s", jb->id);
+    publish(d);
     rc = send_manifest(a, b);
     if (rc == 0)
         rc = finish_batch(a, b);
+    d->inflight[0] = '\0';
     if (rc == 0) {
+        d->last_ack_ns = wall_now_ns();
         if ((rc = ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_ACKED, got, ngot)) < 0) {
             prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
             goto out;
@@ -749,13 +1342,17 @@ static int ship_one(daemon_t *d, uint64_t seq)
         schedule_scan(d, d->now);
     } else {
         disconnect_core(a);
-        if (!stopping)
+        if (!stopping && !reload_requested && !a->window_closed)
             backoff(d);
         rc = 1;
     }
 out:
     ingest_sender_batch_destroy(b);
     ingest_sender_destroy(s);
+    for (size_t i = 0; spooled != NULL && i < d->nsrc; i++)
+        free(spooled[i]);
+    free(spooled);
+    free(bsrc);
     free(paths);
     free(got);
     ingest_journal_batch_free(d->j, jb);
@@ -777,6 +1374,18 @@ static int ship_queue(daemon_t *d)
             return r;
         if (seq == d->open_seq)
             continue;
+        int in = 0;
+        if (!throttle_window_open(d->a, &in)) {
+            if (!d->a->window_closed)
+                prog_log(INGEST_LOG_INFO, "throttle.window %s is closed: nothing is sent for %d min (%llu files queued)",
+                         d->a->cfg->throttle_window, in, (unsigned long long)d->q_files);
+            d->a->window_closed = 1;
+            disconnect_core(d->a);
+            return 0;
+        }
+        if (d->a->window_closed)
+            prog_log(INGEST_LOG_INFO, "throttle.window %s is open: shipping", d->a->cfg->throttle_window);
+        d->a->window_closed = 0;
         const int rc = ship_one(d, seq);
         if (rc != 0)
             return rc;
@@ -798,6 +1407,7 @@ static void apply_config(daemon_t *d)
     d->rescan_ms = cfg->rescan_interval_ms ? cfg->rescan_interval_ms : RESCAN_DEFAULT_MS;
     d->queue_files = cfg->queue_max_files ? cfg->queue_max_files : QUEUE_FILES_DEFAULT;
     d->queue_bytes = cfg->queue_max_bytes ? cfg->queue_max_bytes : QUEUE_BYTES_DEFAULT;
+    d->spool_quota = cfg->spool_quota;
 }
 
 static void reload(daemon_t *d)
@@ -834,6 +1444,11 @@ static void reload(daemon_t *d)
     d->ssrc = nss;
     d->nsrc = ncfg->sources_count;
     apply_config(d);
+    if (throttle_setup(a) != 0)
+        prog_log(INGEST_LOG_ERROR, "throttle: the new settings could not be applied; sending unthrottled");
+    a->window_closed = 0;
+    spool_resume_check(d);
+    publish_sources(d);
     prog_log_set_level(ncfg->log_level);
     watches_setup(d);
     schedule_scan(d, d->now);
@@ -851,6 +1466,8 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
     d.base = *base;
     d.ino = -1;
     a->userdata = &d;
+    pthread_mutex_init(&d.slock, NULL);
+    d.sn.started = prog_now();
     int status = 1;
     srand((unsigned)(getpid() ^ (unsigned)wall_now_ns()));
     if (ingest_journal_open(a->st, a->ft, &d.j) < 0) {
@@ -872,11 +1489,25 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
     if (d.q_files)
         prog_log(INGEST_LOG_INFO, "resuming: %llu files, %llu bytes queued in the journal",
                  (unsigned long long)d.q_files, (unsigned long long)d.q_bytes);
+    if (spool_init(&d) != 0)
+        goto out;
+    if (d.spool_files)
+        prog_log(INGEST_LOG_INFO, "spool: %llu files, %llu bytes waiting to ship", (unsigned long long)d.spool_files,
+                 (unsigned long long)d.spool_bytes);
     d.ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (d.ino < 0)
         prog_log(INGEST_LOG_WARN, "inotify unavailable (%s): rescans only", strerror(errno));
     d.now = prog_now();
     watches_setup(&d);
+    publish_sources(&d);
+    publish(&d);
+    a->publish = publish_hook;
+    {
+        char err[512];
+        d.status = status_server_start(a->cfg->status_socket, render, &d, err, sizeof(err));
+        if (d.status == NULL)
+            prog_log(INGEST_LOG_ERROR, "%s: ingestctl status will not answer", err);
+    }
     prog_log(INGEST_LOG_INFO, "running: %zu sources, %zu directories watched, rescan every %llu ms", d.nsrc, d.nw,
              (unsigned long long)d.rescan_ms);
     schedule_scan(&d, d.now);
@@ -898,6 +1529,7 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
         const int shipped = ship_queue(&d);
         if (shipped < 0)
             prog_log(INGEST_LOG_ERROR, "shipping failed; retrying");
+        publish(&d);
         /* sleep until something is due */
         d.now = prog_now();
         double until = d.now + 1.0;
@@ -905,9 +1537,9 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
             until = d.scan_at;
         if (d.open_seq != 0 && d.open_at + d.max_wait_ms / 1000.0 < until)
             until = d.open_at + d.max_wait_ms / 1000.0;
-        if (d.q_files > d.nof && a->fd < 0 && d.next_connect < until)
+        if (d.q_files > d.nof && a->fd < 0 && d.next_connect < until && !a->window_closed)
             until = d.next_connect;
-        if (d.q_files > d.nof && a->fd >= 0 && shipped == 0)
+        if (d.q_files > d.nof && a->fd >= 0 && shipped == 0 && !a->window_closed)
             until = d.now; /* more to ship */
         int ms = (int)((until - d.now) * 1000.0);
         if (ms < 0)
@@ -923,6 +1555,8 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
     open_journal(&d);
     status = 0;
 out:
+    status_server_stop(d.status);
+    a->publish = NULL;
     if (ingest_store_commit(a->st) < 0) {
         prog_log(INGEST_LOG_ERROR, "state store: %s", ingest_ctx_errmsg(a->ctx));
         status = 1;
@@ -958,6 +1592,8 @@ out:
     if (d.ino >= 0)
         close(d.ino);
     sources_free(&d);
+    snap_sources_free(&d.sn);
+    pthread_mutex_destroy(&d.slock);
     ingest_journal_close(d.j);
     return status;
 }

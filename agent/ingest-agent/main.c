@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 volatile sig_atomic_t stopping;
@@ -137,6 +138,115 @@ static void progress(agent *a, int final)
     fflush(stdout);
 }
 
+/* ---- throttle ------------------------------------------------------------ */
+
+int throttle_setup(agent *a)
+{
+    ingest_throttle_destroy(a->throttle);
+    a->throttle = NULL;
+    if (a->cfg->throttle_rate == 0 && a->cfg->throttle_window[0] == '\0')
+        return 0;
+    if (ingest_throttle_create(a->ctx, a->cfg->throttle_rate, a->cfg->throttle_window, &a->throttle) < 0) {
+        prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
+        return -1;
+    }
+    return 0;
+}
+
+static int minute_of_day(void)
+{
+    const time_t now = time(NULL);
+    struct tm tm;
+    if (localtime_r(&now, &tm) == NULL)
+        return 0;
+    return tm.tm_hour * 60 + tm.tm_min;
+}
+
+int throttle_window_open(const agent *a, int *opens_in_min)
+{
+    const int s = a->cfg->throttle_window_start, e = a->cfg->throttle_window_end;
+    if (s < 0 || e < 0)
+        return 1;
+    const int m = minute_of_day();
+    const int inside = s < e ? (m >= s && m < e) : (m >= s || m < e);
+    if (!inside && opens_in_min != NULL)
+        *opens_in_min = (s - m + 1440) % 1440;
+    return inside;
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Sleep up to ms (at most 100 ms per call, so signals are seen), counting it as throttle wait. */
+static void throttle_nap(agent *a, int64_t ms)
+{
+    if (ms > 100)
+        ms = 100;
+    const struct timespec ts = { 0, (long)ms * 1000000L };
+    const int64_t t0 = mono_ns();
+    nanosleep(&ts, NULL);
+    a->throttle_wait_ms += (uint64_t)((mono_ns() - t0) / 1000000);
+    if (a->publish != NULL)
+        a->publish(a);
+}
+
+static int throttle_interrupted(const agent *a)
+{
+    return stopping || (a->daemon && reload_requested);
+}
+
+int throttle_wait_window(agent *a)
+{
+    int logged = 0, in = 0;
+    while (!throttle_window_open(a, &in)) {
+        if (throttle_interrupted(a))
+            return INGEST_ECLOSED;
+        if (!logged) {
+            prog_log(INGEST_LOG_INFO, "throttle.window %s is closed: waiting %d min for it to open",
+                     a->cfg->throttle_window, in);
+            disconnect_core(a); /* between batches: the core would time the idle connection out */
+        }
+        logged = 1;
+        a->window_closed = 1;
+        throttle_nap(a, 100);
+    }
+    a->window_closed = 0;
+    return 0;
+}
+
+/*
+ * Before a frame of n bytes: wait what the throttle says.  The daemon does
+ * not wait for a window that closed mid-batch: the batch is parked
+ * (INGEST_ECLOSED, it stays SENT) and replayed when the window opens.
+ */
+static int throttle_wait(agent *a, uint64_t n)
+{
+    if (a->throttle == NULL)
+        return 0;
+    for (;;) {
+        if (throttle_interrupted(a))
+            return INGEST_ECLOSED;
+        if (!throttle_window_open(a, NULL)) {
+            a->window_closed = 1;
+            if (a->daemon) {
+                prog_log(INGEST_LOG_INFO, "throttle.window %s closed during a batch: parking it",
+                         a->cfg->throttle_window);
+                return INGEST_ECLOSED;
+            }
+        } else {
+            a->window_closed = 0;
+        }
+        const int64_t ms = ingest_throttle_delay(a->throttle, n, mono_ns(), minute_of_day());
+        if (ms <= 0)
+            return 0;
+        throttle_nap(a, ms);
+    }
+}
+
 /* ---- sending ------------------------------------------------------------- */
 
 static int send_msg(agent *a, ingest_wire_msg *m, size_t extra)
@@ -238,6 +348,8 @@ static int send_wanted(agent *a, ingest_sender_batch *b, const ingest_wire_want 
         m.u.chunk.index = idx;
         m.u.chunk.data = a->chunkbuf;
         m.u.chunk.len = n;
+        if ((rc = throttle_wait(a, ingest_wire_encoded_size(&m) + FRAME_OVERHEAD)) < 0)
+            return rc;
         if ((rc = send_msg(a, &m, 0)) < 0)
             return rc;
         a->t.chunks_sent++;
@@ -245,6 +357,8 @@ static int send_wanted(agent *a, ingest_sender_batch *b, const ingest_wire_want 
         a->t.chunk_bytes_sent += n;
         (*sent)++;
         progress(a, 0);
+        if (a->publish != NULL)
+            a->publish(a);
     }
     return stopping ? INGEST_ECLOSED : 0;
 }
@@ -563,7 +677,7 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
             rc = took;
             break;
         }
-        if (stopping || (a->fd < 0 && connect_core(a) != 0)) {
+        if (stopping || throttle_wait_window(a) != 0 || (a->fd < 0 && connect_core(a) != 0)) {
             rc = INGEST_ECLOSED;
             ingest_sender_batch_destroy(b);
             break;
@@ -718,7 +832,7 @@ int main(int argc, char **argv)
     a.tty = isatty(STDOUT_FILENO);
     int status = 1;
     ingest_sender_source *src = NULL;
-    if (load_state(&a) != 0)
+    if (load_state(&a) != 0 || throttle_setup(&a) != 0)
         goto out;
     src = calloc(a.cfg->sources_count, sizeof(*src));
     if (src == NULL)
@@ -761,13 +875,13 @@ int main(int argc, char **argv)
     progress(&a, 1);
     const double secs = prog_now() - a.t0;
     printf("shipped: files=%llu unchanged=%llu bytes=%llu chunks=%llu chunks_new=%llu chunks_dedup=%llu chunk_bytes=%llu "
-           "wire_bytes=%llu batches=%llu seconds=%.3f MB/s=%.1f cpu_seconds=%.3f\n",
+           "wire_bytes=%llu batches=%llu seconds=%.3f MB/s=%.1f cpu_seconds=%.3f throttle_wait_seconds=%.3f\n",
            (unsigned long long)a.t.files, (unsigned long long)a.t.unchanged, (unsigned long long)a.t.bytes,
            (unsigned long long)a.t.chunks,
            (unsigned long long)a.t.chunks_sent, (unsigned long long)a.t.chunks_dedup,
            (unsigned long long)a.t.chunk_bytes_sent, (unsigned long long)(a.t.wire_out + a.t.wire_in),
            (unsigned long long)a.t.batches_acked, secs, secs > 0 ? (double)a.t.bytes / 1e6 / secs : 0.0,
-           prog_cpu_seconds() - cpu0);
+           prog_cpu_seconds() - cpu0, (double)a.throttle_wait_ms / 1000.0);
     fflush(stdout);
     if (rc == 0) {
         status = 0;
@@ -787,6 +901,7 @@ out:
     ingest_havecache_close(a.have);
     ingest_store_close(a.st);
     ingest_codec_destroy(a.codec);
+    ingest_throttle_destroy(a.throttle);
     ingest_secret_key_wipe(&a.key);
     ingest_agent_config_free(a.cfg);
     ingest_ctx_destroy(a.ctx);

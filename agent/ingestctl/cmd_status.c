@@ -36,7 +36,7 @@ int cmd_status(int argc, char **argv)
             ingest_ctx_destroy(ctx);
             return 1;
         }
-        snprintf(path, sizeof(path), "%s/agent.sock", cfg->state_dir);
+        snprintf(path, sizeof(path), "%s", cfg->status_socket);
         ingest_agent_config_free(cfg);
         ingest_ctx_destroy(ctx);
         socket = path;
