@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -58,6 +59,10 @@ typedef struct file_ctx {
     int rc; /* a failure of ours inside the callback (fatal) */
 } file_ctx;
 
+/* Names stat'ed ahead per block during a walk (half of them by a helper thread). */
+#define STAT_BLOCK 512
+#define STAT_PARALLEL_MIN 64
+
 struct ingest_sender_s {
     ingest_ctx *ctx;
     char *device;
@@ -81,6 +86,13 @@ struct ingest_sender_s {
     size_t cur_src; /* == nsrc when done */
     int depth;      /* frames in use */
     frame stack[INGEST_SENDER_MAX_DEPTH + 1];
+    /* Stat results of the next names of the deepest frame, fetched ahead on two threads. */
+    struct {
+        int depth;        /* frame they belong to (0: none) */
+        size_t from, to;  /* names [from, to) of that frame */
+        struct stat st[STAT_BLOCK];
+        int err[STAT_BLOCK];
+    } *sc;
     char path[PATH_CAP]; /* "{source}/{relative path}" of the current entry */
     int peeked;          /* the entry at the top frame's cursor is a regular file, counted */
     struct stat peek_st;
@@ -323,6 +335,11 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
     /* The serial path always exists: with two threads it still takes small
      * files, for which handing chunks to another thread costs more than it saves. */
     {
+        s->sc = ingest__calloc(ctx, 1, sizeof(*s->sc));
+        if (s->sc == NULL) {
+            rc = ingest__fail(ctx, INGEST_ENOMEM, "sender: out of memory (stat block)");
+            goto fail;
+        }
         rc = ingest_chunker_create(ctx, &s->params, &s->chunker);
         if (rc < 0)
             goto fail;
@@ -364,6 +381,8 @@ static void walk_reset(ingest_sender *s)
 {
     while (s->depth > 0)
         frame_free(s, &s->stack[--s->depth]);
+    if (s->sc != NULL)
+        s->sc->depth = 0;
     for (size_t i = 0; i < s->nsrc; i++)
         close_fd(&s->srcs[i].fd);
     s->peeked = 0;
@@ -383,6 +402,7 @@ void ingest_sender_destroy(ingest_sender *s)
         ingest__free(ctx, s->srcs[i].path);
     }
     ingest__free(ctx, s->srcs);
+    ingest__free(ctx, s->sc);
     if (s->own_codec)
         ingest_codec_destroy(s->codec);
     ingest_chunker_destroy(s->chunker);
@@ -522,6 +542,8 @@ static int walk_push(ingest_sender *s, int fd, size_t prefix_len)
     }
     f->prefix_len = prefix_len;
     s->depth++;
+    if (s->sc != NULL)
+        s->sc->depth = 0; /* the block belonged to the parent */
     return 0;
 }
 
@@ -531,6 +553,66 @@ static int walk_push(ingest_sender *s, int fd, size_t prefix_len)
  * walk is done, < 0 on a fatal failure.
  */
 static int list_peek(ingest_sender *s);
+
+typedef struct stat_job {
+    int dirfd;
+    char *const *names;
+    struct stat *st;
+    int *err;
+    size_t n;
+} stat_job;
+
+static void *stat_run(void *arg)
+{
+    const stat_job *j = arg;
+    for (size_t i = 0; i < j->n; i++)
+        j->err[i] = fstatat(j->dirfd, j->names[i], &j->st[i], AT_SYMLINK_NOFOLLOW) == 0 ? 0 : errno;
+    return NULL;
+}
+
+/*
+ * Stat the next STAT_BLOCK names of frame f (the deepest), the second half
+ * on a helper thread: a walk is mostly path lookups in the kernel, and two
+ * cores do them about twice as fast.  The results are what the walk would
+ * have seen a moment later; the file is checked again when it is opened.
+ */
+static void stat_ahead(ingest_sender *s, frame *f)
+{
+    const size_t from = f->i, n = f->n - from < STAT_BLOCK ? f->n - from : STAT_BLOCK;
+    stat_job a = { f->fd, f->names + from, s->sc->st, s->sc->err, n };
+    pthread_t t;
+    int threaded = 0;
+    if (n >= STAT_PARALLEL_MIN) {
+        const size_t half = n / 2;
+        stat_job b = { f->fd, f->names + from + half, s->sc->st + half, s->sc->err + half, n - half };
+        a.n = half;
+        threaded = pthread_create(&t, NULL, stat_run, &b) == 0;
+        if (!threaded)
+            a.n = n;
+        stat_run(&a);
+        if (threaded)
+            pthread_join(t, NULL);
+    } else {
+        stat_run(&a);
+    }
+    s->sc->depth = s->depth;
+    s->sc->from = from;
+    s->sc->to = from + n;
+}
+
+/* fstatat of name i of frame f, from the block stat'ed ahead when there is one. */
+static int walk_stat(ingest_sender *s, frame *f, struct stat *st)
+{
+    if (s->sc != NULL) {
+        if (s->sc->depth != s->depth || f->i < s->sc->from || f->i >= s->sc->to)
+            stat_ahead(s, f);
+        const size_t k = f->i - s->sc->from;
+        *st = s->sc->st[k];
+        errno = s->sc->err[k];
+        return errno == 0 ? 0 : -1;
+    }
+    return fstatat(f->fd, f->names[f->i], st, AT_SYMLINK_NOFOLLOW);
+}
 
 static int walk_peek(ingest_sender *s)
 {
@@ -564,6 +646,8 @@ static int walk_peek(ingest_sender *s)
         if (f->i >= f->n) {
             frame_free(s, f);
             s->depth--;
+            if (s->sc != NULL)
+                s->sc->depth = 0;
             if (s->depth == 0)
                 s->cur_src++;
             continue;
@@ -588,7 +672,7 @@ static int walk_peek(ingest_sender *s)
             continue;
         }
         struct stat st;
-        if (fstatat(f->fd, nm, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (walk_stat(s, f, &st) != 0) {
             const int e = errno;
             f->i++;
             report(s, s->path, e == ENOENT ? INGEST_SKIP_VANISHED : INGEST_SKIP_UNREADABLE, e);
