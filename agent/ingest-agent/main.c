@@ -875,13 +875,15 @@ int main(int argc, char **argv)
     progress(&a, 1);
     const double secs = prog_now() - a.t0;
     printf("shipped: files=%llu unchanged=%llu bytes=%llu chunks=%llu chunks_new=%llu chunks_dedup=%llu chunk_bytes=%llu "
-           "wire_bytes=%llu batches=%llu seconds=%.3f MB/s=%.1f cpu_seconds=%.3f throttle_wait_seconds=%.3f\n",
+           "wire_bytes=%llu batches=%llu seconds=%.3f MB/s=%.1f cpu_seconds=%.3f throttle_wait_seconds=%.3f "
+           "chunk_raw_bytes=%llu\n",
            (unsigned long long)a.t.files, (unsigned long long)a.t.unchanged, (unsigned long long)a.t.bytes,
            (unsigned long long)a.t.chunks,
            (unsigned long long)a.t.chunks_sent, (unsigned long long)a.t.chunks_dedup,
            (unsigned long long)a.t.chunk_bytes_sent, (unsigned long long)(a.t.wire_out + a.t.wire_in),
            (unsigned long long)a.t.batches_acked, secs, secs > 0 ? (double)a.t.bytes / 1e6 / secs : 0.0,
-           prog_cpu_seconds() - cpu0, (double)a.throttle_wait_ms / 1000.0);
+           prog_cpu_seconds() - cpu0, (double)a.throttle_wait_ms / 1000.0,
+           (unsigned long long)a.t.chunk_bytes_raw);
     fflush(stdout);
     if (rc == 0) {
         status = 0;

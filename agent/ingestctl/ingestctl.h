@@ -12,5 +12,6 @@ int cmd_bench_gen(int argc, char **argv);   /* bench_gen.c */
 int cmd_keygen(int argc, char **argv);      /* cmd_keygen.c */
 int cmd_status(int argc, char **argv);      /* cmd_status.c */
 int cmd_bench_scan(int argc, char **argv);  /* bench_scan.c */
+int cmd_bench_pipeline(int argc, char **argv); /* bench_pipeline.c */
 
 #endif

@@ -15,6 +15,7 @@ static const struct command bench_commands[] = {
     { "chunk", cmd_bench_chunk, "bench chunk [--size BYTES] [--level N] [FILE]" },
     { "index", cmd_bench_index, "bench index [--entries N] [--dir DIR]" },
     { "scan", cmd_bench_scan, "bench scan DIR" },
+    { "pipeline", cmd_bench_pipeline, "bench pipeline [--transport tcp] [--evolve] DIR" },
     { "gen", cmd_bench_gen, "bench gen [--profile sensors] [--size BYTES] [--seed N] [--evolve] DIR" },
 };
 
@@ -46,7 +47,7 @@ static int cmd_bench(int argc, char **argv)
         for (size_t i = 0; i < sizeof(bench_commands) / sizeof(bench_commands[0]); i++)
             if (strcmp(argv[1], bench_commands[i].name) == 0)
                 return bench_commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "ingestctl bench: expected one of: chunk, index, gen, scan\n");
+    fprintf(stderr, "ingestctl bench: expected one of: chunk, index, gen, scan, pipeline\n");
     return 2;
 }
 
