@@ -17,26 +17,14 @@
 #define BODY_MAX (1024u * 1024u)
 
 struct metrics_http {
-    int fd;
-    int stop_pipe[2];
-    pthread_t thread;
+    prog_server *srv;
     ingest_metrics *m;
     char *body;
 };
 
-static void write_all(int fd, const char *p, size_t n)
+static void answer(void *ud, int c)
 {
-    while (n > 0) {
-        const ssize_t w = write(fd, p, n);
-        if (w <= 0)
-            return;
-        p += w;
-        n -= (size_t)w;
-    }
-}
-
-static void answer(metrics_http *h, int c)
-{
+    metrics_http *h = ud;
     char req[REQ_MAX + 1];
     size_t len = 0;
     req[0] = '\0';
@@ -57,7 +45,7 @@ static void answer(metrics_http *h, int c)
     if (strncmp(req, "GET /metrics ", 13) != 0 && strncmp(req, "GET /metrics?", 13) != 0) {
         static const char nf[] = "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n"
                                  "Connection: close\r\n\r\nnot found\n";
-        write_all(c, nf, sizeof(nf) - 1);
+        prog_write_all(c, nf, sizeof(nf) - 1);
         return;
     }
     const size_t blen = ingest_metrics_render(h->m, h->body, BODY_MAX);
@@ -67,29 +55,8 @@ static void answer(metrics_http *h, int c)
                             "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %zu\r\n"
                             "Connection: close\r\n\r\n",
                             n);
-    write_all(c, head, (size_t)hl);
-    write_all(c, h->body, n);
-}
-
-static void *serve(void *arg)
-{
-    metrics_http *h = arg;
-    for (;;) {
-        struct pollfd p[2] = { { h->fd, POLLIN, 0 }, { h->stop_pipe[0], POLLIN, 0 } };
-        if (poll(p, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        if (p[1].revents)
-            break;
-        const int c = accept4(h->fd, NULL, NULL, SOCK_CLOEXEC);
-        if (c < 0)
-            continue;
-        answer(h, c);
-        close(c);
-    }
-    return NULL;
+    prog_write_all(c, head, (size_t)hl);
+    prog_write_all(c, h->body, n);
 }
 
 metrics_http *metrics_http_start(const char *address, ingest_metrics *m, char *bound, size_t bound_cap, char *err,
@@ -102,17 +69,8 @@ metrics_http *metrics_http_start(const char *address, ingest_metrics *m, char *b
         return NULL;
     }
     h->m = m;
-    h->stop_pipe[0] = h->stop_pipe[1] = -1;
-    h->fd = prog_listen(address, bound, bound_cap, err, errcap);
-    if (h->fd < 0 || pipe2(h->stop_pipe, O_CLOEXEC) != 0 || pthread_create(&h->thread, NULL, serve, h) != 0) {
-        if (h->fd >= 0) {
-            snprintf(err, errcap, "metrics endpoint: %s", strerror(errno));
-            close(h->fd);
-        }
-        if (h->stop_pipe[0] >= 0) {
-            close(h->stop_pipe[0]);
-            close(h->stop_pipe[1]);
-        }
+    const int fd = prog_listen(address, bound, bound_cap, err, errcap);
+    if (fd < 0 || (h->srv = prog_server_start(fd, answer, h, err, errcap)) == NULL) {
         free(h->body);
         free(h);
         return NULL;
@@ -124,14 +82,7 @@ void metrics_http_stop(metrics_http *h)
 {
     if (h == NULL)
         return;
-    const char c = 's';
-    if (write(h->stop_pipe[1], &c, 1) != 1) {
-        /* closing the pipe below ends the thread too */
-    }
-    pthread_join(h->thread, NULL);
-    close(h->fd);
-    close(h->stop_pipe[0]);
-    close(h->stop_pipe[1]);
+    prog_server_stop(h->srv);
     free(h->body);
     free(h);
 }

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/types.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -220,4 +221,89 @@ void prog_print_config_keys(int program, const char *title)
 {
     printf("%s configuration keys (docs/config.md):\n", title);
     ingest_config_keys(program, print_key, NULL);
+}
+
+struct prog_server {
+    int fd;
+    int stop_pipe[2];
+    pthread_t thread;
+    void (*answer)(void *, int);
+    void *ud;
+};
+
+static void *server_main(void *arg)
+{
+    prog_server *s = arg;
+    for (;;) {
+        struct pollfd p[2] = { { s->fd, POLLIN, 0 }, { s->stop_pipe[0], POLLIN, 0 } };
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (p[1].revents)
+            break;
+        const int c = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0)
+            continue;
+        s->answer(s->ud, c);
+        close(c);
+    }
+    return NULL;
+}
+
+prog_server *prog_server_start(int listen_fd, void (*answer)(void *userdata, int fd), void *userdata, char *err,
+                               size_t errcap)
+{
+    prog_server *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        snprintf(err, errcap, "out of memory");
+        close(listen_fd);
+        return NULL;
+    }
+    s->fd = listen_fd;
+    s->answer = answer;
+    s->ud = userdata;
+    if (pipe2(s->stop_pipe, O_CLOEXEC) != 0) {
+        snprintf(err, errcap, "pipe: %s", strerror(errno));
+        close(listen_fd);
+        free(s);
+        return NULL;
+    }
+    if (pthread_create(&s->thread, NULL, server_main, s) != 0) {
+        snprintf(err, errcap, "cannot start a thread");
+        close(s->stop_pipe[0]);
+        close(s->stop_pipe[1]);
+        close(listen_fd);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void prog_server_stop(prog_server *s)
+{
+    if (s == NULL)
+        return;
+    const char c = 's';
+    if (write(s->stop_pipe[1], &c, 1) != 1) {
+        /* closing the pipe below ends the thread too */
+    }
+    pthread_join(s->thread, NULL);
+    close(s->fd);
+    close(s->stop_pipe[0]);
+    close(s->stop_pipe[1]);
+    free(s);
+}
+
+void prog_write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        const ssize_t w = write(fd, c, n);
+        if (w <= 0)
+            return;
+        c += w;
+        n -= (size_t)w;
+    }
 }

@@ -37,6 +37,19 @@ int prog_listen(const char *address, char *bound, size_t bound_cap, char *errmsg
 /* Print the configuration keys of program (INGEST_CONFIG_AGENT or _RECEIVER) for --help-config. */
 void prog_print_config_keys(int program, const char *title);
 
+/*
+ * A listening socket served by a thread of its own, one connection at a
+ * time: answer(userdata, fd) handles each accepted connection, which is
+ * closed after it.  prog_server_start takes over listen_fd (closed on
+ * failure too); prog_server_stop ends the thread and closes it.
+ */
+typedef struct prog_server prog_server;
+prog_server *prog_server_start(int listen_fd, void (*answer)(void *userdata, int fd), void *userdata, char *err,
+                               size_t errcap);
+void prog_server_stop(prog_server *s);
+/* Write n bytes to fd, giving up at the first error. */
+void prog_write_all(int fd, const void *p, size_t n);
+
 /* Write text to path atomically (temporary file + rename); 0 or -1. */
 int prog_write_file_atomic(const char *path, const char *text);
 

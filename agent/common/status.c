@@ -1,5 +1,6 @@
 /* The agent's status endpoint over a unix socket (status.h). */
 #include "status.h"
+#include "prog.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,17 +17,16 @@
 #define STATUS_MAX (256u * 1024u)
 
 struct status_server {
-    int fd;
-    int stop_pipe[2];
-    pthread_t thread;
+    prog_server *srv;
     status_render_fn fn;
     void *ud;
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     char *buf;
 };
 
-static void answer(status_server *s, int c)
+static void answer(void *ud, int c)
 {
+    status_server *s = ud;
     char req[16] = "";
     struct pollfd p = { c, POLLIN, 0 };
     /* A client that says nothing within a second gets the text form. */
@@ -37,35 +37,7 @@ static void answer(status_server *s, int c)
     const int json = strncmp(req, "json", 4) == 0;
     s->buf[0] = '\0';
     s->fn(s->ud, json, s->buf, STATUS_MAX);
-    const size_t len = strlen(s->buf);
-    size_t off = 0;
-    while (off < len) {
-        const ssize_t n = write(c, s->buf + off, len - off);
-        if (n <= 0)
-            break;
-        off += (size_t)n;
-    }
-}
-
-static void *serve(void *arg)
-{
-    status_server *s = arg;
-    for (;;) {
-        struct pollfd p[2] = { { s->fd, POLLIN, 0 }, { s->stop_pipe[0], POLLIN, 0 } };
-        if (poll(p, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        if (p[1].revents)
-            break;
-        const int c = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC);
-        if (c < 0)
-            continue;
-        answer(s, c);
-        close(c);
-    }
-    return NULL;
+    prog_write_all(c, s->buf, strlen(s->buf));
 }
 
 status_server *status_server_start(const char *path, status_render_fn fn, void *userdata, char *err, size_t errcap)
@@ -87,25 +59,25 @@ status_server *status_server_start(const char *path, status_render_fn fn, void *
     snprintf(s->path, sizeof(s->path), "%s", path);
     s->fn = fn;
     s->ud = userdata;
-    s->stop_pipe[0] = s->stop_pipe[1] = -1;
-    s->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     /* Only a socket is replaced, never another kind of file. */
     struct stat st;
     if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
         unlink(path);
     /* Created 0600 from the start: no window in which others could connect. */
     const mode_t old = umask(0177);
-    const int bound = s->fd >= 0 && bind(s->fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    const int bound = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
     umask(old);
-    if (!bound || listen(s->fd, 8) != 0 || pipe2(s->stop_pipe, O_CLOEXEC) != 0 ||
-        pthread_create(&s->thread, NULL, serve, s) != 0) {
+    if (!bound || listen(fd, 8) != 0) {
         snprintf(err, errcap, "status socket %s: %s", path, strerror(errno));
-        if (s->fd >= 0)
-            close(s->fd);
-        if (s->stop_pipe[0] >= 0) {
-            close(s->stop_pipe[0]);
-            close(s->stop_pipe[1]);
-        }
+        if (fd >= 0)
+            close(fd);
+        free(s->buf);
+        free(s);
+        return NULL;
+    }
+    if ((s->srv = prog_server_start(fd, answer, s, err, errcap)) == NULL) {
+        unlink(path);
         free(s->buf);
         free(s);
         return NULL;
@@ -117,14 +89,7 @@ void status_server_stop(status_server *s)
 {
     if (s == NULL)
         return;
-    const char c = 's';
-    if (write(s->stop_pipe[1], &c, 1) != 1) {
-        /* the thread also ends when the pipe closes */
-    }
-    pthread_join(s->thread, NULL);
-    close(s->fd);
-    close(s->stop_pipe[0]);
-    close(s->stop_pipe[1]);
+    prog_server_stop(s->srv);
     unlink(s->path);
     free(s->buf);
     free(s);
