@@ -1,0 +1,24 @@
+/* Helpers shared by the unit tests (linked into every tests/unit binary). */
+#ifndef INGEST_TESTKIT_H
+#define INGEST_TESTKIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ingest.h"
+
+/* An allocator through cmocka (leak-checked) that fails its fail_at-th call (0: never). */
+struct failing {
+    unsigned count;
+    unsigned fail_at;
+    unsigned failed;
+};
+
+/* A context using that allocator; asserts it could be made. */
+ingest_ctx *make_ctx(struct failing *f);
+
+/* xorshift64 step; deterministic pseudo-random bytes from a seed. */
+uint64_t rng_next(uint64_t *s);
+void gen_random(uint8_t *p, size_t n, uint64_t seed);
+
+#endif
