@@ -8,6 +8,7 @@
 #include "ingest/chunkhash.h"
 #include "ingest/manifest.h"
 #include "ingest/sender.h"
+#include "walkahead.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -59,9 +60,10 @@ typedef struct file_ctx {
     int rc; /* a failure of ours inside the callback (fatal) */
 } file_ctx;
 
-/* Names stat'ed ahead per block during a walk (half of them by a helper thread). */
-#define STAT_BLOCK 512
-#define STAT_PARALLEL_MIN 64
+/* Names stat'ed ahead per block during a walk (shared with the helper thread). */
+#define STAT_BLOCK 1024
+/* getdents64 buffer of the walking thread */
+#define DENTS_BUF (64u * 1024u)
 
 struct ingest_sender_s {
     ingest_ctx *ctx;
@@ -87,6 +89,12 @@ struct ingest_sender_s {
     int depth;      /* frames in use */
     frame stack[INGEST_SENDER_MAX_DEPTH + 1];
     /* Stat results of the next names of the deepest frame, fetched ahead on two threads. */
+    ingest__walkahead *wa;
+    uint64_t list_seq; /* tags of listings asked of the helper */
+    uint64_t pre_tag;  /* the listing asked for: entry pre_index of the frame at depth pre_depth */
+    int pre_depth;
+    size_t pre_index;
+    uint8_t *dents;    /* DENTS_BUF */
     struct {
         int depth;        /* frame they belong to (0: none) */
         size_t from, to;  /* names [from, to) of that frame */
@@ -336,10 +344,14 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
      * files, for which handing chunks to another thread costs more than it saves. */
     {
         s->sc = ingest__calloc(ctx, 1, sizeof(*s->sc));
-        if (s->sc == NULL) {
+        s->dents = ingest__malloc(ctx, DENTS_BUF);
+        if (s->sc == NULL || s->dents == NULL) {
             rc = ingest__fail(ctx, INGEST_ENOMEM, "sender: out of memory (stat block)");
             goto fail;
         }
+        rc = ingest__wa_create(ctx, &s->wa);
+        if (rc < 0)
+            goto fail;
         rc = ingest_chunker_create(ctx, &s->params, &s->chunker);
         if (rc < 0)
             goto fail;
@@ -379,6 +391,8 @@ static void frame_free(ingest_sender *s, frame *f)
 
 static void walk_reset(ingest_sender *s)
 {
+    if (s->wa != NULL)
+        ingest__wa_drop(s->wa); /* it may name a directory of a frame */
     while (s->depth > 0)
         frame_free(s, &s->stack[--s->depth]);
     if (s->sc != NULL)
@@ -402,7 +416,9 @@ void ingest_sender_destroy(ingest_sender *s)
         ingest__free(ctx, s->srcs[i].path);
     }
     ingest__free(ctx, s->srcs);
+    ingest__wa_destroy(s->wa);
     ingest__free(ctx, s->sc);
+    ingest__free(ctx, s->dents);
     if (s->own_codec)
         ingest_codec_destroy(s->codec);
     ingest_chunker_destroy(s->chunker);
@@ -445,54 +461,79 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* d_type of name i of a frame: the byte before the name in the arena. */
+static unsigned char name_type(const frame *f, size_t i)
+{
+    return (unsigned char)f->names[i][-1];
+}
+
+/* Append the getdents64 records in buf[0, len) to the arena (type byte, name, NUL) and offsets. */
+static int frame_parse(const uint8_t *buf, size_t len, ingest__buf *arena, ingest__buf *offs, int *err)
+{
+    size_t pos = 0;
+    while (pos + offsetof(struct dirent64, d_name) < len) {
+        struct dirent64 de;
+        memcpy(&de, buf + pos, offsetof(struct dirent64, d_name));
+        if (de.d_reclen <= offsetof(struct dirent64, d_name) || de.d_reclen > len - pos) {
+            *err = EIO;
+            return INGEST_EIO;
+        }
+        const char *nm = (const char *)buf + pos + offsetof(struct dirent64, d_name);
+        const size_t room = de.d_reclen - offsetof(struct dirent64, d_name);
+        const size_t nlen = strnlen(nm, room);
+        pos += de.d_reclen;
+        if (nlen == room) {
+            *err = EIO;
+            return INGEST_EIO;
+        }
+        if (nm[0] == '.' && (nm[1] == '\0' || (nm[1] == '.' && nm[2] == '\0')))
+            continue;
+        const size_t off = arena->len + 1;
+        int rc = ingest__buf_append(offs, &off, sizeof(off));
+        if (rc == 0)
+            rc = ingest__buf_append(arena, &de.d_type, 1);
+        if (rc == 0)
+            rc = ingest__buf_append(arena, nm, nlen + 1);
+        if (rc == INGEST_ETOOBIG)
+            *err = E2BIG;
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /*
- * Read the names of directory fd (taken over by f) into f, sorted.
- * Returns 0, INGEST_ENOMEM (fatal), or INGEST_EIO/INGEST_ETOOBIG with errno
- * in *err (the directory is skipped).
+ * Read the names of directory fd (taken over by f) into f, sorted, each
+ * with its d_type in the byte before it.  pre[0, prelen) are records the
+ * helper read ahead from fd (pre_eof: they were all).  Returns 0,
+ * INGEST_ENOMEM (fatal), or INGEST_EIO/INGEST_ETOOBIG with errno in *err
+ * (the directory is skipped).
  */
-static int frame_load(ingest_sender *s, frame *f, int fd, int *err)
+static int frame_load(ingest_sender *s, frame *f, int fd, int *err, const uint8_t *pre, size_t prelen, int pre_eof)
 {
     ingest_ctx *ctx = s->ctx;
     ingest__buf arena, offs;
     int rc = 0;
-    DIR *d = NULL;
     *err = 0;
     memset(f, 0, sizeof(*f));
     f->fd = fd;
     ingest__buf_init(&arena, ctx, DIR_ARENA_MAX);
     ingest__buf_init(&offs, ctx, (size_t)INGEST_SENDER_DIR_MAX_ENTRIES * sizeof(size_t));
 
-    const int dfd = dup(fd);
-    if (dfd < 0 || (d = fdopendir(dfd)) == NULL) {
-        *err = errno;
-        if (dfd >= 0)
-            close(dfd);
-        rc = INGEST_EIO;
+    if (prelen > 0 && (rc = frame_parse(pre, prelen, &arena, &offs, err)) < 0)
         goto out;
-    }
-    for (;;) {
-        errno = 0;
-        const struct dirent *de = readdir(d);
-        if (de == NULL) {
-            if (errno != 0) {
-                *err = errno;
-                rc = INGEST_EIO;
-                goto out;
-            }
-            break;
-        }
-        const char *nm = de->d_name;
-        if (nm[0] == '.' && (nm[1] == '\0' || (nm[1] == '.' && nm[2] == '\0')))
+    while (!pre_eof) {
+        const ssize_t r = getdents64(fd, s->dents, DENTS_BUF);
+        if (r < 0 && errno == EINTR)
             continue;
-        const size_t off = arena.len;
-        rc = ingest__buf_append(&offs, &off, sizeof(off));
-        if (rc == 0)
-            rc = ingest__buf_append(&arena, nm, strlen(nm) + 1);
-        if (rc == INGEST_ETOOBIG) {
-            *err = E2BIG;
+        if (r < 0) {
+            *err = errno;
+            rc = INGEST_EIO;
             goto out;
         }
-        if (rc < 0)
+        if (r == 0)
+            break;
+        if ((rc = frame_parse(s->dents, (size_t)r, &arena, &offs, err)) < 0)
             goto out;
     }
     f->n = offs.len / sizeof(size_t);
@@ -511,8 +552,6 @@ static int frame_load(ingest_sender *s, frame *f, int fd, int *err)
     arena.buf = NULL;
     arena.cap = arena.len = 0;
 out:
-    if (d != NULL)
-        closedir(d);
     ingest__buf_free(&arena);
     ingest__buf_free(&offs);
     if (rc < 0) {
@@ -524,12 +563,15 @@ out:
     return rc;
 }
 
-/* Push directory fd (owned from now on) whose path is s->path[0, prefix_len). */
-static int walk_push(ingest_sender *s, int fd, size_t prefix_len)
+/*
+ * Push directory fd (owned from now on) whose path is s->path[0, prefix_len);
+ * pre[0, prelen) are records the helper listed ahead from fd.
+ */
+static int walk_push(ingest_sender *s, int fd, size_t prefix_len, const uint8_t *pre, size_t prelen, int pre_eof)
 {
     int err = 0;
     frame *f = &s->stack[s->depth];
-    const int rc = frame_load(s, f, fd, &err);
+    const int rc = frame_load(s, f, fd, &err, pre, prelen, pre_eof);
     if (rc == INGEST_ENOMEM) {
         close(fd);
         return rc;
@@ -548,53 +590,69 @@ static int walk_push(ingest_sender *s, int fd, size_t prefix_len)
 }
 
 /*
+ * Enter the directory at entry f->i - 1 of frame f (the deepest), whose
+ * path is s->path with its '/' at plen - 1: from the listing the helper read
+ * ahead when it is this one, else opened and listed here.  Meanwhile the
+ * helper lists f's next subdirectory, which the walk enters next unless this
+ * one has subdirectories of its own (then that listing is thrown away: one
+ * wasted listing per directory that is not a leaf).
+ */
+static int walk_enter(ingest_sender *s, frame *f, size_t plen)
+{
+    const size_t idx = f->i - 1;
+    const int depth = s->depth;
+    int fd = -1, err = 0, eof = 0;
+    const uint8_t *pre = NULL;
+    size_t prelen = 0;
+    const uint64_t pending = ingest__wa_pending(s->wa);
+    if (pending != 0 && pending == s->pre_tag && s->pre_depth == depth && s->pre_index == idx) {
+        (void)ingest__wa_take(s->wa, &fd, &err, &pre, &prelen, &eof);
+    } else {
+        if (pending != 0)
+            ingest__wa_drop(s->wa);
+        fd = openat(f->fd, f->names[idx], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        err = errno;
+    }
+    if (fd < 0) {
+        report(s, s->path, err == ENOENT ? INGEST_SKIP_VANISHED : INGEST_SKIP_DIR, err);
+        return 0;
+    }
+    for (size_t j = idx + 1; j < f->n; j++) {
+        const unsigned char t = name_type(f, j);
+        if (t == DT_UNKNOWN)
+            break; /* this file system does not say: no listing ahead */
+        if (t != DT_DIR)
+            continue;
+        const uint64_t tag = ++s->list_seq;
+        if (ingest__wa_list(s->wa, f->fd, f->names[j], tag) == 0) {
+            s->pre_tag = tag;
+            s->pre_depth = depth;
+            s->pre_index = j;
+        }
+        break;
+    }
+    s->path[plen - 1] = '/';
+    s->path[plen] = '\0';
+    return walk_push(s, fd, plen, pre, prelen, eof);
+}
+
+/*
  * Position the walk on the next regular file (not consumed): returns 1 with
  * the top frame's cursor on it and s->path its manifest path, 0 when the
  * walk is done, < 0 on a fatal failure.
  */
 static int list_peek(ingest_sender *s);
 
-typedef struct stat_job {
-    int dirfd;
-    char *const *names;
-    struct stat *st;
-    int *err;
-    size_t n;
-} stat_job;
-
-static void *stat_run(void *arg)
-{
-    const stat_job *j = arg;
-    for (size_t i = 0; i < j->n; i++)
-        j->err[i] = fstatat(j->dirfd, j->names[i], &j->st[i], AT_SYMLINK_NOFOLLOW) == 0 ? 0 : errno;
-    return NULL;
-}
-
 /*
- * Stat the next STAT_BLOCK names of frame f (the deepest), the second half
- * on a helper thread: a walk is mostly path lookups in the kernel, and two
- * cores do them about twice as fast.  The results are what the walk would
- * have seen a moment later; the file is checked again when it is opened.
+ * Stat the next STAT_BLOCK names of frame f (the deepest) on both threads:
+ * a walk is mostly path lookups in the kernel, and two cores do them about
+ * twice as fast.  The results are what the walk would have seen a moment
+ * later; the file is checked again when it is opened.
  */
 static void stat_ahead(ingest_sender *s, frame *f)
 {
     const size_t from = f->i, n = f->n - from < STAT_BLOCK ? f->n - from : STAT_BLOCK;
-    stat_job a = { f->fd, f->names + from, s->sc->st, s->sc->err, n };
-    pthread_t t;
-    int threaded = 0;
-    if (n >= STAT_PARALLEL_MIN) {
-        const size_t half = n / 2;
-        stat_job b = { f->fd, f->names + from + half, s->sc->st + half, s->sc->err + half, n - half };
-        a.n = half;
-        threaded = pthread_create(&t, NULL, stat_run, &b) == 0;
-        if (!threaded)
-            a.n = n;
-        stat_run(&a);
-        if (threaded)
-            pthread_join(t, NULL);
-    } else {
-        stat_run(&a);
-    }
+    ingest__wa_stat(s->wa, f->fd, f->names + from, n, s->sc->st, s->sc->err);
     s->sc->depth = s->depth;
     s->sc->from = from;
     s->sc->to = from + n;
@@ -637,13 +695,15 @@ static int walk_peek(ingest_sender *s)
             memcpy(s->path, src->name, src->name_len);
             s->path[src->name_len] = '/';
             s->path[src->name_len + 1] = '\0';
-            INGEST__FORWARD(walk_push(s, dfd, src->name_len + 1));
+            INGEST__FORWARD(walk_push(s, dfd, src->name_len + 1, NULL, 0, 0));
             if (s->depth == 0)
                 s->cur_src++;
             continue;
         }
         frame *f = &s->stack[s->depth - 1];
         if (f->i >= f->n) {
+            if (s->pre_depth == s->depth && ingest__wa_pending(s->wa) != 0)
+                ingest__wa_drop(s->wa); /* it names an entry of f */
             frame_free(s, f);
             s->depth--;
             if (s->sc != NULL)
@@ -684,16 +744,7 @@ static int walk_peek(ingest_sender *s)
                 report(s, s->path, INGEST_SKIP_DIR, ELOOP);
                 continue;
             }
-            const int dfd = openat(f->fd, nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (dfd < 0) {
-                const int e = errno;
-                report(s, s->path, e == ENOENT ? INGEST_SKIP_VANISHED : INGEST_SKIP_DIR, e);
-                continue;
-            }
-            const size_t plen = f->prefix_len + nlen + 1;
-            s->path[plen - 1] = '/';
-            s->path[plen] = '\0';
-            INGEST__FORWARD(walk_push(s, dfd, plen));
+            INGEST__FORWARD(walk_enter(s, f, f->prefix_len + nlen + 1));
             continue;
         }
         if (!S_ISREG(st.st_mode)) {

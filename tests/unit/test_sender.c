@@ -275,6 +275,164 @@ static void test_walk_order_and_skips(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* Discovery only: record every path offered, take none. */
+struct seen {
+    char *buf;
+    size_t len, cap, n;
+};
+
+static int record_path(void *ud, const char *path, const ingest_sender_stat *st)
+{
+    (void)st;
+    struct seen *v = ud;
+    const size_t l = strlen(path);
+    if (v->len + l + 2 > v->cap) {
+        v->cap = (v->len + l + 2) * 2;
+        v->buf = realloc(v->buf, v->cap);
+        assert_non_null(v->buf);
+    }
+    memcpy(v->buf + v->len, path, l);
+    v->buf[v->len + l] = '\n';
+    v->len += l + 1;
+    v->buf[v->len] = '\0';
+    v->n++;
+    return 0;
+}
+
+/*
+ * The walk lists the next sibling directory ahead on its helper thread and
+ * shares the stats of each block of names with it: whatever the shape of the
+ * tree (runs of leaf directories, directories with subdirectories between
+ * them, a directory whose names overflow the helper's listing buffer, blocks
+ * larger than one stat block), every file is offered once, in the order of
+ * a sorted depth-first walk.
+ */
+static void test_walk_listing_ahead(void **state)
+{
+    (void)state;
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    char *d = mk_tmpdir();
+    struct seen want = { 0 };
+    char rel[1024];
+    /* d00..d29: leaves of 40 files, except d07 (a subdirectory, then a file)
+     * and d20 (empty); n00: 3 levels deep; zbig: 1,500 names of 200 bytes
+     * (300 KB of records: more than the helper reads ahead); zz: 2,100
+     * files (three stat blocks). */
+    for (int i = 0; i < 30; i++) {
+        snprintf(rel, sizeof(rel), "src/d%02d", i);
+        mkdirs(d, rel);
+        if (i == 20)
+            continue;
+        if (i == 7) {
+            mkdirs(d, "src/d07/a/b");
+            put_file(d, "src/d07/a/b/f", "x", 1);
+            put_file(d, "src/d07/g", "x", 1);
+            continue;
+        }
+        for (int k = 0; k < 40; k++) {
+            snprintf(rel, sizeof(rel), "src/d%02d/f%03d", i, k);
+            put_file(d, rel, "", 0);
+        }
+    }
+    mkdirs(d, "src/n00/a/b/c");
+    mkdirs(d, "src/n00/b");
+    mkdirs(d, "src/zbig");
+    mkdirs(d, "src/zz");
+    put_file(d, "src/n00/a/b/c/f", "x", 1);
+    put_file(d, "src/n00/a/f", "x", 1);
+    put_file(d, "src/n00/b/f", "x", 1);
+    char longname[201];
+    memset(longname, 'q', 200);
+    longname[200] = '\0';
+    for (int k = 0; k < 1500; k++) {
+        snprintf(rel, sizeof(rel), "src/zbig/%04d%s", k, longname + 4);
+        put_file(d, rel, "", 0);
+    }
+    for (int k = 0; k < 2100; k++) {
+        snprintf(rel, sizeof(rel), "src/zz/%05d", k);
+        put_file(d, rel, "", 0);
+    }
+    /* the expected order, built the way it must come out */
+    for (int i = 0; i < 30; i++) {
+        if (i == 20)
+            continue;
+        if (i == 7) {
+            record_path(&want, "s/d07/a/b/f", NULL);
+            record_path(&want, "s/d07/g", NULL);
+            continue;
+        }
+        for (int k = 0; k < 40; k++) {
+            snprintf(rel, sizeof(rel), "s/d%02d/f%03d", i, k);
+            record_path(&want, rel, NULL);
+        }
+    }
+    record_path(&want, "s/n00/a/b/c/f", NULL);
+    record_path(&want, "s/n00/a/f", NULL);
+    record_path(&want, "s/n00/b/f", NULL);
+    for (int k = 0; k < 1500; k++) {
+        snprintf(rel, sizeof(rel), "s/zbig/%04d%s", k, longname + 4);
+        record_path(&want, rel, NULL);
+    }
+    for (int k = 0; k < 2100; k++) {
+        snprintf(rel, sizeof(rel), "s/zz/%05d", k);
+        record_path(&want, rel, NULL);
+    }
+    assert_int_equal(want.n, 29 * 40 - 40 + 2 + 3 + 1500 + 2100);
+
+    char p[4096];
+    join(p, sizeof(p), d, "src");
+    const ingest_sender_source src[] = { { "s", p } };
+    for (int round = 0; round < 2; round++) {
+        struct seen got = { 0 };
+        ingest_sender_opts o;
+        memset(&o, 0, sizeof(o));
+        o.device = "dev-1";
+        o.dedup_key = ingest_default_dedup_key();
+        o.sources = src;
+        o.nsources = 1;
+        o.want_file = record_path;
+        o.userdata = &got;
+        ingest_sender *s = NULL;
+        ingest_sender_batch *b = NULL;
+        assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+        assert_int_equal(ingest_sender_scan(s), 0);
+        assert_int_equal(ingest_sender_next_batch(s, &b), 0);
+        ingest_sender_stats st;
+        ingest_sender_get_stats(s, &st);
+        assert_int_equal(st.files_seen, want.n);
+        assert_int_equal(st.files_unchanged, want.n);
+        assert_int_equal(st.skipped_dirs, 0);
+        assert_int_equal(got.n, want.n);
+        assert_string_equal(got.buf, want.buf);
+        ingest_sender_destroy(s);
+        free(got.buf);
+    }
+    /* Abandoned half way, with a listing ahead pending: a new scan starts
+     * over and sees everything; destroying it mid-walk leaks nothing. */
+    {
+        struct rec r;
+        memset(&r, 0, sizeof(r));
+        ingest_sender_opts o = base_opts(src, 1, &r);
+        o.max_files = 1;
+        ingest_sender *s = NULL;
+        ingest_sender_batch *b = NULL;
+        assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+        for (int again = 0; again < 2; again++) {
+            assert_int_equal(ingest_sender_scan(s), 0);
+            assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+            ingest_sender_file_info fi;
+            assert_int_equal(ingest_sender_batch_file(b, 0, &fi), 0);
+            assert_string_equal(fi.path, "s/d00/f000");
+            ingest_sender_batch_destroy(b);
+            b = NULL;
+        }
+        ingest_sender_destroy(s);
+    }
+    free(want.buf);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
 /* The check for test_unreadable, run as a user that permissions apply to:
  * returns 0 when it holds, else a line number. */
 static int unreadable_check(const char *srcpath)
@@ -1119,6 +1277,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_walk_order_and_skips),
+        cmocka_unit_test(test_walk_listing_ahead),
         cmocka_unit_test(test_unreadable),
         cmocka_unit_test(test_batch_limits),
         cmocka_unit_test(test_multi_source),
