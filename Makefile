@@ -58,7 +58,7 @@ FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
 .PHONY: all lib programs tests check asan valgrind deps demo install uninstall \
         install-shared install-static install-includes install-pc install-programs \
-        clean fuzz soak bench bench-deps
+        clean fuzz soak bench bench-scan bench-deps
 
 all: lib programs
 
@@ -141,6 +141,12 @@ fuzz:
 .PHONY: bench-ship
 bench bench-ship: all
 	@bash bench/ship.sh $(BUILD)
+
+# The discovery benchmark (walk of 1,000,000 empty files vs find, and the
+# real agent's first walk): bench/scan.sh.  FILES=20000 RUNS=1 for a smoke run.
+.PHONY: bench-scan
+bench-scan: all
+	@bash bench/scan.sh $(BUILD)
 
 # The benchmark's comparison tools, from Debian (root only).
 BENCH_DEBS := rsync socat zstd time

@@ -83,6 +83,8 @@ typedef struct snap {
     char inflight[INGEST_JOURNAL_ID_MAX + 1];
     int64_t last_ack_ns; /* wall clock; 0: none yet */
     uint64_t files_seen, files_taken, bytes_taken, files_shipped, bytes_shipped, bytes_read;
+    uint64_t walks;
+    double walk_seconds; /* of the last walk */
     uint64_t chunks_new, chunks_dedup, chunk_bytes_sent, wire_out, wire_in;
     uint64_t batches_acked, batches_replayed, deleted, moved;
     uint64_t skipped[INGEST_FILTER_NREASONS];
@@ -138,6 +140,8 @@ typedef struct daemon {
     pthread_mutex_t slock;
     snap sn;             /* guarded by slock */
     uint64_t q_batches, files_seen, files_taken, bytes_taken, bytes_read;
+    uint64_t walks;
+    double walk_seconds; /* of the last walk */
     char inflight[INGEST_JOURNAL_ID_MAX + 1];
     int64_t last_ack_ns;
 
@@ -770,6 +774,7 @@ static int walk(daemon_t *d)
     o.batch_seq = 1;
     o.threads = 1;
     ingest_sender *s = NULL;
+    const double t0 = prog_now();
     d->scan_at = 0;
     d->last_full = d->now;
     d->wall_ns = wall_now_ns();
@@ -785,6 +790,12 @@ static int walk(daemon_t *d)
         ingest_sender_get_stats(s, &ss);
         d->files_seen = ss.files_seen;
     }
+    d->walks++;
+    d->walk_seconds = prog_now() - t0;
+    /* The first walk after a start, and any slow one, is worth a line. */
+    prog_log(d->walks == 1 || d->walk_seconds >= 10.0 ? INGEST_LOG_INFO : INGEST_LOG_DEBUG,
+             "walk %llu: %llu files seen in %.3f s", (unsigned long long)d->walks, (unsigned long long)d->files_seen,
+             d->walk_seconds);
     ingest_sender_destroy(s);
     if (rc < 0)
         prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(d->a->ctx));
@@ -906,6 +917,8 @@ static void publish(daemon_t *d)
     memcpy(sn->inflight, d->inflight, sizeof(sn->inflight));
     sn->last_ack_ns = d->last_ack_ns;
     sn->files_seen = d->files_seen;
+    sn->walks = d->walks;
+    sn->walk_seconds = d->walk_seconds;
     sn->files_taken = d->files_taken;
     sn->bytes_taken = d->bytes_taken;
     sn->files_shipped = d->shipped_files;
@@ -1044,6 +1057,7 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
         (unsigned long long)sn->chunk_bytes_sent, (unsigned long long)sn->wire_out, (unsigned long long)sn->wire_in,
         (unsigned long long)sn->batches_acked, (unsigned long long)sn->batches_replayed,
         (unsigned long long)sn->deleted, (unsigned long long)sn->moved);
+    put(o, ",\"walks\":{\"count\":%llu,\"last_seconds\":%.3f}", (unsigned long long)sn->walks, sn->walk_seconds);
     put(o, ",\"skipped\":{");
     for (int r = 1; r < INGEST_FILTER_NREASONS; r++)
         put(o, "%s\"%s\":%llu", r > 1 ? "," : "", skip_names[r], (unsigned long long)sn->skipped[r]);
@@ -1085,6 +1099,7 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
         (unsigned long long)sn->throttle_rate, sn->window[0] ? sn->window : "always",
         sn->window_closed ? "CLOSED" : "open", (double)sn->throttle_wait_ms / 1000.0);
     put(o, "%-20s %.0f B/s (last %.0f s)\n", "wire rate", wire_rate(sn, now), RATE_WINDOW_S);
+    put(o, "%-20s %llu, the last took %.3f s\n", "walks", (unsigned long long)sn->walks, sn->walk_seconds);
     put(o, "\n%-20s %14s %16s\n", "STAGE", "FILES", "BYTES");
     put(o, "%-20s %14llu %16s\n", "seen (last walk)", (unsigned long long)sn->files_seen, "-");
     put(o, "%-20s %14llu %16llu\n", "taken", (unsigned long long)sn->files_taken,
