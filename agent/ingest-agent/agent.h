@@ -25,7 +25,18 @@
 typedef struct totals {
     uint64_t files, bytes, chunks, chunks_sent, chunks_dedup, chunk_bytes_raw, chunk_bytes_sent;
     uint64_t wire_out, wire_in, batches, batches_acked, batches_failed, batches_abandoned, unchanged;
+    /* wall seconds of the shipping thread by stage: waiting for the next
+     * built batch, for the receiver's WANT after a manifest, sending chunks
+     * (read, compress, encrypt, write), and for the ACK after COMMIT */
+    double wait_build_s, wait_want_s, send_s, wait_ack_s;
 } totals;
+
+/* Seconds from a batch's building started to its ack, with its file count:
+ * the latency of each of its files (--once summary percentiles). */
+typedef struct latency_rec {
+    double s;
+    uint64_t files;
+} latency_rec;
 
 typedef struct agent agent;
 struct agent {
@@ -49,6 +60,9 @@ struct agent {
     int fd;
     uint64_t seq;
     totals t;
+    latency_rec *lat;
+    size_t nlat, caplat;
+    double batch_t0; /* when the batch being shipped began to be built */
     double t0, last_progress;
     int tty;
     uint8_t *chunkbuf;

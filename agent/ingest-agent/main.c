@@ -474,14 +474,22 @@ static int finish_batch_once(agent *a, ingest_sender_batch *b)
 {
     ingest_wire_msg m;
     uint32_t sent = 0;
+    double t = prog_now();
     int stale = 0, rc = recv_msg(a, &m, ACK_TIMEOUT_MS);
     if (rc < 0)
         return rc;
     const char *id = ingest_sender_batch_id(b);
     for (;;) {
-        if (m.type == INGEST_MSG_ACK)
+        const double now = prog_now();
+        if (m.type == INGEST_MSG_ACK) {
+            a->t.wait_ack_s += now - t;
             break;
-        if ((rc = serve_wants(a, b, &m, &sent, &stale)) < 0)
+        }
+        a->t.wait_want_s += now - t;
+        rc = serve_wants(a, b, &m, &sent, &stale);
+        t = prog_now();
+        a->t.send_s += t - now;
+        if (rc < 0)
             return rc;
         if (stale) {
             /* Tell the receiver, which drops the batch and closes; the caller reconnects. */
@@ -515,6 +523,16 @@ static int finish_batch_once(agent *a, ingest_sender_batch *b)
         return 2;
     }
     a->t.batches_acked++;
+    if (a->nlat == a->caplat) {
+        const size_t nc = a->caplat ? a->caplat * 2 : 64;
+        latency_rec *nl = realloc(a->lat, nc * sizeof(*nl));
+        if (nl != NULL) {
+            a->lat = nl;
+            a->caplat = nc;
+        }
+    }
+    if (a->nlat < a->caplat && a->batch_t0 > 0)
+        a->lat[a->nlat++] = (latency_rec){ prog_now() - a->batch_t0, bs.files };
     a->t.files += bs.files;
     a->t.bytes += bs.bytes;
     a->t.chunks += bs.chunks;
@@ -524,6 +542,31 @@ static int finish_batch_once(agent *a, ingest_sender_batch *b)
              (unsigned long long)bs.chunks, sent);
     record_acked(a, b);
     return 0;
+}
+
+static int cmp_latency(const void *x, const void *y)
+{
+    const double a = ((const latency_rec *)x)->s, b = ((const latency_rec *)y)->s;
+    return a < b ? -1 : a > b;
+}
+
+/* The q-quantile (0..1) of the files' latencies (each file has its batch's), 0 without any. */
+static double latency_quantile(agent *a, double q)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < a->nlat; i++)
+        total += a->lat[i].files;
+    if (total == 0)
+        return 0.0;
+    qsort(a->lat, a->nlat, sizeof(a->lat[0]), cmp_latency);
+    const double want = q * (double)total;
+    uint64_t seen = 0;
+    for (size_t i = 0; i < a->nlat; i++) {
+        seen += a->lat[i].files;
+        if ((double)seen >= want)
+            return a->lat[i].s;
+    }
+    return a->lat[a->nlat - 1].s;
 }
 
 int connect_core(agent *a)
@@ -578,6 +621,7 @@ typedef struct builder {
     pthread_cond_t cond;
     ingest_sender_batch *slot; /* the batch handed over, or NULL */
     int done;                  /* the walk ended: 0 fine, < 0 failed */
+    double slot_t0;            /* when the batch in slot began to be built */
     int rc;
     int quit;                  /* set by the main thread: stop building */
 } builder;
@@ -587,6 +631,7 @@ static void *builder_main(void *arg)
     builder *bl = arg;
     for (;;) {
         ingest_sender_batch *b = NULL;
+        const double t0 = prog_now();
         const int rc = ingest_sender_next_batch(bl->snd, &b);
         if (rc == 1 && save_seq(bl->a->cfg->state_dir, ingest_sender_next_seq(bl->snd)) != 0)
             prog_log(INGEST_LOG_WARN, "cannot save the batch sequence in %s: %s", bl->a->cfg->state_dir,
@@ -605,6 +650,7 @@ static void *builder_main(void *arg)
             return NULL;
         }
         bl->slot = b;
+        bl->slot_t0 = t0;
         pthread_cond_broadcast(&bl->cond);
         pthread_mutex_unlock(&bl->lock);
     }
@@ -617,6 +663,7 @@ static int builder_take(builder *bl, ingest_sender_batch **out)
     while (bl->slot == NULL && !bl->done)
         pthread_cond_wait(&bl->cond, &bl->lock);
     *out = bl->slot;
+    bl->a->batch_t0 = bl->slot_t0;
     bl->slot = NULL;
     const int rc = *out != NULL ? 1 : bl->rc;
     pthread_cond_broadcast(&bl->cond);
@@ -672,7 +719,9 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     int again = 0, failed = 0;
     for (;;) {
         ingest_sender_batch *b = NULL;
+        const double t0 = prog_now();
         const int took = builder_take(&bl, &b);
+        a->t.wait_build_s += prog_now() - t0;
         if (took <= 0) {
             rc = took;
             break;
@@ -876,14 +925,16 @@ int main(int argc, char **argv)
     const double secs = prog_now() - a.t0;
     printf("shipped: files=%llu unchanged=%llu bytes=%llu chunks=%llu chunks_new=%llu chunks_dedup=%llu chunk_bytes=%llu "
            "wire_bytes=%llu batches=%llu seconds=%.3f MB/s=%.1f cpu_seconds=%.3f throttle_wait_seconds=%.3f "
-           "chunk_raw_bytes=%llu\n",
+           "chunk_raw_bytes=%llu wait_build_seconds=%.3f wait_want_seconds=%.3f send_seconds=%.3f "
+           "wait_ack_seconds=%.3f latency_p50_seconds=%.3f latency_p99_seconds=%.3f\n",
            (unsigned long long)a.t.files, (unsigned long long)a.t.unchanged, (unsigned long long)a.t.bytes,
            (unsigned long long)a.t.chunks,
            (unsigned long long)a.t.chunks_sent, (unsigned long long)a.t.chunks_dedup,
            (unsigned long long)a.t.chunk_bytes_sent, (unsigned long long)(a.t.wire_out + a.t.wire_in),
            (unsigned long long)a.t.batches_acked, secs, secs > 0 ? (double)a.t.bytes / 1e6 / secs : 0.0,
            prog_cpu_seconds() - cpu0, (double)a.throttle_wait_ms / 1000.0,
-           (unsigned long long)a.t.chunk_bytes_raw);
+           (unsigned long long)a.t.chunk_bytes_raw, a.t.wait_build_s, a.t.wait_want_s, a.t.send_s, a.t.wait_ack_s,
+           latency_quantile(&a, 0.50), latency_quantile(&a, 0.99));
     fflush(stdout);
     if (rc == 0) {
         status = 0;
@@ -897,6 +948,7 @@ int main(int argc, char **argv)
     }
 out:
     free(src);
+    free(a.lat);
     free(a.chunkbuf);
     ingest_session_destroy(a.ss);
     ingest_filetable_close(a.ft);
