@@ -72,7 +72,7 @@ int ingest_metric_define(ingest_metrics *m, int type, const char *name, const ch
     if (m->n >= INGEST_METRICS_MAX)
         return ingest__fail(m->ctx, INGEST_ENOSPC, "metrics: more than %d metrics", INGEST_METRICS_MAX);
     if (!name_ok(name, sizeof((*out)->name)) || (label && !name_ok(label, sizeof((*out)->label))) ||
-        type < INGEST_METRIC_COUNTER || type > INGEST_METRIC_HISTOGRAM ||
+        type < INGEST_METRIC_COUNTER || type > INGEST_METRIC_SECONDS ||
         (type == INGEST_METRIC_HISTOGRAM) != (buckets != NULL && nbuckets > 0) || nbuckets > INGEST_METRICS_BUCKETS)
         return ingest__fail(m->ctx, INGEST_EINVAL, "metrics: bad definition of '%s'", name);
     for (unsigned i = 1; i < nbuckets; i++)
@@ -127,6 +127,13 @@ static series *find(ingest_metric *x, const char *lv)
 void ingest_metric_add(ingest_metric *x, const char *lv, uint64_t n)
 {
     atomic_fetch_add(&find(x, lv)->value, (int64_t)n);
+}
+
+void ingest_metric_add_seconds(ingest_metric *x, const char *lv, double seconds)
+{
+    if (!(seconds > 0))
+        return;
+    atomic_fetch_add(&find(x, lv)->value, (int64_t)(seconds * 1e6 + 0.5));
 }
 
 void ingest_metric_set(ingest_metric *x, const char *lv, int64_t v)
@@ -188,7 +195,7 @@ size_t ingest_metrics_render(ingest_metrics *m, char *buf, size_t cap)
     out o = { buf, cap, 0 };
     if (cap)
         buf[0] = '\0';
-    static const char *const types[] = { "", "counter", "gauge", "histogram" };
+    static const char *const types[] = { "", "counter", "gauge", "histogram", "counter" };
     for (unsigned i = 0; i < m->n; i++) {
         ingest_metric *x = m->m[i];
         put(&o, "# HELP %s %s\n# TYPE %s %s\n", x->name, x->help, x->name, types[x->type]);
@@ -198,6 +205,12 @@ size_t ingest_metrics_render(ingest_metrics *m, char *buf, size_t cap)
             if (atomic_load(&s->used) != 2)
                 continue;
             any = 1;
+            if (x->type == INGEST_METRIC_SECONDS) {
+                put(&o, "%s", x->name);
+                put_label(&o, x, s, NULL);
+                put(&o, " %.6f\n", (double)atomic_load(&s->value) / 1e6);
+                continue;
+            }
             if (x->type != INGEST_METRIC_HISTOGRAM) {
                 put(&o, "%s", x->name);
                 put_label(&o, x, s, NULL);
@@ -226,5 +239,78 @@ size_t ingest_metrics_render(ingest_metrics *m, char *buf, size_t cap)
         if (!any && x->label[0] == '\0' && x->type != INGEST_METRIC_HISTOGRAM)
             put(&o, "%s 0\n", x->name);
     }
+    return o.len;
+}
+
+/* A JSON string of s (names and label values are plain ASCII, but be safe). */
+static void put_json_str(out *o, const char *s)
+{
+    put(o, "\"");
+    for (; *s; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            put(o, "\\%c", c);
+        else if (c < 0x20)
+            put(o, "\\u%04x", c);
+        else
+            put(o, "%c", c);
+    }
+    put(o, "\"");
+}
+
+static void put_json_value(out *o, const ingest_metric *x, series *s)
+{
+    if (x->type == INGEST_METRIC_SECONDS) {
+        put(o, "%.6f", (double)atomic_load(&s->value) / 1e6);
+    } else if (x->type != INGEST_METRIC_HISTOGRAM) {
+        put(o, "%lld", (long long)atomic_load(&s->value));
+    } else {
+        uint64_t cum = 0;
+        put(o, "{\"buckets\":{");
+        for (unsigned b = 0; b <= x->nbounds; b++) {
+            cum += atomic_load(&s->buckets[b]);
+            if (b < x->nbounds)
+                put(o, "%s\"%g\":%llu", b ? "," : "", x->bounds[b], (unsigned long long)cum);
+            else
+                put(o, "%s\"+Inf\":%llu", b ? "," : "", (unsigned long long)cum);
+        }
+        put(o, "},\"sum\":%.6f,\"count\":%llu}", (double)atomic_load(&s->sum_micro) / 1e6,
+            (unsigned long long)cum);
+    }
+}
+
+size_t ingest_metrics_render_json(ingest_metrics *m, char *buf, size_t cap)
+{
+    out o = { buf, cap, 0 };
+    if (cap)
+        buf[0] = '\0';
+    put(&o, "{");
+    for (unsigned i = 0; i < m->n; i++) {
+        ingest_metric *x = m->m[i];
+        put(&o, "%s", i ? "," : "");
+        put_json_str(&o, x->name);
+        put(&o, ":");
+        if (x->label[0] == '\0') {
+            series *s = &x->s[0];
+            if (atomic_load(&s->used) == 2)
+                put_json_value(&o, x, s);
+            else
+                put(&o, "0");
+            continue;
+        }
+        put(&o, "{");
+        int n = 0;
+        for (unsigned k = 0; k <= INGEST_METRICS_LABELS; k++) {
+            series *s = &x->s[k];
+            if (atomic_load(&s->used) != 2)
+                continue;
+            put(&o, "%s", n++ ? "," : "");
+            put_json_str(&o, s->lv);
+            put(&o, ":");
+            put_json_value(&o, x, s);
+        }
+        put(&o, "}");
+    }
+    put(&o, "}");
     return o.len;
 }

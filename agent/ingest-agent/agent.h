@@ -9,6 +9,7 @@
 
 #include <ingest.h>
 #include <ingest/filter.h>
+#include <ingest/metrics.h>
 #include <ingest/journal.h>
 #include <ingest/throttle.h>
 
@@ -29,7 +30,17 @@ typedef struct totals {
      * built batch, for the receiver's WANT after a manifest, sending chunks
      * (read, compress, encrypt, write), and for the ACK after COMMIT */
     double wait_build_s, wait_want_s, send_s, wait_ack_s;
+    double walk_s; /* daemon: seconds of discovery walks */
+    uint64_t bytes_read; /* chunked and hashed into batches */
+    uint64_t err_connect, err_session, err_store;
 } totals;
+
+/* The agent's metrics (ametrics.c); all NULL when metrics are off. */
+typedef struct agent_metrics {
+    ingest_metric *info, *files_seen, *files_unchanged, *files_skipped, *files_shipped, *bytes_shipped, *bytes_read,
+        *chunks, *chunks_new, *chunks_dedup, *bytes_raw, *bytes_comp, *wire, *batches, *errors, *stage, *queue_files,
+        *queue_bytes, *queue_batches, *backpressure, *spool_bytes, *latency;
+} agent_metrics;
 
 /* Seconds from a batch's building started to its ack, with its file count:
  * the latency of each of its files (--once summary percentiles). */
@@ -60,6 +71,9 @@ struct agent {
     int fd;
     uint64_t seq;
     totals t;
+    totals msync; /* t as last added to the metrics */
+    ingest_metrics *metrics; /* NULL: off (no metrics.listen, no --stats-interval) */
+    agent_metrics m;
     latency_rec *lat;
     size_t nlat, caplat;
     double batch_t0; /* when the batch being shipped began to be built */
@@ -79,6 +93,11 @@ struct agent {
 /* Set by signal handlers: SIGTERM/SIGINT, and SIGHUP (daemon: reload the config). */
 extern volatile sig_atomic_t stopping;
 extern volatile sig_atomic_t reload_requested;
+
+/* ametrics.c */
+int agent_metrics_init(agent *a);
+void agent_metrics_sync(agent *a);
+void agent_metrics_latency(agent *a, double seconds, uint64_t files);
 
 uint64_t load_seq(const char *state_dir);
 int save_seq(const char *state_dir, uint64_t seq);

@@ -699,10 +699,16 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     dsource *s = source_of(d, path, &rel);
     if (s == NULL || stopping)
         return 0;
+    agent *a = d->a;
+    if (a->metrics != NULL)
+        ingest_metric_add(a->m.files_seen, s->name, 1);
     ingest_file_state fs;
     if (ingest_filetable_get(d->a->ft, path, &fs) == 0 && fs.size == st->size && fs.mtime_ns == st->mtime_ns &&
-        fs.ctime_ns == st->ctime_ns)
+        fs.ctime_ns == st->ctime_ns) {
+        if (a->metrics != NULL)
+            ingest_metric_add(a->m.files_unchanged, NULL, 1);
         return 0; /* unchanged since its ack */
+    }
     int rc = ingest_journal_inflight(d->j, path, NULL);
     if (rc != 0)
         return rc < 0 ? rc : 0;
@@ -718,8 +724,11 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
                 r = ingest_filter_check_head(s->filter, head, n);
         }
         if (r != INGEST_FILTER_TAKE) {
-            if (r > 0 && r < INGEST_FILTER_NREASONS)
+            if (r > 0 && r < INGEST_FILTER_NREASONS) {
                 d->skipped[r]++;
+                if (a->metrics != NULL)
+                    ingest_metric_add(a->m.files_skipped, ingest_filter_reason_name(r), 1);
+            }
             prog_log(INGEST_LOG_DEBUG, "skipped %s: filter %s", path, ingest_filter_reason_name(r));
             (void)ingest_journal_mark_skipped(d->j, path, st->size, st->mtime_ns, r, d->wall_ns);
             return 0;
@@ -792,6 +801,7 @@ static int walk(daemon_t *d)
     }
     d->walks++;
     d->walk_seconds = prog_now() - t0;
+    d->a->t.walk_s += d->walk_seconds;
     /* The first walk after a start, and any slow one, is worth a line. */
     prog_log(d->walks == 1 || d->walk_seconds >= 10.0 ? INGEST_LOG_INFO : INGEST_LOG_DEBUG,
              "walk %llu: %llu files seen in %.3f s", (unsigned long long)d->walks, (unsigned long long)d->files_seen,
@@ -900,8 +910,16 @@ static void publish_sources(daemon_t *d)
 /* Copy the main thread's figures for the status thread. */
 static void publish(daemon_t *d)
 {
-    const agent *a = d->a;
+    agent *a = d->a;
     const double now = prog_now();
+    if (a->metrics != NULL) {
+        agent_metrics_sync(a);
+        ingest_metric_set(a->m.queue_files, NULL, (int64_t)d->q_files);
+        ingest_metric_set(a->m.queue_bytes, NULL, (int64_t)d->q_bytes);
+        ingest_metric_set(a->m.queue_batches, NULL, (int64_t)d->q_batches);
+        ingest_metric_set(a->m.backpressure, NULL, d->backpressure || d->spool_full);
+        ingest_metric_set(a->m.spool_bytes, NULL, (int64_t)d->spool_bytes);
+    }
     pthread_mutex_lock(&d->slock);
     snap *sn = &d->sn;
     sn->connected = a->fd >= 0;
@@ -1070,7 +1088,7 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
     put_jstr(o, sn->window);
     put(o, ",\"window_open\":%s,\"waited_s\":%.3f}", sn->window_closed ? "false" : "true",
         (double)sn->throttle_wait_ms / 1000.0);
-    put(o, ",\"wire_rate_bps\":%.0f}\n", wire_rate(sn, now));
+    put(o, ",\"wire_rate_bps\":%.0f", wire_rate(sn, now));
 }
 
 static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
@@ -1133,6 +1151,15 @@ static void render(void *ud, int json, char *buf, size_t cap)
     else
         render_text(&d->sn, now, wall, &o);
     pthread_mutex_unlock(&d->slock);
+    if (json) {
+        /* the metrics (when on) as they are now: their updates are atomic, no lock needed */
+        if (d->a->metrics != NULL && o.len + 16 < o.cap) {
+            put(&o, ",\"metrics\":");
+            const size_t need = ingest_metrics_render_json(d->a->metrics, o.p + o.len, o.cap - o.len);
+            o.len = o.len + need < o.cap ? o.len + need : o.cap - 1;
+        }
+        put(&o, "}\n");
+    }
 }
 
 /* ---- shipping ----------------------------------------------------------------- */
@@ -1292,6 +1319,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
         ngot++;
     }
     d->bytes_read += bs.bytes;
+    a->t.bytes_read += bs.bytes;
     /* A spool copy has its own ctime: the version shipped is the original's (journaled) one. */
     for (size_t i = 0, k = 0; i < ngot && k < jb->nfiles; i++) {
         while (k < jb->nfiles && strcmp(jb->files[k].path, got[i].path) != 0)
@@ -1343,6 +1371,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
                 break;
         }
         (void)ingest_store_commit(a->st);
+        agent_metrics_latency(a, (double)(wall_now_ns() - jb->created_ns) / 1e9, bs.files);
         d->batches_acked++;
         d->shipped_files += bs.files;
         d->shipped_bytes += bs.bytes;

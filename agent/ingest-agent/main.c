@@ -12,6 +12,8 @@
  * chunks it found stale).
  */
 #include "agent.h"
+#include "../common/http.h"
+#include "../common/statslog.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,13 +40,15 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ingest-agent --config FILE [--once [--all]] [--check-config]\n"
+    fprintf(f, "usage: ingest-agent --config FILE [--once [--all]] [--stats-interval SECONDS] [--check-config]\n"
                "       ingest-agent --help-config\n"
                "\n"
                "  --config FILE    the agent's YAML configuration (docs/config.md)\n"
                "  (no --once)      run as the edge daemon until SIGTERM/SIGINT; SIGHUP reloads FILE\n"
                "  --once           ship every file present under the sources, wait for the acks, exit\n"
                "  --all            ship files even when unchanged since their last acknowledged ship\n"
+               "  --stats-interval SECONDS\n"
+               "                   log the metrics as one JSON line (\"stats {...}\") this often, and at exit\n"
                "  --check-config   validate the configuration and exit (0 valid, 2 invalid)\n"
                "  --help-config    list every configuration key\n");
 }
@@ -357,6 +361,7 @@ static int send_wanted(agent *a, ingest_sender_batch *b, const ingest_wire_want 
         a->t.chunk_bytes_sent += n;
         (*sent)++;
         progress(a, 0);
+        agent_metrics_sync(a);
         if (a->publish != NULL)
             a->publish(a);
     }
@@ -410,9 +415,11 @@ static void record_acked(agent *a, ingest_sender_batch *b)
         if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0)
             rc = ingest_havecache_add(a->have, id);
     }
-    if (rc < 0 || ingest_store_commit(a->st) < 0)
+    if (rc < 0 || ingest_store_commit(a->st) < 0) {
+        a->t.err_store++;
         prog_log(INGEST_LOG_WARN, "state store: %s (files of batch %s may be shipped again)", ingest_ctx_errmsg(a->ctx),
                  ingest_sender_batch_id(b));
+    }
     pthread_mutex_unlock(&a->store_lock);
 }
 
@@ -420,6 +427,13 @@ static void record_acked(agent *a, ingest_sender_batch *b)
 static int want_file(void *ud, const char *path, const ingest_sender_stat *st)
 {
     agent *a = ud;
+    if (a->metrics != NULL) {
+        char name[64];
+        const char *slash = strchr(path, '/');
+        const size_t n = slash != NULL ? (size_t)(slash - path) : strlen(path);
+        snprintf(name, sizeof(name), "%.*s", (int)(n < sizeof(name) ? n : sizeof(name) - 1), path);
+        ingest_metric_add(a->m.files_seen, name, 1);
+    }
     if (a->all)
         return 1;
     ingest_file_state fs;
@@ -428,6 +442,8 @@ static int want_file(void *ud, const char *path, const ingest_sender_stat *st)
     pthread_mutex_unlock(&a->store_lock);
     if (found && fs.size == st->size && fs.mtime_ns == st->mtime_ns && fs.ctime_ns == st->ctime_ns) {
         a->t.unchanged++;
+        if (a->metrics != NULL)
+            ingest_metric_add(a->m.files_unchanged, NULL, 1);
         return 0;
     }
     return 1;
@@ -533,6 +549,8 @@ static int finish_batch_once(agent *a, ingest_sender_batch *b)
     }
     if (a->nlat < a->caplat && a->batch_t0 > 0)
         a->lat[a->nlat++] = (latency_rec){ prog_now() - a->batch_t0, bs.files };
+    if (!a->daemon && a->batch_t0 > 0)
+        agent_metrics_latency(a, prog_now() - a->batch_t0, bs.files);
     a->t.files += bs.files;
     a->t.bytes += bs.bytes;
     a->t.chunks += bs.chunks;
@@ -541,6 +559,7 @@ static int finish_batch_once(agent *a, ingest_sender_batch *b)
              m.u.ack.status == INGEST_ACK_DUPLICATE ? "already landed" : "landed", (unsigned long long)bs.files,
              (unsigned long long)bs.chunks, sent);
     record_acked(a, b);
+    agent_metrics_sync(a);
     return 0;
 }
 
@@ -575,6 +594,7 @@ int connect_core(agent *a)
     a->fd = prog_connect(a->cfg->core_address, 10000, err, sizeof(err));
     if (a->fd < 0) {
         prog_log(INGEST_LOG_ERROR, "cannot reach the core: %s", err);
+        a->t.err_connect++;
         return -1;
     }
     ingest_session_destroy(a->ss);
@@ -585,6 +605,7 @@ int connect_core(agent *a)
     if (rc < 0) {
         prog_log(INGEST_LOG_ERROR, "handshake with %s failed: %s: %s", a->cfg->core_address, ingest_strerror(rc),
                  ingest_ctx_errmsg(a->ctx));
+        a->t.err_connect++;
         close(a->fd);
         a->fd = -1;
         return -1;
@@ -732,9 +753,17 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
             break;
         }
         a->t.batches++;
+        {
+            ingest_sender_batch_stats bs;
+            ingest_sender_batch_stats_get(b, &bs);
+            a->t.bytes_read += bs.bytes;
+        }
         rc = send_manifest(a, b);
         if (rc == 0)
             rc = finish_batch(a, b);
+        if (rc < 0)
+            a->t.err_session++;
+        agent_metrics_sync(a);
         ingest_sender_batch_destroy(b);
         if (rc == 1) {
             again = 1;
@@ -825,11 +854,13 @@ int main(int argc, char **argv)
 {
     const char *config = NULL;
     int once = 0, check = 0, all = 0;
+    double stats_interval = 0;
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' }, { "once", no_argument, NULL, 'o' },
         { "check-config", no_argument, NULL, 'k' }, { "help", no_argument, NULL, 'h' },
         { "help-config", no_argument, NULL, 'H' },  { "version", no_argument, NULL, 'V' },
-        { "all", no_argument, NULL, 'a' },          { NULL, 0, NULL, 0 },
+        { "all", no_argument, NULL, 'a' },          { "stats-interval", required_argument, NULL, 's' },
+        { NULL, 0, NULL, 0 },
     };
     int o;
     while ((o = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
@@ -837,6 +868,13 @@ int main(int argc, char **argv)
         case 'c': config = optarg; break;
         case 'o': once = 1; break;
         case 'a': all = 1; break;
+        case 's':
+            if ((stats_interval = stats_interval_parse(optarg)) < 0) {
+                fprintf(stderr, "ingest-agent: --stats-interval %s: expected seconds, more than 0 and at most 86400\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case 'k': check = 1; break;
         case 'h': usage(stdout); return 0;
         case 'H': prog_print_config_keys(INGEST_CONFIG_AGENT, "ingest-agent"); return 0;
@@ -881,8 +919,29 @@ int main(int argc, char **argv)
     a.tty = isatty(STDOUT_FILENO);
     int status = 1;
     ingest_sender_source *src = NULL;
+    metrics_http *mh = NULL;
+    stats_logger *slog = NULL;
     if (load_state(&a) != 0 || throttle_setup(&a) != 0)
         goto out;
+    if (a.cfg->metrics_listen[0] != '\0' || stats_interval > 0) {
+        if (agent_metrics_init(&a) != 0) {
+            prog_log(INGEST_LOG_ERROR, "metrics: %s", ingest_ctx_errmsg(a.ctx));
+            goto out;
+        }
+    }
+    if (a.cfg->metrics_listen[0] != '\0') {
+        char mb[128], merr[256];
+        mh = metrics_http_start(a.cfg->metrics_listen, a.metrics, mb, sizeof(mb), merr, sizeof(merr));
+        if (mh == NULL) {
+            prog_log(INGEST_LOG_ERROR, "metrics.listen: %s", merr);
+            goto out;
+        }
+        prog_log(INGEST_LOG_INFO, "metrics on http://%s/metrics", mb);
+    }
+    if (stats_interval > 0 && (slog = stats_logger_start(a.metrics, stats_interval)) == NULL) {
+        prog_log(INGEST_LOG_ERROR, "--stats-interval: cannot start its thread: %s", strerror(errno));
+        goto out;
+    }
     src = calloc(a.cfg->sources_count, sizeof(*src));
     if (src == NULL)
         goto out;
@@ -947,6 +1006,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "ingest-agent: stopped before every batch was acknowledged (%s)\n", ingest_strerror(rc));
     }
 out:
+    agent_metrics_sync(&a);
+    stats_logger_stop(slog);
+    metrics_http_stop(mh);
     free(src);
     free(a.lat);
     free(a.chunkbuf);
@@ -958,6 +1020,7 @@ out:
     ingest_throttle_destroy(a.throttle);
     ingest_secret_key_wipe(&a.key);
     ingest_agent_config_free(a.cfg);
+    ingest_metrics_destroy(a.metrics);
     ingest_ctx_destroy(a.ctx);
     return status;
 }

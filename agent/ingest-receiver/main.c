@@ -9,6 +9,7 @@
  * land_lock; network waits never do.
  */
 #include "../common/http.h"
+#include "../common/statslog.h"
 #include "../common/prog.h"
 
 #include <errno.h>
@@ -45,7 +46,7 @@ typedef struct server {
     /* Prometheus metrics (docs/operations.md): labelled by device. */
     ingest_metrics *metrics;
     ingest_metric *m_conns, *m_refused, *m_landed, *m_failed, *m_files, *m_bytes, *m_new, *m_known, *m_rewanted,
-        *m_wire, *m_written, *m_latency;
+        *m_wire, *m_written, *m_latency, *m_stage, *m_errors;
 } server;
 
 static int define_metrics(server *s)
@@ -79,6 +80,16 @@ static int define_metrics(server *s)
     };
     if (ingest_metrics_create(s->ctx, &s->metrics) != 0)
         return -1;
+    if (ingest_metric_define(s->metrics, INGEST_METRIC_SECONDS, "ingest_receiver_stage_seconds_total",
+                             "Seconds by stage: verify (decrypted chunks decoded and their ids checked, reader "
+                             "threads), land (files written and known chunks copied), commit (batches made durable)",
+                             "stage", NULL, 0, &s->m_stage) != 0 ||
+        ingest_metric_define(s->metrics, INGEST_METRIC_COUNTER, "ingest_receiver_errors_total",
+                             "Errors by kind: handshake, protocol (unexpected or malformed message), chunk (a "
+                             "chunk that fails its id or cannot be landed), commit (a batch that could not be "
+                             "made durable), session (connection lost or timed out mid-batch)",
+                             "kind", NULL, 0, &s->m_errors) != 0)
+        return -1;
     for (size_t i = 0; i < sizeof(defs) / sizeof(defs[0]); i++)
         if (ingest_metric_define(s->metrics, defs[i].type, defs[i].name, defs[i].help, defs[i].label, NULL, 0,
                                  defs[i].m) != 0)
@@ -105,12 +116,15 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ingest-receiver --config FILE [--check-config] [--rebuild-index] [--ready-file FILE]\n"
+               "                       [--stats-interval SECONDS]\n"
                "       ingest-receiver --help-config\n"
                "\n"
                "  --config FILE      the receiver's YAML configuration (docs/config.md)\n"
                "  --check-config     validate the configuration and exit (0 valid, 2 invalid)\n"
                "  --rebuild-index    rebuild the chunk index from the manifests, then serve\n"
                "  --ready-file FILE  once listening, write the bound address (host:port) to FILE\n"
+               "  --stats-interval SECONDS\n"
+               "                     log the metrics as one JSON line (\"stats {...}\") this often, and at exit\n"
                "  --help-config      list every configuration key\n");
 }
 
@@ -378,6 +392,7 @@ typedef struct readq {
     int fd, idle_ms;
     ingest_codec *codec;        /* the reader's own decoder */
     const uint8_t *key;
+    ingest_metric *stage;       /* verify seconds */
 } readq;
 
 static void readq_push(readq *q, qitem *it)
@@ -449,10 +464,12 @@ static void *reader_main(void *arg)
             const int known = q->batch != NULL && ingest_lander_chunk_expect(q->batch, m.u.chunk.index, id, &len) == 0;
             pthread_mutex_unlock(&q->lock);
             size_t got = 0;
+            const double t0 = prog_now();
             if (known && (it = item_new(len)) != NULL &&
                 ingest_codec_decode(q->codec, m.u.chunk.data, m.u.chunk.len, it->data, len, &got, q->key, id) == 0 &&
                 got == len) {
                 it->verified = 1;
+                ingest_metric_add_seconds(q->stage, "verify", prog_now() - t0);
             } else {
                 /* Not verifiable here: the lander decodes it and names what is wrong. */
                 free(it);
@@ -524,6 +541,7 @@ static void serve(conn *c)
         prog_log(INGEST_LOG_WARN, "handshake from %s%s%s refused: %s: %s", c->peer, id && *id ? " device " : "",
                  id ? id : "", ingest_strerror(rc), ingest_ctx_errmsg(ctx));
         ingest_metric_add(s->m_refused, NULL, 1);
+        ingest_metric_add(s->m_errors, "handshake", 1);
         goto out;
     }
     snprintf(device, sizeof(device), "%s", ingest_session_peer_id(ss));
@@ -543,6 +561,7 @@ static void serve(conn *c)
     q.fd = c->fd;
     q.idle_ms = idle;
     q.key = s->dedup;
+    q.stage = s->m_stage;
     if (ingest_codec_create(ctx, 1, &q.codec) < 0 || pthread_create(&reader, NULL, reader_main, &q) != 0) {
         prog_log(INGEST_LOG_ERROR, "device %s: cannot start its reader: %s", device, ingest_ctx_errmsg(ctx));
         goto out;
@@ -562,6 +581,7 @@ static void serve(conn *c)
             break;
         }
         if (rc < 0) {
+            ingest_metric_add(s->m_errors, rc == INGEST_ECORRUPT || rc == INGEST_EPROTO ? "protocol" : "session", 1);
             prog_log(INGEST_LOG_WARN, "device %s: %s: %s%s", device, ingest_strerror(rc), it->why,
                      b ? "; batch abandoned" : "");
             if (rc == INGEST_ECORRUPT)
@@ -660,6 +680,7 @@ static void serve(conn *c)
                 rc = INGEST_EPROTO;
                 break;
             }
+            const double tl = prog_now();
             pthread_mutex_lock(&s->land_lock);
             rc = it->verified ? ingest_lander_put_verified(b, m.u.chunk.index, it->data, it->len, it->enc_len)
                               : ingest_lander_put_chunk(b, m.u.chunk.index, it->data, it->enc_len);
@@ -668,11 +689,13 @@ static void serve(conn *c)
             char why[INGEST_WIRE_MESSAGE_MAX];
             snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(ctx));
             pthread_mutex_unlock(&s->land_lock);
+            ingest_metric_add_seconds(s->m_stage, "land", prog_now() - tl);
             s->chunks_received++;
             s->bytes_received += it->enc_len;
             if (rc < 0) {
                 prog_log(INGEST_LOG_WARN, "device %s batch %s failed: chunk %u: %s: %s", device, batch,
                          m.u.chunk.index, ingest_strerror(rc), why);
+                ingest_metric_add(s->m_errors, "chunk", 1);
                 s->batches_failed++;
                 ingest_metric_add(s->m_failed, device, 1);
                 readq_set_batch(&q, NULL);
@@ -709,7 +732,9 @@ static void serve(conn *c)
                 break;
             }
             wants.n = 0;
+            ingest_metric_add_seconds(s->m_stage, "commit", prog_now() - t0);
             if (rc < 0) {
+                ingest_metric_add(s->m_errors, "commit", 1);
                 prog_log(INGEST_LOG_WARN, "device %s batch %s failed: %s: %s", device, batch, ingest_strerror(rc),
                          why);
                 s->batches_failed++;
@@ -751,6 +776,7 @@ static void serve(conn *c)
             break;
         }
         if (rc == INGEST_EPROTO) {
+            ingest_metric_add(s->m_errors, "protocol", 1);
             prog_log(INGEST_LOG_WARN, "device %s: unexpected %s message; closing", device,
                      ingest_wire_type_name(m.type));
             send_error(ss, c->fd, rc, "unexpected message");
@@ -827,16 +853,25 @@ int main(int argc, char **argv)
 {
     const char *config = NULL, *ready = NULL;
     int check = 0, rebuild = 0;
+    double stats_interval = 0;
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' }, { "check-config", no_argument, NULL, 'k' },
         { "rebuild-index", no_argument, NULL, 'r' }, { "ready-file", required_argument, NULL, 'R' },
         { "help", no_argument, NULL, 'h' },          { "help-config", no_argument, NULL, 'H' },
-        { "version", no_argument, NULL, 'V' },       { NULL, 0, NULL, 0 },
+        { "version", no_argument, NULL, 'V' },       { "stats-interval", required_argument, NULL, 's' },
+        { NULL, 0, NULL, 0 },
     };
     int o;
     while ((o = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         switch (o) {
         case 'c': config = optarg; break;
+        case 's':
+            if ((stats_interval = stats_interval_parse(optarg)) < 0) {
+                fprintf(stderr, "ingest-receiver: --stats-interval %s: expected seconds, more than 0 and at most 86400\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case 'k': check = 1; break;
         case 'r': rebuild = 1; break;
         case 'R': ready = optarg; break;
@@ -871,6 +906,7 @@ int main(int argc, char **argv)
     prog_log_set_level(s.cfg->log_level);
     ingest_ctx_set_log(s.ctx, prog_lib_log, NULL, s.cfg->log_level >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
     int status = 1, lfd = -1;
+    stats_logger *slog = NULL;
     if (load_keys(&s) != 0)
         goto out;
     struct stat bst;
@@ -889,6 +925,11 @@ int main(int argc, char **argv)
             goto out;
         }
         prog_log(INGEST_LOG_INFO, "metrics on http://%s/metrics", mb);
+    }
+    if (stats_interval > 0 && (slog = stats_logger_start(s.metrics, stats_interval)) == NULL) {
+        prog_log(INGEST_LOG_ERROR, "--stats-interval: cannot start its thread: %s", strerror(errno));
+        metrics_http_stop(mh);
+        goto out;
     }
     sweep_after_crash(&s);
     running_marker(&s, 1);
@@ -964,9 +1005,12 @@ int main(int argc, char **argv)
         usleep(20000);
     if (s.nconn == 0)
         running_marker(&s, 0); /* a batch still landing would leave temporary files: keep the marker */
+    stats_logger_stop(slog);
+    slog = NULL;
     metrics_http_stop(mh);
     status = 0;
 out:
+    stats_logger_stop(slog);
     if (lfd >= 0)
         close(lfd);
     if (s.nconn == 0) {

@@ -20,7 +20,10 @@ extern "C" {
 #define INGEST_METRICS_LABELS 16        /* label values per metric */
 #define INGEST_METRICS_BUCKETS 16       /* histogram buckets (+Inf is added) */
 
-enum { INGEST_METRIC_COUNTER = 1, INGEST_METRIC_GAUGE = 2, INGEST_METRIC_HISTOGRAM = 3 };
+/* SECONDS: a counter of seconds (kept in microseconds, rendered as a
+ * Prometheus counter with six decimals); add to it with
+ * ingest_metric_add_seconds. */
+enum { INGEST_METRIC_COUNTER = 1, INGEST_METRIC_GAUGE = 2, INGEST_METRIC_HISTOGRAM = 3, INGEST_METRIC_SECONDS = 4 };
 
 typedef struct ingest_metrics_s ingest_metrics;
 typedef struct ingest_metric_s ingest_metric;
@@ -44,11 +47,20 @@ INGEST_API int ingest_metric_define(ingest_metrics *m, int type, const char *nam
 INGEST_API void ingest_metric_add(ingest_metric *x, const char *lv, uint64_t n);
 INGEST_API void ingest_metric_set(ingest_metric *x, const char *lv, int64_t v);
 INGEST_API void ingest_metric_observe(ingest_metric *x, const char *lv, double v);
+/* Add seconds (> 0) to a SECONDS counter. */
+INGEST_API void ingest_metric_add_seconds(ingest_metric *x, const char *lv, double seconds);
 /* Current value of a counter or gauge series (0 when absent). */
 INGEST_API int64_t ingest_metric_get(ingest_metric *x, const char *lv);
 
 /* Render everything as Prometheus text into buf (NUL-terminated); returns the length needed. */
 INGEST_API size_t ingest_metrics_render(ingest_metrics *m, char *buf, size_t cap);
+/*
+ * The same figures as one JSON object (NUL-terminated; returns the length
+ * needed): {"name": value} for a metric without a label, {"name": {"label
+ * value": value, ...}} with one; a histogram's value is {"buckets": {"le":
+ * cumulative count, ..., "+Inf": count}, "sum": s, "count": n}.
+ */
+INGEST_API size_t ingest_metrics_render_json(ingest_metrics *m, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

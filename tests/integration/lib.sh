@@ -62,7 +62,8 @@ EOT
 # start_receiver: start it in the background and wait until it listens.
 start_receiver() {
     rm -f "$T/receiver.addr"
-    "$RECEIVER" --config "$T/receiver.yaml" --ready-file "$T/receiver.addr" >> "$T/receiver.log" 2>&1 &
+    # shellcheck disable=SC2086 # RECV_ARGS: extra options, split on purpose
+    "$RECEIVER" --config "$T/receiver.yaml" --ready-file "$T/receiver.addr" ${RECV_ARGS:-} >> "$T/receiver.log" 2>&1 &
     RECV_PID=$!
     i=0
     while [ ! -s "$T/receiver.addr" ]; do

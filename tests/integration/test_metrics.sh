@@ -7,7 +7,7 @@ setup_keys
 write_receiver_config 'layout: "{device}/{path}"
 metrics:
   listen: 127.0.0.1:0'
-start_receiver
+RECV_ARGS="--stats-interval 0.3" start_receiver
 maddr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$T/receiver.log" | tail -1)
 [ -n "$maddr" ] || { cat "$T/receiver.log"; fail "the receiver did not report its metrics address"; }
 
@@ -51,3 +51,111 @@ pass "exposition parses: TYPE for every sample, +Inf bucket equals _count"
 
 scrape /other | head -1 | grep -q '^HTTP/1.0 404' || fail "an unknown path is not 404"
 pass "unknown paths get 404"
+
+# check_exposition FILE: every sample has a # TYPE; each histogram's +Inf bucket equals its _count
+check_exposition() {
+    awk '
+        /^# TYPE / { type[$3] = $4; next }
+        /^#/ || NF == 0 { next }
+        {
+            name = $1; sub(/\{.*/, "", name); base = name
+            sub(/_(bucket|sum|count)$/, "", base)
+            if (!(name in type) && !(base in type && type[base] == "histogram")) { print "no TYPE for " name; bad = 1 }
+            if (name ~ /_bucket$/ && $1 ~ /le="\+Inf"/) { key = $1; sub(/,?le="\+Inf"/, "", key); sub(/_bucket/, "_count", key); sub(/\{\}/, "", key); inf[key] = $2 }
+            if (name ~ /_count$/) cnt[$1] = $2
+        }
+        END {
+            n = 0
+            for (k in inf) { n++; if (!(k in cnt) || cnt[k] != inf[k]) { print "histogram " k ": +Inf " inf[k] " != count " cnt[k]; bad = 1 } }
+            if (n == 0) { print "no histogram series"; bad = 1 }
+            exit bad
+        }' "$1"
+}
+
+# The agent's endpoint (daemon mode): counters match what it shipped.
+"$CTL" bench gen --size 3MiB --seed 7 "$T/src/d2" > /dev/null
+write_agent_config dev2 "$T/src/d2" 'metrics:
+  listen: 127.0.0.1:0
+batch:
+  max_wait: 200ms'
+sed -i 's|^  - path: .*|&\n    settle: 100ms|' "$T/dev2.yaml"
+"$AGENT" --config "$T/dev2.yaml" --stats-interval 0.2 > "$T/dev2.out" 2> "$T/dev2.err" &
+AGENT_PID=$!
+trap 'kill "$AGENT_PID" 2>/dev/null; cleanup' EXIT
+i=0
+while ! grep -q 'metrics on http://' "$T/dev2.err"; do
+    i=$((i + 1)); [ $i -gt 200 ] && { cat "$T/dev2.err"; fail "the agent did not report its metrics address"; }
+    sleep 0.05
+done
+amaddr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$T/dev2.err" | tail -1)
+nfiles=$(find "$T/src/d2" -type f | wc -l)
+nbytes=$(find "$T/src/d2" -type f -printf '%s\n' | awk '{ s += $1 } END { print s }')
+ascrape() {
+    bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\n\r\n" >&3; cat <&3' "$amaddr" |
+        sed '1,/^\r*$/d' | tr -d '\r' > "$T/a1"
+}
+aval() { awk -v k="$1" '$1 == k { print $2 }' "$T/a1"; }
+i=0
+while :; do
+    ascrape
+    # (the latency of a batch is observed just after its files are counted)
+    [ "$(aval ingest_agent_files_shipped_total)" = "$nfiles" ] &&
+        [ "$(aval ingest_agent_file_latency_seconds_count)" = "$nfiles" ] && break
+    i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/a1" "$T/dev2.err"; fail "the agent's metrics never showed $nfiles files shipped"; }
+    sleep 0.1
+done
+[ "$(aval ingest_agent_bytes_shipped_total)" = "$nbytes" ] || fail "ingest_agent_bytes_shipped_total is not $nbytes"
+[ "$(aval ingest_agent_bytes_read_total)" = "$nbytes" ] || fail "ingest_agent_bytes_read_total is not $nbytes"
+[ "$(aval 'ingest_agent_files_seen_total{source="d2"}')" -ge "$nfiles" ] || fail "files_seen_total{source=d2} < $nfiles"
+[ "$(aval 'ingest_agent_info{device="dev2"}')" = 1 ] || fail "ingest_agent_info has no device label"
+chunks=$(aval ingest_agent_chunks_total)
+sent=$(aval ingest_agent_chunks_sent_total)
+dedup=$(aval ingest_agent_chunks_deduplicated_total)
+[ "$chunks" -gt 0 ] && [ $((sent + dedup)) = "$chunks" ] || fail "chunks sent $sent + deduplicated $dedup != chunks $chunks"
+[ "$(aval 'ingest_agent_batches_total{outcome="acked"}')" -ge 1 ] || fail "no acked batch counted"
+[ "$(aval ingest_agent_file_latency_seconds_count)" = "$nfiles" ] || fail "latency histogram count is not $nfiles"
+scrape /metrics | sed '1,/^\r*$/d' | tr -d '\r' > "$T/m2"
+[ "$(awk '$1 == "ingest_receiver_chunks_received_total{device=\"dev2\"}" { print $2 }' "$T/m2")" = "$sent" ] ||
+    fail "the receiver's chunks received for dev2 differ from the agent's chunks sent ($sent)"
+check_exposition "$T/a1" || fail "the agent's exposition does not parse"
+pass "agent /metrics: files, bytes, chunks and latency count match what was shipped; the exposition parses"
+
+# The same figures in ingestctl status --json, and as JSON log lines (--stats-interval).
+"$CTL" status --json --socket "$T/astate-dev2/agent.sock" > "$T/st.json" || fail "ingestctl status --json failed"
+if command -v python3 >/dev/null 2>&1; then
+    python3 - "$T/st.json" "$T/dev2.err" "$nfiles" <<'PY' || fail "status --json metrics or the stats log lines are wrong"
+import json, sys
+st = json.load(open(sys.argv[1]))
+n = int(sys.argv[3])
+assert st["metrics"]["ingest_agent_files_shipped_total"] == n, st["metrics"]
+lines = [l.split("stats ", 1)[1] for l in open(sys.argv[2]) if "]: stats {" in l]
+assert len(lines) >= 2, "fewer than 2 stats lines"
+last = json.loads(lines[-1])
+assert last["ingest_agent_files_shipped_total"] == n, last
+assert last["ingest_agent_file_latency_seconds"]["count"] == n
+PY
+else
+    grep -q '"ingest_agent_files_shipped_total":'"$nfiles" "$T/st.json" || fail "status --json has no metrics"
+    [ "$(grep -c ']: stats {' "$T/dev2.err")" -ge 2 ] || fail "fewer than 2 stats lines"
+fi
+kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null
+pass "status --json carries the metrics; --stats-interval logs them as JSON lines"
+
+# The receiver's --stats-interval lines, the last one written as it stops.
+kill "$RECV_PID"; wait "$RECV_PID" 2>/dev/null || true
+RECV_PID=""
+if command -v python3 >/dev/null 2>&1; then
+    python3 - "$T/receiver.log" "$(field dev1 files)" "$nfiles" <<'PY' || fail "the receiver's stats lines are wrong"
+import json, sys
+lines = [l.split("stats ", 1)[1] for l in open(sys.argv[1]) if "]: stats {" in l]
+assert len(lines) >= 2, "fewer than 2 stats lines"
+last = json.loads(lines[-1])
+landed = last["ingest_receiver_files_landed_total"]
+assert landed["dev1"] == int(sys.argv[2]) and landed["dev2"] == int(sys.argv[3]), landed
+assert "verify" in last["ingest_receiver_stage_seconds_total"], last["ingest_receiver_stage_seconds_total"]
+PY
+else
+    [ "$(grep -c ']: stats {' "$T/receiver.log")" -ge 2 ] || fail "fewer than 2 receiver stats lines"
+fi
+"$RECEIVER" --config "$T/receiver.yaml" --stats-interval 0 > /dev/null 2>&1 && fail "--stats-interval 0 accepted"
+pass "receiver --stats-interval logs its metrics as JSON lines, the last at exit; 0 is refused"
