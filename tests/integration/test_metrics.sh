@@ -81,7 +81,7 @@ batch:
 sed -i 's|^  - path: .*|&\n    settle: 100ms|' "$T/dev2.yaml"
 "$AGENT" --config "$T/dev2.yaml" --stats-interval 0.2 > "$T/dev2.out" 2> "$T/dev2.err" &
 AGENT_PID=$!
-trap 'kill "$AGENT_PID" 2>/dev/null; cleanup' EXIT
+trap 'kill "$AGENT_PID" 2>/dev/null || true; cleanup' EXIT
 i=0
 while ! grep -q 'metrics on http://' "$T/dev2.err"; do
     i=$((i + 1)); [ $i -gt 200 ] && { cat "$T/dev2.err"; fail "the agent did not report its metrics address"; }
