@@ -17,10 +17,10 @@
 
 #define HS_MAGIC "INGST"
 #define HS_VERSION 1
-#define HS_PREFIX 13 /* magic 5, version, offer, reserved, max payload 4, id length */
+#define HS_PREFIX 13 /* magic 5, version, cipher offer, features, max payload 4, id length */
 #define HS_HELLO_MAX (HS_PREFIX + INGEST_DEVICE_ID_MAX + 32)
 #define HS_REPLY_HEAD 2 /* status, version */
-#define HS_REPLY 72     /* head, cipher, reserved, max payload 4, e_r 32, mac 32 */
+#define HS_REPLY 72     /* head, cipher, features, max payload 4, e_r 32, mac 32 */
 #define HS_MAC 32
 #define HS_LABEL "ingest-session-v1"
 #define KDF_CONTEXT "ingestv1"
@@ -55,6 +55,8 @@ struct ingest_session_s {
     int established;
     int cipher_pref;
     int cipher;
+    unsigned features_pref; /* client: offered; server: supported */
+    unsigned features;      /* agreed; set only when the handshake succeeds */
     size_t max_payload;      /* what we accept */
     size_t peer_max_payload; /* what the peer accepts */
     int send_timeout_ms;
@@ -306,6 +308,19 @@ int ingest_session_set_max_payload(ingest_session *s, size_t max_payload)
 
 void ingest_session_set_send_timeout(ingest_session *s, int send_timeout_ms) { s->send_timeout_ms = send_timeout_ms; }
 
+int ingest_session_set_features(ingest_session *s, unsigned features)
+{
+    if (s->established)
+        return ingest__fail(s->ctx, INGEST_EINVAL, "session: features set after the handshake");
+    if ((features & ~INGEST_SESSION_FEATURES_ALL) != 0)
+        return ingest__fail(s->ctx, INGEST_EINVAL, "session: unknown feature bits 0x%x (known: 0x%x)",
+                            features & ~INGEST_SESSION_FEATURES_ALL, INGEST_SESSION_FEATURES_ALL);
+    s->features_pref = features;
+    return 0;
+}
+
+unsigned ingest_session_features(const ingest_session *s) { return s->established ? s->features : 0; }
+
 const char *ingest_session_peer_id(const ingest_session *s) { return s->peer_id; }
 int ingest_session_cipher(const ingest_session *s) { return s->cipher; }
 const char *ingest_session_send_errmsg(const ingest_session *s) { return s->tx.ectx.errmsg; }
@@ -313,7 +328,12 @@ const char *ingest_session_recv_errmsg(const ingest_session *s) { return s->rx.e
 
 /* ---- handshake ------------------------------------------------------------ */
 
-/* Transcript hash: label, receiver static, device static, HELLO, reply head. */
+/*
+ * Transcript hash: label, receiver static, device static, the whole HELLO and
+ * the reply up to the MAC.  So mac_r and mac_c authenticate the cipher offer
+ * and choice, the features offered (HELLO byte 7) and agreed (REPLY byte 3),
+ * both payload bounds, the id and both ephemeral keys.
+ */
 static void transcript(uint8_t h[32], const uint8_t rs[32], const uint8_t cs[32], const uint8_t *hello,
                        size_t hello_len, const uint8_t *reply, size_t reply_len)
 {
@@ -385,7 +405,7 @@ static int client_handshake(ingest_session *s, int fd, int64_t deadline)
     memcpy(hello, HS_MAGIC, 5);
     hello[5] = HS_VERSION;
     hello[6] = offer;
-    hello[7] = 0;
+    hello[7] = (uint8_t)s->features_pref;
     ingest__put_u32(hello + 8, (uint32_t)s->max_payload);
     hello[12] = (uint8_t)id_len;
     memcpy(hello + HS_PREFIX, s->peer_id, id_len);
@@ -436,13 +456,21 @@ static int client_handshake(ingest_session *s, int fd, int64_t deadline)
         goto out;
     }
     const uint8_t cipher = reply[2];
+    const uint8_t agreed = reply[3];
     const uint32_t peer_max = ingest__get_u32(reply + 4);
     if (!((cipher == INGEST_CIPHER_AES256GCM && (offer & OFFER_AES)) ||
           (cipher == INGEST_CIPHER_XCHACHA20POLY1305 && (offer & OFFER_XCHACHA))) ||
-        reply[3] != 0 || peer_max < MIN_PAYLOAD_BOUND || peer_max > INGEST_WIRE_MAX_PAYLOAD_HIGHEST) {
+        peer_max < MIN_PAYLOAD_BOUND || peer_max > INGEST_WIRE_MAX_PAYLOAD_HIGHEST) {
         rc = ingest__fail(s->ctx, INGEST_EPROTO,
                           "handshake: malformed reply from the receiver (cipher %u, max payload %u)",
                           (unsigned)cipher, (unsigned)peer_max);
+        goto out;
+    }
+    if ((agreed & ~hello[7]) != 0) {
+        rc = ingest__fail(s->ctx, INGEST_EPROTO,
+                          "handshake: the receiver agreed to features 0x%02x, but we offered only 0x%02x "
+                          "(a broken receiver, or the exchange was tampered with)",
+                          (unsigned)agreed, (unsigned)hello[7]);
         goto out;
     }
     const uint8_t *e_r = reply + 8;
@@ -465,6 +493,7 @@ static int client_handshake(ingest_session *s, int fd, int64_t deadline)
         goto out;
     }
     s->cipher = cipher;
+    s->features = agreed;
     s->peer_max_payload = peer_max;
     dir_set_key(s, &s->tx, c2s);
     dir_set_key(s, &s->rx, s2c);
@@ -513,9 +542,11 @@ static int server_handshake(ingest_session *s, int fd, int64_t deadline)
         goto out;
     }
     const uint8_t offer = hello[6];
+    /* Offered features we do not know are not an error: we just do not agree. */
+    const uint8_t agreed = (uint8_t)(hello[7] & s->features_pref);
     const uint32_t peer_max = ingest__get_u32(hello + 8);
     const size_t id_len = hello[12];
-    if ((offer & ~(OFFER_AES | OFFER_XCHACHA)) != 0 || offer == 0 || hello[7] != 0 ||
+    if ((offer & ~(OFFER_AES | OFFER_XCHACHA)) != 0 || offer == 0 ||
         peer_max < MIN_PAYLOAD_BOUND || peer_max > INGEST_WIRE_MAX_PAYLOAD_HIGHEST || id_len == 0 ||
         id_len > INGEST_DEVICE_ID_MAX) {
         refuse(fd, deadline, ST_MALFORMED);
@@ -574,7 +605,7 @@ static int server_handshake(ingest_session *s, int fd, int64_t deadline)
     reply[0] = ST_OK;
     reply[1] = HS_VERSION;
     reply[2] = cipher;
-    reply[3] = 0;
+    reply[3] = agreed;
     ingest__put_u32(reply + 4, (uint32_t)s->max_payload);
     memcpy(reply + 8, e_pk, 32);
     transcript(h, s->self.pk, dev_pk, hello, hello_len, reply, HS_REPLY - HS_MAC);
@@ -596,6 +627,7 @@ static int server_handshake(ingest_session *s, int fd, int64_t deadline)
         goto out;
     }
     s->cipher = cipher;
+    s->features = agreed;
     s->peer_max_payload = peer_max;
     dir_set_key(s, &s->tx, s2c);
     dir_set_key(s, &s->rx, c2s);

@@ -17,6 +17,7 @@ const char *ingest_wire_type_name(unsigned type)
     case INGEST_MSG_ERROR: return "ERROR";
     case INGEST_MSG_PING: return "PING";
     case INGEST_MSG_PONG: return "PONG";
+    case INGEST_MSG_RECEIVED: return "RECEIVED";
     default: return "UNKNOWN";
     }
 }
@@ -126,6 +127,15 @@ static int check_id(ingest_ctx *ctx, const char *what, const char *id, size_t *n
     return 0;
 }
 
+/* Check and write a batch id field (BATCH_BEGIN, BATCH_COMMIT, RECEIVED). */
+static int w_batch_id(ingest_ctx *ctx, wr *w, const char *what, const char *id)
+{
+    size_t n = 0;
+    INGEST__FORWARD(check_id(ctx, what, id, &n));
+    w_str(w, id, n);
+    return 0;
+}
+
 static int check_msg(ingest_ctx *ctx, const char *what, const char *msg, size_t *n)
 {
     *n = strnlen(msg, INGEST_WIRE_MESSAGE_MAX + 1);
@@ -142,8 +152,7 @@ static int encode(ingest_ctx *ctx, const ingest_wire_msg *m, wr *w, int with_tai
     size_t n = 0, n2 = 0;
     switch (m->type) {
     case INGEST_MSG_BATCH_BEGIN:
-        INGEST__FORWARD(check_id(ctx, name, m->u.begin.batch_id, &n));
-        w_str(w, m->u.begin.batch_id, n);
+        INGEST__FORWARD(w_batch_id(ctx, w, name, m->u.begin.batch_id));
         w_u32(w, m->u.begin.file_count);
         w_u32(w, m->u.begin.chunk_count);
         w_u64(w, m->u.begin.total_bytes);
@@ -185,8 +194,7 @@ static int encode(ingest_ctx *ctx, const ingest_wire_msg *m, wr *w, int with_tai
             w_bytes(w, m->u.chunk.data, m->u.chunk.len);
         break;
     case INGEST_MSG_BATCH_COMMIT:
-        INGEST__FORWARD(check_id(ctx, name, m->u.commit.batch_id, &n));
-        w_str(w, m->u.commit.batch_id, n);
+        INGEST__FORWARD(w_batch_id(ctx, w, name, m->u.commit.batch_id));
         w_u32(w, m->u.commit.chunks_sent);
         break;
     case INGEST_MSG_ACK:
@@ -195,6 +203,9 @@ static int encode(ingest_ctx *ctx, const ingest_wire_msg *m, wr *w, int with_tai
         w_str(w, m->u.ack.batch_id, n);
         w_u32(w, (uint32_t)m->u.ack.status);
         w_str(w, m->u.ack.message, n2);
+        break;
+    case INGEST_MSG_RECEIVED:
+        INGEST__FORWARD(w_batch_id(ctx, w, name, m->u.received.batch_id));
         break;
     case INGEST_MSG_ERROR:
         INGEST__FORWARD(check_msg(ctx, name, m->u.error.message, &n2));
@@ -323,6 +334,12 @@ static int r_str(rd *r, const char *field, char *out, size_t max, int is_id)
     return 0;
 }
 
+/* A batch id field, as in BATCH_BEGIN, WANT, BATCH_COMMIT, ACK and RECEIVED. */
+static int r_batch_id(rd *r, char out[INGEST_WIRE_BATCH_ID_MAX + 1])
+{
+    return r_str(r, "batch id", out, INGEST_WIRE_BATCH_ID_MAX, 1);
+}
+
 static int r_end(rd *r)
 {
     if (r->pos != r->len)
@@ -344,7 +361,7 @@ int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, s
     switch (type) {
     case INGEST_MSG_BATCH_BEGIN: {
         ingest_wire_batch_begin *x = &m->u.begin;
-        INGEST__FORWARD(r_str(&r, "batch id", x->batch_id, INGEST_WIRE_BATCH_ID_MAX, 1));
+        INGEST__FORWARD(r_batch_id(&r, x->batch_id));
         INGEST__FORWARD(r_u32(&r, "file count", &x->file_count));
         INGEST__FORWARD(r_u32(&r, "chunk count", &x->chunk_count));
         INGEST__FORWARD(r_u64(&r, "total bytes", &x->total_bytes));
@@ -362,7 +379,7 @@ int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, s
         return r_end(&r);
     case INGEST_MSG_WANT: {
         ingest_wire_want *x = &m->u.want;
-        INGEST__FORWARD(r_str(&r, "batch id", x->batch_id, INGEST_WIRE_BATCH_ID_MAX, 1));
+        INGEST__FORWARD(r_batch_id(&r, x->batch_id));
         INGEST__FORWARD(r_u8(&r, "flags", &x->flags));
         if ((x->flags & ~INGEST_WANT_MORE) != 0)
             return ingest__fail(ctx, INGEST_ECORRUPT, "wire: WANT: unknown flags 0x%02x at offset %zu",
@@ -393,17 +410,20 @@ int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, s
         m->u.chunk.len = len - r.pos;
         return 0;
     case INGEST_MSG_BATCH_COMMIT:
-        INGEST__FORWARD(r_str(&r, "batch id", m->u.commit.batch_id, INGEST_WIRE_BATCH_ID_MAX, 1));
+        INGEST__FORWARD(r_batch_id(&r, m->u.commit.batch_id));
         INGEST__FORWARD(r_u32(&r, "chunks sent", &m->u.commit.chunks_sent));
         return r_end(&r);
     case INGEST_MSG_ACK: {
         uint32_t st;
-        INGEST__FORWARD(r_str(&r, "batch id", m->u.ack.batch_id, INGEST_WIRE_BATCH_ID_MAX, 1));
+        INGEST__FORWARD(r_batch_id(&r, m->u.ack.batch_id));
         INGEST__FORWARD(r_u32(&r, "status", &st));
         m->u.ack.status = (int32_t)st;
         INGEST__FORWARD(r_str(&r, "message", m->u.ack.message, INGEST_WIRE_MESSAGE_MAX, 0));
         return r_end(&r);
     }
+    case INGEST_MSG_RECEIVED:
+        INGEST__FORWARD(r_batch_id(&r, m->u.received.batch_id));
+        return r_end(&r);
     case INGEST_MSG_ERROR: {
         uint32_t code;
         INGEST__FORWARD(r_u32(&r, "code", &code));

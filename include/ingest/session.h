@@ -117,6 +117,19 @@ enum {
     INGEST_CIPHER_XCHACHA20POLY1305 = 2,
 };
 
+/*
+ * Session features, negotiated in the handshake (docs/protocol.md 2.1-2.2):
+ * the device offers a set, the receiver agrees to the offered bits it
+ * supports.  Both bytes are covered by the handshake's authentication.
+ *
+ * INGEST_SESSION_FEATURE_PIPELINE: the receiver may answer a BATCH_COMMIT
+ * with RECEIVED and send the batch's ACK later, while the next batch
+ * proceeds.
+ */
+#define INGEST_SESSION_FEATURE_PIPELINE 0x01u
+/* Every feature this library knows. */
+#define INGEST_SESSION_FEATURES_ALL INGEST_SESSION_FEATURE_PIPELINE
+
 /* A piece of a frame's payload for ingest_session_sendv. */
 typedef struct ingest_iov {
     const void *base;
@@ -150,6 +163,18 @@ INGEST_API void ingest_session_destroy(ingest_session *s);
 INGEST_API int ingest_session_set_cipher(ingest_session *s, int cipher);
 INGEST_API int ingest_session_set_max_payload(ingest_session *s, size_t max_payload);
 INGEST_API void ingest_session_set_send_timeout(ingest_session *s, int send_timeout_ms);
+/*
+ * Features (INGEST_SESSION_FEATURE_* bits), set before the handshake: on a
+ * client the ones it offers, on a server the ones it supports.  Default 0
+ * on both.  Returns 0, or INGEST_EINVAL for a bit outside
+ * INGEST_SESSION_FEATURES_ALL or after the handshake (nothing changed).
+ */
+INGEST_API int ingest_session_set_features(ingest_session *s, unsigned features);
+/*
+ * After a successful handshake: the agreed features (offered AND supported),
+ * the same on both sides.  0 before the handshake and after a failed one.
+ */
+INGEST_API unsigned ingest_session_features(const ingest_session *s);
 
 /*
  * Run the handshake over a connected stream socket (or pipe-like fd;
@@ -160,7 +185,8 @@ INGEST_API void ingest_session_set_send_timeout(ingest_session *s, int send_time
  *                     client: the receiver refused this device
  *   INGEST_ECRYPTO    client: the receiver's confirmation failed (it does
  *                     not hold the pinned key); server: the device's failed
- *   INGEST_EPROTO     malformed handshake message (bad magic, bad id)
+ *   INGEST_EPROTO     malformed handshake message (bad magic, bad id);
+ *                     client: the receiver agreed to a feature not offered
  *   INGEST_EVERSION   unsupported protocol version (either side)
  *   INGEST_ETIMEDOUT, INGEST_ECLOSED, INGEST_EIO
  * The fd belongs to the caller; on failure close it.

@@ -53,7 +53,8 @@ enum {
     INGEST_MSG_ERROR = 8,         /* either way; the sender closes after it */
     INGEST_MSG_PING = 9,          /* either way */
     INGEST_MSG_PONG = 10,         /* answer to PING */
-    INGEST_MSG_TYPE_LAST = 10,
+    INGEST_MSG_RECEIVED = 11,     /* receiver -> agent; only with INGEST_SESSION_FEATURE_PIPELINE */
+    INGEST_MSG_TYPE_LAST = 11,
 };
 
 /* WANT flag: more WANT frames for the same batch follow. */
@@ -128,6 +129,16 @@ typedef struct ingest_wire_ack {
     char message[INGEST_WIRE_MESSAGE_MAX + 1];
 } ingest_wire_ack;
 
+/*
+ * RECEIVED: every chunk of the batch is in, no more WANTs for it; the ACK
+ * follows once it is durable.  Encoded like the batch id of ACK.  The codec
+ * does not check the session's features: only a receiver that agreed to
+ * INGEST_SESSION_FEATURE_PIPELINE may send it, and the programs check that.
+ */
+typedef struct ingest_wire_received {
+    char batch_id[INGEST_WIRE_BATCH_ID_MAX + 1];
+} ingest_wire_received;
+
 typedef struct ingest_wire_error {
     int32_t code; /* negative INGEST_E* code */
     char message[INGEST_WIRE_MESSAGE_MAX + 1];
@@ -148,6 +159,7 @@ typedef struct ingest_wire_msg {
         ingest_wire_chunk chunk;
         ingest_wire_batch_commit commit;
         ingest_wire_ack ack;
+        ingest_wire_received received;
         ingest_wire_error error;
         ingest_wire_ping ping; /* PING and PONG */
     } u;

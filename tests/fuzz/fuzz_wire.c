@@ -1,8 +1,8 @@
 /*
  * Fuzz target: the wire message decoders and the server's handshake parser.
- * Input: byte 0 selects the target (type 1..10 for a message payload, 0 for
- * a frame header, anything else for a HELLO fed to a server session over a
- * socketpair); the rest is the payload.
+ * Input: byte 0 selects the target (1..16: a message payload of that type,
+ * 12..16 being unknown types; 0: a frame header; anything else: a HELLO fed
+ * to a server session over a socketpair); the rest is the payload.
  */
 #include <stddef.h>
 #include <stdint.h>

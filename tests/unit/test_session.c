@@ -1,7 +1,8 @@
 /*
  * Unit tests for keys, key files, authorized devices and the encrypted
- * session: handshake outcomes, echo both ways, tampering, replay, reorder,
- * truncation, bounds, timeouts, concurrency, and a throughput figure.
+ * session: handshake outcomes, feature negotiation, echo both ways,
+ * tampering, replay, reorder, truncation, bounds, timeouts, concurrency, and
+ * a throughput figure.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -346,6 +347,275 @@ static void test_handshake_timeout(void **state)
     assert_int_equal(ingest_session_server_create(f->sctx, &f->rcv, f->auth, &f->s), 0);
     write_all(f->cfd, "INGST", 5); /* and then silence */
     assert_int_equal(ingest_session_handshake_fd(f->s, f->sfd, 50), INGEST_ETIMEDOUT);
+}
+
+/* ---- feature negotiation ------------------------------------------------- */
+
+#define HELLO_DEV01 (13 + 6 + 32) /* HELLO of "dev-01" */
+#define REPLY_BYTES 72
+
+/* Read exactly n bytes: 1, or 0 on EOF or error. */
+static int read_exact(int fd, uint8_t *p, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        const ssize_t r = read(fd, p + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return 0;
+        got += (size_t)r;
+    }
+    return 1;
+}
+
+/* Write to a peer that may have given up (no SIGPIPE; the results tell). */
+static void send_quiet(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        const ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* What a man in the middle saw, and the bits he flipped on the way. */
+typedef struct mitm {
+    uint8_t hello_xor; /* applied to HELLO byte 7 (features offered) */
+    uint8_t reply_xor; /* applied to REPLY byte 3 (features agreed) */
+    uint8_t hello[HELLO_DEV01]; /* as the device sent it */
+    uint8_t reply[REPLY_BYTES]; /* as the receiver sent it */
+} mitm;
+
+/*
+ * Handshake with the client on cfd and the server on relay[1], the test
+ * relaying sfd <-> relay[0] in between.
+ */
+static void mitm_handshake(fx *f, mitm *m, int *crc, int *src)
+{
+    hs_job cj = { f->c, f->cfd, 0, 1 }, sj = { f->s, f->relay[1], 0, 1 };
+    pthread_t ct, st;
+    uint8_t fwd[REPLY_BYTES > HELLO_DEV01 ? REPLY_BYTES : HELLO_DEV01], confirm[32];
+    assert_int_equal(pthread_create(&st, NULL, hs_thread, &sj), 0);
+    assert_int_equal(pthread_create(&ct, NULL, hs_thread, &cj), 0);
+    assert_true(read_exact(f->sfd, m->hello, sizeof(m->hello)));
+    memcpy(fwd, m->hello, sizeof(m->hello));
+    fwd[7] ^= m->hello_xor;
+    send_quiet(f->relay[0], fwd, sizeof(m->hello));
+    if (read_exact(f->relay[0], m->reply, sizeof(m->reply))) {
+        memcpy(fwd, m->reply, sizeof(m->reply));
+        fwd[3] ^= m->reply_xor;
+        send_quiet(f->sfd, fwd, sizeof(m->reply));
+    } else {
+        shutdown(f->sfd, SHUT_RDWR);
+    }
+    if (read_exact(f->sfd, confirm, sizeof(confirm)))
+        send_quiet(f->relay[0], confirm, sizeof(confirm));
+    else
+        shutdown(f->relay[0], SHUT_RDWR);
+    pthread_join(ct, NULL);
+    pthread_join(st, NULL);
+    *crc = cj.rc;
+    *src = sj.rc;
+}
+
+/* Fresh sessions and sockets for another handshake in the same test. */
+static void reset_pair(fx *f)
+{
+    int sp[2];
+    ingest_session_destroy(f->c);
+    ingest_session_destroy(f->s);
+    f->c = f->s = NULL;
+    close(f->cfd);
+    close(f->sfd);
+    close(f->relay[0]);
+    close(f->relay[1]);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+    f->cfd = sp[0];
+    f->sfd = sp[1];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, f->relay), 0);
+}
+
+static void create_with_features(fx *f, unsigned offer, unsigned support)
+{
+    assert_int_equal(ingest_session_client_create(f->cctx, "dev-01", &f->dev, f->rcv.pk, &f->c), 0);
+    assert_int_equal(ingest_session_server_create(f->sctx, &f->rcv, f->auth, &f->s), 0);
+    assert_int_equal(ingest_session_set_features(f->c, offer), 0);
+    assert_int_equal(ingest_session_set_features(f->s, support), 0);
+    /* Nothing is agreed before the handshake. */
+    assert_int_equal(ingest_session_features(f->c), 0);
+    assert_int_equal(ingest_session_features(f->s), 0);
+}
+
+static void test_features_matrix(void **state)
+{
+    fx *f = *state;
+    for (unsigned i = 0; i < 4; i++) {
+        const unsigned offer = (i & 1) ? INGEST_SESSION_FEATURE_PIPELINE : 0;
+        const unsigned support = (i & 2) ? INGEST_SESSION_FEATURE_PIPELINE : 0;
+        const unsigned want = offer & support;
+        mitm m = { 0 };
+        int crc, src;
+        create_with_features(f, offer, support);
+        mitm_handshake(f, &m, &crc, &src);
+        assert_int_equal(crc, 0);
+        assert_int_equal(src, 0);
+        assert_int_equal(ingest_session_features(f->c), want);
+        assert_int_equal(ingest_session_features(f->s), want);
+        /* On the wire: HELLO byte 7 is the offer, REPLY byte 3 the agreed set. */
+        assert_int_equal(m.hello[7], offer);
+        assert_int_equal(m.reply[0], 0);
+        assert_int_equal(m.reply[3], want);
+        /* The set is frozen once agreed. */
+        assert_int_equal(ingest_session_set_features(f->c, 0), INGEST_EINVAL);
+        assert_non_null(strstr(ingest_ctx_errmsg(f->cctx), "after the handshake"));
+        assert_int_equal(ingest_session_set_features(f->s, INGEST_SESSION_FEATURE_PIPELINE), INGEST_EINVAL);
+        assert_int_equal(ingest_session_features(f->c), want);
+        assert_int_equal(ingest_session_features(f->s), want);
+        reset_pair(f);
+    }
+    /* The default is nothing, on both sides. */
+    mitm m = { 0 };
+    int crc, src;
+    assert_int_equal(ingest_session_client_create(f->cctx, "dev-01", &f->dev, f->rcv.pk, &f->c), 0);
+    assert_int_equal(ingest_session_server_create(f->sctx, &f->rcv, f->auth, &f->s), 0);
+    assert_int_equal(ingest_session_set_features(f->s, INGEST_SESSION_FEATURE_PIPELINE), 0);
+    mitm_handshake(f, &m, &crc, &src);
+    assert_int_equal(crc, 0);
+    assert_int_equal(src, 0);
+    assert_int_equal(m.hello[7], 0);
+    assert_int_equal(ingest_session_features(f->c), 0);
+    assert_int_equal(ingest_session_features(f->s), 0);
+}
+
+static void test_features_unknown_bits(void **state)
+{
+    fx *f = *state;
+    int crc, src;
+    assert_int_equal(ingest_session_client_create(f->cctx, "dev-01", &f->dev, f->rcv.pk, &f->c), 0);
+    assert_int_equal(ingest_session_server_create(f->sctx, &f->rcv, f->auth, &f->s), 0);
+    assert_int_equal(ingest_session_set_features(f->c, 0x02), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(f->cctx), "unknown feature bits 0x2"));
+    assert_int_equal(ingest_session_set_features(f->s, INGEST_SESSION_FEATURE_PIPELINE | 0x80), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(f->sctx), "unknown feature bits 0x80"));
+    assert_int_equal(ingest_session_set_features(f->c, ~0u), INGEST_EINVAL);
+    /* A refused call changed nothing: the server still supports nothing. */
+    assert_int_equal(ingest_session_set_features(f->c, INGEST_SESSION_FEATURE_PIPELINE), 0);
+    assert_int_equal(ingest_session_features(f->c), 0);
+    run_handshake(f, &crc, &src);
+    assert_int_equal(crc, 0);
+    assert_int_equal(src, 0);
+    assert_int_equal(ingest_session_features(f->c), 0);
+    assert_int_equal(ingest_session_features(f->s), 0);
+}
+
+/* A receiver agrees only to the offered bits it knows (forward compatibility). */
+static void test_features_unknown_offer_accepted(void **state)
+{
+    fx *f = *state;
+    for (unsigned support = 0; support <= INGEST_SESSION_FEATURE_PIPELINE; support++) {
+        uint8_t hello[HELLO_DEV01], reply[REPLY_BYTES], e_sk[32];
+        memcpy(hello, "INGST", 5);
+        hello[5] = 1;
+        hello[6] = 3;    /* AES or XChaCha */
+        hello[7] = 0xFF; /* every feature, most of them unknown */
+        hello[8] = 0;
+        hello[9] = 0;
+        hello[10] = 0x40; /* 4 MiB */
+        hello[11] = 0;
+        hello[12] = 6;
+        memcpy(hello + 13, "dev-01", 6);
+        crypto_kx_keypair(hello + 19, e_sk);
+        assert_int_equal(ingest_session_server_create(f->sctx, &f->rcv, f->auth, &f->s), 0);
+        assert_int_equal(ingest_session_set_features(f->s, support), 0);
+        hs_job sj = { f->s, f->relay[1], 0, 1 };
+        pthread_t st;
+        assert_int_equal(pthread_create(&st, NULL, hs_thread, &sj), 0);
+        write_all(f->relay[0], hello, sizeof(hello));
+        assert_true(read_exact(f->relay[0], reply, sizeof(reply)));
+        shutdown(f->relay[0], SHUT_RDWR); /* no confirmation: we cannot compute it */
+        pthread_join(st, NULL);
+        assert_int_equal(reply[0], 0); /* accepted, not "malformed" */
+        assert_int_equal(reply[1], 1);
+        assert_int_equal(reply[3], support);
+        assert_int_equal(sj.rc, INGEST_ECLOSED);
+        assert_int_equal(ingest_session_features(f->s), 0);
+        reset_pair(f);
+    }
+}
+
+/* An on-path change of either feature byte fails the key confirmation. */
+static void test_features_tampered(void **state)
+{
+    fx *f = *state;
+    static const struct {
+        uint8_t hello_xor, reply_xor;
+    } cases[] = {
+        { 0x01, 0 }, /* pipeline stripped from the offer */
+        { 0, 0x01 }, /* pipeline stripped from the agreed set */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        mitm m = { cases[i].hello_xor, cases[i].reply_xor, { 0 }, { 0 } };
+        int crc, src;
+        create_with_features(f, INGEST_SESSION_FEATURE_PIPELINE, INGEST_SESSION_FEATURE_PIPELINE);
+        mitm_handshake(f, &m, &crc, &src);
+        if (crc != INGEST_ECRYPTO || strstr(ingest_ctx_errmsg(f->cctx), "tampered") == NULL)
+            fail_msg("case %zu: client returned %d (%s)", i, crc, ingest_ctx_errmsg(f->cctx));
+        assert_int_not_equal(src, 0);
+        assert_int_equal(ingest_session_features(f->c), 0);
+        assert_int_equal(ingest_session_features(f->s), 0);
+        reset_pair(f);
+    }
+}
+
+/*
+ * A REPLY that agrees to a feature the device did not offer: refused with
+ * EPROTO, both when an on-path attacker adds the bit to the offer (the
+ * receiver's REPLY is then genuine) and from a crafted REPLY.
+ */
+static void test_reply_agrees_to_unoffered_feature(void **state)
+{
+    fx *f = *state;
+    mitm m = { 0x01, 0, { 0 }, { 0 } };
+    int crc, src;
+    create_with_features(f, 0, INGEST_SESSION_FEATURE_PIPELINE);
+    mitm_handshake(f, &m, &crc, &src);
+    assert_int_equal(m.reply[3], INGEST_SESSION_FEATURE_PIPELINE);
+    assert_int_equal(crc, INGEST_EPROTO);
+    assert_non_null(strstr(ingest_ctx_errmsg(f->cctx), "agreed to features 0x01, but we offered only 0x00"));
+    assert_int_equal(src, INGEST_ECLOSED);
+    assert_int_equal(ingest_session_features(f->c), 0);
+    reset_pair(f);
+
+    /* A crafted REPLY agreeing to an unknown bit beside the offered one. */
+    uint8_t hello[HELLO_DEV01], reply[REPLY_BYTES], e_sk[32];
+    assert_int_equal(ingest_session_client_create(f->cctx, "dev-01", &f->dev, f->rcv.pk, &f->c), 0);
+    assert_int_equal(ingest_session_set_features(f->c, INGEST_SESSION_FEATURE_PIPELINE), 0);
+    hs_job cj = { f->c, f->cfd, 0, 1 };
+    pthread_t ct;
+    assert_int_equal(pthread_create(&ct, NULL, hs_thread, &cj), 0);
+    assert_true(read_exact(f->sfd, hello, sizeof(hello)));
+    assert_int_equal(hello[7], INGEST_SESSION_FEATURE_PIPELINE);
+    reply[0] = 0;
+    reply[1] = 1;
+    reply[2] = INGEST_CIPHER_XCHACHA20POLY1305; /* always offered with the AUTO preference */
+    reply[3] = INGEST_SESSION_FEATURE_PIPELINE | 0x80;
+    reply[4] = 0;
+    reply[5] = 0;
+    reply[6] = 0x40;
+    reply[7] = 0;
+    crypto_kx_keypair(reply + 8, e_sk);
+    memset(reply + 40, 0x5A, 32);
+    write_all(f->sfd, reply, sizeof(reply));
+    pthread_join(ct, NULL);
+    assert_int_equal(cj.rc, INGEST_EPROTO);
+    assert_non_null(strstr(ingest_ctx_errmsg(f->cctx), "agreed to features 0x81, but we offered only 0x01"));
+    assert_int_equal(ingest_session_features(f->c), 0);
+    /* Nothing (no confirmation) was sent after the bad REPLY. */
+    uint8_t rest[64];
+    assert_int_equal(read(f->sfd, rest, sizeof(rest)), 0);
 }
 
 /* ---- record layer attacks ------------------------------------------------ */
@@ -943,6 +1213,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_device_with_wrong_key, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_bad_magic_and_version, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_handshake_timeout, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_features_matrix, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_features_unknown_bits, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_features_unknown_offer_accepted, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_features_tampered, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_reply_agrees_to_unoffered_feature, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_tampered_frame, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_tampered_tag_and_length, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_replayed_frame, fx_setup, fx_teardown),

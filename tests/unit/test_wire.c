@@ -75,8 +75,12 @@ static void test_header(void **state)
     b[0] = 0;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EPROTO);
     assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 0"));
-    b[0] = 11;
+    b[0] = 12;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EPROTO);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 12"));
+    b[0] = INGEST_MSG_RECEIVED;
+    assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
+    assert_int_equal(r.type, 11);
     b[0] = 1;
     b[1] = 2;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EVERSION);
@@ -86,6 +90,7 @@ static void test_header(void **state)
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EPROTO);
     assert_non_null(strstr(ingest_ctx_errmsg(ctx), "reserved flags"));
     assert_string_equal(ingest_wire_type_name(INGEST_MSG_BATCH_COMMIT), "BATCH_COMMIT");
+    assert_string_equal(ingest_wire_type_name(INGEST_MSG_RECEIVED), "RECEIVED");
     assert_string_equal(ingest_wire_type_name(99), "UNKNOWN");
 }
 
@@ -282,13 +287,80 @@ static void test_commit_ack_error_ping(void **state)
     assert_int_equal(r.type, INGEST_MSG_PONG);
 }
 
+static void test_received(void **state)
+{
+    (void)state;
+    ingest_wire_msg m, r;
+    uint8_t buf[512];
+    assert_int_equal(INGEST_MSG_RECEIVED, 11);
+    assert_int_equal(INGEST_MSG_TYPE_LAST, INGEST_MSG_RECEIVED);
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_RECEIVED;
+    strcpy(m.u.received.batch_id, "20240101T000000-0007");
+    /* round_trip also rejects every strict prefix and a trailing byte. */
+    const size_t len = round_trip(&m, &r, buf, sizeof(buf));
+    assert_int_equal(len, 2 + 20);
+    assert_string_equal(r.u.received.batch_id, "20240101T000000-0007");
+    /* Golden bytes: u16 length 20, then the id, nothing else. */
+    assert_int_equal(buf[0], 20);
+    assert_int_equal(buf[1], 0);
+    assert_memory_equal(buf + 2, "20240101T000000-0007", 20);
+    /* The same bytes as the batch id that opens an ACK for the same batch. */
+    ingest_wire_msg a;
+    uint8_t abuf[512];
+    size_t alen;
+    memset(&a, 0, sizeof(a));
+    a.type = INGEST_MSG_ACK;
+    strcpy(a.u.ack.batch_id, m.u.received.batch_id);
+    assert_int_equal(ingest_wire_encode(ctx, &a, abuf, sizeof(abuf), &alen), 0);
+    assert_true(alen > len);
+    assert_memory_equal(abuf, buf, len);
+    /* The head is the whole message. */
+    size_t hl;
+    assert_int_equal(ingest_wire_encode_head(ctx, &m, abuf, sizeof(abuf), &hl), 0);
+    assert_int_equal(hl, len);
+    assert_memory_equal(abuf, buf, len);
+
+    /* Truncated: no payload, half a length, a length beyond the bytes. */
+    expect_fail(INGEST_MSG_RECEIVED, buf, 0, INGEST_ECORRUPT, "RECEIVED: truncated at batch id (offset 0");
+    expect_fail(INGEST_MSG_RECEIVED, buf, 1, INGEST_ECORRUPT, "truncated at batch id");
+    expect_fail(INGEST_MSG_RECEIVED, buf, len - 1, INGEST_ECORRUPT, "RECEIVED: truncated at batch id (offset 2");
+    /* Oversize batch ids: a huge declared length, and 129 bytes present. */
+    const uint8_t longid[] = { 0xFF, 0xFF, 'a' };
+    expect_fail(INGEST_MSG_RECEIVED, longid, sizeof(longid), INGEST_ECORRUPT, "batch id length 65535 exceeds 128");
+    uint8_t id129[2 + 129];
+    id129[0] = 129;
+    id129[1] = 0;
+    memset(id129 + 2, 'a', 129);
+    expect_fail(INGEST_MSG_RECEIVED, id129, sizeof(id129), INGEST_ECORRUPT, "batch id length 129 exceeds 128");
+    /* Exactly 128 bytes is fine. */
+    id129[0] = 128;
+    assert_int_equal(ingest_wire_decode(ctx, INGEST_MSG_RECEIVED, id129, 2 + 128, &r), 0);
+    assert_int_equal(strlen(r.u.received.batch_id), 128);
+    /* Empty and badly formed ids, on both sides. */
+    const uint8_t empty[] = { 0, 0 };
+    expect_fail(INGEST_MSG_RECEIVED, empty, sizeof(empty), INGEST_ECORRUPT, "batch id at offset 0");
+    const uint8_t dotdot[] = { 2, 0, '.', '.' };
+    expect_fail(INGEST_MSG_RECEIVED, dotdot, sizeof(dotdot), INGEST_ECORRUPT, "batch id at offset 0");
+    strcpy(m.u.received.batch_id, "../x");
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &(size_t){ 0 }), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "RECEIVED: invalid batch id"));
+    memset(m.u.received.batch_id, 'a', sizeof(m.u.received.batch_id));
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &(size_t){ 0 }), INGEST_EINVAL);
+    assert_int_equal(ingest_wire_encoded_size(&m), 0);
+    /* Too small an output buffer. */
+    strcpy(m.u.received.batch_id, "b1");
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, 3, &(size_t){ 0 }), INGEST_ETOOBIG);
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, 4, &(size_t){ 0 }), 0);
+}
+
 static void test_unknown_types(void **state)
 {
     (void)state;
     ingest_wire_msg m;
     uint8_t buf[16] = { 0 };
     expect_fail(0, buf, 8, INGEST_EPROTO, "unknown message type 0");
-    expect_fail(11, buf, 8, INGEST_EPROTO, "unknown message type 11");
+    expect_fail(12, buf, 8, INGEST_EPROTO, "unknown message type 12");
     expect_fail(255, buf, 8, INGEST_EPROTO, NULL);
     memset(&m, 0, sizeof(m));
     m.type = 42;
@@ -327,7 +399,7 @@ static void test_random_payloads(void **state)
         const size_t n = (size_t)(rand_r(&seed) % (int)sizeof(buf));
         for (size_t k = 0; k < n; k++)
             buf[k] = (uint8_t)rand_r(&seed);
-        const unsigned type = (unsigned)(rand_r(&seed) % 12);
+        const unsigned type = (unsigned)(rand_r(&seed) % 13); /* 0 and 12 are unknown */
         ingest_wire_msg m;
         if (ingest_wire_decode(ctx, type, buf, n, &m) == 0) {
             ok++;
@@ -351,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_want),
         cmocka_unit_test(test_chunk),
         cmocka_unit_test(test_commit_ack_error_ping),
+        cmocka_unit_test(test_received),
         cmocka_unit_test(test_unknown_types),
         cmocka_unit_test(test_id_rule),
         cmocka_unit_test(test_random_payloads),
