@@ -212,7 +212,7 @@ static int gen_log(rng *r, const char *dir, const char *name, uint64_t bytes, ui
     return wclose(&W);
 }
 
-static uint64_t parse_size(const char *s, int *ok)
+uint64_t bench_parse_size(const char *s, int *ok)
 {
     char *end;
     errno = 0;
@@ -331,6 +331,12 @@ static int evolve(const char *root, uint64_t size, uint64_t seed, unsigned gen, 
     return 0;
 }
 
+int bench_gen_tree(const char *root, uint64_t size, uint64_t seed, unsigned *files)
+{
+    *files = 0;
+    return generate(root, size, seed, files);
+}
+
 /* Profile "empty": n empty files, 1,000 per directory (discovery benchmarks). */
 static int generate_empty(const char *root, uint64_t n)
 {
@@ -363,7 +369,7 @@ int cmd_bench_gen(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         int ok = 1;
         if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
-            size = parse_size(argv[++i], &ok);
+            size = bench_parse_size(argv[++i], &ok);
         } else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
             seed = strtoull(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--profile") == 0 && i + 1 < argc) {

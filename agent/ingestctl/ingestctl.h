@@ -2,6 +2,8 @@
 #ifndef INGESTCTL_H
 #define INGESTCTL_H
 
+#include <stdint.h>
+
 /* Each returns the process exit status: 0 ok, 1 failure, 2 usage error. */
 int cmd_chunk(int argc, char **argv);       /* cmd_chunk.c */
 int cmd_dict(int argc, char **argv);        /* cmd_dict.c */
@@ -13,5 +15,15 @@ int cmd_keygen(int argc, char **argv);      /* cmd_keygen.c */
 int cmd_status(int argc, char **argv);      /* cmd_status.c */
 int cmd_bench_scan(int argc, char **argv);  /* bench_scan.c */
 int cmd_bench_pipeline(int argc, char **argv); /* bench_pipeline.c */
+int cmd_bench_fleet(int argc, char **argv);    /* bench_fleet.c */
+
+/*
+ * bench_gen.c: the "sensors" tree of `bench gen --size SIZE --seed SEED ROOT`
+ * (generation 0), the number of files made into *files; 0 or -1 after saying
+ * why on stderr.  bench_parse_size: BYTES with an optional B, K/KiB, M/MiB or
+ * G/GiB suffix; *ok set to 0 when it does not parse.
+ */
+int bench_gen_tree(const char *root, uint64_t size, uint64_t seed, unsigned *files);
+uint64_t bench_parse_size(const char *s, int *ok);
 
 #endif

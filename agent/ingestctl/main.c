@@ -16,6 +16,7 @@ static const struct command bench_commands[] = {
     { "index", cmd_bench_index, "bench index [--entries N] [--dir DIR]" },
     { "scan", cmd_bench_scan, "bench scan DIR" },
     { "pipeline", cmd_bench_pipeline, "bench pipeline [--transport tcp] [--evolve] DIR" },
+    { "fleet", cmd_bench_fleet, "bench fleet --devices N [--size SIZE] [--shared PCT] [--stagger DURATION] [--keep] [DIR]" },
     { "gen", cmd_bench_gen, "bench gen [--profile sensors] [--size BYTES] [--seed N] [--evolve] DIR" },
 };
 
@@ -27,7 +28,7 @@ static const struct command commands[] = {
     { "index", cmd_index, "index check DIR [--bronze DIR]" },
     { "keygen", cmd_keygen, "keygen NAME | keygen --dedup FILE" },
     { "status", cmd_status, "status [--json] [--socket PATH | --config AGENT.yaml]" },
-    { "bench", cmd_bench, "bench chunk|index ..." },
+    { "bench", cmd_bench, "bench chunk|index|scan|pipeline|fleet|gen ..." },
 };
 
 static void usage(FILE *f)
@@ -47,7 +48,7 @@ static int cmd_bench(int argc, char **argv)
         for (size_t i = 0; i < sizeof(bench_commands) / sizeof(bench_commands[0]); i++)
             if (strcmp(argv[1], bench_commands[i].name) == 0)
                 return bench_commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "ingestctl bench: expected one of: chunk, index, gen, scan, pipeline\n");
+    fprintf(stderr, "ingestctl bench: expected one of: chunk, index, gen, scan, pipeline, fleet\n");
     return 2;
 }
 
