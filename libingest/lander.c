@@ -42,7 +42,12 @@
 
 enum { K_RECV = 0, K_KNOWN = 1, K_DUP = 2, K_MASK = 3 };
 enum { F_ARRIVED = 4, F_INBUF = 8, F_DONE = 16 };
-enum { B_ACTIVE = 0, B_DEAD = 1, B_COMMITTED = 2 };
+/*
+ * Batch states.  ACTIVE: landing, may still ask the device for chunks.
+ * PREPARED (commit_prepare done): every file complete under its temporary
+ * name, only commit_finish or destroy remain.  DEAD: aborted.
+ */
+enum { B_ACTIVE = 0, B_DEAD = 1, B_COMMITTED = 2, B_PREPARED = 3 };
 
 struct ingest_lander_s {
     ingest_ctx *ctx;
@@ -94,6 +99,7 @@ struct ingest_lander_batch_s {
     uint32_t awaited;
     bool lookahead_done;
     bool syncfs; /* commit syncs with syncfs() */
+    bool wrote;  /* store writes of ours not committed yet (see settle) */
     /* cursor */
     uint32_t cur_file, cur_chunk;
     int fd;           /* temporary file being written, -1 */
@@ -575,10 +581,40 @@ static void remove_temps(ingest_lander_batch *b)
     }
 }
 
+/* A call the batch's state does not allow: INGEST_EINVAL, the batch untouched. */
+static int bad_state(ingest_lander_batch *b)
+{
+    static const char *const names[] = {"active", "aborted", "committed", "prepared"};
+    return ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch is %s", names[b->state & 3]);
+}
+
+/*
+ * Commit the store writes this batch made in the current call (forgotten
+ * stale chunks, versions, the index).  LMDB ties a write transaction's
+ * lock to the thread that opened it, so one left open when the caller
+ * drops its lock could be committed from another thread (the lock is then
+ * never released: the next writer hangs).  So no call returns, and
+ * commit_finish never unlocks, with writes of ours pending.  Keeps rc
+ * unless it is a success and the commit fails.
+ */
+static int settle(ingest_lander_batch *b, int rc)
+{
+    if (!b->wrote)
+        return rc;
+    b->wrote = false;
+    const int c = ingest_store_commit(b->l->st);
+    if (c < 0 && rc >= 0) {
+        char why[INGEST__ERRMSG_MAX];
+        snprintf(why, sizeof why, "%s", ingest_ctx_errmsg(ingest__store_ctx(b->l->st)));
+        return ingest__fail(b->ctx, c, "lander: batch %s: store commit: %s", b->name, why);
+    }
+    return rc;
+}
+
 /* Abort on failure: returns rc so callers can `return fail_batch(b, rc)`. */
 static int fail_batch(ingest_lander_batch *b, int rc)
 {
-    if (b->state == B_ACTIVE) {
+    if (b->state == B_ACTIVE || b->state == B_PREPARED) {
         remove_temps(b);
         b->state = B_DEAD;
     }
@@ -1142,6 +1178,7 @@ static int rewant(ingest_lander_batch *b, uint32_t i, const char *why)
     ingest_to_hex(b->mc[i].id, INGEST_ID_BYTES, hex);
     ingest__log(b->ctx, INGEST_LOG_INFO, "lander: batch %s: known chunk %u (%s) %s: wanted again", b->name, i, hex,
                 why);
+    b->wrote = true;
     const int rc = ingest_index_forget_chunk(b->l->idx, b->mc[i].id);
     if (rc < 0 && rc != INGEST_ENOTFOUND)
         return rc;
@@ -1338,10 +1375,8 @@ static int pump(ingest_lander_batch *b)
 int ingest_lander_advance(ingest_lander_batch *b)
 {
     if (!b || b->state != B_ACTIVE)
-        return b ? ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch is %s",
-                                b->state == B_COMMITTED ? "committed" : "aborted")
-                 : INGEST_EINVAL;
-    const int rc = pump(b);
+        return b ? bad_state(b) : INGEST_EINVAL;
+    const int rc = settle(b, pump(b));
     if (rc < 0)
         return fail_batch(b, rc);
     return (int)b->awaited;
@@ -1396,9 +1431,7 @@ int ingest_lander_chunk_expect(const ingest_lander_batch *b, uint32_t i, uint8_t
 static int put_check(ingest_lander_batch *b, uint32_t i, const void *data, size_t len)
 {
     if (!b || b->state != B_ACTIVE)
-        return b ? ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch is %s",
-                                b->state == B_COMMITTED ? "committed" : "aborted")
-                 : INGEST_EINVAL;
+        return b ? bad_state(b) : INGEST_EINVAL;
     if (!data && len > 0)
         return fail_batch(b, ingest__fail(b->ctx, INGEST_EINVAL, "lander: put_chunk: no data"));
     if (i >= b->nchunks)
@@ -1418,16 +1451,16 @@ static int put_tail(ingest_lander_batch *b, uint32_t i, size_t received)
     b->stats.chunks_new++;
     b->awaited--;
     /* land what precedes it, then it straight from memory if the cursor is there */
-    if ((rc = pump(b)) < 0)
-        return fail_batch(b, rc);
-    if (b->cur_chunk == i && b->cur_file < b->nfiles) {
-        b->cst[i] |= F_INBUF;
-        if ((rc = pump(b)) < 0)
-            return fail_batch(b, rc);
-    } else if ((rc = spill(b, i)) < 0) {
-        return fail_batch(b, rc);
+    if ((rc = pump(b)) == 0) {
+        if (b->cur_chunk == i && b->cur_file < b->nfiles) {
+            b->cst[i] |= F_INBUF;
+            rc = pump(b);
+        } else {
+            rc = spill(b, i);
+        }
     }
-    return 0;
+    rc = settle(b, rc);
+    return rc < 0 ? fail_batch(b, rc) : 0;
 }
 
 int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const void *encoded, size_t len)
@@ -1583,17 +1616,19 @@ static int versions_db(ingest_lander *l)
     return 0;
 }
 
-static int do_commit(ingest_lander_batch *b)
+/*
+ * Commit step 1, run with the caller's lock released: every file durable
+ * under its temporary name, and its identity (recorded in the index).
+ * Batches of many files on one filesystem: one syncfs() for all of them
+ * (and again in step 3 for renames, manifest and directories) instead of
+ * an fsync per file and directory; syncfs reports writeback errors since
+ * Linux 5.8.  Touches only the batch and its files.
+ */
+static int sync_temps(ingest_lander_batch *b)
 {
     ingest_lander *l = b->l;
     char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
     const char *name;
-    /*
-     * 1. every file durable under its temporary name.  Batches of many
-     * files on one filesystem: one syncfs() for all of them (and again at
-     * step 5 for renames, manifest and directories) instead of an fsync per
-     * file and directory; syncfs reports writeback errors since Linux 5.8.
-     */
     struct stat rs;
     if (fstat(l->rootfd, &rs) < 0)
         return sys_fail(b->ctx, errno, "stat", l->root);
@@ -1618,8 +1653,9 @@ static int do_commit(ingest_lander_batch *b)
         if (syncfs(l->rootfd) < 0)
             return sys_fail(b->ctx, errno, "syncfs", l->root);
         b->stats.syncs++;
+        return 0;
     }
-    for (uint32_t i = 0; i < b->nfiles && !use_syncfs; i++) {
+    for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         split_path(f->landed, dir, sizeof dir, &name);
         tmp_name(f, name, b->name, i, tn, sizeof tn);
@@ -1634,7 +1670,24 @@ static int do_commit(ingest_lander_batch *b)
             return sys_fail(b->ctx, e, "fsync", f->landed);
         b->stats.syncs++;
     }
-    /* 2. versions (they go into the manifest) */
+    return 0;
+}
+
+/*
+ * Commit step 2, under the caller's lock: each file's version (the path's
+ * counter + 1) is read, stored and the file renamed over its final name,
+ * in one locked step, so a batch landing the same path later gets the next
+ * version and renames after us: the newest version is the one left in
+ * place.  The counter is stored before the rename: a rename that fails
+ * leaves a gap in the numbers, never a landed version without a record.
+ * commit_now: commit the store before the caller's lock is released (see
+ * settle).
+ */
+static int place_files(ingest_lander_batch *b, bool commit_now)
+{
+    ingest_lander *l = b->l;
+    char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
+    const char *name;
     INGEST__FORWARD(versions_db(l));
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
@@ -1644,10 +1697,9 @@ static int do_commit(ingest_lander_batch *b)
         if (r < 0 && r != INGEST_ENOTFOUND)
             return r;
         f->version = (r == 0 && vl == 8) ? ingest__get_u64(v) + 1 : 1;
-    }
-    /* 3. rename over the final names */
-    for (uint32_t i = 0; i < b->nfiles; i++) {
-        lfile *f = &b->files[i];
+        ingest__put_u64(v, f->version);
+        b->wrote = true;
+        INGEST__FORWARD(ingest__store_put(l->st, l->vdb, f->landed, strlen(f->landed), v, sizeof v));
         split_path(f->landed, dir, sizeof dir, &name);
         tmp_name(f, name, b->name, i, tn, sizeof tn);
         INGEST__FORWARD(enter_dir(b, f->path, dir, false));
@@ -1655,19 +1707,52 @@ static int do_commit(ingest_lander_batch *b)
             return sys_fail(b->ctx, errno, "rename into place", f->landed);
         f->renamed = true;
     }
-    /* 4. the batch manifest, then every touched directory once */
+    return commit_now ? settle(b, 0) : 0;
+}
+
+/*
+ * Commit step 3, run with the caller's lock released: the batch manifest
+ * (written, fsynced, renamed), then every touched directory once, or one
+ * syncfs.  Touches only the batch and its files.
+ */
+static int sync_landed(ingest_lander_batch *b)
+{
     INGEST__FORWARD(write_manifest(b));
     close_fd(&b->dirfd);
     if (b->syncfs) {
-        if (syncfs(l->rootfd) < 0)
-            return sys_fail(b->ctx, errno, "syncfs", l->root);
+        if (syncfs(b->l->rootfd) < 0)
+            return sys_fail(b->ctx, errno, "syncfs", b->l->root);
         b->stats.syncs++;
-    } else {
-        INGEST__FORWARD(sync_dirs(b));
+        return 0;
     }
-    /* 5. the index: files, chunks (first occurrences, at their new place), versions, batch */
+    return sync_dirs(b);
+}
+
+/*
+ * Commit step 4, under the caller's lock: the index (files, chunks at their
+ * new place: first occurrences, copied chunks re-pointed at the newest
+ * copy), the batch mark, the store commit.  A file whose path a later batch
+ * landed again since step 2 (its counter is past our version) was replaced
+ * on disk: it is not indexed, lest its record replace the newer file's.
+ */
+static int index_batch(ingest_lander_batch *b)
+{
+    ingest_lander *l = b->l;
+    b->wrote = true;
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
+        uint8_t v[8];
+        size_t vl = 0;
+        const int r = ingest__store_get(l->st, l->vdb, f->landed, strlen(f->landed), v, sizeof v, &vl);
+        if (r < 0 && r != INGEST_ENOTFOUND)
+            return r;
+        if (r == 0 && vl == 8 && ingest__get_u64(v) > f->version) {
+            ingest__log(b->ctx, INGEST_LOG_INFO,
+                        "lander: batch %s: %s version %llu was replaced by version %llu before it was indexed",
+                        b->name, f->landed, (unsigned long long)f->version,
+                        (unsigned long long)ingest__get_u64(v));
+            continue;
+        }
         uint64_t file_no = 0;
         INGEST__FORWARD(ingest_index_add_file(l->idx, f->landed, &f->ident, &file_no));
         for (uint32_t k = f->first; k < f->first + f->nchunks; k++) {
@@ -1676,29 +1761,73 @@ static int do_commit(ingest_lander_batch *b)
             const ingest_chunk_loc loc = {file_no, b->pos[k], b->mc[k].len};
             INGEST__FORWARD(ingest_index_add_chunk(l->idx, b->mc[k].id, &loc));
         }
-        uint8_t v[8];
-        ingest__put_u64(v, f->version);
-        INGEST__FORWARD(ingest__store_put(l->st, l->vdb, f->landed, strlen(f->landed), v, sizeof v));
     }
     INGEST__FORWARD(ingest_index_batch_mark(l->idx, b->device, b->name));
-    INGEST__FORWARD(ingest_store_commit(l->st));
-    return 0;
+    return settle(b, 0);
 }
 
-int ingest_lander_commit(ingest_lander_batch *b)
+static void lk_unlock(const ingest_lander_lock *lk)
 {
+    if (lk)
+        lk->unlock(lk->ud);
+}
+
+static void lk_lock(const ingest_lander_lock *lk)
+{
+    if (lk)
+        lk->lock(lk->ud);
+}
+
+/* Called and returns with the caller's lock held; drops it around the disk waits. */
+static int do_commit(ingest_lander_batch *b, const ingest_lander_lock *lk)
+{
+    lk_unlock(lk);
+    int rc = sync_temps(b);
+    lk_lock(lk);
+    if (rc < 0)
+        return rc;
+    INGEST__FORWARD(place_files(b, lk != NULL));
+    lk_unlock(lk);
+    rc = sync_landed(b);
+    lk_lock(lk);
+    if (rc < 0)
+        return rc;
+    return index_batch(b);
+}
+
+int ingest_lander_commit_prepare(ingest_lander_batch *b)
+{
+    if (b && b->state == B_PREPARED)
+        return 0;
     if (!b || b->state != B_ACTIVE)
-        return b ? ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch is %s",
-                                b->state == B_COMMITTED ? "committed" : "aborted")
-                 : INGEST_EINVAL;
-    int rc = pump(b);
+        return b ? bad_state(b) : INGEST_EINVAL;
+    const int rc = settle(b, pump(b));
     if (rc < 0)
         return fail_batch(b, rc);
     if (b->awaited > 0 || b->cur_file < b->nfiles)
         return ingest__fail(b->ctx, INGEST_EBUSY, "lander: batch %s: %u chunks still awaited (%zu re-wanted)",
                             b->name, b->awaited, b->nrew);
+    /* nothing more is read: release the sources and the chunk buffers now */
     close_fd(&b->srcfd);
-    rc = do_commit(b);
+    b->src_no = UINT64_MAX;
+    close_fd(&b->spillfd);
+    ingest__free(b->ctx, b->rbuf);
+    ingest__free(b->ctx, b->cbuf);
+    b->rbuf = b->cbuf = NULL;
+    b->bufcap = 0;
+    b->state = B_PREPARED;
+    return 0;
+}
+
+int ingest_lander_commit_finish(ingest_lander_batch *b, const ingest_lander_lock *lk)
+{
+    if (!b)
+        return INGEST_EINVAL;
+    if (b->state != B_PREPARED)
+        return bad_state(b);
+    if (lk && (!lk->lock || !lk->unlock))
+        return ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch %s: lock without its callbacks", b->name);
+    const int rc = settle(b, do_commit(b, lk));
     close_fd(&b->dirfd);
     if (rc < 0)
         return fail_batch(b, rc);
@@ -1706,4 +1835,10 @@ int ingest_lander_commit(ingest_lander_batch *b)
     ingest__log(b->ctx, INGEST_LOG_INFO, "lander: batch %s of %s landed: %u files, %llu bytes", b->name, b->device,
                 b->nfiles, (unsigned long long)b->stats.bytes);
     return 0;
+}
+
+int ingest_lander_commit(ingest_lander_batch *b)
+{
+    const int rc = ingest_lander_commit_prepare(b);
+    return rc < 0 ? rc : ingest_lander_commit_finish(b, NULL);
 }

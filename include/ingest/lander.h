@@ -16,15 +16,21 @@
  *                                are still awaited (see rewants)
  *   ingest_lander_batch_destroy()
  *
+ * or, to make a batch durable while the next one is received, commit in
+ * two phases: ingest_lander_commit_prepare() (the part that can still ask
+ * the device for chunks) then ingest_lander_commit_finish() (the durable
+ * part, which drops the caller's lock around its disk waits).
+ *
  * A chunk index is the position of a chunk in the batch's chunk list: the
  * chunks of every file, files in manifest order, numbered from 0.
  *
- * Failures.  Any failure of put_chunk, advance or commit other than
- * INGEST_EBUSY aborts the batch: its temporary files are removed, nothing
- * new is visible under a final name (see docs/landing.md for the one
- * exception, a failure in the middle of the renames of commit), and every
- * later call on the batch fails with INGEST_EINVAL.  The detail is in the
- * context's errmsg.
+ * Failures.  Any failure of put_chunk, put_verified, advance, commit,
+ * commit_prepare or commit_finish other than INGEST_EBUSY (and the
+ * INGEST_EINVAL of a call the batch's state does not allow) aborts the
+ * batch: its temporary files are removed, nothing new is visible under a
+ * final name (see docs/landing.md for the one exception, a failure once
+ * commit has started renaming), and every later call on the batch fails
+ * with INGEST_EINVAL.  The detail is in the context's errmsg.
  *
  * Untrusted input: the manifest and the chunks come from a device.  Every
  * count and length is bounded before allocation, every path is checked
@@ -32,8 +38,28 @@
  * bronze root, including through a symlink already in the bronze tree),
  * and every chunk is verified against its id before its bytes are used.
  *
- * THREAD SAFETY: a lander, its batches, the store, index and codec given to
- * it belong to one thread at a time.  One batch at a time per lander.
+ * THREAD SAFETY: a lander and its batch are used by one thread at a time,
+ * one batch at a time per lander.  The store, index and codec given to a
+ * lander may be shared by several landers (each created with its own
+ * ingest_ctx) when every call that can touch them is serialised by one
+ * lock of the caller's ("the caller's lock"): begin, put_chunk,
+ * put_verified, advance, commit, commit_prepare, and commit_finish, which
+ * is called with the lock held and releases it itself around its disk
+ * waits.  The other calls (wants, rewants, chunk_expect, awaited,
+ * batch_name/_chunks, batch_stats, abort, batch_destroy, lander_destroy)
+ * touch only the lander, the batch and its files, not the store or index.
+ *
+ * Pipelining.  A PREPARED batch may be finished on another thread than
+ * the one that landed it, while the owner lands the NEXT batch on a SECOND
+ * lander (its own ingest_ctx) over the same store and index: finish
+ * touches only its batch, its lander (and that lander's ctx, which nobody
+ * else may use meanwhile) and, under the caller's lock, the store and
+ * index.  The library keeps no other shared state (no statics beyond
+ * one-time initialisation).  The lander never leaves a store write
+ * transaction open when it returns or releases the lock: LMDB ties a write
+ * transaction to its thread (see docs/landing.md).  Other users of the
+ * store under the same lock must likewise commit their writes before
+ * releasing it.
  */
 #ifndef INGEST_LANDER_H
 #define INGEST_LANDER_H
@@ -179,9 +205,60 @@ INGEST_API uint32_t ingest_lander_awaited(const ingest_lander_batch *b);
  * index, mark the batch landed and commit the store.  0: durable, ack.
  * INGEST_EBUSY: chunks are still awaited (ask for ingest_lander_rewants,
  * put them, commit again); the batch is intact.  Other codes: the batch
- * failed and is aborted.
+ * failed and is aborted.  Equals ingest_lander_commit_prepare() then
+ * ingest_lander_commit_finish(b, NULL), and may be called on a PREPARED
+ * batch.
  */
 INGEST_API int ingest_lander_commit(ingest_lander_batch *b);
+
+/*
+ * Phase 1 of commit: everything that can still ask the device for data.
+ * Lands what it can (known chunks are copied and checked, so stale ones
+ * are found here), then returns INGEST_EBUSY, the batch intact, while
+ * chunks are awaited: take ingest_lander_rewants, put them, prepare again
+ * (exactly as commit does).  0: every file is complete and verified under
+ * its temporary name and the batch is PREPARED: it needs no more chunks,
+ * its sources and chunk buffers are released, and it can only be finished
+ * or destroyed (put_chunk, put_verified and advance on it: INGEST_EINVAL,
+ * the batch untouched; prepare again: 0).  Other codes: the batch failed
+ * and is aborted.  Call it under the caller's lock.
+ */
+INGEST_API int ingest_lander_commit_prepare(ingest_lander_batch *b);
+
+/*
+ * The caller's lock, as commit_finish sees it: unlock(ud) releases it,
+ * lock(ud) takes it again.  Both set.
+ */
+typedef struct ingest_lander_lock {
+    void (*unlock)(void *ud);
+    void (*lock)(void *ud);
+    void *ud;
+} ingest_lander_lock;
+
+/*
+ * Phase 2 of commit, the durable part, on a PREPARED batch: sync the
+ * files, take the versions and rename, write and sync the manifest, sync
+ * the directories, update the index, mark, commit the store.  0: durable,
+ * ack.  Other codes: the batch failed and is aborted (files renamed so far
+ * stay; see docs/landing.md); INGEST_EINVAL without aborting for a batch
+ * that is not PREPARED or a lock missing a callback.
+ *
+ * Called with the caller's lock held (lk NULL: there is none) and returns
+ * with it held, whatever the outcome.  Around every wait for the disk (the
+ * fsync of the files or the first syncfs; then the manifest and the
+ * directory fsyncs or the second syncfs) it calls lk->unlock(lk->ud)
+ * before and lk->lock(lk->ud) after, and while unlocked it touches only
+ * the batch, its files and its lander's ctx.  Under the lock it does all
+ * its work on the store and index: reading and storing the path versions
+ * together with the renames (and, given a lock, committing them before it
+ * unlocks), then the index, the batch mark and the store commit.  So
+ * another lander may land (begin, put, prepare, finish) meanwhile.
+ * Versions are taken before the batch is durable: a batch that fails later
+ * leaves a gap in its paths' version numbers.  A file whose path another
+ * batch landed again in between is left out of the index (it was
+ * replaced on disk); the batch still lands.
+ */
+INGEST_API int ingest_lander_commit_finish(ingest_lander_batch *b, const ingest_lander_lock *lk);
 
 /* Remove the batch's temporary files; later calls fail.  No-op once committed. */
 INGEST_API void ingest_lander_abort(ingest_lander_batch *b);

@@ -10,10 +10,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +25,7 @@
 #include "ingest/index.h"
 #include "ingest/lander.h"
 #include "ingest/manifest.h"
+#include "store.h" /* the store probe takes its write lock from another process */
 
 #define CH 4096 /* fixed-size chunking of the tests */
 #define MAXCH 256
@@ -763,6 +767,764 @@ static void test_many_files(void **state)
     free(tb.manifest);
 }
 
+/* ------------------------------------------------- two-phase commit */
+
+/* Land every want, then prepare (re-wants put as asked) and finish with lk. */
+static void land_two_phase(env *e, ingest_lander_batch *b, const tbatch *tb, const ingest_lander_lock *lk)
+{
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, b, tb, w[k]), 0);
+    for (;;) {
+        const int rc = ingest_lander_commit_prepare(b);
+        if (rc == 0)
+            break;
+        assert_int_equal(rc, INGEST_EBUSY);
+        ingest_lander_rewants(b, &w, &n);
+        assert_true(n > 0);
+        for (size_t k = 0; k < n; k++)
+            assert_int_equal(put(e, b, tb, w[k]), 0);
+    }
+    assert_int_equal(ingest_lander_commit_finish(b, lk), 0);
+}
+
+/* The landed manifests of (device, batch) in e1 and e2 carry the same records (created_ns aside). */
+static void assert_same_manifest(const env *e1, const env *e2, const char *device, const char *batch)
+{
+    char p1[256], p2[256];
+    snprintf(p1, sizeof p1, "%s/_manifests/%s/%s.jsonl", e1->bronze, device, batch);
+    snprintf(p2, sizeof p2, "%s/_manifests/%s/%s.jsonl", e2->bronze, device, batch);
+    ingest_manifest_reader *r1 = NULL, *r2 = NULL;
+    assert_int_equal(ingest_manifest_reader_open(e1->ctx, p1, &r1), 0);
+    assert_int_equal(ingest_manifest_reader_open(e2->ctx, p2, &r2), 0);
+    int nrec = 0;
+    for (;;) {
+        ingest_manifest_rec a, b;
+        const int ra = ingest_manifest_reader_next(r1, &a), rb = ingest_manifest_reader_next(r2, &b);
+        assert_int_equal(ra, rb);
+        if (ra == 0)
+            break;
+        assert_int_equal(ra, 1);
+        nrec++;
+        assert_int_equal(a.type, b.type);
+        if (a.type == INGEST_MREC_HEADER) {
+            assert_string_equal(a.device, b.device);
+            assert_string_equal(a.batch, b.batch);
+            assert_int_equal(a.nfiles, b.nfiles);
+            assert_int_equal(a.total_bytes, b.total_bytes);
+            continue;
+        }
+        if (a.type == INGEST_MREC_FILE) {
+            assert_string_equal(a.path, b.path);
+            assert_string_equal(a.landed, b.landed);
+            assert_int_equal(a.size, b.size);
+            assert_int_equal(a.mtime_ns, b.mtime_ns);
+            assert_int_equal(a.mode, b.mode);
+            assert_int_equal(a.version, b.version);
+            assert_memory_equal(a.hash, b.hash, INGEST_ID_BYTES);
+            assert_int_equal(a.nchunks_total, b.nchunks_total);
+        }
+        assert_int_equal(a.nchunks, b.nchunks);
+        if (a.nchunks)
+            assert_memory_equal(a.chunks, b.chunks, a.nchunks * sizeof *a.chunks);
+    }
+    assert_true(nrec >= 2);
+    ingest_manifest_reader_close(r1);
+    ingest_manifest_reader_close(r2);
+}
+
+/* Chunk i of tb is in the index, at a landed file that is still valid. */
+static void assert_indexed(const env *e, const tbatch *tb, uint32_t i)
+{
+    uint8_t id[INGEST_ID_BYTES];
+    ingest_chunk_id(e->key, tb->cdata[i], tb->clen[i], id);
+    ingest_chunk_loc loc;
+    assert_int_equal(ingest_index_find(e->idx, id, &loc), 0);
+    assert_int_equal(loc.length, tb->clen[i]);
+    char p[512];
+    assert_int_equal(ingest_index_file_path(e->idx, loc.file_no, p, sizeof p), 0);
+}
+
+/* prepare + finish(NULL) lands exactly what commit lands: two stores, the same batch. */
+static void test_two_phase_equals_commit(void **state)
+{
+    env *e1 = *state;
+    void *state2 = NULL;
+    setup(&state2);
+    env *e2 = state2;
+    uint8_t *a = pattern(3 * CH + 100, 81), *c = pattern(2 * CH, 82);
+    uint8_t *d = malloc(3 * CH); /* c's first chunk twice (a dup), then a's first */
+    assert_non_null(d);
+    memcpy(d, c, CH);
+    memcpy(d + CH, c, CH);
+    memcpy(d + 2 * CH, a, CH);
+    const tfile f[] = {
+        {"a.bin", a, 3 * CH + 100, T2024, 0640},
+        {"sub/c.sh", c, 2 * CH, T2024 + 1, 0750},
+        {"sub/d", d, 3 * CH, T2024 + 2, 0644},
+        {"empty", a, 0, T2024, 0600},
+    };
+    tbatch tb;
+    make_batch(e1, "dev1", "b1", f, 4, &tb);
+    ingest_lander_batch *b1 = NULL, *b2 = NULL;
+    assert_int_equal(ingest_lander_begin(e1->l, "dev1", tb.manifest, tb.mlen, &b1), 0);
+    land_all(e1, b1, &tb);
+    assert_int_equal(ingest_lander_begin(e2->l, "dev1", tb.manifest, tb.mlen, &b2), 0);
+    land_two_phase(e2, b2, &tb, NULL);
+    ingest_lander_stats s1, s2;
+    ingest_lander_batch_stats(b1, &s1);
+    ingest_lander_batch_stats(b2, &s2);
+    assert_memory_equal(&s1, &s2, sizeof s1);
+    assert_int_equal(s2.chunks_known, 3); /* d is made of dups */
+    assert_true(s2.syncs >= 6);            /* 4 files + manifest + directories */
+    ingest_lander_batch_destroy(b1);
+    ingest_lander_batch_destroy(b2);
+    for (int k = 0; k < 2; k++) {
+        const env *e = k ? e2 : e1;
+        assert_file(e, "dev1/2024/02/29/a.bin", a, 3 * CH + 100, T2024, 0644);
+        assert_file(e, "dev1/2024/02/29/sub/c.sh", c, 2 * CH, T2024 + 1, 0755);
+        assert_file(e, "dev1/2024/02/29/sub/d", d, 3 * CH, T2024 + 2, 0644);
+        assert_file(e, "dev1/2024/02/29/empty", a, 0, T2024, 0644);
+        assert_int_equal(count_files(e), 4);
+        assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", "b1"), 1);
+        for (uint32_t i = 0; i < tb.nchunks; i++)
+            assert_indexed(e, &tb, i);
+    }
+    assert_same_manifest(e1, e2, "dev1", "b1");
+    /* the same index entries: each chunk at the same offset of the same landed path */
+    for (uint32_t i = 0; i < tb.nchunks; i++) {
+        uint8_t id[INGEST_ID_BYTES];
+        ingest_chunk_id(e1->key, tb.cdata[i], tb.clen[i], id);
+        ingest_chunk_loc l1, l2;
+        assert_int_equal(ingest_index_find(e1->idx, id, &l1), 0);
+        assert_int_equal(ingest_index_find(e2->idx, id, &l2), 0);
+        assert_int_equal(l1.offset, l2.offset);
+        char p1[512], p2[512];
+        assert_int_equal(ingest_index_file_path(e1->idx, l1.file_no, p1, sizeof p1), 0);
+        assert_int_equal(ingest_index_file_path(e2->idx, l2.file_no, p2, sizeof p2), 0);
+        assert_string_equal(p1 + strlen(e1->bronze), p2 + strlen(e2->bronze));
+    }
+    teardown(&state2);
+    free(tb.manifest);
+    free(a);
+    free(c);
+    free(d);
+}
+
+/*
+ * From another process, as another writer of the store would: take the
+ * store's write lock (the child is killed by SIGALRM while a write
+ * transaction of ours holds it), then read the version counter of landed
+ * path vpath and whether (dev1, batch) is marked landed.  Returns
+ * version * 2 + landed, -1 when the write lock could not be taken, -2 when
+ * the child failed otherwise.
+ */
+static int probe_store(const env *e, const char *vpath, const char *batch)
+{
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid < 0)
+        return -2;
+    if (pid == 0) {
+        alarm(3);
+        ingest_ctx *ctx = ingest_ctx_create(NULL);
+        ingest_store *st = NULL;
+        ingest_index *idx = NULL;
+        const ingest_store_opts o = {1ull << 28, 0, INGEST_STORE_NOCREATE};
+        if (ctx == NULL || ingest_store_open(ctx, e->state, &o, &st) < 0)
+            _exit(101);
+        if (ingest__store_write_begin(st, 1) < 0)
+            _exit(102);
+        ingest__store_abort(st);
+        ingest__dbi vdb;
+        if (ingest__store_db(st, "lander_versions", &vdb) < 0)
+            _exit(103);
+        uint8_t v[8];
+        size_t vl = 0;
+        uint64_t ver = 0;
+        const int r = ingest__store_get(st, vdb, vpath, strlen(vpath), v, sizeof v, &vl);
+        if (r == 0 && vl == 8)
+            ver = ingest__get_u64(v);
+        else if (r != INGEST_ENOTFOUND)
+            _exit(104);
+        if (ingest_index_open(st, e->bronze, &idx) < 0)
+            _exit(105);
+        const int landed = ingest_index_batch_landed(idx, "dev1", batch);
+        ingest__store_abort(st);
+        _exit(landed < 0 || ver > 40 ? 106 : (int)ver * 2 + landed);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid)
+        return -2;
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+        return -1;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) > 100)
+        return -2;
+    return WEXITSTATUS(status);
+}
+
+/* The caller's lock as the tests see it: a flag and counters. */
+typedef struct lockrec {
+    env *e;
+    bool locked;
+    int unlocks, locks, misuse;
+    const char *vpath, *batch; /* probe_store in each unlocked window, when set */
+    int probe[4];
+    void (*hook)(struct lockrec *r, int window); /* runs in each unlocked window, when set */
+    void *hook_ud;
+} lockrec;
+
+static void rec_unlock(void *ud)
+{
+    lockrec *r = ud;
+    if (!r->locked)
+        r->misuse++;
+    r->locked = false;
+    if (r->vpath && r->unlocks < 4)
+        r->probe[r->unlocks] = probe_store(r->e, r->vpath, r->batch);
+    r->unlocks++;
+    if (r->hook)
+        r->hook(r, r->unlocks);
+}
+
+static void rec_lock(void *ud)
+{
+    lockrec *r = ud;
+    if (r->locked)
+        r->misuse++;
+    r->locked = true;
+    r->locks++;
+}
+
+/* finish with lock callbacks: balanced, returns locked, no store write pending while unlocked. */
+static void lock_case(env *e, int nf)
+{
+    uint8_t *d[20];
+    tfile f[20];
+    char names[20][32];
+    assert_true(nf <= 20);
+    for (int i = 0; i < nf; i++) {
+        d[i] = pattern(CH + 10 * (size_t)i, 300 + (uint32_t)i);
+        snprintf(names[i], sizeof names[i], "d%d/f%02d", i % 2, i);
+        f[i] = (tfile){names[i], d[i], CH + 10 * (size_t)i, T2024, 0644};
+    }
+    tbatch tb;
+    make_batch(e, "dev1", "bl", f, (size_t)nf, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    lockrec r = {.e = e, .locked = true, .vpath = "dev1/2024/02/29/d0/f00", .batch = "bl"};
+    const ingest_lander_lock lk = {rec_unlock, rec_lock, &r};
+    land_two_phase(e, b, &tb, &lk);
+    assert_true(r.locked);
+    assert_int_equal(r.misuse, 0);
+    assert_int_equal(r.unlocks, r.locks);
+    assert_int_equal(r.unlocks, 2);
+    /* window 1 (file syncs): no version, not marked; window 2 (manifest, directories):
+     * the version stored and committed, not marked yet; the write lock free in both */
+    assert_int_equal(r.probe[0], 0);
+    assert_int_equal(r.probe[1], 2);
+    ingest_lander_stats s;
+    ingest_lander_batch_stats(b, &s);
+    if (nf >= 16)
+        assert_int_equal(s.syncs, 2);
+    else
+        assert_true(s.syncs >= (uint64_t)nf + 2);
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(probe_store(e, "dev1/2024/02/29/d0/f00", "bl"), 3);
+    for (int i = 0; i < nf; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "dev1/2024/02/29/%.31s", names[i]);
+        assert_file(e, rel, d[i], CH + 10 * (size_t)i, T2024, 0644);
+    }
+    for (uint32_t i = 0; i < tb.nchunks; i++)
+        assert_indexed(e, &tb, i);
+    for (int i = 0; i < nf; i++)
+        free(d[i]);
+    free(tb.manifest);
+}
+
+static void test_finish_lock_fsync(void **state) { lock_case(*state, 3); }
+static void test_finish_lock_syncfs(void **state) { lock_case(*state, 20); }
+
+/* A stale known chunk: prepare says EBUSY with the re-wants; once they are put, prepare and finish land. */
+static void test_prepare_rewants(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(4 * CH, 91), *bb = pattern(4 * CH, 91);
+    bb[4 * CH - 1] ^= 0x55; /* last chunk differs */
+    const tfile f1[] = {{"a", a, 4 * CH, T2024, 0644}};
+    const tfile f2[] = {{"b", bb, 4 * CH, T2024, 0644}};
+    tbatch t1, t2;
+    make_batch(e, "dev1", "b1", f1, 1, &t1);
+    make_batch(e, "dev1", "b2", f2, 1, &t2);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t1.manifest, t1.mlen, &b), 0);
+    land_all(e, b, &t1);
+    ingest_lander_batch_destroy(b);
+
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t2.manifest, t2.mlen, &b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(w[0], 3);
+    /* the known chunks' landed file goes away: prepare finds it when it copies them */
+    char p[512];
+    snprintf(p, sizeof p, "%s/dev1/2024/02/29/a", e->bronze);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(ingest_lander_commit_prepare(b), INGEST_EBUSY);
+    ingest_lander_rewants(b, &w, &n);
+    assert_int_equal(n, 3);
+    for (uint32_t i = 0; i < 3; i++)
+        assert_int_equal(w[i], i);
+    assert_int_equal(ingest_lander_awaited(b), 4);
+    /* the stale chunks were dropped from the index and that is committed: the write lock is free */
+    uint8_t id[INGEST_ID_BYTES];
+    ingest_chunk_loc loc;
+    ingest_chunk_id(e->key, a, CH, id);
+    assert_int_equal(ingest_index_find(e->idx, id, &loc), INGEST_ENOTFOUND);
+    assert_int_equal(probe_store(e, "dev1/2024/02/29/b", "b2"), 0);
+    /* still busy until every re-want is in; the batch stays intact */
+    assert_int_equal(put(e, b, &t2, 0), 0);
+    assert_int_equal(ingest_lander_commit_prepare(b), INGEST_EBUSY);
+    ingest_lander_rewants(b, &w, &n);
+    assert_int_equal(n, 0);
+    assert_int_equal(put(e, b, &t2, 1), 0);
+    assert_int_equal(put(e, b, &t2, 2), 0);
+    assert_int_equal(ingest_lander_commit_prepare(b), INGEST_EBUSY);
+    assert_int_equal(put(e, b, &t2, 3), 0);
+    assert_int_equal(ingest_lander_commit_prepare(b), 0);
+    assert_int_equal(ingest_lander_commit_finish(b, NULL), 0);
+    ingest_lander_stats s;
+    ingest_lander_batch_stats(b, &s);
+    assert_int_equal(s.chunks_rewanted, 3);
+    assert_int_equal(s.chunks_new, 4);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/b", bb, 4 * CH, T2024, 0644);
+    for (uint32_t i = 0; i < 4; i++)
+        assert_indexed(e, &t2, i);
+    free(t1.manifest);
+    free(t2.manifest);
+    free(a);
+    free(bb);
+}
+
+/* A PREPARED batch takes no more chunks; misuse of finish leaves a batch intact. */
+static void test_prepared_refuses(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(2 * CH, 95);
+    const tfile f[] = {{"a", a, 2 * CH, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "b1", f, 1, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_int_equal(put(e, b, &tb, 0), 0);
+    /* not prepared yet: finish refuses, the batch lives on */
+    assert_int_equal(ingest_lander_commit_finish(b, NULL), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "active"));
+    assert_int_equal(ingest_lander_commit_prepare(b), INGEST_EBUSY);
+    assert_int_equal(put(e, b, &tb, 1), 0);
+    assert_int_equal(ingest_lander_commit_prepare(b), 0);
+    /* prepared: no more chunks */
+    assert_int_equal(put(e, b, &tb, 1), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "prepared"));
+    assert_int_equal(ingest_lander_put_verified(b, 0, a, CH, CH), INGEST_EINVAL);
+    assert_int_equal(ingest_lander_advance(b), INGEST_EINVAL);
+    assert_int_equal(ingest_lander_commit_prepare(b), 0);
+    const ingest_lander_lock half = {NULL, rec_lock, NULL};
+    assert_int_equal(ingest_lander_commit_finish(b, &half), INGEST_EINVAL);
+    /* none of that hurt it */
+    assert_int_equal(count_files(e), 1);
+    assert_int_equal(ingest_lander_commit_finish(b, NULL), 0);
+    assert_int_equal(ingest_lander_commit_finish(b, NULL), INGEST_EINVAL);
+    assert_int_equal(ingest_lander_commit(b), INGEST_EINVAL);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/a", a, 2 * CH, T2024, 0644);
+    assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", "b1"), 1);
+    /* destroying a prepared batch removes its temporary files */
+    free(tb.manifest);
+    make_batch(e, "dev1", "b2", (const tfile[]){{"c", a, 2 * CH, T2024, 0644}}, 1, &tb);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_int_equal(ingest_lander_commit_prepare(b), 0); /* all known */
+    assert_int_equal(count_files(e), 2);
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(count_files(e), 1);
+    assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", "b2"), 0);
+    free(tb.manifest);
+    free(a);
+}
+
+/* Two landers on one store: X prepared on the first while Y is landed and prepared on the second. */
+static void test_two_landers(void **state)
+{
+    env *e = *state;
+    ingest_ctx *ctx2 = ingest_ctx_create(NULL);
+    assert_non_null(ctx2);
+    ingest_lander *l2 = NULL;
+    assert_int_equal(ingest_lander_create(ctx2, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &l2), 0);
+    uint8_t *x = pattern(3 * CH + 7, 101), *y = pattern(2 * CH, 102), *z = pattern(CH, 103);
+    const tfile fx[] = {{"x/one", x, 3 * CH + 7, T2024, 0644}, {"x/two", z, CH, T2024, 0644}};
+    const tfile fy[] = {{"y/one", y, 2 * CH, T2024, 0644}, {"y/two", z, CH, T2024, 0644}};
+    tbatch tx, ty, t3;
+    make_batch(e, "dev1", "bx", fx, 2, &tx);
+    make_batch(e, "dev1", "by", fy, 2, &ty);
+    ingest_lander_batch *bx = NULL, *by = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tx.manifest, tx.mlen, &bx), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(bx, &w, &n);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, bx, &tx, w[k]), 0);
+    assert_int_equal(ingest_lander_commit_prepare(bx), 0);
+    /* the first lander is busy with X: the next batch goes to the second */
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", ty.manifest, ty.mlen, &by), INGEST_EBUSY);
+    assert_int_equal(ingest_lander_begin(l2, "dev1", ty.manifest, ty.mlen, &by), 0);
+    ingest_lander_wants(by, &w, &n);
+    assert_int_equal(n, 3); /* z is in X too, but X is not landed yet */
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, by, &ty, w[k]), 0);
+    assert_int_equal(ingest_lander_commit_prepare(by), 0);
+    lockrec r = {.e = e, .locked = true};
+    const ingest_lander_lock lk = {rec_unlock, rec_lock, &r};
+    assert_int_equal(ingest_lander_commit_finish(bx, &lk), 0);
+    assert_true(r.locked && r.misuse == 0 && r.unlocks == r.locks && r.unlocks >= 1);
+    assert_int_equal(ingest_lander_commit_finish(by, &lk), 0);
+    assert_true(r.locked && r.misuse == 0 && r.unlocks == r.locks);
+    ingest_lander_batch_destroy(bx);
+    ingest_lander_batch_destroy(by);
+    assert_file(e, "dev1/2024/02/29/x/one", x, 3 * CH + 7, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/x/two", z, CH, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/y/one", y, 2 * CH, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/y/two", z, CH, T2024, 0644);
+    for (int k = 0; k < 2; k++) {
+        char mp[256];
+        snprintf(mp, sizeof mp, "%s/_manifests/dev1/%s.jsonl", e->bronze, k ? "by" : "bx");
+        struct stat sb;
+        assert_int_equal(stat(mp, &sb), 0);
+        assert_true(sb.st_size > 0);
+        assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", k ? "by" : "bx"), 1);
+    }
+    for (uint32_t i = 0; i < tx.nchunks; i++)
+        assert_indexed(e, &tx, i);
+    for (uint32_t i = 0; i < ty.nchunks; i++)
+        assert_indexed(e, &ty, i);
+    /* a third batch repeating X's content: all known */
+    const tfile f3[] = {{"again/one", x, 3 * CH + 7, T2024, 0644}, {"again/two", z, CH, T2024, 0644}};
+    make_batch(e, "dev1", "b3", f3, 2, &t3);
+    ingest_lander_batch *b3 = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t3.manifest, t3.mlen, &b3), 0);
+    ingest_lander_wants(b3, &w, &n);
+    assert_int_equal(n, 0);
+    assert_int_equal(ingest_lander_commit(b3), 0);
+    ingest_lander_stats s;
+    ingest_lander_batch_stats(b3, &s);
+    assert_int_equal(s.chunks_known, t3.nchunks);
+    assert_int_equal(s.chunks_new, 0);
+    ingest_lander_batch_destroy(b3);
+    assert_file(e, "dev1/2024/02/29/again/one", x, 3 * CH + 7, T2024, 0644);
+    ingest_lander_destroy(l2);
+    ingest_ctx_destroy(ctx2);
+    free(tx.manifest);
+    free(ty.manifest);
+    free(t3.manifest);
+    free(x);
+    free(y);
+    free(z);
+}
+
+/* Another lander lands the same path while X's finish has the lock released. */
+typedef struct same_path {
+    ingest_lander *l2;
+    const tbatch *ty;
+    int window; /* the unlocked window to land Y in */
+    int landed;
+} same_path;
+
+static void land_y_hook(lockrec *r, int window)
+{
+    same_path *sp = r->hook_ud;
+    if (window != sp->window)
+        return;
+    ingest_lander_batch *by = NULL;
+    if (ingest_lander_begin(sp->l2, "dev1", sp->ty->manifest, sp->ty->mlen, &by) != 0)
+        return;
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(by, &w, &n);
+    for (size_t k = 0; k < n; k++)
+        if (put(r->e, by, sp->ty, w[k]) != 0)
+            goto out;
+    sp->landed = ingest_lander_commit(by) == 0;
+out:
+    ingest_lander_batch_destroy(by);
+}
+
+static uint64_t landed_version(const env *e, const char *batch, const char *landed)
+{
+    char mp[256];
+    snprintf(mp, sizeof mp, "%s/_manifests/dev1/%s.jsonl", e->bronze, batch);
+    ingest_manifest_reader *r = NULL;
+    assert_int_equal(ingest_manifest_reader_open(e->ctx, mp, &r), 0);
+    ingest_manifest_rec rec;
+    uint64_t v = 0;
+    while (ingest_manifest_reader_next(r, &rec) == 1)
+        if (rec.type == INGEST_MREC_FILE && strcmp(rec.landed, landed) == 0)
+            v = rec.version;
+    ingest_manifest_reader_close(r);
+    return v;
+}
+
+static void same_path_case(env *e, int window)
+{
+    uint8_t *px = pattern(2 * CH, 111), *py = pattern(CH + 3, 112), *q = pattern(CH, 113);
+    const tfile fx[] = {{"p", px, 2 * CH, T2024, 0644}, {"q", q, CH, T2024, 0644}};
+    const tfile fy[] = {{"p", py, CH + 3, T2024, 0644}};
+    tbatch tx, ty;
+    make_batch(e, "dev1", "bx", fx, 2, &tx);
+    make_batch(e, "dev1", "by", fy, 1, &ty);
+    ingest_lander *l2 = NULL;
+    assert_int_equal(ingest_lander_create(e->ctx, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &l2), 0);
+    ingest_lander_batch *bx = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tx.manifest, tx.mlen, &bx), 0);
+    same_path sp = {l2, &ty, window, 0};
+    lockrec r = {.e = e, .locked = true, .hook = land_y_hook, .hook_ud = &sp};
+    const ingest_lander_lock lk = {rec_unlock, rec_lock, &r};
+    land_two_phase(e, bx, &tx, &lk);
+    ingest_lander_batch_destroy(bx);
+    assert_int_equal(sp.landed, 1);
+    assert_true(r.locked && r.misuse == 0 && r.unlocks == r.locks);
+    assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", "bx"), 1);
+    assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", "by"), 1);
+    assert_file(e, "dev1/2024/02/29/q", q, CH, T2024, 0644);
+    assert_indexed(e, &tx, 2); /* q */
+    if (window == 1) {
+        /* Y took the path first: version 1; X renamed over it later with version 2 */
+        assert_int_equal(landed_version(e, "by", "dev1/2024/02/29/p"), 1);
+        assert_int_equal(landed_version(e, "bx", "dev1/2024/02/29/p"), 2);
+        assert_file(e, "dev1/2024/02/29/p", px, 2 * CH, T2024, 0644);
+        assert_indexed(e, &tx, 0);
+        assert_indexed(e, &tx, 1);
+    } else {
+        /* X renamed p (version 1) before unlocking; Y landed version 2 over it and is what the
+         * index points at: X did not index the file it no longer has */
+        assert_int_equal(landed_version(e, "bx", "dev1/2024/02/29/p"), 1);
+        assert_int_equal(landed_version(e, "by", "dev1/2024/02/29/p"), 2);
+        assert_file(e, "dev1/2024/02/29/p", py, CH + 3, T2024, 0644);
+        assert_indexed(e, &ty, 0);
+        assert_indexed(e, &ty, 1);
+        uint8_t id[INGEST_ID_BYTES];
+        ingest_chunk_loc loc;
+        ingest_chunk_id(e->key, px, CH, id);
+        assert_int_equal(ingest_index_find(e->idx, id, &loc), INGEST_ENOTFOUND);
+    }
+    assert_int_equal(count_files(e), 2);
+    ingest_lander_destroy(l2);
+    free(tx.manifest);
+    free(ty.manifest);
+    free(px);
+    free(py);
+    free(q);
+}
+
+static void test_same_path_before_versions(void **state) { same_path_case(*state, 1); }
+static void test_same_path_after_rename(void **state) { same_path_case(*state, 2); }
+
+/*
+ * The pipeline on real threads: X is finished on a second thread with a
+ * mutex as the caller's lock while this thread lands Y on a second lander
+ * under the same mutex.  The finisher waits in its first unlocked window
+ * while this thread puts Y's first chunk, which finds a stale known chunk
+ * (a store write, on this thread); then X's finish runs to its end before
+ * Y goes on.  A store write transaction left open when the mutex is
+ * released, then committed by the other thread, would leave LMDB's writer
+ * lock owned by the wrong thread: the next write hangs and the alarm fails
+ * the test.
+ */
+typedef struct finisher {
+    ingest_lander_batch *b;
+    pthread_mutex_t *mu;
+    pthread_mutex_t gate;
+    pthread_cond_t cv;
+    int stage; /* 1: the finisher is in its first unlocked window; 2: it may go on */
+    int rc;
+} finisher;
+
+static void mu_unlock(void *ud) { pthread_mutex_unlock(ud); }
+static void mu_lock(void *ud) { pthread_mutex_lock(ud); }
+
+static void fin_unlock(void *ud)
+{
+    finisher *f = ud;
+    pthread_mutex_unlock(f->mu);
+    pthread_mutex_lock(&f->gate);
+    if (f->stage == 0) {
+        f->stage = 1;
+        pthread_cond_broadcast(&f->cv);
+        while (f->stage != 2)
+            pthread_cond_wait(&f->cv, &f->gate);
+    }
+    pthread_mutex_unlock(&f->gate);
+}
+
+static void fin_lock(void *ud)
+{
+    finisher *f = ud;
+    pthread_mutex_lock(f->mu);
+}
+
+static void fin_stage(finisher *f, int from, int to)
+{
+    pthread_mutex_lock(&f->gate);
+    while (f->stage != from)
+        pthread_cond_wait(&f->cv, &f->gate);
+    f->stage = to;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->gate);
+}
+
+static void *finish_main(void *ud)
+{
+    finisher *f = ud;
+    const ingest_lander_lock lk = {fin_unlock, fin_lock, f};
+    pthread_mutex_lock(f->mu);
+    f->rc = ingest_lander_commit_finish(f->b, &lk);
+    pthread_mutex_unlock(f->mu);
+    return NULL;
+}
+
+static void test_finish_on_thread(void **state)
+{
+    env *e = *state;
+    alarm(20);
+    ingest_ctx *c1 = ingest_ctx_create(NULL), *c2 = ingest_ctx_create(NULL);
+    assert_non_null(c1);
+    assert_non_null(c2);
+    ingest_lander *l1 = NULL, *l2 = NULL;
+    assert_int_equal(ingest_lander_create(c1, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &l1), 0);
+    assert_int_equal(ingest_lander_create(c2, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &l2), 0);
+    enum { NX = 6 };
+    uint8_t *dx[NX], *old = pattern(2 * CH, 120), *yn = pattern(3 * CH, 121);
+    tfile fx[NX];
+    char names[NX][16];
+    for (int i = 0; i < NX; i++) {
+        dx[i] = pattern(4 * CH, 130 + (uint32_t)i);
+        snprintf(names[i], sizeof names[i], "x%d", i);
+        fx[i] = (tfile){names[i], dx[i], 4 * CH, T2024, 0644};
+    }
+    const tfile fo[] = {{"old", old, 2 * CH, T2024, 0644}};
+    const tfile fy[] = {{"y/old", old, 2 * CH, T2024, 0644}, {"y/new", yn, 3 * CH, T2024, 0644}};
+    tbatch to, tx, ty;
+    make_batch(e, "dev1", "bo", fo, 1, &to);
+    make_batch(e, "dev1", "bx", fx, NX, &tx);
+    make_batch(e, "dev1", "by", fy, 2, &ty);
+    ingest_lander_batch *b = NULL, *bx = NULL, *by = NULL;
+    assert_int_equal(ingest_lander_begin(l1, "dev1", to.manifest, to.mlen, &b), 0);
+    land_all(e, b, &to);
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(ingest_lander_begin(l1, "dev1", tx.manifest, tx.mlen, &bx), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(bx, &w, &n);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, bx, &tx, w[k]), 0);
+    assert_int_equal(ingest_lander_commit_prepare(bx), 0);
+
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    finisher fin = {.b = bx, .mu = &mu, .rc = -1};
+    assert_int_equal(pthread_mutex_init(&fin.gate, NULL), 0);
+    assert_int_equal(pthread_cond_init(&fin.cv, NULL), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, finish_main, &fin), 0);
+    /* meanwhile, Y on the second lander; its known chunks' file goes away after begin */
+    pthread_mutex_lock(&mu);
+    const int rb = ingest_lander_begin(l2, "dev1", ty.manifest, ty.mlen, &by);
+    pthread_mutex_unlock(&mu);
+    assert_int_equal(rb, 0);
+    char p[512];
+    snprintf(p, sizeof p, "%s/dev1/2024/02/29/old", e->bronze);
+    assert_int_equal(unlink(p), 0);
+    fin_stage(&fin, 1, 1); /* X's finish is in its first unlocked window */
+    ingest_lander_wants(by, &w, &n);
+    assert_int_equal(n, 3); /* y/new */
+    uint32_t todo[MAXCH];
+    size_t ntodo = 0;
+    for (size_t k = 1; k < n; k++)
+        todo[ntodo++] = w[k];
+    pthread_mutex_lock(&mu);
+    int rc = put(e, by, &ty, w[0]); /* the cursor meets the stale chunks first: re-wanted */
+    pthread_mutex_unlock(&mu);
+    assert_int_equal(rc, 0);
+    assert_int_equal(ingest_lander_awaited(by), 4);
+    fin_stage(&fin, 1, 2); /* X's finish goes on, to its end */
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(fin.rc, 0);
+    ingest_lander_rewants(by, &w, &n);
+    assert_int_equal(n, 2);
+    for (size_t k = 0; k < n; k++)
+        todo[ntodo++] = w[k];
+    for (;;) {
+        for (size_t k = 0; k < ntodo && rc == 0; k++) {
+            pthread_mutex_lock(&mu);
+            rc = put(e, by, &ty, todo[k]);
+            pthread_mutex_unlock(&mu);
+        }
+        assert_int_equal(rc, 0);
+        pthread_mutex_lock(&mu);
+        rc = ingest_lander_commit_prepare(by);
+        ingest_lander_rewants(by, &w, &n);
+        ntodo = 0;
+        for (size_t k = 0; k < n; k++)
+            todo[ntodo++] = w[k];
+        pthread_mutex_unlock(&mu);
+        if (rc == 0)
+            break;
+        assert_int_equal(rc, INGEST_EBUSY);
+        rc = 0;
+    }
+    const ingest_lander_lock lk = {mu_unlock, mu_lock, &mu};
+    pthread_mutex_lock(&mu);
+    rc = ingest_lander_commit_finish(by, &lk);
+    pthread_mutex_unlock(&mu);
+    assert_int_equal(rc, 0);
+    pthread_mutex_destroy(&fin.gate);
+    pthread_cond_destroy(&fin.cv);
+    ingest_lander_stats s;
+    ingest_lander_batch_stats(by, &s);
+    assert_int_equal(s.chunks_rewanted, 2);
+    ingest_lander_batch_destroy(bx);
+    ingest_lander_batch_destroy(by);
+    /* the store still takes writes from this thread and from another process */
+    assert_int_equal(ingest_index_batch_mark(e->idx, "dev1", "probe"), 0);
+    assert_int_equal(ingest_store_commit(e->st), 0);
+    assert_true(probe_store(e, "dev1/2024/02/29/y/old", "by") == 3);
+    alarm(0);
+    for (int i = 0; i < NX; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "dev1/2024/02/29/%s", names[i]);
+        assert_file(e, rel, dx[i], 4 * CH, T2024, 0644);
+    }
+    assert_file(e, "dev1/2024/02/29/y/old", old, 2 * CH, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/y/new", yn, 3 * CH, T2024, 0644);
+    for (uint32_t i = 0; i < tx.nchunks; i++)
+        assert_indexed(e, &tx, i);
+    for (uint32_t i = 0; i < ty.nchunks; i++)
+        assert_indexed(e, &ty, i);
+    for (int i = 0; i < NX; i++)
+        free(dx[i]);
+    ingest_lander_destroy(l1);
+    ingest_lander_destroy(l2);
+    ingest_ctx_destroy(c1);
+    ingest_ctx_destroy(c2);
+    free(to.manifest);
+    free(tx.manifest);
+    free(ty.manifest);
+    free(old);
+    free(yn);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -870,6 +1632,15 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hash_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_phase_equals_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_finish_lock_fsync, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_finish_lock_syncfs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prepare_rewants, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prepared_refuses, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_landers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_path_before_versions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_same_path_after_rename, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_finish_on_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bench, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
