@@ -77,6 +77,13 @@ struct agent {
     latency_rec *lat;
     size_t nlat, caplat;
     double batch_t0; /* when the batch being shipped began to be built */
+    /* Pipelined batches (--once, when the receiver agreed): a batch the
+     * receiver said RECEIVED, whose ACK is read while the next one ships. */
+    int pipeline;
+    ingest_sender_batch *pending;
+    uint32_t pending_sent;
+    double pending_t0;
+    int pending_refused; /* a pending batch's ACK was a refusal */
     double t0, last_progress;
     int tty;
     uint8_t *chunkbuf;

@@ -478,12 +478,98 @@ static int finish_batch_once(agent *a, ingest_sender_batch *b);
 /*
  * Ship one batch whose manifest was sent: serve the WANTs, commit, read the
  * ACK.  Returns 0 acked, 1 abandoned (a file changed; ship again later),
- * < 0 failure of the connection, 2 a batch the receiver refused.
+ * < 0 failure of the connection, 2 a batch the receiver refused, 3
+ * received (pipelined: b is now a->pending, its ACK is read later; the
+ * caller must not destroy it).
  */
 int finish_batch(agent *a, ingest_sender_batch *b)
 {
     const int rc = finish_batch_once(a, b);
     return rc < 0 ? batch_failure(a, b, rc) : rc;
+}
+
+/*
+ * Account for the ACK m of batch b (sent: chunks sent for it; t0: when its
+ * building began): 0 landed (or landed before), 2 refused by the receiver.
+ */
+static int batch_acked(agent *a, ingest_sender_batch *b, const ingest_wire_msg *m, uint32_t sent, double t0)
+{
+    const char *id = ingest_sender_batch_id(b);
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    if (m->u.ack.status < 0) {
+        prog_log(INGEST_LOG_ERROR, "batch %s refused by the receiver: %s: %s", id, ingest_strerror(m->u.ack.status),
+                 m->u.ack.message);
+        a->t.batches_failed++;
+        return 2;
+    }
+    a->t.batches_acked++;
+    if (a->nlat == a->caplat) {
+        const size_t nc = a->caplat ? a->caplat * 2 : 64;
+        latency_rec *nl = realloc(a->lat, nc * sizeof(*nl));
+        if (nl != NULL) {
+            a->lat = nl;
+            a->caplat = nc;
+        }
+    }
+    if (a->nlat < a->caplat && t0 > 0)
+        a->lat[a->nlat++] = (latency_rec){ prog_now() - t0, bs.files };
+    if (!a->daemon && t0 > 0)
+        agent_metrics_latency(a, prog_now() - t0, bs.files);
+    a->t.files += bs.files;
+    a->t.bytes += bs.bytes;
+    a->t.chunks += bs.chunks;
+    a->t.chunks_dedup += bs.chunks - sent;
+    prog_log(INGEST_LOG_DEBUG, "batch %s acked (%s): %llu files, %llu chunks, %u sent", id,
+             m->u.ack.status == INGEST_ACK_DUPLICATE ? "already landed" : "landed", (unsigned long long)bs.files,
+             (unsigned long long)bs.chunks, sent);
+    record_acked(a, b);
+    agent_metrics_sync(a);
+    return 0;
+}
+
+/* m is an ACK: is it the pending batch's? */
+static int is_pending_ack(const agent *a, const ingest_wire_msg *m)
+{
+    return m->type == INGEST_MSG_ACK && a->pending != NULL &&
+           strcmp(m->u.ack.batch_id, ingest_sender_batch_id(a->pending)) == 0;
+}
+
+/* The pending batch's ACK m: account for it and let the batch go. */
+static void pending_acked(agent *a, const ingest_wire_msg *m)
+{
+    ingest_sender_batch *p = a->pending;
+    a->pending = NULL;
+    if (batch_acked(a, p, m, a->pending_sent, a->pending_t0) == 2)
+        a->pending_refused = 1;
+    ingest_sender_batch_destroy(p);
+}
+
+/* Read the pending batch's ACK (nothing else may come before it). */
+static int wait_pending(agent *a)
+{
+    while (a->pending != NULL) {
+        ingest_wire_msg m;
+        const double t = prog_now();
+        const int rc = recv_msg(a, &m, ACK_TIMEOUT_MS);
+        a->t.wait_ack_s += prog_now() - t;
+        if (rc < 0)
+            return rc;
+        if (!is_pending_ack(a, &m)) {
+            prog_log(INGEST_LOG_ERROR, "unexpected %s from the receiver while waiting for the ack of batch %s",
+                     ingest_wire_type_name(m.type), ingest_sender_batch_id(a->pending));
+            return INGEST_EPROTO;
+        }
+        pending_acked(a, &m);
+    }
+    return 0;
+}
+
+/* The pending batch was not acknowledged (the connection failed): it is simply shipped again later. */
+static void drop_pending(agent *a)
+{
+    ingest_sender_batch_destroy(a->pending);
+    a->pending = NULL;
 }
 
 static int finish_batch_once(agent *a, ingest_sender_batch *b)
@@ -497,9 +583,33 @@ static int finish_batch_once(agent *a, ingest_sender_batch *b)
     const char *id = ingest_sender_batch_id(b);
     for (;;) {
         const double now = prog_now();
+        if (is_pending_ack(a, &m)) {
+            /* the previous batch became durable while this one ships */
+            a->t.wait_ack_s += now - t;
+            pending_acked(a, &m);
+            t = prog_now();
+            if ((rc = recv_msg(a, &m, ACK_TIMEOUT_MS)) < 0)
+                return rc;
+            continue;
+        }
         if (m.type == INGEST_MSG_ACK) {
             a->t.wait_ack_s += now - t;
             break;
+        }
+        if (m.type == INGEST_MSG_RECEIVED) {
+            a->t.wait_ack_s += now - t;
+            if (!a->pipeline || strcmp(m.u.received.batch_id, id) != 0) {
+                prog_log(INGEST_LOG_ERROR, "unexpected RECEIVED for batch %s while %s was open%s",
+                         m.u.received.batch_id, id, a->pipeline ? "" : " (pipelining was not agreed)");
+                return INGEST_EPROTO;
+            }
+            /* Everything is in; its ACK comes while the next batch ships.  At most one waits. */
+            if ((rc = wait_pending(a)) < 0)
+                return rc;
+            a->pending = b;
+            a->pending_sent = sent;
+            a->pending_t0 = a->batch_t0;
+            return 3;
         }
         a->t.wait_want_s += now - t;
         rc = serve_wants(a, b, &m, &sent, &stale);
@@ -508,7 +618,10 @@ static int finish_batch_once(agent *a, ingest_sender_batch *b)
         if (rc < 0)
             return rc;
         if (stale) {
-            /* Tell the receiver, which drops the batch and closes; the caller reconnects. */
+            /* The previous batch's ACK first (the receiver is making it durable), then tell the
+             * receiver, which drops this batch and closes; the caller reconnects. */
+            if ((rc = wait_pending(a)) < 0)
+                return rc;
             memset(&m, 0, sizeof(m));
             m.type = INGEST_MSG_ERROR;
             m.u.error.code = INGEST_ESTALE;
@@ -530,37 +643,9 @@ static int finish_batch_once(agent *a, ingest_sender_batch *b)
         prog_log(INGEST_LOG_ERROR, "ack for batch %s while %s was open", m.u.ack.batch_id, id);
         return INGEST_EPROTO;
     }
-    ingest_sender_batch_stats bs;
-    ingest_sender_batch_stats_get(b, &bs);
-    if (m.u.ack.status < 0) {
-        prog_log(INGEST_LOG_ERROR, "batch %s refused by the receiver: %s: %s", id, ingest_strerror(m.u.ack.status),
-                 m.u.ack.message);
-        a->t.batches_failed++;
-        return 2;
-    }
-    a->t.batches_acked++;
-    if (a->nlat == a->caplat) {
-        const size_t nc = a->caplat ? a->caplat * 2 : 64;
-        latency_rec *nl = realloc(a->lat, nc * sizeof(*nl));
-        if (nl != NULL) {
-            a->lat = nl;
-            a->caplat = nc;
-        }
-    }
-    if (a->nlat < a->caplat && a->batch_t0 > 0)
-        a->lat[a->nlat++] = (latency_rec){ prog_now() - a->batch_t0, bs.files };
-    if (!a->daemon && a->batch_t0 > 0)
-        agent_metrics_latency(a, prog_now() - a->batch_t0, bs.files);
-    a->t.files += bs.files;
-    a->t.bytes += bs.bytes;
-    a->t.chunks += bs.chunks;
-    a->t.chunks_dedup += bs.chunks - sent;
-    prog_log(INGEST_LOG_DEBUG, "batch %s acked (%s): %llu files, %llu chunks, %u sent", id,
-             m.u.ack.status == INGEST_ACK_DUPLICATE ? "already landed" : "landed", (unsigned long long)bs.files,
-             (unsigned long long)bs.chunks, sent);
-    record_acked(a, b);
-    agent_metrics_sync(a);
-    return 0;
+    if ((rc = wait_pending(a)) < 0) /* never: the receiver acks in order */
+        return rc;
+    return batch_acked(a, b, &m, sent, a->batch_t0);
 }
 
 static int cmp_latency(const void *x, const void *y)
@@ -601,6 +686,9 @@ int connect_core(agent *a)
     a->ss = NULL;
     if (ingest_session_client_create(a->ctx, a->cfg->device_id, &a->key, a->receiver_pub, &a->ss) < 0)
         return -1;
+    /* --once pipelines batches across acks; the daemon ships one batch at a time from its journal */
+    if (!a->daemon && ingest_session_set_features(a->ss, INGEST_SESSION_FEATURE_PIPELINE) < 0)
+        return -1;
     const int rc = ingest_session_handshake_fd(a->ss, a->fd, HANDSHAKE_TIMEOUT_MS);
     if (rc < 0) {
         prog_log(INGEST_LOG_ERROR, "handshake with %s failed: %s: %s", a->cfg->core_address, ingest_strerror(rc),
@@ -610,8 +698,9 @@ int connect_core(agent *a)
         a->fd = -1;
         return -1;
     }
-    prog_log(INGEST_LOG_DEBUG, "connected to %s (%s)", a->cfg->core_address,
-             ingest_session_cipher_name(ingest_session_cipher(a->ss)));
+    a->pipeline = (ingest_session_features(a->ss) & INGEST_SESSION_FEATURE_PIPELINE) != 0;
+    prog_log(INGEST_LOG_DEBUG, "connected to %s (%s%s)", a->cfg->core_address,
+             ingest_session_cipher_name(ingest_session_cipher(a->ss)), a->pipeline ? ", pipelined" : "");
     return 0;
 }
 
@@ -764,6 +853,10 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
         if (rc < 0)
             a->t.err_session++;
         agent_metrics_sync(a);
+        if (rc == 3) {
+            rc = 0; /* received; its ACK comes while the next batch ships */
+            continue;
+        }
         ingest_sender_batch_destroy(b);
         if (rc == 1) {
             again = 1;
@@ -775,6 +868,17 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
         } else if (rc < 0) {
             break;
         }
+    }
+    if (rc >= 0 && a->pending != NULL && (rc = wait_pending(a)) < 0)
+        a->t.err_session++;
+    if (a->pending != NULL) {
+        prog_log(INGEST_LOG_WARN, "batch %s was received but not acknowledged; it will be shipped again",
+                 ingest_sender_batch_id(a->pending));
+        drop_pending(a);
+    }
+    if (a->pending_refused) {
+        a->pending_refused = 0;
+        failed = 1;
     }
     builder_stop(&bl);
     pthread_cond_destroy(&bl.cond);

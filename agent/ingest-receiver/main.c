@@ -42,6 +42,13 @@ typedef struct server {
     ingest_codec *codec;
     pthread_mutex_t land_lock;
     atomic_int nconn;
+    /* Devices with a connection being served: one connection per device at
+     * a time, so a batch replayed on a new connection never meets the old
+     * connection still landing or finishing it (same temporary names). */
+    pthread_mutex_t dev_lock;
+    pthread_cond_t dev_cond;
+    char (*active)[INGEST_DEVICE_ID_MAX + 1];
+    size_t nactive;
     atomic_ullong batches_landed, batches_failed, chunks_received, bytes_received;
     /* Prometheus metrics (docs/operations.md): labelled by device. */
     ingest_metrics *metrics;
@@ -297,8 +304,26 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/*
+ * The sending side of a connection: the connection's thread and its
+ * committer thread both send (WANTs, RECEIVED; ACKs), one at a time.
+ */
+typedef struct sendside {
+    ingest_session *ss;
+    int fd;
+    pthread_mutex_t mu;
+} sendside;
+
+static int link_send(sendside *lk, const ingest_wire_msg *m)
+{
+    pthread_mutex_lock(&lk->mu);
+    const int rc = ingest_session_send_msg(lk->ss, lk->fd, m);
+    pthread_mutex_unlock(&lk->mu);
+    return rc;
+}
+
 /* Send the indexes as WANT frames (sorted, deduplicated), MORE on all but the last. */
-static int send_wants(ingest_session *ss, int fd, const char *batch, u32vec *w)
+static int send_wants(sendside *lk, const char *batch, u32vec *w)
 {
     if (w->n > 1) /* w->v is NULL while nothing was pushed; qsort(NULL, 0) is undefined */
         qsort(w->v, w->n, sizeof(uint32_t), cmp_u32);
@@ -318,7 +343,7 @@ static int send_wants(ingest_session *ss, int fd, const char *batch, u32vec *w)
         m.u.want.count = (uint32_t)k;
         m.u.want.idx = w->v + off;
         m.u.want.flags = off + k < w->n ? INGEST_WANT_MORE : 0;
-        const int rc = ingest_session_send_msg(ss, fd, &m);
+        const int rc = link_send(lk, &m);
         if (rc < 0)
             return rc;
         off += k;
@@ -326,7 +351,7 @@ static int send_wants(ingest_session *ss, int fd, const char *batch, u32vec *w)
     return 0;
 }
 
-static int send_ack(ingest_session *ss, int fd, const char *batch, int status, const char *msg)
+static int send_ack(sendside *lk, const char *batch, int status, const char *msg)
 {
     ingest_wire_msg m;
     memset(&m, 0, sizeof(m));
@@ -334,17 +359,26 @@ static int send_ack(ingest_session *ss, int fd, const char *batch, int status, c
     snprintf(m.u.ack.batch_id, sizeof(m.u.ack.batch_id), "%s", batch);
     m.u.ack.status = status;
     snprintf(m.u.ack.message, sizeof(m.u.ack.message), "%s", msg);
-    return ingest_session_send_msg(ss, fd, &m);
+    return link_send(lk, &m);
 }
 
-static int send_error(ingest_session *ss, int fd, int code, const char *msg)
+static int send_received(sendside *lk, const char *batch)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_RECEIVED;
+    snprintf(m.u.received.batch_id, sizeof(m.u.received.batch_id), "%s", batch);
+    return link_send(lk, &m);
+}
+
+static int send_error(sendside *lk, int code, const char *msg)
 {
     ingest_wire_msg m;
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_ERROR;
     m.u.error.code = code;
     snprintf(m.u.error.message, sizeof(m.u.error.message), "%s", msg);
-    return ingest_session_send_msg(ss, fd, &m);
+    return link_send(lk, &m);
 }
 
 /* Collect the lander's re-wants into w (caller holds land_lock). */
@@ -509,13 +543,207 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
+/* ---- one connection per device ------------------------------------------------ */
+
+#define DEVICE_WAIT_S 30
+
+/* Wait (at most DEVICE_WAIT_S) until no other connection serves device, then claim it: 0, or -1. */
+static int device_claim(server *s, const char *device)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += DEVICE_WAIT_S;
+    pthread_mutex_lock(&s->dev_lock);
+    for (;;) {
+        size_t i = 0;
+        while (i < s->nactive && strcmp(s->active[i], device) != 0)
+            i++;
+        if (i == s->nactive)
+            break;
+        if (stopping || pthread_cond_timedwait(&s->dev_cond, &s->dev_lock, &until) == ETIMEDOUT) {
+            pthread_mutex_unlock(&s->dev_lock);
+            return -1;
+        }
+    }
+    snprintf(s->active[s->nactive++], sizeof(s->active[0]), "%s", device);
+    pthread_mutex_unlock(&s->dev_lock);
+    return 0;
+}
+
+static void device_release(server *s, const char *device)
+{
+    pthread_mutex_lock(&s->dev_lock);
+    for (size_t i = 0; i < s->nactive; i++)
+        if (strcmp(s->active[i], device) == 0) {
+            memmove(s->active[i], s->active[i + 1], (s->nactive - i - 1) * sizeof(s->active[0]));
+            s->nactive--;
+            break;
+        }
+    pthread_cond_broadcast(&s->dev_cond);
+    pthread_mutex_unlock(&s->dev_lock);
+}
+
+/* ---- making batches durable ------------------------------------------------ */
+
+/* The land_lock is let go while the lander waits for the disk. */
+static void land_unlock(void *ud) { pthread_mutex_unlock(&((server *)ud)->land_lock); }
+static void land_lock(void *ud) { pthread_mutex_lock(&((server *)ud)->land_lock); }
+
+/*
+ * Finish a prepared batch (called with land_lock held; returns with it
+ * held): make it durable, count it, log it, and fill ack/why for the ACK.
+ */
+static int finish_batch(server *s, ingest_lander_batch *b, ingest_ctx *lctx, const char *device, const char *batch,
+                        double batch_t0, char *why, size_t whycap)
+{
+    const double t0 = prog_now();
+    const ingest_lander_lock lk = { land_unlock, land_lock, s };
+    const int rc = ingest_lander_commit_finish(b, &lk);
+    snprintf(why, whycap, "%s", ingest_ctx_errmsg(lctx));
+    ingest_lander_stats st;
+    ingest_lander_batch_stats(b, &st);
+    ingest_metric_add_seconds(s->m_stage, "commit", prog_now() - t0);
+    if (rc < 0) {
+        ingest_metric_add(s->m_errors, "commit", 1);
+        prog_log(INGEST_LOG_WARN, "device %s batch %s failed: %s: %s", device, batch, ingest_strerror(rc), why);
+        s->batches_failed++;
+        ingest_metric_add(s->m_failed, device, 1);
+        return rc;
+    }
+    s->batches_landed++;
+    ingest_metric_add(s->m_landed, device, 1);
+    ingest_metric_add(s->m_files, device, st.files);
+    ingest_metric_add(s->m_bytes, device, st.bytes);
+    ingest_metric_add(s->m_new, device, st.chunks_new);
+    ingest_metric_add(s->m_known, device, st.chunks_known);
+    ingest_metric_add(s->m_rewanted, device, st.chunks_rewanted);
+    ingest_metric_add(s->m_wire, device, st.bytes_received);
+    ingest_metric_add(s->m_written, device, st.bytes_written);
+    ingest_metric_observe(s->m_latency, device, prog_now() - batch_t0);
+    prog_log(INGEST_LOG_INFO,
+             "device %s batch %s landed: %llu files, %llu bytes, %llu chunks new, %llu known, %llu re-asked, "
+             "commit %.3fs",
+             device, batch, (unsigned long long)st.files, (unsigned long long)st.bytes,
+             (unsigned long long)st.chunks_new, (unsigned long long)st.chunks_known,
+             (unsigned long long)st.chunks_rewanted, prog_now() - t0);
+    return 0;
+}
+
+/*
+ * A connection's committer thread (pipelined connections): makes the
+ * prepared batch durable and sends its ACK while the connection's thread
+ * receives the next batch.  One batch at a time: the connection's thread
+ * waits for it to be idle before it hands over the next one (so ACKs go
+ * out in batch order, each before the next RECEIVED) and before it sends
+ * an ACK itself.
+ */
+typedef struct committer {
+    server *s;
+    sendside *lk;
+    const char *device;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started, quit, busy;
+    ingest_lander_batch *b;
+    ingest_ctx *lctx;
+    char batch[INGEST_WIRE_BATCH_ID_MAX + 1];
+    double t0;
+} committer;
+
+static void *committer_main(void *arg)
+{
+    committer *cm = arg;
+    server *s = cm->s;
+    pthread_mutex_lock(&cm->mu);
+    for (;;) {
+        while (!cm->busy && !cm->quit)
+            pthread_cond_wait(&cm->cv, &cm->mu);
+        if (!cm->busy)
+            break;
+        pthread_mutex_unlock(&cm->mu);
+        char why[INGEST_WIRE_MESSAGE_MAX];
+        pthread_mutex_lock(&s->land_lock);
+        const int rc = finish_batch(s, cm->b, cm->lctx, cm->device, cm->batch, cm->t0, why, sizeof(why));
+        pthread_mutex_unlock(&s->land_lock);
+        /* A lost connection loses only the ACK: the batch is durable, a resend is acked as a duplicate. */
+        (void)send_ack(cm->lk, cm->batch, rc < 0 ? rc : INGEST_ACK_LANDED, rc < 0 ? why : "landed");
+        pthread_mutex_lock(&s->land_lock);
+        ingest_lander_batch_destroy(cm->b);
+        pthread_mutex_unlock(&s->land_lock);
+        pthread_mutex_lock(&cm->mu);
+        cm->b = NULL;
+        cm->busy = 0;
+        pthread_cond_broadcast(&cm->cv);
+    }
+    pthread_mutex_unlock(&cm->mu);
+    return NULL;
+}
+
+static void committer_wait_idle(committer *cm)
+{
+    if (!cm->started)
+        return;
+    pthread_mutex_lock(&cm->mu);
+    while (cm->busy)
+        pthread_cond_wait(&cm->cv, &cm->mu);
+    pthread_mutex_unlock(&cm->mu);
+}
+
+/* Hand a prepared batch over (the committer is idle); 0, or -1 when its thread cannot start. */
+static int committer_give(committer *cm, ingest_lander_batch *b, ingest_ctx *lctx, const char *batch, double t0)
+{
+    if (!cm->started) {
+        pthread_mutex_init(&cm->mu, NULL);
+        pthread_cond_init(&cm->cv, NULL);
+        if (pthread_create(&cm->thread, NULL, committer_main, cm) != 0) {
+            pthread_cond_destroy(&cm->cv);
+            pthread_mutex_destroy(&cm->mu);
+            return -1;
+        }
+        cm->started = 1;
+    }
+    pthread_mutex_lock(&cm->mu);
+    cm->b = b;
+    cm->lctx = lctx;
+    snprintf(cm->batch, sizeof(cm->batch), "%s", batch);
+    cm->t0 = t0;
+    cm->busy = 1;
+    pthread_cond_broadcast(&cm->cv);
+    pthread_mutex_unlock(&cm->mu);
+    return 0;
+}
+
+/* Let the batch in hand finish (its ACK is sent if the connection still stands), then end the thread. */
+static void committer_stop(committer *cm)
+{
+    if (!cm->started)
+        return;
+    pthread_mutex_lock(&cm->mu);
+    cm->quit = 1;
+    pthread_cond_broadcast(&cm->cv);
+    pthread_mutex_unlock(&cm->mu);
+    pthread_join(cm->thread, NULL);
+    pthread_cond_destroy(&cm->cv);
+    pthread_mutex_destroy(&cm->mu);
+    cm->started = 0;
+}
+
 static void serve(conn *c)
 {
     server *s = c->srv;
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     ingest_session *ss = NULL;
-    ingest_lander *lander = NULL;
+    /* Two landers, each with its own context, used in turn: while the
+     * committer thread finishes a batch of one, the next batch lands on the
+     * other (pipelined connections). */
+    ingest_lander *landers[2] = { NULL, NULL };
+    ingest_ctx *lctx[2] = { NULL, NULL };
+    int k = 0;
     ingest_lander_batch *b = NULL;
+    sendside lk = { NULL, c->fd, PTHREAD_MUTEX_INITIALIZER };
+    committer cm;
+    memset(&cm, 0, sizeof(cm));
     uint8_t *manifest = NULL;
     size_t mlen = 0, mcap = 0;
     u32vec wants = { 0 };
@@ -526,15 +754,17 @@ static void serve(conn *c)
     memset(&q, 0, sizeof(q));
     pthread_mutex_init(&q.lock, NULL);
     pthread_cond_init(&q.cond, NULL);
-    int reader_started = 0, reader_done = 0, counted = 0;
+    int reader_started = 0, reader_done = 0, counted = 0, claimed = 0;
     double batch_t0 = 0;
     pthread_t reader;
     qitem *it = NULL;
     if (ctx == NULL)
         goto out;
     ingest_ctx_set_log(ctx, prog_lib_log, NULL, prog_log_level() >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
-    if (ingest_session_server_create(ctx, &s->key, s->auth, &ss) < 0)
+    if (ingest_session_server_create(ctx, &s->key, s->auth, &ss) < 0 ||
+        ingest_session_set_features(ss, INGEST_SESSION_FEATURE_PIPELINE) < 0)
         goto out;
+    lk.ss = ss;
     int rc = ingest_session_handshake_fd(ss, c->fd, HANDSHAKE_TIMEOUT_MS);
     if (rc < 0) {
         const char *id = ingest_session_peer_id(ss);
@@ -545,16 +775,33 @@ static void serve(conn *c)
         goto out;
     }
     snprintf(device, sizeof(device), "%s", ingest_session_peer_id(ss));
+    if (device_claim(s, device) != 0) {
+        prog_log(INGEST_LOG_WARN, "device %s from %s: its previous connection is still being served after %d s; closing",
+                 device, c->peer, DEVICE_WAIT_S);
+        goto out;
+    }
+    claimed = 1;
     ingest_metric_add(s->m_conns, NULL, 1);
     counted = 1;
-    prog_log(INGEST_LOG_INFO, "device %s connected from %s (%s)", device, c->peer,
-             ingest_session_cipher_name(ingest_session_cipher(ss)));
-    pthread_mutex_lock(&s->land_lock);
-    rc = ingest_lander_create(ctx, s->st, s->idx, s->cfg->bronze, s->cfg->layout, s->dedup, s->codec, &lander);
-    pthread_mutex_unlock(&s->land_lock);
-    if (rc < 0) {
-        prog_log(INGEST_LOG_ERROR, "device %s: cannot start landing: %s", device, ingest_ctx_errmsg(ctx));
-        goto out;
+    const int pipelined = (ingest_session_features(ss) & INGEST_SESSION_FEATURE_PIPELINE) != 0;
+    prog_log(INGEST_LOG_INFO, "device %s connected from %s (%s%s)", device, c->peer,
+             ingest_session_cipher_name(ingest_session_cipher(ss)), pipelined ? ", pipelined" : "");
+    cm.s = s;
+    cm.lk = &lk;
+    cm.device = device;
+    for (int i = 0; i < 2; i++) {
+        if ((lctx[i] = ingest_ctx_create(NULL)) == NULL)
+            goto out;
+        ingest_ctx_set_log(lctx[i], prog_lib_log, NULL,
+                           prog_log_level() >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
+        pthread_mutex_lock(&s->land_lock);
+        rc = ingest_lander_create(lctx[i], s->st, s->idx, s->cfg->bronze, s->cfg->layout, s->dedup, s->codec,
+                                  &landers[i]);
+        pthread_mutex_unlock(&s->land_lock);
+        if (rc < 0) {
+            prog_log(INGEST_LOG_ERROR, "device %s: cannot start landing: %s", device, ingest_ctx_errmsg(lctx[i]));
+            goto out;
+        }
     }
     const int idle = (int)(s->cfg->idle_timeout_ms > 0x7fffffff ? 0x7fffffff : s->cfg->idle_timeout_ms);
     q.ss = ss;
@@ -585,7 +832,7 @@ static void serve(conn *c)
             prog_log(INGEST_LOG_WARN, "device %s: %s: %s%s", device, ingest_strerror(rc), it->why,
                      b ? "; batch abandoned" : "");
             if (rc == INGEST_ECORRUPT)
-                send_error(ss, c->fd, rc, it->why);
+                send_error(&lk, rc, it->why);
             break;
         }
         const ingest_wire_msg m = it->m;
@@ -593,7 +840,7 @@ static void serve(conn *c)
         case INGEST_MSG_PING: {
             ingest_wire_msg p = m;
             p.type = INGEST_MSG_PONG;
-            rc = ingest_session_send_msg(ss, c->fd, &p);
+            rc = link_send(&lk, &p);
             break;
         }
         case INGEST_MSG_BATCH_BEGIN:
@@ -634,9 +881,9 @@ static void serve(conn *c)
             }
             batch_t0 = prog_now();
             pthread_mutex_lock(&s->land_lock);
-            rc = ingest_lander_begin(lander, device, manifest, mlen, &b);
+            rc = ingest_lander_begin(landers[k], device, manifest, mlen, &b);
             char why[INGEST_WIRE_MESSAGE_MAX];
-            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(ctx));
+            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
             wants.n = 0;
             if (rc == 0) {
                 const uint32_t *idx;
@@ -645,7 +892,7 @@ static void serve(conn *c)
                 if (u32vec_push(&wants, idx, n) != 0 || ingest_lander_advance(b) < 0 ||
                     collect_rewants(b, &wants) != 0) {
                     rc = INGEST_ENOMEM;
-                    snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(ctx));
+                    snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
                 }
             }
             pthread_mutex_unlock(&s->land_lock);
@@ -653,7 +900,8 @@ static void serve(conn *c)
             if (rc == INGEST_LANDER_ALREADY) {
                 prog_log(INGEST_LOG_INFO, "device %s batch %s was landed before; acknowledged again", device, batch);
                 ingest_metric_add(s->m_landed, device, 1);
-                rc = send_ack(ss, c->fd, batch, INGEST_ACK_DUPLICATE, "already landed");
+                committer_wait_idle(&cm); /* ACKs in batch order */
+                rc = send_ack(&lk, batch, INGEST_ACK_DUPLICATE, "already landed");
                 batch[0] = '\0';
                 break;
             }
@@ -664,14 +912,15 @@ static void serve(conn *c)
                 ingest_metric_add(s->m_failed, device, 1);
                 ingest_lander_batch_destroy(b);
                 b = NULL;
-                rc = send_ack(ss, c->fd, batch, rc, why);
+                committer_wait_idle(&cm);
+                rc = send_ack(&lk, batch, rc, why);
                 batch[0] = '\0';
                 break;
             }
             prog_log(INGEST_LOG_DEBUG, "device %s batch %s: %u chunks, %zu wanted", device, batch,
                      ingest_lander_batch_chunks(b), wants.n);
             readq_set_batch(&q, b);
-            rc = send_wants(ss, c->fd, batch, &wants);
+            rc = send_wants(&lk, batch, &wants);
             wants.n = 0; /* from here on: re-wants not sent yet (found while chunks arrive) */
             break;
         }
@@ -687,7 +936,7 @@ static void serve(conn *c)
             if (rc == 0)
                 rc = collect_rewants(b, &wants) == 0 ? 0 : INGEST_ENOMEM;
             char why[INGEST_WIRE_MESSAGE_MAX];
-            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(ctx));
+            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
             pthread_mutex_unlock(&s->land_lock);
             ingest_metric_add_seconds(s->m_stage, "land", prog_now() - tl);
             s->chunks_received++;
@@ -703,7 +952,7 @@ static void serve(conn *c)
                 ingest_lander_batch_destroy(b);
                 pthread_mutex_unlock(&s->land_lock);
                 b = NULL;
-                send_error(ss, c->fd, rc, why);
+                send_error(&lk, rc, why);
                 goto out;
             }
             break;
@@ -716,50 +965,56 @@ static void serve(conn *c)
             const double t0 = prog_now();
             pthread_mutex_lock(&s->land_lock);
             /* wants holds the re-wants collected while chunks arrived: they were not sent yet */
-            rc = ingest_lander_commit(b);
+            rc = ingest_lander_commit_prepare(b);
             if (rc == INGEST_EBUSY && collect_rewants(b, &wants) != 0)
                 rc = INGEST_ENOMEM;
             char why[INGEST_WIRE_MESSAGE_MAX];
-            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(ctx));
-            ingest_lander_stats st;
-            ingest_lander_batch_stats(b, &st);
+            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
+            int finished = 0; /* finish_batch ran (and counted a failure itself) */
+            if (rc == 0 && !pipelined) {
+                rc = finish_batch(s, b, lctx[k], device, batch, batch_t0, why, sizeof(why));
+                finished = 1;
+            }
             pthread_mutex_unlock(&s->land_lock);
+            ingest_metric_add_seconds(s->m_stage, "commit", prog_now() - t0);
             if (rc == INGEST_EBUSY && wants.n > 0) {
                 prog_log(INGEST_LOG_INFO, "device %s batch %s: %zu known chunks were stale; asking for them",
                          device, batch, wants.n);
-                rc = send_wants(ss, c->fd, batch, &wants);
+                rc = send_wants(&lk, batch, &wants);
                 wants.n = 0;
                 break;
             }
             wants.n = 0;
-            ingest_metric_add_seconds(s->m_stage, "commit", prog_now() - t0);
-            if (rc < 0) {
-                ingest_metric_add(s->m_errors, "commit", 1);
-                prog_log(INGEST_LOG_WARN, "device %s batch %s failed: %s: %s", device, batch, ingest_strerror(rc),
-                         why);
-                s->batches_failed++;
-                ingest_metric_add(s->m_failed, device, 1);
-                rc = send_ack(ss, c->fd, batch, rc, why);
-            } else {
-                s->batches_landed++;
-                ingest_metric_add(s->m_landed, device, 1);
-                ingest_metric_add(s->m_files, device, st.files);
-                ingest_metric_add(s->m_bytes, device, st.bytes);
-                ingest_metric_add(s->m_new, device, st.chunks_new);
-                ingest_metric_add(s->m_known, device, st.chunks_known);
-                ingest_metric_add(s->m_rewanted, device, st.chunks_rewanted);
-                ingest_metric_add(s->m_wire, device, st.bytes_received);
-                ingest_metric_add(s->m_written, device, st.bytes_written);
-                ingest_metric_observe(s->m_latency, device, prog_now() - batch_t0);
-                prog_log(INGEST_LOG_INFO,
-                         "device %s batch %s landed: %llu files, %llu bytes, %llu chunks new, %llu known, "
-                         "%llu re-asked, commit %.3fs",
-                         device, batch, (unsigned long long)st.files, (unsigned long long)st.bytes,
-                         (unsigned long long)st.chunks_new, (unsigned long long)st.chunks_known,
-                         (unsigned long long)st.chunks_rewanted, prog_now() - t0);
-                rc = send_ack(ss, c->fd, batch, INGEST_ACK_LANDED, "landed");
-            }
             readq_set_batch(&q, NULL);
+            if (rc == 0 && pipelined) {
+                /* Everything is in: the committer makes it durable and acks it while the next batch comes. */
+                committer_wait_idle(&cm);
+                if (committer_give(&cm, b, lctx[k], batch, batch_t0) == 0) {
+                    b = NULL;
+                    k ^= 1;
+                    rc = send_received(&lk, batch);
+                    batch[0] = '\0';
+                    break;
+                }
+                pthread_mutex_lock(&s->land_lock);
+                rc = finish_batch(s, b, lctx[k], device, batch, batch_t0, why, sizeof(why));
+                pthread_mutex_unlock(&s->land_lock);
+                finished = 1;
+            }
+            if (rc < 0) {
+                if (!finished) {
+                    prog_log(INGEST_LOG_WARN, "device %s batch %s failed: %s: %s", device, batch,
+                             ingest_strerror(rc), why);
+                    s->batches_failed++;
+                    ingest_metric_add(s->m_failed, device, 1);
+                    ingest_metric_add(s->m_errors, "commit", 1);
+                }
+                committer_wait_idle(&cm);
+                rc = send_ack(&lk, batch, rc, why);
+            } else {
+                committer_wait_idle(&cm);
+                rc = send_ack(&lk, batch, INGEST_ACK_LANDED, "landed");
+            }
             pthread_mutex_lock(&s->land_lock);
             ingest_lander_batch_destroy(b);
             pthread_mutex_unlock(&s->land_lock);
@@ -779,7 +1034,7 @@ static void serve(conn *c)
             ingest_metric_add(s->m_errors, "protocol", 1);
             prog_log(INGEST_LOG_WARN, "device %s: unexpected %s message; closing", device,
                      ingest_wire_type_name(m.type));
-            send_error(ss, c->fd, rc, "unexpected message");
+            send_error(&lk, rc, "unexpected message");
             break;
         }
         if (rc < 0) {
@@ -789,6 +1044,7 @@ static void serve(conn *c)
         }
     }
 out:
+    committer_stop(&cm); /* its batch is made durable and acked first */
     if (counted)
         ingest_metric_add(s->m_conns, NULL, (uint64_t)-1);
     free(it);
@@ -815,15 +1071,21 @@ out:
         ingest_lander_batch_destroy(b);
         pthread_mutex_unlock(&s->land_lock);
     }
-    if (lander != NULL) {
-        pthread_mutex_lock(&s->land_lock);
-        ingest_lander_destroy(lander);
-        pthread_mutex_unlock(&s->land_lock);
+    for (int i = 0; i < 2; i++) {
+        if (landers[i] != NULL) {
+            pthread_mutex_lock(&s->land_lock);
+            ingest_lander_destroy(landers[i]);
+            pthread_mutex_unlock(&s->land_lock);
+        }
+        ingest_ctx_destroy(lctx[i]);
     }
     free(manifest);
     free(wants.v);
+    pthread_mutex_destroy(&lk.mu);
     ingest_session_destroy(ss);
     ingest_ctx_destroy(ctx);
+    if (claimed)
+        device_release(s, device);
 }
 
 static void *conn_thread(void *arg)
@@ -889,6 +1151,8 @@ int main(int argc, char **argv)
     server s;
     memset(&s, 0, sizeof(s));
     pthread_mutex_init(&s.land_lock, NULL);
+    pthread_mutex_init(&s.dev_lock, NULL);
+    pthread_cond_init(&s.dev_cond, NULL);
     s.ctx = ingest_ctx_create(NULL);
     if (s.ctx == NULL)
         return 1;
@@ -908,6 +1172,8 @@ int main(int argc, char **argv)
     int status = 1, lfd = -1;
     stats_logger *slog = NULL;
     if (load_keys(&s) != 0)
+        goto out;
+    if ((s.active = calloc(s.cfg->max_connections ? s.cfg->max_connections : 1, sizeof(*s.active))) == NULL)
         goto out;
     struct stat bst;
     if (stat(s.cfg->bronze, &bst) != 0 || !S_ISDIR(bst.st_mode)) {
@@ -1021,6 +1287,7 @@ out:
         ingest_authset_destroy(s.auth);
         ingest_receiver_config_free(s.cfg);
         ingest_secret_key_wipe(&s.key);
+        free(s.active);
         ingest_ctx_destroy(s.ctx);
     }
     return status;

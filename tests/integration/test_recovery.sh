@@ -1,5 +1,5 @@
 #!/bin/sh
-# kill -9 of the receiver in the middle of a batch, then recovery.
+# kill -9 of the receiver in the middle of a batch (batches pipelined), then recovery.
 # A 64 MiB tree of ~960 files is shipped in batches of 40 files.  Once a
 # batch has landed and the next one has temporary files in bronze, the
 # receiver is frozen (SIGSTOP, so the moment is certain) and killed with
@@ -40,6 +40,8 @@ while :; do
     sleep 0.002
 done
 landed_before=$(grep -c ' landed: ' "$T/receiver.log")
+# --once pipelines batches (RECEIVED, then the ACK while the next batch ships): the crash hits that path.
+grep -q 'device dev1 connected .*pipelined' "$T/receiver.log" || fail "the connection was not pipelined"
 kill -KILL "$RECV_PID"
 wait "$RECV_PID" 2>/dev/null || true
 RECV_PID=""
