@@ -136,7 +136,8 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@sh tests/fuzz/run-libfuzzer.sh $(FUZZ_SECONDS)
 
-# The shipping benchmark (ours vs rsync vs tar|zstd): bench/ship.sh, see
+# The shipping benchmark (ours vs rsync, tar|zstd, restic, casync):
+# bench/ship.sh writes bench/results.md and bench/results.svg, see
 # bench/README.md.  SIZE=64MiB RUNS=1 for a smoke run.
 .PHONY: bench-ship
 bench bench-ship: all
@@ -148,8 +149,11 @@ bench bench-ship: all
 bench-scan: all
 	@bash bench/scan.sh $(BUILD)
 
-# The benchmark's comparison tools, from Debian (root only).
-BENCH_DEBS := rsync socat zstd time
+# The benchmark's comparison tools, from Debian (root only): restic and
+# casync are optional to bench/ship.sh (reported "not installed"), linux-perf
+# gives its profiled run.  Keep in step with bench_pkgs in
+# packaging/install-deps.sh, which `make check` runs for its 64 MiB smoke run.
+BENCH_DEBS := rsync socat zstd time restic casync iproute2 linux-perf
 bench-deps:
 	@if [ "$$(id -u)" != 0 ]; then echo "bench-deps: needs root: apt-get install $(BENCH_DEBS)"; exit 1; fi
 	@DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(BENCH_DEBS) || \

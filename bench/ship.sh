@@ -2,16 +2,20 @@
 # bench/ship.sh [BUILD]: the shipping benchmark (make bench-ship / make bench).
 #
 # Ships one generated sensor tree with ingest-agent -> ingest-receiver, with
-# rsync -a and rsync -az to an rsync daemon, and with tar | zstd -1 | socat,
-# all over loopback, each into a fresh filesystem; then ships the evolved
-# generation of the tree (incremental).  Medians of RUNS runs go to
-# bench/results.md and stdout.  See bench/README.md.
+# rsync -a and rsync -az to an rsync daemon, with tar | zstd -1 | socat, all
+# over loopback, and with restic and casync into a local repository (where
+# installed), each into a fresh filesystem; then ships the evolved generation
+# of the tree (incremental).  Medians of RUNS runs go to bench/results.md and
+# stdout, three bar charts to bench/results.svg.  See bench/README.md.
 #
 # Environment: SIZE (1GiB), RUNS (3), BENCH_DIR (parent of the work dir, /tmp),
-# TOOLS ("ours rsync-a rsync-az tar-zstd"), VERIFY (first|all|none: checksum
+# TOOLS ("ours rsync-a rsync-az tar-zstd restic casync"; restic and casync are
+# reported as "not installed" when missing), VERIFY (first|all|none: checksum
 # the landed trees in the first run, every run, or never), LOOP (auto|0:
-# loop-mounted ext4 per run when root), RESULTS (output file,
-# bench/results.md), KEEP=1 keeps the work dir.
+# loop-mounted ext4 per run when root), PERF (auto|0: one extra, uncounted run
+# of ours under perf record when perf works), RESULTS (output file,
+# bench/results.md; the SVG goes beside it, same name with .svg), KEEP=1 keeps
+# the work dir.
 # record() takes key=value words; $(dev_fields ...) is split into them on purpose.
 # shellcheck disable=SC2046
 set -euo pipefail
@@ -22,10 +26,12 @@ BUILD=${1:-${BUILD:-build}}
 case $BUILD in /*) ;; *) BUILD=$TOP/$BUILD ;; esac
 SIZE=${SIZE:-1GiB}
 RUNS=${RUNS:-3}
-TOOLS=${TOOLS:-ours rsync-a rsync-az tar-zstd}
+TOOLS=${TOOLS:-ours rsync-a rsync-az tar-zstd restic casync}
 VERIFY=${VERIFY:-first}
 LOOP=${LOOP:-auto}
+PERF=${PERF:-auto}
 RESULTS=${RESULTS:-$HERE/results.md}
+SVG=${RESULTS%.md}.svg
 CTL=$BUILD/ingestctl
 AGENT=$BUILD/ingest-agent
 RECEIVER=$BUILD/ingest-receiver
@@ -41,6 +47,20 @@ for t in rsync socat zstd tar sha256sum mkfs.ext4; do
 done
 /usr/bin/time -v true 2>/dev/null || die "/usr/bin/time (GNU time) not found (make bench-deps)"
 case $RUNS in ''|*[!0-9]*|0) die "RUNS must be a positive integer" ;; esac
+case $VERIFY in first|all|none) ;; *) die "VERIFY must be first, all or none" ;; esac
+# installed TOOL: the optional comparison tools may be missing (reported as
+# "not installed"); the others are checked above
+installed() {
+    case $1 in
+        restic|casync) command -v "$1" >/dev/null ;;
+        *) return 0 ;;
+    esac
+}
+for t in $TOOLS; do
+    case $t in ours|rsync-a|rsync-az|tar-zstd|restic|casync) ;; *) die "unknown tool $t" ;; esac
+done
+# has TOOL: TOOL is in TOOLS and installed
+has() { case " $TOOLS " in *" $1 "*) installed "$1" ;; *) return 1 ;; esac; }
 
 W=$(mktemp -d "${BENCH_DIR:-/tmp}/ingest-bench.XXXXXX")
 PIDS=()
@@ -169,11 +189,15 @@ dev_fields() {
     echo
 }
 
-# verify SUMS DIR: every file of the generation equals the landed one
+# should_verify RUN: whether the landed trees of run RUN are checksummed
 should_verify() { [ "$VERIFY" = all ] || { [ "$VERIFY" = first ] && [ "$1" = 1 ]; }; }
+# verify TOOL RUN PHASE SUMS DIR: every file of the generation equals the
+# landed one; VERIFIED lists what passed, for the report
+VERIFIED=()
 verify() {
-    (cd "$2" && sha256sum -c --quiet "$1") >"$W/verify.log" 2>&1 ||
-        { head -5 "$W/verify.log" >&2; die "landed tree $2 differs from the source ($1)"; }
+    (cd "$5" && sha256sum -c --quiet "$4") >"$W/verify.log" 2>&1 ||
+        { head -5 "$W/verify.log" >&2; die "$1 run $2 $3: landed tree $5 differs from the source ($4)"; }
+    VERIFIED+=("$1 run $2 $3 ($(wc -l < "$4") files)")
 }
 
 # The source a tool ships: a fresh copy of generation 0 at $W/src, evolved in
@@ -229,9 +253,12 @@ sample_rssanon() {
     echo "$peak $n" > "$out"
 }
 
-run_ours() {
-    local run=$1 d=$W/ours-$1 fs rpid addr phase sums v0 t0 t1 w0 w1 x0 x1 c0 c1 tp sp
-    fresh_fs "ours-$run"; fs=$FS
+# ours_start NAME: a fresh filesystem $W/fs-NAME with the receiver's
+# state_dir and bronze on it, the receiver started (RPID), configs in OD=$W/NAME
+ours_start() {
+    local d=$W/$1 fs addr i=0
+    OD=$d
+    fresh_fs "$1"; fs=$FS
     mkdir -p "$d/astate" "$fs/bronze" "$fs/rstate"
     cat > "$d/receiver.yaml" <<EOT
 listen: 127.0.0.1:0
@@ -245,12 +272,11 @@ log:
   level: warn
 EOT
     "$RECEIVER" --config "$d/receiver.yaml" --ready-file "$d/addr" >> "$d/receiver.log" 2>&1 &
-    rpid=$!; PIDS+=("$rpid")
-    local i=0
+    RPID=$!; PIDS+=("$RPID")
     while [ ! -s "$d/addr" ]; do
         i=$((i + 1))
         [ $i -gt 400 ] && { cat "$d/receiver.log" >&2; die "receiver did not start"; }
-        kill -0 "$rpid" 2>/dev/null || { cat "$d/receiver.log" >&2; die "receiver exited"; }
+        kill -0 "$RPID" 2>/dev/null || { cat "$d/receiver.log" >&2; die "receiver exited"; }
         read -r -t 0.02 -u 9 || true
     done
     addr=$(cat "$d/addr")
@@ -268,6 +294,23 @@ state_dir: $d/astate
 log:
   level: warn
 EOT
+}
+ours_stop() {  # ours_stop NAME
+    kill "$RPID"; wait "$RPID" 2>/dev/null || true; untrack "$RPID"
+    rm -rf "$W/src"
+    drop_fs "$1"
+}
+# summary_fields OUT: the agent's summary line as agent_KEY=VALUE words
+summary_fields() {
+    local line
+    line=$(grep '^shipped:' "$1" | tail -1)
+    [ -n "$line" ] || { cat "$1" >&2; die "no summary line from the agent"; }
+    echo "${line#shipped: }" | sed 's/\([^ ]*\)=/agent_\1=/g'
+}
+
+run_ours() {
+    local run=$1 d fs rpid phase sums v0 t0 t1 w0 w1 x0 x1 c0 c1 tp sp
+    ours_start "ours-$run"; d=$OD; fs=$FS; rpid=$RPID
     fresh_source
     for phase in initial incremental; do
         if [ $phase = incremental ]; then evolve_source; sums=$W/sums1; else sums=$W/sums0; fi
@@ -287,14 +330,15 @@ EOT
         untrack "$tp"; untrack "$sp"
         local syncs; syncs=$(sync_fs "$fs")
         w1=$(io_write_bytes "$rpid"); x1=$(io_cancelled_bytes "$rpid"); c1=$(cpu_ticks "$rpid")
-        local line wire bytes acpu rcpu du_b
-        line=$(grep '^shipped:' "$d/out-$phase" | tail -1)
-        wire=$(echo "$line" | tr ' ' '\n' | sed -n 's/^wire_bytes=//p')
-        [ -n "$wire" ] || { cat "$d/out-$phase" >&2; die "no summary line from the agent"; }
+        local fields wire bytes acpu rcpu du_b
+        fields=$(summary_fields "$d/out-$phase")
+        wire=$(echo "$fields" | tr ' ' '\n' | sed -n 's/^agent_wire_bytes=//p')
+        [ -n "$wire" ] || { cat "$d/out-$phase" >&2; die "no wire_bytes in the agent's summary line"; }
         if [ $phase = initial ]; then bytes=$GEN0_BYTES; else bytes=$GEN1_BYTES; fi
         acpu=$(tv_cpu "$d/time-$phase")
         rcpu=$(awk -v t=$((c1 - c0)) -v h="$CLK_TCK" 'BEGIN { printf "%.2f", t / h }')
         du_b=$(du -sb "$fs/bronze" "$fs/rstate" | awk '{ s += $1 } END { printf "%.0f", s }')
+        # shellcheck disable=SC2086  # $fields: key=value words
         record ours "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" \
             wire_bytes="$wire" cpu_s="$(awk -v a="$acpu" -v b="$rcpu" 'BEGIN { printf "%.2f", a + b }')" \
             agent_cpu_s="$acpu" receiver_cpu_s="$rcpu" \
@@ -303,15 +347,95 @@ EOT
             recv_write_bytes=$((w1 - w0)) recv_cancelled_write_bytes=$((x1 - x0)) \
             wamp_io="$(fdiv $((w1 - w0)) "$bytes")" \
             du_bytes="$du_b" wamp_du="$(fdiv "$du_b" "$bytes")" sync_after_s="$syncs" \
-            $(echo "${line#shipped: }" | sed 's/\([^ ]*\)=/agent_\1=/g')
-        if should_verify "$run"; then verify "$sums" "$fs/bronze/dev1/src"; fi
+            $fields
+        if should_verify "$run"; then verify ours "$run" $phase "$sums" "$fs/bronze/dev1/src"; fi
     done
     local hwm; hwm=$(status_kb "$rpid" VmHWM)
     record ours "$run" receiver receiver_peak_rss_kb="$hwm" receiver_rssanon_now_kb="$(status_kb "$rpid" RssAnon)"
-    kill "$rpid"; wait "$rpid" 2>/dev/null || true; untrack "$rpid"
-    rm -rf "$W/src"
-    drop_fs "ours-$run"
+    ours_stop "ours-$run"
 }
+
+# ---- ours under perf: one extra run, not counted in the medians ------------
+# The agent runs under `perf record -g`; `perf record -g -p` is attached to
+# the receiver for the same phase.  Only the CPU share by DSO is reported.
+
+PERF_STATE="not run"
+perf_probe() {  # perf_probe: 0 when perf can record here; PERF_STATE says why not
+    if [ "$PERF" = 0 ]; then PERF_STATE="skipped (PERF=0)"; return 1; fi
+    if ! command -v perf >/dev/null; then PERF_STATE="perf is not installed (Debian linux-perf; make bench-deps)"; return 1; fi
+    if ! perf record -q -N -o "$W/probe.data" -- true > "$W/probe.log" 2>&1; then
+        PERF_STATE="perf is installed but cannot record here: $(grep -m1 -v '^$' "$W/probe.log" || echo 'no message')"
+        return 1
+    fi
+    rm -f "$W/probe.data"
+    return 0
+}
+run_ours_perf() {
+    local d fs rpid phase tp pp t0 t1 i
+    ours_start ours-perf; d=$OD; fs=$FS; rpid=$RPID
+    fresh_source
+    for phase in initial incremental; do
+        [ $phase = incremental ] && evolve_source
+        perf record -q -N -g -o "$d/perf-receiver-$phase.data" -p "$rpid" > "$d/perf-receiver-$phase.log" 2>&1 &
+        pp=$!; PIDS+=("$pp")
+        # perf opens its events shortly after it starts; nothing happens on the receiver meanwhile
+        for i in 1 2 3 4 5 6 7 8 9 10; do read -r -t 0.05 -u 9 || true; done
+        if ! kill -0 "$pp" 2>/dev/null; then     # the profile is optional: report why, go on
+            wait "$pp" 2>/dev/null || true; untrack "$pp"
+            PERF_STATE="perf record -p on the receiver failed: $(grep -m1 -v '^$' "$d/perf-receiver-$phase.log" || echo 'no message')"
+            ours_stop ours-perf
+            return 0
+        fi
+        t0=$(now_us)
+        perf record -q -N -g -o "$d/perf-agent-$phase.data" -- "$AGENT" --config "$d/agent.yaml" --once \
+            > "$d/out-$phase" 2> "$d/err-$phase" &
+        tp=$!; PIDS+=("$tp")
+        if ! wait "$tp"; then
+            cat "$d/err-$phase" >&2; tail -20 "$d/receiver.log" >&2; die "agent under perf failed ($phase)"
+        fi
+        t1=$(now_us)
+        untrack "$tp"
+        kill -INT "$pp" 2>/dev/null || true
+        wait "$pp" 2>/dev/null || true
+        untrack "$pp"
+        dso_shares "$d/perf-agent-$phase.data" > "$W/dso-agent-$phase"
+        dso_shares "$d/perf-receiver-$phase.data" > "$W/dso-receiver-$phase"
+        record ours-perf perf $phase wall_s="$(us2s $((t1 - t0)))" \
+            agent_samples="$(share_of "$W/dso-agent-$phase" samples)" \
+            receiver_samples="$(share_of "$W/dso-receiver-$phase" samples)" \
+            $(summary_fields "$d/out-$phase")
+        rm -f "$d/perf-agent-$phase.data" "$d/perf-receiver-$phase.data"
+    done
+    ours_stop ours-perf
+    if [ "$(share_of "$W/dso-agent-initial" samples)" -gt 0 ] && [ "$(share_of "$W/dso-receiver-initial" samples)" -gt 0 ]; then
+        PERF_STATE=recorded
+    else
+        PERF_STATE="perf recorded no samples (perf report of the agent or the receiver was empty)"
+    fi
+}
+# dso_shares DATA: "GROUP PERCENT" lines, the self CPU share of each group of
+# shared objects (libzstd, libsodium, kernel, libc, ours, liblmdb, other),
+# "samples N" and "other_dsos A,B,..."
+dso_shares() {
+    perf report -i "$1" --stdio -n --no-children --sort dso -g none --percent-limit 0 2>/dev/null |
+        awk '/^#/ || NF < 3 { next }
+             $1 ~ /%$/ {
+                 p = $1; sub(/%$/, "", p); n += $2; d = $3
+                 if (d ~ /^libzstd/) g = "libzstd"
+                 else if (d ~ /^libsodium/) g = "libsodium"
+                 else if (d ~ /^\[kernel|^\[guest\.kernel/) g = "kernel"
+                 else if (d ~ /^libc[.-]/) g = "libc"
+                 else if (d ~ /^ingest-(agent|receiver)$|^libingest/) g = "ours"
+                 else if (d ~ /^liblmdb/) g = "liblmdb"
+                 else { g = "other"; if (!(d in seen)) { seen[d] = 1; others = others (others == "" ? "" : ",") d } }
+                 s[g] += p }
+             END {
+                 printf "samples %d\n", n
+                 for (g in s) printf "%s %.1f\n", g, s[g]
+                 if (others != "") printf "other_dsos %s\n", others }'
+}
+# share_of FILE KEY: a value of dso_shares' output (0 when absent)
+share_of() { awk -v k="$2" '$1 == k { print $2; f = 1 } END { if (!f) print (k == "other_dsos" ? "" : k == "samples" ? "0" : "0.0") }' "$1"; }
 
 # ---- rsync -a / -az to an rsync daemon ------------------------------------
 
@@ -365,7 +489,7 @@ EOT
             client_cpu_s="$ccpu" daemon_cpu_s="$dcpu" \
             peak_rss_kb="$(tv "$d/time-$phase" 'Maximum resident set size (kbytes)')" \
             sync_after_s="$syncs"
-        if should_verify "$run"; then verify "$sums" "$fs/mod"; fi
+        if should_verify "$run"; then verify "$tool" "$run" $phase "$sums" "$fs/mod"; fi
     done
     kill "$dpid" 2>/dev/null || true
     wait "$tp" 2>/dev/null || true
@@ -408,10 +532,72 @@ run_tar() {
             wire_bytes="$wire" cpu_s="$(tv_cpu "$d/time-$phase")" \
             peak_rss_kb="$(tv "$d/time-$phase" 'Maximum resident set size (kbytes)')" \
             sync_after_s="$syncs"
-        if should_verify "$run"; then verify "$sums" "$fs/land"; fi
+        if should_verify "$run"; then verify tar-zstd "$run" $phase "$sums" "$fs/land"; fi
     done
     rm -rf "$W/src"
     drop_fs "tar-zstd-$run"
+}
+
+# ---- restic / casync: a local repository on the fresh filesystem -----------
+# No receiving side: the tool writes its repository itself.  Its wire bytes
+# are the repository's growth (du -sb after minus before), what a remote
+# repository would have had to receive.  Incremental = a second backup of the
+# evolved tree into the same repository.  Verification restores (untimed)
+# into the work dir, not onto the landing filesystem.
+
+du_sb() { du -sb "$1" | cut -f1; }
+run_repo() {
+    local tool=$1 run=$2 d=$W/$1-$2 fs repo phase sums v0 t0 t1 b0 b1 tp
+    mkdir -p "$d"
+    fresh_fs "$tool-$run"; fs=$FS
+    repo=$fs/repo
+    case $tool in
+        restic)
+            printf 'bench-%s-%s\n' "$run" "$RANDOM" > "$d/password"
+            restic init -q --repo "$repo" --password-file "$d/password" > "$d/init.log" 2>&1 ||
+                { cat "$d/init.log" >&2; die "restic init failed"; } ;;
+        casync) mkdir -p "$repo/store" ;;
+    esac
+    fresh_source
+    for phase in initial incremental; do
+        if [ $phase = incremental ]; then evolve_source; sums=$W/sums1; else sums=$W/sums0; fi
+        b0=$(du_sb "$repo")
+        v0=$(dev_written "$fs")
+        t0=$(now_us)
+        case $tool in
+            # from $W, so that the snapshot holds src/ (restored as TARGET/src)
+            restic) (cd "$W" && RESTIC_CACHE_DIR=$d/cache exec /usr/bin/time -v -o "$d/time-$phase" \
+                        restic -q --repo "$repo" --password-file "$d/password" backup src) \
+                        > "$d/log-$phase" 2>&1 & ;;
+            casync) /usr/bin/time -v -o "$d/time-$phase" casync make --store="$repo/store" \
+                        "$repo/$phase.caidx" "$W/src" > "$d/log-$phase" 2>&1 & ;;
+        esac
+        tp=$!; PIDS+=("$tp")
+        wait "$tp" || { cat "$d/log-$phase" >&2; die "$tool failed ($phase, run $run)"; }
+        t1=$(now_us)
+        untrack "$tp"
+        local syncs bytes; syncs=$(sync_fs "$fs")
+        b1=$(du_sb "$repo")
+        if [ $phase = initial ]; then bytes=$GEN0_BYTES; else bytes=$GEN1_BYTES; fi
+        record "$tool" "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" \
+            wire_bytes=$((b1 - b0)) repo_bytes="$b1" cpu_s="$(tv_cpu "$d/time-$phase")" \
+            peak_rss_kb="$(tv "$d/time-$phase" 'Maximum resident set size (kbytes)')" \
+            sync_after_s="$syncs"
+        if should_verify "$run"; then
+            rm -rf "$W/restore"
+            case $tool in
+                restic) RESTIC_CACHE_DIR=$d/cache restic -q --repo "$repo" --password-file "$d/password" \
+                            restore latest --target "$W/restore" > "$d/restore-$phase" 2>&1 ;;
+                casync) mkdir -p "$W/restore"
+                        casync extract --store="$repo/store" "$repo/$phase.caidx" "$W/restore/src" \
+                            > "$d/restore-$phase" 2>&1 ;;
+            esac || { cat "$d/restore-$phase" >&2; die "$tool: restoring the $phase backup failed"; }
+            verify "$tool" "$run" $phase "$sums" "$W/restore/src"
+            rm -rf "$W/restore"
+        fi
+    done
+    rm -rf "$W/src"
+    drop_fs "$tool-$run"
 }
 
 # ---- main -----------------------------------------------------------------
@@ -437,18 +623,24 @@ FS_BYTES=$(( (GEN0_BYTES + GEN1_BYTES) * 3 / 2 + 256 * 1024 * 1024 ))
 FS_BYTES=$(( (FS_BYTES + 1048575) / 1048576 * 1048576 ))
 say "generation 0: $GEN0_FILES files, $GEN0_BYTES bytes; generation 1: $GEN1_FILES files, $GEN1_BYTES bytes"
 
+for t in $TOOLS; do installed "$t" || say "$t is not installed: left out (make bench-deps installs it)"; done
 for run in $(seq 1 "$RUNS"); do
     for tool in $TOOLS; do
+        installed "$tool" || continue
         say "run $run/$RUNS: $tool"
         case $tool in
             ours) run_ours "$run" ;;
             rsync-a|rsync-az) run_rsync "$tool" "$run" ;;
             tar-zstd) run_tar "$run" ;;
-            *) die "unknown tool $tool" ;;
+            restic|casync) run_repo "$tool" "$run" ;;
         esac
     done
 done
 T_END=$(now_us)
+if has ours && perf_probe; then
+    say "extra run of ours under perf record (not in the medians)"
+    run_ours_perf
+fi
 LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- report ---------------------------------------------------------------
@@ -477,7 +669,6 @@ verdict() { awk -v v="$1" -v op="$2" -v lim="$3" 'BEGIN {
     if (v == "n/a") { print "n/a"; exit }
     ok = (op == ">=") ? (v + 0 >= lim + 0) : (op == "<=") ? (v + 0 <= lim + 0) : (v + 0 < lim + 0)
     print ok ? "met" : "NOT met" }'; }
-has() { case " $TOOLS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 label() {
     case $1 in
@@ -485,14 +676,115 @@ label() {
         rsync-a) echo "rsync -a (daemon)" ;;
         rsync-az) echo "rsync -az (daemon)" ;;
         tar-zstd) echo "tar \\| zstd -1 \\| socat (incr = whole tree)" ;;
+        restic) echo "restic backup (local repository; wire = repository growth)" ;;
+        casync) echo "casync make (local store; wire = store growth)" ;;
     esac
+}
+short_label() {
+    case $1 in
+        rsync-a) echo "rsync -a" ;;
+        rsync-az) echo "rsync -az" ;;
+        tar-zstd) echo "tar|zstd" ;;
+        *) echo "$1" ;;
+    esac
+}
+tool_versions() {
+    printf '%s; %s; %s; %s' "$(rsync --version | head -1 | sed 's/  */ /g')" \
+        "$(zstd -V | sed 's/^\*\*\* //; s/ \*\*\*$//')" "$(socat -V | sed -n 2p)" "$(tar --version | head -1)"
+    installed restic && printf '; %s' "$(restic version | sed 's/ compiled.*//')"
+    installed casync && printf '; %s' "$(casync --version | head -1)"
+    echo
+}
+
+# write_svg OUT: three bar charts side by side (initial MB/s, incremental wire
+# bytes on a log scale, peak sender RSS), values printed on the bars
+write_svg() {
+    local t pk
+    for t in $TOOLS; do
+        if ! installed "$t"; then printf '%s\t-\t-\t-\t0\n' "$(short_label "$t")"; continue; fi
+        pk=$(awk -v a="$(med "$t" initial peak_rss_kb)" -v b="$(med "$t" incremental peak_rss_kb)" 'BEGIN {
+            if (a == "n/a") a = b; if (b == "n/a") b = a
+            if (a == "n/a") print "n/a"; else printf "%.1f", ((a + 0 > b + 0) ? a : b) / 1024 }')
+        printf '%s\t%s\t%s\t%s\t%s\n' "$(short_label "$t")" "$(med "$t" initial mbps)" \
+            "$(med "$t" incremental wire_bytes)" "$pk" "$([ "$t" = ours ] && echo 1 || echo 0)"
+    done | awk -F'\t' -v title="Shipping benchmark: SIZE=$SIZE, medians of $RUNS run(s), $START_DATE" '
+        function esc(x) { gsub(/&/, "\\&amp;", x); gsub(/</, "\\&lt;", x); gsub(/>/, "\\&gt;", x); return x }
+        function bytes(v) {
+            if (v >= 1e9) return sprintf("%.2f GB", v / 1e9)
+            if (v >= 1e6) return sprintf("%.1f MB", v / 1e6)
+            if (v >= 1e3) return sprintf("%.0f kB", v / 1e3)
+            return sprintf("%d B", v)
+        }
+        function tick(v) { return v >= 1e9 ? sprintf("%g GB", v / 1e9) : v >= 1e6 ? sprintf("%g MB", v / 1e6) : v >= 1e3 ? sprintf("%g kB", v / 1e3) : sprintf("%g B", v) }
+        function fmt(c, v) { return c == 1 ? sprintf("%.1f", v) : c == 2 ? bytes(v) : sprintf("%.1f MiB", v) }
+        function lg(v) { return log(v) / log(10) }
+        { n++; name[n] = $1; val[1, n] = $2; val[2, n] = $3; val[3, n] = $4; ours[n] = $5 }
+        END {
+            PW = 350; LW = 78; BW = 200; TOP = 76; RH = 28; BH = 20
+            H = TOP + n * RH + 46; Wd = 3 * PW + 20
+            head[1] = "Initial ship: MB/s"; sub1[1] = "higher is better"
+            head[2] = "Incremental ship: wire bytes"; sub1[2] = "log scale; lower is better"
+            head[3] = "Peak sender memory: RSS, MiB"; sub1[3] = "lower is better"
+            printf "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"12\">\n", Wd, H, Wd, H
+            printf "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+            printf "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">%s</text>\n", esc(title)
+            for (c = 1; c <= 3; c++) {
+                x0 = 10 + (c - 1) * PW; bx = x0 + LW
+                max = 0; min = 0
+                for (i = 1; i <= n; i++) {
+                    v = val[c, i]
+                    if (v == "-" || v == "n/a" || v + 0 <= 0) continue
+                    if (v + 0 > max) max = v + 0
+                    if (min == 0 || v + 0 < min) min = v + 0
+                }
+                if (c == 2 && max > 0) {
+                    lo = 10 ^ int(lg(min) + 1e-9); if (lo > min) lo /= 10; if (lo >= min) lo /= 10
+                    hi = 10 ^ int(lg(max) + 1e-9); if (hi < max) hi *= 10
+                    if (hi <= lo) hi = lo * 10
+                }
+                printf "<text x=\"%d\" y=\"46\" font-size=\"13\" font-weight=\"bold\">%s</text>\n", x0, esc(head[c])
+                printf "<text x=\"%d\" y=\"62\" font-size=\"11\" fill=\"#555\">%s</text>\n", x0, esc(sub1[c])
+                printf "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#444\"/>\n", bx, TOP - 6, bx, TOP + n * RH
+                if (c == 2 && max > 0)
+                    for (e = lo; e <= hi * 1.001; e *= 10) {
+                        gx = bx + BW * (lg(e) - lg(lo)) / (lg(hi) - lg(lo))
+                        printf "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", gx, TOP - 6, gx, TOP + n * RH
+                        printf "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" fill=\"#666\" text-anchor=\"middle\">%s</text>\n", gx, TOP + n * RH + 14, tick(e)
+                    }
+                for (i = 1; i <= n; i++) {
+                    y = TOP + (i - 1) * RH
+                    printf "<text x=\"%d\" y=\"%d\" text-anchor=\"end\"%s>%s</text>\n", bx - 6, y + 14, ours[i] ? " font-weight=\"bold\"" : "", esc(name[i])
+                    v = val[c, i]
+                    if (v == "-") { printf "<text x=\"%d\" y=\"%d\" fill=\"#888\">not installed</text>\n", bx + 6, y + 14; continue }
+                    if (v == "n/a") { printf "<text x=\"%d\" y=\"%d\" fill=\"#888\">n/a</text>\n", bx + 6, y + 14; continue }
+                    v += 0
+                    if (v <= 0) len = 0
+                    else if (c == 2) len = BW * (lg(v) - lg(lo)) / (lg(hi) - lg(lo))
+                    else len = BW * v / max
+                    if (len < 2) len = 2
+                    printf "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>\n", bx, y + 1, len, BH, ours[i] ? "#d95f02" : "#4c72b0"
+                    lab = fmt(c, v)
+                    if (len >= 8 * length(lab) + 8)
+                        printf "<text x=\"%.1f\" y=\"%d\" fill=\"white\" text-anchor=\"end\">%s</text>\n", bx + len - 4, y + 15, lab
+                    else
+                        printf "<text x=\"%.1f\" y=\"%d\" fill=\"#222\">%s</text>\n", bx + len + 4, y + 15, lab
+                }
+            }
+            printf "<text x=\"10\" y=\"%d\" font-size=\"10\" fill=\"#666\">1 MB = 10^6 bytes. restic and casync: wire bytes = growth of their local repository. Peak RSS: the larger of the initial and incremental medians. See results.md.</text>\n", H - 8
+            print "</svg>"
+        }' > "$1"
 }
 
 REPORT=$W/results.md
+SVG_TMP=$W/results.svg
+write_svg "$SVG_TMP"
 {
     echo "# Shipping benchmark"
     echo
     echo "Written by \`bench/ship.sh\` (\`make bench-ship\`); see bench/README.md for what is measured and how."
+    echo "Charts: [$(basename "$SVG")]($(basename "$SVG"))."
+    echo
+    echo "![initial MB/s, incremental wire bytes and peak sender memory per tool]($(basename "$SVG"))"
     echo
     echo "- date: $START_DATE; total driver time $(us2s $((T_END - T_START))) s"
     echo "- code: $CODE_REV, binaries of $BUILD"
@@ -500,38 +792,83 @@ REPORT=$W/results.md
     echo "- load average (1/5/15 min): $LOAD_START at start, $LOAD_END at end (the machine is shared)"
     echo "- tree: SIZE=$SIZE, generation 0 $GEN0_FILES files / $GEN0_BYTES bytes; generation 1 (ingestctl bench gen --evolve) $GEN1_FILES files / $GEN1_BYTES bytes"
     echo "- runs: $RUNS, tools interleaved in each run ($TOOLS); each tool lands into $FS_KIND"
-    echo "- tools: $(rsync --version | head -1 | sed 's/  */ /g'); $(zstd -V | sed 's/^\*\*\* //; s/ \*\*\*$//'); $(socat -V | sed -n 2p); $(tar --version | head -1)"
+    echo "- tools: $(tool_versions)"
+    for t in $TOOLS; do installed "$t" || echo "- $t: not installed (make bench-deps), left out"; done
+    if [ ${#VERIFIED[@]} -gt 0 ]; then
+        echo "- verified (VERIFY=$VERIFY; sha256 of every file of the generation against the landed or restored copy): $(printf '%s; ' "${VERIFIED[@]}")"
+    else
+        echo "- verified: nothing (VERIFY=$VERIFY)"
+    fi
     echo "- figures are medians of $RUNS runs; MB/s = source bytes of the generation / wall seconds, 1 MB = 10^6 bytes; CPU s = user+sys of sender and receiver processes (initial / incremental)"
     echo
     echo "| tool | initial MB/s | incremental MB/s | wire bytes initial | wire bytes incremental | CPU s | peak RSS | agent RssAnon |"
     echo "|---|---|---|---|---|---|---|---|"
     for t in $TOOLS; do
+        if ! installed "$t"; then echo "| $(label "$t") | not installed | - | - | - | - | - | - |"; continue; fi
         ra=n/a
         [ "$t" = ours ] && ra="$(mib "$(med ours initial rssanon_kb)") / $(mib "$(med ours incremental rssanon_kb)")"
         echo "| $(label "$t") | $(med "$t" initial mbps) | $(med "$t" incremental mbps) | $(med "$t" initial wire_bytes) | $(med "$t" incremental wire_bytes) | $(med "$t" initial cpu_s) / $(med "$t" incremental cpu_s) | $(mib "$(med "$t" initial peak_rss_kb)") / $(mib "$(med "$t" incremental peak_rss_kb)") | $ra |"
     done
     echo
-    echo "Peak RSS is the sending side (agent; rsync client; the largest process of the tar pipeline), initial / incremental."
+    echo "Peak RSS is the sending side (agent; rsync client; the largest process of the tar pipeline; restic or casync itself), initial / incremental."
     if has ours; then
         echo "Receiving side, medians: ingest-receiver peak RSS $(mib "$(med ours receiver receiver_peak_rss_kb)"), CPU $(med ours initial receiver_cpu_s) / $(med ours incremental receiver_cpu_s) s (included in CPU s above)."
     fi
     for t in rsync-a rsync-az; do
         has "$t" && echo "$t daemon (all its children, both phases) peak RSS $(mib "$(med "$t" daemon daemon_peak_rss_kb)")."
     done
-    echo "Seconds for \`sync -f\` of the landing filesystem right after each tool finished (not included above; ours is durable before it returns): $(for t in $TOOLS; do printf '%s %s / %s; ' "$t" "$(med "$t" initial sync_after_s)" "$(med "$t" incremental sync_after_s)"; done)"
+    if has restic || has casync; then
+        echo "restic and casync have no receiving side: one process reads the tree and writes the repository (compressed, deduplicated; restic also encrypts); their wire bytes are its growth (du -sb after minus before). Repository size after both phases: $(for t in restic casync; do has "$t" && printf '%s %s; ' "$t" "$(med "$t" incremental repo_bytes)"; done)"
+    fi
+    echo "Seconds for \`sync -f\` of the landing filesystem right after each tool finished (not included above; ours is durable before it returns): $(for t in $TOOLS; do has "$t" && printf '%s %s / %s; ' "$t" "$(med "$t" initial sync_after_s)" "$(med "$t" incremental sync_after_s)"; done)"
     echo
     if [ $USE_LOOP = 1 ]; then
-        echo "Bytes written to the landing filesystem's device (/sys/block/loopN/stat, after \`sync -f\`; data, metadata, journal, and for ours the receiver's state_dir):"
+        echo "Bytes written to the landing filesystem's device (/sys/block/loopN/stat, after \`sync -f\`; data, metadata, journal, and for ours the receiver's state_dir; restic and casync store compressed):"
         echo
         echo "| tool | initial bytes | / bytes landed | incremental bytes |"
         echo "|---|---|---|---|"
         for t in $TOOLS; do
+            has "$t" || continue
             echo "| $(label "$t") | $(med "$t" initial dev_write_bytes) | $(med "$t" initial wamp_dev) | $(med "$t" incremental dev_write_bytes) |"
         done
         echo
     fi
     if has ours; then
         echo "Receiver write amplification (initial ship): /proc/RECEIVER/io write_bytes / bytes landed = $(med ours initial wamp_io); du -sb of bronze + state_dir / bytes landed = $(med ours initial wamp_du); the receiver's cancelled_write_bytes (dirty pages truncated before writeback, e.g. a deleted spill file) $(med ours initial recv_cancelled_write_bytes). Incremental: receiver write_bytes $(med ours incremental recv_write_bytes), bytes of generation 1 $GEN1_BYTES."
+        echo
+        echo "## Where ours spends its time"
+        echo
+        echo "Medians of the agent's summary line (seconds of its shipping thread; see docs/operations.md):"
+        echo
+        echo "| stage | initial s | incremental s |"
+        echo "|---|---|---|"
+        echo "| whole ship (\`seconds\`) | $(med ours initial agent_seconds) | $(med ours incremental agent_seconds) |"
+        echo "| waiting for the next batch to be built: walk, read, chunk, hash (\`wait_build_seconds\`) | $(med ours initial agent_wait_build_seconds) | $(med ours incremental agent_wait_build_seconds) |"
+        echo "| waiting for the receiver's WANT after a manifest (\`wait_want_seconds\`) | $(med ours initial agent_wait_want_seconds) | $(med ours incremental agent_wait_want_seconds) |"
+        echo "| sending the wanted chunks: re-read, compress, encrypt, write (\`send_seconds\`) | $(med ours initial agent_send_seconds) | $(med ours incremental agent_send_seconds) |"
+        echo "| waiting for the ACK: the receiver making the batch durable (\`wait_ack_seconds\`) | $(med ours initial agent_wait_ack_seconds) | $(med ours incremental agent_wait_ack_seconds) |"
+        echo "| per-file latency p50, batch build start to ack (\`latency_p50_seconds\`) | $(med ours initial agent_latency_p50_seconds) | $(med ours incremental agent_latency_p50_seconds) |"
+        echo "| per-file latency p99 (\`latency_p99_seconds\`) | $(med ours initial agent_latency_p99_seconds) | $(med ours incremental agent_latency_p99_seconds) |"
+        echo
+        if [ "$PERF_STATE" = recorded ]; then
+            echo "Where the CPU seconds went: one extra run of ours (not in the medians above) with the agent under \`perf record -g\` and \`perf record -g -p\` attached to the receiver for each phase; self CPU share by shared object, from \`perf report --no-children --sort dso\` (samples: agent $(share_of "$W/dso-agent-initial" samples) / $(share_of "$W/dso-agent-incremental" samples), receiver $(share_of "$W/dso-receiver-initial" samples) / $(share_of "$W/dso-receiver-incremental" samples); median CPU s of the counted runs: agent $(med ours initial agent_cpu_s) / $(med ours incremental agent_cpu_s), receiver $(med ours initial receiver_cpu_s) / $(med ours incremental receiver_cpu_s)):"
+            echo
+            echo "| shared object | agent initial | receiver initial | agent incremental | receiver incremental |"
+            echo "|---|---|---|---|---|"
+            for g in libzstd libsodium kernel libc ours liblmdb other; do
+                case $g in
+                    kernel) gl="kernel ([kernel.kallsyms])" ;;
+                    ours) gl="our binaries (ingest-agent, ingest-receiver)" ;;
+                    other) gl="other" ;;
+                    *) gl=$g ;;
+                esac
+                echo "| $gl | $(share_of "$W/dso-agent-initial" $g)% | $(share_of "$W/dso-receiver-initial" $g)% | $(share_of "$W/dso-agent-incremental" $g)% | $(share_of "$W/dso-receiver-incremental" $g)% |"
+            done
+            echo
+            echo "\"other\": $(cat "$W"/dso-*-* | awk '$1 == "other_dsos" { n = split($2, a, ","); for (i = 1; i <= n; i++) if (!(a[i] in s)) { s[a[i]] = 1; o = o (o == "" ? "" : ", ") a[i] } } END { print (o == "" ? "nothing" : o) }')."
+        else
+            echo "Where the CPU seconds went (perf): not measured: $PERF_STATE."
+        fi
         echo
         echo "## Targets"
         echo
@@ -562,6 +899,12 @@ REPORT=$W/results.md
             a=$(med ours incremental wire_bytes); b=$(med rsync-az incremental wire_bytes)
             echo "| incremental wire bytes <= rsync -az's | $a vs $b ($(ratio "$a" "$b")x) | $(verdict "$(ratio "$a" "$b")" '<=' 1) |"
         fi
+        if has casync; then
+            a=$(med ours incremental wire_bytes); b=$(med casync incremental wire_bytes)
+            echo "| incremental wire bytes <= 0.5x casync's incremental store growth | $a vs $b ($(ratio "$a" "$b")x) | $(verdict "$(ratio "$a" "$b")" '<=' 0.5) |"
+        elif case " $TOOLS " in *" casync "*) true ;; *) false ;; esac; then
+            echo "| incremental wire bytes <= 0.5x casync's incremental store growth | casync not installed | n/a |"
+        fi
     fi
     echo
     echo "## Raw per-run lines"
@@ -571,5 +914,6 @@ REPORT=$W/results.md
     echo '```'
 } > "$REPORT"
 cp "$REPORT" "$RESULTS"
+cp "$SVG_TMP" "$SVG"
 cat "$REPORT"
-say "wrote $RESULTS"
+say "wrote $RESULTS and $SVG"

@@ -1,14 +1,51 @@
 #!/bin/sh
-# Install the Debian packages the build and the tests need, if any is missing.
-# As root it runs apt-get; otherwise it prints the one command to run.
+# Install the Debian packages the build, the tests and the benchmark need, if
+# any is missing.  As root it runs apt-get; otherwise it prints the one
+# command to run and fails.
+#
+# Usage: install-deps.sh [--check] [build] [bench] [perf]
+#   build  compilers and the libraries libingest links (and cmocka)
+#   bench  what bench/ship.sh runs: the comparison tools and the commands the
+#          driver itself uses; `make check` needs them for its 64 MiB smoke
+#          run (tests/integration/test_bench_smoke.sh)
+#   perf   linux-perf, for the profiled run of `make bench` (optional)
+# With no group: build and bench (what `make deps`, and so `make check`,
+# installs).  --check only reports: it never installs, and exits 1 with the
+# command to run when something is missing.
 set -u
-pkgs="build-essential pkg-config librdkafka-dev libzstd-dev libsodium-dev libyaml-dev liblmdb-dev libcmocka-dev"
+
+build_pkgs="build-essential pkg-config librdkafka-dev libzstd-dev libsodium-dev libyaml-dev liblmdb-dev libcmocka-dev"
+# Keep in step with BENCH_DEBS in the Makefile (make bench-deps).  iproute2
+# gives ss(8), which the driver uses to find free ports.
+bench_pkgs="rsync socat zstd time restic casync iproute2"
+perf_pkgs="linux-perf"
+
+check_only=0
+groups=""
+for a in "$@"; do
+    case $a in
+        --check) check_only=1 ;;
+        build|bench|perf) groups="$groups $a" ;;
+        *) echo "usage: install-deps.sh [--check] [build] [bench] [perf]" >&2; exit 2 ;;
+    esac
+done
+[ -n "$groups" ] || groups="build bench"
+
+pkgs=""
+for g in $groups; do
+    case $g in
+        build) pkgs="$pkgs $build_pkgs" ;;
+        bench) pkgs="$pkgs $bench_pkgs" ;;
+        perf) pkgs="$pkgs $perf_pkgs" ;;
+    esac
+done
+
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 [ -z "$missing" ] && exit 0
-if [ "$(id -u)" -eq 0 ]; then
+if [ "$(id -u)" -eq 0 ] && [ $check_only = 0 ]; then
     echo "deps: installing$missing"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null || true
@@ -16,6 +53,6 @@ if [ "$(id -u)" -eq 0 ]; then
         echo "deps: apt-get install failed for:$missing" >&2; exit 1; }
 else
     echo "deps: missing packages:$missing" >&2
-    echo "deps: run: sudo apt-get install -y$missing" >&2
+    echo "deps: run: sudo apt-get install -y --no-install-recommends$missing" >&2
     exit 1
 fi
