@@ -26,7 +26,7 @@ BUILD=${1:-${BUILD:-build}}
 case $BUILD in /*) ;; *) BUILD=$TOP/$BUILD ;; esac
 SIZE=${SIZE:-1GiB}
 RUNS=${RUNS:-3}
-TOOLS=${TOOLS:-ours rsync-a rsync-az tar-zstd restic casync}
+TOOLS=${TOOLS:-ours ours-metrics rsync-a rsync-az tar-zstd restic casync}
 VERIFY=${VERIFY:-first}
 LOOP=${LOOP:-auto}
 PERF=${PERF:-auto}
@@ -57,7 +57,7 @@ installed() {
     esac
 }
 for t in $TOOLS; do
-    case $t in ours|rsync-a|rsync-az|tar-zstd|restic|casync) ;; *) die "unknown tool $t" ;; esac
+    case $t in ours|ours-metrics|rsync-a|rsync-az|tar-zstd|restic|casync) ;; *) die "unknown tool $t" ;; esac
 done
 # has TOOL: TOOL is in TOOLS and installed
 has() { case " $TOOLS " in *" $1 "*) installed "$1" ;; *) return 1 ;; esac; }
@@ -271,6 +271,9 @@ layout: "{device}/{path}"
 log:
   level: warn
 EOT
+    if [ "${OURS_METRICS:-0}" = 1 ]; then
+        RMPORT=$(free_port); printf 'metrics:\n  listen: 127.0.0.1:%s\n' "$RMPORT" >> "$d/receiver.yaml"
+    fi
     "$RECEIVER" --config "$d/receiver.yaml" --ready-file "$d/addr" >> "$d/receiver.log" 2>&1 &
     RPID=$!; PIDS+=("$RPID")
     while [ ! -s "$d/addr" ]; do
@@ -294,6 +297,28 @@ state_dir: $d/astate
 log:
   level: warn
 EOT
+    if [ "${OURS_METRICS:-0}" = 1 ]; then
+        AMPORT=$(free_port); printf 'metrics:\n  listen: 127.0.0.1:%s\n' "$AMPORT" >> "$d/agent.yaml"
+    fi
+}
+# free_port: a TCP port nobody listens on (for the metrics endpoints)
+free_port() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 30000))
+        ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
+    done
+}
+# scrape_loop OUT PORT...: GET /metrics from every port once a second (a
+# Prometheus at a 1 s interval) until killed; the last bodies go to OUT.PORT
+scrape_loop() {
+    local out=$1 p; shift
+    while :; do
+        for p in "$@"; do
+            { exec 3<>"/dev/tcp/127.0.0.1/$p" && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3 > "$out.$p"; exec 3>&-; } 2>/dev/null || true
+        done
+        read -r -t 1 -u 9 || true
+    done
 }
 ours_stop() {  # ours_stop NAME
     kill "$RPID"; wait "$RPID" 2>/dev/null || true; untrack "$RPID"
@@ -308,9 +333,12 @@ summary_fields() {
     echo "${line#shipped: }" | sed 's/\([^ ]*\)=/agent_\1=/g'
 }
 
+# run_ours RUN [metrics]: with "metrics", both programs serve /metrics and
+# are scraped every second (tool ours-metrics: what metrics cost)
 run_ours() {
-    local run=$1 d fs rpid phase sums v0 t0 t1 w0 w1 x0 x1 c0 c1 tp sp
-    ours_start "ours-$run"; d=$OD; fs=$FS; rpid=$RPID
+    local run=$1 d fs rpid phase sums v0 t0 t1 w0 w1 x0 x1 c0 c1 tp sp tool=ours mp=""
+    if [ "${2:-}" = metrics ]; then tool=ours-metrics; OURS_METRICS=1; else OURS_METRICS=0; fi
+    ours_start "$tool-$run"; d=$OD; fs=$FS; rpid=$RPID
     fresh_source
     for phase in initial incremental; do
         if [ $phase = incremental ]; then evolve_source; sums=$W/sums1; else sums=$W/sums0; fi
@@ -322,10 +350,19 @@ run_ours() {
         tp=$!; PIDS+=("$tp")
         sample_rssanon "$tp" "$d/rssanon-$phase" &
         sp=$!; PIDS+=("$sp")
+        if [ "$OURS_METRICS" = 1 ]; then
+            scrape_loop "$d/scrape-$phase" "$RMPORT" "$AMPORT" &
+            mp=$!; PIDS+=("$mp")
+        fi
         if ! wait "$tp"; then
             cat "$d/err-$phase" >&2; tail -20 "$d/receiver.log" >&2; die "agent failed ($phase, run $run)"
         fi
         t1=$(now_us)
+        if [ -n "$mp" ]; then
+            kill "$mp" 2>/dev/null; wait "$mp" 2>/dev/null || true; untrack "$mp"; mp=""
+            grep -q '^# TYPE ingest_receiver_' "$d/scrape-$phase.$RMPORT" 2>/dev/null ||
+                die "ours-metrics: the receiver's /metrics was never scraped"
+        fi
         wait "$sp" || true
         untrack "$tp"; untrack "$sp"
         local syncs; syncs=$(sync_fs "$fs")
@@ -339,7 +376,7 @@ run_ours() {
         rcpu=$(awk -v t=$((c1 - c0)) -v h="$CLK_TCK" 'BEGIN { printf "%.2f", t / h }')
         du_b=$(du -sb "$fs/bronze" "$fs/rstate" | awk '{ s += $1 } END { printf "%.0f", s }')
         # shellcheck disable=SC2086  # $fields: key=value words
-        record ours "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" \
+        record "$tool" "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" \
             wire_bytes="$wire" cpu_s="$(awk -v a="$acpu" -v b="$rcpu" 'BEGIN { printf "%.2f", a + b }')" \
             agent_cpu_s="$acpu" receiver_cpu_s="$rcpu" \
             peak_rss_kb="$(tv "$d/time-$phase" 'Maximum resident set size (kbytes)')" \
@@ -348,11 +385,11 @@ run_ours() {
             wamp_io="$(fdiv $((w1 - w0)) "$bytes")" \
             du_bytes="$du_b" wamp_du="$(fdiv "$du_b" "$bytes")" sync_after_s="$syncs" \
             $fields
-        if should_verify "$run"; then verify ours "$run" $phase "$sums" "$fs/bronze/dev1/src"; fi
+        if should_verify "$run"; then verify "$tool" "$run" $phase "$sums" "$fs/bronze/dev1/src"; fi
     done
     local hwm; hwm=$(status_kb "$rpid" VmHWM)
-    record ours "$run" receiver receiver_peak_rss_kb="$hwm" receiver_rssanon_now_kb="$(status_kb "$rpid" RssAnon)"
-    ours_stop "ours-$run"
+    record "$tool" "$run" receiver receiver_peak_rss_kb="$hwm" receiver_rssanon_now_kb="$(status_kb "$rpid" RssAnon)"
+    ours_stop "$tool-$run"
 }
 
 # ---- ours under perf: one extra run, not counted in the medians ------------
@@ -630,6 +667,7 @@ for run in $(seq 1 "$RUNS"); do
         say "run $run/$RUNS: $tool"
         case $tool in
             ours) run_ours "$run" ;;
+            ours-metrics) run_ours "$run" metrics ;;
             rsync-a|rsync-az) run_rsync "$tool" "$run" ;;
             tar-zstd) run_tar "$run" ;;
             restic|casync) run_repo "$tool" "$run" ;;
@@ -673,6 +711,7 @@ verdict() { awk -v v="$1" -v op="$2" -v lim="$3" 'BEGIN {
 label() {
     case $1 in
         ours) echo "ours (ingest-agent -> ingest-receiver)" ;;
+        ours-metrics) echo "ours, metrics on (both /metrics scraped every second)" ;;
         rsync-a) echo "rsync -a (daemon)" ;;
         rsync-az) echo "rsync -az (daemon)" ;;
         tar-zstd) echo "tar \\| zstd -1 \\| socat (incr = whole tree)" ;;
@@ -883,6 +922,11 @@ write_svg "$SVG_TMP"
         if has tar-zstd; then
             r=$(ratio "$(med ours initial mbps)" "$(med tar-zstd initial mbps)")
             echo "| ours >= 0.8x tar \\| zstd MB/s (initial) | ${r}x | $(verdict "$r" '>=' 0.8) |"
+        fi
+        if has ours-metrics; then
+            r=$(awk -v a="$(med ours-metrics initial mbps)" -v b="$(med ours initial mbps)" 'BEGIN {
+                if (a == "n/a" || b == "n/a" || b == 0) print "n/a"; else printf "%.3f", 1 - a / b }')
+            echo "| metrics on costs < 3% of throughput (1 - ours-metrics / ours initial MB/s) | $r | $(verdict "$r" '<' 0.03) |"
         fi
         v=$(med ours initial rssanon_kb); v2=$(med ours incremental rssanon_kb)
         vm=$(awk -v a="$v" -v b="$v2" 'BEGIN { if (a == "n/a") print b; else if (b == "n/a" || a + 0 > b + 0) print a; else print b }')
