@@ -84,6 +84,8 @@ struct agent {
     uint32_t pending_sent;
     double pending_t0;
     int pending_refused; /* a pending batch's ACK was a refusal */
+    /* the encoder thread of send_wanted (main.c), started on first use */
+    struct encoder *enc;
     double t0, last_progress;
     int tty;
     uint8_t *chunkbuf;
@@ -105,6 +107,10 @@ extern volatile sig_atomic_t reload_requested;
 int agent_metrics_init(agent *a);
 void agent_metrics_sync(agent *a);
 void agent_metrics_latency(agent *a, double seconds, uint64_t files);
+
+typedef struct encoder encoder;
+/* End the encoder thread (main.c); before the batches it may use are gone. */
+void encoder_stop(agent *a);
 
 uint64_t load_seq(const char *state_dir);
 int save_seq(const char *state_dir, uint64_t seq);

@@ -320,20 +320,222 @@ int send_manifest(agent *a, ingest_sender_batch *b)
  * Send the chunks of one WANT frame.  A chunk whose file changed since it
  * was chunked cannot be sent: *stale is set and the batch is abandoned.
  */
+/*
+ * The encoder thread: re-reads and compresses the wanted chunks of one
+ * WANT frame, in order, into a ring of ENC_SLOTS buffers, while the
+ * shipping thread encrypts and sends the ones before them, so that two
+ * cores work on a batch's chunks (the builder thread, a third, chunks and
+ * hashes the next batch).  It stops at the first chunk that fails (a file
+ * that changed: INGEST_ESTALE) or when told to.
+ */
+#define ENC_SLOTS 4
+
+typedef struct enc_slot {
+    uint8_t *buf;
+    size_t n;
+    int rc;
+} enc_slot;
+
+struct encoder {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started, quit;
+    /* the job: chunks w->idx[0, count) of b */
+    ingest_sender_batch *b;
+    const ingest_wire_want *w;
+    uint32_t count;
+    uint32_t produced, consumed; /* slots: i % ENC_SLOTS */
+    int stop;                    /* the job ends early (a failure, or the shipping thread gave up) */
+    int busy;                    /* a job is running */
+    int inside;                  /* the thread is encoding a slot (without the lock) */
+    enc_slot slot[ENC_SLOTS];
+};
+
+static void *encoder_main(void *arg)
+{
+    agent *a = arg;
+    encoder *e = a->enc;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->quit && !(e->busy && !e->stop && e->produced < e->count && e->produced - e->consumed < ENC_SLOTS))
+            pthread_cond_wait(&e->cv, &e->mu);
+        if (e->quit)
+            break;
+        const uint32_t i = e->produced;
+        enc_slot *sl = &e->slot[i % ENC_SLOTS];
+        ingest_sender_batch *b = e->b;
+        const uint32_t idx = ingest_wire_want_index(e->w, i);
+        e->inside = 1;
+        pthread_mutex_unlock(&e->mu);
+        size_t n = 0;
+        const int rc = ingest_sender_batch_chunk(b, idx, sl->buf, a->chunkcap, &n);
+        pthread_mutex_lock(&e->mu);
+        e->inside = 0;
+        sl->n = n;
+        sl->rc = rc;
+        e->produced++;
+        if (rc < 0)
+            e->stop = 1;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+static int encoder_start(agent *a)
+{
+    if (a->enc != NULL)
+        return 0;
+    encoder *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return INGEST_ENOMEM;
+    for (int i = 0; i < ENC_SLOTS; i++)
+        if ((e->slot[i].buf = malloc(a->chunkcap)) == NULL) {
+            for (int k = 0; k < i; k++)
+                free(e->slot[k].buf);
+            free(e);
+            return INGEST_ENOMEM;
+        }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    a->enc = e;
+    if (pthread_create(&e->thread, NULL, encoder_main, a) != 0) {
+        a->enc = NULL;
+        for (int i = 0; i < ENC_SLOTS; i++)
+            free(e->slot[i].buf);
+        pthread_cond_destroy(&e->cv);
+        pthread_mutex_destroy(&e->mu);
+        free(e);
+        return INGEST_ENOMEM;
+    }
+    e->started = 1;
+    return 0;
+}
+
+void encoder_stop(agent *a)
+{
+    encoder *e = a->enc;
+    if (e == NULL)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->quit = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    for (int i = 0; i < ENC_SLOTS; i++)
+        free(e->slot[i].buf);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+    a->enc = NULL;
+}
+
+/* End the job: no more chunks are produced, and the one in progress is finished. */
+static void encoder_end_job(encoder *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    while (e->inside)
+        pthread_cond_wait(&e->cv, &e->mu);
+    e->busy = 0;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Log which file changed under chunk idx. */
+static void log_stale(ingest_sender_batch *b, uint32_t idx)
+{
+    uint64_t fi = 0;
+    ingest_sender_file_info info;
+    memset(&info, 0, sizeof(info));
+    if (ingest_sender_batch_chunk_file(b, idx, &fi) == 0)
+        ingest_sender_batch_file(b, fi, &info);
+    prog_log(INGEST_LOG_WARN, "batch %s: %s changed while it was being shipped; it will be shipped again",
+             ingest_sender_batch_id(b), info.path ? info.path : "a file");
+}
+
+/* Send one encoded chunk (data[0, n)) of index idx. */
+static int send_chunk(agent *a, ingest_sender_batch *b, uint32_t idx, const uint8_t *data, size_t n, uint32_t *sent)
+{
+    uint8_t id[INGEST_ID_BYTES];
+    uint32_t len = 0;
+    uint64_t off = 0;
+    ingest_sender_batch_chunk_info(b, idx, id, &len, &off);
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_CHUNK;
+    m.u.chunk.index = idx;
+    m.u.chunk.data = data;
+    m.u.chunk.len = n;
+    int rc;
+    if ((rc = throttle_wait(a, ingest_wire_encoded_size(&m) + FRAME_OVERHEAD)) < 0)
+        return rc;
+    if ((rc = send_msg(a, &m, 0)) < 0)
+        return rc;
+    a->t.chunks_sent++;
+    a->t.chunk_bytes_raw += len;
+    a->t.chunk_bytes_sent += n;
+    (*sent)++;
+    progress(a, 0);
+    agent_metrics_sync(a);
+    if (a->publish != NULL)
+        a->publish(a);
+    return 0;
+}
+
+/*
+ * Send the chunks of one WANT frame.  A chunk whose file changed since it
+ * was chunked cannot be sent: *stale is set and the batch is abandoned.
+ * With the encoder thread (more than one chunk wanted) chunks are read and
+ * compressed there, a few ahead; else here.
+ */
 static int send_wanted(agent *a, ingest_sender_batch *b, const ingest_wire_want *w, uint32_t *sent, int *stale)
 {
+    if (w->count > 1 && encoder_start(a) == 0) {
+        encoder *e = a->enc;
+        pthread_mutex_lock(&e->mu);
+        e->b = b;
+        e->w = w;
+        e->count = w->count;
+        e->produced = e->consumed = 0;
+        e->stop = 0;
+        e->busy = 1;
+        pthread_cond_broadcast(&e->cv);
+        int rc = 0;
+        for (uint32_t i = 0; i < w->count && rc == 0 && !stopping; i++) {
+            while (e->produced <= i)
+                pthread_cond_wait(&e->cv, &e->mu);
+            enc_slot *sl = &e->slot[i % ENC_SLOTS];
+            pthread_mutex_unlock(&e->mu);
+            const uint32_t idx = ingest_wire_want_index(w, i);
+            if (sl->rc == INGEST_ESTALE) {
+                log_stale(b, idx);
+                *stale = 1;
+            } else if (sl->rc < 0) {
+                prog_log(INGEST_LOG_ERROR, "batch %s: chunk %u: %s", ingest_sender_batch_id(b), idx,
+                         ingest_ctx_errmsg(a->ctx));
+                rc = sl->rc;
+            } else {
+                rc = send_chunk(a, b, idx, sl->buf, sl->n, sent);
+            }
+            pthread_mutex_lock(&e->mu);
+            e->consumed++;
+            pthread_cond_broadcast(&e->cv);
+            if (*stale)
+                break;
+        }
+        pthread_mutex_unlock(&e->mu);
+        encoder_end_job(e);
+        if (rc < 0 || *stale)
+            return rc;
+        return stopping ? INGEST_ECLOSED : 0;
+    }
     for (uint32_t i = 0; i < w->count && !stopping; i++) {
         const uint32_t idx = ingest_wire_want_index(w, i);
         size_t n = 0;
         int rc = ingest_sender_batch_chunk(b, idx, a->chunkbuf, a->chunkcap, &n);
         if (rc == INGEST_ESTALE) {
-            uint64_t fi = 0;
-            ingest_sender_file_info info;
-            memset(&info, 0, sizeof(info));
-            if (ingest_sender_batch_chunk_file(b, idx, &fi) == 0)
-                ingest_sender_batch_file(b, fi, &info);
-            prog_log(INGEST_LOG_WARN, "batch %s: %s changed while it was being shipped; it will be shipped again",
-                     ingest_sender_batch_id(b), info.path ? info.path : "a file");
+            log_stale(b, idx);
             *stale = 1;
             return 0;
         }
@@ -342,28 +544,8 @@ static int send_wanted(agent *a, ingest_sender_batch *b, const ingest_wire_want 
                      ingest_ctx_errmsg(a->ctx));
             return rc;
         }
-        uint8_t id[INGEST_ID_BYTES];
-        uint32_t len = 0;
-        uint64_t off = 0;
-        ingest_sender_batch_chunk_info(b, idx, id, &len, &off);
-        ingest_wire_msg m;
-        memset(&m, 0, sizeof(m));
-        m.type = INGEST_MSG_CHUNK;
-        m.u.chunk.index = idx;
-        m.u.chunk.data = a->chunkbuf;
-        m.u.chunk.len = n;
-        if ((rc = throttle_wait(a, ingest_wire_encoded_size(&m) + FRAME_OVERHEAD)) < 0)
+        if ((rc = send_chunk(a, b, idx, a->chunkbuf, n, sent)) < 0)
             return rc;
-        if ((rc = send_msg(a, &m, 0)) < 0)
-            return rc;
-        a->t.chunks_sent++;
-        a->t.chunk_bytes_raw += len;
-        a->t.chunk_bytes_sent += n;
-        (*sent)++;
-        progress(a, 0);
-        agent_metrics_sync(a);
-        if (a->publish != NULL)
-            a->publish(a);
     }
     return stopping ? INGEST_ECLOSED : 0;
 }
@@ -1115,6 +1297,7 @@ out:
     metrics_http_stop(mh);
     free(src);
     free(a.lat);
+    encoder_stop(&a);
     free(a.chunkbuf);
     ingest_session_destroy(a.ss);
     ingest_filetable_close(a.ft);
