@@ -42,29 +42,10 @@ void ingest_filetable_close(ingest_filetable *ft)
         ingest__free(ft->ctx, ft);
 }
 
-/*
- * LMDB bounds key length (511 bytes in Debian's build); a longer path is
- * keyed by its first 400 bytes, a 0xff marker and the BLAKE2b-256 of the
- * whole path, which keeps directory neighbours adjacent.
- */
-static size_t make_key(const char *path, uint8_t *key)
-{
-    const size_t n = strlen(path);
-    if (n <= 440) {
-        memcpy(key, path, n);
-        return n;
-    }
-    memcpy(key, path, 400);
-    key[400] = 0xff;
-    static const uint8_t zero_key[INGEST_KEY_BYTES] = { 0 };
-    ingest_chunk_id(zero_key, path, n, key + 401);
-    return 401 + INGEST_ID_BYTES;
-}
-
 int ingest_filetable_get(ingest_filetable *ft, const char *path, ingest_file_state *out)
 {
-    uint8_t key[512], v[FT_VALUE_BYTES];
-    const size_t kl = make_key(path, key);
+    uint8_t key[INGEST__PATH_KEY_MAX], v[FT_VALUE_BYTES];
+    const size_t kl = ingest__path_key(path, key);
     size_t vl = 0;
     const int rc = ingest__store_get(ft->st, ft->db, key, kl, v, sizeof(v), &vl);
     if (rc < 0)
@@ -82,8 +63,8 @@ int ingest_filetable_get(ingest_filetable *ft, const char *path, ingest_file_sta
 
 int ingest_filetable_put(ingest_filetable *ft, const char *path, const ingest_file_state *s)
 {
-    uint8_t key[512], v[FT_VALUE_BYTES];
-    const size_t kl = make_key(path, key);
+    uint8_t key[INGEST__PATH_KEY_MAX], v[FT_VALUE_BYTES];
+    const size_t kl = ingest__path_key(path, key);
     memset(v, 0, sizeof(v));
     v[0] = FT_VERSION;
     ingest__put_u64(v + 8, s->size);
@@ -96,8 +77,8 @@ int ingest_filetable_put(ingest_filetable *ft, const char *path, const ingest_fi
 
 int ingest_filetable_del(ingest_filetable *ft, const char *path)
 {
-    uint8_t key[512];
-    const size_t kl = make_key(path, key);
+    uint8_t key[INGEST__PATH_KEY_MAX];
+    const size_t kl = ingest__path_key(path, key);
     return ingest__store_del(ft->st, ft->db, key, kl);
 }
 

@@ -65,21 +65,6 @@ void ingest_journal_close(ingest_journal *j)
         ingest__free(j->ctx, j);
 }
 
-/* Path keys: as the file table's (a long path keyed by a prefix and its hash). */
-static size_t path_key(const char *path, uint8_t *key)
-{
-    const size_t n = strlen(path);
-    if (n <= 440) {
-        memcpy(key, path, n);
-        return n;
-    }
-    memcpy(key, path, 400);
-    key[400] = 0xff;
-    static const uint8_t zero_key[INGEST_KEY_BYTES] = { 0 };
-    ingest_chunk_id(zero_key, path, n, key + 401);
-    return 401 + INGEST_ID_BYTES;
-}
-
 /* Decode a batch record; paths and id point into v (which must outlive *b's use). */
 static int decode(ingest_journal *j, uint64_t seq, const uint8_t *v, size_t vl, ingest_journal_batch *b,
                   ingest_journal_file *files, char *strs)
@@ -182,8 +167,8 @@ int ingest_journal_get(ingest_journal *j, uint64_t seq, ingest_journal_batch **o
 
 static int put_inflight(ingest_journal *j, const char *path, uint64_t seq)
 {
-    uint8_t key[512], v[8];
-    const size_t kl = path_key(path, key);
+    uint8_t key[INGEST__PATH_KEY_MAX], v[8];
+    const size_t kl = ingest__path_key(path, key);
     ingest__put_be64(v, seq);
     return ingest__store_put(j->st, j->inflight, key, kl, v, 8);
 }
@@ -191,8 +176,8 @@ static int put_inflight(ingest_journal *j, const char *path, uint64_t seq)
 /* Clear path's in-flight mark when it belongs to seq. */
 static int clear_inflight(ingest_journal *j, const char *path, uint64_t seq)
 {
-    uint8_t key[512], v[8];
-    const size_t kl = path_key(path, key);
+    uint8_t key[INGEST__PATH_KEY_MAX], v[8];
+    const size_t kl = ingest__path_key(path, key);
     size_t vl = 0;
     int rc = ingest__store_get(j->st, j->inflight, key, kl, v, sizeof(v), &vl);
     if (rc == INGEST_ENOTFOUND)
@@ -276,8 +261,8 @@ out:
 
 static int seen_del(ingest_journal *j, const char *path)
 {
-    uint8_t key[512];
-    const size_t kl = path_key(path, key);
+    uint8_t key[INGEST__PATH_KEY_MAX];
+    const size_t kl = ingest__path_key(path, key);
     const int rc = ingest__store_del(j->st, j->seen, key, kl);
     return rc == INGEST_ENOTFOUND ? 0 : rc;
 }
@@ -426,8 +411,8 @@ int ingest_journal_queued(ingest_journal *j, uint64_t *batches, uint64_t *files,
 
 int ingest_journal_inflight(ingest_journal *j, const char *path, uint64_t *seq)
 {
-    uint8_t key[512], v[8];
-    const size_t kl = path_key(path, key);
+    uint8_t key[INGEST__PATH_KEY_MAX], v[8];
+    const size_t kl = ingest__path_key(path, key);
     size_t vl = 0;
     const int rc = ingest__store_get(j->st, j->inflight, key, kl, v, sizeof(v), &vl);
     if (rc == INGEST_ENOTFOUND)
@@ -457,8 +442,8 @@ static int seen_put(ingest_journal *j, const uint8_t *key, size_t kl, unsigned f
 int ingest_journal_stable(ingest_journal *j, const char *path, uint64_t size, int64_t mtime_ns, int64_t now_ns,
                           int64_t settle_ns, int64_t *wait_ns)
 {
-    uint8_t key[512], v[SEEN_BYTES];
-    const size_t kl = path_key(path, key);
+    uint8_t key[INGEST__PATH_KEY_MAX], v[SEEN_BYTES];
+    const size_t kl = ingest__path_key(path, key);
     size_t vl = 0;
     int rc = ingest__store_get(j->st, j->seen, key, kl, v, sizeof(v), &vl);
     if (rc < 0 && rc != INGEST_ENOTFOUND)
@@ -486,8 +471,8 @@ fresh:
 
 int ingest_journal_mark_renamed(ingest_journal *j, const char *path, uint64_t size, int64_t mtime_ns, int64_t now_ns)
 {
-    uint8_t key[512];
-    const size_t kl = path_key(path, key);
+    uint8_t key[INGEST__PATH_KEY_MAX];
+    const size_t kl = ingest__path_key(path, key);
     return seen_put(j, key, kl, SEEN_RENAMED, size, mtime_ns, now_ns);
 }
 
@@ -496,15 +481,15 @@ int ingest_journal_mark_skipped(ingest_journal *j, const char *path, uint64_t si
 {
     if (reason < 1 || reason > 15)
         return ingest__fail(j->ctx, INGEST_EINVAL, "journal: skip reason %d out of 1..15", reason);
-    uint8_t key[512];
-    const size_t kl = path_key(path, key);
+    uint8_t key[INGEST__PATH_KEY_MAX];
+    const size_t kl = ingest__path_key(path, key);
     return seen_put(j, key, kl, SEEN_SKIPPED | ((unsigned)reason << 4), size, mtime_ns, now_ns);
 }
 
 int ingest_journal_skipped(ingest_journal *j, const char *path, uint64_t size, int64_t mtime_ns)
 {
-    uint8_t key[512], v[SEEN_BYTES];
-    const size_t kl = path_key(path, key);
+    uint8_t key[INGEST__PATH_KEY_MAX], v[SEEN_BYTES];
+    const size_t kl = ingest__path_key(path, key);
     size_t vl = 0;
     const int rc = ingest__store_get(j->st, j->seen, key, kl, v, sizeof(v), &vl);
     if (rc == INGEST_ENOTFOUND)

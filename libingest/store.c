@@ -1,5 +1,6 @@
 /* The LMDB state store: environment, meta record, transactions. */
 #include "store.h"
+#include "ingest/hash.h"
 
 #include <errno.h>
 #include <lmdb.h>
@@ -476,4 +477,18 @@ int ingest_store_wipe(ingest_ctx *ctx, const char *dir)
         }
     }
     return 0;
+}
+
+size_t ingest__path_key(const char *path, uint8_t key[INGEST__PATH_KEY_MAX])
+{
+    const size_t n = strlen(path);
+    if (n <= 440) {
+        memcpy(key, path, n);
+        return n;
+    }
+    memcpy(key, path, 400);
+    key[400] = 0xff;
+    static const uint8_t zero_key[INGEST_KEY_BYTES] = { 0 };
+    ingest_chunk_id(zero_key, path, n, key + 401);
+    return 401 + INGEST_ID_BYTES;
 }

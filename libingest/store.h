@@ -95,4 +95,14 @@ static inline uint64_t ingest__get_be64(const uint8_t *p)
     return v;
 }
 
+/*
+ * A path as a store key (the edge's file table and journal).  LMDB bounds
+ * key length (511 bytes in Debian's build); a longer path is keyed by its
+ * first 400 bytes, a 0xff marker and the BLAKE2b-256 of the whole path,
+ * which keeps directory neighbours adjacent.  key holds
+ * INGEST__PATH_KEY_MAX bytes; returns the key's length.
+ */
+#define INGEST__PATH_KEY_MAX 512
+size_t ingest__path_key(const char *path, uint8_t key[INGEST__PATH_KEY_MAX]);
+
 #endif

@@ -970,13 +970,13 @@ static void serve(conn *c)
                 rc = INGEST_ENOMEM;
             char why[INGEST_WIRE_MESSAGE_MAX];
             snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
+            ingest_metric_add_seconds(s->m_stage, "commit", prog_now() - t0); /* finish_batch counts its own */
             int finished = 0; /* finish_batch ran (and counted a failure itself) */
             if (rc == 0 && !pipelined) {
                 rc = finish_batch(s, b, lctx[k], device, batch, batch_t0, why, sizeof(why));
                 finished = 1;
             }
             pthread_mutex_unlock(&s->land_lock);
-            ingest_metric_add_seconds(s->m_stage, "commit", prog_now() - t0);
             if (rc == INGEST_EBUSY && wants.n > 0) {
                 prog_log(INGEST_LOG_INFO, "device %s batch %s: %zu known chunks were stale; asking for them",
                          device, batch, wants.n);

@@ -1,6 +1,7 @@
 /*
  * Helpers shared by the benchmarks that run the real programs on loopback
- * (bench_pipeline.c, bench_fleet.c): keys and configs in a work directory,
+ * (bench_pipeline.c, bench_fleet.c; the clock and /proc readings also
+ * bench_scan.c and bench_index.c): keys and configs in a work directory,
  * child processes that are stopped on exit and on SIGINT/SIGTERM/SIGHUP,
  * /proc readings, and the agent's `shipped:` summary line.
  *

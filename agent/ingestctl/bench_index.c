@@ -4,6 +4,7 @@
  * store's default 1000 writes, each commit synced), then random lookups
  * (hits and misses).  Prints one JSON object.
  */
+#include "bench_common.h"
 #include "ingestctl.h"
 
 #include <errno.h>
@@ -35,33 +36,9 @@ static void make_id(uint64_t seed, uint64_t i, uint8_t id[INGEST_ID_BYTES])
     }
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static long status_kib(const char *key)
-{
-    FILE *fp = fopen("/proc/self/status", "r");
-    char line[256];
-    long v = -1;
-    const size_t kl = strlen(key);
-    if (fp == NULL)
-        return -1;
-    while (fgets(line, sizeof(line), fp) != NULL)
-        if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
-            v = strtol(line + kl + 1, NULL, 10);
-            break;
-        }
-    fclose(fp);
-    return v;
-}
-
 static void sample(long *peak)
 {
-    const long v = status_kib("RssAnon");
+    const long v = bench_proc_kib(getpid(), "RssAnon");
     if (v > *peak)
         *peak = v;
 }
@@ -111,7 +88,7 @@ int cmd_bench_index(int argc, char **argv)
         goto fail;
     sample(&peak_anon);
 
-    const double t0 = now_s();
+    const double t0 = bench_now();
     for (uint64_t i = 0; i < n; i++) {
         make_id(seed, i, id);
         const ingest_chunk_loc l = { 1 + i / 64, (i % 64) * 65536, 65536 };
@@ -122,12 +99,12 @@ int cmd_bench_index(int argc, char **argv)
     }
     if ((rc = ingest_store_commit(st)) < 0)
         goto fail;
-    const double t_insert = now_s() - t0;
+    const double t_insert = bench_now() - t0;
     sample(&peak_anon);
 
     const uint64_t lookups = n < LOOKUPS_MAX ? n : LOOKUPS_MAX;
     uint64_t state = 42, hits = 0, misses = 0;
-    double t1 = now_s();
+    double t1 = bench_now();
     for (uint64_t i = 0; i < lookups; i++) {
         state = mix64(state);
         const uint64_t j = state % n;
@@ -142,8 +119,8 @@ int cmd_bench_index(int argc, char **argv)
         if (i % SAMPLE_EVERY == 0)
             sample(&peak_anon);
     }
-    const double t_hits = now_s() - t1;
-    t1 = now_s();
+    const double t_hits = bench_now() - t1;
+    t1 = bench_now();
     for (uint64_t i = 0; i < lookups; i++) {
         make_id(miss_seed, i, id);
         rc = ingest_index_find(idx, id, &loc);
@@ -153,7 +130,7 @@ int cmd_bench_index(int argc, char **argv)
         }
         misses++;
     }
-    const double t_miss = now_s() - t1;
+    const double t_miss = bench_now() - t1;
     sample(&peak_anon);
 
     char path[4200];
@@ -167,7 +144,7 @@ int cmd_bench_index(int argc, char **argv)
            "\"peak_rss_anon_kib\": %ld, \"peak_rss_kib\": %ld}\n",
            (unsigned long long)n, t_insert, (double)n / t_insert, (unsigned long long)hits,
            (double)hits / t_hits, (unsigned long long)misses, (double)misses / t_miss, file_bytes, data_bytes,
-           (double)file_bytes / (double)n, peak_anon, status_kib("VmHWM"));
+           (double)file_bytes / (double)n, peak_anon, bench_proc_kib(getpid(), "VmHWM"));
     status = 0;
     goto out;
 fail:

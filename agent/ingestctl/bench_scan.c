@@ -6,6 +6,7 @@
  * `find DIR -type f | wc -l`, and prints one JSON object with the times,
  * their ratio and the peak private memory (RssAnon) of this process.
  */
+#include "bench_common.h"
 #include "ingestctl.h"
 
 #include <ingest.h>
@@ -15,27 +16,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static long status_kib(const char *field)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long v = -1;
-    const size_t n = strlen(field);
-    while (f && fgets(line, sizeof(line), f))
-        if (strncmp(line, field, n) == 0 && line[n] == ':')
-            v = strtol(line + n + 1, NULL, 10);
-    if (f)
-        fclose(f);
-    return v;
-}
 
 typedef struct scan_state {
     uint64_t seen;
@@ -48,7 +28,7 @@ static int count_only(void *ud, const char *path, const ingest_sender_stat *st)
     (void)st;
     scan_state *s = ud;
     if (++s->seen % 65536 == 0) {
-        const long a = status_kib("RssAnon");
+        const long a = bench_proc_kib(getpid(), "RssAnon");
         if (a > s->peak_anon)
             s->peak_anon = a;
     }
@@ -83,19 +63,19 @@ int cmd_bench_scan(int argc, char **argv)
     o.nsources = 1;
     o.max_files = 1000;
     o.batch_prefix = "";
-    scan_state st = { 0, status_kib("RssAnon") };
+    scan_state st = { 0, bench_proc_kib(getpid(), "RssAnon") };
     o.want_file = count_only;
     o.userdata = &st;
     ingest_sender *s = NULL;
     ingest_sender_batch *b = NULL;
     int rc = 1;
     /* 1. discovery alone */
-    double t0 = now_s();
+    double t0 = bench_now();
     if (ingest_sender_create(ctx, &o, &s) != 0 || ingest_sender_scan(s) != 0 || ingest_sender_next_batch(s, &b) < 0) {
         fprintf(stderr, "ingestctl bench scan: %s\n", ingest_ctx_errmsg(ctx));
         goto out;
     }
-    const double scan_s = now_s() - t0;
+    const double scan_s = bench_now() - t0;
     const uint64_t files = st.seen;
     ingest_sender_destroy(s);
     s = NULL;
@@ -103,18 +83,18 @@ int cmd_bench_scan(int argc, char **argv)
     scan_state st2 = { 0, 0 };
     o.want_file = take_all;
     o.userdata = &st2;
-    t0 = now_s();
+    t0 = bench_now();
     if (ingest_sender_create(ctx, &o, &s) != 0 || ingest_sender_scan(s) != 0 || ingest_sender_next_batch(s, &b) < 0) {
         fprintf(stderr, "ingestctl bench scan: %s\n", ingest_ctx_errmsg(ctx));
         goto out;
     }
-    const double first_s = now_s() - t0;
+    const double first_s = bench_now() - t0;
     ingest_sender_batch_destroy(b);
     b = NULL;
     /* 3. find in the same run */
     char cmd[4200];
     snprintf(cmd, sizeof(cmd), "find '%s' -type f | wc -l", dir);
-    t0 = now_s();
+    t0 = bench_now();
     FILE *p = popen(cmd, "r");
     unsigned long long found = 0;
     if (p == NULL || fscanf(p, "%llu", &found) != 1) {
@@ -124,12 +104,12 @@ int cmd_bench_scan(int argc, char **argv)
         goto out;
     }
     pclose(p);
-    const double find_s = now_s() - t0;
-    const long anon = status_kib("RssAnon");
+    const double find_s = bench_now() - t0;
+    const long anon = bench_proc_kib(getpid(), "RssAnon");
     printf("{\"dir\":\"%s\",\"files\":%llu,\"find_files\":%llu,\"scan_seconds\":%.3f,\"first_batch_seconds\":%.3f,"
            "\"find_seconds\":%.3f,\"scan_vs_find\":%.2f,\"peak_rss_anon_kib\":%ld,\"peak_rss_kib\":%ld}\n",
            dir, (unsigned long long)files, found, scan_s, first_s, find_s, find_s > 0 ? scan_s / find_s : 0.0,
-           st.peak_anon > anon ? st.peak_anon : anon, status_kib("VmHWM"));
+           st.peak_anon > anon ? st.peak_anon : anon, bench_proc_kib(getpid(), "VmHWM"));
     rc = files == found ? 0 : 1;
     if (rc)
         fprintf(stderr, "ingestctl bench scan: the walk saw %llu files, find %llu\n", (unsigned long long)files, found);
