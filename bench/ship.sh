@@ -106,8 +106,6 @@ cpu_ticks() {
     set -- $s
     echo $(( ${12} + ${13} + ${14} + ${15} ))
 }
-io_write_bytes() { sed -n 's/^write_bytes: //p' "/proc/$1/io"; }
-io_cancelled_bytes() { sed -n 's/^cancelled_write_bytes: //p' "/proc/$1/io"; }
 status_kb() { sed -n "s/^$2:[[:space:]]*\\([0-9]*\\) kB/\\1/p" "/proc/$1/status"; }
 children_of() { { cat /proc/"$1"/task/*/children 2>/dev/null || true; } | tr ' ' '\n' | sed '/^$/d' || true; }
 # tv FILE FIELD: a figure of /usr/bin/time -v output
@@ -253,10 +251,40 @@ sample_rssanon() {
     echo "$peak $n" > "$out"
 }
 
+# recv_up DIR PHASE: start the receiver of DIR/receiver.yaml under
+# /usr/bin/time -v (DIR/rtime-PHASE; RTPID), RPID = the receiver itself;
+# point DIR/agent.yaml (when there) at the address it bound
+recv_up() {
+    local d=$1 i=0
+    rm -f "$d/addr"
+    /usr/bin/time -v -o "$d/rtime-$2" "$RECEIVER" --config "$d/receiver.yaml" --ready-file "$d/addr" >> "$d/receiver.log" 2>&1 &
+    RTPID=$!; PIDS+=("$RTPID")
+    while [ ! -s "$d/addr" ]; do
+        i=$((i + 1))
+        [ $i -gt 400 ] && { cat "$d/receiver.log" >&2; die "receiver did not start"; }
+        kill -0 "$RTPID" 2>/dev/null || { cat "$d/receiver.log" >&2; die "receiver exited"; }
+        read -r -t 0.02 -u 9 || true
+    done
+    RPID=$(children_of "$RTPID" | head -1)
+    [ -n "$RPID" ] || die "no receiver process under /usr/bin/time"
+    [ -f "$d/agent.yaml" ] && sed -i "s|^  address: .*|  address: $(cat "$d/addr")|" "$d/agent.yaml"
+    return 0
+}
+# recv_down: stop the receiver cleanly (it writes its index then) and wait
+# for /usr/bin/time to write its figures
+recv_down() {
+    [ -n "${RTPID:-}" ] || return 0
+    kill "$RPID" 2>/dev/null || true
+    wait "$RTPID" 2>/dev/null || true
+    untrack "$RTPID"
+    RTPID=""
+}
+
 # ours_start NAME: a fresh filesystem $W/fs-NAME with the receiver's
-# state_dir and bronze on it, the receiver started (RPID), configs in OD=$W/NAME
+# state_dir and bronze on it, the receiver started for the initial phase
+# (recv_up), configs in OD=$W/NAME
 ours_start() {
-    local d=$W/$1 fs addr i=0
+    local d=$W/$1 fs addr
     OD=$d
     fresh_fs "$1"; fs=$FS
     mkdir -p "$d/astate" "$fs/bronze" "$fs/rstate"
@@ -274,14 +302,8 @@ EOT
     if [ "${OURS_METRICS:-0}" = 1 ]; then
         RMPORT=$(free_port); printf 'metrics:\n  listen: 127.0.0.1:%s\n' "$RMPORT" >> "$d/receiver.yaml"
     fi
-    "$RECEIVER" --config "$d/receiver.yaml" --ready-file "$d/addr" >> "$d/receiver.log" 2>&1 &
-    RPID=$!; PIDS+=("$RPID")
-    while [ ! -s "$d/addr" ]; do
-        i=$((i + 1))
-        [ $i -gt 400 ] && { cat "$d/receiver.log" >&2; die "receiver did not start"; }
-        kill -0 "$RPID" 2>/dev/null || { cat "$d/receiver.log" >&2; die "receiver exited"; }
-        read -r -t 0.02 -u 9 || true
-    done
+    rm -f "$d/agent.yaml"
+    recv_up "$d" initial
     addr=$(cat "$d/addr")
     cat > "$d/agent.yaml" <<EOT
 device:
@@ -321,7 +343,7 @@ scrape_loop() {
     done
 }
 ours_stop() {  # ours_stop NAME
-    kill "$RPID"; wait "$RPID" 2>/dev/null || true; untrack "$RPID"
+    recv_down
     rm -rf "$W/src"
     drop_fs "$1"
 }
@@ -336,14 +358,16 @@ summary_fields() {
 # run_ours RUN [metrics]: with "metrics", both programs serve /metrics and
 # are scraped every second (tool ours-metrics: what metrics cost)
 run_ours() {
-    local run=$1 d fs rpid phase sums v0 t0 t1 w0 w1 x0 x1 c0 c1 tp sp tool=ours mp=""
+    local run=$1 d fs phase sums v0 t0 t1 tp sp tool=ours mp="" rpeak=0
     if [ "${2:-}" = metrics ]; then tool=ours-metrics; OURS_METRICS=1; else OURS_METRICS=0; fi
-    ours_start "$tool-$run"; d=$OD; fs=$FS; rpid=$RPID
+    ours_start "$tool-$run"; d=$OD; fs=$FS
     fresh_source
     for phase in initial incremental; do
         if [ $phase = incremental ]; then evolve_source; sums=$W/sums1; else sums=$W/sums0; fi
-        w0=$(io_write_bytes "$rpid"); x0=$(io_cancelled_bytes "$rpid"); c0=$(cpu_ticks "$rpid")
         v0=$(dev_written "$fs")
+        # the receiver runs for one phase: its figures include its clean
+        # stop, where it writes the index entries it kept in memory
+        [ $phase = incremental ] && recv_up "$d" $phase
         t0=$(now_us)
         /usr/bin/time -v -o "$d/time-$phase" "$AGENT" --config "$d/agent.yaml" --once \
             > "$d/out-$phase" 2> "$d/err-$phase" &
@@ -365,15 +389,19 @@ run_ours() {
         fi
         wait "$sp" || true
         untrack "$tp"; untrack "$sp"
+        recv_down
         local syncs; syncs=$(sync_fs "$fs")
-        w1=$(io_write_bytes "$rpid"); x1=$(io_cancelled_bytes "$rpid"); c1=$(cpu_ticks "$rpid")
-        local fields wire bytes acpu rcpu du_b
+        local fields wire bytes acpu rcpu du_b rw rk
         fields=$(summary_fields "$d/out-$phase")
         wire=$(echo "$fields" | tr ' ' '\n' | sed -n 's/^agent_wire_bytes=//p')
         [ -n "$wire" ] || { cat "$d/out-$phase" >&2; die "no wire_bytes in the agent's summary line"; }
         if [ $phase = initial ]; then bytes=$GEN0_BYTES; else bytes=$GEN1_BYTES; fi
         acpu=$(tv_cpu "$d/time-$phase")
-        rcpu=$(awk -v t=$((c1 - c0)) -v h="$CLK_TCK" 'BEGIN { printf "%.2f", t / h }')
+        rcpu=$(tv_cpu "$d/rtime-$phase")
+        # File system outputs: the receiver's io write_bytes less its cancelled ones, in 512-byte units
+        rw=$(( $(tv "$d/rtime-$phase" 'File system outputs') * 512 ))
+        rk=$(tv "$d/rtime-$phase" 'Maximum resident set size (kbytes)')
+        [ "$rk" -gt "$rpeak" ] && rpeak=$rk
         du_b=$(du -sb "$fs/bronze" "$fs/rstate" | awk '{ s += $1 } END { printf "%.0f", s }')
         # shellcheck disable=SC2086  # $fields: key=value words
         record "$tool" "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" \
@@ -381,14 +409,12 @@ run_ours() {
             agent_cpu_s="$acpu" receiver_cpu_s="$rcpu" \
             peak_rss_kb="$(tv "$d/time-$phase" 'Maximum resident set size (kbytes)')" \
             rssanon_kb="$(cut -d' ' -f1 "$d/rssanon-$phase")" rssanon_samples="$(cut -d' ' -f2 "$d/rssanon-$phase")" \
-            recv_write_bytes=$((w1 - w0)) recv_cancelled_write_bytes=$((x1 - x0)) \
-            wamp_io="$(fdiv $((w1 - w0)) "$bytes")" \
+            recv_write_bytes=$rw wamp_io="$(fdiv "$rw" "$bytes")" \
             du_bytes="$du_b" wamp_du="$(fdiv "$du_b" "$bytes")" sync_after_s="$syncs" \
             $fields
         if should_verify "$run"; then verify "$tool" "$run" $phase "$sums" "$fs/bronze/dev1/src"; fi
     done
-    local hwm; hwm=$(status_kb "$rpid" VmHWM)
-    record "$tool" "$run" receiver receiver_peak_rss_kb="$hwm" receiver_rssanon_now_kb="$(status_kb "$rpid" RssAnon)"
+    record "$tool" "$run" receiver receiver_peak_rss_kb="$rpeak"
     ours_stop "$tool-$run"
 }
 
@@ -408,12 +434,12 @@ perf_probe() {  # perf_probe: 0 when perf can record here; PERF_STATE says why n
     return 0
 }
 run_ours_perf() {
-    local d fs rpid phase tp pp t0 t1 i
-    ours_start ours-perf; d=$OD; fs=$FS; rpid=$RPID
+    local d fs phase tp pp t0 t1 i
+    ours_start ours-perf; d=$OD; fs=$FS
     fresh_source
     for phase in initial incremental; do
-        [ $phase = incremental ] && evolve_source
-        perf record -q -N -g -o "$d/perf-receiver-$phase.data" -p "$rpid" > "$d/perf-receiver-$phase.log" 2>&1 &
+        [ $phase = incremental ] && { evolve_source; recv_up "$d" $phase; }
+        perf record -q -N -g -o "$d/perf-receiver-$phase.data" -p "$RPID" > "$d/perf-receiver-$phase.log" 2>&1 &
         pp=$!; PIDS+=("$pp")
         # perf opens its events shortly after it starts; nothing happens on the receiver meanwhile
         for i in 1 2 3 4 5 6 7 8 9 10; do read -r -t 0.05 -u 9 || true; done
@@ -435,6 +461,7 @@ run_ours_perf() {
         kill -INT "$pp" 2>/dev/null || true
         wait "$pp" 2>/dev/null || true
         untrack "$pp"
+        recv_down
         dso_shares "$d/perf-agent-$phase.data" > "$W/dso-agent-$phase"
         dso_shares "$d/perf-receiver-$phase.data" > "$W/dso-receiver-$phase"
         record ours-perf perf $phase wall_s="$(us2s $((t1 - t0)))" \
@@ -873,7 +900,7 @@ write_svg "$SVG_TMP"
         echo
     fi
     if has ours; then
-        echo "Receiver write amplification (initial ship): /proc/RECEIVER/io write_bytes / bytes landed = $(med ours initial wamp_io); du -sb of bronze + state_dir / bytes landed = $(med ours initial wamp_du); the receiver's cancelled_write_bytes (dirty pages truncated before writeback, e.g. a deleted spill file) $(med ours initial recv_cancelled_write_bytes). Incremental: receiver write_bytes $(med ours incremental recv_write_bytes), bytes of generation 1 $GEN1_BYTES."
+        echo "Receiver write amplification (initial ship; the receiver runs for one phase and is stopped cleanly before the figures are read, so they include the index entries it writes at its stop): the receiver's write_bytes less cancelled_write_bytes (/usr/bin/time's File system outputs x 512) / bytes landed = $(med ours initial wamp_io); du -sb of bronze + state_dir / bytes landed = $(med ours initial wamp_du). Incremental: receiver write_bytes $(med ours incremental recv_write_bytes), bytes of generation 1 $GEN1_BYTES."
         echo
         echo "## Where ours spends its time"
         echo

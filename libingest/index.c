@@ -36,6 +36,7 @@ struct ingest_index_s {
     ingest_ctx *ctx;
     char *bronze;
     ingest__dbi meta, chunks, files, paths, batches;
+    ingest__dbi versions; /* the lander's table (landed path -> last version), kept with the index */
 };
 
 /* ---- encodings ---- */
@@ -175,6 +176,17 @@ int ingest_index_open(ingest_store *st, const char *bronze_root, ingest_index **
         (ret = ingest__store_db(st, "files", &idx->files)) < 0 || (ret = ingest__store_db(st, "paths", &idx->paths)) < 0 ||
         (ret = ingest__store_db(st, "batches", &idx->batches)) < 0)
         goto fail;
+    /* read-only users (ingestctl) never write versions; an older store may lack the table */
+    if (!ingest__store_readonly(st) && (ret = ingest__store_db(st, INGEST__VERSIONS_TABLE, &idx->versions)) < 0)
+        goto fail;
+    /* Deferred in a store opened so (the receiver): a flush writes the
+     * tables in this order, batch marks last, so a crash in the middle of
+     * one leaves the batches it did not finish unmarked (caught up). */
+    if ((ret = ingest__store_defer(st, idx->meta)) < 0 || (ret = ingest__store_defer(st, idx->files)) < 0 ||
+        (ret = ingest__store_defer(st, idx->paths)) < 0 || (ret = ingest__store_defer(st, idx->chunks)) < 0 ||
+        (!ingest__store_readonly(st) && (ret = ingest__store_defer(st, idx->versions)) < 0) ||
+        (ret = ingest__store_defer(st, idx->batches)) < 0)
+        goto fail;
 
     uint64_t fmt = 0, next = 0, nchunks = 0, nfiles = 0;
     bool has_fmt, has_next;
@@ -222,7 +234,7 @@ int ingest_index_open(ingest_store *st, const char *bronze_root, ingest_index **
         ingest__put_u32(b4, INDEX_FORMAT);
         if ((ret = ingest__store_write_begin(st, 2)) < 0 ||
             (ret = ingest__store_put(st, idx->meta, META_INDEX_FORMAT, strlen(META_INDEX_FORMAT), b4, 4)) < 0 ||
-            (ret = meta_put_u64(idx, META_NEXT_FILE, 1)) < 0 || (ret = ingest_store_commit(st)) < 0)
+            (ret = meta_put_u64(idx, META_NEXT_FILE, 1)) < 0 || (ret = ingest_store_flush(st)) < 0)
             goto fail;
     }
     if ((ret = ingest_index_rebuild_needed(idx)) < 0)
@@ -650,6 +662,7 @@ out:
 typedef struct rebuild_state {
     ingest_index *idx;
     ingest_index_stats *stats;
+    bool catch_up;  /* only manifests of batches not marked; count what is added */
     char path[ABSPATH_MAX];  /* the directory walk */
     char fpath[ABSPATH_MAX]; /* a landed file */
 } rebuild_state;
@@ -672,6 +685,26 @@ static int manifest_validate(ingest_index *idx, const char *mpath)
         ;
     ingest_manifest_reader_close(r);
     return rc;
+}
+
+/*
+ * The lander's counter of a landed path to at least version (catch-up: a
+ * crash lost the counters of batches whose index writes were not flushed).
+ */
+static int version_at_least(ingest_index *idx, const char *landed, uint64_t version)
+{
+    const size_t n = strlen(landed);
+    if (n > RELPATH_MAX)
+        return 0;
+    uint8_t v[8];
+    size_t vl = 0;
+    const int rc = ingest__store_get(idx->st, idx->versions, landed, n, v, sizeof v, &vl);
+    if (rc < 0 && rc != INGEST_ENOTFOUND)
+        return rc;
+    if (rc == 0 && vl == 8 && ingest__get_u64(v) >= version)
+        return 0;
+    ingest__put_u64(v, version);
+    return ingest__store_put(idx->st, idx->versions, landed, n, v, sizeof v);
 }
 
 /* Add one manifest's landed files and chunks; returns < 0 only for store errors. */
@@ -698,6 +731,9 @@ static int manifest_apply(rebuild_state *rs, const char *mpath)
             active = false;
             if (rec.landed == NULL || rec.landed[0] == '\0')
                 continue;
+            if (rec.version > 0 && !ingest__store_readonly(idx->st) &&
+                (rc = version_at_least(idx, rec.landed, rec.version)) < 0)
+                goto out;
             if (!relpath_ok(rec.landed, strlen(rec.landed))) {
                 rs->stats->bad++;
                 ingest__log(idx->ctx, INGEST_LOG_WARN, "index rebuild: %s: landed path '%.200s' rejected", mpath,
@@ -718,6 +754,8 @@ static int manifest_apply(rebuild_state *rs, const char *mpath)
             rc = ingest_index_add_file(idx, rec.landed, &ident, &file_no);
             if (rc < 0)
                 goto out;
+            if (rs->catch_up)
+                rs->stats->files++;
             active = true;
             offset = 0;
             fsize = rec.size;
@@ -737,6 +775,8 @@ static int manifest_apply(rebuild_state *rs, const char *mpath)
             rc = ingest_index_add_chunk(idx, c->id, &loc);
             if (rc < 0)
                 goto out;
+            if (rs->catch_up)
+                rs->stats->chunks++;
             offset += c->len;
         }
     }
@@ -825,6 +865,29 @@ static int walk(rebuild_state *rs, size_t len, int depth)
             if (depth + 1 < WALK_DEPTH_MAX && (ret = walk(rs, len + 1 + nl, depth + 1)) < 0)
                 goto out;
         } else if (S_ISREG(sb.st_mode) && has_suffix(names[i], ".jsonl")) {
+            if (rs->catch_up) {
+                /* _manifests/{device}/{batch}.jsonl: skip the batches marked */
+                const char *dev = rs->path + len;
+                while (dev > rs->path && dev[-1] != '/')
+                    dev--;
+                char device[NAME_MAX_LEN + 1], batch[NAME_MAX_LEN + 1];
+                const size_t dl = (size_t)(rs->path + len - dev), bl = nl - 6;
+                if (depth == 1 && dl > 0 && dl <= NAME_MAX_LEN && bl > 0 && bl <= NAME_MAX_LEN) {
+                    memcpy(device, dev, dl);
+                    device[dl] = '\0';
+                    memcpy(batch, names[i], bl);
+                    batch[bl] = '\0';
+                    const int m = ingest_index_batch_landed(rs->idx, device, batch);
+                    if (m < 0 && m != INGEST_EINVAL) {
+                        ret = m;
+                        goto out;
+                    }
+                    if (m == 1) {
+                        rs->path[len] = '\0';
+                        continue;
+                    }
+                }
+            }
             const int v = manifest_validate(rs->idx, rs->path);
             if (v == INGEST_ENOMEM) {
                 ret = v;
@@ -835,6 +898,9 @@ static int walk(rebuild_state *rs, size_t len, int depth)
                 ingest__log(ctx, INGEST_LOG_WARN, "index rebuild: %s skipped: %s", rs->path, ingest_ctx_errmsg(ctx));
             } else if ((ret = manifest_apply(rs, rs->path)) < 0) {
                 goto out;
+            } else if (rs->catch_up) {
+                rs->stats->batches++;
+                ingest__log(ctx, INGEST_LOG_INFO, "index catch-up: %s", rs->path);
             }
         }
         rs->path[len] = '\0';
@@ -863,11 +929,11 @@ int ingest_index_rebuild(ingest_index *idx, ingest_index_stats *stats)
     int ret;
     /* Mark the rebuild under way and empty the tables in one transaction:
      * a crash from here until the end leaves rebuild_needed() true. */
-    INGEST__FORWARD(ingest_store_commit(st));
+    INGEST__FORWARD(ingest_store_flush(st));
     if ((ret = ingest__store_write_begin(st, 6)) < 0 || (ret = meta_put_u64(idx, META_STATE, STATE_BUILDING)) < 0 ||
         (ret = ingest__store_drop(st, idx->chunks)) < 0 || (ret = ingest__store_drop(st, idx->files)) < 0 ||
         (ret = ingest__store_drop(st, idx->paths)) < 0 || (ret = ingest__store_drop(st, idx->batches)) < 0 ||
-        (ret = meta_put_u64(idx, META_NEXT_FILE, 1)) < 0 || (ret = ingest_store_commit(st)) < 0)
+        (ret = meta_put_u64(idx, META_NEXT_FILE, 1)) < 0 || (ret = ingest_store_flush(st)) < 0)
         return ret;
 
     rebuild_state *const rs = ingest__calloc(idx->ctx, 1, sizeof(*rs));
@@ -886,14 +952,14 @@ int ingest_index_rebuild(ingest_index *idx, ingest_index_stats *stats)
         goto out;
     ret = walk(rs, (size_t)n, 0);
     if (ret == 0)
-        ret = ingest_store_commit(st);
+        ret = ingest_store_flush(st);
     const int sret = ingest__store_set_sync(st, true);
     if (ret == 0)
         ret = sret;
     if (ret < 0)
         goto out;
     if ((ret = ingest__store_write_begin(st, 1)) < 0 || (ret = meta_put_u64(idx, META_STATE, STATE_READY)) < 0 ||
-        (ret = ingest_store_commit(st)) < 0)
+        (ret = ingest_store_flush(st)) < 0)
         goto out;
     if ((ret = ingest__store_count(st, idx->chunks, &stats->chunks)) < 0 ||
         (ret = ingest__store_count(st, idx->files, &stats->files)) < 0 ||
@@ -905,6 +971,32 @@ int ingest_index_rebuild(ingest_index *idx, ingest_index_stats *stats)
                 (unsigned long long)stats->batches, (unsigned long long)stats->bad, (unsigned long long)stats->stale);
     ret = 0;
 out:
+    ingest__free(idx->ctx, rs);
+    return ret;
+}
+
+int ingest_index_catch_up(ingest_index *idx, ingest_index_stats *stats)
+{
+    if (idx == NULL)
+        return INGEST_EINVAL;
+    ingest_index_stats local;
+    if (stats == NULL)
+        stats = &local;
+    memset(stats, 0, sizeof(*stats));
+    if (idx->bronze == NULL)
+        return ingest__fail(idx->ctx, INGEST_EINVAL, "index catch-up: no bronze root");
+    rebuild_state *const rs = ingest__calloc(idx->ctx, 1, sizeof(*rs));
+    if (rs == NULL)
+        return ingest__fail(idx->ctx, INGEST_ENOMEM, "index catch-up: out of memory");
+    rs->idx = idx;
+    rs->stats = stats;
+    rs->catch_up = true;
+    int ret;
+    const int n = snprintf(rs->path, sizeof(rs->path), "%s/_manifests", idx->bronze);
+    if (n < 0 || (size_t)n >= sizeof(rs->path))
+        ret = ingest__fail(idx->ctx, INGEST_ETOOBIG, "index catch-up: bronze root too long");
+    else if ((ret = walk(rs, (size_t)n, 0)) == 0)
+        ret = ingest_store_flush(idx->st);
     ingest__free(idx->ctx, rs);
     return ret;
 }

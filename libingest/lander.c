@@ -1611,7 +1611,7 @@ static int versions_db(ingest_lander *l)
 {
     if (l->vdb_open)
         return 0;
-    INGEST__FORWARD(ingest__store_db(l->st, "lander_versions", &l->vdb));
+    INGEST__FORWARD(ingest__store_db(l->st, INGEST__VERSIONS_TABLE, &l->vdb));
     l->vdb_open = true;
     return 0;
 }

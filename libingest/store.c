@@ -5,14 +5,56 @@
 #include <errno.h>
 #include <lmdb.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STORE_DEFAULT_MAP (64ull << 30)
 #define STORE_DEFAULT_TXN 1000u
 #define STORE_MAX_DBS 32
 #define STORE_PATH_MAX 4096
+/* Deferred writes: arena block size, and writes per flush transaction
+ * (bounds the dirty pages LMDB holds in memory while a flush runs). */
+#define DEFER_BLOCK (1u << 20)
+#define DEFER_TXN_WRITES 8192u
+#define DEFER_KEY_MAX 511u
+#define DEFER_VAL_MAX (1u << 16)
+
+/*
+ * A deferred write: key and value follow the header in an arena block.
+ * The latest write of a key wins; del marks a deletion.
+ */
+typedef struct drec {
+    uint32_t vlen;
+    uint16_t klen;
+    uint8_t slot; /* index in defer.dbis: the table */
+    uint8_t del;
+    /* key bytes, then value bytes */
+} drec;
+
+typedef struct dblock {
+    struct dblock *next;
+    size_t used;
+    uint8_t data[];
+} dblock;
+
+typedef struct dslot {
+    uint64_t h;
+    drec *r;
+} dslot;
+
+typedef struct defer_set {
+    MDB_dbi dbis[STORE_MAX_DBS]; /* deferred tables, in flush order */
+    unsigned ndbis;
+    dslot *tab;       /* open addressing, power of two, at most half full */
+    size_t cap, n;    /* slots, keys held */
+    dblock *blocks;   /* newest first */
+    size_t bytes;     /* arena bytes in use */
+    size_t max;       /* flush past this many keys (opts.defer_max_writes) */
+    struct timespec since; /* the oldest unflushed write */
+} defer_set;
 
 struct ingest_store_s {
     ingest_ctx *ctx;
@@ -27,6 +69,7 @@ struct ingest_store_s {
     unsigned flags;
     bool created;
     MDB_dbi meta;
+    defer_set df;
 };
 
 static int map_mdb(ingest_ctx *ctx, int rc, const char *dir, const char *what)
@@ -53,6 +96,235 @@ static int map_mdb(ingest_ctx *ctx, int rc, const char *dir, const char *what)
     default: code = rc > 0 ? ingest__errno(rc) : INGEST_EIO; break;
     }
     return ingest__fail(ctx, code, "store %s: %s: %s", dir, what, mdb_strerror(rc));
+}
+
+/* ---- deferred tables ---------------------------------------------------
+ *
+ * Writes to a deferred table are kept in memory (one record per key, the
+ * latest write wins) and reach LMDB only when the set is flushed: in key
+ * order, a few thousand writes per transaction.  Random keys (chunk ids)
+ * then share leaf pages across many batches instead of rewriting most of
+ * the tree at every commit.  Reads look in the set first.
+ */
+
+static uint64_t dhash(unsigned slot, const uint8_t *key, size_t klen)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ ((uint64_t)slot << 56) ^ klen;
+    size_t i = 0;
+    for (; i + 8 <= klen; i += 8) {
+        uint64_t w;
+        memcpy(&w, key + i, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    uint64_t t = 0;
+    for (size_t j = 0; i < klen; i++, j++)
+        t |= (uint64_t)key[i] << (8 * j);
+    h = (h ^ t) * 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 29);
+}
+
+static int dslot_of(const ingest_store *st, MDB_dbi db)
+{
+    for (unsigned i = 0; i < st->df.ndbis; i++)
+        if (st->df.dbis[i] == db)
+            return (int)i;
+    return -1;
+}
+
+static const uint8_t *drec_key(const drec *r) { return (const uint8_t *)(r + 1); }
+static const uint8_t *drec_val(const drec *r) { return drec_key(r) + r->klen; }
+
+/* The slot holding (slot, key), or the empty slot where it goes. */
+static size_t dprobe(const defer_set *d, unsigned slot, const uint8_t *key, size_t klen, uint64_t h)
+{
+    size_t i = (size_t)h & (d->cap - 1);
+    for (;;) {
+        const dslot *e = &d->tab[i];
+        if (e->r == NULL)
+            return i;
+        if (e->h == h && e->r->slot == slot && e->r->klen == klen && memcmp(drec_key(e->r), key, klen) == 0)
+            return i;
+        i = (i + 1) & (d->cap - 1);
+    }
+}
+
+static const drec *dfind(const ingest_store *st, int slot, const void *key, size_t klen)
+{
+    const defer_set *d = &st->df;
+    if (d->n == 0 || klen > DEFER_KEY_MAX)
+        return NULL;
+    const uint64_t h = dhash((unsigned)slot, key, klen);
+    return d->tab[dprobe(d, (unsigned)slot, key, klen, h)].r;
+}
+
+static void dreset(ingest_store *st)
+{
+    defer_set *d = &st->df;
+    while (d->blocks != NULL) {
+        dblock *nx = d->blocks->next;
+        ingest__free(st->ctx, d->blocks);
+        d->blocks = nx;
+    }
+    if (d->tab != NULL)
+        memset(d->tab, 0, d->cap * sizeof(*d->tab));
+    d->n = 0;
+    d->bytes = 0;
+}
+
+static int dgrow(ingest_store *st)
+{
+    defer_set *d = &st->df;
+    const size_t ncap = d->cap ? d->cap * 2 : 1024;
+    dslot *nt = ingest__calloc(st->ctx, ncap, sizeof(*nt));
+    if (nt == NULL)
+        return ingest__fail(st->ctx, INGEST_ENOMEM, "store %s: out of memory (deferred writes)", st->dir);
+    for (size_t i = 0; i < d->cap; i++) {
+        const dslot *e = &d->tab[i];
+        if (e->r == NULL)
+            continue;
+        size_t j = (size_t)e->h & (ncap - 1);
+        while (nt[j].r != NULL)
+            j = (j + 1) & (ncap - 1);
+        nt[j] = *e;
+    }
+    ingest__free(st->ctx, d->tab);
+    d->tab = nt;
+    d->cap = ncap;
+    return 0;
+}
+
+static int dput(ingest_store *st, int slot, const void *key, size_t klen, const void *val, size_t vlen, bool del)
+{
+    defer_set *d = &st->df;
+    if (st->flags & INGEST_STORE_RDONLY)
+        return ingest__fail(st->ctx, INGEST_EINVAL, "store %s: opened read-only", st->dir);
+    if (klen == 0 || klen > DEFER_KEY_MAX || vlen > DEFER_VAL_MAX)
+        return ingest__fail(st->ctx, INGEST_EINVAL, "store %s: deferred write: key of %zu or value of %zu bytes",
+                            st->dir, klen, vlen);
+    if ((d->n + 1) * 2 > d->cap)
+        INGEST__FORWARD(dgrow(st));
+    const size_t need = (sizeof(drec) + klen + vlen + 7) & ~(size_t)7;
+    if (d->blocks == NULL || d->blocks->used + need > DEFER_BLOCK) {
+        dblock *b = ingest__malloc(st->ctx, sizeof(dblock) + DEFER_BLOCK);
+        if (b == NULL)
+            return ingest__fail(st->ctx, INGEST_ENOMEM, "store %s: out of memory (deferred writes)", st->dir);
+        b->next = d->blocks;
+        b->used = 0;
+        d->blocks = b;
+    }
+    drec *r = (drec *)(void *)(d->blocks->data + d->blocks->used);
+    d->blocks->used += need;
+    d->bytes += need;
+    r->vlen = (uint32_t)vlen;
+    r->klen = (uint16_t)klen;
+    r->slot = (uint8_t)slot;
+    r->del = del;
+    memcpy(r + 1, key, klen);
+    if (vlen > 0)
+        memcpy((uint8_t *)(r + 1) + klen, val, vlen);
+    const uint64_t h = dhash((unsigned)slot, key, klen);
+    const size_t i = dprobe(d, (unsigned)slot, key, klen, h);
+    if (d->tab[i].r == NULL) {
+        if (d->n == 0)
+            clock_gettime(CLOCK_MONOTONIC, &d->since);
+        d->n++;
+        d->tab[i].h = h;
+    }
+    d->tab[i].r = r; /* a replaced record stays in the arena until the flush */
+    if (d->n >= d->max)
+        return ingest_store_flush(st);
+    return 0;
+}
+
+int ingest__store_defer(ingest_store *st, ingest__dbi db)
+{
+    if (st->df.max == 0 || (st->flags & INGEST_STORE_RDONLY) || dslot_of(st, db) >= 0)
+        return 0;
+    if (st->df.n > 0)
+        return ingest__fail(st->ctx, INGEST_EINVAL, "store %s: table deferred while writes are pending", st->dir);
+    if (st->df.ndbis >= STORE_MAX_DBS)
+        return ingest__fail(st->ctx, INGEST_EINVAL, "store %s: too many deferred tables", st->dir);
+    st->df.dbis[st->df.ndbis++] = db;
+    return 0;
+}
+
+size_t ingest_store_deferred(const ingest_store *st, double *age_seconds)
+{
+    if (age_seconds != NULL)
+        *age_seconds = 0;
+    if (st == NULL || st->df.n == 0)
+        return 0;
+    if (age_seconds != NULL) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        *age_seconds = (double)(now.tv_sec - st->df.since.tv_sec) + (now.tv_nsec - st->df.since.tv_nsec) / 1e9;
+    }
+    return st->df.n;
+}
+
+/* LMDB's default key order (memcmp, then the shorter first), table by table. */
+static int drec_cmp(const void *a, const void *b)
+{
+    const drec *x = *(const drec *const *)a, *y = *(const drec *const *)b;
+    if (x->slot != y->slot)
+        return x->slot < y->slot ? -1 : 1;
+    const size_t m = x->klen < y->klen ? x->klen : y->klen;
+    const int c = memcmp(drec_key(x), drec_key(y), m);
+    if (c != 0)
+        return c;
+    return x->klen < y->klen ? -1 : x->klen > y->klen;
+}
+
+static int commit_txn(ingest_store *st);
+
+int ingest_store_flush(ingest_store *st)
+{
+    if (st == NULL)
+        return INGEST_EINVAL;
+    INGEST__FORWARD(commit_txn(st));
+    defer_set *d = &st->df;
+    if (d->n == 0)
+        return 0;
+    if (st->rdepth > 0)
+        return ingest__fail(st->ctx, INGEST_EINVAL, "store %s: flush during iteration", st->dir);
+    drec **v = ingest__malloc(st->ctx, d->n * sizeof(*v));
+    if (v == NULL)
+        return ingest__fail(st->ctx, INGEST_ENOMEM, "store %s: out of memory (flush)", st->dir);
+    size_t n = 0;
+    for (size_t i = 0; i < d->cap; i++)
+        if (d->tab[i].r != NULL)
+            v[n++] = d->tab[i].r;
+    qsort(v, n, sizeof(*v), drec_cmp);
+    /* On failure the set stays whole: a later flush writes it again (puts
+     * of the same values, deletions of absent keys are harmless). */
+    int ret = 0;
+    for (size_t i = 0; i < n && ret == 0;) {
+        MDB_txn *txn = NULL;
+        int rc = mdb_txn_begin(st->env, NULL, 0, &txn);
+        if (rc != 0) {
+            ret = map_mdb(st->ctx, rc, st->dir, "begin flush transaction");
+            break;
+        }
+        for (unsigned k = 0; k < DEFER_TXN_WRITES && i < n && rc == 0; k++, i++) {
+            const drec *r = v[i];
+            MDB_val key = { r->klen, (void *)drec_key(r) }, val = { r->vlen, (void *)drec_val(r) };
+            const MDB_dbi db = d->dbis[r->slot];
+            rc = r->del ? mdb_del(txn, db, &key, NULL) : mdb_put(txn, db, &key, &val, 0);
+            if (rc == MDB_NOTFOUND && r->del)
+                rc = 0;
+        }
+        if (rc != 0) {
+            mdb_txn_abort(txn);
+            ret = map_mdb(st->ctx, rc, st->dir, "flush");
+        } else if ((rc = mdb_txn_commit(txn)) != 0) {
+            ret = map_mdb(st->ctx, rc, st->dir, "flush commit");
+        }
+    }
+    ingest__free(st->ctx, v);
+    if (ret == 0)
+        dreset(st);
+    return ret;
 }
 
 ingest_ctx *ingest__store_ctx(const ingest_store *st) { return st->ctx; }
@@ -119,10 +391,8 @@ void ingest__store_abort(ingest_store *st)
     st->reserved = 0;
 }
 
-int ingest_store_commit(ingest_store *st)
+static int commit_txn(ingest_store *st)
 {
-    if (st == NULL)
-        return INGEST_EINVAL;
     if (st->wtxn == NULL)
         return 0;
     const int rc = mdb_txn_commit(st->wtxn);
@@ -132,6 +402,13 @@ int ingest_store_commit(ingest_store *st)
     if (rc != 0)
         return map_mdb(st->ctx, rc, st->dir, "commit");
     return 0;
+}
+
+int ingest_store_commit(ingest_store *st)
+{
+    if (st == NULL)
+        return INGEST_EINVAL;
+    return commit_txn(st);
 }
 
 int ingest__store_set_sync(ingest_store *st, bool sync)
@@ -171,6 +448,9 @@ static int write_one(ingest_store *st)
 int ingest__store_put(ingest_store *st, ingest__dbi db, const void *key, size_t klen, const void *val,
                       size_t vlen)
 {
+    const int slot = dslot_of(st, db);
+    if (slot >= 0)
+        return dput(st, slot, key, klen, val, vlen, false);
     INGEST__FORWARD(write_one(st));
     MDB_val k = { klen, (void *)key }, v = { vlen, (void *)val };
     const int rc = mdb_put(st->wtxn, db, &k, &v, 0);
@@ -183,6 +463,18 @@ int ingest__store_put(ingest_store *st, ingest__dbi db, const void *key, size_t 
 
 int ingest__store_del(ingest_store *st, ingest__dbi db, const void *key, size_t klen)
 {
+    const int slot = dslot_of(st, db);
+    if (slot >= 0) {
+        const drec *r = dfind(st, slot, key, klen);
+        if (r == NULL) {
+            uint8_t one;
+            size_t vl = 0;
+            INGEST__FORWARD(ingest__store_get(st, db, key, klen, &one, 0, &vl)); /* ENOTFOUND: nothing to delete */
+        } else if (r->del) {
+            return INGEST_ENOTFOUND;
+        }
+        return dput(st, slot, key, klen, NULL, 0, true);
+    }
     INGEST__FORWARD(write_one(st));
     MDB_val k = { klen, (void *)key };
     const int rc = mdb_del(st->wtxn, db, &k, NULL);
@@ -197,6 +489,8 @@ int ingest__store_del(ingest_store *st, ingest__dbi db, const void *key, size_t 
 
 int ingest__store_drop(ingest_store *st, ingest__dbi db)
 {
+    if (dslot_of(st, db) >= 0 && st->df.n > 0)
+        INGEST__FORWARD(ingest_store_flush(st));
     INGEST__FORWARD(write_one(st));
     const int rc = mdb_drop(st->wtxn, db, 0);
     if (rc != 0) {
@@ -209,6 +503,17 @@ int ingest__store_drop(ingest_store *st, ingest__dbi db)
 int ingest__store_get(ingest_store *st, ingest__dbi db, const void *key, size_t klen, void *buf, size_t cap,
                       size_t *vlen)
 {
+    const int slot = dslot_of(st, db);
+    if (slot >= 0) {
+        const drec *r = dfind(st, slot, key, klen);
+        if (r != NULL) {
+            if (r->del)
+                return INGEST_ENOTFOUND;
+            memcpy(buf, drec_val(r), r->vlen < cap ? r->vlen : cap);
+            *vlen = r->vlen;
+            return 0;
+        }
+    }
     MDB_txn *txn;
     INGEST__FORWARD(read_begin(st, &txn));
     MDB_val k = { klen, (void *)key }, v = { 0, NULL };
@@ -228,6 +533,8 @@ int ingest__store_get(ingest_store *st, ingest__dbi db, const void *key, size_t 
 
 int ingest__store_count(ingest_store *st, ingest__dbi db, uint64_t *n)
 {
+    if (dslot_of(st, db) >= 0 && st->df.n > 0)
+        INGEST__FORWARD(ingest_store_flush(st));
     MDB_txn *txn;
     INGEST__FORWARD(read_begin(st, &txn));
     MDB_stat ms;
@@ -245,6 +552,8 @@ int ingest__store_iter(ingest_store *st, ingest__dbi db, const void *from, size_
     MDB_txn *txn;
     MDB_cursor *cur = NULL;
     int ret = 0;
+    if (dslot_of(st, db) >= 0 && st->df.n > 0)
+        INGEST__FORWARD(ingest_store_flush(st));
     INGEST__FORWARD(read_begin(st, &txn));
     if (txn == st->rtxn)
         st->rdepth++;
@@ -366,6 +675,7 @@ int ingest_store_open(ingest_ctx *ctx, const char *dir, const ingest_store_opts 
     st->ctx = ctx;
     st->txn_max = opts != NULL && opts->txn_max_writes > 0 ? opts->txn_max_writes : STORE_DEFAULT_TXN;
     st->flags = opts != NULL ? opts->flags : 0;
+    st->df.max = opts != NULL ? opts->defer_max_writes : 0;
     if (st->flags & INGEST_STORE_RDONLY)
         st->flags |= INGEST_STORE_NOCREATE;
     const uint64_t map = opts != NULL && opts->map_size > 0 ? opts->map_size : STORE_DEFAULT_MAP;
@@ -452,12 +762,14 @@ void ingest_store_close(ingest_store *st)
         return;
     ingest_ctx *const ctx = st->ctx;
     if (st->env != NULL) {
-        if (st->wtxn != NULL)
-            (void)ingest_store_commit(st);
+        if (st->wtxn != NULL || st->df.n > 0)
+            (void)ingest_store_flush(st);
         if (st->rtxn != NULL)
             mdb_txn_abort(st->rtxn);
         mdb_env_close(st->env);
     }
+    dreset(st);
+    ingest__free(ctx, st->df.tab);
     ingest__free(ctx, st->dir);
     ingest__free(ctx, st);
 }

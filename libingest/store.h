@@ -25,6 +25,10 @@
 
 typedef unsigned ingest__dbi;
 
+/* The lander's table of landed path -> last version (u64 LE); the index
+ * opens it too, to defer its writes with its own and to catch it up. */
+#define INGEST__VERSIONS_TABLE "lander_versions"
+
 /* Key of the meta table's format record: u32 LE, INGEST_STORE_FORMAT. */
 #define INGEST__META_FORMAT "format"
 
@@ -47,6 +51,18 @@ int ingest__store_db(ingest_store *st, const char *name, ingest__dbi *out);
  * for a store opened NOSYNC or read-only.
  */
 int ingest__store_set_sync(ingest_store *st, bool sync);
+
+/*
+ * Make table db deferred when the store was opened with
+ * opts.defer_max_writes > 0 (a no-op otherwise): its puts and deletions
+ * stay in memory, where gets see them, and reach LMDB at
+ * ingest_store_flush() (or at a commit that finds defer_max_writes keys
+ * waiting), in key order, DEFER_TXN_WRITES writes per transaction.  A
+ * crash loses them: only tables that can be refilled (the core's index,
+ * from the manifests) may be deferred.  Count, iteration and drop of a
+ * deferred table flush first.  Call before any write is pending.
+ */
+int ingest__store_defer(ingest_store *st, ingest__dbi db);
 
 /* Make room for n writes in one transaction (see above). */
 int ingest__store_write_begin(ingest_store *st, unsigned n);

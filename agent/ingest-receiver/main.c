@@ -160,6 +160,9 @@ static int open_index(server *s, int force_rebuild)
     ingest_store_opts so;
     memset(&so, 0, sizeof(so));
     so.txn_max_writes = RECEIVER_TXN_WRITES;
+    /* The index is a cache of the manifests: its writes wait in memory and
+     * reach the disk together (see flush_index); a crash is caught up. */
+    so.defer_max_writes = s->cfg->index_flush_entries;
     int rc = ingest_store_open(s->ctx, dir, &so, &s->st);
     if (rc == 0)
         rc = ingest_index_open(s->st, bronze, &s->idx);
@@ -240,14 +243,14 @@ static int sweep_one(const char *path, const struct stat *st, int type, struct F
     return 0;
 }
 
-/* Remove what a crashed run left under bronze, if the previous run crashed. */
-static void sweep_after_crash(server *s)
+/* Remove what a crashed run left under bronze, if the previous run crashed: 1 if it did. */
+static int sweep_after_crash(server *s)
 {
     char marker[4200];
     snprintf(marker, sizeof(marker), "%s/%s", s->cfg->state_dir, RUNNING_MARKER);
     struct stat mst;
     if (stat(marker, &mst) != 0)
-        return;
+        return 0;
     const double t0 = prog_now();
     swept = sweep_failed = 0;
     if (nftw(s->cfg->bronze, sweep_one, 32, FTW_PHYS) != 0)
@@ -256,6 +259,51 @@ static void sweep_after_crash(server *s)
              "previous run did not stop cleanly: removed %llu temporary files of unfinished batches from %s "
              "in %.2fs%s",
              swept, s->cfg->bronze, prog_now() - t0, sweep_failed ? " (some could not be removed)" : "");
+    return 1;
+}
+
+/*
+ * After a crash: the index entries not yet flushed were lost; add back
+ * those of every batch whose manifest is there but which the index does
+ * not mark landed.
+ */
+static int catch_up_index(server *s)
+{
+    ingest_index_stats st;
+    const double t0 = prog_now();
+    if (ingest_index_catch_up(s->idx, &st) < 0) {
+        prog_log(INGEST_LOG_ERROR, "index catch-up failed: %s", ingest_ctx_errmsg(s->ctx));
+        return -1;
+    }
+    prog_log(INGEST_LOG_INFO,
+             "index caught up from the manifests in %.2fs: %llu batches, %llu files, %llu chunks added, "
+             "%llu stale, %llu bad",
+             prog_now() - t0, (unsigned long long)st.batches, (unsigned long long)st.files,
+             (unsigned long long)st.chunks, (unsigned long long)st.stale, (unsigned long long)st.bad);
+    return 0;
+}
+
+/*
+ * Write the index entries waiting in memory when the oldest is older than
+ * index.flush_interval (force: whatever their age).  Takes land_lock: no
+ * lander has a store transaction open then.  0, or -1 logged.
+ */
+static int flush_index(server *s, int force)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->land_lock);
+    double age = 0;
+    const size_t n = ingest_store_deferred(s->st, &age);
+    if (n > 0 && (force || age * 1000.0 >= (double)s->cfg->index_flush_interval_ms)) {
+        const double t0 = prog_now();
+        rc = ingest_store_flush(s->st);
+        if (rc < 0)
+            prog_log(INGEST_LOG_ERROR, "index flush of %zu entries failed: %s", n, ingest_ctx_errmsg(s->ctx));
+        else
+            prog_log(INGEST_LOG_DEBUG, "index: %zu entries written in %.3fs", n, prog_now() - t0);
+    }
+    pthread_mutex_unlock(&s->land_lock);
+    return rc < 0 ? -1 : 0;
 }
 
 static void running_marker(server *s, int set)
@@ -1197,7 +1245,8 @@ int main(int argc, char **argv)
         metrics_http_stop(mh);
         goto out;
     }
-    sweep_after_crash(&s);
+    if (sweep_after_crash(&s) && catch_up_index(&s) != 0)
+        goto out;
     running_marker(&s, 1);
     char bound[300], err[512];
     lfd = prog_listen(s.cfg->listen, bound, sizeof(bound), err, sizeof(err));
@@ -1223,13 +1272,17 @@ int main(int argc, char **argv)
     }
     while (!stopping) {
         struct pollfd p[2] = { { lfd, POLLIN, 0 }, { stop_pipe[0], POLLIN, 0 } };
-        if (poll(p, 2, -1) < 0) {
+        const int pr = poll(p, 2, 1000);
+        if (pr < 0) {
             if (errno == EINTR)
                 continue;
             break;
         }
         if (p[1].revents)
             break;
+        (void)flush_index(&s, 0);
+        if (pr == 0)
+            continue;
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
         const int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
@@ -1269,8 +1322,11 @@ int main(int argc, char **argv)
     /* Let connections finish their current step; unacknowledged batches are simply re-sent. */
     for (int i = 0; i < 100 && s.nconn > 0; i++)
         usleep(20000);
-    if (s.nconn == 0)
-        running_marker(&s, 0); /* a batch still landing would leave temporary files: keep the marker */
+    /* A batch still landing would leave temporary files, an index not
+     * flushed would miss entries: keep the marker (the next start sweeps
+     * and catches up). */
+    if (s.nconn == 0 && flush_index(&s, 1) == 0)
+        running_marker(&s, 0);
     stats_logger_stop(slog);
     slog = NULL;
     metrics_http_stop(mh);

@@ -33,7 +33,7 @@ static int index_check(int argc, char **argv)
     ingest_index *idx = NULL;
     ingest_index_stats s;
     int status = 1, rc;
-    const ingest_store_opts opts = { 0, 0, INGEST_STORE_RDONLY };
+    const ingest_store_opts opts = { .flags = INGEST_STORE_RDONLY };
     if (ctx == NULL) {
         fprintf(stderr, "ingestctl: out of memory\n");
         return 1;

@@ -122,6 +122,8 @@ typedef struct ingest_receiver_config {
     char *layout;                    /* layout template */
     uint32_t max_connections;        /* max_connections */
     uint64_t idle_timeout_ms;        /* idle_timeout, milliseconds */
+    uint64_t index_flush_interval_ms; /* index.flush_interval, milliseconds */
+    uint32_t index_flush_entries;     /* index.flush_entries */
     int log_level;                   /* log.level: INGEST_LOG_* */
     char *metrics_listen;            /* metrics.listen, "host:port" or "" = off */
 } ingest_receiver_config;

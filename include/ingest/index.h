@@ -35,6 +35,12 @@ typedef struct ingest_store_opts {
     uint64_t map_size;        /* LMDB map size in bytes; 0: 64 GiB */
     unsigned txn_max_writes;  /* writes per transaction; 0: 1000 */
     unsigned flags;           /* INGEST_STORE_* */
+    /*
+     * 0: every write is durable at ingest_store_commit.  N > 0: writes to
+     * the tables the core's index defers (see ingest_store_flush) wait in
+     * memory until N keys are waiting or ingest_store_flush is called.
+     */
+    unsigned defer_max_writes;
 } ingest_store_opts;
 
 /*
@@ -63,6 +69,18 @@ INGEST_API void ingest_store_close(ingest_store *st);
  * commit are lost, as in a crash.
  */
 INGEST_API int ingest_store_commit(ingest_store *st);
+/*
+ * Deferred writes (a store opened with defer_max_writes > 0): the core's
+ * chunk index, landed files and batch marks are a cache of the manifests,
+ * so their writes wait in memory and reach the disk together, in key
+ * order, instead of at every commit.  flush commits the open transaction
+ * and writes every deferred write, durably.  A crash loses the writes not
+ * flushed; ingest_index_catch_up() puts them back from the manifests.
+ * ingest_store_deferred: keys waiting, and the age of the oldest write in
+ * seconds (age_seconds may be NULL).
+ */
+INGEST_API int ingest_store_flush(ingest_store *st);
+INGEST_API size_t ingest_store_deferred(const ingest_store *st, double *age_seconds);
 /* Remove the store's files (data.mdb, lock.mdb) in dir; absent files are fine. */
 INGEST_API int ingest_store_wipe(ingest_ctx *ctx, const char *dir);
 
@@ -141,6 +159,15 @@ INGEST_API int ingest_index_check(ingest_index *idx, void (*cb)(void *ud, const 
  * earlier ones); a landed file missing or changed since is left out.
  */
 INGEST_API int ingest_index_rebuild(ingest_index *idx, ingest_index_stats *stats);
+
+/*
+ * After a crash of a process whose store deferred the index's writes (see
+ * ingest_store_flush): add what the manifests of batches not marked landed
+ * say (their files, chunks and marks), as the rebuild would, and flush.
+ * stats counts what was added (batches, files, chunks) and left out (stale,
+ * bad).  Cheap when nothing is missing: one lookup per manifest.
+ */
+INGEST_API int ingest_index_catch_up(ingest_index *idx, ingest_index_stats *stats);
 
 /* ---- edge: cache of chunk ids the core holds ---- */
 

@@ -8,7 +8,12 @@
 # 3. ingest-receiver --rebuild-index rebuilds on request; `ingestctl index
 #    check` reports clean (exit 0) after a ship and a problem (exit 1, the
 #    file named) once a landed file is modified downstream.
-# 4. A device file named like the lander's temporary files is refused (it
+# 4. Killed (kill -9) before the index entries of its last batches were
+#    written (index.flush_interval 1h): the restart catches up exactly the
+#    batches whose manifests the index does not mark, a re-ship of their
+#    content sends no chunk data, and the paths' version counters go on
+#    from the manifests (a re-landed file gets the next version).
+# 5. A device file named like the lander's temporary files is refused (it
 #    could be truncated by, or swept as, a temporary file).
 . "$(dirname "$0")/lib.sh"
 setup_keys
@@ -78,6 +83,38 @@ rc=0
 grep -q "$victim" "$T/check.out" || { cat "$T/check.out"; fail "index check did not name $victim"; }
 grep -q "stale [1-9]" "$T/check.out" || fail "index check counted no stale entry: $(tail -1 "$T/check.out")"
 pass "index check exits 1 and names $victim after it was modified downstream"
+
+stop_receiver
+write_receiver_config 'layout: "{device}/{path}"
+index:
+  flush_interval: 1h'
+: > "$T/receiver.log"
+start_receiver
+S3="$T/src3/fresh"
+"$CTL" bench gen --size 2MiB --seed 7 "$S3" > /dev/null
+n3=$(find "$S3" -type f | wc -l)
+write_agent_config dev1 "$S3" 'batch:
+  max_files: 30'
+before=$(ls "$T/bronze/_manifests/dev1" | wc -l)
+ship dev1
+[ "$(field dev1 chunks_new)" -gt 0 ] || fail "the new tree sent no chunk data"
+nb3=$(($(ls "$T/bronze/_manifests/dev1" | wc -l) - before))
+[ "$nb3" -ge 2 ] || fail "expected several new batches, got $nb3"
+kill -9 "$RECV_PID"; wait "$RECV_PID" 2>/dev/null || true; RECV_PID=""
+: > "$T/receiver.log"
+start_receiver
+grep -q "did not stop cleanly" "$T/receiver.log" || fail "the crash was not noticed"
+grep "index caught up from the manifests" "$T/receiver.log" | grep -q ": $nb3 batches, $n3 files" ||
+    { grep "caught up" "$T/receiver.log"; fail "catch-up did not add the $nb3 batches of $n3 files"; }
+write_agent_config dev1 "$S3" 'batch:
+  max_files: 30'
+ship_with dev1 --all
+[ "$(field dev1 chunks_new)" -eq 0 ] || fail "re-ship after the catch-up sent $(field dev1 chunks_new) chunks"
+same_tree "$S3" "$(landed_root dev1)/fresh"
+one=$(cd "$S3" && find . -type f | sort | head -1 | sed 's|^\./|fresh/|')
+vers=$(cat "$T/bronze/_manifests/dev1/"*.jsonl | grep -F "\"landed\":\"dev1/$one\"" | grep -o '"version":[0-9]*' | sort | uniq | tr '\n' ' ')
+[ "$vers" = '"version":1 "version":2 ' ] || fail "versions of dev1/$one in the manifests: $vers (want 1 then 2)"
+pass "kill -9 before the index was written: caught up $nb3 batches of $n3 files; re-ship sent no chunk data; versions went on at 2"
 
 mkdir -p "$T/src2/d"
 printf 'x\n' > "$T/src2/d/ok.txt"

@@ -31,9 +31,9 @@
 #define UNDER_ASAN 0
 #endif
 
-static const ingest_store_opts small_opts = { 1ull << 30, 0, 0 };
+static const ingest_store_opts small_opts = { .map_size = 1ull << 30 };
 /* Unsynced commits: the same transactions and dirty pages, minus the fsyncs. */
-static const ingest_store_opts nosync_opts = { 1ull << 30, 0, INGEST_STORE_NOSYNC };
+static const ingest_store_opts nosync_opts = { .map_size = 1ull << 30, .flags = INGEST_STORE_NOSYNC };
 
 static bool env_on(const char *name)
 {

@@ -34,7 +34,7 @@ typedef struct fixture {
 
 static void open_all(fixture *f)
 {
-    const ingest_store_opts o = { 64u << 20, 0, INGEST_STORE_NOSYNC };
+    const ingest_store_opts o = { .map_size = 64u << 20, .flags = INGEST_STORE_NOSYNC };
     assert_int_equal(ingest_store_open(f->ctx, f->dir, &o, &f->st), 0);
     assert_int_equal(ingest_filetable_open(f->st, &f->ft), 0);
     assert_int_equal(ingest_journal_open(f->st, f->ft, &f->j), 0);

@@ -77,7 +77,7 @@ static int setup(void **state)
     assert_int_equal(mkdir(e->bronze, 0755), 0);
     e->ctx = ingest_ctx_create(NULL);
     assert_non_null(e->ctx);
-    const ingest_store_opts o = {1ull << 28, 0, 0};
+    const ingest_store_opts o = {.map_size = 1ull << 28};
     assert_int_equal(ingest_store_open(e->ctx, e->state, &o, &e->st), 0);
     assert_int_equal(ingest_index_open(e->st, e->bronze, &e->idx), 0);
     assert_int_equal(ingest_codec_create(e->ctx, 1, &e->codec), 0);
@@ -932,7 +932,7 @@ static int probe_store(const env *e, const char *vpath, const char *batch)
         ingest_ctx *ctx = ingest_ctx_create(NULL);
         ingest_store *st = NULL;
         ingest_index *idx = NULL;
-        const ingest_store_opts o = {1ull << 28, 0, INGEST_STORE_NOCREATE};
+        const ingest_store_opts o = {.map_size = 1ull << 28, .flags = INGEST_STORE_NOCREATE};
         if (ctx == NULL || ingest_store_open(ctx, e->state, &o, &st) < 0)
             _exit(101);
         if (ingest__store_write_begin(st, 1) < 0)

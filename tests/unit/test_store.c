@@ -2,6 +2,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <cmocka.h>
@@ -18,7 +19,7 @@
 
 #include "store.h"
 
-static const ingest_store_opts small_opts = { 256u << 20, 0, 0 };
+static const ingest_store_opts small_opts = { .map_size = 256u << 20 };
 
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -314,6 +315,151 @@ static void test_autocommit_and_kill(void **state)
     ingest_store_close(st);
 }
 
+/* ---- deferred tables ---- */
+
+typedef struct seen {
+    uint64_t n, last;
+    bool ordered;
+} seen;
+
+static int count_ordered(void *ud, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+    seen *sn = ud;
+    (void)val;
+    (void)vlen;
+    assert_int_equal(klen, 8);
+    const uint64_t k = ingest__get_be64(key);
+    if (sn->n > 0 && k <= sn->last)
+        sn->ordered = false;
+    sn->last = k;
+    sn->n++;
+    return 0;
+}
+
+static void test_deferred_table(void **state)
+{
+    fixture *f = *state;
+    /* A child writes a deferred table, flushes half way, and is killed:
+     * what was flushed is there, the rest is lost; a plain table beside it
+     * is durable at commit as always. */
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        ingest_ctx *ctx = ingest_ctx_create(NULL);
+        ingest_store *st = NULL;
+        ingest_store_opts o = small_opts;
+        ingest__dbi d, p;
+        uint8_t k[8];
+        char b[16];
+        size_t len = 0;
+        o.defer_max_writes = 1000;
+        if (ctx == NULL || ingest_store_open(ctx, f->sub, &o, &st) != 0 || ingest__store_db(st, "d", &d) != 0 ||
+            ingest__store_db(st, "p", &p) != 0 || ingest__store_defer(st, d) != 0)
+            _exit(3);
+        /* 300 keys in reverse order, key 7 written twice, key 8 deleted */
+        for (uint64_t i = 300; i-- > 0;) {
+            ingest__put_be64(k, i);
+            if (ingest__store_put(st, d, k, 8, "old", 3) != 0)
+                _exit(4);
+        }
+        ingest__put_be64(k, 7);
+        if (ingest__store_put(st, d, k, 8, "newer", 5) != 0 || ingest__store_get(st, d, k, 8, b, sizeof b, &len) != 0 ||
+            len != 5 || memcmp(b, "newer", 5) != 0)
+            _exit(5);
+        ingest__put_be64(k, 8);
+        if (ingest__store_del(st, d, k, 8) != 0 || ingest__store_get(st, d, k, 8, b, sizeof b, &len) != INGEST_ENOTFOUND ||
+            ingest__store_del(st, d, k, 8) != INGEST_ENOTFOUND)
+            _exit(6);
+        ingest__put_be64(k, 5000);
+        if (ingest__store_del(st, d, k, 8) != INGEST_ENOTFOUND)
+            _exit(7);
+        if (ingest_store_deferred(st, NULL) != 300 || ingest__store_put(st, p, "plain", 5, "x", 1) != 0 ||
+            ingest_store_commit(st) != 0 || ingest_store_deferred(st, NULL) != 300)
+            _exit(8);
+        if (ingest_store_flush(st) != 0 || ingest_store_deferred(st, NULL) != 0)
+            _exit(9);
+        /* after the flush: a deletion of a key now in LMDB, and 50 more keys never flushed */
+        ingest__put_be64(k, 9);
+        if (ingest__store_del(st, d, k, 8) != 0)
+            _exit(10);
+        for (uint64_t i = 1000; i < 1050; i++) {
+            ingest__put_be64(k, i);
+            if (ingest__store_put(st, d, k, 8, "lost", 4) != 0)
+                _exit(11);
+        }
+        if (ingest_store_deferred(st, NULL) != 51 || ingest_store_commit(st) != 0)
+            _exit(12);
+        raise(SIGKILL);
+        _exit(13);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFSIGNALED(status))
+        fail_msg("child exited %d", WEXITSTATUS(status));
+    ingest_store *st = NULL;
+    ingest__dbi d, p;
+    uint64_t n = 0;
+    uint8_t k[8];
+    char b[16];
+    size_t len = 0;
+    assert_int_equal(ingest_store_open(f->ctx, f->sub, &small_opts, &st), 0);
+    assert_int_equal(ingest__store_db(st, "d", &d), 0);
+    assert_int_equal(ingest__store_db(st, "p", &p), 0);
+    assert_int_equal(ingest__store_count(st, d, &n), 0);
+    assert_int_equal(n, 299); /* 300 - key 8; key 9's deletion and keys 1000.. were lost */
+    ingest__put_be64(k, 7);
+    assert_int_equal(ingest__store_get(st, d, k, 8, b, sizeof b, &len), 0);
+    assert_int_equal(len, 5);
+    assert_memory_equal(b, "newer", 5);
+    ingest__put_be64(k, 9);
+    assert_int_equal(ingest__store_get(st, d, k, 8, b, sizeof b, &len), 0);
+    ingest__put_be64(k, 1000);
+    assert_int_equal(ingest__store_get(st, d, k, 8, b, sizeof b, &len), INGEST_ENOTFOUND);
+    assert_int_equal(ingest__store_get(st, p, "plain", 5, b, sizeof b, &len), 0);
+    ingest_store_close(st);
+
+    /* In one process: the limit flushes by itself; count and iteration
+     * flush first and see every key in order; close flushes. */
+    ingest_store_opts o = small_opts;
+    o.defer_max_writes = 64;
+    assert_int_equal(ingest_store_open(f->ctx, f->sub, &o, &st), 0);
+    assert_int_equal(ingest__store_db(st, "d", &d), 0);
+    assert_int_equal(ingest__store_defer(st, d), 0);
+    for (uint64_t i = 2000; i < 2100; i++) {
+        ingest__put_be64(k, i ^ 0x55);
+        assert_int_equal(ingest__store_put(st, d, k, 8, "v", 1), 0);
+    }
+    assert_int_equal(ingest_store_deferred(st, NULL), 100 - 64);
+    double age = -1;
+    assert_int_equal(ingest_store_deferred(st, &age), 36);
+    assert_true(age >= 0 && age < 60);
+    seen sn = { 0, 0, true };
+    assert_int_equal(ingest__store_iter(st, d, NULL, 0, false, count_ordered, &sn), 0);
+    assert_int_equal(sn.n, 399);
+    assert_true(sn.ordered);
+    assert_int_equal(ingest_store_deferred(st, NULL), 0);
+    ingest__put_be64(k, 3000);
+    assert_int_equal(ingest__store_put(st, d, k, 8, "v", 1), 0);
+    assert_int_equal(ingest__store_count(st, d, &n), 0);
+    assert_int_equal(n, 400);
+    ingest__put_be64(k, 3001);
+    assert_int_equal(ingest__store_put(st, d, k, 8, "v", 1), 0);
+    /* a table cannot become deferred while writes wait */
+    ingest__dbi e;
+    assert_int_equal(ingest__store_db(st, "e", &e), 0);
+    assert_int_equal(ingest__store_defer(st, e), INGEST_EINVAL);
+    ingest_store_close(st);
+    assert_int_equal(ingest_store_open(f->ctx, f->sub, &small_opts, &st), 0);
+    assert_int_equal(ingest__store_db(st, "d", &d), 0);
+    assert_int_equal(ingest__store_count(st, d, &n), 0);
+    assert_int_equal(n, 401);
+    /* without defer_max_writes, defer is a no-op: writes are plain */
+    assert_int_equal(ingest__store_defer(st, d), 0);
+    assert_int_equal(ingest__store_put(st, d, "zz", 2, "v", 1), 0);
+    assert_int_equal(ingest_store_deferred(st, NULL), 0);
+    ingest_store_close(st);
+}
+
 /* ---- allocation failure ---- */
 
 typedef struct failing {
@@ -372,6 +518,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nocreate_rdonly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_iterate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_autocommit_and_kill, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deferred_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alloc_failure, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
