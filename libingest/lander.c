@@ -1617,11 +1617,17 @@ static int versions_db(ingest_lander *l)
 }
 
 /*
- * Commit step 1, run with the caller's lock released: every file durable
- * under its temporary name, and its identity (recorded in the index).
- * Batches of many files on one filesystem: one syncfs() for all of them
- * (and again in step 3 for renames, manifest and directories) instead of
- * an fsync per file and directory; syncfs reports writeback errors since
+ * Commit step 1, run with the caller's lock released: every file's data
+ * on disk under its temporary name, and its identity (recorded in the
+ * index).  Few files, or not all on the bronze root's filesystem: an fsync
+ * per file (and per directory in step 3).  A batch of many files on one
+ * filesystem: each file's data written and waited for with
+ * sync_file_range(), no journal commit; the one syncfs() of step 3 then
+ * commits the files' blocks, sizes and final names in one journal
+ * transaction, its cache flush covering the data written before.  A
+ * rename can reach the journal before that syncfs (another fsync on the
+ * filesystem, the journal's timer) but only after the data it names is
+ * written.  syncfs reports the writeback errors of the filesystem since
  * Linux 5.8.  Touches only the batch and its files.
  */
 static int sync_temps(ingest_lander_batch *b)
@@ -1649,12 +1655,6 @@ static int sync_temps(ingest_lander_batch *b)
         f->ident.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
     }
     b->syncfs = use_syncfs;
-    if (use_syncfs) {
-        if (syncfs(l->rootfd) < 0)
-            return sys_fail(b->ctx, errno, "syncfs", l->root);
-        b->stats.syncs++;
-        return 0;
-    }
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         split_path(f->landed, dir, sizeof dir, &name);
@@ -1663,12 +1663,16 @@ static int sync_temps(ingest_lander_batch *b)
         const int fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
             return sys_fail(b->ctx, errno, "open temporary file of", f->landed);
-        const int r = fsync(fd);
+        const int r = use_syncfs ? sync_file_range(fd, 0, 0,
+                                                    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                                                        SYNC_FILE_RANGE_WAIT_AFTER)
+                                 : fsync(fd);
         const int e = errno;
         close(fd);
         if (r < 0)
-            return sys_fail(b->ctx, e, "fsync", f->landed);
-        b->stats.syncs++;
+            return sys_fail(b->ctx, e, use_syncfs ? "write out" : "fsync", f->landed);
+        if (!use_syncfs)
+            b->stats.syncs++;
     }
     return 0;
 }

@@ -18,7 +18,7 @@
 /* Deferred writes: arena block size, and writes per flush transaction
  * (bounds the dirty pages LMDB holds in memory while a flush runs). */
 #define DEFER_BLOCK (1u << 20)
-#define DEFER_TXN_WRITES 8192u
+#define DEFER_TXN_WRITES 16384u
 #define DEFER_KEY_MAX 511u
 #define DEFER_VAL_MAX (1u << 16)
 
