@@ -11,7 +11,8 @@
 # Environment: SIZE (1GiB), RUNS (3), BENCH_DIR (parent of the work dir, /tmp),
 # TOOLS ("ours rsync-a rsync-az tar-zstd restic casync"; restic and casync are
 # reported as "not installed" when missing), VERIFY (first|all|none: checksum
-# the landed trees in the first run, every run, or never), LOOP (auto|0:
+# the landed trees in the first run, every run, or never), STAGES (auto|0:
+# `ingestctl bench stages` on the tree in each run: the ceiling), LOOP (auto|0:
 # loop-mounted ext4 per run when root), PERF (auto|0: one extra, uncounted run
 # of ours under perf record when perf works), RESULTS (output file,
 # bench/results.md; the SVG goes beside it, same name with .svg), KEEP=1 keeps
@@ -30,6 +31,7 @@ TOOLS=${TOOLS:-ours ours-metrics rsync-a rsync-az tar-zstd restic casync}
 VERIFY=${VERIFY:-first}
 LOOP=${LOOP:-auto}
 PERF=${PERF:-auto}
+STAGES=${STAGES:-auto}
 RESULTS=${RESULTS:-$HERE/results.md}
 SVG=${RESULTS%.md}.svg
 CTL=$BUILD/ingestctl
@@ -673,6 +675,28 @@ git -C "$TOP" --no-optional-locks diff --quiet HEAD -- libingest agent include 2
     CODE_REV="$CODE_REV with uncommitted changes in libingest/agent/include"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$(now_us)
+# ---- the ceiling: single-core cost of every stage the data must pass -------
+
+STAGE_NAMES="read chunk hash compress seal loopback open decompress verify land"
+# run_stages RUN: `ingestctl bench stages` over generation 0, landing into a
+# fresh filesystem; its seconds per stage go to the raw lines (tool stages)
+run_stages() {
+    local fs json st k v words=()
+    fresh_fs "stages-$1"; fs=$FS
+    json=$("$CTL" bench stages --land "$fs" "$W/gen0") || die "ingestctl bench stages failed (run $1)"
+    drop_fs "stages-$1"
+    st=$(echo "$json" | sed -n 's/.*"seconds":{\([^}]*\)}.*/\1/p')
+    for k in $STAGE_NAMES; do
+        v=$(echo "$st" | tr ',' '\n' | sed -n "s/^\"$k\":\([0-9.]*\)$/\1/p")
+        words+=("s_$k=${v:-n/a}")
+    done
+    for k in device_seconds core_seconds loopback_seconds total_seconds ceiling_mbps_2cores encoded_bytes; do
+        v=$(echo "$json" | tr ',{}' '\n\n\n' | sed -n "s/^\"$k\":\([0-9.]*\)$/\1/p")
+        words+=("$k=${v:-n/a}")
+    done
+    record stages "$1" stages "${words[@]}"
+}
+
 say "work dir $W, SIZE=$SIZE RUNS=$RUNS, landing into $FS_KIND"
 setup_keys
 "$CTL" bench gen --size "$SIZE" "$W/gen0" >/dev/null
@@ -689,6 +713,10 @@ say "generation 0: $GEN0_FILES files, $GEN0_BYTES bytes; generation 1: $GEN1_FIL
 
 for t in $TOOLS; do installed "$t" || say "$t is not installed: left out (make bench-deps installs it)"; done
 for run in $(seq 1 "$RUNS"); do
+    if [ "$STAGES" != 0 ] && has ours; then
+        say "run $run/$RUNS: stages (ingestctl bench stages)"
+        run_stages "$run"
+    fi
     for tool in $TOOLS; do
         installed "$tool" || continue
         say "run $run/$RUNS: $tool"
@@ -936,6 +964,29 @@ write_svg "$SVG_TMP"
             echo "Where the CPU seconds went (perf): not measured: $PERF_STATE."
         fi
         echo
+        if [ "$(med stages stages total_seconds)" != n/a ]; then
+            echo "## The ceiling"
+            echo
+            echo "\`ingestctl bench stages --land FS GEN0\` in each run (medians; FS a fresh filesystem like the tools'): the CPU seconds (user + system, one thread) generation 0 spends in each stage every byte must pass, one stage at a time. Their sum is the least CPU any ship of this tree doing this work can take, however its stages are spread over threads, so $(nproc) cores bound its MB/s at bytes / (sum / cores). It leaves out what a real ship adds (walk, manifests, framing, the index, syncs, waits between threads)."
+            echo
+            echo "| stage | side | CPU s | MB/s on one core |"
+            echo "|---|---|---|---|"
+            for k in $STAGE_NAMES; do
+                case $k in read|chunk|hash|compress|seal) sd=device ;; loopback) sd="both (socket copies)" ;; *) sd=core ;; esac
+                v=$(med stages stages "s_$k")
+                echo "| $k | $sd | $v | $(awk -v b="$GEN0_BYTES" -v s="$v" 'BEGIN { if (s == "n/a" || s == 0) print "n/a"; else printf "%.1f", b / s / 1e6 }') |"
+            done
+            tot=$(med stages stages total_seconds)
+            ceil=$(awk -v b="$GEN0_BYTES" -v s="$tot" -v c="$(nproc)" 'BEGIN { printf "%.1f", c * b / s / 1e6 }')
+            echo "| **sum** | device $(med stages stages device_seconds), core $(med stages stages core_seconds) | $tot | $(awk -v b="$GEN0_BYTES" -v s="$tot" 'BEGIN { printf "%.1f", b / s / 1e6 }') |"
+            echo
+            echo "Ceiling on $(nproc) cores: **$ceil MB/s**. Ours reached $(med ours initial mbps) MB/s, $(ratio "$(med ours initial mbps)" "$ceil")x of it."
+            if has rsync-az; then
+                t2=$(awk -v a="$(med rsync-az initial mbps)" 'BEGIN { printf "%.1f", 2 * a }')
+                echo "2x rsync -az is $t2 MB/s, $(ratio "$t2" "$ceil")x the ceiling$(awk -v a="$t2" -v c="$ceil" 'BEGIN { if (a + 0 > c + 0) print ": beyond what this work allows on these cores" }')."
+            fi
+            echo
+        fi
         echo "## Targets"
         echo
         echo "| target | measured | verdict |"
@@ -943,6 +994,11 @@ write_svg "$SVG_TMP"
         if has rsync-az; then
             r=$(ratio "$(med ours initial mbps)" "$(med rsync-az initial mbps)")
             echo "| ours >= 2x rsync -az MB/s (initial) | ${r}x | $(verdict "$r" '>=' 2) |"
+            if [ "$(med stages stages total_seconds)" != n/a ]; then
+                c2=$(awk -v b="$GEN0_BYTES" -v s="$(med stages stages total_seconds)" -v c="$(nproc)" 'BEGIN { printf "%.1f", c * b / s / 1e6 }')
+                r=$(ratio "$c2" "$(med rsync-az initial mbps)")
+                echo "| the ceiling (above) >= 2x rsync -az MB/s: can any design doing this work reach the target here? | ${r}x | $(verdict "$r" '>=' 2) |"
+            fi
             r=$(ratio "$(med ours incremental mbps)" "$(med rsync-az incremental mbps)")
             echo "| ours >= 2x rsync -az MB/s (incremental) | ${r}x | $(verdict "$r" '>=' 2) |"
         fi

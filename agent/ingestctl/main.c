@@ -17,6 +17,7 @@ static const struct command bench_commands[] = {
     { "scan", cmd_bench_scan, "bench scan DIR" },
     { "pipeline", cmd_bench_pipeline, "bench pipeline [--transport tcp] [--evolve] DIR" },
     { "fleet", cmd_bench_fleet, "bench fleet --devices N [--size SIZE] [--shared PCT] [--stagger DURATION] [--keep] [DIR]" },
+    { "stages", cmd_bench_stages, "bench stages [--level N] [--runs N] [--land DIR] TREE" },
     { "gen", cmd_bench_gen, "bench gen [--profile sensors] [--size BYTES] [--seed N] [--evolve] DIR" },
 };
 
@@ -28,7 +29,7 @@ static const struct command commands[] = {
     { "index", cmd_index, "index check DIR [--bronze DIR]" },
     { "keygen", cmd_keygen, "keygen NAME | keygen --dedup FILE" },
     { "status", cmd_status, "status [--json] [--socket PATH | --config AGENT.yaml]" },
-    { "bench", cmd_bench, "bench chunk|index|scan|pipeline|fleet|gen ..." },
+    { "bench", cmd_bench, "bench chunk|index|scan|pipeline|fleet|stages|gen ..." },
 };
 
 static void usage(FILE *f)
@@ -48,7 +49,7 @@ static int cmd_bench(int argc, char **argv)
         for (size_t i = 0; i < sizeof(bench_commands) / sizeof(bench_commands[0]); i++)
             if (strcmp(argv[1], bench_commands[i].name) == 0)
                 return bench_commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "ingestctl bench: expected one of: chunk, index, gen, scan, pipeline, fleet\n");
+    fprintf(stderr, "ingestctl bench: expected one of: chunk, index, gen, scan, pipeline, fleet, stages\n");
     return 2;
 }
 

@@ -55,6 +55,9 @@ for label in "ours (ingest-agent -> ingest-receiver)" "rsync -a (daemon)" "rsync
     echo "$v" | grep -Eq '^[0-9]+(\.[0-9]+)?$' || fail "no figures in the row of $label (initial MB/s '$v')"
 done
 grep -q '^## Targets$' "$R" || fail "no Targets section"
+grep -q '^## The ceiling$' "$R" || fail "no ceiling section"
+grep -Eq '^\| verify \| core \| [0-9.]+ \| [0-9.]+ \|$' "$R" || fail "no verify stage in the ceiling table"
+grep -Eq '^Ceiling on [0-9]+ cores: \*\*[0-9.]+ MB/s\*\*' "$R" || fail "no ceiling figure"
 grep -Eq "^\| incremental wire bytes <= 0\.5x casync's .* \| (met|NOT met) \|$" "$R" ||
     fail "no verdict on the casync target"
 grep -q '^## Where ours spends its time$' "$R" || fail "no per-stage section"
