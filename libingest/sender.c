@@ -153,6 +153,8 @@ struct ingest_sender_batch_s {
     /* chunk access */
     int cur_fd;
     size_t cur_file; /* SIZE_MAX: none */
+    uint64_t hint_file;     /* the file hint is about (UINT64_MAX: none) */
+    ingest_codec_hint hint; /* adaptive encoding of that file's chunks */
     uint8_t *raw;
     ingest_manifest_writer *mw;
 };
@@ -1165,6 +1167,7 @@ static ingest_sender_batch *batch_new(ingest_sender *s)
     b->ctx = s->ctx;
     b->cur_fd = -1;
     b->cur_file = SIZE_MAX;
+    b->hint_file = UINT64_MAX;
     ingest__buf_init(&b->paths, s->ctx, SIZE_MAX / 2);
     b->rootfd = ingest__malloc(s->ctx, s->nsrc * sizeof(int));
     if (b->rootfd == NULL) {
@@ -1415,5 +1418,9 @@ int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t ci, void *out, si
             return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: changed since it was chunked (chunk %" PRIu64
                                 " at offset %" PRIu64 ")", path, ci, b->offs[ci]);
     }
-    return ingest_codec_encode(b->s->codec, b->raw, c->len, out, cap, out_len);
+    if (b->hint_file != fi) {
+        b->hint_file = fi;
+        memset(&b->hint, 0, sizeof(b->hint));
+    }
+    return ingest_codec_encode_adaptive(b->s->codec, b->raw, c->len, out, cap, out_len, &b->hint);
 }

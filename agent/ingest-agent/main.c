@@ -869,7 +869,8 @@ int connect_core(agent *a)
     if (ingest_session_client_create(a->ctx, a->cfg->device_id, &a->key, a->receiver_pub, &a->ss) < 0)
         return -1;
     /* --once pipelines batches across acks; the daemon ships one batch at a time from its journal */
-    if (!a->daemon && ingest_session_set_features(a->ss, INGEST_SESSION_FEATURE_PIPELINE) < 0)
+    if (ingest_session_set_features(a->ss, INGEST_SESSION_FEATURE_SHUFFLE2 |
+                                               (a->daemon ? 0u : INGEST_SESSION_FEATURE_PIPELINE)) < 0)
         return -1;
     const int rc = ingest_session_handshake_fd(a->ss, a->fd, HANDSHAKE_TIMEOUT_MS);
     if (rc < 0) {
@@ -881,6 +882,11 @@ int connect_core(agent *a)
         return -1;
     }
     a->pipeline = (ingest_session_features(a->ss) & INGEST_SESSION_FEATURE_PIPELINE) != 0;
+    /* no chunk is being encoded while connecting: batches restart on a new session */
+    const unsigned filters =
+        (ingest_session_features(a->ss) & INGEST_SESSION_FEATURE_SHUFFLE2) ? INGEST_CODEC_FILTER_SHUFFLE2 : 0u;
+    if (ingest_codec_set_filters(a->codec, filters) < 0)
+        return -1;
     prog_log(INGEST_LOG_DEBUG, "connected to %s (%s%s)", a->cfg->core_address,
              ingest_session_cipher_name(ingest_session_cipher(a->ss)), a->pipeline ? ", pipelined" : "");
     return 0;

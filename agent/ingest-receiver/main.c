@@ -810,7 +810,7 @@ static void serve(conn *c)
         goto out;
     ingest_ctx_set_log(ctx, prog_lib_log, NULL, prog_log_level() >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
     if (ingest_session_server_create(ctx, &s->key, s->auth, &ss) < 0 ||
-        ingest_session_set_features(ss, INGEST_SESSION_FEATURE_PIPELINE) < 0)
+        ingest_session_set_features(ss, INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2) < 0)
         goto out;
     lk.ss = ss;
     int rc = ingest_session_handshake_fd(ss, c->fd, HANDSHAKE_TIMEOUT_MS);

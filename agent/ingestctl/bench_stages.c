@@ -13,7 +13,8 @@
  *   read        pread of every file from the page cache (1 MiB pieces)
  *   chunk       FastCDC boundaries (default parameters)
  *   hash        keyed BLAKE2b-256 chunk id (the device)
- *   compress    ingest_codec_encode at --level (zstd; raw when it does not shrink)
+ *   compress    ingest_codec_encode_adaptive at --level, the shuffle2 filter
+ *               allowed (what the agent does with a receiver of this version)
  *   seal        AEAD of each encoded chunk (AES-256-GCM when the CPU has
  *               it, else XChaCha20-Poly1305: what the session picks)
  *   loopback    the sealed bytes through a local socket pair, written and
@@ -86,6 +87,7 @@ typedef struct st {
     uint8_t key[32];
     crypto_aead_aes256gcm_state *aes_st;
     uint64_t nonce;
+    ingest_codec_hint hint;         /* adaptive encoding of the current file */
     int landfd;                     /* directory to land into, or -1 */
     double sec[S_N];
     uint64_t bytes, files, chunks, encoded;
@@ -242,8 +244,8 @@ static int window(st *s, const uint8_t *data, const size_t *starts, size_t c0, s
     for (size_t i = c0; i < c1; i++) {
         size_t el = 0;
         s->enc_off[i - c0] = off;
-        if (ingest_codec_encode(s->codec, data + starts[i], s->lens[i], s->enc + off, s->enc_cap - off - tag, &el) !=
-            0)
+        if (ingest_codec_encode_adaptive(s->codec, data + starts[i], s->lens[i], s->enc + off, s->enc_cap - off - tag,
+                                         &el, &s->hint) != 0)
             return -1;
         off += el + tag;
     }
@@ -341,6 +343,7 @@ static int one_file(st *s, const char *path, uint64_t file_no)
     s->sec[S_READ] += u - t;
     t = u;
     s->nlens = 0;
+    memset(&s->hint, 0, sizeof(s->hint));
     size_t pos = 0, start = 0;
     while (pos < len) {
         size_t used = 0;
@@ -487,7 +490,8 @@ int cmd_bench_stages(int argc, char **argv)
     s.dec_cap = cp.max;
     s.dec = malloc(s.dec_cap);
     if (s.ctx == NULL || s.piece == NULL || s.dec == NULL || ingest_chunker_create(s.ctx, &cp, &s.chunker) != 0 ||
-        ingest_codec_create(s.ctx, (int)level, &s.codec) != 0) {
+        ingest_codec_create(s.ctx, (int)level, &s.codec) != 0 ||
+        ingest_codec_set_filters(s.codec, INGEST_CODEC_FILTER_SHUFFLE2) != 0) {
         fprintf(stderr, "ingestctl bench stages: %s\n", s.ctx ? ingest_ctx_errmsg(s.ctx) : "out of memory");
         goto out;
     }

@@ -6,7 +6,8 @@
  *   offset size  field
  *   0      1     format version (1)
  *   1      1     method: 0 raw, 1 zstd, 2 zstd with dictionary
- *   2      2     reserved, zero
+ *   2      1     filter applied before zstd: 0 none, 1 shuffle2 (0 when raw)
+ *   3      1     reserved, zero
  *   4      4     dictionary id (0 unless method 2), little-endian
  *   8      4     raw length, little-endian (<= INGEST_CODEC_MAX_RAW)
  *   12     ...   payload (raw bytes, or one zstd frame)
@@ -35,6 +36,10 @@ extern "C" {
 #define INGEST_CODEC_METHOD_RAW 0
 #define INGEST_CODEC_METHOD_ZSTD 1
 #define INGEST_CODEC_METHOD_ZSTD_DICT 2
+/* Filters (header byte 2); a peer that decodes a filter says so in the session. */
+#define INGEST_CODEC_FILTER_NONE 0u
+#define INGEST_CODEC_FILTER_SHUFFLE2 1u
+#define INGEST_CODEC_FILTERS_ALL 1u
 /* Dictionaries larger than this are refused when loaded. */
 #define INGEST_DICT_MAX_BYTES (4u * 1024u * 1024u)
 
@@ -78,6 +83,38 @@ INGEST_API int ingest_codec_use_dict(ingest_codec *c, uint32_t dict_id);
  */
 INGEST_API int ingest_codec_encode(ingest_codec *c, const void *src, size_t n, void *dst, size_t cap,
                                    size_t *out_len);
+
+/*
+ * The filters ingest_codec_encode_adaptive may use: the bits the decoding
+ * side handles (INGEST_CODEC_FILTER_SHUFFLE2 is the filter's value as a bit:
+ * 1).  Default none.  Unknown bits: INGEST_EINVAL.
+ */
+INGEST_API int ingest_codec_set_filters(ingest_codec *c, unsigned filters);
+
+/*
+ * Per-stream (per-file) state of ingest_codec_encode_adaptive; zero it at
+ * the start of each file.
+ */
+typedef struct ingest_codec_hint {
+    unsigned mode;  /* INGEST_CODEC_HINT_* */
+    uint32_t left;  /* chunks until the next probe */
+} ingest_codec_hint;
+#define INGEST_CODEC_HINT_PROBE 0u
+#define INGEST_CODEC_HINT_PLAIN 1u
+#define INGEST_CODEC_HINT_SHUFFLE2 2u
+#define INGEST_CODEC_HINT_STORE 3u
+
+/*
+ * Like ingest_codec_encode, choosing per run of chunks (docs/compression.md,
+ * "Adaptive encoding"): the first chunk of a file is compressed with zstd
+ * alone; when that saves 20% or more the file stays so.  Otherwise, when
+ * the shuffle2 filter is allowed and the chunk is 4 KiB or more, it is
+ * tried too and kept for the next 64 chunks when it is 10% smaller; else,
+ * when zstd saved under 3%, the next 64 chunks are stored raw without
+ * trying.  Then it probes again.  hint NULL: ingest_codec_encode.
+ */
+INGEST_API int ingest_codec_encode_adaptive(ingest_codec *c, const void *src, size_t n, void *dst, size_t cap,
+                                            size_t *out_len, ingest_codec_hint *hint);
 
 /*
  * Raw length declared by an encoded chunk, after checking its header:

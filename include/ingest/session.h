@@ -127,8 +127,13 @@ enum {
  * proceeds.
  */
 #define INGEST_SESSION_FEATURE_PIPELINE 0x01u
+/*
+ * INGEST_SESSION_FEATURE_SHUFFLE2: the receiver decodes chunks encoded with
+ * the shuffle2 filter (INGEST_CODEC_FILTER_SHUFFLE2, docs/compression.md).
+ */
+#define INGEST_SESSION_FEATURE_SHUFFLE2 0x02u
 /* Every feature this library knows. */
-#define INGEST_SESSION_FEATURES_ALL INGEST_SESSION_FEATURE_PIPELINE
+#define INGEST_SESSION_FEATURES_ALL (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2)
 
 /* A piece of a frame's payload for ingest_session_sendv. */
 typedef struct ingest_iov {

@@ -2,7 +2,8 @@
  * Fuzz target for the chunk codec.  The input is decoded as an encoded
  * chunk by a codec holding a dictionary, with and without the id check;
  * then it is encoded as raw data, with and without the dictionary, and
- * must decode back to itself.  Any inconsistency aborts.
+ * with the adaptive encoder (shuffle2 allowed, forced on, forced to store),
+ * and must decode back to itself.  Any inconsistency aborts.
  *
  * The dictionary is trained at start-up from generated telemetry samples;
  * training is deterministic, so its id (and the seeds made with it in
@@ -114,6 +115,27 @@ static void fz_round_trip(const uint8_t *data, size_t size, uint32_t dict_id)
     CHECK(n == size && (size == 0 || memcmp(fz_out, data, size) == 0));
 }
 
+/* Adaptive encoding from each starting policy: the result decodes back. */
+static void fz_adaptive(const uint8_t *data, size_t size)
+{
+    size_t zlen = 0, n = 0;
+    uint8_t id[INGEST_ID_BYTES];
+    if (size > OUT_CAP)
+        size = OUT_CAP;
+    CHECK(ingest_codec_use_dict(fz_codec, 0) == 0);
+    CHECK(ingest_codec_set_filters(fz_codec, INGEST_CODEC_FILTER_SHUFFLE2) == 0);
+    ingest_chunk_id(fz_key, data, size, id);
+    for (unsigned mode = INGEST_CODEC_HINT_PROBE; mode <= INGEST_CODEC_HINT_STORE; mode++) {
+        ingest_codec_hint h = { mode, mode == INGEST_CODEC_HINT_PROBE ? 0u : 1u };
+        CHECK(ingest_codec_encode_adaptive(fz_codec, data, size, fz_enc, sizeof(fz_enc), &zlen, &h) == 0);
+        CHECK(zlen <= ingest_codec_bound(size));
+        CHECK(fz_enc[2] == INGEST_CODEC_FILTER_NONE || fz_enc[1] != INGEST_CODEC_METHOD_RAW);
+        CHECK(ingest_codec_decode(fz_codec, fz_enc, zlen, fz_out, OUT_CAP, &n, fz_key, id) == 0);
+        CHECK(n == size && (size == 0 || memcmp(fz_out, data, size) == 0));
+    }
+    CHECK(ingest_codec_set_filters(fz_codec, 0) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -122,5 +144,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz_decode(data, size);
     fz_round_trip(data, size, 0);
     fz_round_trip(data, size, fz_dict_id);
+    fz_adaptive(data, size);
     return 0;
 }

@@ -39,3 +39,14 @@ rc=0; "$CTL" bench stages --runs 0 "$T/tree" 2> "$T/err" || rc=$?
 rc=0; "$CTL" bench stages "$T/nope" 2> "$T/err" || rc=$?
 [ $rc -eq 1 ] && grep -q "nope" "$T/err" || fail "missing tree: exit $rc, $(cat "$T/err")"
 pass "bench stages: no --land gives land null; bad --runs exits 2; a missing tree exits 1 naming it"
+
+# The agent encodes as bench stages does (adaptive, shuffle2 agreed with the
+# receiver): the chunk bytes of a real ship of the tree are the same.
+setup_keys
+write_receiver_config 'layout: "{device}/{path}"'
+start_receiver
+write_agent_config dev1 "$T/tree"
+ship dev1
+[ "$(field dev1 chunk_bytes)" = "$enc" ] || fail "the agent sent $(field dev1 chunk_bytes) bytes of chunks, bench stages encoded $enc"
+same_tree "$T/tree" "$(landed_root dev1)/tree"
+pass "a ship of the tree sends the $enc chunk bytes bench stages encoded, and lands it byte for byte"

@@ -605,6 +605,159 @@ static void test_id_mismatch(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* ---- shuffle2 and adaptive encoding ------------------------------------- */
+
+/* A slowly varying int16 signal (little-endian samples), n bytes. */
+static void gen_signal(uint8_t *p, size_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 3;
+    int v = 0;
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        v += (int)(rng_next(&s) % 41) - 20;
+        if (v > 30000 || v < -30000)
+            v /= 2;
+        p[i] = (uint8_t)(v & 0xff);
+        p[i + 1] = (uint8_t)((unsigned)v >> 8);
+    }
+    if (n & 1)
+        p[n - 1] = 0x5a;
+}
+
+/* adaptive encode of src with hint, decode with the id check; returns the encoded size, *filter and *method set */
+static size_t adaptive_trip(ingest_codec *c, ingest_codec *dec, const uint8_t *src, size_t n, ingest_codec_hint *h,
+                            unsigned *filter, unsigned *method)
+{
+    uint8_t *z = malloc(ingest_codec_bound(n));
+    uint8_t *back = malloc(n);
+    size_t zlen = 0, blen = 0;
+    uint8_t id[INGEST_ID_BYTES];
+    assert_non_null(z);
+    assert_non_null(back);
+    assert_int_equal(ingest_codec_encode_adaptive(c, src, n, z, ingest_codec_bound(n), &zlen, h), 0);
+    *method = z[1];
+    *filter = z[2];
+    assert_int_equal(z[3], 0);
+    ingest_chunk_id(test_key, src, n, id);
+    assert_int_equal(ingest_codec_decode(dec, z, zlen, back, n, &blen, test_key, id), 0);
+    assert_int_equal(blen, n);
+    assert_memory_equal(back, src, n);
+    free(z);
+    free(back);
+    return zlen;
+}
+
+static void test_shuffle2_adaptive(void **state)
+{
+    (void)state;
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_codec *c = NULL, *dec = NULL;
+    assert_int_equal(ingest_codec_create(ctx, 1, &c), 0);
+    assert_int_equal(ingest_codec_create(ctx, 1, &dec), 0);
+    const size_t n = 65537; /* odd: the last byte stays in place */
+    uint8_t *sig = malloc(n), *csv = malloc(n), *rnd = malloc(n), *z = malloc(ingest_codec_bound(n));
+    assert_non_null(sig);
+    assert_non_null(csv);
+    assert_non_null(rnd);
+    assert_non_null(z);
+    gen_signal(sig, n, 1);
+    gen_csv(csv, n, 2);
+    uint64_t s = 99;
+    for (size_t i = 0; i < n; i++)
+        rnd[i] = (uint8_t)rng_next(&s);
+    unsigned filter, method;
+    size_t plain = 0;
+    assert_int_equal(ingest_codec_encode(c, sig, n, z, ingest_codec_bound(n), &plain), 0);
+    assert_int_equal(z[2], INGEST_CODEC_FILTER_NONE);
+
+    /* not allowed (the peer did not agree): never filtered, and the probe settles on zstd alone */
+    ingest_codec_hint h = { 0, 0 };
+    assert_int_equal(adaptive_trip(c, dec, sig, n, &h, &filter, &method), plain);
+    assert_int_equal(filter, INGEST_CODEC_FILTER_NONE);
+    assert_int_not_equal(h.mode, INGEST_CODEC_HINT_SHUFFLE2);
+
+    /* allowed: the signal's first chunk is tried filtered, which wins by far, and the file keeps it */
+    assert_int_equal(ingest_codec_set_filters(c, 0x80), INGEST_EINVAL);
+    assert_int_equal(ingest_codec_set_filters(c, INGEST_CODEC_FILTER_SHUFFLE2), 0);
+    memset(&h, 0, sizeof h);
+    const size_t f1 = adaptive_trip(c, dec, sig, n, &h, &filter, &method);
+    assert_int_equal(filter, INGEST_CODEC_FILTER_SHUFFLE2);
+    assert_int_equal(method, INGEST_CODEC_METHOD_ZSTD);
+    assert_int_equal(h.mode, INGEST_CODEC_HINT_SHUFFLE2);
+    assert_true(f1 < plain * 9 / 10);
+    for (int i = 0; i < 3; i++) {
+        gen_signal(sig, n, 10 + (uint64_t)i);
+        adaptive_trip(c, dec, sig, n, &h, &filter, &method);
+        assert_int_equal(filter, INGEST_CODEC_FILTER_SHUFFLE2);
+    }
+    assert_int_equal(h.left, 64 - 3);
+    /* a filtered chunk that does not shrink is stored raw and unfiltered */
+    h.mode = INGEST_CODEC_HINT_SHUFFLE2;
+    adaptive_trip(c, dec, rnd, n, &h, &filter, &method);
+    assert_int_equal(method, INGEST_CODEC_METHOD_RAW);
+    assert_int_equal(filter, INGEST_CODEC_FILTER_NONE);
+
+    /* text compresses well alone: plain for good, never filtered */
+    memset(&h, 0, sizeof h);
+    adaptive_trip(c, dec, csv, n, &h, &filter, &method);
+    assert_int_equal(h.mode, INGEST_CODEC_HINT_PLAIN);
+    assert_int_equal(filter, INGEST_CODEC_FILTER_NONE);
+    assert_int_equal(method, INGEST_CODEC_METHOD_ZSTD);
+
+    /* random bytes: the probe stores them, then 64 chunks are stored without trying, then it probes again */
+    memset(&h, 0, sizeof h);
+    adaptive_trip(c, dec, rnd, n, &h, &filter, &method);
+    assert_int_equal(h.mode, INGEST_CODEC_HINT_STORE);
+    assert_int_equal(method, INGEST_CODEC_METHOD_RAW);
+    for (int i = 0; i < 64; i++) {
+        adaptive_trip(c, dec, csv, n, &h, &filter, &method); /* compressible, but stored: no probe yet */
+        assert_int_equal(method, INGEST_CODEC_METHOD_RAW);
+    }
+    assert_int_equal(h.left, 0);
+    adaptive_trip(c, dec, csv, n, &h, &filter, &method);
+    assert_int_equal(method, INGEST_CODEC_METHOD_ZSTD);
+    assert_int_equal(h.mode, INGEST_CODEC_HINT_PLAIN);
+    /* small chunks are not tried filtered */
+    memset(&h, 0, sizeof h);
+    gen_signal(sig, 2000, 5);
+    adaptive_trip(c, dec, sig, 2000, &h, &filter, &method);
+    assert_int_equal(filter, INGEST_CODEC_FILTER_NONE);
+    /* hint NULL is plain ingest_codec_encode */
+    size_t zl = 0;
+    gen_signal(sig, n, 1);
+    assert_int_equal(ingest_codec_encode_adaptive(c, sig, n, z, ingest_codec_bound(n), &zl, NULL), 0);
+    assert_int_equal(zl, plain);
+
+    /* hostile headers: unknown filter, filter on a raw payload, reserved byte 3, raw length over cap */
+    memset(&h, 0, sizeof h);
+    assert_int_equal(ingest_codec_encode_adaptive(c, sig, n, z, ingest_codec_bound(n), &zl, &h), 0);
+    assert_int_equal(z[2], INGEST_CODEC_FILTER_SHUFFLE2);
+    uint8_t *back = malloc(n);
+    size_t blen = 0;
+    assert_non_null(back);
+    z[2] = 2;
+    assert_int_equal(ingest_codec_decode(dec, z, zl, back, n, &blen, NULL, NULL), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown filter 2 at offset 2"));
+    z[2] = 1;
+    z[3] = 7;
+    assert_int_equal(ingest_codec_decode(dec, z, zl, back, n, &blen, NULL, NULL), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "reserved byte at offset 3"));
+    z[3] = 0;
+    assert_int_equal(ingest_codec_decode(dec, z, zl, back, n - 1, &blen, NULL, NULL), INGEST_ETOOBIG);
+    assert_int_equal(ingest_codec_encode(c, rnd, n, z, ingest_codec_bound(n), &zl), 0);
+    assert_int_equal(z[1], INGEST_CODEC_METHOD_RAW);
+    z[2] = 1;
+    assert_int_equal(ingest_codec_decode(dec, z, zl, back, n, &blen, NULL, NULL), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "on a raw payload"));
+    free(back);
+    free(sig);
+    free(csv);
+    free(rnd);
+    free(z);
+    ingest_codec_destroy(c);
+    ingest_codec_destroy(dec);
+    ingest_ctx_destroy(ctx);
+}
+
 static void test_alloc_failure_create(void **state)
 {
     (void)state;
@@ -757,6 +910,7 @@ int main(void)
         cmocka_unit_test(test_header_errors),
         cmocka_unit_test(test_frame_without_size),
         cmocka_unit_test(test_id_mismatch),
+        cmocka_unit_test(test_shuffle2_adaptive),
         cmocka_unit_test(test_alloc_failure_create),
         cmocka_unit_test(test_alloc_failure_ops),
         cmocka_unit_test(test_alloc_failure_train),
