@@ -915,6 +915,26 @@ out:
     return ret;
 }
 
+/*
+ * The walk's state for rebuild or catch-up, its path at the manifests
+ * directory (*len its length; 0 when the bronze root is too long).  NULL
+ * (detail in ctx) when out of memory.
+ */
+static rebuild_state *walk_state(ingest_index *idx, ingest_index_stats *stats, bool catch_up, size_t *len)
+{
+    rebuild_state *const rs = ingest__calloc(idx->ctx, 1, sizeof(*rs));
+    if (rs == NULL) {
+        ingest__fail(idx->ctx, INGEST_ENOMEM, "index %s: out of memory", catch_up ? "catch-up" : "rebuild");
+        return NULL;
+    }
+    rs->idx = idx;
+    rs->stats = stats;
+    rs->catch_up = catch_up;
+    const int n = snprintf(rs->path, sizeof(rs->path), "%s/_manifests", idx->bronze);
+    *len = n < 0 || (size_t)n >= sizeof(rs->path) ? 0 : (size_t)n;
+    return rs;
+}
+
 int ingest_index_rebuild(ingest_index *idx, ingest_index_stats *stats)
 {
     if (idx == NULL)
@@ -936,21 +956,15 @@ int ingest_index_rebuild(ingest_index *idx, ingest_index_stats *stats)
         (ret = meta_put_u64(idx, META_NEXT_FILE, 1)) < 0 || (ret = ingest_store_flush(st)) < 0)
         return ret;
 
-    rebuild_state *const rs = ingest__calloc(idx->ctx, 1, sizeof(*rs));
+    size_t n = 0;
+    rebuild_state *const rs = walk_state(idx, stats, false, &n);
     if (rs == NULL)
-        return ingest__fail(idx->ctx, INGEST_ENOMEM, "index rebuild: out of memory");
-    rs->idx = idx;
-    rs->stats = stats;
-    const int n = snprintf(rs->path, sizeof(rs->path), "%s/_manifests", idx->bronze);
-    if (n < 0 || (size_t)n >= sizeof(rs->path)) {
-        ret = ingest__fail(idx->ctx, INGEST_ETOOBIG, "index rebuild: bronze root too long");
-        goto out;
-    }
+        return INGEST_ENOMEM;
     /* The rebuild is redone from the start after a crash, so its commits
      * need not be synced one by one: one sync at the end. */
     if ((ret = ingest__store_set_sync(st, false)) < 0)
         goto out;
-    ret = walk(rs, (size_t)n, 0);
+    ret = n == 0 ? ingest__fail(idx->ctx, INGEST_ETOOBIG, "index rebuild: bronze root too long") : walk(rs, n, 0);
     if (ret == 0)
         ret = ingest_store_flush(st);
     const int sret = ingest__store_set_sync(st, true);
@@ -985,17 +999,14 @@ int ingest_index_catch_up(ingest_index *idx, ingest_index_stats *stats)
     memset(stats, 0, sizeof(*stats));
     if (idx->bronze == NULL)
         return ingest__fail(idx->ctx, INGEST_EINVAL, "index catch-up: no bronze root");
-    rebuild_state *const rs = ingest__calloc(idx->ctx, 1, sizeof(*rs));
+    size_t n = 0;
+    rebuild_state *const rs = walk_state(idx, stats, true, &n);
     if (rs == NULL)
-        return ingest__fail(idx->ctx, INGEST_ENOMEM, "index catch-up: out of memory");
-    rs->idx = idx;
-    rs->stats = stats;
-    rs->catch_up = true;
+        return INGEST_ENOMEM;
     int ret;
-    const int n = snprintf(rs->path, sizeof(rs->path), "%s/_manifests", idx->bronze);
-    if (n < 0 || (size_t)n >= sizeof(rs->path))
+    if (n == 0)
         ret = ingest__fail(idx->ctx, INGEST_ETOOBIG, "index catch-up: bronze root too long");
-    else if ((ret = walk(rs, (size_t)n, 0)) == 0)
+    else if ((ret = walk(rs, n, 0)) == 0)
         ret = ingest_store_flush(idx->st);
     ingest__free(idx->ctx, rs);
     return ret;
