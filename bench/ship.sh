@@ -712,12 +712,14 @@ FS_BYTES=$(( (FS_BYTES + 1048575) / 1048576 * 1048576 ))
 say "generation 0: $GEN0_FILES files, $GEN0_BYTES bytes; generation 1: $GEN1_FILES files, $GEN1_BYTES bytes"
 
 for t in $TOOLS; do installed "$t" || say "$t is not installed: left out (make bench-deps installs it)"; done
+# The order rotates: run r starts with the r-th tool.  Whoever runs right
+# after a filesystem of a GiB was dropped pays for fresh page-cache pages
+# (on this VM freed memory goes back to the host), so no tool is always
+# the one that follows another's teardown.
+read -r -a TOOL_LIST <<< "$TOOLS"
 for run in $(seq 1 "$RUNS"); do
-    if [ "$STAGES" != 0 ] && has ours; then
-        say "run $run/$RUNS: stages (ingestctl bench stages)"
-        run_stages "$run"
-    fi
-    for tool in $TOOLS; do
+    for ((ti = 0; ti < ${#TOOL_LIST[@]}; ti++)); do
+        tool=${TOOL_LIST[$(( (ti + run - 1) % ${#TOOL_LIST[@]} ))]}
         installed "$tool" || continue
         say "run $run/$RUNS: $tool"
         case $tool in
@@ -728,6 +730,10 @@ for run in $(seq 1 "$RUNS"); do
             restic|casync) run_repo "$tool" "$run" ;;
         esac
     done
+    if [ "$STAGES" != 0 ] && has ours; then
+        say "run $run/$RUNS: stages (ingestctl bench stages)"
+        run_stages "$run"
+    fi
 done
 T_END=$(now_us)
 if has ours && perf_probe; then
@@ -885,7 +891,7 @@ write_svg "$SVG_TMP"
     echo "- machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo) RAM, Linux $(uname -r)"
     echo "- load average (1/5/15 min): $LOAD_START at start, $LOAD_END at end (the machine is shared)"
     echo "- tree: SIZE=$SIZE, generation 0 $GEN0_FILES files / $GEN0_BYTES bytes; generation 1 (ingestctl bench gen --evolve) $GEN1_FILES files / $GEN1_BYTES bytes"
-    echo "- runs: $RUNS, tools interleaved in each run ($TOOLS); each tool lands into $FS_KIND"
+    echo "- runs: $RUNS, tools interleaved in each run ($TOOLS), the order rotating by one tool per run (run r starts with the r-th), then \`ingestctl bench stages\`; each tool lands into $FS_KIND"
     echo "- tools: $(tool_versions)"
     for t in $TOOLS; do installed "$t" || echo "- $t: not installed (make bench-deps), left out"; done
     if [ ${#VERIFIED[@]} -gt 0 ]; then
