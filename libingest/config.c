@@ -478,7 +478,7 @@ static const cfg_row receiver_rows[] = {
     { .name = "idle_timeout", .type = T_DURATION, .def = "60s", FIELD(R, idle_timeout_ms),
       .min = SEC, .max = 24 * HOUR, .desc = "Close a device session silent this long" },
     { .name = "index.flush_interval", .type = T_DURATION, .def = "30s", FIELD(R, index_flush_interval_ms),
-      .min = 10, .max = 24 * HOUR,
+      .min = SEC, .max = 24 * HOUR,
       .desc = "Write the chunk index's new entries to disk at least this often (a crash replays them from the manifests)" },
     { .name = "index.flush_entries", .type = T_INT, .def = "65536", FIELD(R, index_flush_entries), .min = 1,
       .max = 4194304, .desc = "Write the chunk index's new entries to disk once this many are waiting" },

@@ -25,6 +25,7 @@
 #define ABSPATH_MAX (2 * RELPATH_MAX + 2)
 #define WALK_DEPTH_MAX 16
 #define WALK_ENTRIES_MAX 1000000u
+#define VERSION_KEY_MAX 511u /* LMDB's key bound (Debian's build) */
 
 #define META_INDEX_FORMAT "index.format"
 #define META_NEXT_FILE "index.next_file"
@@ -694,8 +695,8 @@ static int manifest_validate(ingest_index *idx, const char *mpath)
 static int version_at_least(ingest_index *idx, const char *landed, uint64_t version)
 {
     const size_t n = strlen(landed);
-    if (n > RELPATH_MAX)
-        return 0;
+    if (n > VERSION_KEY_MAX)
+        return 0; /* the lander keys versions by the path: LMDB takes no longer key */
     uint8_t v[8];
     size_t vl = 0;
     const int rc = ingest__store_get(idx->st, idx->versions, landed, n, v, sizeof v, &vl);
@@ -731,15 +732,15 @@ static int manifest_apply(rebuild_state *rs, const char *mpath)
             active = false;
             if (rec.landed == NULL || rec.landed[0] == '\0')
                 continue;
-            if (rec.version > 0 && !ingest__store_readonly(idx->st) &&
-                (rc = version_at_least(idx, rec.landed, rec.version)) < 0)
-                goto out;
             if (!relpath_ok(rec.landed, strlen(rec.landed))) {
                 rs->stats->bad++;
                 ingest__log(idx->ctx, INGEST_LOG_WARN, "index rebuild: %s: landed path '%.200s' rejected", mpath,
                             rec.landed);
                 continue;
             }
+            if (rec.version > 0 && !ingest__store_readonly(idx->st) &&
+                (rc = version_at_least(idx, rec.landed, rec.version)) < 0)
+                goto out;
             snprintf(rs->fpath, sizeof(rs->fpath), "%s/%s", idx->bronze, rec.landed);
             struct stat sb;
             if (stat(rs->fpath, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != rec.size ||
@@ -878,7 +879,8 @@ static int walk(rebuild_state *rs, size_t len, int depth)
                     memcpy(batch, names[i], bl);
                     batch[bl] = '\0';
                     const int m = ingest_index_batch_landed(rs->idx, device, batch);
-                    if (m < 0 && m != INGEST_EINVAL) {
+                    /* a malformed mark counts as none: the manifest is applied again */
+                    if (m < 0 && m != INGEST_EINVAL && m != INGEST_ECORRUPT) {
                         ret = m;
                         goto out;
                     }

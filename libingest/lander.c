@@ -1683,7 +1683,9 @@ static int sync_temps(ingest_lander_batch *b)
  * in one locked step, so a batch landing the same path later gets the next
  * version and renames after us: the newest version is the one left in
  * place.  The counter is stored before the rename: a rename that fails
- * leaves a gap in the numbers, never a landed version without a record.
+ * leaves a gap in the numbers, never a landed version without a record
+ * (in a store that defers the index's writes, until a crash: see
+ * docs/landing.md).
  * commit_now: commit the store before the caller's lock is released (see
  * settle).
  */

@@ -20,6 +20,8 @@
 #define DEFER_BLOCK (1u << 20)
 #define DEFER_TXN_WRITES 16384u
 #define DEFER_KEY_MAX 511u
+/* Flush once the arena holds this much (rewrites of one key add records). */
+#define DEFER_BYTES_MAX (64u << 20)
 #define DEFER_VAL_MAX (1u << 16)
 
 /*
@@ -53,6 +55,7 @@ typedef struct defer_set {
     dblock *blocks;   /* newest first */
     size_t bytes;     /* arena bytes in use */
     size_t max;       /* flush past this many keys (opts.defer_max_writes) */
+    size_t next_try;  /* keys at which an automatic flush is tried (after a failure: twice as many) */
     struct timespec since; /* the oldest unflushed write */
 } defer_set;
 
@@ -202,6 +205,11 @@ static int dput(ingest_store *st, int slot, const void *key, size_t klen, const 
     if (klen == 0 || klen > DEFER_KEY_MAX || vlen > DEFER_VAL_MAX)
         return ingest__fail(st->ctx, INGEST_EINVAL, "store %s: deferred write: key of %zu or value of %zu bytes",
                             st->dir, klen, vlen);
+    /* flushes keep failing (a full disk): refuse more rather than grow without bound */
+    if (d->n >= 4 * d->max || d->bytes >= 4 * (size_t)DEFER_BYTES_MAX)
+        return ingest__fail(st->ctx, INGEST_ENOSPC,
+                            "store %s: %zu deferred writes (%zu bytes) wait and could not be flushed", st->dir, d->n,
+                            d->bytes);
     if ((d->n + 1) * 2 > d->cap)
         INGEST__FORWARD(dgrow(st));
     const size_t need = (sizeof(drec) + klen + vlen + 7) & ~(size_t)7;
@@ -232,8 +240,12 @@ static int dput(ingest_store *st, int slot, const void *key, size_t klen, const 
         d->tab[i].h = h;
     }
     d->tab[i].r = r; /* a replaced record stays in the arena until the flush */
-    if (d->n >= d->max)
-        return ingest_store_flush(st);
+    if (d->n >= d->next_try || d->bytes >= DEFER_BYTES_MAX) {
+        const int rc = ingest_store_flush(st);
+        if (rc < 0) /* the write is kept; the next automatic try waits for twice as many keys */
+            d->next_try = 2 * d->n;
+        return rc;
+    }
     return 0;
 }
 
@@ -322,8 +334,10 @@ int ingest_store_flush(ingest_store *st)
         }
     }
     ingest__free(st->ctx, v);
-    if (ret == 0)
+    if (ret == 0) {
         dreset(st);
+        d->next_try = d->max;
+    }
     return ret;
 }
 
@@ -676,6 +690,7 @@ int ingest_store_open(ingest_ctx *ctx, const char *dir, const ingest_store_opts 
     st->txn_max = opts != NULL && opts->txn_max_writes > 0 ? opts->txn_max_writes : STORE_DEFAULT_TXN;
     st->flags = opts != NULL ? opts->flags : 0;
     st->df.max = opts != NULL ? opts->defer_max_writes : 0;
+    st->df.next_try = st->df.max;
     if (st->flags & INGEST_STORE_RDONLY)
         st->flags |= INGEST_STORE_NOCREATE;
     const uint64_t map = opts != NULL && opts->map_size > 0 ? opts->map_size : STORE_DEFAULT_MAP;

@@ -209,6 +209,35 @@ int prog_write_file_atomic(const char *path, const char *text)
     return 0;
 }
 
+int prog_write_file_durable(const char *path, const char *text)
+{
+    char tmp[4096], dir[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    const size_t n = strlen(text);
+    const int ok = write(fd, text, n) == (ssize_t)n && fsync(fd) == 0;
+    if (close(fd) != 0 || !ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        slash[1] = '\0';
+    else if (slash != NULL)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof(dir), ".");
+    const int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return -1;
+    const int r = fsync(dfd);
+    close(dfd);
+    return r;
+}
+
 static int print_key(void *ud, const ingest_config_key *k)
 {
     (void)ud;

@@ -52,5 +52,7 @@ void prog_write_all(int fd, const void *p, size_t n);
 
 /* Write text to path atomically (temporary file + rename); 0 or -1. */
 int prog_write_file_atomic(const char *path, const char *text);
+/* The same, and durable: the file fsynced before the rename, its directory after; 0 or -1. */
+int prog_write_file_durable(const char *path, const char *text);
 
 #endif

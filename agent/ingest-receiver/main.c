@@ -285,13 +285,18 @@ static int catch_up_index(server *s)
 
 /*
  * Write the index entries waiting in memory when the oldest is older than
- * index.flush_interval (force: whatever their age).  Takes land_lock: no
- * lander has a store transaction open then.  0, or -1 logged.
+ * index.flush_interval (force: whatever their age).  Under land_lock: no
+ * lander has a store transaction open then (not forced: only if the lock
+ * is free).  0, or -1 logged.
  */
 static int flush_index(server *s, int force)
 {
     int rc = 0;
-    pthread_mutex_lock(&s->land_lock);
+    /* the periodic check does not queue behind a lander: it tries again in a second */
+    if (force)
+        pthread_mutex_lock(&s->land_lock);
+    else if (pthread_mutex_trylock(&s->land_lock) != 0)
+        return 0;
     double age = 0;
     const size_t n = ingest_store_deferred(s->st, &age);
     if (n > 0 && (force || age * 1000.0 >= (double)s->cfg->index_flush_interval_ms)) {
@@ -306,12 +311,20 @@ static int flush_index(server *s, int force)
     return rc < 0 ? -1 : 0;
 }
 
-static void running_marker(server *s, int set)
+/*
+ * Set (durably: the index's writes wait in memory, and only this marker
+ * makes the next start catch them up after a power cut) or clear the
+ * marker.  0, or -1 logged.
+ */
+static int running_marker(server *s, int set)
 {
     char marker[4200];
     snprintf(marker, sizeof(marker), "%s/%s", s->cfg->state_dir, RUNNING_MARKER);
-    if (set ? prog_write_file_atomic(marker, "running\n") != 0 : unlink(marker) != 0 && errno != ENOENT)
-        prog_log(INGEST_LOG_WARN, "%s: %s", marker, strerror(errno));
+    if (set ? prog_write_file_durable(marker, "running\n") != 0 : unlink(marker) != 0 && errno != ENOENT) {
+        prog_log(set ? INGEST_LOG_ERROR : INGEST_LOG_WARN, "%s: %s", marker, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- one connection ---------------------------------------------------- */
@@ -1247,7 +1260,8 @@ int main(int argc, char **argv)
     }
     if (sweep_after_crash(&s) && catch_up_index(&s) != 0)
         goto out;
-    running_marker(&s, 1);
+    if (running_marker(&s, 1) != 0)
+        goto out;
     char bound[300], err[512];
     lfd = prog_listen(s.cfg->listen, bound, sizeof(bound), err, sizeof(err));
     if (lfd < 0) {

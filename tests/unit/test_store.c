@@ -453,6 +453,42 @@ static void test_deferred_table(void **state)
     assert_int_equal(ingest__store_db(st, "d", &d), 0);
     assert_int_equal(ingest__store_count(st, d, &n), 0);
     assert_int_equal(n, 401);
+    /* a flush that fails (the map is full): the write is kept and the error returned, the next
+     * automatic try waits for twice as many keys, and past 4x the limit writes are refused */
+    {
+        char sub2[128];
+        snprintf(sub2, sizeof sub2, "%s/small", f->dir);
+        ingest_store_opts so = { .map_size = 256u << 10, .defer_max_writes = 8 };
+        ingest_store *s2 = NULL;
+        ingest__dbi d2;
+        static uint8_t big[60000];
+        memset(big, 0x42, sizeof big);
+        assert_int_equal(ingest_store_open(f->ctx, sub2, &so, &s2), 0);
+        assert_int_equal(ingest__store_db(s2, "d", &d2), 0);
+        assert_int_equal(ingest__store_defer(s2, d2), 0);
+        int failed_at = -1, refused_at = -1;
+        for (uint64_t i = 0; i < 40; i++) {
+            ingest__put_be64(k, i);
+            const int rc = ingest__store_put(s2, d2, k, 8, big, sizeof big);
+            if (rc == INGEST_ENOSPC && failed_at < 0)
+                failed_at = (int)i;
+            if (rc == INGEST_ENOSPC && strstr(ingest_ctx_errmsg(f->ctx), "could not be flushed") != NULL) {
+                refused_at = (int)i;
+                break;
+            }
+            /* between the failed try at 8 keys and the next at 16, writes are kept without trying */
+            if (i > 7 && i < 15)
+                assert_int_equal(rc, 0);
+        }
+        assert_int_equal(failed_at, 7);
+        assert_int_equal(refused_at, 32);
+        assert_int_equal(ingest_store_deferred(s2, NULL), 32);
+        ingest__put_be64(k, 3);
+        char b1[4];
+        assert_int_equal(ingest__store_get(s2, d2, k, 8, b1, sizeof b1, &len), 0); /* kept in memory */
+        assert_int_equal(len, sizeof big);
+        ingest_store_close(s2);
+    }
     /* without defer_max_writes, defer is a no-op: writes are plain */
     assert_int_equal(ingest__store_defer(st, d), 0);
     assert_int_equal(ingest__store_put(st, d, "zz", 2, "v", 1), 0);
