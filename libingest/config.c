@@ -477,6 +477,8 @@ static const cfg_row receiver_rows[] = {
       .max = 65536, .desc = "Devices connected at once; more wait" },
     { .name = "idle_timeout", .type = T_DURATION, .def = "60s", FIELD(R, idle_timeout_ms),
       .min = SEC, .max = 24 * HOUR, .desc = "Close a device session silent this long" },
+    { .name = "direct_io", .type = T_BOOL, .def = "true", FIELD(R, direct_io),
+      .desc = "Write landed files (4 KiB or more) with O_DIRECT, past the page cache, where the filesystem allows" },
     { .name = "index.flush_interval", .type = T_DURATION, .def = "30s", FIELD(R, index_flush_interval_ms),
       .min = SEC, .max = 24 * HOUR,
       .desc = "Write the chunk index's new entries to disk at least this often (a crash replays them from the manifests)" },

@@ -60,6 +60,7 @@ struct ingest_lander_s {
     uint8_t key[INGEST_KEY_BYTES];
     uint8_t tabkey[crypto_shorthash_KEYBYTES];
     uint32_t max_files, max_chunks;
+    bool direct_io; /* write temporary files with O_DIRECT where the filesystem takes it */
     ingest__dbi vdb;
     bool vdb_open;
     ingest_lander_batch *busy;
@@ -103,6 +104,12 @@ struct ingest_lander_batch_s {
     /* cursor */
     uint32_t cur_file, cur_chunk;
     int fd;           /* temporary file being written, -1 */
+    /* O_DIRECT writing (fd opened so): chunks gather in dio, written whole
+     * at dio_base, the tail padded to DIO_ALIGN and the file truncated */
+    bool direct;
+    uint8_t *dio;     /* DIO_BUF bytes aligned to DIO_ALIGN (posix_memalign), or NULL */
+    size_t dio_fill;
+    uint64_t dio_base;
     int dirfd;        /* directory of cur_dir, -1 */
     char *cur_dir;    /* relative directory cached in dirfd */
     uint64_t file_off;
@@ -128,6 +135,9 @@ static int sys_fail(ingest_ctx *ctx, int err, const char *what, const char *path
 {
     return ingest__fail(ctx, ingest__errno(err), "lander: %s %s: %s", what, path, strerror(err));
 }
+
+#define DIO_ALIGN 4096u
+#define DIO_BUF (256u * 1024u)
 
 static int write_full(int fd, const void *p, size_t n)
 {
@@ -396,6 +406,14 @@ void ingest_lander_destroy(ingest_lander *l)
     ingest__free(l->ctx, l);
 }
 
+int ingest_lander_set_direct_io(ingest_lander *l, int on)
+{
+    if (l == NULL)
+        return INGEST_EINVAL;
+    l->direct_io = on != 0;
+    return 0;
+}
+
 int ingest_lander_set_limits(ingest_lander *l, uint32_t max_files, uint32_t max_chunks)
 {
     if (!l)
@@ -639,6 +657,7 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
     close_fd(&b->dirfd);
     close_fd(&b->srcfd);
     close_fd(&b->spillfd);
+    free(b->dio); /* posix_memalign: not the context's allocator */
     if (b->files) {
         for (uint32_t i = 0; i < b->nfiles; i++) {
             ingest__free(ctx, b->files[i].path);
@@ -1104,13 +1123,97 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     INGEST__FORWARD(enter_dir(b, f->path, dir, true));
     INGEST__FORWARD(add_dir(b, dir));
     tmp_name(f, name, b->name, fi, tn, sizeof tn);
-    b->fd = openat(b->dirfd, tn, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC;
+    b->direct = false;
+    if (b->l->direct_io && f->size >= DIO_ALIGN) {
+        if (b->dio == NULL) {
+            void *p = NULL;
+            if (posix_memalign(&p, DIO_ALIGN, DIO_BUF) != 0)
+                return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory (direct I/O buffer)");
+            b->dio = p;
+        }
+        b->fd = openat(b->dirfd, tn, flags | O_DIRECT, 0600);
+        if (b->fd >= 0)
+            b->direct = true;
+        else if (errno != EINVAL) /* EINVAL: the filesystem does not take O_DIRECT; write through the cache */
+            return sys_fail(b->ctx, errno, "create temporary file for", f->landed);
+    }
+    if (b->fd < 0)
+        b->fd = openat(b->dirfd, tn, flags, 0600);
     if (b->fd < 0)
         return sys_fail(b->ctx, errno, "create temporary file for", f->landed);
     f->created = true;
     b->file_off = 0;
+    b->dio_fill = 0;
+    b->dio_base = 0;
     ingest_filehash_init(&b->fh, b->l->key);
     return 0;
+}
+
+/* Write the direct I/O buffer at dio_base: whole (len DIO_BUF) or, at the end of the file, padded. */
+static int dio_flush(ingest_lander_batch *b, bool last)
+{
+    size_t len = b->dio_fill;
+    if (len == 0)
+        return 0;
+    if (last && (len % DIO_ALIGN) != 0) {
+        const size_t pad = DIO_ALIGN - len % DIO_ALIGN;
+        memset(b->dio + len, 0, pad);
+        len += pad;
+    }
+    size_t done = 0;
+    while (done < len) {
+        const ssize_t w = pwrite(b->fd, b->dio + done, len - done, (off_t)(b->dio_base + done));
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (w == 0) {
+            errno = EIO;
+            return -1;
+        }
+        done += (size_t)w;
+    }
+    b->dio_base += b->dio_fill;
+    b->dio_fill = 0;
+    return 0;
+}
+
+/* Append data to the file being written: through the direct I/O buffer, or write(). */
+static int file_append(ingest_lander_batch *b, const uint8_t *data, size_t n)
+{
+    if (!b->direct)
+        return write_full(b->fd, data, n);
+    while (n > 0) {
+        const size_t k = DIO_BUF - b->dio_fill < n ? DIO_BUF - b->dio_fill : n;
+        memcpy(b->dio + b->dio_fill, data, k);
+        b->dio_fill += k;
+        data += k;
+        n -= k;
+        if (b->dio_fill == DIO_BUF && dio_flush(b, false) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/*
+ * Read n bytes at pos of the file being written (a chunk the batch repeats):
+ * what is still in the direct I/O buffer comes from there, the rest through
+ * fd (a descriptor of the same file, opened for reading).  0, -1 errno, 1 short.
+ */
+static int read_current(ingest_lander_batch *b, int fd, uint64_t pos, size_t n, uint8_t *out)
+{
+    size_t from_file = n;
+    if (b->direct && pos + n > b->dio_base) {
+        const size_t head = pos < b->dio_base ? (size_t)(b->dio_base - pos) : 0;
+        const size_t boff = pos < b->dio_base ? 0 : (size_t)(pos - b->dio_base);
+        if (boff + (n - head) > b->dio_fill)
+            return 1;
+        memcpy(out + head, b->dio + boff, n - head);
+        from_file = head;
+    }
+    return from_file > 0 ? pread_full(fd, out, from_file, pos) : 0;
 }
 
 static uint32_t landed_mode(uint32_t mode)
@@ -1121,6 +1224,13 @@ static uint32_t landed_mode(uint32_t mode)
 static int finish_file(ingest_lander_batch *b, uint32_t fi)
 {
     lfile *f = &b->files[fi];
+    if (b->direct) {
+        /* the padded last block, then the exact size (before the mtime: truncating sets it) */
+        if (dio_flush(b, true) < 0)
+            return sys_fail(b->ctx, errno, "write", f->landed);
+        if (ftruncate(b->fd, (off_t)b->file_off) < 0)
+            return sys_fail(b->ctx, errno, "truncate", f->landed);
+    }
     uint8_t h[INGEST_ID_BYTES];
     ingest_filehash_final(&b->fh, h);
     if (b->file_off != f->size)
@@ -1154,7 +1264,7 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
 static int write_chunk(ingest_lander_batch *b, uint32_t i, const uint8_t *data)
 {
     const uint32_t n = b->mc[i].len;
-    if (write_full(b->fd, data, n) < 0)
+    if (file_append(b, data, n) < 0)
         return sys_fail(b->ctx, errno, "write", b->files[b->cur_file].landed);
     /* data was checked against its id: the file hash covers the ids in order (docs/manifest.md) */
     ingest_filehash_update(&b->fh, b->mc[i].id, INGEST_ID_BYTES);
@@ -1316,7 +1426,7 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
         if (!own)
             return ingest__fail(b->ctx, INGEST_EIO, "lander: batch %s: temporary file of %s vanished", b->name,
                                 sf->landed);
-        const int r = pread_full(fd, b->cbuf, n, b->pos[j]);
+        const int r = lo == b->cur_file ? read_current(b, fd, b->pos[j], n, b->cbuf) : pread_full(fd, b->cbuf, n, b->pos[j]);
         const int e = errno;
         close(fd);
         if (r != 0)

@@ -858,6 +858,8 @@ static void serve(conn *c)
         pthread_mutex_lock(&s->land_lock);
         rc = ingest_lander_create(lctx[i], s->st, s->idx, s->cfg->bronze, s->cfg->layout, s->dedup, s->codec,
                                   &landers[i]);
+        if (rc == 0)
+            rc = ingest_lander_set_direct_io(landers[i], s->cfg->direct_io);
         pthread_mutex_unlock(&s->land_lock);
         if (rc < 0) {
             prog_log(INGEST_LOG_ERROR, "device %s: cannot start landing: %s", device, ingest_ctx_errmsg(lctx[i]));

@@ -33,6 +33,7 @@
 #include "ingest/common.h"
 #include "ingest/chunker.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -122,6 +123,7 @@ typedef struct ingest_receiver_config {
     char *layout;                    /* layout template */
     uint32_t max_connections;        /* max_connections */
     uint64_t idle_timeout_ms;        /* idle_timeout, milliseconds */
+    bool direct_io;                   /* direct_io */
     uint64_t index_flush_interval_ms; /* index.flush_interval, milliseconds */
     uint32_t index_flush_entries;     /* index.flush_entries */
     int log_level;                   /* log.level: INGEST_LOG_* */

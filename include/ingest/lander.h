@@ -118,6 +118,15 @@ INGEST_API void ingest_lander_destroy(ingest_lander *l);
 INGEST_API int ingest_lander_set_limits(ingest_lander *l, uint32_t max_files, uint32_t max_chunks);
 
 /*
+ * Write the temporary files of files of 4 KiB or more with O_DIRECT
+ * (default off): chunks gather in a 256 KiB aligned buffer written whole,
+ * the last block padded and the file truncated to its size, so the data
+ * does not pass through the page cache.  Where the filesystem refuses
+ * O_DIRECT (EINVAL) the file is written through the cache as usual.
+ */
+INGEST_API int ingest_lander_set_direct_io(ingest_lander *l, int on);
+
+/*
  * Expand the layout for one file: device, batch, relpath (checked as a
  * manifest path) and mtime (ns since the epoch, UTC).  out gets a path
  * relative to the bronze root.  INGEST_EINVAL for a bad path (detail names

@@ -685,6 +685,23 @@ static void test_errors_receiver(void **state)
     receiver_err(buf, "receiver.yaml:6:1: unknown key 'device'");
     snprintf(buf, sizeof(buf), "%slisten: '[::1]7443'\n", receiver_min);
     receiver_err(buf, "key 'listen': bad address '[::1]7443': expected [address]:port");
+    snprintf(buf, sizeof(buf), "%sdirect_io: maybe\n", receiver_min);
+    receiver_err(buf, "receiver.yaml:6:12: key 'direct_io': 'maybe' is not a boolean (true or false)");
+    snprintf(buf, sizeof(buf), "%sindex:\n  flush_interval: 500ms\n", receiver_min);
+    receiver_err(buf, "key 'index.flush_interval': 500ms is out of range");
+    /* direct_io: default true; false and the other spellings */
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_receiver_config *r = NULL;
+    assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", receiver_min, strlen(receiver_min), &r), 0);
+    assert_true(r->direct_io);
+    assert_int_equal(r->index_flush_entries, 65536);
+    assert_int_equal(r->index_flush_interval_ms, 30000);
+    ingest_receiver_config_free(r);
+    snprintf(buf, sizeof(buf), "%sdirect_io: off\n", receiver_min);
+    assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", buf, strlen(buf), &r), 0);
+    assert_false(r->direct_io);
+    ingest_receiver_config_free(r);
+    ingest_ctx_destroy(ctx);
 }
 
 static void test_file_errors(void **state)
@@ -928,7 +945,7 @@ static void test_keys_docs_and_help(void **state)
     assert_int_equal(kc.keys, 38);
     kc = (key_check){ doc, receiver, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_RECEIVER, check_key, &kc), 0);
-    assert_int_equal(kc.keys, 13);
+    assert_int_equal(kc.keys, 14);
     int n = 0;
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_AGENT, stop_at_third, &n), 42);
     assert_int_equal(ingest_config_keys(99, stop_at_third, &n), INGEST_EINVAL);

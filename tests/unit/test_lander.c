@@ -83,6 +83,10 @@ static int setup(void **state)
     assert_int_equal(ingest_codec_create(e->ctx, 1, &e->codec), 0);
     e->key = ingest_default_dedup_key();
     assert_int_equal(ingest_lander_create(e->ctx, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &e->l), 0);
+    /* every test lands files of 4 KiB or more with O_DIRECT (smaller ones through the cache), as
+     * the receiver does; INGEST_TEST_BUFFERED=1 runs them all through the cache */
+    const char *buffered = getenv("INGEST_TEST_BUFFERED");
+    assert_int_equal(ingest_lander_set_direct_io(e->l, !(buffered && buffered[0] == '1')), 0);
     *state = e;
     return 0;
 }
@@ -326,6 +330,49 @@ static void test_land_new(void **state)
     free(tb.manifest);
     free(a);
     free(c);
+}
+
+/*
+ * Direct I/O: one file of 200 chunks plus a short tail whose chunks repeat
+ * chunks of the same file 3 back (still in the 256 KiB write buffer) and 70
+ * back (already written out), and a file under 4 KiB (written through the
+ * cache): both land byte for byte, the repeats copied from the file itself.
+ */
+static void test_direct_io_repeats(void **state)
+{
+    env *e = *state;
+    enum { NCH = 200, TAIL = 1000 };
+    const size_t len = (size_t)NCH * CH + TAIL;
+    uint8_t *d = malloc(len), *small = pattern(900, 41);
+    assert_non_null(d);
+    for (uint32_t k = 0; k < NCH; k++) {
+        uint8_t *u = pattern(CH, 100 + k);
+        const uint8_t *src = u;
+        if (k >= 80 && k % 5 == 0)
+            src = d + (size_t)(k - 70) * CH;
+        else if (k >= 3 && k % 7 == 0)
+            src = d + (size_t)(k - 3) * CH;
+        memmove(d + (size_t)k * CH, src, CH);
+        free(u);
+    }
+    uint8_t *t = pattern(TAIL, 99);
+    memcpy(d + (size_t)NCH * CH, t, TAIL);
+    free(t);
+    const tfile f[] = {{"big.bin", d, len, T2024, 0644}, {"small.txt", small, 900, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "dio", f, 2, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    land_all(e, b, &tb);
+    ingest_lander_stats st;
+    ingest_lander_batch_stats(b, &st);
+    assert_true(st.copies >= 30);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/big.bin", d, len, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/small.txt", small, 900, T2024, 0644);
+    free(tb.manifest);
+    free(d);
+    free(small);
 }
 
 static void test_dedup_copies(void **state)
@@ -1619,6 +1666,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_land_new, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_copies, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_direct_io_repeats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rewant_deleted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rewant_overwritten, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_id, setup, teardown),
