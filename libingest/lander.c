@@ -107,7 +107,8 @@ struct ingest_lander_batch_s {
     /* O_DIRECT writing (fd opened so): chunks gather in dio, written whole
      * at dio_base, the tail padded to DIO_ALIGN and the file truncated */
     bool direct;
-    uint8_t *dio;     /* DIO_BUF bytes aligned to DIO_ALIGN (posix_memalign), or NULL */
+    uint8_t *dio;     /* DIO_BUF bytes aligned to DIO_ALIGN inside dio_mem, or NULL */
+    void *dio_mem;    /* the allocation (context's allocator) dio lies in */
     size_t dio_fill;
     uint64_t dio_base;
     int dirfd;        /* directory of cur_dir, -1 */
@@ -657,7 +658,7 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
     close_fd(&b->dirfd);
     close_fd(&b->srcfd);
     close_fd(&b->spillfd);
-    free(b->dio); /* posix_memalign: not the context's allocator */
+    ingest__free(ctx, b->dio_mem);
     if (b->files) {
         for (uint32_t i = 0; i < b->nfiles; i++) {
             ingest__free(ctx, b->files[i].path);
@@ -1127,10 +1128,12 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     b->direct = false;
     if (b->l->direct_io && f->size >= DIO_ALIGN) {
         if (b->dio == NULL) {
-            void *p = NULL;
-            if (posix_memalign(&p, DIO_ALIGN, DIO_BUF) != 0)
+            /* the context's allocator has no alignment: over-allocate and align inside */
+            b->dio_mem = ingest__malloc(b->ctx, DIO_BUF + DIO_ALIGN);
+            if (b->dio_mem == NULL)
                 return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory (direct I/O buffer)");
-            b->dio = p;
+            const uintptr_t a = (uintptr_t)b->dio_mem;
+            b->dio = (uint8_t *)b->dio_mem + ((DIO_ALIGN - a % DIO_ALIGN) % DIO_ALIGN);
         }
         b->fd = openat(b->dirfd, tn, flags | O_DIRECT, 0600);
         if (b->fd >= 0)

@@ -194,22 +194,8 @@ int prog_listen(const char *address, char *bound, size_t bound_cap, char *errmsg
     return fd;
 }
 
-int prog_write_file_atomic(const char *path, const char *text)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (f == NULL)
-        return -1;
-    const int ok = fputs(text, f) >= 0;
-    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
-}
-
-int prog_write_file_durable(const char *path, const char *text)
+/* Temporary file + rename; durable: the file fsynced before the rename, its directory after. */
+static int write_file(const char *path, const char *text, int durable)
 {
     char tmp[4096], dir[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
@@ -217,11 +203,13 @@ int prog_write_file_durable(const char *path, const char *text)
     if (fd < 0)
         return -1;
     const size_t n = strlen(text);
-    const int ok = write(fd, text, n) == (ssize_t)n && fsync(fd) == 0;
+    const int ok = write(fd, text, n) == (ssize_t)n && (!durable || fsync(fd) == 0);
     if (close(fd) != 0 || !ok || rename(tmp, path) != 0) {
         unlink(tmp);
         return -1;
     }
+    if (!durable)
+        return 0;
     snprintf(dir, sizeof(dir), "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash == dir)
@@ -237,6 +225,9 @@ int prog_write_file_durable(const char *path, const char *text)
     close(dfd);
     return r;
 }
+
+int prog_write_file_atomic(const char *path, const char *text) { return write_file(path, text, 0); }
+int prog_write_file_durable(const char *path, const char *text) { return write_file(path, text, 1); }
 
 static int print_key(void *ud, const ingest_config_key *k)
 {
