@@ -1595,11 +1595,17 @@ int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const void *enco
     return put_tail(b, i, len);
 }
 
-int ingest_lander_put_verified(ingest_lander_batch *b, uint32_t i, const void *raw, size_t len, size_t received)
+int ingest_lander_put_verified(ingest_lander_batch *b, uint32_t i, const void *raw, size_t len, size_t received,
+                               const uint8_t id[INGEST_ID_BYTES])
 {
     int rc = put_check(b, i, raw, len);
     if (rc < 0)
         return rc;
+    if (id == NULL || sodium_memcmp(id, b->mc[i].id, INGEST_ID_BYTES) != 0)
+        return fail_batch(b, ingest__fail(b->ctx, INGEST_EMISMATCH,
+                                          "lander: batch %s: chunk %u was verified against another id than the "
+                                          "manifest's (sent before the WANT that asked for it?)",
+                                          b->name, i));
     if (len != b->mc[i].len)
         return fail_batch(b, ingest__fail(b->ctx, INGEST_EMISMATCH,
                                           "lander: batch %s: chunk %u has %zu bytes, manifest says %u", b->name, i,

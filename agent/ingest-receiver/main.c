@@ -469,7 +469,9 @@ typedef struct qitem {
     ingest_wire_msg m;  /* the message; for MANIFEST_PART and CHUNK the bytes are in data */
     int rc;             /* < 0: the receive failed (m unused) */
     char why[512];      /* the receive failure's detail */
-    int verified;       /* CHUNK: data holds the decoded, verified chunk */
+    int verified;       /* CHUNK: data holds the decoded chunk, verified against id */
+    uint8_t id[INGEST_ID_BYTES]; /* CHUNK, verified: the id it was checked against */
+    uint64_t gen;       /* CHUNK: the batch generation published when it arrived (0: none) */
     int last;           /* the reader's end marker: nothing follows */
     size_t enc_len;     /* CHUNK: encoded size as received */
     size_t len;         /* bytes in data */
@@ -483,6 +485,7 @@ typedef struct readq {
     size_t bytes;
     int quit, ended;
     ingest_lander_batch *batch; /* the open batch, for the expected chunk ids */
+    uint64_t gen;               /* its generation: counts publications, 0 while none is open */
     ingest_session *ss;
     int fd, idle_ms;
     ingest_codec *codec;        /* the reader's own decoder */
@@ -521,12 +524,20 @@ static qitem *readq_pop(readq *q)
     return it;
 }
 
-/* Publish (or withdraw, with NULL) the open batch to the reader. */
-static void readq_set_batch(readq *q, ingest_lander_batch *b)
+/*
+ * Publish (or withdraw, with NULL) the open batch to the reader, once its
+ * WANT is about to be sent: a CHUNK read before that was sent before the
+ * WANT asked for it.  Returns the generation chunks of this batch carry.
+ */
+static uint64_t readq_set_batch(readq *q, ingest_lander_batch *b)
 {
+    static atomic_ullong gens;
     pthread_mutex_lock(&q->lock);
     q->batch = b;
+    q->gen = b != NULL ? ++gens : 0;
+    const uint64_t g = q->gen;
     pthread_mutex_unlock(&q->lock);
+    return g;
 }
 
 static qitem *item_new(size_t len)
@@ -557,6 +568,7 @@ static void *reader_main(void *arg)
             uint32_t len = 0;
             pthread_mutex_lock(&q->lock);
             const int known = q->batch != NULL && ingest_lander_chunk_expect(q->batch, m.u.chunk.index, id, &len) == 0;
+            const uint64_t gen = q->gen;
             pthread_mutex_unlock(&q->lock);
             size_t got = 0;
             const double t0 = prog_now();
@@ -564,6 +576,7 @@ static void *reader_main(void *arg)
                 ingest_codec_decode(q->codec, m.u.chunk.data, m.u.chunk.len, it->data, len, &got, q->key, id) == 0 &&
                 got == len) {
                 it->verified = 1;
+                memcpy(it->id, id, sizeof(it->id));
                 ingest_metric_add_seconds(q->stage, "verify", prog_now() - t0);
             } else {
                 /* Not verifiable here: the lander decodes it and names what is wrong. */
@@ -573,6 +586,7 @@ static void *reader_main(void *arg)
                 memcpy(it->data, m.u.chunk.data, m.u.chunk.len);
             }
             it->m = m;
+            it->gen = gen;
             it->enc_len = m.u.chunk.len;
             it->m.u.chunk.data = NULL;
         } else if (m.type == INGEST_MSG_MANIFEST_PART) {
@@ -817,6 +831,7 @@ static void serve(conn *c)
     pthread_cond_init(&q.cond, NULL);
     int reader_started = 0, reader_done = 0, counted = 0, claimed = 0;
     double batch_t0 = 0;
+    uint64_t gen = 0; /* of the open batch as published to the reader */
     pthread_t reader;
     qitem *it = NULL;
     if (ctx == NULL)
@@ -982,7 +997,7 @@ static void serve(conn *c)
             }
             prog_log(INGEST_LOG_DEBUG, "device %s batch %s: %u chunks, %zu wanted", device, batch,
                      ingest_lander_batch_chunks(b), wants.n);
-            readq_set_batch(&q, b);
+            gen = readq_set_batch(&q, b);
             rc = send_wants(&lk, batch, &wants);
             wants.n = 0; /* from here on: re-wants not sent yet (found while chunks arrive) */
             break;
@@ -992,9 +1007,18 @@ static void serve(conn *c)
                 rc = INGEST_EPROTO;
                 break;
             }
+            if (it->gen != gen) {
+                /* read before this batch's WANT was sent: nobody asked for it */
+                const char *why = "CHUNK sent before the WANT that asks for it";
+                prog_log(INGEST_LOG_WARN, "device %s batch %s: chunk %u: %s; closing", device, batch,
+                         m.u.chunk.index, why);
+                ingest_metric_add(s->m_errors, "protocol", 1);
+                send_error(&lk, INGEST_EPROTO, why);
+                goto out;
+            }
             const double tl = prog_now();
             pthread_mutex_lock(&s->land_lock);
-            rc = it->verified ? ingest_lander_put_verified(b, m.u.chunk.index, it->data, it->len, it->enc_len)
+            rc = it->verified ? ingest_lander_put_verified(b, m.u.chunk.index, it->data, it->len, it->enc_len, it->id)
                               : ingest_lander_put_chunk(b, m.u.chunk.index, it->data, it->enc_len);
             if (rc == 0)
                 rc = collect_rewants(b, &wants) == 0 ? 0 : INGEST_ENOMEM;

@@ -190,11 +190,15 @@ INGEST_API int ingest_lander_chunk_expect(const ingest_lander_batch *b, uint32_t
 /*
  * As ingest_lander_put_chunk, for a chunk the caller has already decoded
  * and verified: raw[0,len) MUST hash (ingest_chunk_id with the fleet key)
- * to the id ingest_lander_chunk_expect gives; the lander does not hash it
- * again.  received is the encoded size, for the statistics.
+ * to id, the id it was checked against (from ingest_lander_chunk_expect).
+ * The lander does not hash it again, but refuses it (INGEST_EMISMATCH, the
+ * batch aborted) when id is not the manifest's id for chunk i of this
+ * batch: a chunk checked against another batch's manifest (one the device
+ * sent before the WANT that asked for it) never lands.  received is the
+ * encoded size, for the statistics.
  */
 INGEST_API int ingest_lander_put_verified(ingest_lander_batch *b, uint32_t i, const void *raw, size_t len,
-                                          size_t received);
+                                          size_t received, const uint8_t id[INGEST_ID_BYTES]);
 
 /*
  * Land whatever can be landed now (copies of known chunks included).

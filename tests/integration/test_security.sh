@@ -169,3 +169,15 @@ evil dev2 "reuse" --batch honest1 --path "honest/ok.txt" --content "other conten
 grep -q "already used for other data" "$T/reuse.out" || fail "reused batch id: no reason given"
 [ "$(cat "$T/bronze/dev2/honest/ok.txt")" = "honest content" ] || fail "reused batch id: landed file changed"
 pass "a replayed batch is a duplicate; a reused batch id with other content is refused"
+
+# A CHUNK sent before the WANT that asks for it (right after the previous
+# batch's COMMIT) is refused: it must never be checked against the previous
+# batch's ids and land, under the next batch's manifest, with other bytes.
+evil dev2 "early" --batch early1 --path "honest/early.txt" --content "bytes of the first batch" --early-chunk
+[ "$EVIL_RC" -eq 3 ] || [ "$EVIL_RC" -eq 4 ] || { cat "$T/early.err"; fail "early chunk: exit $EVIL_RC, expected 3 or 4 (refused)"; }
+grep -q "acknowledged" "$T/early.err" || { cat "$T/early.err"; fail "early chunk: the first batch did not land"; }
+[ "$(cat "$T/bronze/dev2/honest/early.txt")" = "bytes of the first batch" ] || fail "early chunk: first batch's file differs"
+[ ! -e "$T/bronze/dev2/honest/early.txt-2" ] || { od -c "$T/bronze/dev2/honest/early.txt-2" | head -3 >&2; fail "early chunk: the second batch landed"; }
+[ ! -e "$T/bronze/_manifests/dev2/early1-2.jsonl" ] || fail "early chunk: the second batch has a manifest"
+log_has "early chunk" "device dev2 batch early1-2: chunk 0: CHUNK sent before the WANT"
+pass "a CHUNK sent before its WANT is refused and its batch lands nothing"

@@ -15,6 +15,12 @@
  *                          after the 4-byte length; -1: the last tag byte)
  *   --replay TYPE          write the sealed record of the first frame of
  *                          message TYPE twice
+ *   --early-chunk          right after the batch's COMMIT, without waiting
+ *                          for its ACK, send a second batch (BATCH_ID-2,
+ *                          its file PATH-2, the content reversed) and, before
+ *                          its WANT, a CHUNK 0 holding the first batch's
+ *                          content; then COMMIT it when the WANT comes.  The
+ *                          outcome reported is the second batch's.
  *
  * Each frame is sealed by the session into one end of a socketpair, read
  * back from the other end, altered if asked, and written to the TCP socket.
@@ -141,6 +147,71 @@ static int xsend(evil *e, const ingest_wire_msg *m)
     return rc;
 }
 
+/* The manifest of a batch of one file holding text: 0, or -1 when it does not fit in cap. */
+static int make_manifest(const uint8_t *dedup, const char *device, const char *batch, const char *path,
+                         const char *text, size_t tlen, char *out, size_t cap, size_t *len)
+{
+    uint8_t cid[INGEST_ID_BYTES], fhash[INGEST_ID_BYTES];
+    char cid_hex[2 * INGEST_ID_BYTES + 1], fhash_hex[2 * INGEST_ID_BYTES + 1];
+    ingest_chunk_id(dedup, text, tlen, cid);
+    ingest_filehash fh;
+    ingest_filehash_init(&fh, dedup);
+    ingest_filehash_update(&fh, cid, sizeof(cid)); /* the file hash covers the chunk ids */
+    ingest_filehash_final(&fh, fhash);
+    ingest_to_hex(cid, sizeof(cid), cid_hex);
+    ingest_to_hex(fhash, sizeof(fhash), fhash_hex);
+    const long long now_ns = (long long)time(NULL) * 1000000000LL;
+    const int n = snprintf(out, cap,
+                           "{\"type\":\"batch\",\"format\":1,\"device\":\"%s\",\"batch\":\"%s\",\"files\":1,"
+                           "\"bytes\":%zu,\"created_ns\":%lld}\n"
+                           "{\"type\":\"file\",\"path\":\"%s\",\"landed\":\"\",\"size\":%zu,\"mtime_ns\":%lld,"
+                           "\"mode\":33188,\"version\":0,\"hash\":\"%s\",\"nchunks\":1,\"chunks\":[[\"%s\",%zu]]}\n",
+                           device, batch, tlen, now_ns, path, tlen, now_ns, fhash_hex, cid_hex, tlen);
+    if (n < 0 || (size_t)n >= cap)
+        return -1;
+    *len = (size_t)n;
+    return 0;
+}
+
+/* BATCH_BEGIN, the manifest in one part, MANIFEST_END: 0, or xsend's failure. */
+static int send_manifest(evil *e, const char *batch, const char *manifest, size_t mlen, size_t tlen)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_BATCH_BEGIN;
+    snprintf(m.u.begin.batch_id, sizeof(m.u.begin.batch_id), "%s", batch);
+    m.u.begin.file_count = 1;
+    m.u.begin.chunk_count = 1;
+    m.u.begin.total_bytes = tlen;
+    int rc = xsend(e, &m);
+    if (rc == 0) {
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_MANIFEST_PART;
+        m.u.manifest_part.data = (const uint8_t *)manifest;
+        m.u.manifest_part.len = mlen;
+        rc = xsend(e, &m);
+    }
+    if (rc == 0) {
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_MANIFEST_END;
+        m.u.manifest_end.part_count = 1;
+        m.u.manifest_end.manifest_bytes = (uint64_t)mlen;
+        rc = xsend(e, &m);
+    }
+    return rc;
+}
+
+/* BATCH_COMMIT of batch: 0, or xsend's failure. */
+static int send_commit(evil *e, const char *batch, uint32_t sent)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_BATCH_COMMIT;
+    snprintf(m.u.commit.batch_id, sizeof(m.u.commit.batch_id), "%s", batch);
+    m.u.commit.chunks_sent = sent;
+    return xsend(e, &m);
+}
+
 /* Print a reply (or receive failure) that is not a WANT; returns the exit status. */
 static int report(evil *e, int rc, const ingest_wire_msg *m)
 {
@@ -177,18 +248,76 @@ static int recv_reply(evil *e, ingest_wire_msg *m)
     }
 }
 
+/*
+ * --early-chunk, after the first batch's COMMIT: the second batch and a
+ * CHUNK sent before its WANT, holding the first batch's content (which the
+ * receiver could check against the first batch's id).  Returns the exit
+ * status for the second batch's outcome.
+ */
+static int early_chunk(evil *e, const uint8_t *dedup, ingest_codec *codec, const char *device, const char *batch,
+                       const char *path, const char *text, size_t tlen)
+{
+    char batch2[INGEST_WIRE_BATCH_ID_MAX + 1], path2[1024], text2[CONTENT_MAX + 32], manifest2[8192];
+    snprintf(batch2, sizeof(batch2), "%s-2", batch);
+    snprintf(path2, sizeof(path2), "%s-2", path);
+    /* the same length (so a length check cannot tell), other bytes: text reversed */
+    for (size_t i = 0; i < tlen; i++)
+        text2[i] = text[tlen - 1 - i];
+    text2[tlen] = '\0';
+    const size_t tlen2 = tlen;
+    size_t mlen2 = 0, elen = 0;
+    const size_t cap = ingest_codec_bound(tlen);
+    uint8_t *enc = malloc(cap);
+    int status = 1;
+    ingest_wire_msg m;
+    if (enc == NULL || ingest_codec_encode(codec, text, tlen, enc, cap, &elen) < 0 ||
+        make_manifest(dedup, device, batch2, path2, text2, tlen2, manifest2, sizeof(manifest2), &mlen2) != 0)
+        goto out;
+    int rc = send_manifest(e, batch2, manifest2, mlen2, tlen2);
+    if (rc == 0) {
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_CHUNK;
+        m.u.chunk.index = 0;
+        m.u.chunk.data = enc;
+        m.u.chunk.len = elen;
+        rc = xsend(e, &m);
+        fprintf(stderr, "evil-agent: sent batch %s and its chunk 0 (the bytes of batch %s) before its WANT\n",
+                batch2, batch);
+    }
+    if (rc == -2)
+        goto out;
+    /* the first batch's outcome, then the second's WANT (or its end) */
+    rc = recv_reply(e, &m);
+    if (rc < 0 || m.type != INGEST_MSG_ACK || strcmp(m.u.ack.batch_id, batch) != 0 || m.u.ack.status < 0) {
+        fprintf(stderr, "evil-agent: the first batch was not acknowledged as landed\n");
+        status = report(e, rc, &m);
+        goto out;
+    }
+    fprintf(stderr, "evil-agent: batch %s acknowledged\n", batch);
+    rc = recv_reply(e, &m);
+    if (rc == 0 && m.type == INGEST_MSG_WANT) {
+        if (send_commit(e, batch2, 1) == -2)
+            goto out;
+        rc = recv_reply(e, &m);
+    }
+    status = report(e, rc, &m);
+out:
+    free(enc);
+    return status;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: evil-agent --address HOST:PORT --device ID --key FILE --receiver-pub FILE\n"
                     "                  --dedup-key FILE [--batch ID] [--path JSON] [--content TEXT]\n"
-                    "                  [--ping] [--tamper TYPE[:OFFSET]] [--replay TYPE]\n");
+                    "                  [--ping] [--tamper TYPE[:OFFSET]] [--replay TYPE] [--early-chunk]\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *address = NULL, *device = NULL, *keyfile = NULL, *pubfile = NULL, *dedupfile = NULL;
     const char *batch = "evil1", *path = "data/evil.txt", *content = NULL;
-    int ping = 0;
+    int ping = 0, early = 0;
     evil e;
     memset(&e, 0, sizeof(e));
     e.tcp = e.sp[0] = e.sp[1] = -1;
@@ -199,7 +328,8 @@ int main(int argc, char **argv)
         { "dedup-key", required_argument, NULL, 'D' }, { "batch", required_argument, NULL, 'b' },
         { "path", required_argument, NULL, 'p' },    { "content", required_argument, NULL, 'c' },
         { "ping", no_argument, NULL, 'P' },          { "tamper", required_argument, NULL, 't' },
-        { "replay", required_argument, NULL, 'R' },  { NULL, 0, NULL, 0 },
+        { "replay", required_argument, NULL, 'R' },  { "early-chunk", no_argument, NULL, 'E' },
+        { NULL, 0, NULL, 0 },
     };
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -213,6 +343,7 @@ int main(int argc, char **argv)
         case 'p': path = optarg; break;
         case 'c': content = optarg; break;
         case 'P': ping = 1; break;
+        case 'E': early = 1; break;
         case 't': {
             const char *colon = strchr(optarg, ':');
             e.tamper_type = type_by_name(optarg, colon ? (size_t)(colon - optarg) : strlen(optarg));
@@ -268,27 +399,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "evil-agent: --content must not be empty\n");
         goto out;
     }
-    uint8_t cid[INGEST_ID_BYTES], fhash[INGEST_ID_BYTES];
-    char cid_hex[2 * INGEST_ID_BYTES + 1], fhash_hex[2 * INGEST_ID_BYTES + 1];
-    ingest_chunk_id(dedup, text, tlen, cid);
-    ingest_filehash fh;
-    ingest_filehash_init(&fh, dedup);
-    ingest_filehash_update(&fh, cid, sizeof(cid)); /* the file hash covers the chunk ids */
-    ingest_filehash_final(&fh, fhash);
-    ingest_to_hex(cid, sizeof(cid), cid_hex);
-    ingest_to_hex(fhash, sizeof(fhash), fhash_hex);
-    const long long now_ns = (long long)time(NULL) * 1000000000LL;
     const size_t mcap = strlen(path) + strlen(device) + strlen(batch) + 4096;
+    size_t mlen = 0;
     manifest = malloc(mcap);
-    if (manifest == NULL)
-        goto out;
-    const int mlen = snprintf(manifest, mcap,
-                              "{\"type\":\"batch\",\"format\":1,\"device\":\"%s\",\"batch\":\"%s\",\"files\":1,"
-                              "\"bytes\":%zu,\"created_ns\":%lld}\n"
-                              "{\"type\":\"file\",\"path\":\"%s\",\"landed\":\"\",\"size\":%zu,\"mtime_ns\":%lld,"
-                              "\"mode\":33188,\"version\":0,\"hash\":\"%s\",\"nchunks\":1,\"chunks\":[[\"%s\",%zu]]}\n",
-                              device, batch, tlen, now_ns, path, tlen, now_ns, fhash_hex, cid_hex, tlen);
-    if (mlen < 0 || (size_t)mlen >= mcap)
+    if (manifest == NULL || make_manifest(dedup, device, batch, path, text, tlen, manifest, mcap, &mlen) != 0)
         goto out;
 
     char err[512];
@@ -333,27 +447,7 @@ int main(int argc, char **argv)
     }
 
     /* The batch: BEGIN, the manifest in one part, END; then serve WANTs until ACK/ERROR/close. */
-    memset(&m, 0, sizeof(m));
-    m.type = INGEST_MSG_BATCH_BEGIN;
-    snprintf(m.u.begin.batch_id, sizeof(m.u.begin.batch_id), "%s", batch);
-    m.u.begin.file_count = 1;
-    m.u.begin.chunk_count = 1;
-    m.u.begin.total_bytes = tlen;
-    rc = xsend(&e, &m);
-    if (rc == 0) {
-        memset(&m, 0, sizeof(m));
-        m.type = INGEST_MSG_MANIFEST_PART;
-        m.u.manifest_part.data = (const uint8_t *)manifest;
-        m.u.manifest_part.len = (size_t)mlen;
-        rc = xsend(&e, &m);
-    }
-    if (rc == 0) {
-        memset(&m, 0, sizeof(m));
-        m.type = INGEST_MSG_MANIFEST_END;
-        m.u.manifest_end.part_count = 1;
-        m.u.manifest_end.manifest_bytes = (uint64_t)mlen;
-        rc = xsend(&e, &m);
-    }
+    rc = send_manifest(&e, batch, manifest, mlen, tlen);
     if (rc == -2)
         goto out;
     /* Read WANTs; anything else is the outcome. */
@@ -387,15 +481,14 @@ int main(int argc, char **argv)
             rc = xsend(&e, &m);
             sent++;
         }
-        if (rc == 0) {
-            memset(&m, 0, sizeof(m));
-            m.type = INGEST_MSG_BATCH_COMMIT;
-            snprintf(m.u.commit.batch_id, sizeof(m.u.commit.batch_id), "%s", batch);
-            m.u.commit.chunks_sent = sent;
-            rc = xsend(&e, &m);
-        }
+        if (rc == 0)
+            rc = send_commit(&e, batch, sent);
         if (rc == -2)
             goto out;
+    }
+    if (rc == 0 && early) {
+        status = early_chunk(&e, dedup, codec, device, batch, path, text, tlen);
+        goto check;
     }
     /* The reply (when a write failed, the receiver closed: read what came first). */
     rc = recv_reply(&e, &m);

@@ -515,6 +515,50 @@ static void test_bad_id(void **state)
     free(evil);
 }
 
+/*
+ * The receiver's verification path: chunks decoded and checked on another
+ * thread, handed over with the id they were checked against.  The right id
+ * lands; an id of another batch (a chunk sent before its WANT and checked
+ * against the previous manifest) is refused and nothing lands; a chunk
+ * nobody asked for (known, or received already) is refused.
+ */
+static void test_put_verified(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(2 * CH, 41), *other = pattern(CH, 42);
+    const tfile f[] = {{"a", a, 2 * CH, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "b1", f, 1, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    uint8_t id[INGEST_ID_BYTES], oid[INGEST_ID_BYTES];
+    uint32_t len = 0;
+    for (uint32_t i = 0; i < 2; i++) {
+        assert_int_equal(ingest_lander_chunk_expect(b, i, id, &len), 0);
+        assert_int_equal(len, CH);
+        assert_int_equal(ingest_lander_put_verified(b, i, a + (size_t)i * CH, CH, CH, id), 0);
+    }
+    /* received already: not awaited any more */
+    assert_int_equal(ingest_lander_put_verified(b, 1, a + CH, CH, CH, id), INGEST_EPROTO);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "awaited"));
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+
+    /* checked against another id: the other content is refused, nothing lands */
+    make_batch(e, "dev1", "b2", (const tfile[]){{"c", other, CH, T2024, 0644}}, 1, &tb);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    ingest_chunk_id(e->key, a, CH, oid); /* an id a's bytes do hash to, but not chunk 0's */
+    assert_int_equal(ingest_lander_put_verified(b, 0, a, CH, CH, oid), INGEST_EMISMATCH);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "another id"));
+    assert_int_equal(ingest_lander_commit(b), INGEST_EINVAL);
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(count_files(e), 0);
+    assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", "b2"), 0);
+    free(tb.manifest);
+    free(a);
+    free(other);
+}
+
 static void test_protocol_errors(void **state)
 {
     env *e = *state;
@@ -1178,7 +1222,10 @@ static void test_prepared_refuses(void **state)
     /* prepared: no more chunks */
     assert_int_equal(put(e, b, &tb, 1), INGEST_EINVAL);
     assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "prepared"));
-    assert_int_equal(ingest_lander_put_verified(b, 0, a, CH, CH), INGEST_EINVAL);
+    uint8_t id0[INGEST_ID_BYTES];
+    uint32_t l0 = 0;
+    assert_int_equal(ingest_lander_chunk_expect(b, 0, id0, &l0), 0);
+    assert_int_equal(ingest_lander_put_verified(b, 0, a, CH, CH, id0), INGEST_EINVAL);
     assert_int_equal(ingest_lander_advance(b), INGEST_EINVAL);
     assert_int_equal(ingest_lander_commit_prepare(b), 0);
     const ingest_lander_lock half = {NULL, rec_lock, NULL};
@@ -1671,6 +1718,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rewant_overwritten, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_id, setup, teardown),
         cmocka_unit_test_setup_teardown(test_protocol_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_put_verified, setup, teardown),
         cmocka_unit_test_setup_teardown(test_traversal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlink_in_bronze, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_misc, setup, teardown),
