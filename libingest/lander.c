@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +38,17 @@
 #define LANDED_MAX 4096      /* bytes of a landed path, NUL included */
 #define NAME_MAX_BYTES 255   /* bytes of one path component */
 #define MANIFEST_FLUSH (1u << 20)
+/*
+ * Temporary files are named ".{name}.ingest-tmp-{tag}.{batch}" (or
+ * ".ingest-tmp-{tag}.{batch}.{n}" when that is too long), where {tag} is
+ * TMP_TAG_HEX random hex digits kept in {bronze}/_manifests/TMP_TAG_FILE,
+ * made once per bronze tree.  A device cannot guess it, so no name a device
+ * sends is ever taken for a temporary file: neither truncated by one, nor
+ * removed by the sweep after a crash.
+ */
+#define TMP_TAG_FILE ".tmp-tag"
+#define TMP_TAG_HEX 16
+#define TMP_MARK_MAX (sizeof ".ingest-tmp-." + TMP_TAG_HEX)
 /* Batches of at least this many files are made durable with syncfs(). */
 #define INGEST_LANDER_SYNCFS_MIN 16u
 
@@ -64,6 +76,7 @@ struct ingest_lander_s {
     ingest__dbi vdb;
     bool vdb_open;
     ingest_lander_batch *busy;
+    char tmp_mark[TMP_MARK_MAX]; /* ".ingest-tmp-{tag}." : in every temporary file's name */
 };
 
 typedef struct lfile {
@@ -249,12 +262,105 @@ static void split_path(const char *p, char *dir, size_t cap, const char **name)
     *name = s + 1;
 }
 
-static void tmp_name(const lfile *f, const char *name, const char *batch, uint32_t fi, char *out, size_t cap)
+static void tmp_name(const ingest_lander *l, const char *name, const char *batch, uint32_t fi, char *out,
+                     size_t cap)
 {
-    (void)f;
-    const int n = snprintf(out, cap, ".%s.ingest-tmp.%s", name, batch);
+    const int n = snprintf(out, cap, ".%s%s%s", name, l->tmp_mark, batch);
     if (n < 0 || (size_t)n > NAME_MAX_BYTES)
-        snprintf(out, cap, ".ingest-tmp.%s.%u", batch, fi);
+        snprintf(out, cap, "%s%s.%u", l->tmp_mark, batch, fi);
+}
+
+static bool is_hex_tag(const char *s, size_t n)
+{
+    if (n != TMP_TAG_HEX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+/*
+ * Read the bronze tree's temporary-file tag into mark (".ingest-tmp-{tag}."),
+ * making it first if there is none: written to a file of its own, synced,
+ * then linked into place (so two processes starting at once agree on one).
+ * create false: INGEST_ENOTFOUND when there is none.
+ */
+static int tmp_tag(ingest_ctx *ctx, int rootfd, const char *root, bool create, char mark[TMP_MARK_MAX])
+{
+    int mfd = -1, fd = -1, rc = 0;
+    char buf[64], tmp[64];
+    if (create && mkdirat(rootfd, "_manifests", 0755) < 0 && errno != EEXIST)
+        return sys_fail(ctx, errno, "mkdir _manifests under", root);
+    mfd = openat(rootfd, "_manifests", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (mfd < 0) {
+        if (errno == ENOENT && !create)
+            return INGEST_ENOTFOUND;
+        return sys_fail(ctx, errno, "open _manifests under", root);
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        fd = openat(mfd, TMP_TAG_FILE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            ssize_t n;
+            do
+                n = read(fd, buf, sizeof buf - 1);
+            while (n < 0 && errno == EINTR);
+            close(fd);
+            fd = -1;
+            size_t len = n > 0 ? (size_t)n : 0;
+            while (len > 0 && buf[len - 1] == '\n')
+                len--;
+            if (!is_hex_tag(buf, len)) {
+                rc = ingest__fail(ctx, INGEST_ECORRUPT,
+                                  "lander: %s/_manifests/" TMP_TAG_FILE ": expected %d lower-case hex digits and a "
+                                  "newline (the tag of temporary files); remove it only when no temporary files are "
+                                  "left under the bronze root",
+                                  root, TMP_TAG_HEX);
+                goto out;
+            }
+            buf[len] = '\0';
+            snprintf(mark, TMP_MARK_MAX, ".ingest-tmp-%.*s.", TMP_TAG_HEX, buf);
+            goto out;
+        }
+        if (errno != ENOENT) {
+            rc = sys_fail(ctx, errno, "open _manifests/" TMP_TAG_FILE " under", root);
+            goto out;
+        }
+        if (!create) {
+            rc = INGEST_ENOTFOUND;
+            goto out;
+        }
+        uint8_t r[TMP_TAG_HEX / 2];
+        randombytes_buf(r, sizeof r);
+        ingest_to_hex(r, sizeof r, buf);
+        buf[TMP_TAG_HEX] = '\n';
+        snprintf(tmp, sizeof tmp, TMP_TAG_FILE ".%08x", randombytes_random());
+        fd = openat(mfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 || write_full(fd, buf, TMP_TAG_HEX + 1) < 0 || fsync(fd) < 0) {
+            rc = sys_fail(ctx, errno, "write _manifests/" TMP_TAG_FILE " under", root);
+            goto out;
+        }
+        close(fd);
+        fd = -1;
+        /* EEXIST: another process made one meanwhile; read that one */
+        const int lr = linkat(mfd, tmp, mfd, TMP_TAG_FILE, 0);
+        const int le = errno;
+        unlinkat(mfd, tmp, 0);
+        if (lr < 0 && le != EEXIST) {
+            rc = sys_fail(ctx, le, "link _manifests/" TMP_TAG_FILE " under", root);
+            goto out;
+        }
+        if (lr == 0 && fsync(mfd) < 0) {
+            rc = sys_fail(ctx, errno, "fsync _manifests under", root);
+            goto out;
+        }
+    }
+    rc = ingest__fail(ctx, INGEST_EIO, "lander: %s/_manifests/" TMP_TAG_FILE ": cannot be read back", root);
+out:
+    if (fd >= 0)
+        close(fd);
+    close(mfd);
+    return rc;
 }
 
 /* ------------------------------------------------------------- layout */
@@ -315,13 +421,12 @@ static int landed_path(ingest_lander *l, const char *device, const char *batch, 
     if (strncmp(out, "_manifests", 10) == 0 && (out[10] == '/' || out[10] == '\0'))
         return ingest__fail(l->ctx, INGEST_EINVAL, "lander: file %s: landed path %s is under _manifests",
                             relpath, out);
-    /* Names of that shape are the lander's temporary files (tmp_name): a
-     * device file so named could be truncated by, or swept as, one. */
+    /* A name holding this tree's secret tag could be taken for a temporary
+     * file (tmp_name); no device knows the tag, so no honest one sends it. */
     const char *base = strrchr(out, '/');
-    if (strstr(base ? base + 1 : out, ".ingest-tmp.") != NULL)
+    if (l->tmp_mark[0] != '\0' && strstr(base ? base + 1 : out, l->tmp_mark) != NULL)
         return ingest__fail(l->ctx, INGEST_EINVAL,
-                            "lander: file %s: name contains \".ingest-tmp.\" (reserved for temporary files)",
-                            relpath);
+                            "lander: file %s: name contains the bronze tree's temporary-file tag", relpath);
     return 0;
 }
 
@@ -333,6 +438,157 @@ int ingest_lander_landed_path(ingest_lander *l, const char *device, const char *
     INGEST__FORWARD(check_name(l->ctx, "device", device));
     INGEST__FORWARD(check_name(l->ctx, "batch", batch));
     return landed_path(l, device, batch, relpath, mtime_ns, out, cap);
+}
+
+/* ----------------------------------------------------------- crash sweep */
+
+typedef struct sweep {
+    ingest_ctx *ctx;
+    int rootfd;
+    char mark[TMP_MARK_MAX]; /* "" when the tree has no tag yet */
+    char **stack;             /* directories still to read, relative to the root */
+    size_t n, cap;
+    uint64_t removed, failed;
+} sweep;
+
+static int sweep_push(sweep *w, const char *dir, const char *name)
+{
+    if (w->n == w->cap) {
+        const size_t nc = w->cap ? w->cap * 2 : 64;
+        char **ns = ingest__malloc(w->ctx, nc * sizeof *ns);
+        if (!ns)
+            return ingest__fail(w->ctx, INGEST_ENOMEM, "lander: sweep: out of memory");
+        if (w->n)
+            memcpy(ns, w->stack, w->n * sizeof *ns);
+        ingest__free(w->ctx, w->stack);
+        w->stack = ns;
+        w->cap = nc;
+    }
+    const size_t dl = strlen(dir), nl = strlen(name);
+    char *p = ingest__malloc(w->ctx, dl + nl + 2);
+    if (!p)
+        return ingest__fail(w->ctx, INGEST_ENOMEM, "lander: sweep: out of memory");
+    memcpy(p, dir, dl);
+    p[dl] = '/';
+    memcpy(p + dl + 1, name, nl + 1);
+    w->stack[w->n++] = p;
+    return 0;
+}
+
+static bool has_suffix_s(const char *s, const char *suf)
+{
+    const size_t n = strlen(s), k = strlen(suf);
+    return n >= k && memcmp(s + n - k, suf, k) == 0;
+}
+
+/*
+ * Is name, in directory dir (relative, "." the root), something an
+ * unfinished batch left?  Temporary files carry the tree's tag; temporary
+ * manifests are exactly _manifests/{device}/.{batch}.jsonl.tmp (devices
+ * cannot land under _manifests); the tag's own temporary file is
+ * _manifests/.tmp-tag.{hex}.
+ */
+static bool sweep_match(const sweep *w, const char *dir, int depth, const char *name)
+{
+    if (name[0] != '.')
+        return false;
+    if (depth == 1 && strcmp(dir, "./_manifests") == 0)
+        return strncmp(name, TMP_TAG_FILE ".", sizeof TMP_TAG_FILE) == 0;
+    if (depth == 2 && strncmp(dir, "./_manifests/", 13) == 0)
+        return has_suffix_s(name, ".jsonl.tmp");
+    return w->mark[0] != '\0' && strstr(name, w->mark) != NULL;
+}
+
+static void sweep_dir(sweep *w, char *dir)
+{
+    int depth = 0;
+    for (const char *c = dir; *c; c++)
+        depth += *c == '/';
+    const int fd = openat(w->rootfd, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        w->failed++;
+        ingest__log(w->ctx, INGEST_LOG_WARN, "lander: sweep: cannot read directory %s: %s", dir, strerror(errno));
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *name = de->d_name;
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+            continue;
+        unsigned char type = de->d_type;
+        if (type == DT_UNKNOWN) {
+            struct stat sb;
+            if (fstatat(dirfd(d), name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+                continue;
+            type = S_ISDIR(sb.st_mode) ? DT_DIR : S_ISREG(sb.st_mode) ? DT_REG : DT_LNK;
+        }
+        if (type == DT_DIR) {
+            if (sweep_push(w, dir, name) < 0)
+                w->failed++;
+        } else if (type == DT_REG && sweep_match(w, dir, depth, name)) {
+            if (unlinkat(dirfd(d), name, 0) == 0) {
+                w->removed++;
+            } else {
+                w->failed++;
+                ingest__log(w->ctx, INGEST_LOG_WARN, "lander: sweep: cannot remove %s/%s: %s", dir, name,
+                            strerror(errno));
+            }
+        }
+    }
+    closedir(d);
+}
+
+int ingest_lander_sweep(ingest_ctx *ctx, const char *bronze_root, uint64_t *removed, uint64_t *failed)
+{
+    if (removed)
+        *removed = 0;
+    if (failed)
+        *failed = 0;
+    if (!ctx || !bronze_root)
+        return INGEST_EINVAL;
+    sweep w;
+    memset(&w, 0, sizeof w);
+    w.ctx = ctx;
+    w.rootfd = open(bronze_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (w.rootfd < 0)
+        return sys_fail(ctx, errno, "open bronze root", bronze_root);
+    int rc = tmp_tag(ctx, w.rootfd, bronze_root, false, w.mark);
+    if (rc == INGEST_ENOTFOUND) {
+        w.mark[0] = '\0'; /* no tag: no temporary file was ever made here, manifests aside */
+        rc = 0;
+    }
+    if (rc == 0) {
+        char *top = ingest__strdup(ctx, ".");
+        if (!top)
+            rc = ingest__fail(ctx, INGEST_ENOMEM, "lander: sweep: out of memory");
+        else
+            w.stack = ingest__malloc(ctx, sizeof *w.stack);
+        if (top && !w.stack) {
+            ingest__free(ctx, top);
+            rc = ingest__fail(ctx, INGEST_ENOMEM, "lander: sweep: out of memory");
+        } else if (top) {
+            w.stack[0] = top;
+            w.n = w.cap = 1;
+        }
+    }
+    /* depth first, one directory at a time: memory grows with the entries waiting, never the stack */
+    while (rc == 0 && w.n > 0) {
+        char *dir = w.stack[--w.n];
+        sweep_dir(&w, dir);
+        ingest__free(ctx, dir);
+    }
+    while (w.n > 0)
+        ingest__free(ctx, w.stack[--w.n]);
+    ingest__free(ctx, w.stack);
+    close(w.rootfd);
+    if (removed)
+        *removed = w.removed;
+    if (failed)
+        *failed = w.failed;
+    return rc;
 }
 
 /* --------------------------------------------------------- create/destroy */
@@ -388,6 +644,8 @@ int ingest_lander_create(ingest_ctx *ctx, ingest_store *st, ingest_index *idx, c
         rc = ingest__fail(ctx, INGEST_EINVAL, "lander: bronze root %s: %s", bronze_root, strerror(e));
         goto fail;
     }
+    if ((rc = tmp_tag(ctx, l->rootfd, bronze_root, true, l->tmp_mark)) < 0)
+        goto fail;
     *out = l;
     return 0;
 fail:
@@ -584,7 +842,7 @@ static void remove_temps(ingest_lander_batch *b)
             continue;
         const char *name;
         split_path(f->landed, dir, sizeof dir, &name);
-        tmp_name(f, name, b->name, i, tn, sizeof tn);
+        tmp_name(b->l, name, b->name, i, tn, sizeof tn);
         int dfd = -1;
         const int saved_state = b->state;
         /* walk_dir may record an error detail: keep the original one */
@@ -1123,7 +1381,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     split_path(f->landed, dir, sizeof dir, &name);
     INGEST__FORWARD(enter_dir(b, f->path, dir, true));
     INGEST__FORWARD(add_dir(b, dir));
-    tmp_name(f, name, b->name, fi, tn, sizeof tn);
+    tmp_name(b->l, name, b->name, fi, tn, sizeof tn);
     const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC;
     b->direct = false;
     if (b->l->direct_io && f->size >= DIO_ALIGN) {
@@ -1411,13 +1669,13 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
             char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
             const char *name;
             split_path(sf->landed, dir, sizeof dir, &name);
-            tmp_name(sf, name, b->name, lo, tn, sizeof tn);
+            tmp_name(b->l, name, b->name, lo, tn, sizeof tn);
             fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         } else {
             char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
             const char *name;
             split_path(sf->landed, dir, sizeof dir, &name);
-            tmp_name(sf, name, b->name, lo, tn, sizeof tn);
+            tmp_name(b->l, name, b->name, lo, tn, sizeof tn);
             int dfd = -1;
             INGEST__FORWARD(walk_dir(b, sf->path, dir, false, &dfd));
             if (dfd >= 0) {
@@ -1761,7 +2019,7 @@ static int sync_temps(ingest_lander_batch *b)
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         split_path(f->landed, dir, sizeof dir, &name);
-        tmp_name(f, name, b->name, i, tn, sizeof tn);
+        tmp_name(b->l, name, b->name, i, tn, sizeof tn);
         INGEST__FORWARD(enter_dir(b, f->path, dir, false));
         struct stat sb;
         if (fstatat(b->dirfd, tn, &sb, AT_SYMLINK_NOFOLLOW) < 0)
@@ -1777,7 +2035,7 @@ static int sync_temps(ingest_lander_batch *b)
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         split_path(f->landed, dir, sizeof dir, &name);
-        tmp_name(f, name, b->name, i, tn, sizeof tn);
+        tmp_name(b->l, name, b->name, i, tn, sizeof tn);
         INGEST__FORWARD(enter_dir(b, f->path, dir, false));
         const int fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
@@ -1826,7 +2084,7 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
         b->wrote = true;
         INGEST__FORWARD(ingest__store_put(l->st, l->vdb, f->landed, strlen(f->landed), v, sizeof v));
         split_path(f->landed, dir, sizeof dir, &name);
-        tmp_name(f, name, b->name, i, tn, sizeof tn);
+        tmp_name(b->l, name, b->name, i, tn, sizeof tn);
         INGEST__FORWARD(enter_dir(b, f->path, dir, false));
         if (renameat(b->dirfd, tn, b->dirfd, name) < 0)
             return sys_fail(b->ctx, errno, "rename into place", f->landed);

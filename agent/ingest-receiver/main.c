@@ -13,7 +13,6 @@
 #include "../common/prog.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <netdb.h>
 #include <poll.h>
@@ -209,41 +208,15 @@ static int open_index(server *s, int force_rebuild)
 /* ---- temporary files left by a crash ------------------------------------ */
 
 /*
- * The lander writes each file to ".{name}.ingest-tmp.{batch}" (or
- * ".ingest-tmp.{batch}.{n}") created 0600, and each manifest to
- * "_manifests/{device}/.{batch}.jsonl.tmp"; a crash (kill -9, power cut)
- * leaves them behind, and a batch that is never replayed under the same
- * name never overwrites them.  The lander refuses to land a file whose name
- * contains ".ingest-tmp.", so every file so named is a temporary.  The sweep runs
- * at start-up only when the previous run did not stop cleanly (the marker
- * file RUNNING_MARKER in state_dir is still there), so a clean restart
- * does not walk a large bronze tree.
+ * A crash (kill, power cut) leaves the temporary files of unfinished
+ * batches under bronze; ingest_lander_sweep removes them, and only them
+ * (docs/landing.md).  It runs at start-up only when the previous run did
+ * not stop cleanly (the marker file RUNNING_MARKER in state_dir is still
+ * there), so a clean restart does not walk a large bronze tree.
  */
 #define RUNNING_MARKER "receiver.running"
 
-static unsigned long long swept, sweep_failed;
-
-static int sweep_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    const char *base = path + ftw->base;
-    if (type != FTW_F || !S_ISREG(st->st_mode) || base[0] != '.')
-        return 0;
-    const int in_manifests = strstr(path, "/_manifests/") != NULL;
-    const size_t n = strlen(base);
-    const int tmp_manifest = in_manifests && n > 10 && strcmp(base + n - 10, ".jsonl.tmp") == 0;
-    const int tmp_file = strstr(base, ".ingest-tmp.") != NULL;
-    if (!tmp_manifest && !tmp_file)
-        return 0;
-    if (unlink(path) == 0) {
-        swept++;
-    } else {
-        sweep_failed++;
-        prog_log(INGEST_LOG_WARN, "cannot remove temporary file %s: %s", path, strerror(errno));
-    }
-    return 0;
-}
-
-/* Remove what a crashed run left under bronze, if the previous run crashed: 1 if it did. */
+/* Remove what a crashed run left under bronze, if the previous run crashed: 1 if it did, -1 on failure. */
 static int sweep_after_crash(server *s)
 {
     char marker[4200];
@@ -252,13 +225,16 @@ static int sweep_after_crash(server *s)
     if (stat(marker, &mst) != 0)
         return 0;
     const double t0 = prog_now();
-    swept = sweep_failed = 0;
-    if (nftw(s->cfg->bronze, sweep_one, 32, FTW_PHYS) != 0)
-        prog_log(INGEST_LOG_WARN, "sweep of %s: %s", s->cfg->bronze, strerror(errno));
+    uint64_t swept = 0, failed = 0;
+    if (ingest_lander_sweep(s->ctx, s->cfg->bronze, &swept, &failed) < 0) {
+        prog_log(INGEST_LOG_ERROR, "sweep of %s: %s", s->cfg->bronze, ingest_ctx_errmsg(s->ctx));
+        return -1;
+    }
     prog_log(INGEST_LOG_INFO,
              "previous run did not stop cleanly: removed %llu temporary files of unfinished batches from %s "
              "in %.2fs%s",
-             swept, s->cfg->bronze, prog_now() - t0, sweep_failed ? " (some could not be removed)" : "");
+             (unsigned long long)swept, s->cfg->bronze, prog_now() - t0,
+             failed ? " (some could not be removed)" : "");
     return 1;
 }
 
@@ -1284,7 +1260,8 @@ int main(int argc, char **argv)
         metrics_http_stop(mh);
         goto out;
     }
-    if (sweep_after_crash(&s) && catch_up_index(&s) != 0)
+    const int crashed = sweep_after_crash(&s);
+    if (crashed < 0 || (crashed && catch_up_index(&s) != 0))
         goto out;
     if (running_marker(&s, 1) != 0)
         goto out;

@@ -106,6 +106,20 @@ INGEST_API int ingest_lander_create(ingest_ctx *ctx, ingest_store *st, ingest_in
                                     const char *bronze_root, const char *layout,
                                     const uint8_t key[INGEST_KEY_BYTES], ingest_codec *codec,
                                     ingest_lander **out) INGEST_WUR;
+/*
+ * After a crash (kill, power cut) of a process that landed into
+ * bronze_root: remove what its unfinished batches left, never following a
+ * symlink: temporary files (their names hold the tree's random tag, kept in
+ * _manifests/.tmp-tag, which no device can know) and temporary manifests
+ * (exactly _manifests/{device}/.{batch}.jsonl.tmp).  A file a device
+ * landed is never removed, whatever its name.  Walks the whole tree with
+ * heap memory only.  *removed and *failed (may be NULL) count files (and
+ * unreadable directories); each failure is logged at warn level.  Run it
+ * with no lander of the tree at work.  0, or < 0 when the walk could not
+ * start (the root, or a malformed tag file).
+ */
+INGEST_API int ingest_lander_sweep(ingest_ctx *ctx, const char *bronze_root, uint64_t *removed,
+                                   uint64_t *failed);
 /* Destroy a lander (its batch must be destroyed first); NULL accepted. */
 INGEST_API void ingest_lander_destroy(ingest_lander *l);
 

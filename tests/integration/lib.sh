@@ -115,8 +115,12 @@ gen_log() {
     }' | head -c "$2" >> "$1"
 }
 
-# count_tmp DIR: number of lander temporary files (.*.ingest-tmp.*) under DIR
-count_tmp() { find "$1" -name '*.ingest-tmp.*' | wc -l; }
+# count_tmp DIR: number of lander temporary files under the bronze root DIR
+# (their names hold the tree's tag: .*.ingest-tmp-TAG.*)
+count_tmp() {
+    _tag=$(cat "$1/_manifests/.tmp-tag" 2>/dev/null || true)
+    if [ -z "$_tag" ]; then echo 0; else find "$1" -name "*.ingest-tmp-$_tag.*" | wc -l; fi
+}
 
 # manifest_paths DEVICE: the source paths recorded in the device's batch
 # manifests (one line per FILE record, in batch name order)

@@ -116,11 +116,27 @@ vers=$(cat "$T/bronze/_manifests/dev1/"*.jsonl | grep -F "\"landed\":\"dev1/$one
 [ "$vers" = '"version":1 "version":2 ' ] || fail "versions of dev1/$one in the manifests: $vers (want 1 then 2)"
 pass "kill -9 before the index was written: caught up $nb3 batches of $n3 files; re-ship sent no chunk data; versions went on at 2"
 
-mkdir -p "$T/src2/d"
+# Names a device may legitimately send, even when they look like our
+# temporary files, land; and the sweep after a crash removes only what an
+# unfinished batch left (the tree's tagged temporaries and the exact
+# temporary-manifest location), never a landed file.
+mkdir -p "$T/src2/d/logs/_manifests"
 printf 'x\n' > "$T/src2/d/ok.txt"
 printf 'y\n' > "$T/src2/d/.a.ingest-tmp.b"
+printf '{"event":1}\n' > "$T/src2/d/logs/_manifests/.2024.jsonl.tmp"
 write_agent_config dev2 "$T/src2/d"
-"$AGENT" --config "$T/dev2.yaml" --once > "$T/dev2.out" 2> "$T/dev2.err" && fail "a file named .a.ingest-tmp.b was accepted"
-grep -q 'reserved for temporary files' "$T/dev2.err" || { cat "$T/dev2.err"; fail "refusal does not say why"; }
-[ ! -e "$(landed_root dev2)/d/.a.ingest-tmp.b" ] || fail "the reserved name landed"
-pass "a device file named .a.ingest-tmp.b is refused"
+"$AGENT" --config "$T/dev2.yaml" --once > "$T/dev2.out" 2> "$T/dev2.err" || { cat "$T/dev2.err"; fail "dev2's odd names were refused"; }
+same_tree "$T/src2/d" "$(landed_root dev2)/d"
+tag=$(cat "$T/bronze/_manifests/.tmp-tag")
+echo "$tag" | grep -Eq '^[0-9a-f]{16}$' || fail "no temporary-file tag in bronze/_manifests/.tmp-tag: '$tag'"
+# what a crash mid-batch leaves: a tagged temporary file and a temporary manifest
+: > "$(landed_root dev2)/d/.ok.txt.ingest-tmp-$tag.b99"
+: > "$T/bronze/_manifests/dev2/.b99.jsonl.tmp"
+kill -9 "$RECV_PID"; wait "$RECV_PID" 2>/dev/null || true; RECV_PID=""
+: > "$T/receiver.log"
+start_receiver
+grep -q "did not stop cleanly: removed 2 temporary files" "$T/receiver.log" || { cat "$T/receiver.log"; fail "the sweep did not remove exactly the 2 leftovers"; }
+[ ! -e "$(landed_root dev2)/d/.ok.txt.ingest-tmp-$tag.b99" ] || fail "the tagged temporary file survived the sweep"
+[ ! -e "$T/bronze/_manifests/dev2/.b99.jsonl.tmp" ] || fail "the temporary manifest survived the sweep"
+same_tree "$T/src2/d" "$(landed_root dev2)/d"
+pass "files named .a.ingest-tmp.b and logs/_manifests/.2024.jsonl.tmp land and survive the crash sweep; its leftovers are removed"

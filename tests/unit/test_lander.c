@@ -559,6 +559,82 @@ static void test_put_verified(void **state)
     free(other);
 }
 
+static void touch(const env *e, const char *rel)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    for (char *c = p + strlen(e->bronze) + 1; *c; c++)
+        if (*c == '/') {
+            *c = '\0';
+            mkdir(p, 0755);
+            *c = '/';
+        }
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("x", f);
+    fclose(f);
+}
+
+static bool exists(const env *e, const char *rel)
+{
+    char p[512];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    return lstat(p, &sb) == 0;
+}
+
+/*
+ * The crash sweep removes what unfinished batches leave (tagged temporary
+ * files, temporary manifests at their one location) and nothing a device
+ * landed, whatever its name; a second lander of the tree shares the tag.
+ */
+static void test_sweep(void **state)
+{
+    env *e = *state;
+    char tag[64] = "", p[512];
+    snprintf(p, sizeof p, "%s/_manifests/.tmp-tag", e->bronze);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(tag, sizeof tag, f));
+    fclose(f);
+    assert_int_equal(strlen(tag), 17);
+    tag[16] = '\0';
+    char mine[256], mine_long[256];
+    snprintf(mine, sizeof mine, "dev1/a/.x.csv.ingest-tmp-%s.b7", tag);
+    snprintf(mine_long, sizeof mine_long, "dev1/deep/er/.ingest-tmp-%s.b7.3", tag);
+    const char *gone[] = {mine, mine_long, "_manifests/dev1/.b7.jsonl.tmp", "_manifests/.tmp-tag.0badc0de"};
+    const char *kept[] = {"dev1/a/.x.csv.ingest-tmp.b7", "dev1/logs/_manifests/.2024.jsonl.tmp",
+                          "dev1/_manifests/dev1/.b8.jsonl.tmp", "_manifests/dev1/b6.jsonl",
+                          "dev1/a/x.csv", "dev1/a/.x.csv.ingest-tmp-0123456789abcdef.b7"};
+    for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
+        touch(e, gone[i]);
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        touch(e, kept[i]);
+    /* a second lander of the same tree reads the same tag */
+    ingest_lander *l2 = NULL;
+    assert_int_equal(ingest_lander_create(e->ctx, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &l2), 0);
+    ingest_lander_destroy(l2);
+    uint64_t removed = 99, failed = 99;
+    assert_int_equal(ingest_lander_sweep(e->ctx, e->bronze, &removed, &failed), 0);
+    assert_int_equal(removed, 4);
+    assert_int_equal(failed, 0);
+    for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
+        assert_false(exists(e, gone[i]));
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        assert_true(exists(e, kept[i]));
+    assert_true(exists(e, "_manifests/.tmp-tag"));
+    /* a malformed tag stops the sweep with a message naming the file */
+    f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("not hex\n", f);
+    fclose(f);
+    assert_int_equal(ingest_lander_sweep(e->ctx, e->bronze, &removed, &failed), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), ".tmp-tag"));
+    assert_int_equal(ingest_lander_create(e->ctx, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &l2),
+                     INGEST_ECORRUPT);
+    assert_null(l2);
+}
+
 static void test_protocol_errors(void **state)
 {
     env *e = *state;
@@ -1719,6 +1795,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_id, setup, teardown),
         cmocka_unit_test_setup_teardown(test_protocol_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_verified, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_traversal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlink_in_bronze, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_misc, setup, teardown),
