@@ -385,7 +385,10 @@ static int hs_io_fail(ingest_session *s, const char *step, int rc, int err)
 {
     if (rc == INGEST_ECLOSED)
         return ingest__fail(s->ctx, rc, "handshake: %s: %s (%s)", step, io_what(rc, err),
-                            s->is_server ? "device hung up" : "receiver hung up; device not authorized?");
+                            s->is_server ? "device hung up"
+                                        : "the receiver closed the connection before the session was set up: it may "
+                                          "be shedding unauthenticated connections under load (its log says so; "
+                                          "an unknown device is told so instead)");
     return ingest__fail(s->ctx, rc, "handshake: %s: %s", step, io_what(rc, err));
 }
 

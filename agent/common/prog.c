@@ -70,6 +70,36 @@ void prog_log(int level, const char *fmt, ...)
     pthread_mutex_unlock(&log_lock);
 }
 
+void prog_log_limited(prog_ratelimit *r, int level, const char *fmt, ...)
+{
+    if (level > log_level)
+        return;
+    const double now = prog_now();
+    unsigned long dropped = 0;
+    pthread_mutex_lock(&log_lock);
+    const int pass = r->next == 0 || now >= r->next;
+    if (pass) {
+        dropped = r->dropped;
+        r->dropped = 0;
+        r->next = now + (r->interval > 0 ? r->interval : 10.0);
+    } else {
+        r->dropped++;
+    }
+    pthread_mutex_unlock(&log_lock);
+    if (!pass)
+        return;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (dropped > 0)
+        prog_log(level, "%s (%lu more like it not logged in the last %.0f s)", msg, dropped,
+                 r->interval > 0 ? r->interval : 10.0);
+    else
+        prog_log(level, "%s", msg);
+}
+
 void prog_lib_log(void *userdata, int level, const char *msg)
 {
     (void)userdata;
@@ -320,7 +350,12 @@ void prog_write_all(int fd, const void *p, size_t n)
 {
     const char *c = p;
     while (n > 0) {
-        const ssize_t w = write(fd, c, n);
+        /* a socket's peer may be gone: never SIGPIPE (ENOTSOCK: a plain file descriptor) */
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == ENOTSOCK)
+            w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
         if (w <= 0)
             return;
         c += w;

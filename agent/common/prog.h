@@ -17,6 +17,17 @@ void prog_log_set_level(int level);
 int prog_log_level(void);
 /* One line to stderr: "2026-11-22T17:50:00.123Z name[level]: msg". */
 void prog_log(int level, const char *fmt, ...) PROG_PRINTF(2, 3);
+/*
+ * A line of a kind that can come in floods (refused connections): at most
+ * one per interval seconds is logged; the next one logged says how many
+ * were not.  Define one limiter per kind: static prog_ratelimit r = { 10 };
+ */
+typedef struct prog_ratelimit {
+    double interval; /* seconds; 0 = 10 */
+    double next;     /* when the next line may be logged (prog_now) */
+    unsigned long dropped;
+} prog_ratelimit;
+void prog_log_limited(prog_ratelimit *r, int level, const char *fmt, ...) PROG_PRINTF(3, 4);
 /* A library log callback that forwards to prog_log (userdata unused). */
 void prog_lib_log(void *userdata, int level, const char *msg);
 /* Parse "error|warn|info|debug"; -1 if unknown. */

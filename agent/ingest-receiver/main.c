@@ -4,13 +4,16 @@
  * lander, and acknowledges a batch only once it is durable.
  *
  * Threads: the main thread accepts; each connection has a thread of its
- * own (at most max_connections).  The store, the chunk index and the
+ * own.  Connections that have not authenticated yet are bounded by
+ * handshake.max_pending (admit.h: the oldest silent one makes room for a
+ * newcomer); authenticated sessions by max_connections.  The store, the chunk index and the
  * landers share one LMDB environment, so every call into landing holds
  * land_lock; network waits never do.
  */
 #include "../common/http.h"
 #include "../common/statslog.h"
 #include "../common/prog.h"
+#include "admit.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -22,12 +25,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define MANIFEST_MAX (64u * 1024u * 1024u) /* bytes of one batch manifest (~800k chunks) */
-#define HANDSHAKE_TIMEOUT_MS 10000
+#define SESSION_WAIT_S 10 /* an authenticated device waits this long for a max_connections slot */
 #define RECEIVER_TXN_WRITES 16384
 
 typedef struct server {
@@ -40,7 +44,11 @@ typedef struct server {
     ingest_index *idx;
     ingest_codec *codec;
     pthread_mutex_t land_lock;
-    atomic_int nconn;
+    atomic_int nconn; /* connection threads, authenticated or not */
+    admit *adm;       /* connections not authenticated yet */
+    pthread_mutex_t sess_lock;
+    pthread_cond_t sess_cond;
+    unsigned nsessions; /* authenticated sessions, at most max_connections */
     /* Devices with a connection being served: one connection per device at
      * a time, so a batch replayed on a new connection never meets the old
      * connection still landing or finishing it (same temporary names). */
@@ -51,7 +59,7 @@ typedef struct server {
     atomic_ullong batches_landed, batches_failed, chunks_received, bytes_received;
     /* Prometheus metrics (docs/operations.md): labelled by device. */
     ingest_metrics *metrics;
-    ingest_metric *m_conns, *m_refused, *m_landed, *m_failed, *m_files, *m_bytes, *m_new, *m_known, *m_rewanted,
+    ingest_metric *m_conns, *m_refused, *m_dropped, *m_landed, *m_failed, *m_files, *m_bytes, *m_new, *m_known, *m_rewanted,
         *m_wire, *m_written, *m_latency, *m_stage, *m_errors;
 } server;
 
@@ -66,6 +74,11 @@ static int define_metrics(server *s)
         { &s->m_conns, INGEST_METRIC_GAUGE, "ingest_receiver_connections", "Open device connections", NULL },
         { &s->m_refused, INGEST_METRIC_COUNTER, "ingest_receiver_handshakes_refused_total",
           "Handshakes refused (unknown device, bad key, malformed)", NULL },
+        { &s->m_dropped, INGEST_METRIC_COUNTER, "ingest_receiver_connections_dropped_total",
+          "Connections closed before a session: room (dropped for a newer one, handshake.max_pending), silent (no "
+          "byte by handshake.first_byte_timeout), slow (not authenticated by handshake.timeout), busy "
+          "(authenticated, max_connections sessions in use), accept (accept failed: out of descriptors)",
+          "reason" },
         { &s->m_landed, INGEST_METRIC_COUNTER, "ingest_receiver_batches_landed_total",
           "Batches made durable and acknowledged (replays included)", "device" },
         { &s->m_failed, INGEST_METRIC_COUNTER, "ingest_receiver_batches_failed_total",
@@ -309,7 +322,84 @@ typedef struct conn {
     server *srv;
     int fd;
     char peer[96]; /* "host:port": h[64] + ":" + pt[16] */
+    admit_entry ae;  /* while it has not authenticated */
+    double t_accept; /* prog_now() at accept */
 } conn;
+
+/* Refusals come in floods (a scan, a connection flood): one line per kind per 10 s. */
+static prog_ratelimit rl_handshake = { 10, 0, 0 }, rl_dropped = { 10, 0, 0 }, rl_busy = { 10, 0, 0 },
+                      rl_accept = { 10, 0, 0 };
+
+/*
+ * Until the HELLO's first byte (handshake.first_byte_timeout), then the
+ * handshake (handshake.timeout from accept): 0 when c authenticated, -1
+ * (logged, counted) otherwise.  Leaves the admission table either way.
+ */
+static int authenticate(conn *c, ingest_session *ss, ingest_ctx *ctx)
+{
+    server *s = c->srv;
+    const double deadline = c->t_accept + (double)s->cfg->handshake_timeout_ms / 1000.0;
+    double first = c->t_accept + (double)s->cfg->handshake_first_byte_ms / 1000.0;
+    if (first > deadline)
+        first = deadline;
+    struct pollfd p = { c->fd, POLLIN, 0 };
+    int pr;
+    do {
+        const double left = first - prog_now();
+        pr = poll(&p, 1, left > 0 ? (int)(left * 1000.0) + 1 : 0);
+    } while (pr < 0 && errno == EINTR);
+    int rc = INGEST_ETIMEDOUT;
+    if (pr > 0) {
+        admit_spoke(s->adm, &c->ae);
+        const double left = deadline - prog_now();
+        rc = ingest_session_handshake_fd(ss, c->fd, left > 0.001 ? (int)(left * 1000.0) : 1);
+    }
+    const int dropped = admit_leave(s->adm, &c->ae);
+    if (rc == 0)
+        return 0;
+    if (dropped) /* counted and logged when it was dropped */
+        return -1;
+    if (pr <= 0) {
+        ingest_metric_add(s->m_dropped, "silent", 1);
+        prog_log_limited(&rl_dropped, INGEST_LOG_WARN,
+                         "connection from %s closed: no byte within handshake.first_byte_timeout (%llu ms)", c->peer,
+                         (unsigned long long)s->cfg->handshake_first_byte_ms);
+        return -1;
+    }
+    const char *id = ingest_session_peer_id(ss);
+    if (rc == INGEST_ETIMEDOUT)
+        ingest_metric_add(s->m_dropped, "slow", 1);
+    ingest_metric_add(s->m_refused, NULL, 1);
+    ingest_metric_add(s->m_errors, "handshake", 1);
+    prog_log_limited(&rl_handshake, INGEST_LOG_WARN, "handshake from %s%s%s refused: %s: %s", c->peer,
+                     id && *id ? " device " : "", id ? id : "", ingest_strerror(rc), ingest_ctx_errmsg(ctx));
+    return -1;
+}
+
+/* Take one of max_connections session slots, waiting up to SESSION_WAIT_S: 0, or -1. */
+static int session_claim(server *s)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += SESSION_WAIT_S;
+    pthread_mutex_lock(&s->sess_lock);
+    int rc = 0;
+    while (s->nsessions >= s->cfg->max_connections && rc == 0)
+        if (stopping || pthread_cond_timedwait(&s->sess_cond, &s->sess_lock, &until) == ETIMEDOUT)
+            rc = -1;
+    if (rc == 0)
+        s->nsessions++;
+    pthread_mutex_unlock(&s->sess_lock);
+    return rc;
+}
+
+static void session_release(server *s)
+{
+    pthread_mutex_lock(&s->sess_lock);
+    s->nsessions--;
+    pthread_cond_signal(&s->sess_cond);
+    pthread_mutex_unlock(&s->sess_lock);
+}
 
 typedef struct u32vec {
     uint32_t *v;
@@ -805,7 +895,7 @@ static void serve(conn *c)
     memset(&q, 0, sizeof(q));
     pthread_mutex_init(&q.lock, NULL);
     pthread_cond_init(&q.cond, NULL);
-    int reader_started = 0, reader_done = 0, counted = 0, claimed = 0;
+    int reader_started = 0, reader_done = 0, counted = 0, claimed = 0, in_session = 0;
     double batch_t0 = 0;
     uint64_t gen = 0; /* of the open batch as published to the reader */
     pthread_t reader;
@@ -817,16 +907,20 @@ static void serve(conn *c)
         ingest_session_set_features(ss, INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2) < 0)
         goto out;
     lk.ss = ss;
-    int rc = ingest_session_handshake_fd(ss, c->fd, HANDSHAKE_TIMEOUT_MS);
-    if (rc < 0) {
-        const char *id = ingest_session_peer_id(ss);
-        prog_log(INGEST_LOG_WARN, "handshake from %s%s%s refused: %s: %s", c->peer, id && *id ? " device " : "",
-                 id ? id : "", ingest_strerror(rc), ingest_ctx_errmsg(ctx));
-        ingest_metric_add(s->m_refused, NULL, 1);
-        ingest_metric_add(s->m_errors, "handshake", 1);
+    int rc;
+    if (authenticate(c, ss, ctx) != 0)
+        goto out;
+    snprintf(device, sizeof(device), "%s", ingest_session_peer_id(ss));
+    if (session_claim(s) != 0) {
+        char why[160];
+        snprintf(why, sizeof(why), "receiver busy: all %u sessions (max_connections) are in use; try again later",
+                 s->cfg->max_connections);
+        ingest_metric_add(s->m_dropped, "busy", 1);
+        prog_log_limited(&rl_busy, INGEST_LOG_WARN, "device %s from %s refused: %s", device, c->peer, why);
+        send_error(&lk, INGEST_EBUSY, why);
         goto out;
     }
-    snprintf(device, sizeof(device), "%s", ingest_session_peer_id(ss));
+    in_session = 1;
     if (device_claim(s, device) != 0) {
         prog_log(INGEST_LOG_WARN, "device %s from %s: its previous connection is still being served after %d s; closing",
                  device, c->peer, DEVICE_WAIT_S);
@@ -1149,12 +1243,15 @@ out:
     ingest_ctx_destroy(ctx);
     if (claimed)
         device_release(s, device);
+    if (in_session)
+        session_release(s);
 }
 
 static void *conn_thread(void *arg)
 {
     conn *c = arg;
     serve(c);
+    admit_leave(c->srv->adm, &c->ae); /* before the close: a dropped entry's fd is shut down under its lock */
     close(c->fd);
     c->srv->nconn--;
     free(c);
@@ -1162,6 +1259,34 @@ static void *conn_thread(void *arg)
 }
 
 /* ---- main -------------------------------------------------------------- */
+
+/*
+ * Every connection costs descriptors: a waiting one its socket, a session
+ * its socket and up to ~8 files of its two landers.  Raise the soft limit
+ * to the hard one, and refuse to start when even that cannot hold the
+ * configured connections (accept would then fail with EMFILE under load).
+ */
+static int check_fd_limit(const ingest_receiver_config *cfg)
+{
+    const uint64_t need = (uint64_t)cfg->handshake_max_pending + (uint64_t)cfg->max_connections * 10u + 64u;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    if (rl.rlim_cur < rl.rlim_max && rl.rlim_cur < need) {
+        rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need * 2 ? rl.rlim_max : (rlim_t)(need * 2);
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+        (void)getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        prog_log(INGEST_LOG_ERROR,
+                 "max_connections %u and handshake.max_pending %u need up to %llu open files; the limit is %llu "
+                 "(raise it, e.g. LimitNOFILE= in the unit, or lower them)",
+                 cfg->max_connections, cfg->handshake_max_pending, (unsigned long long)need,
+                 (unsigned long long)rl.rlim_cur);
+        return -1;
+    }
+    return 0;
+}
 
 static int load_keys(server *s)
 {
@@ -1211,9 +1336,13 @@ int main(int argc, char **argv)
         return 2;
     }
     prog_log_init("ingest-receiver", INGEST_LOG_INFO);
+    /* First of all: a peer that resets (a device, a metrics client) must never kill us, crash recovery included. */
+    signal(SIGPIPE, SIG_IGN);
     server s;
     memset(&s, 0, sizeof(s));
     pthread_mutex_init(&s.land_lock, NULL);
+    pthread_mutex_init(&s.sess_lock, NULL);
+    pthread_cond_init(&s.sess_cond, NULL);
     pthread_mutex_init(&s.dev_lock, NULL);
     pthread_cond_init(&s.dev_cond, NULL);
     s.ctx = ingest_ctx_create(NULL);
@@ -1236,7 +1365,10 @@ int main(int argc, char **argv)
     stats_logger *slog = NULL;
     if (load_keys(&s) != 0)
         goto out;
-    if ((s.active = calloc(s.cfg->max_connections ? s.cfg->max_connections : 1, sizeof(*s.active))) == NULL)
+    if ((s.active = calloc(s.cfg->max_connections ? s.cfg->max_connections : 1, sizeof(*s.active))) == NULL ||
+        (s.adm = admit_create(s.cfg->handshake_max_pending, s.cfg->handshake_max_per_address)) == NULL)
+        goto out;
+    if (check_fd_limit(s.cfg) != 0)
         goto out;
     struct stat bst;
     if (stat(s.cfg->bronze, &bst) != 0 || !S_ISDIR(bst.st_mode)) {
@@ -1278,7 +1410,6 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
     prog_log(INGEST_LOG_INFO, "listening on %s; bronze %s; %zu authorized devices", bound, s.cfg->bronze,
              ingest_authset_count(s.auth));
     if (ready != NULL) {
@@ -1303,11 +1434,15 @@ int main(int argc, char **argv)
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
         const int fd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
-        if (fd < 0)
-            continue;
-        if (s.nconn >= (int)s.cfg->max_connections) {
-            prog_log(INGEST_LOG_WARN, "connection refused: max_connections (%u) reached", s.cfg->max_connections);
-            close(fd);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* the connection stays queued; retrying at once would spin */
+                ingest_metric_add(s.m_dropped, "accept", 1);
+                prog_log_limited(&rl_accept, INGEST_LOG_WARN, "accept: %s; pausing accepts for 100 ms",
+                                 strerror(errno));
+                struct pollfd sp = { stop_pipe[0], POLLIN, 0 };
+                (void)poll(&sp, 1, 100);
+            }
             continue;
         }
         conn *c = calloc(1, sizeof(*c));
@@ -1317,9 +1452,22 @@ int main(int argc, char **argv)
         }
         c->srv = &s;
         c->fd = fd;
+        c->t_accept = prog_now();
         char h[64] = "?", pt[16] = "?";
         getnameinfo((struct sockaddr *)&ss, sl, h, sizeof(h), pt, sizeof(pt), NI_NUMERICHOST | NI_NUMERICSERV);
         snprintf(c->peer, sizeof(c->peer), "%s:%s", h, pt);
+        c->ae.fd = fd;
+        snprintf(c->ae.addr, sizeof(c->ae.addr), "%s", h);
+        char dropped[64];
+        admit_enter(s.adm, &c->ae, dropped, sizeof(dropped));
+        if (dropped[0] != '\0') {
+            ingest_metric_add(s.m_dropped, "room", 1);
+            prog_log_limited(&rl_dropped, INGEST_LOG_WARN,
+                             "unauthenticated connection from %s dropped to make room for one from %s (%u waiting; "
+                             "handshake.max_pending %u, per address %u)",
+                             dropped, h, admit_count(s.adm), s.cfg->handshake_max_pending,
+                             s.cfg->handshake_max_per_address);
+        }
         pthread_t t;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
@@ -1327,6 +1475,7 @@ int main(int argc, char **argv)
         s.nconn++;
         if (pthread_create(&t, &attr, conn_thread, c) != 0) {
             s.nconn--;
+            admit_leave(s.adm, &c->ae);
             close(fd);
             free(c);
         }
@@ -1336,6 +1485,7 @@ int main(int argc, char **argv)
              (unsigned long long)s.batches_failed);
     close(lfd);
     lfd = -1;
+    admit_drop_all(s.adm); /* nothing to finish before a session */
     /* Let connections finish their current step; unacknowledged batches are simply re-sent. */
     for (int i = 0; i < 100 && s.nconn > 0; i++)
         usleep(20000);
@@ -1361,6 +1511,7 @@ out:
         ingest_receiver_config_free(s.cfg);
         ingest_secret_key_wipe(&s.key);
         free(s.active);
+        admit_destroy(s.adm);
         ingest_ctx_destroy(s.ctx);
     }
     return status;

@@ -100,8 +100,10 @@ static int write_receiver_config(const char *work, unsigned n)
     snprintf(text, sizeof(text),
              "listen: 127.0.0.1:0\nkey: receiver.key\nauthorized_devices: authorized\ndedup_key: fleet.dedup\n"
              "state_dir: rstate\nbronze: bronze\nlayout: \"{device}/{path}\"\nmax_connections: %u\n"
+             /* every device connects from 127.0.0.1: one address's share must hold them all */
+             "handshake:\n  max_pending: %u\n  max_pending_per_address: %u\n"
              "log:\n  level: warn\n",
-             n > 64 ? n : 64);
+             n > 64 ? n : 64, n > 256 ? (n < 4096 ? n : 4096) : 256, n > 256 ? (n < 4096 ? n : 4096) : 256);
     snprintf(p, sizeof(p), "%s/receiver.yaml", work);
     if (bench_write_text(p, text) != 0) {
         fprintf(stderr, WHO ": %s: %s\n", p, strerror(errno));

@@ -121,7 +121,11 @@ typedef struct ingest_receiver_config {
     char *state_dir;                 /* state_dir (path) */
     char *bronze;                    /* bronze (path) */
     char *layout;                    /* layout template */
-    uint32_t max_connections;        /* max_connections */
+    uint32_t max_connections;        /* max_connections: authenticated sessions */
+    uint64_t handshake_timeout_ms;   /* handshake.timeout, milliseconds */
+    uint64_t handshake_first_byte_ms; /* handshake.first_byte_timeout, milliseconds */
+    uint32_t handshake_max_pending;  /* handshake.max_pending */
+    uint32_t handshake_max_per_address; /* handshake.max_pending_per_address */
     uint64_t idle_timeout_ms;        /* idle_timeout, milliseconds */
     bool direct_io;                   /* direct_io */
     uint64_t index_flush_interval_ms; /* index.flush_interval, milliseconds */

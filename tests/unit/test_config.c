@@ -461,6 +461,10 @@ static void test_receiver_full_and_defaults(void **state)
     assert_string_equal(r->bronze, "/srv/bronze");
     assert_string_equal(r->layout, "{device}/{yyyy}/{mm}/{dd}/{path}");
     assert_int_equal(r->max_connections, 64);
+    assert_int_equal(r->handshake_timeout_ms, 10000);
+    assert_int_equal(r->handshake_first_byte_ms, 3000);
+    assert_int_equal(r->handshake_max_pending, 256);
+    assert_int_equal(r->handshake_max_per_address, 32);
     assert_int_equal(r->idle_timeout_ms, 60000);
     assert_int_equal(r->log_level, INGEST_LOG_INFO);
     assert_string_equal(r->metrics_listen, "");
@@ -474,6 +478,8 @@ static void test_receiver_full_and_defaults(void **state)
                                "bronze: /b\n"
                                "layout: \"raw/{device}/{batch}/{path}\"\n"
                                "max_connections: 1000\n"
+                               "handshake: {timeout: 4s, first_byte_timeout: 500ms, max_pending: 64,\n"
+                               "            max_pending_per_address: 8}\n"
                                "idle_timeout: 2m\n"
                                "log: {level: warn}\n"
                                "metrics: {listen: \"[::1]:9465\"}\n";
@@ -481,6 +487,10 @@ static void test_receiver_full_and_defaults(void **state)
     assert_string_equal(r->listen, "0.0.0.0:7000");
     assert_string_equal(r->layout, "raw/{device}/{batch}/{path}");
     assert_int_equal(r->max_connections, 1000);
+    assert_int_equal(r->handshake_timeout_ms, 4000);
+    assert_int_equal(r->handshake_first_byte_ms, 500);
+    assert_int_equal(r->handshake_max_pending, 64);
+    assert_int_equal(r->handshake_max_per_address, 8);
     assert_int_equal(r->idle_timeout_ms, 120000);
     assert_int_equal(r->log_level, INGEST_LOG_WARN);
     assert_string_equal(r->metrics_listen, "[::1]:9465");
@@ -945,7 +955,7 @@ static void test_keys_docs_and_help(void **state)
     assert_int_equal(kc.keys, 38);
     kc = (key_check){ doc, receiver, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_RECEIVER, check_key, &kc), 0);
-    assert_int_equal(kc.keys, 14);
+    assert_int_equal(kc.keys, 18);
     int n = 0;
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_AGENT, stop_at_third, &n), 42);
     assert_int_equal(ingest_config_keys(99, stop_at_third, &n), INGEST_EINVAL);
