@@ -25,7 +25,6 @@
 #define ABSPATH_MAX (2 * RELPATH_MAX + 2)
 #define WALK_DEPTH_MAX 16
 #define WALK_ENTRIES_MAX 1000000u
-#define VERSION_KEY_MAX 511u /* LMDB's key bound (Debian's build) */
 
 #define META_INDEX_FORMAT "index.format"
 #define META_NEXT_FILE "index.next_file"
@@ -694,18 +693,17 @@ static int manifest_validate(ingest_index *idx, const char *mpath)
  */
 static int version_at_least(ingest_index *idx, const char *landed, uint64_t version)
 {
-    const size_t n = strlen(landed);
-    if (n > VERSION_KEY_MAX)
-        return 0; /* the lander keys versions by the path: LMDB takes no longer key */
+    uint8_t key[INGEST__PATH_KEY_MAX];
+    const size_t n = ingest__landed_key(landed, key);
     uint8_t v[8];
     size_t vl = 0;
-    const int rc = ingest__store_get(idx->st, idx->versions, landed, n, v, sizeof v, &vl);
+    const int rc = ingest__store_get(idx->st, idx->versions, key, n, v, sizeof v, &vl);
     if (rc < 0 && rc != INGEST_ENOTFOUND)
         return rc;
     if (rc == 0 && vl == 8 && ingest__get_u64(v) >= version)
         return 0;
     ingest__put_u64(v, version);
-    return ingest__store_put(idx->st, idx->versions, landed, n, v, sizeof v);
+    return ingest__store_put(idx->st, idx->versions, key, n, v, sizeof v);
 }
 
 /* Add one manifest's landed files and chunks; returns < 0 only for store errors. */

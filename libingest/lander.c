@@ -888,6 +888,15 @@ static int settle(ingest_lander_batch *b, int rc)
     return rc;
 }
 
+/* A failure of the store, its detail (kept in the store's context) copied into the batch's: returns rc. */
+static int store_fail(ingest_lander_batch *b, int rc, const char *what, const char *path)
+{
+    char why[INGEST__ERRMSG_MAX];
+    snprintf(why, sizeof why, "%s", ingest_ctx_errmsg(ingest__store_ctx(b->l->st)));
+    return ingest__fail(b->ctx, rc, "lander: batch %s: cannot %s %s: %s", b->name, what, path,
+                        why[0] ? why : ingest_strerror(rc));
+}
+
 /* Abort on failure: returns rc so callers can `return fail_batch(b, rc)`. */
 static int fail_batch(ingest_lander_batch *b, int rc)
 {
@@ -2076,13 +2085,16 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
         lfile *f = &b->files[i];
         uint8_t v[8];
         size_t vl = 0;
-        const int r = ingest__store_get(l->st, l->vdb, f->landed, strlen(f->landed), v, sizeof v, &vl);
+        uint8_t key[INGEST__PATH_KEY_MAX];
+        const size_t kl = ingest__landed_key(f->landed, key);
+        int r = ingest__store_get(l->st, l->vdb, key, kl, v, sizeof v, &vl);
         if (r < 0 && r != INGEST_ENOTFOUND)
-            return r;
+            return store_fail(b, r, "read the version of", f->landed);
         f->version = (r == 0 && vl == 8) ? ingest__get_u64(v) + 1 : 1;
         ingest__put_u64(v, f->version);
         b->wrote = true;
-        INGEST__FORWARD(ingest__store_put(l->st, l->vdb, f->landed, strlen(f->landed), v, sizeof v));
+        if ((r = ingest__store_put(l->st, l->vdb, key, kl, v, sizeof v)) < 0)
+            return store_fail(b, r, "store the version of", f->landed);
         split_path(f->landed, dir, sizeof dir, &name);
         tmp_name(b->l, name, b->name, i, tn, sizeof tn);
         INGEST__FORWARD(enter_dir(b, f->path, dir, false));
@@ -2126,9 +2138,10 @@ static int index_batch(ingest_lander_batch *b)
         lfile *f = &b->files[i];
         uint8_t v[8];
         size_t vl = 0;
-        const int r = ingest__store_get(l->st, l->vdb, f->landed, strlen(f->landed), v, sizeof v, &vl);
+        uint8_t key[INGEST__PATH_KEY_MAX];
+        const int r = ingest__store_get(l->st, l->vdb, key, ingest__landed_key(f->landed, key), v, sizeof v, &vl);
         if (r < 0 && r != INGEST_ENOTFOUND)
-            return r;
+            return store_fail(b, r, "read the version of", f->landed);
         if (r == 0 && vl == 8 && ingest__get_u64(v) > f->version) {
             ingest__log(b->ctx, INGEST_LOG_INFO,
                         "lander: batch %s: %s version %llu was replaced by version %llu before it was indexed",

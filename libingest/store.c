@@ -806,6 +806,15 @@ int ingest_store_wipe(ingest_ctx *ctx, const char *dir)
     return 0;
 }
 
+static size_t hashed_key(const char *path, size_t n, uint8_t key[INGEST__PATH_KEY_MAX])
+{
+    memcpy(key, path, 400);
+    key[400] = 0xff;
+    static const uint8_t zero_key[INGEST_KEY_BYTES] = { 0 };
+    ingest_chunk_id(zero_key, path, n, key + 401);
+    return 401 + INGEST_ID_BYTES;
+}
+
 size_t ingest__path_key(const char *path, uint8_t key[INGEST__PATH_KEY_MAX])
 {
     const size_t n = strlen(path);
@@ -813,9 +822,15 @@ size_t ingest__path_key(const char *path, uint8_t key[INGEST__PATH_KEY_MAX])
         memcpy(key, path, n);
         return n;
     }
-    memcpy(key, path, 400);
-    key[400] = 0xff;
-    static const uint8_t zero_key[INGEST_KEY_BYTES] = { 0 };
-    ingest_chunk_id(zero_key, path, n, key + 401);
-    return 401 + INGEST_ID_BYTES;
+    return hashed_key(path, n, key);
+}
+
+size_t ingest__landed_key(const char *path, uint8_t key[INGEST__PATH_KEY_MAX])
+{
+    const size_t n = strlen(path);
+    if (n <= 511) {
+        memcpy(key, path, n);
+        return n;
+    }
+    return hashed_key(path, n, key);
 }

@@ -120,5 +120,11 @@ static inline uint64_t ingest__get_be64(const uint8_t *p)
  */
 #define INGEST__PATH_KEY_MAX 512
 size_t ingest__path_key(const char *path, uint8_t key[INGEST__PATH_KEY_MAX]);
+/*
+ * A landed path as a key of the lander's version counters: the path itself
+ * up to LMDB's bound (511 bytes; the keys written before long paths were
+ * taken), the same hashed form as ingest__path_key past it.
+ */
+size_t ingest__landed_key(const char *path, uint8_t key[INGEST__PATH_KEY_MAX]);
 
 #endif

@@ -74,14 +74,20 @@ void prog_log_limited(prog_ratelimit *r, int level, const char *fmt, ...)
 {
     if (level > log_level)
         return;
-    const double now = prog_now();
+    const double now = prog_now(), interval = r->interval > 0 ? r->interval : 10.0;
+    const double burst = r->burst > 0 ? (double)r->burst : 5.0;
     unsigned long dropped = 0;
     pthread_mutex_lock(&log_lock);
-    const int pass = r->next == 0 || now >= r->next;
+    /* a bucket of burst lines, refilled by one per interval */
+    r->tokens = r->last == 0 ? burst : r->tokens + (now - r->last) / interval;
+    if (r->tokens > burst)
+        r->tokens = burst;
+    r->last = now;
+    const int pass = r->tokens >= 1.0;
     if (pass) {
+        r->tokens -= 1.0;
         dropped = r->dropped;
         r->dropped = 0;
-        r->next = now + (r->interval > 0 ? r->interval : 10.0);
     } else {
         r->dropped++;
     }
@@ -94,8 +100,7 @@ void prog_log_limited(prog_ratelimit *r, int level, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     if (dropped > 0)
-        prog_log(level, "%s (%lu more like it not logged in the last %.0f s)", msg, dropped,
-                 r->interval > 0 ? r->interval : 10.0);
+        prog_log(level, "%s (%lu more like it not logged since the last one)", msg, dropped);
     else
         prog_log(level, "%s", msg);
 }

@@ -18,13 +18,16 @@ int prog_log_level(void);
 /* One line to stderr: "2026-11-22T17:50:00.123Z name[level]: msg". */
 void prog_log(int level, const char *fmt, ...) PROG_PRINTF(2, 3);
 /*
- * A line of a kind that can come in floods (refused connections): at most
- * one per interval seconds is logged; the next one logged says how many
- * were not.  Define one limiter per kind: static prog_ratelimit r = { 10 };
+ * A line of a kind that can come in floods (refused connections): a burst
+ * of lines is logged, then one per interval seconds; the next line logged
+ * says how many were not.  One limiter per kind:
+ * static prog_ratelimit r = { 10, 5 }  (interval 0: 10 s; burst 0: 5).
  */
 typedef struct prog_ratelimit {
-    double interval; /* seconds; 0 = 10 */
-    double next;     /* when the next line may be logged (prog_now) */
+    double interval;  /* seconds per line once the burst is spent */
+    unsigned burst;   /* lines logged at once after a quiet spell */
+    double tokens;    /* lines that may be logged now */
+    double last;      /* prog_now() of the last call, 0 = never */
     unsigned long dropped;
 } prog_ratelimit;
 void prog_log_limited(prog_ratelimit *r, int level, const char *fmt, ...) PROG_PRINTF(3, 4);

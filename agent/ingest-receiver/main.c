@@ -326,9 +326,9 @@ typedef struct conn {
     double t_accept; /* prog_now() at accept */
 } conn;
 
-/* Refusals come in floods (a scan, a connection flood): one line per kind per 10 s. */
-static prog_ratelimit rl_handshake = { 10, 0, 0 }, rl_dropped = { 10, 0, 0 }, rl_busy = { 10, 0, 0 },
-                      rl_accept = { 10, 0, 0 };
+/* Refusals come in floods (a scan, a connection flood): per kind, 5 lines at once, then one per 10 s. */
+static prog_ratelimit rl_handshake = { 10, 5, 0, 0, 0 }, rl_dropped = { 10, 5, 0, 0, 0 },
+                      rl_busy = { 10, 5, 0, 0, 0 }, rl_accept = { 10, 5, 0, 0, 0 };
 
 /*
  * Until the HELLO's first byte (handshake.first_byte_timeout), then the

@@ -1,0 +1,46 @@
+#!/bin/sh
+# What real gateway trees hold lands like anything else:
+#   - a file under a ~3,000-byte path (15 directories of 200 bytes) lands
+#     with the 100 ordinary files of its batch, byte-identical, and counts
+#     up versions like any other (its landed path is past LMDB's key bound);
+#   - the index rebuilt from those manifests finds every file, and a re-ship
+#     of the unchanged tree sends no chunk data.
+. "$(dirname "$0")/lib.sh"
+setup_keys
+write_receiver_config 'layout: "{device}/{path}"'
+start_receiver
+S="$T/src/odd"
+mkdir -p "$S"
+i=0
+while [ $i -lt 100 ]; do printf 'ordinary file %d\n' $i > "$S/f$i.txt"; i=$((i + 1)); done
+seg=$(printf '%0200d' 0 | tr 0 d)
+long="$S"
+i=0
+while [ $i -lt 15 ]; do long="$long/$seg$i"; i=$((i + 1)); done
+mkdir -p "$long"
+printf 'deep data\n' > "$long/x.txt"
+rel=${long#"$S"/}
+[ ${#rel} -gt 3000 ] || fail "the long path is only ${#rel} bytes"
+write_agent_config dev1 "$S"
+ship dev1
+[ "$(field dev1 files)" -eq 101 ] || fail "shipped $(field dev1 files) files, expected 101"
+same_tree "$S" "$(landed_root dev1)/odd"
+[ "$(cat "$(landed_root dev1)/odd/$rel/x.txt")" = "deep data" ] || fail "the deep file differs"
+pass "a file under a ${#rel}-byte path landed with the 100 ordinary files of its batch"
+
+printf 'deep data, second version\n' > "$long/x.txt"
+ship dev1
+[ "$(field dev1 files)" -eq 1 ] || fail "the changed deep file was not the only one shipped"
+grep -h "odd/$seg" "$T/bronze/_manifests/dev1/"*.jsonl | grep -o '"version":[0-9]*' | sort | tr '\n' ' ' > "$T/vers"
+[ "$(cat "$T/vers")" = '"version":1 "version":2 ' ] || fail "versions of the deep file: $(cat "$T/vers")"
+pass "its second version lands as version 2"
+
+stop_receiver
+: > "$T/receiver.log"
+RECV_ARGS=--rebuild-index start_receiver
+grep -q 'index rebuilt from the manifests.*: 101 files' "$T/receiver.log" || { cat "$T/receiver.log"; fail "the rebuild did not find 101 files"; }
+write_agent_config dev1 "$S"
+ship_with_all() { "$AGENT" --config "$T/dev1.yaml" --once --all > "$T/dev1.out" 2> "$T/dev1.err" || { cat "$T/dev1.err"; fail "re-ship failed"; }; }
+ship_with_all
+[ "$(field dev1 chunks_new)" -eq 0 ] || fail "the re-ship after the rebuild sent $(field dev1 chunks_new) chunks"
+pass "the rebuilt index knows every file: a re-ship sends no chunk data"
