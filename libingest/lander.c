@@ -91,6 +91,7 @@ typedef struct lfile {
     ingest_file_identity ident;
     bool created; /* its temporary file exists */
     bool renamed; /* moved to its final name */
+    bool fresh;   /* nothing was at its final name when the renames began */
 } lfile;
 
 struct ingest_lander_batch_s {
@@ -2075,12 +2076,77 @@ static int sync_temps(ingest_lander_batch *b)
  * commit_now: commit the store before the caller's lock is released (see
  * settle).
  */
+/*
+ * Before the first rename: every final name must be free or a regular file
+ * (an earlier version).  A directory, symlink or other file there would
+ * fail its rename halfway through the batch; refusing here leaves nothing
+ * of the batch under a final name.
+ */
+static int check_final_names(ingest_lander_batch *b)
+{
+    char dir[LANDED_MAX];
+    const char *name;
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        split_path(f->landed, dir, sizeof dir, &name);
+        INGEST__FORWARD(enter_dir(b, f->path, dir, false));
+        struct stat sb;
+        if (fstatat(b->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
+            if (errno != ENOENT)
+                return sys_fail(b->ctx, errno, "stat the final name of", f->landed);
+            f->fresh = true;
+            continue;
+        }
+        f->fresh = false;
+        if (!S_ISREG(sb.st_mode))
+            return ingest__fail(b->ctx, INGEST_EEXIST,
+                                "lander: file %s: cannot land at %s: a %s is there (nothing of batch %s was put in "
+                                "place)",
+                                f->path, f->landed, S_ISDIR(sb.st_mode) ? "directory" : S_ISLNK(sb.st_mode) ? "symlink"
+                                                                                                             : "special file",
+                                b->name);
+    }
+    return 0;
+}
+
+/*
+ * A rename failed after others succeeded (an I/O error: check_final_names
+ * found every name usable): take back the files that had no earlier
+ * version, so the batch leaves nothing new under a final name.  A file
+ * that replaced an earlier version stays (that version is gone); the batch
+ * is not acknowledged, and its replay lands it again as a newer version.
+ */
+static void undo_renames(ingest_lander_batch *b)
+{
+    char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
+    const char *name;
+    char keep[INGEST__ERRMSG_MAX];
+    memcpy(keep, b->ctx->errmsg, sizeof keep);
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        if (!f->renamed)
+            continue;
+        split_path(f->landed, dir, sizeof dir, &name);
+        if (!f->fresh) {
+            ingest__log(b->ctx, INGEST_LOG_WARN,
+                        "lander: batch %s failed during its renames: %s stays as the newer version", b->name,
+                        f->landed);
+            continue;
+        }
+        tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        if (enter_dir(b, f->path, dir, false) == 0 && renameat(b->dirfd, name, b->dirfd, tn) == 0)
+            f->renamed = false; /* a temporary again: removed with the others */
+    }
+    memcpy(b->ctx->errmsg, keep, sizeof keep);
+}
+
 static int place_files(ingest_lander_batch *b, bool commit_now)
 {
     ingest_lander *l = b->l;
     char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
     const char *name;
     INGEST__FORWARD(versions_db(l));
+    INGEST__FORWARD(check_final_names(b));
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         uint8_t v[8];
@@ -2088,19 +2154,30 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
         uint8_t key[INGEST__PATH_KEY_MAX];
         const size_t kl = ingest__landed_key(f->landed, key);
         int r = ingest__store_get(l->st, l->vdb, key, kl, v, sizeof v, &vl);
-        if (r < 0 && r != INGEST_ENOTFOUND)
-            return store_fail(b, r, "read the version of", f->landed);
+        if (r < 0 && r != INGEST_ENOTFOUND) {
+            r = store_fail(b, r, "read the version of", f->landed);
+            goto fail;
+        }
         f->version = (r == 0 && vl == 8) ? ingest__get_u64(v) + 1 : 1;
         ingest__put_u64(v, f->version);
         b->wrote = true;
-        if ((r = ingest__store_put(l->st, l->vdb, key, kl, v, sizeof v)) < 0)
-            return store_fail(b, r, "store the version of", f->landed);
+        if ((r = ingest__store_put(l->st, l->vdb, key, kl, v, sizeof v)) < 0) {
+            r = store_fail(b, r, "store the version of", f->landed);
+            goto fail;
+        }
         split_path(f->landed, dir, sizeof dir, &name);
         tmp_name(b->l, name, b->name, i, tn, sizeof tn);
-        INGEST__FORWARD(enter_dir(b, f->path, dir, false));
-        if (renameat(b->dirfd, tn, b->dirfd, name) < 0)
-            return sys_fail(b->ctx, errno, "rename into place", f->landed);
+        if ((r = enter_dir(b, f->path, dir, false)) < 0)
+            goto fail;
+        if (renameat(b->dirfd, tn, b->dirfd, name) < 0) {
+            r = sys_fail(b->ctx, errno, "rename into place", f->landed);
+            goto fail;
+        }
         f->renamed = true;
+        continue;
+    fail:
+        undo_renames(b);
+        return r;
     }
     return commit_now ? settle(b, 0) : 0;
 }

@@ -44,3 +44,22 @@ ship_with_all() { "$AGENT" --config "$T/dev1.yaml" --once --all > "$T/dev1.out" 
 ship_with_all
 [ "$(field dev1 chunks_new)" -eq 0 ] || fail "the re-ship after the rebuild sent $(field dev1 chunks_new) chunks"
 pass "the rebuilt index knows every file: a re-ship sends no chunk data"
+
+# A batch that cannot put one of its files in place fails before its first
+# rename: no file of it is left under a final name (before, the files sorted
+# ahead of the bad one stayed in bronze, listed in no manifest).
+B="$T/src/batch"
+mkdir -p "$B"
+for n in 1 2 3 4 5 6 7 8 9; do printf 'file %d\n' $n > "$B/f$n.txt"; done
+mkdir -p "$(landed_root dev1)/batch/f5.txt/in-the-way"
+write_agent_config dev1 "$B"
+rc=0
+"$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" || rc=$?
+[ "$rc" -ne 0 ] || fail "the batch with a directory in the way was acknowledged"
+grep -Eq 'dev1/batch/f5.txt( exists in the bronze tree and is not a regular file|: a directory is there)' "$T/dev1.err" || { cat "$T/dev1.err"; fail "the refusal does not say why"; }
+left=$(find "$(landed_root dev1)/batch" -type f | wc -l)
+[ "$left" -eq 0 ] || { find "$(landed_root dev1)/batch" -type f; fail "$left files of the failed batch are under final names"; }
+rm -r "$(landed_root dev1)/batch/f5.txt"
+ship dev1
+same_tree "$B" "$(landed_root dev1)/batch"
+pass "a batch that cannot place one file leaves none under a final name, and lands whole once the way is clear"

@@ -635,6 +635,47 @@ static void test_sweep(void **state)
     assert_null(l2);
 }
 
+/*
+ * A final name taken by a directory after the batch began (downstream, or
+ * by another writer): the batch fails before its first rename, and no file
+ * of it is left under a final name.  Once the way is clear, a new batch
+ * lands every file.
+ */
+static void test_rename_blocked(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(CH, 51);
+    const tfile f[] = {{"a1", a, 100, T2024, 0644}, {"a2", a + 100, 100, T2024, 0644},
+                       {"a3", a + 200, 100, T2024, 0644}, {"a4", a + 300, 100, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "b1", f, 4, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, b, &tb, w[k]), 0);
+    char p[512];
+    snprintf(p, sizeof p, "%s/dev1/2024/02/29/a3", e->bronze);
+    assert_int_equal(mkdir(p, 0755), 0);
+    assert_int_equal(ingest_lander_commit(b), INGEST_EEXIST);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "a directory is there"));
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(count_files(e), 0); /* neither a1, a2 under final names nor temporaries */
+    assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", "b1"), 0);
+    assert_int_equal(rmdir(p), 0);
+    free(tb.manifest);
+    make_batch(e, "dev1", "b2", f, 4, &tb);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    land_all(e, b, &tb);
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(count_files(e), 4);
+    assert_file(e, "dev1/2024/02/29/a3", a + 200, 100, T2024, 0644);
+    free(tb.manifest);
+    free(a);
+}
+
 static void test_protocol_errors(void **state)
 {
     env *e = *state;
@@ -1796,6 +1837,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_protocol_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_verified, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rename_blocked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_traversal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlink_in_bronze, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_misc, setup, teardown),
