@@ -219,7 +219,7 @@ static void report(ingest_sender *s, const char *path, int reason, int err)
     case INGEST_SKIP_UNREADABLE: ctr = &s->st.skipped_unreadable; what = "unreadable"; break;
     case INGEST_SKIP_SPECIAL: ctr = &s->st.skipped_special; what = "not a regular file"; level = INGEST_LOG_DEBUG; break;
     case INGEST_SKIP_VANISHED: ctr = &s->st.skipped_vanished; what = "vanished"; level = INGEST_LOG_INFO; break;
-    case INGEST_SKIP_NAME: ctr = &s->st.skipped_name; what = "path too long or control bytes in name"; break;
+    case INGEST_SKIP_NAME: ctr = &s->st.skipped_name; what = "path too long"; break;
     case INGEST_SKIP_DIR: ctr = &s->st.skipped_dirs; what = "directory not walked"; break;
     case INGEST_SKIP_CHANGED: ctr = &s->st.dropped_changed; what = "changed while chunked, retry later"; level = INGEST_LOG_INFO; break;
     case INGEST_SKIP_TOOBIG: ctr = &s->st.skipped_toobig; what = "too many chunks"; break;
@@ -722,16 +722,9 @@ static int walk_peek(ingest_sender *s)
             report(s, s->path, INGEST_SKIP_NAME, ENAMETOOLONG);
             continue;
         }
+        /* every byte but '/' and NUL may be in a name (readdir gives no others): the
+         * manifest escapes control bytes and invalid UTF-8 losslessly (docs/manifest.md) */
         memcpy(s->path + f->prefix_len, nm, nlen + 1);
-        int bad = 0;
-        for (size_t k = 0; k < nlen; k++)
-            if ((unsigned char)nm[k] < 0x20 || nm[k] == 0x7f)
-                bad = 1;
-        if (bad) {
-            f->i++;
-            report(s, s->path, INGEST_SKIP_NAME, 0);
-            continue;
-        }
         struct stat st;
         if (walk_stat(s, f, &st) != 0) {
             const int e = errno;
@@ -800,8 +793,7 @@ static int list_peek(ingest_sender *s)
         const char *rel = si < s->nsrc ? p + s->srcs[si].name_len + 1 : NULL;
         int bad = rel == NULL || rel[0] == '/' || strstr(rel, "//") != NULL;
         for (size_t k = 0; rel != NULL && rel[k] && !bad; k++)
-            if ((unsigned char)rel[k] < 0x20 || rel[k] == 0x7f ||
-                (rel[k] == '.' && (k == 0 || rel[k - 1] == '/') && (rel[k + 1] == '/' || rel[k + 1] == '\0' ||
+            if ((rel[k] == '.' && (k == 0 || rel[k - 1] == '/') && (rel[k + 1] == '/' || rel[k + 1] == '\0' ||
                                                                     (rel[k + 1] == '.' && (rel[k + 2] == '/' || rel[k + 2] == '\0')))))
                 bad = 1;
         if (bad) {

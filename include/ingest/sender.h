@@ -57,7 +57,7 @@ enum {
     INGEST_SKIP_UNREADABLE = 1, /* open or read failed (EACCES, EIO, ...) */
     INGEST_SKIP_SPECIAL = 2,    /* symlink, fifo, socket or device */
     INGEST_SKIP_VANISHED = 3,   /* listed, then gone before it was opened */
-    INGEST_SKIP_NAME = 4,       /* path too long or a name with control bytes */
+    INGEST_SKIP_NAME = 4,       /* path too long (every other name is shipped, control bytes included) */
     INGEST_SKIP_DIR = 5,        /* a directory that could not be read, or too deep */
     INGEST_SKIP_CHANGED = 6,    /* size/mtime/ctime changed while it was chunked */
     INGEST_SKIP_TOOBIG = 7,     /* more chunks than a manifest line count holds */

@@ -63,3 +63,20 @@ rm -r "$(landed_root dev1)/batch/f5.txt"
 ship dev1
 same_tree "$B" "$(landed_root dev1)/batch"
 pass "a batch that cannot place one file leaves none under a final name, and lands whole once the way is clear"
+
+# Every name POSIX allows travels and lands under the same bytes: a newline,
+# a tab, a carriage return, an invalid UTF-8 byte, a leading dash.
+N="$T/src/names"
+mkdir -p "$N"
+printf 'newline\n' > "$N/$(printf 'a\nb.txt')"
+printf 'tab\n' > "$N/$(printf 'c\td.txt')"
+printf 'cr\n' > "$N/$(printf 'g\rh')"
+printf 'ff\n' > "$N/$(printf 'e\377f.txt')"
+printf 'dash\n' > "$N/-rf"
+write_agent_config dev1 "$N"
+ship dev1
+[ "$(field dev1 files)" -eq 5 ] || fail "shipped $(field dev1 files) of the 5 oddly named files"
+diff -r "$N" "$(landed_root dev1)/names" || fail "the oddly named files did not land under the same names and bytes"
+grep -qF '"path":"names/e\udcfff.txt"' "$T/bronze/_manifests/dev1/"*.jsonl || fail "the 0xff byte is not escaped as \\udcff in the manifest"
+grep -qF '"path":"names/a\nb.txt"' "$T/bronze/_manifests/dev1/"*.jsonl || fail "the newline is not escaped in the manifest"
+pass "names with a newline, a tab, a CR, a 0xff byte and a leading dash land byte-identical under the same names"

@@ -235,7 +235,7 @@ static void test_walk_order_and_skips(void **state)
     put_file(d, "src/a/deep/x/y/f", "0123456789", 10);
     put_file(d, "src/a.txt", "a", 1);
     put_file(d, "src/c.dat", "c", 1);
-    put_file(d, "src/bad\001name", "x", 1); /* control byte: skipped */
+    put_file(d, "src/bad\001name", "x", 1); /* a control byte: shipped like any name */
     mkdirs(d, "src/emptydir");
     char p[4096], t[4096];
     join(p, sizeof(p), d, "src/link");
@@ -253,17 +253,17 @@ static void test_walk_order_and_skips(void **state)
     char paths[8192], counts[256];
     ingest_sender_stats st;
     walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), &st);
-    assert_string_equal(paths, "s/a/deep/x/y/f\ns/a/empty\ns/a/z.bin\ns/a.txt\ns/b.txt\ns/c.dat\n");
-    assert_string_equal(counts, "6");
-    assert_int_equal(st.files_seen, 6);
-    assert_int_equal(st.files_batched, 6);
-    assert_int_equal(st.bytes_batched, 4 + 300 * 1024 + 10 + 1 + 1);
+    assert_string_equal(paths, "s/a/deep/x/y/f\ns/a/empty\ns/a/z.bin\ns/a.txt\ns/b.txt\ns/bad\001name\ns/c.dat\n");
+    assert_string_equal(counts, "7");
+    assert_int_equal(st.files_seen, 7);
+    assert_int_equal(st.files_batched, 7);
+    assert_int_equal(st.bytes_batched, 4 + 300 * 1024 + 10 + 1 + 1 + 1);
     assert_int_equal(st.batches, 1);
     assert_int_equal(st.skipped_special, 3);
-    assert_int_equal(st.skipped_name, 1);
+    assert_int_equal(st.skipped_name, 0);
     assert_int_equal(st.skipped_unreadable, 0);
-    snprintf(t, sizeof(t), "%d:s/bad\001name\n%d:s/dlink\n%d:s/fifo\n%d:s/link\n", INGEST_SKIP_NAME,
-             INGEST_SKIP_SPECIAL, INGEST_SKIP_SPECIAL, INGEST_SKIP_SPECIAL);
+    snprintf(t, sizeof(t), "%d:s/dlink\n%d:s/fifo\n%d:s/link\n", INGEST_SKIP_SPECIAL, INGEST_SKIP_SPECIAL,
+             INGEST_SKIP_SPECIAL);
     assert_string_equal(r.skips, t);
 
     /* The same walk again gives the same order (reproducible batches). */
