@@ -1289,6 +1289,8 @@ int ingest_sender_batch_file(const ingest_sender_batch *b, uint64_t i, ingest_se
     memcpy(info->hash, f->hash, INGEST_ID_BYTES);
     info->first_chunk = f->first_chunk;
     info->nchunks = f->nchunks;
+    info->dev = (uint64_t)f->dev;
+    info->ino = (uint64_t)f->ino;
     return 0;
 }
 

@@ -656,6 +656,7 @@ static int open_add(daemon_t *d, const dsource *s, const char *rel, const char *
     d->of[d->nof].size = st->size;
     d->of[d->nof].mtime_ns = st->mtime_ns;
     d->of[d->nof].ctime_ns = st->ctime_ns;
+    d->of[d->nof].ino = st->ino;
     d->nof++;
     d->of_bytes += st->size;
     d->of_dirty = 1;
@@ -1316,6 +1317,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
         got[ngot].size = info.size;
         got[ngot].mtime_ns = info.mtime_ns;
         got[ngot].ctime_ns = info.ctime_ns;
+        got[ngot].ino = info.ino;
         ngot++;
     }
     d->bytes_read += bs.bytes;

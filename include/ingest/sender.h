@@ -222,6 +222,8 @@ typedef struct ingest_sender_file_info {
     uint8_t hash[INGEST_ID_BYTES];
     uint64_t first_chunk;    /* index of its first chunk in the batch list */
     uint64_t nchunks;
+    uint64_t dev;            /* st_dev and st_ino of the file chunked */
+    uint64_t ino;
 } ingest_sender_file_info;
 /* File file_index (0..files-1, manifest order); pointers valid with the batch. */
 INGEST_API int ingest_sender_batch_file(const ingest_sender_batch *b, uint64_t file_index,

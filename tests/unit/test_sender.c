@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -460,6 +461,12 @@ static int unreadable_check(const char *srcpath)
     ingest_sender_file_info f0, f1;
     if (bs.files != 2 || ingest_sender_batch_file(b, 0, &f0) != 0 || ingest_sender_batch_file(b, 1, &f1) != 0 ||
         strcmp(f0.path, "s/ok1") != 0 || strcmp(f1.path, "s/ok2") != 0)
+        ret = __LINE__;
+    /* the inode and device of the file chunked */
+    char p1[PATH_MAX];
+    struct stat st1;
+    snprintf(p1, sizeof(p1), "%s/ok1", srcpath);
+    if (ret == 0 && (stat(p1, &st1) != 0 || f0.ino != (uint64_t)st1.st_ino || f0.dev != (uint64_t)st1.st_dev))
         ret = __LINE__;
     ingest_sender_batch_destroy(b);
     if (ret == 0 && ingest_sender_next_batch(s, &b) != 0)
