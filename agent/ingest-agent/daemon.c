@@ -10,8 +10,9 @@
  *     is due, and every rescan_interval as the safety net.
  *   - shipping: the oldest closed batch of the journal is rebuilt from its
  *     file list (ingest_sender_scan_list: same files, same order, same
- *     batch id), marked SENT, shipped, and marked ACKED together with the
- *     file table; then the after-ship action runs and the record goes.
+ *     batch id; a file that changed since it was taken leaves the batch and
+ *     settles again), marked SENT, shipped, and marked ACKED together with
+ *     the file table; then the after-ship action runs and the record goes.
  *   - the core unreachable: batches stay queued in the journal (bounded:
  *     when the queue is full discovery stops taking files = backpressure)
  *     and connections are retried with exponential backoff and jitter.
@@ -1213,6 +1214,127 @@ static int forget(daemon_t *d, uint64_t seq)
     return rc;
 }
 
+/* A file built into a batch is the version taken (journaled); an inode of 0 is unknown (older records). */
+static int same_as_taken(const ingest_journal_file *taken, const ingest_journal_file *built)
+{
+    return taken->size == built->size && taken->mtime_ns == built->mtime_ns && taken->ctime_ns == built->ctime_ns &&
+           (taken->ino == 0 || taken->ino == built->ino);
+}
+
+/*
+ * Build journaled batch jb from paths[0, n) (its files, or the part of
+ * them still to ship, in its order): 1 with *sp, *bp and got[0, *ngot)
+ * (the versions chunked; their paths point into *bp), 0 when none of the
+ * files is left, < 0 a failure (logged).
+ */
+static int build_batch(daemon_t *d, const ingest_journal_batch *jb, const ingest_sender_source *bsrc,
+                       char *const *spooled, const char **paths, size_t n, ingest_sender **sp,
+                       ingest_sender_batch **bp, ingest_journal_file *got, size_t *ngot)
+{
+    agent *a = d->a;
+    ingest_sender_opts o = d->base;
+    o.want_file = NULL;
+    o.sources = bsrc;
+    o.batch_seq = jb->seq;
+    o.max_files = n;
+    o.max_bytes = UINT64_MAX / 4;
+    *ngot = 0;
+    int rc = ingest_sender_create(a->ctx, &o, sp);
+    if (rc == 0 && a->chunkbuf == NULL) {
+        a->chunkcap = ingest_sender_chunk_bound(*sp);
+        a->chunkbuf = malloc(a->chunkcap);
+        if (a->chunkbuf == NULL)
+            rc = INGEST_ENOMEM;
+    }
+    if (rc == 0)
+        rc = ingest_sender_scan_list(*sp, paths, n);
+    if (rc == 0)
+        rc = ingest_sender_next_batch(*sp, bp);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "batch %s: %s", jb->id, ingest_ctx_errmsg(a->ctx));
+        return rc;
+    }
+    if (rc == 0)
+        return 0;
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(*bp, &bs);
+    for (uint64_t i = 0; i < bs.files; i++) {
+        ingest_sender_file_info info;
+        if (ingest_sender_batch_file(*bp, i, &info) != 0)
+            continue;
+        got[*ngot].path = info.path;
+        got[*ngot].size = info.size;
+        got[*ngot].mtime_ns = info.mtime_ns;
+        got[*ngot].ctime_ns = info.ctime_ns;
+        got[*ngot].ino = info.ino;
+        (*ngot)++;
+    }
+    /* A spool copy has its own ctime and inode: the version shipped is the original's (journaled) one. */
+    for (size_t i = 0, k = 0; i < *ngot && k < jb->nfiles; i++) {
+        while (k < jb->nfiles && strcmp(jb->files[k].path, got[i].path) != 0)
+            k++;
+        const char *rel = NULL;
+        const dsource *src = k < jb->nfiles ? source_of(d, got[i].path, &rel) : NULL;
+        if (src != NULL && spooled[src - d->src] != NULL && got[i].size == jb->files[k].size &&
+            got[i].mtime_ns == jb->files[k].mtime_ns) {
+            got[i].ctime_ns = jb->files[k].ctime_ns;
+            got[i].ino = jb->files[k].ino;
+        }
+        if (k < jb->nfiles)
+            k++;
+    }
+    return 1;
+}
+
+/*
+ * The files of jb that changed since they were taken (size, mtime, ctime
+ * or inode differ between got, as just built, and the journal) leave the
+ * batch: paths[0, *n) becomes the files still as taken, and the number of
+ * files that left is returned.  They go back to discovery, which sees them
+ * settle again before taking them: a batch never carries a version of a
+ * file that did not settle (the file may have been taken between two
+ * writes of a writer that paused, and written again while the batch
+ * waited for batch.max_wait or for the core).
+ */
+static size_t drop_changed(const ingest_journal_batch *jb, const ingest_journal_file *got, size_t ngot,
+                           const char **paths, size_t *n)
+{
+    size_t keep = 0, changed = 0;
+    for (size_t i = 0, k = 0; i < ngot; i++) {
+        while (k < jb->nfiles && strcmp(jb->files[k].path, got[i].path) != 0)
+            k++;
+        if (k < jb->nfiles && same_as_taken(&jb->files[k], &got[i])) {
+            paths[keep++] = jb->files[k].path;
+        } else {
+            changed++;
+            prog_log(INGEST_LOG_INFO, "batch %s: %s changed since it was taken; it leaves the batch and settles again",
+                     jb->id, got[i].path);
+        }
+        if (k < jb->nfiles)
+            k++;
+    }
+    *n = keep;
+    return changed;
+}
+
+/* Files of jb not in got[0, n) start settling afresh when discovery sees them again. */
+static void resettle_missing(daemon_t *d, const ingest_journal_batch *jb, const ingest_journal_file *got, size_t n)
+{
+    int any = 0;
+    for (size_t i = 0, k = 0; i < jb->nfiles; i++) {
+        if (k < n && strcmp(jb->files[i].path, got[k].path) == 0) {
+            k++;
+            continue;
+        }
+        (void)ingest_journal_forget_seen(d->j, jb->files[i].path);
+        any = 1;
+    }
+    if (any) {
+        (void)ingest_journal_flush(d->j);
+        schedule_scan(d, d->now);
+    }
+}
+
 /*
  * Ship journaled batch seq.  Returns 0 done (acked, or dropped and its files
  * left to discovery), 1 the connection failed (the batch stays queued),
@@ -1273,29 +1395,27 @@ static int ship_one(daemon_t *d, uint64_t seq)
             bsrc[i].path = spooled[i];
         }
     }
+    size_t npaths = jb->nfiles;
     for (size_t i = 0; i < jb->nfiles; i++)
         paths[i] = jb->files[i].path;
-    ingest_sender_opts o = d->base;
-    o.want_file = NULL;
-    o.sources = bsrc;
-    o.batch_seq = seq;
-    o.max_files = jb->nfiles;
-    o.max_bytes = UINT64_MAX / 4;
-    rc = ingest_sender_create(a->ctx, &o, &s);
-    if (rc == 0 && a->chunkbuf == NULL) {
-        a->chunkcap = ingest_sender_chunk_bound(s);
-        a->chunkbuf = malloc(a->chunkcap);
-        if (a->chunkbuf == NULL)
-            rc = INGEST_ENOMEM;
+    /* Build it from its files as they were taken; each round drops at least one file, so this ends. */
+    for (;;) {
+        rc = build_batch(d, jb, bsrc, spooled, paths, npaths, &s, &b, got, &ngot);
+        if (rc <= 0 || drop_changed(jb, got, ngot, paths, &npaths) == 0)
+            break;
+        ingest_sender_batch_destroy(b);
+        ingest_sender_destroy(s);
+        b = NULL;
+        s = NULL;
+        ngot = 0;
+        if (npaths == 0) {
+            rc = 0;
+            break;
+        }
     }
-    if (rc == 0)
-        rc = ingest_sender_scan_list(s, paths, jb->nfiles);
-    if (rc == 0)
-        rc = ingest_sender_next_batch(s, &b);
-    if (rc < 0) {
-        prog_log(INGEST_LOG_ERROR, "batch %s: %s", jb->id, ingest_ctx_errmsg(a->ctx));
+    if (rc < 0)
         goto out;
-    }
+    resettle_missing(d, jb, got, ngot);
     if (rc == 0) {
         prog_log(INGEST_LOG_INFO, "batch %s: none of its %zu files is left to ship", jb->id, jb->nfiles);
         rc = forget(d, seq);
@@ -1309,31 +1429,8 @@ static int ship_one(daemon_t *d, uint64_t seq)
     }
     ingest_sender_batch_stats bs;
     ingest_sender_batch_stats_get(b, &bs);
-    for (uint64_t i = 0; i < bs.files; i++) {
-        ingest_sender_file_info info;
-        if (ingest_sender_batch_file(b, i, &info) != 0)
-            continue;
-        got[ngot].path = info.path;
-        got[ngot].size = info.size;
-        got[ngot].mtime_ns = info.mtime_ns;
-        got[ngot].ctime_ns = info.ctime_ns;
-        got[ngot].ino = info.ino;
-        ngot++;
-    }
     d->bytes_read += bs.bytes;
     a->t.bytes_read += bs.bytes;
-    /* A spool copy has its own ctime: the version shipped is the original's (journaled) one. */
-    for (size_t i = 0, k = 0; i < ngot && k < jb->nfiles; i++) {
-        while (k < jb->nfiles && strcmp(jb->files[k].path, got[i].path) != 0)
-            k++;
-        const char *rel = NULL;
-        const dsource *src = k < jb->nfiles ? source_of(d, got[i].path, &rel) : NULL;
-        if (src != NULL && spooled[src - d->src] != NULL && got[i].size == jb->files[k].size &&
-            got[i].mtime_ns == jb->files[k].mtime_ns)
-            got[i].ctime_ns = jb->files[k].ctime_ns;
-        if (k < jb->nfiles)
-            k++;
-    }
     if (files_differ(jb, got, ngot)) {
         if (jb->state == INGEST_JOURNAL_PENDING) {
             /* never sent: record what will really go, so a replay after a crash is the same batch */
@@ -1341,9 +1438,11 @@ static int ship_one(daemon_t *d, uint64_t seq)
                 prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
                 goto out;
             }
+            queue_recount(d);
         } else {
-            prog_log(INGEST_LOG_WARN, "batch %s: files changed since it was sent; replaying what is there now",
-                     jb->id);
+            prog_log(INGEST_LOG_WARN,
+                     "batch %s: replaying %zu of its %zu files (the others changed or vanished since it was sent)",
+                     jb->id, ngot, jb->nfiles);
         }
     }
     if (jb->state == INGEST_JOURNAL_SENT)
