@@ -12,7 +12,8 @@
  *     file list (ingest_sender_scan_list: same files, same order, same
  *     batch id; a file that changed since it was taken leaves the batch and
  *     settles again), marked SENT, shipped, and marked ACKED together with
- *     the file table; then the after-ship action runs and the record goes.
+ *     the file table; then the after-ship action runs and the record goes
+ *     (it stays, retried, while a file to delete or move is open elsewhere).
  *   - the core unreachable: batches stay queued in the journal (bounded:
  *     when the queue is full discovery stops taking files = backpressure)
  *     and connections are retried with exponential backoff and jitter.
@@ -40,6 +41,7 @@
 #define QUEUE_BYTES_DEFAULT (4ull << 30)
 #define BACKOFF_MIN_MS 500
 #define BACKOFF_MAX_MS 60000
+#define DEFER_RETRY_S 1.0 /* retry of an after-ship action deferred while the file is open */
 
 enum { AFTER_KEEP = 0, AFTER_DELETE = 1, AFTER_MOVE = 2 };
 
@@ -145,6 +147,13 @@ typedef struct daemon {
     double walk_seconds; /* of the last walk */
     char inflight[INGEST_JOURNAL_ID_MAX + 1];
     int64_t last_ack_ns;
+
+    /* after-ship actions deferred while a file is open elsewhere (ACKED batches kept in the journal) */
+    double defer_next;   /* retry them from then on */
+    int defer_pending;   /* one was deferred in this loop: retry in a second */
+    uint64_t *defer_seq; /* batches whose deferral was logged */
+    size_t ndefer, capdefer;
+    int lease_warned;    /* said once: leases unavailable, actions run unchecked */
 
     /* counters (logged at shutdown) */
     uint64_t skipped[INGEST_FILTER_NREASONS];
@@ -833,36 +842,146 @@ static int mkdirs(char *p)
     return 0;
 }
 
-/* Apply the source's after-ship action to the acked files (only when still the version shipped). */
-static void after_ship(daemon_t *d, const ingest_journal_file *f, size_t n)
+/* The acked batches whose deferred after-ship actions were logged: each is said once. */
+static int defer_logged(const daemon_t *d, uint64_t seq)
 {
-    for (size_t i = 0; i < n; i++) {
-        const char *rel = NULL;
-        dsource *s = source_of(d, f[i].path, &rel);
-        if (s == NULL || s->after == AFTER_KEEP)
-            continue;
-        char full[PATH_MAX];
-        struct stat st;
-        snprintf(full, sizeof(full), "%s/%s", s->path, rel);
-        if (lstat(full, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != f[i].size ||
-            (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec != f[i].mtime_ns ||
-            (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec != f[i].ctime_ns)
-            continue; /* gone, or a newer version: leave it */
+    for (size_t i = 0; i < d->ndefer; i++)
+        if (d->defer_seq[i] == seq)
+            return 1;
+    return 0;
+}
+
+static void defer_log_add(daemon_t *d, uint64_t seq)
+{
+    if (d->ndefer == d->capdefer) {
+        const size_t nc = d->capdefer ? d->capdefer * 2 : 16;
+        uint64_t *n = realloc(d->defer_seq, nc * sizeof(*n));
+        if (n == NULL)
+            return; /* it is only said again */
+        d->defer_seq = n;
+        d->capdefer = nc;
+    }
+    d->defer_seq[d->ndefer++] = seq;
+}
+
+static void defer_log_drop(daemon_t *d, uint64_t seq)
+{
+    for (size_t i = 0; i < d->ndefer; i++)
+        if (d->defer_seq[i] == seq) {
+            d->defer_seq[i] = d->defer_seq[--d->ndefer];
+            return;
+        }
+}
+
+/* st is the version f shipped (an inode of 0 in f is unknown). */
+static int is_shipped_version(const struct stat *st, const ingest_journal_file *f)
+{
+    return S_ISREG(st->st_mode) && (uint64_t)st->st_size == f->size &&
+           (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec == f->mtime_ns &&
+           (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec == f->ctime_ns &&
+           (f->ino == 0 || (uint64_t)st->st_ino == f->ino);
+}
+
+/*
+ * Delete or move (s->after) the acked file rel of source s, when it is
+ * still the version shipped (f) and no other process has it open.
+ * Returns 1 when it was left for later because some process holds it open
+ * (logged unless quiet), else 0 (done, or nothing to do: gone, or a newer
+ * version, which ships in its turn).
+ *
+ * "Nobody has it open" is a write lease (F_SETLEASE F_WRLCK on a read-only
+ * descriptor): the kernel grants it only while no other open file
+ * description of the file exists, in any process, so a writer that paused
+ * with its file open keeps it from being deleted under it.  Under the lease
+ * the file is checked again (the version shipped, and still the one at
+ * this path) before it goes.  Where the lease cannot be taken at all
+ * (EINVAL: the filesystem has no leases; EACCES: the agent neither owns the
+ * file nor has CAP_LEASE) the action runs without that check, as it always
+ * did, and a warning says so once (docs/operations.md).
+ */
+static int release_file(daemon_t *d, const dsource *s, const char *rel, const ingest_journal_file *f, int quiet)
+{
+    const char *what = s->after == AFTER_DELETE ? "delete" : "move";
+    char full[PATH_MAX];
+    struct stat st, at;
+    if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full))
+        return 0;
+    if (lstat(full, &st) != 0 || !is_shipped_version(&st, f))
+        return 0; /* gone, or a newer version: leave it */
+    const int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    int leased = 0;
+    if (fd >= 0 && fcntl(fd, F_SETLEASE, F_WRLCK) == 0) {
+        leased = 1;
+    } else if (fd >= 0 ? errno == EAGAIN : errno == EWOULDBLOCK) {
+        /* open elsewhere (or another process holds a lease on it) */
+        if (fd >= 0)
+            close(fd);
+        if (!quiet)
+            prog_log(INGEST_LOG_INFO,
+                     "after_ship %s of %s deferred: another process still has it open (a writer may not be done "
+                     "with it); retried every second until it is closed",
+                     what, full);
+        return 1;
+    } else if (!d->lease_warned) {
+        d->lease_warned = 1;
+        prog_log(INGEST_LOG_WARN,
+                 "after_ship: cannot tell whether %s is still open in another process (%s: %s); acked files are "
+                 "%s without that check, and a writer still holding one open loses what it writes next "
+                 "(docs/operations.md)",
+                 full, fd >= 0 ? "F_SETLEASE" : "open", strerror(errno), s->after == AFTER_DELETE ? "deleted" : "moved");
+    }
+    /* (under the lease) still the version shipped, still at this path */
+    const int same = (fd < 0 || (fstat(fd, &st) == 0 && is_shipped_version(&st, f))) && lstat(full, &at) == 0 &&
+                     at.st_dev == st.st_dev && at.st_ino == st.st_ino && is_shipped_version(&at, f);
+    if (same) {
         if (s->after == AFTER_DELETE) {
-            if (unlink(full) == 0)
+            if (unlink(full) == 0) {
                 d->deleted++;
-            else
+                if (quiet)
+                    prog_log(INGEST_LOG_INFO, "after_ship: %s deleted (no process has it open any more)", full);
+            } else {
                 prog_log(INGEST_LOG_WARN, "after_ship delete %s: %s", full, strerror(errno));
+            }
         } else {
             char dst[PATH_MAX];
             snprintf(dst, sizeof(dst), "%s/%s", s->move_dir, rel);
-            if (mkdirs(dst) == 0 && rename(full, dst) == 0)
+            if (mkdirs(dst) == 0 && rename(full, dst) == 0) {
                 d->moved++;
-            else
+                if (quiet)
+                    prog_log(INGEST_LOG_INFO, "after_ship: %s moved to %s (no process has it open any more)", full,
+                             dst);
+            } else {
                 prog_log(INGEST_LOG_WARN, "after_ship move %s -> %s: %s", full, dst, strerror(errno));
+            }
         }
-        /* the file table entry is kept: a file put back unchanged is not shipped again */
     }
+    if (leased)
+        (void)fcntl(fd, F_SETLEASE, F_UNLCK);
+    if (fd >= 0)
+        close(fd);
+    return 0;
+}
+
+/*
+ * Apply the source's after-ship action to the acked files f[0, n) of batch
+ * seq (only to files still the version shipped, and nobody has open);
+ * returns how many were deferred because some process still has them open.
+ * The file table entry is kept: a file put back unchanged is not shipped
+ * again.
+ */
+static size_t after_ship(daemon_t *d, uint64_t seq, const ingest_journal_file *f, size_t n)
+{
+    const int quiet = defer_logged(d, seq);
+    size_t deferred = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *rel = NULL;
+        const dsource *s = source_of(d, f[i].path, &rel);
+        if (s != NULL && s->after != AFTER_KEEP)
+            deferred += (size_t)release_file(d, s, rel, &f[i], quiet);
+    }
+    if (deferred > 0 && !quiet)
+        defer_log_add(d, seq);
+    return deferred;
 }
 
 /* ---- status ------------------------------------------------------------------- */
@@ -1336,6 +1455,23 @@ static void resettle_missing(daemon_t *d, const ingest_journal_batch *jb, const 
 }
 
 /*
+ * The after-ship action of acked batch jb, then its record goes.  While a
+ * file's action is deferred (some process has it open) the ACKED record
+ * stays in the journal and is retried (ship_queue, at most once a second,
+ * and after a restart); its spool copies go at once.
+ */
+static int finish_acked(daemon_t *d, const ingest_journal_batch *jb)
+{
+    if (after_ship(d, jb->seq, jb->files, jb->nfiles) == 0) {
+        defer_log_drop(d, jb->seq);
+        return forget(d, jb->seq);
+    }
+    spool_drop(d, jb->seq);
+    d->defer_pending = 1;
+    return 0;
+}
+
+/*
  * Ship journaled batch seq.  Returns 0 done (acked, or dropped and its files
  * left to discovery), 1 the connection failed (the batch stays queued),
  * < 0 a local failure.
@@ -1350,10 +1486,10 @@ static int ship_one(daemon_t *d, uint64_t seq)
         return rc == INGEST_ECORRUPT ? forget(d, seq) : rc;
     }
     if (jb->state == INGEST_JOURNAL_ACKED) {
-        /* acked before a restart: finish its after-ship action */
-        after_ship(d, jb->files, jb->nfiles);
+        /* acked before a restart, or a file's after-ship action deferred: (re)try, at most once a second */
+        rc = d->now >= d->defer_next ? finish_acked(d, jb) : 0;
         ingest_journal_batch_free(d->j, jb);
-        return forget(d, seq);
+        return rc;
     }
     if (a->fd < 0) {
         if (d->now < d->next_connect) {
@@ -1376,6 +1512,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
     ingest_sender *s = NULL;
     ingest_sender_batch *b = NULL;
     size_t ngot = 0;
+    int acked = 0;
     if (paths == NULL || got == NULL || bsrc == NULL || spooled == NULL) {
         rc = INGEST_ENOMEM;
         goto out;
@@ -1478,8 +1615,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
         d->shipped_bytes += bs.bytes;
         prog_log(INGEST_LOG_INFO, "batch %s acked: %llu files, %llu bytes", jb->id, (unsigned long long)bs.files,
                  (unsigned long long)bs.bytes);
-        after_ship(d, got, ngot);
-        rc = forget(d, seq);
+        acked = 1;
     } else if (rc == 1 || rc == 2) {
         /* abandoned (a file changed) or refused: its files go back to discovery */
         disconnect_core(a);
@@ -1494,6 +1630,10 @@ static int ship_one(daemon_t *d, uint64_t seq)
 out:
     ingest_sender_batch_destroy(b);
     ingest_sender_destroy(s);
+    /* After the batch closed its files: a lease is refused while any descriptor is open, ours too.  The
+     * journaled versions are those shipped (a file that changed left the batch), or files now gone. */
+    if (acked)
+        rc = finish_acked(d, jb);
     for (size_t i = 0; spooled != NULL && i < d->nsrc; i++)
         free(spooled[i]);
     free(spooled);
@@ -1615,6 +1755,9 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
     d.sn.started = prog_now();
     int status = 1;
     srand((unsigned)(getpid() ^ (unsigned)wall_now_ns()));
+    /* A process opening a file while the after-ship action holds its lease sends us SIGIO (default: exit);
+     * it just waits until the lease goes, a moment later. */
+    signal(SIGIO, SIG_IGN);
     if (ingest_journal_open(a->st, a->ft, &d.j) < 0) {
         prog_log(INGEST_LOG_ERROR, "journal in %s: %s", a->cfg->state_dir, ingest_ctx_errmsg(a->ctx));
         return 1;
@@ -1674,6 +1817,10 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
         const int shipped = ship_queue(&d);
         if (shipped < 0)
             prog_log(INGEST_LOG_ERROR, "shipping failed; retrying");
+        if (d.defer_pending) {
+            d.defer_next = d.now + DEFER_RETRY_S;
+            d.defer_pending = 0;
+        }
         publish(&d);
         /* sleep until something is due */
         d.now = prog_now();
@@ -1732,6 +1879,7 @@ out:
     fflush(stdout);
     open_reset(&d);
     free(d.of);
+    free(d.defer_seq);
     watches_clear(&d);
     free(d.w);
     if (d.ino >= 0)
