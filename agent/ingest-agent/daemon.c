@@ -41,6 +41,7 @@
 #define QUEUE_BYTES_DEFAULT (4ull << 30)
 #define BACKOFF_MIN_MS 500
 #define BACKOFF_MAX_MS 60000
+#define TOO_DEEP_MAX 1024 /* directories past the depth limit remembered (each said once) */
 #define DEFER_RETRY_S 1.0 /* retry of an after-ship action deferred while the file is open */
 
 enum { AFTER_KEEP = 0, AFTER_DELETE = 1, AFTER_MOVE = 2 };
@@ -112,6 +113,8 @@ typedef struct daemon {
     int ino_full;        /* watches ran out: rescans only */
     watch *w;
     size_t nw, capw;
+    char **deep;         /* directories said to be past the depth limit ("{source}/{path}") */
+    size_t ndeep, capdeep;
 
     uint64_t rescan_ms, max_wait_ms, queue_files, queue_bytes;
     double scan_at;      /* monotonic seconds of the next walk (0: none due) */
@@ -249,14 +252,52 @@ static dsource *source_of(daemon_t *d, const char *path, const char **rel)
 
 /* ---- inotify -------------------------------------------------------------- */
 
-static void watch_add_tree(daemon_t *d, size_t si, const char *rel);
+/*
+ * A directory past the depth limit: said once per directory (the walk
+ * meets it again every rescan), at most TOO_DEEP_MAX of them remembered
+ * (further ones are said at debug level).
+ */
+static void too_deep(daemon_t *d, const char *dir)
+{
+    for (size_t i = 0; i < d->ndeep; i++)
+        if (strcmp(d->deep[i], dir) == 0)
+            return;
+    int level = INGEST_LOG_DEBUG;
+    if (d->ndeep < TOO_DEEP_MAX) {
+        if (d->ndeep == d->capdeep) {
+            const size_t nc = d->capdeep ? d->capdeep * 2 : 8;
+            char **n = realloc(d->deep, nc * sizeof(*n));
+            if (n != NULL) {
+                d->deep = n;
+                d->capdeep = nc;
+            }
+        }
+        if (d->ndeep < d->capdeep && (d->deep[d->ndeep] = strdup(dir)) != NULL) {
+            d->ndeep++;
+            level = INGEST_LOG_WARN;
+        }
+    }
+    say_too_deep(level, dir);
+}
 
-static void watch_add(daemon_t *d, size_t si, const char *rel)
+/* The daemon's walks report skips here: a directory past the depth limit once, the rest as --once does. */
+static void daemon_on_skip(void *ud, const char *path, int reason)
+{
+    if (reason == INGEST_SKIP_DEPTH) {
+        too_deep(((agent *)ud)->userdata, path);
+        return;
+    }
+    on_skip(ud, path, reason);
+}
+
+/* Watch directory rel of source si: 0 watched (now or before), -1 not (full, gone, path too long). */
+static int watch_one(daemon_t *d, size_t si, const char *rel)
 {
     if (d->ino < 0 || d->ino_full)
-        return;
+        return -1;
     char p[PATH_MAX];
-    snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel);
+    if ((size_t)snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel) >= sizeof(p))
+        return -1;
     const int wd = inotify_add_watch(d->ino, p, IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DONT_FOLLOW | IN_ONLYDIR);
     if (wd < 0) {
         if (errno == ENOSPC) {
@@ -273,16 +314,16 @@ static void watch_add(daemon_t *d, size_t si, const char *rel)
                      lim, d->nw, (unsigned long long)d->rescan_ms);
             d->ino_full = 1;
         }
-        return;
+        return -1;
     }
     for (size_t i = 0; i < d->nw; i++)
         if (d->w[i].wd == wd)
-            return; /* already watched */
+            return 1; /* already watched (with its subdirectories) */
     if (d->nw == d->capw) {
         const size_t nc = d->capw ? d->capw * 2 : 64;
         watch *nw = realloc(d->w, nc * sizeof(*nw));
         if (nw == NULL)
-            return;
+            return -1;
         d->w = nw;
         d->capw = nc;
     }
@@ -290,26 +331,29 @@ static void watch_add(daemon_t *d, size_t si, const char *rel)
     d->w[d->nw].src = si;
     d->w[d->nw].rel = strdup(rel);
     if (d->w[d->nw].rel == NULL)
-        return;
+        return -1;
     d->nw++;
-    watch_add_tree(d, si, rel);
+    return 0;
 }
 
-/* Watch the subdirectories of rel (which is watched). */
-static void watch_add_tree(daemon_t *d, size_t si, const char *rel)
+/* The names of the subdirectories of rel (symlinks not followed), each NUL-terminated, in *len bytes; NULL: none. */
+static char *subdirs(daemon_t *d, size_t si, const char *rel, size_t *len)
 {
+    *len = 0;
     char p[PATH_MAX];
-    snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel);
+    if ((size_t)snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel) >= sizeof(p))
+        return NULL;
     const int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    DIR *dir = fdopendir(fd);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
     if (dir == NULL) {
-        close(fd);
-        return;
+        if (fd >= 0)
+            close(fd);
+        return NULL;
     }
+    char *names = NULL;
+    size_t cap = 0;
     struct dirent *e;
-    while ((e = readdir(dir)) != NULL && !d->ino_full) {
+    while ((e = readdir(dir)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
         if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN)
@@ -317,12 +361,100 @@ static void watch_add_tree(daemon_t *d, size_t si, const char *rel)
         struct stat st;
         if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
             continue;
-        char r[PATH_MAX];
-        if ((size_t)snprintf(r, sizeof(r), "%s%s%s", rel, rel[0] ? "/" : "", e->d_name) >= sizeof(r))
-            continue;
-        watch_add(d, si, r);
+        const size_t nl = strlen(e->d_name) + 1;
+        if (*len + nl > cap) {
+            const size_t nc = cap ? cap * 2 + nl : 256 + nl;
+            char *n = realloc(names, nc);
+            if (n == NULL)
+                break;
+            names = n;
+            cap = nc;
+        }
+        memcpy(names + *len, e->d_name, nl);
+        *len += nl;
     }
     closedir(dir);
+    return names;
+}
+
+/* Path components of rel ("" is the source itself: 0). */
+static int rel_level(const char *rel)
+{
+    if (rel[0] == '\0')
+        return 0;
+    int n = 1;
+    for (const char *c = rel; *c; c++)
+        n += *c == '/';
+    return n;
+}
+
+/*
+ * Watch directory rel0 of source si and the directories under it, down to
+ * INGEST_SENDER_MAX_DEPTH levels below the source, the walk's limit; a
+ * directory past it is said once (too_deep, as the walk says it) and
+ * neither watched nor entered.  Depth first without recursion: one frame
+ * per level being visited (the subdirectory names of that directory), at
+ * most INGEST_SENDER_MAX_DEPTH + 1 frames, so neither the stack nor the
+ * heap grows with the depth of the tree.  A directory already watched is
+ * not entered again.
+ */
+static void watch_tree(daemon_t *d, size_t si, const char *rel0)
+{
+    struct wframe {
+        char *names; /* subdirectory names, NUL-terminated */
+        size_t len, pos;
+        size_t rel_len; /* bytes of rel naming this directory */
+        int level;
+    } fr[INGEST_SENDER_MAX_DEPTH + 1];
+    char rel[PATH_MAX], shown[PATH_MAX];
+    const size_t len0 = strlen(rel0);
+    if (len0 >= sizeof(rel) || d->ino < 0 || d->ino_full)
+        return;
+    memcpy(rel, rel0, len0 + 1);
+    int level = rel_level(rel);
+    if (level > INGEST_SENDER_MAX_DEPTH) {
+        if ((size_t)snprintf(shown, sizeof(shown), "%s/%s", d->src[si].name, rel) < sizeof(shown))
+            too_deep(d, shown);
+        return;
+    }
+    if (watch_one(d, si, rel) != 0)
+        return;
+    int n = 0;
+    fr[n].names = subdirs(d, si, rel, &fr[n].len);
+    fr[n].pos = 0;
+    fr[n].rel_len = len0;
+    fr[n].level = level;
+    n++;
+    while (n > 0) {
+        struct wframe *f = &fr[n - 1];
+        if (f->pos >= f->len || d->ino_full) {
+            free(f->names);
+            n--;
+            continue;
+        }
+        const char *nm = f->names + f->pos;
+        const size_t nl = strlen(nm);
+        f->pos += nl + 1;
+        const size_t at = f->rel_len + (f->rel_len > 0);
+        if (at + nl >= sizeof(rel))
+            continue; /* the path is too long to watch (the walk skips what is under it too) */
+        if (f->rel_len > 0)
+            rel[f->rel_len] = '/';
+        memcpy(rel + at, nm, nl + 1);
+        if (f->level + 1 > INGEST_SENDER_MAX_DEPTH) {
+            if ((size_t)snprintf(shown, sizeof(shown), "%s/%s", d->src[si].name, rel) < sizeof(shown))
+                too_deep(d, shown);
+            continue;
+        }
+        if (watch_one(d, si, rel) != 0)
+            continue;
+        /* f->level < INGEST_SENDER_MAX_DEPTH here, so n <= INGEST_SENDER_MAX_DEPTH */
+        fr[n].names = subdirs(d, si, rel, &fr[n].len);
+        fr[n].pos = 0;
+        fr[n].rel_len = at + nl;
+        fr[n].level = f->level + 1;
+        n++;
+    }
 }
 
 static void watches_clear(daemon_t *d)
@@ -340,7 +472,7 @@ static void watches_setup(daemon_t *d)
     watches_clear(d);
     d->ino_full = 0;
     for (size_t i = 0; i < d->nsrc && !d->ino_full; i++)
-        watch_add(d, i, "");
+        watch_tree(d, i, "");
 }
 
 static watch *watch_find(daemon_t *d, int wd)
@@ -380,7 +512,7 @@ static void inotify_drain(daemon_t *d)
                 continue;
             if (ev->mask & IN_ISDIR) {
                 if (ev->mask & (IN_CREATE | IN_MOVED_TO))
-                    watch_add(d, w->src, rel);
+                    watch_tree(d, w->src, rel);
                 schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
                 continue;
             }
@@ -790,7 +922,7 @@ static int walk(daemon_t *d)
 {
     ingest_sender_opts o = d->base;
     o.want_file = select_file;
-    o.on_skip = on_skip;
+    o.on_skip = daemon_on_skip;
     o.batch_seq = 1;
     o.threads = 1;
     ingest_sender *s = NULL;
@@ -1882,6 +2014,9 @@ out:
     free(d.defer_seq);
     watches_clear(&d);
     free(d.w);
+    for (size_t i = 0; i < d.ndeep; i++)
+        free(d.deep[i]);
+    free(d.deep);
     if (d.ino >= 0)
         close(d.ino);
     sources_free(&d);

@@ -637,6 +637,49 @@ static void test_multi_source(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* The depth limit: directories down to INGEST_SENDER_MAX_DEPTH levels are walked, the one below is reported
+ * once per walk with INGEST_SKIP_DEPTH (not entered), and a 200-level tree costs nothing more. */
+static void test_depth_limit(void **state)
+{
+    (void)state;
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    char rel[512] = "src"; /* 3 + 2 * 200 bytes at the end */
+    size_t n = 3;
+    char deepest[600] = "", toodeep[600] = "";
+    for (int level = 1; level <= 200; level++) {
+        memcpy(rel + n, "/d", 3);
+        n += 2;
+        mkdirs(d, rel);
+        if (level == INGEST_SENDER_MAX_DEPTH || level == INGEST_SENDER_MAX_DEPTH + 1 || level == 200) {
+            char f[600];
+            snprintf(f, sizeof(f), "%s/f%d", rel, level);
+            put_file(d, f, "x", 1);
+        }
+        if (level == INGEST_SENDER_MAX_DEPTH)
+            snprintf(deepest, sizeof(deepest), "s%s/f%d\n", rel + 3, level);
+        if (level == INGEST_SENDER_MAX_DEPTH + 1)
+            snprintf(toodeep, sizeof(toodeep), "%d:s%s\n", INGEST_SKIP_DEPTH, rel + 3);
+    }
+    put_file(d, "src/top", "t", 1);
+    char p1[4096];
+    join(p1, sizeof(p1), d, "src");
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    const ingest_sender_source src[] = { { "s", p1 } };
+    const ingest_sender_opts o = base_opts(src, 1, &r);
+    char paths[8192], counts[64], want[8192];
+    ingest_sender_stats st;
+    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), &st);
+    snprintf(want, sizeof(want), "%ss/top\n", deepest);
+    assert_string_equal(paths, want);
+    assert_int_equal(st.skipped_dirs, 1);
+    assert_string_equal(r.skips, toodeep);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
 static void test_invalid_opts(void **state)
 {
     (void)state;
@@ -1288,6 +1331,7 @@ int main(void)
         cmocka_unit_test(test_unreadable),
         cmocka_unit_test(test_batch_limits),
         cmocka_unit_test(test_multi_source),
+        cmocka_unit_test(test_depth_limit),
         cmocka_unit_test(test_invalid_opts),
         cmocka_unit_test(test_manifest),
         cmocka_unit_test(test_chunks_encode),
