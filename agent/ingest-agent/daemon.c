@@ -1041,6 +1041,8 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
     if (lstat(full, &st) != 0 || !is_shipped_version(&st, f))
         return 0; /* gone, or a newer version: leave it */
     const int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0 && (errno == ENOENT || errno == ELOOP))
+        return 0; /* gone, or replaced by a symlink, since */
     int leased = 0;
     if (fd >= 0 && fcntl(fd, F_SETLEASE, F_WRLCK) == 0) {
         leased = 1;
