@@ -3,10 +3,13 @@
  * Tables in the agent's store (docs/storage.md):
  *
  *   journal_batches  key u64 seq big-endian
- *                    value: u8 version (1), u8 state, u16 id length,
+ *                    value: u8 version (2), u8 state, u16 id length,
  *                    u32 file count, u64 bytes, i64 created_ns (24 bytes),
  *                    the id, then per file u16 path length, u64 size,
- *                    i64 mtime_ns, i64 ctime_ns (26 bytes) and the path.
+ *                    i64 mtime_ns, i64 ctime_ns, u64 ino (34 bytes) and
+ *                    the path.  Version 1 records (written before the
+ *                    inode was kept) have 26-byte file heads, without ino;
+ *                    they are read with ino 0 (unknown).
  *   journal_inflight key path (as the file table), value u64 seq big-endian
  *   journal_seen     key path, value u8 version (1), u8 flags, 6 zero
  *                    bytes, u64 size, i64 mtime_ns, i64 seen_ns (32 bytes)
@@ -20,9 +23,12 @@
 #include <string.h>
 #include <time.h>
 
-#define J_VERSION 1
+#define J_VERSION 2   /* batch records written now */
+#define J_VERSION_1 1 /* batch records without inodes, still read */
 #define J_HEAD 24
-#define J_FILE_HEAD 26
+#define J_FILE_HEAD 34
+#define J_FILE_HEAD_1 26
+#define SEEN_VERSION 1
 #define SEEN_BYTES 32
 #define SEEN_RENAMED 0x1u
 #define SEEN_SKIPPED 0x2u /* reason in the high nibble */
@@ -69,9 +75,11 @@ void ingest_journal_close(ingest_journal *j)
 static int decode(ingest_journal *j, uint64_t seq, const uint8_t *v, size_t vl, ingest_journal_batch *b,
                   ingest_journal_file *files, char *strs)
 {
-    if (vl < J_HEAD || v[0] != J_VERSION || v[1] < INGEST_JOURNAL_PENDING || v[1] > INGEST_JOURNAL_ACKED)
+    if (vl < J_HEAD || (v[0] != J_VERSION && v[0] != J_VERSION_1) || v[1] < INGEST_JOURNAL_PENDING ||
+        v[1] > INGEST_JOURNAL_ACKED)
         return ingest__fail(j->ctx, INGEST_ECORRUPT, "journal: batch %llu: malformed record header (%zu bytes)",
                             (unsigned long long)seq, vl);
+    const size_t fhead = v[0] == J_VERSION_1 ? J_FILE_HEAD_1 : J_FILE_HEAD;
     const size_t idlen = ingest__get_u16(v + 2);
     const uint32_t n = ingest__get_u32(v + 4);
     if (idlen == 0 || idlen > INGEST_JOURNAL_ID_MAX || n == 0 || n > INGEST_JOURNAL_MAX_FILES ||
@@ -92,18 +100,19 @@ static int decode(ingest_journal *j, uint64_t seq, const uint8_t *v, size_t vl, 
     }
     off += idlen;
     for (uint32_t i = 0; i < n; i++) {
-        if (vl - off < J_FILE_HEAD)
+        if (vl - off < fhead)
             return ingest__fail(j->ctx, INGEST_ECORRUPT, "journal: batch %llu: truncated at file %u",
                                 (unsigned long long)seq, i);
         const size_t pl = ingest__get_u16(v + off);
-        if (pl == 0 || pl > INGEST_MANIFEST_PATH_MAX || vl - off - J_FILE_HEAD < pl)
+        if (pl == 0 || pl > INGEST_MANIFEST_PATH_MAX || vl - off - fhead < pl)
             return ingest__fail(j->ctx, INGEST_ECORRUPT, "journal: batch %llu: file %u: bad path length %zu",
                                 (unsigned long long)seq, i, pl);
         if (files != NULL) {
             files[i].size = ingest__get_u64(v + off + 2);
             files[i].mtime_ns = (int64_t)ingest__get_u64(v + off + 10);
             files[i].ctime_ns = (int64_t)ingest__get_u64(v + off + 18);
-            memcpy(strs + so, v + off + J_FILE_HEAD, pl);
+            files[i].ino = fhead == J_FILE_HEAD ? ingest__get_u64(v + off + 26) : 0;
+            memcpy(strs + so, v + off + fhead, pl);
             strs[so + pl] = '\0';
             if (memchr(strs + so, '\0', pl) != NULL)
                 return ingest__fail(j->ctx, INGEST_ECORRUPT, "journal: batch %llu: file %u: NUL in path",
@@ -111,7 +120,7 @@ static int decode(ingest_journal *j, uint64_t seq, const uint8_t *v, size_t vl, 
             files[i].path = strs + so;
             so += pl + 1;
         }
-        off += J_FILE_HEAD + pl;
+        off += fhead + pl;
     }
     if (off != vl)
         return ingest__fail(j->ctx, INGEST_ECORRUPT, "journal: batch %llu: %zu trailing bytes",
@@ -238,6 +247,7 @@ int ingest_journal_add(ingest_journal *j, uint64_t seq, const char *id, const in
         ingest__put_u64(v + off + 2, files[i].size);
         ingest__put_u64(v + off + 10, (uint64_t)files[i].mtime_ns);
         ingest__put_u64(v + off + 18, (uint64_t)files[i].ctime_ns);
+        ingest__put_u64(v + off + 26, files[i].ino);
         memcpy(v + off + J_FILE_HEAD, files[i].path, pl);
         off += J_FILE_HEAD + pl;
     }
@@ -431,7 +441,7 @@ static int seen_put(ingest_journal *j, const uint8_t *key, size_t kl, unsigned f
 {
     uint8_t v[SEEN_BYTES];
     memset(v, 0, sizeof(v));
-    v[0] = J_VERSION;
+    v[0] = SEEN_VERSION;
     v[1] = (uint8_t)flags;
     ingest__put_u64(v + 8, size);
     ingest__put_u64(v + 16, (uint64_t)mtime_ns);
@@ -448,7 +458,7 @@ int ingest_journal_stable(ingest_journal *j, const char *path, uint64_t size, in
     int rc = ingest__store_get(j->st, j->seen, key, kl, v, sizeof(v), &vl);
     if (rc < 0 && rc != INGEST_ENOTFOUND)
         return rc;
-    if (rc == 0 && vl == SEEN_BYTES && v[0] == J_VERSION && ingest__get_u64(v + 8) == size &&
+    if (rc == 0 && vl == SEEN_BYTES && v[0] == SEEN_VERSION && ingest__get_u64(v + 8) == size &&
         (int64_t)ingest__get_u64(v + 16) == mtime_ns) {
         const int64_t since = (int64_t)ingest__get_u64(v + 24);
         if (v[1] & SEEN_SKIPPED)
@@ -496,7 +506,7 @@ int ingest_journal_skipped(ingest_journal *j, const char *path, uint64_t size, i
         return 0;
     if (rc < 0)
         return rc;
-    if (vl == SEEN_BYTES && v[0] == J_VERSION && (v[1] & SEEN_SKIPPED) && ingest__get_u64(v + 8) == size &&
+    if (vl == SEEN_BYTES && v[0] == SEEN_VERSION && (v[1] & SEEN_SKIPPED) && ingest__get_u64(v + 8) == size &&
         (int64_t)ingest__get_u64(v + 16) == mtime_ns)
         return v[1] >> 4;
     return 0;

@@ -221,6 +221,8 @@ static void report(ingest_sender *s, const char *path, int reason, int err)
     case INGEST_SKIP_VANISHED: ctr = &s->st.skipped_vanished; what = "vanished"; level = INGEST_LOG_INFO; break;
     case INGEST_SKIP_NAME: ctr = &s->st.skipped_name; what = "path too long"; break;
     case INGEST_SKIP_DIR: ctr = &s->st.skipped_dirs; what = "directory not walked"; break;
+    /* said by the embedder (on_skip), which can say it once per directory rather than on every walk */
+    case INGEST_SKIP_DEPTH: ctr = &s->st.skipped_dirs; what = "directory too deep, not walked"; level = INGEST_LOG_DEBUG; break;
     case INGEST_SKIP_CHANGED: ctr = &s->st.dropped_changed; what = "changed while chunked, retry later"; level = INGEST_LOG_INFO; break;
     case INGEST_SKIP_TOOBIG: ctr = &s->st.skipped_toobig; what = "too many chunks"; break;
     default: break;
@@ -735,7 +737,7 @@ static int walk_peek(ingest_sender *s)
         if (S_ISDIR(st.st_mode)) {
             f->i++;
             if (s->depth >= (int)(sizeof(s->stack) / sizeof(s->stack[0]))) {
-                report(s, s->path, INGEST_SKIP_DIR, ELOOP);
+                report(s, s->path, INGEST_SKIP_DEPTH, 0);
                 continue;
             }
             INGEST__FORWARD(walk_enter(s, f, f->prefix_len + nlen + 1));
@@ -1281,6 +1283,8 @@ int ingest_sender_batch_file(const ingest_sender_batch *b, uint64_t i, ingest_se
     memcpy(info->hash, f->hash, INGEST_ID_BYTES);
     info->first_chunk = f->first_chunk;
     info->nchunks = f->nchunks;
+    info->dev = (uint64_t)f->dev;
+    info->ino = (uint64_t)f->ino;
     return 0;
 }
 

@@ -122,6 +122,9 @@ int send_manifest(agent *a, ingest_sender_batch *b);
 /* After send_manifest: 0 acked, 1 abandoned (a file changed), 2 refused, < 0 connection failure. */
 int finish_batch(agent *a, ingest_sender_batch *b);
 void on_skip(void *ud, const char *path, int reason);
+/* The one message for a directory past INGEST_SENDER_MAX_DEPTH ("{source}/{path}"): from a walk
+ * (on_skip, INGEST_SKIP_DEPTH) and from the daemon's watcher. */
+void say_too_deep(int level, const char *dir);
 
 /* Make a->throttle from a->cfg (replacing the old one); 0 or -1 (logged). */
 int throttle_setup(agent *a);

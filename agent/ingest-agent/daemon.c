@@ -10,8 +10,10 @@
  *     is due, and every rescan_interval as the safety net.
  *   - shipping: the oldest closed batch of the journal is rebuilt from its
  *     file list (ingest_sender_scan_list: same files, same order, same
- *     batch id), marked SENT, shipped, and marked ACKED together with the
- *     file table; then the after-ship action runs and the record goes.
+ *     batch id; a file that changed since it was taken leaves the batch and
+ *     settles again), marked SENT, shipped, and marked ACKED together with
+ *     the file table; then the after-ship action runs and the record goes
+ *     (it stays, retried, while a file to delete or move is open elsewhere).
  *   - the core unreachable: batches stay queued in the journal (bounded:
  *     when the queue is full discovery stops taking files = backpressure)
  *     and connections are retried with exponential backoff and jitter.
@@ -39,6 +41,8 @@
 #define QUEUE_BYTES_DEFAULT (4ull << 30)
 #define BACKOFF_MIN_MS 500
 #define BACKOFF_MAX_MS 60000
+#define TOO_DEEP_MAX 1024 /* directories past the depth limit remembered (each said once) */
+#define DEFER_RETRY_S 1.0 /* retry of an after-ship action deferred while the file is open */
 
 enum { AFTER_KEEP = 0, AFTER_DELETE = 1, AFTER_MOVE = 2 };
 
@@ -109,6 +113,8 @@ typedef struct daemon {
     int ino_full;        /* watches ran out: rescans only */
     watch *w;
     size_t nw, capw;
+    char **deep;         /* directories said to be past the depth limit ("{source}/{path}") */
+    size_t ndeep, capdeep;
 
     uint64_t rescan_ms, max_wait_ms, queue_files, queue_bytes;
     double scan_at;      /* monotonic seconds of the next walk (0: none due) */
@@ -144,6 +150,13 @@ typedef struct daemon {
     double walk_seconds; /* of the last walk */
     char inflight[INGEST_JOURNAL_ID_MAX + 1];
     int64_t last_ack_ns;
+
+    /* after-ship actions deferred while a file is open elsewhere (ACKED batches kept in the journal) */
+    double defer_next;   /* retry them from then on */
+    int defer_pending;   /* one was deferred in this loop: retry in a second */
+    uint64_t *defer_seq; /* batches whose deferral was logged */
+    size_t ndefer, capdefer;
+    int lease_warned;    /* said once: leases unavailable, actions run unchecked */
 
     /* counters (logged at shutdown) */
     uint64_t skipped[INGEST_FILTER_NREASONS];
@@ -239,14 +252,52 @@ static dsource *source_of(daemon_t *d, const char *path, const char **rel)
 
 /* ---- inotify -------------------------------------------------------------- */
 
-static void watch_add_tree(daemon_t *d, size_t si, const char *rel);
+/*
+ * A directory past the depth limit: said once per directory (the walk
+ * meets it again every rescan), at most TOO_DEEP_MAX of them remembered
+ * (further ones are said at debug level).
+ */
+static void too_deep(daemon_t *d, const char *dir)
+{
+    for (size_t i = 0; i < d->ndeep; i++)
+        if (strcmp(d->deep[i], dir) == 0)
+            return;
+    int level = INGEST_LOG_DEBUG;
+    if (d->ndeep < TOO_DEEP_MAX) {
+        if (d->ndeep == d->capdeep) {
+            const size_t nc = d->capdeep ? d->capdeep * 2 : 8;
+            char **n = realloc(d->deep, nc * sizeof(*n));
+            if (n != NULL) {
+                d->deep = n;
+                d->capdeep = nc;
+            }
+        }
+        if (d->ndeep < d->capdeep && (d->deep[d->ndeep] = strdup(dir)) != NULL) {
+            d->ndeep++;
+            level = INGEST_LOG_WARN;
+        }
+    }
+    say_too_deep(level, dir);
+}
 
-static void watch_add(daemon_t *d, size_t si, const char *rel)
+/* The daemon's walks report skips here: a directory past the depth limit once, the rest as --once does. */
+static void daemon_on_skip(void *ud, const char *path, int reason)
+{
+    if (reason == INGEST_SKIP_DEPTH) {
+        too_deep(((agent *)ud)->userdata, path);
+        return;
+    }
+    on_skip(ud, path, reason);
+}
+
+/* Watch directory rel of source si: 0 watched (now or before), -1 not (full, gone, path too long). */
+static int watch_one(daemon_t *d, size_t si, const char *rel)
 {
     if (d->ino < 0 || d->ino_full)
-        return;
+        return -1;
     char p[PATH_MAX];
-    snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel);
+    if ((size_t)snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel) >= sizeof(p))
+        return -1;
     const int wd = inotify_add_watch(d->ino, p, IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DONT_FOLLOW | IN_ONLYDIR);
     if (wd < 0) {
         if (errno == ENOSPC) {
@@ -263,16 +314,16 @@ static void watch_add(daemon_t *d, size_t si, const char *rel)
                      lim, d->nw, (unsigned long long)d->rescan_ms);
             d->ino_full = 1;
         }
-        return;
+        return -1;
     }
     for (size_t i = 0; i < d->nw; i++)
         if (d->w[i].wd == wd)
-            return; /* already watched */
+            return 1; /* already watched (with its subdirectories) */
     if (d->nw == d->capw) {
         const size_t nc = d->capw ? d->capw * 2 : 64;
         watch *nw = realloc(d->w, nc * sizeof(*nw));
         if (nw == NULL)
-            return;
+            return -1;
         d->w = nw;
         d->capw = nc;
     }
@@ -280,26 +331,29 @@ static void watch_add(daemon_t *d, size_t si, const char *rel)
     d->w[d->nw].src = si;
     d->w[d->nw].rel = strdup(rel);
     if (d->w[d->nw].rel == NULL)
-        return;
+        return -1;
     d->nw++;
-    watch_add_tree(d, si, rel);
+    return 0;
 }
 
-/* Watch the subdirectories of rel (which is watched). */
-static void watch_add_tree(daemon_t *d, size_t si, const char *rel)
+/* The names of the subdirectories of rel (symlinks not followed), each NUL-terminated, in *len bytes; NULL: none. */
+static char *subdirs(daemon_t *d, size_t si, const char *rel, size_t *len)
 {
+    *len = 0;
     char p[PATH_MAX];
-    snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel);
+    if ((size_t)snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel) >= sizeof(p))
+        return NULL;
     const int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    DIR *dir = fdopendir(fd);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
     if (dir == NULL) {
-        close(fd);
-        return;
+        if (fd >= 0)
+            close(fd);
+        return NULL;
     }
+    char *names = NULL;
+    size_t cap = 0;
     struct dirent *e;
-    while ((e = readdir(dir)) != NULL && !d->ino_full) {
+    while ((e = readdir(dir)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
         if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN)
@@ -307,12 +361,100 @@ static void watch_add_tree(daemon_t *d, size_t si, const char *rel)
         struct stat st;
         if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
             continue;
-        char r[PATH_MAX];
-        if ((size_t)snprintf(r, sizeof(r), "%s%s%s", rel, rel[0] ? "/" : "", e->d_name) >= sizeof(r))
-            continue;
-        watch_add(d, si, r);
+        const size_t nl = strlen(e->d_name) + 1;
+        if (*len + nl > cap) {
+            const size_t nc = cap ? cap * 2 + nl : 256 + nl;
+            char *n = realloc(names, nc);
+            if (n == NULL)
+                break;
+            names = n;
+            cap = nc;
+        }
+        memcpy(names + *len, e->d_name, nl);
+        *len += nl;
     }
     closedir(dir);
+    return names;
+}
+
+/* Path components of rel ("" is the source itself: 0). */
+static int rel_level(const char *rel)
+{
+    if (rel[0] == '\0')
+        return 0;
+    int n = 1;
+    for (const char *c = rel; *c; c++)
+        n += *c == '/';
+    return n;
+}
+
+/*
+ * Watch directory rel0 of source si and the directories under it, down to
+ * INGEST_SENDER_MAX_DEPTH levels below the source, the walk's limit; a
+ * directory past it is said once (too_deep, as the walk says it) and
+ * neither watched nor entered.  Depth first without recursion: one frame
+ * per level being visited (the subdirectory names of that directory), at
+ * most INGEST_SENDER_MAX_DEPTH + 1 frames, so neither the stack nor the
+ * heap grows with the depth of the tree.  A directory already watched is
+ * not entered again.
+ */
+static void watch_tree(daemon_t *d, size_t si, const char *rel0)
+{
+    struct wframe {
+        char *names; /* subdirectory names, NUL-terminated */
+        size_t len, pos;
+        size_t rel_len; /* bytes of rel naming this directory */
+        int level;
+    } fr[INGEST_SENDER_MAX_DEPTH + 1];
+    char rel[PATH_MAX], shown[PATH_MAX];
+    const size_t len0 = strlen(rel0);
+    if (len0 >= sizeof(rel) || d->ino < 0 || d->ino_full)
+        return;
+    memcpy(rel, rel0, len0 + 1);
+    int level = rel_level(rel);
+    if (level > INGEST_SENDER_MAX_DEPTH) {
+        if ((size_t)snprintf(shown, sizeof(shown), "%s/%s", d->src[si].name, rel) < sizeof(shown))
+            too_deep(d, shown);
+        return;
+    }
+    if (watch_one(d, si, rel) != 0)
+        return;
+    int n = 0;
+    fr[n].names = subdirs(d, si, rel, &fr[n].len);
+    fr[n].pos = 0;
+    fr[n].rel_len = len0;
+    fr[n].level = level;
+    n++;
+    while (n > 0) {
+        struct wframe *f = &fr[n - 1];
+        if (f->pos >= f->len || d->ino_full) {
+            free(f->names);
+            n--;
+            continue;
+        }
+        const char *nm = f->names + f->pos;
+        const size_t nl = strlen(nm);
+        f->pos += nl + 1;
+        const size_t at = f->rel_len + (f->rel_len > 0);
+        if (at + nl >= sizeof(rel))
+            continue; /* the path is too long to watch (the walk skips what is under it too) */
+        if (f->rel_len > 0)
+            rel[f->rel_len] = '/';
+        memcpy(rel + at, nm, nl + 1);
+        if (f->level + 1 > INGEST_SENDER_MAX_DEPTH) {
+            if ((size_t)snprintf(shown, sizeof(shown), "%s/%s", d->src[si].name, rel) < sizeof(shown))
+                too_deep(d, shown);
+            continue;
+        }
+        if (watch_one(d, si, rel) != 0)
+            continue;
+        /* f->level < INGEST_SENDER_MAX_DEPTH here, so n <= INGEST_SENDER_MAX_DEPTH */
+        fr[n].names = subdirs(d, si, rel, &fr[n].len);
+        fr[n].pos = 0;
+        fr[n].rel_len = at + nl;
+        fr[n].level = f->level + 1;
+        n++;
+    }
 }
 
 static void watches_clear(daemon_t *d)
@@ -330,7 +472,7 @@ static void watches_setup(daemon_t *d)
     watches_clear(d);
     d->ino_full = 0;
     for (size_t i = 0; i < d->nsrc && !d->ino_full; i++)
-        watch_add(d, i, "");
+        watch_tree(d, i, "");
 }
 
 static watch *watch_find(daemon_t *d, int wd)
@@ -370,7 +512,7 @@ static void inotify_drain(daemon_t *d)
                 continue;
             if (ev->mask & IN_ISDIR) {
                 if (ev->mask & (IN_CREATE | IN_MOVED_TO))
-                    watch_add(d, w->src, rel);
+                    watch_tree(d, w->src, rel);
                 schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
                 continue;
             }
@@ -656,6 +798,7 @@ static int open_add(daemon_t *d, const dsource *s, const char *rel, const char *
     d->of[d->nof].size = st->size;
     d->of[d->nof].mtime_ns = st->mtime_ns;
     d->of[d->nof].ctime_ns = st->ctime_ns;
+    d->of[d->nof].ino = st->ino;
     d->nof++;
     d->of_bytes += st->size;
     d->of_dirty = 1;
@@ -779,7 +922,7 @@ static int walk(daemon_t *d)
 {
     ingest_sender_opts o = d->base;
     o.want_file = select_file;
-    o.on_skip = on_skip;
+    o.on_skip = daemon_on_skip;
     o.batch_seq = 1;
     o.threads = 1;
     ingest_sender *s = NULL;
@@ -831,36 +974,148 @@ static int mkdirs(char *p)
     return 0;
 }
 
-/* Apply the source's after-ship action to the acked files (only when still the version shipped). */
-static void after_ship(daemon_t *d, const ingest_journal_file *f, size_t n)
+/* The acked batches whose deferred after-ship actions were logged: each is said once. */
+static int defer_logged(const daemon_t *d, uint64_t seq)
 {
-    for (size_t i = 0; i < n; i++) {
-        const char *rel = NULL;
-        dsource *s = source_of(d, f[i].path, &rel);
-        if (s == NULL || s->after == AFTER_KEEP)
-            continue;
-        char full[PATH_MAX];
-        struct stat st;
-        snprintf(full, sizeof(full), "%s/%s", s->path, rel);
-        if (lstat(full, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != f[i].size ||
-            (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec != f[i].mtime_ns ||
-            (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec != f[i].ctime_ns)
-            continue; /* gone, or a newer version: leave it */
+    for (size_t i = 0; i < d->ndefer; i++)
+        if (d->defer_seq[i] == seq)
+            return 1;
+    return 0;
+}
+
+static void defer_log_add(daemon_t *d, uint64_t seq)
+{
+    if (d->ndefer == d->capdefer) {
+        const size_t nc = d->capdefer ? d->capdefer * 2 : 16;
+        uint64_t *n = realloc(d->defer_seq, nc * sizeof(*n));
+        if (n == NULL)
+            return; /* it is only said again */
+        d->defer_seq = n;
+        d->capdefer = nc;
+    }
+    d->defer_seq[d->ndefer++] = seq;
+}
+
+static void defer_log_drop(daemon_t *d, uint64_t seq)
+{
+    for (size_t i = 0; i < d->ndefer; i++)
+        if (d->defer_seq[i] == seq) {
+            d->defer_seq[i] = d->defer_seq[--d->ndefer];
+            return;
+        }
+}
+
+/* st is the version f shipped (an inode of 0 in f is unknown). */
+static int is_shipped_version(const struct stat *st, const ingest_journal_file *f)
+{
+    return S_ISREG(st->st_mode) && (uint64_t)st->st_size == f->size &&
+           (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec == f->mtime_ns &&
+           (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec == f->ctime_ns &&
+           (f->ino == 0 || (uint64_t)st->st_ino == f->ino);
+}
+
+/*
+ * Delete or move (s->after) the acked file rel of source s, when it is
+ * still the version shipped (f) and no other process has it open.
+ * Returns 1 when it was left for later because some process holds it open
+ * (logged unless quiet), else 0 (done, or nothing to do: gone, or a newer
+ * version, which ships in its turn).
+ *
+ * "Nobody has it open" is a write lease (F_SETLEASE F_WRLCK on a read-only
+ * descriptor): the kernel grants it only while no other open file
+ * description of the file exists, in any process, so a writer that paused
+ * with its file open keeps it from being deleted under it.  Under the lease
+ * the file is checked again (the version shipped, and still the one at
+ * this path) before it goes.  Where the lease cannot be taken at all
+ * (EINVAL: the filesystem has no leases; EACCES: the agent neither owns the
+ * file nor has CAP_LEASE) the action runs without that check, as it always
+ * did, and a warning says so once (docs/operations.md).
+ */
+static int release_file(daemon_t *d, const dsource *s, const char *rel, const ingest_journal_file *f, int quiet)
+{
+    const char *what = s->after == AFTER_DELETE ? "delete" : "move";
+    char full[PATH_MAX];
+    struct stat st, at;
+    if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full))
+        return 0;
+    if (lstat(full, &st) != 0 || !is_shipped_version(&st, f))
+        return 0; /* gone, or a newer version: leave it */
+    const int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0 && (errno == ENOENT || errno == ELOOP))
+        return 0; /* gone, or replaced by a symlink, since */
+    int leased = 0;
+    if (fd >= 0 && fcntl(fd, F_SETLEASE, F_WRLCK) == 0) {
+        leased = 1;
+    } else if (fd >= 0 ? errno == EAGAIN : errno == EWOULDBLOCK) {
+        /* open elsewhere (or another process holds a lease on it) */
+        if (fd >= 0)
+            close(fd);
+        if (!quiet)
+            prog_log(INGEST_LOG_INFO,
+                     "after_ship %s of %s deferred: another process still has it open (a writer may not be done "
+                     "with it); retried every second until it is closed",
+                     what, full);
+        return 1;
+    } else if (!d->lease_warned) {
+        d->lease_warned = 1;
+        prog_log(INGEST_LOG_WARN,
+                 "after_ship: cannot tell whether %s is still open in another process (%s: %s); acked files are "
+                 "%s without that check, and a writer still holding one open loses what it writes next "
+                 "(docs/operations.md)",
+                 full, fd >= 0 ? "F_SETLEASE" : "open", strerror(errno), s->after == AFTER_DELETE ? "deleted" : "moved");
+    }
+    /* (under the lease) still the version shipped, still at this path */
+    const int same = (fd < 0 || (fstat(fd, &st) == 0 && is_shipped_version(&st, f))) && lstat(full, &at) == 0 &&
+                     at.st_dev == st.st_dev && at.st_ino == st.st_ino && is_shipped_version(&at, f);
+    if (same) {
         if (s->after == AFTER_DELETE) {
-            if (unlink(full) == 0)
+            if (unlink(full) == 0) {
                 d->deleted++;
-            else
+                if (quiet)
+                    prog_log(INGEST_LOG_INFO, "after_ship: %s deleted (no process has it open any more)", full);
+            } else {
                 prog_log(INGEST_LOG_WARN, "after_ship delete %s: %s", full, strerror(errno));
+            }
         } else {
             char dst[PATH_MAX];
             snprintf(dst, sizeof(dst), "%s/%s", s->move_dir, rel);
-            if (mkdirs(dst) == 0 && rename(full, dst) == 0)
+            if (mkdirs(dst) == 0 && rename(full, dst) == 0) {
                 d->moved++;
-            else
+                if (quiet)
+                    prog_log(INGEST_LOG_INFO, "after_ship: %s moved to %s (no process has it open any more)", full,
+                             dst);
+            } else {
                 prog_log(INGEST_LOG_WARN, "after_ship move %s -> %s: %s", full, dst, strerror(errno));
+            }
         }
-        /* the file table entry is kept: a file put back unchanged is not shipped again */
     }
+    if (leased)
+        (void)fcntl(fd, F_SETLEASE, F_UNLCK);
+    if (fd >= 0)
+        close(fd);
+    return 0;
+}
+
+/*
+ * Apply the source's after-ship action to the acked files f[0, n) of batch
+ * seq (only to files still the version shipped, and nobody has open);
+ * returns how many were deferred because some process still has them open.
+ * The file table entry is kept: a file put back unchanged is not shipped
+ * again.
+ */
+static size_t after_ship(daemon_t *d, uint64_t seq, const ingest_journal_file *f, size_t n)
+{
+    const int quiet = defer_logged(d, seq);
+    size_t deferred = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *rel = NULL;
+        const dsource *s = source_of(d, f[i].path, &rel);
+        if (s != NULL && s->after != AFTER_KEEP)
+            deferred += (size_t)release_file(d, s, rel, &f[i], quiet);
+    }
+    if (deferred > 0 && !quiet)
+        defer_log_add(d, seq);
+    return deferred;
 }
 
 /* ---- status ------------------------------------------------------------------- */
@@ -1212,6 +1467,144 @@ static int forget(daemon_t *d, uint64_t seq)
     return rc;
 }
 
+/* A file built into a batch is the version taken (journaled); an inode of 0 is unknown (older records). */
+static int same_as_taken(const ingest_journal_file *taken, const ingest_journal_file *built)
+{
+    return taken->size == built->size && taken->mtime_ns == built->mtime_ns && taken->ctime_ns == built->ctime_ns &&
+           (taken->ino == 0 || taken->ino == built->ino);
+}
+
+/*
+ * Build journaled batch jb from paths[0, n) (its files, or the part of
+ * them still to ship, in its order): 1 with *sp, *bp and got[0, *ngot)
+ * (the versions chunked; their paths point into *bp), 0 when none of the
+ * files is left, < 0 a failure (logged).
+ */
+static int build_batch(daemon_t *d, const ingest_journal_batch *jb, const ingest_sender_source *bsrc,
+                       char *const *spooled, const char **paths, size_t n, ingest_sender **sp,
+                       ingest_sender_batch **bp, ingest_journal_file *got, size_t *ngot)
+{
+    agent *a = d->a;
+    ingest_sender_opts o = d->base;
+    o.want_file = NULL;
+    o.sources = bsrc;
+    o.batch_seq = jb->seq;
+    o.max_files = n;
+    o.max_bytes = UINT64_MAX / 4;
+    *ngot = 0;
+    int rc = ingest_sender_create(a->ctx, &o, sp);
+    if (rc == 0 && a->chunkbuf == NULL) {
+        a->chunkcap = ingest_sender_chunk_bound(*sp);
+        a->chunkbuf = malloc(a->chunkcap);
+        if (a->chunkbuf == NULL)
+            rc = INGEST_ENOMEM;
+    }
+    if (rc == 0)
+        rc = ingest_sender_scan_list(*sp, paths, n);
+    if (rc == 0)
+        rc = ingest_sender_next_batch(*sp, bp);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "batch %s: %s", jb->id, ingest_ctx_errmsg(a->ctx));
+        return rc;
+    }
+    if (rc == 0)
+        return 0;
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(*bp, &bs);
+    for (uint64_t i = 0; i < bs.files; i++) {
+        ingest_sender_file_info info;
+        if (ingest_sender_batch_file(*bp, i, &info) != 0)
+            continue;
+        got[*ngot].path = info.path;
+        got[*ngot].size = info.size;
+        got[*ngot].mtime_ns = info.mtime_ns;
+        got[*ngot].ctime_ns = info.ctime_ns;
+        got[*ngot].ino = info.ino;
+        (*ngot)++;
+    }
+    /* A spool copy has its own ctime and inode: the version shipped is the original's (journaled) one. */
+    for (size_t i = 0, k = 0; i < *ngot && k < jb->nfiles; i++) {
+        while (k < jb->nfiles && strcmp(jb->files[k].path, got[i].path) != 0)
+            k++;
+        const char *rel = NULL;
+        const dsource *src = k < jb->nfiles ? source_of(d, got[i].path, &rel) : NULL;
+        if (src != NULL && spooled[src - d->src] != NULL && got[i].size == jb->files[k].size &&
+            got[i].mtime_ns == jb->files[k].mtime_ns) {
+            got[i].ctime_ns = jb->files[k].ctime_ns;
+            got[i].ino = jb->files[k].ino;
+        }
+        if (k < jb->nfiles)
+            k++;
+    }
+    return 1;
+}
+
+/*
+ * The files of jb that changed since they were taken (size, mtime, ctime
+ * or inode differ between got, as just built, and the journal) leave the
+ * batch: paths[0, *n) becomes the files still as taken, and the number of
+ * files that left is returned.  They go back to discovery, which sees them
+ * settle again before taking them: a batch never carries a version of a
+ * file that did not settle (the file may have been taken between two
+ * writes of a writer that paused, and written again while the batch
+ * waited for batch.max_wait or for the core).
+ */
+static size_t drop_changed(const ingest_journal_batch *jb, const ingest_journal_file *got, size_t ngot,
+                           const char **paths, size_t *n)
+{
+    size_t keep = 0, changed = 0;
+    for (size_t i = 0, k = 0; i < ngot; i++) {
+        while (k < jb->nfiles && strcmp(jb->files[k].path, got[i].path) != 0)
+            k++;
+        if (k < jb->nfiles && same_as_taken(&jb->files[k], &got[i])) {
+            paths[keep++] = jb->files[k].path;
+        } else {
+            changed++;
+            prog_log(INGEST_LOG_INFO, "batch %s: %s changed since it was taken; it leaves the batch and settles again",
+                     jb->id, got[i].path);
+        }
+        if (k < jb->nfiles)
+            k++;
+    }
+    *n = keep;
+    return changed;
+}
+
+/* Files of jb not in got[0, n) start settling afresh when discovery sees them again. */
+static void resettle_missing(daemon_t *d, const ingest_journal_batch *jb, const ingest_journal_file *got, size_t n)
+{
+    int any = 0;
+    for (size_t i = 0, k = 0; i < jb->nfiles; i++) {
+        if (k < n && strcmp(jb->files[i].path, got[k].path) == 0) {
+            k++;
+            continue;
+        }
+        (void)ingest_journal_forget_seen(d->j, jb->files[i].path);
+        any = 1;
+    }
+    if (any) {
+        (void)ingest_journal_flush(d->j);
+        schedule_scan(d, d->now);
+    }
+}
+
+/*
+ * The after-ship action of acked batch jb, then its record goes.  While a
+ * file's action is deferred (some process has it open) the ACKED record
+ * stays in the journal and is retried (ship_queue, at most once a second,
+ * and after a restart); its spool copies go at once.
+ */
+static int finish_acked(daemon_t *d, const ingest_journal_batch *jb)
+{
+    if (after_ship(d, jb->seq, jb->files, jb->nfiles) == 0) {
+        defer_log_drop(d, jb->seq);
+        return forget(d, jb->seq);
+    }
+    spool_drop(d, jb->seq);
+    d->defer_pending = 1;
+    return 0;
+}
+
 /*
  * Ship journaled batch seq.  Returns 0 done (acked, or dropped and its files
  * left to discovery), 1 the connection failed (the batch stays queued),
@@ -1227,10 +1620,10 @@ static int ship_one(daemon_t *d, uint64_t seq)
         return rc == INGEST_ECORRUPT ? forget(d, seq) : rc;
     }
     if (jb->state == INGEST_JOURNAL_ACKED) {
-        /* acked before a restart: finish its after-ship action */
-        after_ship(d, jb->files, jb->nfiles);
+        /* acked before a restart, or a file's after-ship action deferred: (re)try, at most once a second */
+        rc = d->now >= d->defer_next ? finish_acked(d, jb) : 0;
         ingest_journal_batch_free(d->j, jb);
-        return forget(d, seq);
+        return rc;
     }
     if (a->fd < 0) {
         if (d->now < d->next_connect) {
@@ -1253,6 +1646,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
     ingest_sender *s = NULL;
     ingest_sender_batch *b = NULL;
     size_t ngot = 0;
+    int acked = 0;
     if (paths == NULL || got == NULL || bsrc == NULL || spooled == NULL) {
         rc = INGEST_ENOMEM;
         goto out;
@@ -1272,29 +1666,27 @@ static int ship_one(daemon_t *d, uint64_t seq)
             bsrc[i].path = spooled[i];
         }
     }
+    size_t npaths = jb->nfiles;
     for (size_t i = 0; i < jb->nfiles; i++)
         paths[i] = jb->files[i].path;
-    ingest_sender_opts o = d->base;
-    o.want_file = NULL;
-    o.sources = bsrc;
-    o.batch_seq = seq;
-    o.max_files = jb->nfiles;
-    o.max_bytes = UINT64_MAX / 4;
-    rc = ingest_sender_create(a->ctx, &o, &s);
-    if (rc == 0 && a->chunkbuf == NULL) {
-        a->chunkcap = ingest_sender_chunk_bound(s);
-        a->chunkbuf = malloc(a->chunkcap);
-        if (a->chunkbuf == NULL)
-            rc = INGEST_ENOMEM;
+    /* Build it from its files as they were taken; each round drops at least one file, so this ends. */
+    for (;;) {
+        rc = build_batch(d, jb, bsrc, spooled, paths, npaths, &s, &b, got, &ngot);
+        if (rc <= 0 || drop_changed(jb, got, ngot, paths, &npaths) == 0)
+            break;
+        ingest_sender_batch_destroy(b);
+        ingest_sender_destroy(s);
+        b = NULL;
+        s = NULL;
+        ngot = 0;
+        if (npaths == 0) {
+            rc = 0;
+            break;
+        }
     }
-    if (rc == 0)
-        rc = ingest_sender_scan_list(s, paths, jb->nfiles);
-    if (rc == 0)
-        rc = ingest_sender_next_batch(s, &b);
-    if (rc < 0) {
-        prog_log(INGEST_LOG_ERROR, "batch %s: %s", jb->id, ingest_ctx_errmsg(a->ctx));
+    if (rc < 0)
         goto out;
-    }
+    resettle_missing(d, jb, got, ngot);
     if (rc == 0) {
         prog_log(INGEST_LOG_INFO, "batch %s: none of its %zu files is left to ship", jb->id, jb->nfiles);
         rc = forget(d, seq);
@@ -1308,30 +1700,8 @@ static int ship_one(daemon_t *d, uint64_t seq)
     }
     ingest_sender_batch_stats bs;
     ingest_sender_batch_stats_get(b, &bs);
-    for (uint64_t i = 0; i < bs.files; i++) {
-        ingest_sender_file_info info;
-        if (ingest_sender_batch_file(b, i, &info) != 0)
-            continue;
-        got[ngot].path = info.path;
-        got[ngot].size = info.size;
-        got[ngot].mtime_ns = info.mtime_ns;
-        got[ngot].ctime_ns = info.ctime_ns;
-        ngot++;
-    }
     d->bytes_read += bs.bytes;
     a->t.bytes_read += bs.bytes;
-    /* A spool copy has its own ctime: the version shipped is the original's (journaled) one. */
-    for (size_t i = 0, k = 0; i < ngot && k < jb->nfiles; i++) {
-        while (k < jb->nfiles && strcmp(jb->files[k].path, got[i].path) != 0)
-            k++;
-        const char *rel = NULL;
-        const dsource *src = k < jb->nfiles ? source_of(d, got[i].path, &rel) : NULL;
-        if (src != NULL && spooled[src - d->src] != NULL && got[i].size == jb->files[k].size &&
-            got[i].mtime_ns == jb->files[k].mtime_ns)
-            got[i].ctime_ns = jb->files[k].ctime_ns;
-        if (k < jb->nfiles)
-            k++;
-    }
     if (files_differ(jb, got, ngot)) {
         if (jb->state == INGEST_JOURNAL_PENDING) {
             /* never sent: record what will really go, so a replay after a crash is the same batch */
@@ -1339,9 +1709,11 @@ static int ship_one(daemon_t *d, uint64_t seq)
                 prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
                 goto out;
             }
+            queue_recount(d);
         } else {
-            prog_log(INGEST_LOG_WARN, "batch %s: files changed since it was sent; replaying what is there now",
-                     jb->id);
+            prog_log(INGEST_LOG_WARN,
+                     "batch %s: replaying %zu of its %zu files (the others changed or vanished since it was sent)",
+                     jb->id, ngot, jb->nfiles);
         }
     }
     if (jb->state == INGEST_JOURNAL_SENT)
@@ -1377,8 +1749,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
         d->shipped_bytes += bs.bytes;
         prog_log(INGEST_LOG_INFO, "batch %s acked: %llu files, %llu bytes", jb->id, (unsigned long long)bs.files,
                  (unsigned long long)bs.bytes);
-        after_ship(d, got, ngot);
-        rc = forget(d, seq);
+        acked = 1;
     } else if (rc == 1 || rc == 2) {
         /* abandoned (a file changed) or refused: its files go back to discovery */
         disconnect_core(a);
@@ -1393,6 +1764,10 @@ static int ship_one(daemon_t *d, uint64_t seq)
 out:
     ingest_sender_batch_destroy(b);
     ingest_sender_destroy(s);
+    /* After the batch closed its files: a lease is refused while any descriptor is open, ours too.  The
+     * journaled versions are those shipped (a file that changed left the batch), or files now gone. */
+    if (acked)
+        rc = finish_acked(d, jb);
     for (size_t i = 0; spooled != NULL && i < d->nsrc; i++)
         free(spooled[i]);
     free(spooled);
@@ -1514,6 +1889,9 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
     d.sn.started = prog_now();
     int status = 1;
     srand((unsigned)(getpid() ^ (unsigned)wall_now_ns()));
+    /* A process opening a file while the after-ship action holds its lease sends us SIGIO (default: exit);
+     * it just waits until the lease goes, a moment later. */
+    signal(SIGIO, SIG_IGN);
     if (ingest_journal_open(a->st, a->ft, &d.j) < 0) {
         prog_log(INGEST_LOG_ERROR, "journal in %s: %s", a->cfg->state_dir, ingest_ctx_errmsg(a->ctx));
         return 1;
@@ -1573,6 +1951,10 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
         const int shipped = ship_queue(&d);
         if (shipped < 0)
             prog_log(INGEST_LOG_ERROR, "shipping failed; retrying");
+        if (d.defer_pending) {
+            d.defer_next = d.now + DEFER_RETRY_S;
+            d.defer_pending = 0;
+        }
         publish(&d);
         /* sleep until something is due */
         d.now = prog_now();
@@ -1631,8 +2013,12 @@ out:
     fflush(stdout);
     open_reset(&d);
     free(d.of);
+    free(d.defer_seq);
     watches_clear(&d);
     free(d.w);
+    for (size_t i = 0; i < d.ndeep; i++)
+        free(d.deep[i]);
+    free(d.deep);
     if (d.ino >= 0)
         close(d.ino);
     sources_free(&d);

@@ -1085,11 +1085,21 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     return again;
 }
 
+void say_too_deep(int level, const char *dir)
+{
+    prog_log(level, "%s: directory more than %d levels below its source: neither walked nor watched, nothing under "
+             "it is shipped", dir, INGEST_SENDER_MAX_DEPTH);
+}
+
 void on_skip(void *ud, const char *path, int reason)
 {
     (void)ud;
     static const char *const why[] = { "", "unreadable", "not a regular file", "vanished", "bad name",
                                        "directory unreadable", "changed while chunked", "too many chunks" };
+    if (reason == INGEST_SKIP_DEPTH) {
+        say_too_deep(INGEST_LOG_WARN, path);
+        return;
+    }
     prog_log(reason == INGEST_SKIP_SPECIAL ? INGEST_LOG_DEBUG : INGEST_LOG_WARN, "skipped %s: %s", path,
              reason >= 1 && reason <= 7 ? why[reason] : "?");
 }

@@ -5,7 +5,7 @@
  * twice after its ack was recorded.
  *
  * A batch goes PENDING (its files chosen and recorded, with the size,
- * mtime and ctime to ship) -> SENT (its manifest went out: the core may
+ * mtime, ctime and inode to ship) -> SENT (its manifest went out: the core may
  * hold it) -> ACKED (the core made it durable), one committed transaction
  * per change.  The ACKED change writes, in that same transaction, every
  * file's shipped state into the file table (ingest_filetable), so after a
@@ -48,6 +48,7 @@ typedef struct ingest_journal_file {
     uint64_t size;
     int64_t mtime_ns;
     int64_t ctime_ns;
+    uint64_t ino;     /* inode number; 0: unknown (records journaled before it was kept) */
 } ingest_journal_file;
 
 /* A batch as read back (ingest_journal_get); free with ingest_journal_batch_free. */

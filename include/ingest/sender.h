@@ -45,7 +45,11 @@
 extern "C" {
 #endif
 
-#define INGEST_SENDER_MAX_DEPTH 64           /* directory levels below a source */
+/* Directory levels below a source that are walked: a directory at level
+ * 64 (64 path components under the source) is listed and its files taken;
+ * its subdirectories are reported (INGEST_SKIP_DEPTH) and not entered.
+ * The walk keeps one frame per level, never recursing. */
+#define INGEST_SENDER_MAX_DEPTH 64
 #define INGEST_SENDER_MAX_SOURCES 256
 #define INGEST_SENDER_SOURCE_NAME_MAX 64     /* bytes of a source name */
 #define INGEST_SENDER_PREFIX_MAX 64          /* bytes of a batch id prefix */
@@ -58,9 +62,10 @@ enum {
     INGEST_SKIP_SPECIAL = 2,    /* symlink, fifo, socket or device */
     INGEST_SKIP_VANISHED = 3,   /* listed, then gone before it was opened */
     INGEST_SKIP_NAME = 4,       /* path too long (every other name is shipped, control bytes included) */
-    INGEST_SKIP_DIR = 5,        /* a directory that could not be read, or too deep */
+    INGEST_SKIP_DIR = 5,        /* a directory that could not be opened or read */
     INGEST_SKIP_CHANGED = 6,    /* size/mtime/ctime changed while it was chunked */
     INGEST_SKIP_TOOBIG = 7,     /* more chunks than a manifest line count holds */
+    INGEST_SKIP_DEPTH = 8,      /* a directory more than INGEST_SENDER_MAX_DEPTH levels below its source */
 };
 
 /* What the walk knows of a regular file before opening it (lstat). */
@@ -140,7 +145,7 @@ typedef struct ingest_sender_stats {
     uint64_t skipped_special;
     uint64_t skipped_vanished;
     uint64_t skipped_name;
-    uint64_t skipped_dirs;
+    uint64_t skipped_dirs;       /* INGEST_SKIP_DIR and INGEST_SKIP_DEPTH */
     uint64_t dropped_changed;
     uint64_t skipped_toobig;
     uint64_t files_unchanged;    /* passed over by want_file */
@@ -222,6 +227,8 @@ typedef struct ingest_sender_file_info {
     uint8_t hash[INGEST_ID_BYTES];
     uint64_t first_chunk;    /* index of its first chunk in the batch list */
     uint64_t nchunks;
+    uint64_t dev;            /* st_dev and st_ino of the file chunked */
+    uint64_t ino;
 } ingest_sender_file_info;
 /* File file_index (0..files-1, manifest order); pointers valid with the batch. */
 INGEST_API int ingest_sender_batch_file(const ingest_sender_batch *b, uint64_t file_index,

@@ -77,9 +77,9 @@ static int teardown(void **state)
 }
 
 static const ingest_journal_file files3[] = {
-    { "src/a", 10, 100, 1000 },
-    { "src/d/b", 20, 200, 2000 },
-    { "src/d/c", 30, 300, 3000 },
+    { "src/a", 10, 100, 1000, 11 },
+    { "src/d/b", 20, 200, 2000, 22 },
+    { "src/d/c", 30, 300, 3000, 33 },
 };
 
 static void test_lifecycle(void **state)
@@ -108,6 +108,7 @@ static void test_lifecycle(void **state)
     assert_int_equal(b->files[2].size, 30);
     assert_int_equal(b->files[1].mtime_ns, 200);
     assert_int_equal(b->files[0].ctime_ns, 1000);
+    assert_int_equal(b->files[1].ino, 22);
     ingest_journal_batch_free(f->j, b);
 
     assert_int_equal(ingest_journal_set_state(f->j, 7, INGEST_JOURNAL_SENT, NULL, 0), 0);
@@ -182,11 +183,59 @@ static void test_stability(void **state)
     assert_int_equal(ingest_journal_skipped(f->j, "src/k", 1, 3), 0);
     assert_int_equal(ingest_journal_mark_skipped(f->j, "src/k", 1, 2, 0, 50 * s), INGEST_EINVAL);
     /* an ack clears the record */
-    const ingest_journal_file fa = { "src/a", 11, 6, 9 };
+    const ingest_journal_file fa = { "src/a", 11, 6, 9, 0 };
     assert_int_equal(ingest_journal_add(f->j, 1, "y-000001", &fa, 1), 0);
     assert_int_equal(ingest_journal_set_state(f->j, 1, INGEST_JOURNAL_ACKED, NULL, 0), 0);
     assert_int_equal(ingest_journal_stable(f->j, "src/a", 11, 6, 200 * s, 2 * s, &wait), 0);
     assert_int_equal(ingest_journal_flush(f->j), 0);
+}
+
+/* A batch record of format 1 (no inodes, 26-byte file heads), as journaled before: read with ino 0. */
+static void test_format1_record(void **state)
+{
+    fixture *f = *state;
+    uint8_t v[24 + 3 + 26 + 5];
+    memset(v, 0, sizeof(v));
+    v[0] = 1;                        /* version */
+    v[1] = INGEST_JOURNAL_SENT;
+    ingest__put_u16(v + 2, 3);       /* id length */
+    ingest__put_u32(v + 4, 1);       /* files */
+    ingest__put_u64(v + 8, 10);      /* bytes */
+    ingest__put_u64(v + 16, 12345);  /* created_ns */
+    memcpy(v + 24, "b-1", 3);
+    ingest__put_u16(v + 27, 5);      /* path length */
+    ingest__put_u64(v + 29, 10);
+    ingest__put_u64(v + 37, 100);
+    ingest__put_u64(v + 45, 1000);
+    memcpy(v + 53, "src/a", 5);
+    ingest__dbi db;
+    uint8_t key[8];
+    ingest__put_be64(key, 9);
+    assert_int_equal(ingest__store_db(f->st, "journal_batches", &db), 0);
+    assert_int_equal(ingest__store_write_begin(f->st, 1), 0);
+    assert_int_equal(ingest__store_put(f->st, db, key, 8, v, sizeof(v)), 0);
+    assert_int_equal(ingest_store_commit(f->st), 0);
+    ingest_journal_batch *b = NULL;
+    assert_int_equal(ingest_journal_get(f->j, 9, &b), 0);
+    assert_string_equal(b->id, "b-1");
+    assert_int_equal(b->state, INGEST_JOURNAL_SENT);
+    assert_int_equal(b->nfiles, 1);
+    assert_string_equal(b->files[0].path, "src/a");
+    assert_int_equal(b->files[0].size, 10);
+    assert_int_equal(b->files[0].mtime_ns, 100);
+    assert_int_equal(b->files[0].ctime_ns, 1000);
+    assert_int_equal(b->files[0].ino, 0);
+    ingest_journal_batch_free(f->j, b);
+    /* it moves on as any record */
+    assert_int_equal(ingest_journal_set_state(f->j, 9, INGEST_JOURNAL_ACKED, NULL, 0), 0);
+    assert_int_equal(ingest_journal_get(f->j, 9, &b), 0);
+    assert_int_equal(b->state, INGEST_JOURNAL_ACKED);
+    ingest_journal_batch_free(f->j, b);
+    /* a truncated one is refused */
+    assert_int_equal(ingest__store_write_begin(f->st, 1), 0);
+    assert_int_equal(ingest__store_put(f->st, db, key, 8, v, sizeof(v) - 1), 0);
+    assert_int_equal(ingest_store_commit(f->st), 0);
+    assert_int_equal(ingest_journal_get(f->j, 9, &b), INGEST_ECORRUPT);
 }
 
 int main(void)
@@ -195,6 +244,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lifecycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replace_and_remove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stability, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_format1_record, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -461,6 +462,12 @@ static int unreadable_check(const char *srcpath)
     if (bs.files != 2 || ingest_sender_batch_file(b, 0, &f0) != 0 || ingest_sender_batch_file(b, 1, &f1) != 0 ||
         strcmp(f0.path, "s/ok1") != 0 || strcmp(f1.path, "s/ok2") != 0)
         ret = __LINE__;
+    /* the inode and device of the file chunked */
+    char p1[PATH_MAX];
+    struct stat st1;
+    snprintf(p1, sizeof(p1), "%s/ok1", srcpath);
+    if (ret == 0 && (stat(p1, &st1) != 0 || f0.ino != (uint64_t)st1.st_ino || f0.dev != (uint64_t)st1.st_dev))
+        ret = __LINE__;
     ingest_sender_batch_destroy(b);
     if (ret == 0 && ingest_sender_next_batch(s, &b) != 0)
         ret = __LINE__;
@@ -626,6 +633,49 @@ static void test_multi_source(void **state)
     char want[64];
     snprintf(want, sizeof(want), "%d:gone\n", INGEST_SKIP_DIR);
     assert_string_equal(r.skips, want);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
+/* The depth limit: directories down to INGEST_SENDER_MAX_DEPTH levels are walked, the one below is reported
+ * once per walk with INGEST_SKIP_DEPTH (not entered), and a 200-level tree costs nothing more. */
+static void test_depth_limit(void **state)
+{
+    (void)state;
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    char rel[512] = "src"; /* 3 + 2 * 200 bytes at the end */
+    size_t n = 3;
+    char deepest[600] = "", toodeep[600] = "";
+    for (int level = 1; level <= 200; level++) {
+        memcpy(rel + n, "/d", 3);
+        n += 2;
+        mkdirs(d, rel);
+        if (level == INGEST_SENDER_MAX_DEPTH || level == INGEST_SENDER_MAX_DEPTH + 1 || level == 200) {
+            char f[600];
+            snprintf(f, sizeof(f), "%s/f%d", rel, level);
+            put_file(d, f, "x", 1);
+        }
+        if (level == INGEST_SENDER_MAX_DEPTH)
+            snprintf(deepest, sizeof(deepest), "s%s/f%d\n", rel + 3, level);
+        if (level == INGEST_SENDER_MAX_DEPTH + 1)
+            snprintf(toodeep, sizeof(toodeep), "%d:s%s\n", INGEST_SKIP_DEPTH, rel + 3);
+    }
+    put_file(d, "src/top", "t", 1);
+    char p1[4096];
+    join(p1, sizeof(p1), d, "src");
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    const ingest_sender_source src[] = { { "s", p1 } };
+    const ingest_sender_opts o = base_opts(src, 1, &r);
+    char paths[8192], counts[64], want[8192];
+    ingest_sender_stats st;
+    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), &st);
+    snprintf(want, sizeof(want), "%ss/top\n", deepest);
+    assert_string_equal(paths, want);
+    assert_int_equal(st.skipped_dirs, 1);
+    assert_string_equal(r.skips, toodeep);
     rm_tree(d);
     ingest_ctx_destroy(ctx);
 }
@@ -1281,6 +1331,7 @@ int main(void)
         cmocka_unit_test(test_unreadable),
         cmocka_unit_test(test_batch_limits),
         cmocka_unit_test(test_multi_source),
+        cmocka_unit_test(test_depth_limit),
         cmocka_unit_test(test_invalid_opts),
         cmocka_unit_test(test_manifest),
         cmocka_unit_test(test_chunks_encode),
