@@ -50,15 +50,12 @@ int prog_parse_level(const char *s)
     return -1;
 }
 
-void prog_log(int level, const char *fmt, ...)
+/* One formatted line to stderr, with its time and level. */
+static void log_line(int level, const char *suffix, const char *fmt, va_list ap) PROG_PRINTF(3, 0);
+static void log_line(int level, const char *suffix, const char *fmt, va_list ap)
 {
-    if (level > log_level)
-        return;
     char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
@@ -66,8 +63,18 @@ void prog_log(int level, const char *fmt, ...)
     char when[32];
     strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
     pthread_mutex_lock(&log_lock);
-    fprintf(stderr, "%s.%03ldZ %s[%s]: %s\n", when, ts.tv_nsec / 1000000, log_name, level_name(level), msg);
+    fprintf(stderr, "%s.%03ldZ %s[%s]: %s%s\n", when, ts.tv_nsec / 1000000, log_name, level_name(level), msg, suffix);
     pthread_mutex_unlock(&log_lock);
+}
+
+void prog_log(int level, const char *fmt, ...)
+{
+    if (level > log_level)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    log_line(level, "", fmt, ap);
+    va_end(ap);
 }
 
 void prog_log_limited(prog_ratelimit *r, int level, const char *fmt, ...)
@@ -94,15 +101,13 @@ void prog_log_limited(prog_ratelimit *r, int level, const char *fmt, ...)
     pthread_mutex_unlock(&log_lock);
     if (!pass)
         return;
-    char msg[2048];
+    char suffix[80] = "";
+    if (dropped > 0)
+        snprintf(suffix, sizeof(suffix), " (%lu more like it not logged since the last one)", dropped);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    log_line(level, suffix, fmt, ap);
     va_end(ap);
-    if (dropped > 0)
-        prog_log(level, "%s (%lu more like it not logged since the last one)", msg, dropped);
-    else
-        prog_log(level, "%s", msg);
 }
 
 void prog_lib_log(void *userdata, int level, const char *msg)
