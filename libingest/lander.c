@@ -1162,9 +1162,21 @@ static int same_landed_batch(ingest_lander_batch *b, const char *device, uint64_
         rc = ingest_manifest_reader_next(r, &rec);
     int same = rc == 1 && rec.type == INGEST_MREC_HEADER && rec.nfiles == nfiles && rec.total_bytes == bytes;
     if (same && first != NULL) {
+        /* A wire manifest may leave the hash out: derive it when the first line holds all its chunks. */
+        uint8_t h[INGEST_ID_BYTES];
+        int have = !first->omit_hash;
+        memcpy(h, first->hash, sizeof h);
+        if (!have && first->nchunks == first->nchunks_total) {
+            ingest_filehash fh;
+            ingest_filehash_init(&fh, b->l->key);
+            for (uint32_t k = 0; k < first->nchunks; k++)
+                ingest_filehash_update(&fh, first->chunks[k].id, INGEST_ID_BYTES);
+            ingest_filehash_final(&fh, h);
+            have = 1;
+        }
         rc = ingest_manifest_reader_next(r, &rec);
         same = rc == 1 && rec.type == INGEST_MREC_FILE && strcmp(rec.path, first->path) == 0 &&
-               memcmp(rec.hash, first->hash, INGEST_ID_BYTES) == 0;
+               (!have || memcmp(rec.hash, h, INGEST_ID_BYTES) == 0);
     }
     ingest_manifest_reader_close(r);
     if (!same)
@@ -1181,9 +1193,12 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
     ingest_manifest_rec rec;
     lfile *f = NULL;
     uint64_t fsum = 0, fchunks = 0;
+    int derive = 0; /* f's hash is derived from its chunk ids in dh */
+    ingest_filehash dh;
     int rc = ingest_manifest_reader_mem(b->ctx, buf, len, &r);
     if (rc < 0)
         return rc;
+    ingest_manifest_reader_set_flags(r, INGEST_MANIFEST_READ_HASH_OPTIONAL);
     rc = ingest_manifest_reader_next(r, &rec);
     if (rc == 0)
         rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: empty manifest from device %s", device);
@@ -1238,6 +1253,11 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
         if (rc < 0)
             goto out;
         if (rc == 0 || rec.type == INGEST_MREC_FILE) {
+            if (f && derive) {
+                /* the wire manifest left the hash out: it is that of the chunk ids (docs/manifest.md) */
+                ingest_filehash_final(&dh, f->hash);
+                derive = 0;
+            }
             if (f && fsum != f->size) {
                 rc = ingest__fail(b->ctx, INGEST_EMISMATCH,
                                   "lander: file %s: chunk lengths add up to %llu bytes, size is %llu", f->path,
@@ -1268,6 +1288,10 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
             f->mtime_ns = rec.mtime_ns;
             f->mode = rec.mode;
             memcpy(f->hash, rec.hash, sizeof f->hash);
+            if (rec.omit_hash) {
+                derive = 1;
+                ingest_filehash_init(&dh, l->key);
+            }
             if (rec.nchunks_total > l->max_chunks) {
                 rc = ingest__fail(b->ctx, INGEST_ETOOBIG, "lander: file %s: %llu chunks (at most %u)", f->path,
                                   (unsigned long long)rec.nchunks_total, l->max_chunks);
@@ -1298,6 +1322,8 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
                     goto out;
                 }
                 fsum += cl;
+                if (derive)
+                    ingest_filehash_update(&dh, rec.chunks[k].id, INGEST_ID_BYTES);
                 b->mc[b->nchunks++] = rec.chunks[k];
             }
             fchunks += rec.nchunks;

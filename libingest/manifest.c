@@ -91,7 +91,14 @@ struct ingest_manifest_reader_s {
     uint64_t files_seen, bytes_seen;
     uint64_t chunks_left;   /* of the current file */
     uint64_t file_size, file_sum;
+    unsigned flags;         /* INGEST_MANIFEST_READ_* */
 };
+
+void ingest_manifest_reader_set_flags(ingest_manifest_reader *r, unsigned flags)
+{
+    if (r != NULL)
+        r->flags = flags;
+}
 
 static int reader_new(ingest_ctx *ctx, const char *name, ingest_manifest_reader **out)
 {
@@ -432,6 +439,8 @@ static int parse_line(ingest_manifest_reader *r, const char *line, size_t len, i
     } else if (tlen == 4 && memcmp(type, "file", 4) == 0) {
         rec->type = INGEST_MREC_FILE;
         need = keys_file;
+        if (r->flags & INGEST_MANIFEST_READ_HASH_OPTIONAL)
+            need &= ~(unsigned)BIT(K_HASH);
     } else if (tlen == 6 && memcmp(type, "chunks", 6) == 0) {
         rec->type = INGEST_MREC_CHUNKS;
         need = keys_chunks;
@@ -489,7 +498,10 @@ static int parse_line(ingest_manifest_reader *r, const char *line, size_t len, i
         INGEST__FORWARD(get_u64(r, at[K_MODE], K_MODE, UINT32_MAX, &v));
         rec->mode = (uint32_t)v;
         INGEST__FORWARD(get_u64(r, at[K_VERSION], K_VERSION, UINT64_MAX, &rec->version));
-        INGEST__FORWARD(get_hex(r, at[K_HASH], K_HASH, rec->hash));
+        if (seen & BIT(K_HASH))
+            INGEST__FORWARD(get_hex(r, at[K_HASH], K_HASH, rec->hash));
+        else
+            rec->omit_hash = 1; /* allowed by INGEST_MANIFEST_READ_HASH_OPTIONAL (the need check above) */
         INGEST__FORWARD(get_u64(r, at[K_NCHUNKS], K_NCHUNKS, UINT64_MAX, &rec->nchunks_total));
         /* Every chunk holds at least one byte. */
         if (rec->nchunks_total > rec->size)
@@ -666,8 +678,10 @@ static int write_file(ingest__buf *b, const ingest_manifest_rec *rec, const char
     INGEST__FORWARD(ingest__json_put_u64(b, rec->mode));
     INGEST__FORWARD(put(b, ",\"version\":"));
     INGEST__FORWARD(ingest__json_put_u64(b, rec->version));
-    INGEST__FORWARD(put(b, ",\"hash\":"));
-    INGEST__FORWARD(put_hex(b, rec->hash));
+    if (!rec->omit_hash) {
+        INGEST__FORWARD(put(b, ",\"hash\":"));
+        INGEST__FORWARD(put_hex(b, rec->hash));
+    }
     INGEST__FORWARD(put(b, ",\"nchunks\":"));
     INGEST__FORWARD(ingest__json_put_u64(b, rec->nchunks));
     INGEST__FORWARD(put(b, ","));

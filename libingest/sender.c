@@ -157,6 +157,7 @@ struct ingest_sender_batch_s {
     ingest_codec_hint hint; /* adaptive encoding of that file's chunks */
     uint8_t *raw;
     ingest_manifest_writer *mw;
+    unsigned mw_flags; /* INGEST_SENDER_MANIFEST_* mw was written with */
 };
 
 static int on_chunk(void *ud, const ingest_chunk_info *c);
@@ -1221,7 +1222,16 @@ const char *ingest_sender_batch_id(const ingest_sender_batch *b) { return b->id;
 
 int ingest_sender_batch_manifest(ingest_sender_batch *b, const void **ptr, size_t *len)
 {
+    return ingest_sender_batch_manifest_ex(b, 0, ptr, len);
+}
+
+int ingest_sender_batch_manifest_ex(ingest_sender_batch *b, unsigned flags, const void **ptr, size_t *len)
+{
     int rc = 0;
+    if (b->mw != NULL && b->mw_flags != flags) {
+        ingest_manifest_writer_destroy(b->mw);
+        b->mw = NULL;
+    }
     if (b->mw == NULL) {
         ingest_manifest_writer *w = NULL;
         INGEST__FORWARD(ingest_manifest_writer_create(b->ctx, &w));
@@ -1246,6 +1256,7 @@ int ingest_sender_batch_manifest(ingest_sender_batch *b, const void **ptr, size_
             rec.mode = f->mode;
             rec.version = 0;
             memcpy(rec.hash, f->hash, INGEST_ID_BYTES);
+            rec.omit_hash = (flags & INGEST_SENDER_MANIFEST_NO_HASH) != 0;
             rec.nchunks_total = f->nchunks;
             rec.chunks = f->nchunks ? &b->chunks[f->first_chunk] : NULL;
             rec.nchunks = (uint32_t)f->nchunks;
@@ -1256,6 +1267,7 @@ int ingest_sender_batch_manifest(ingest_sender_batch *b, const void **ptr, size_
             return rc;
         }
         b->mw = w;
+        b->mw_flags = flags;
     }
     *ptr = ingest_manifest_writer_data(b->mw, len);
     return 0;
@@ -1368,26 +1380,18 @@ static int batch_open(ingest_sender_batch *b, size_t fi)
     return 0;
 }
 
-int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t ci, void *out, size_t cap, size_t *out_len)
+/*
+ * Re-read chunk ci (of file fi) into dst and check it is still the chunk
+ * of the manifest (INGEST_ESTALE otherwise).
+ */
+static int read_chunk(ingest_sender_batch *b, uint64_t ci, uint64_t fi, uint8_t *dst)
 {
-    *out_len = 0;
-    uint64_t fi = 0;
-    INGEST__FORWARD(ingest_sender_batch_chunk_file(b, ci, &fi));
     const ingest_manifest_chunk *c = &b->chunks[ci];
-    const size_t need = ingest_codec_bound(c->len);
-    if (cap < need)
-        return ingest__fail(b->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, chunk %" PRIu64 " needs %zu",
-                            cap, ci, need);
-    if (b->raw == NULL) {
-        b->raw = ingest__malloc(b->ctx, b->s->params.max);
-        if (b->raw == NULL)
-            return ingest__fail(b->ctx, INGEST_ENOMEM, "sender: out of memory (%u bytes)", b->s->params.max);
-    }
     INGEST__FORWARD(batch_open(b, (size_t)fi));
     const char *path = (const char *)b->paths.buf + b->files[fi].path_off;
     size_t got = 0;
     while (got < c->len) {
-        const ssize_t n = pread(b->cur_fd, b->raw + got, c->len - got, (off_t)(b->offs[ci] + got));
+        const ssize_t n = pread(b->cur_fd, dst + got, c->len - got, (off_t)(b->offs[ci] + got));
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -1409,14 +1413,82 @@ int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t ci, void *out, si
                                 " at offset %" PRIu64 ")", path, ci, b->offs[ci]);
     } else {
         uint8_t id[INGEST_ID_BYTES];
-        ingest_chunk_id(b->s->key, b->raw, c->len, id);
+        ingest_chunk_id(b->s->key, dst, c->len, id);
         if (memcmp(id, c->id, INGEST_ID_BYTES) != 0)
             return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: changed since it was chunked (chunk %" PRIu64
                                 " at offset %" PRIu64 ")", path, ci, b->offs[ci]);
     }
+    return 0;
+}
+
+static int raw_buffer(ingest_sender_batch *b)
+{
+    if (b->raw == NULL) {
+        b->raw = ingest__malloc(b->ctx, b->s->params.max);
+        if (b->raw == NULL)
+            return ingest__fail(b->ctx, INGEST_ENOMEM, "sender: out of memory (%u bytes)", b->s->params.max);
+    }
+    return 0;
+}
+
+int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t ci, void *out, size_t cap, size_t *out_len)
+{
+    *out_len = 0;
+    uint64_t fi = 0;
+    INGEST__FORWARD(ingest_sender_batch_chunk_file(b, ci, &fi));
+    const ingest_manifest_chunk *c = &b->chunks[ci];
+    const size_t need = ingest_codec_bound(c->len);
+    if (cap < need)
+        return ingest__fail(b->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, chunk %" PRIu64 " needs %zu",
+                            cap, ci, need);
+    INGEST__FORWARD(raw_buffer(b));
+    INGEST__FORWARD(read_chunk(b, ci, fi, b->raw));
     if (b->hint_file != fi) {
         b->hint_file = fi;
         memset(&b->hint, 0, sizeof(b->hint));
     }
     return ingest_codec_encode_adaptive(b->s->codec, b->raw, c->len, out, cap, out_len, &b->hint);
+}
+
+int ingest_sender_batch_group(ingest_sender_batch *b, const uint32_t *idx, size_t n, size_t raw_max, void *out,
+                              size_t cap, size_t *out_len, size_t *taken)
+{
+    *out_len = 0;
+    *taken = 0;
+    if (n == 0)
+        return ingest__fail(b->ctx, INGEST_EINVAL, "sender: group of no chunks");
+    if (raw_max > b->s->params.max)
+        raw_max = b->s->params.max;
+    if (n > INGEST_SENDER_GROUP_MAX_CHUNKS)
+        n = INGEST_SENDER_GROUP_MAX_CHUNKS;
+    /* How many of idx[] form the group: small chunks, together at most raw_max bytes. */
+    size_t k = 0, total = 0;
+    while (k < n && idx[k] < b->nchunks && b->chunks[idx[k]].len <= INGEST_SENDER_GROUP_CHUNK_MAX &&
+           b->chunks[idx[k]].len <= raw_max - total) {
+        if (k > 0 && idx[k] <= idx[k - 1])
+            return ingest__fail(b->ctx, INGEST_EINVAL, "sender: group indexes not increasing at %zu", k);
+        total += b->chunks[idx[k]].len;
+        k++;
+    }
+    if (k < 2) {
+        /* Not worth a group: the first chunk alone, encoded as ever. */
+        INGEST__FORWARD(ingest_sender_batch_chunk(b, idx[0], out, cap, out_len));
+        *taken = 1;
+        return 0;
+    }
+    if (cap < ingest_codec_bound(total))
+        return ingest__fail(b->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, a group of %zu needs %zu", cap,
+                            total, ingest_codec_bound(total));
+    INGEST__FORWARD(raw_buffer(b));
+    size_t at = 0;
+    for (size_t i = 0; i < k; i++) {
+        uint64_t fi = 0;
+        INGEST__FORWARD(ingest_sender_batch_chunk_file(b, idx[i], &fi));
+        INGEST__FORWARD(read_chunk(b, idx[i], fi, b->raw + at));
+        at += b->chunks[idx[i]].len;
+    }
+    /* Text compresses across files: plain zstd, no probing (hints are per file). */
+    INGEST__FORWARD(ingest_codec_encode(b->s->codec, b->raw, total, out, cap, out_len));
+    *taken = k;
+    return 0;
 }

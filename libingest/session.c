@@ -751,7 +751,7 @@ int ingest_session_send(ingest_session *s, int fd, unsigned type, const void *pa
 int ingest_session_send_msg(ingest_session *s, int fd, const ingest_wire_msg *m)
 {
     uint8_t head[64 + 2 * INGEST_WIRE_BATCH_ID_MAX + INGEST_WIRE_MESSAGE_MAX];
-    ingest_iov v[2];
+    ingest_iov v[3];
     size_t hl = 0;
     if (m->type == INGEST_MSG_WANT) {
         /* WANT can be large: encode it in the send buffer's stead. */
@@ -781,6 +781,12 @@ int ingest_session_send_msg(ingest_session *s, int fd, const ingest_wire_msg *m)
         v[1].base = m->u.chunk.data;
         v[1].len = m->u.chunk.len;
         n = 2;
+    } else if (m->type == INGEST_MSG_CHUNK_GROUP) {
+        v[1].base = m->u.group.raw;
+        v[1].len = 4 * (size_t)m->u.group.count;
+        v[2].base = m->u.group.data;
+        v[2].len = m->u.group.len;
+        n = 3;
     }
     return ingest_session_sendv(s, fd, m->type, v, n);
 }

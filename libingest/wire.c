@@ -18,6 +18,7 @@ const char *ingest_wire_type_name(unsigned type)
     case INGEST_MSG_PING: return "PING";
     case INGEST_MSG_PONG: return "PONG";
     case INGEST_MSG_RECEIVED: return "RECEIVED";
+    case INGEST_MSG_CHUNK_GROUP: return "CHUNK_GROUP";
     default: return "UNKNOWN";
     }
 }
@@ -70,6 +71,11 @@ uint32_t ingest_wire_want_index(const ingest_wire_want *w, uint32_t i)
     if (w->idx != NULL)
         return w->idx[i];
     return ingest__get_u32(w->raw + 4u * (size_t)i);
+}
+
+uint32_t ingest_wire_group_index(const ingest_wire_chunk_group *g, uint32_t i)
+{
+    return ingest__get_u32(g->raw + 4u * (size_t)i);
 }
 
 /* ---- encoding ---------------------------------------------------------- */
@@ -193,6 +199,25 @@ static int encode(ingest_ctx *ctx, const ingest_wire_msg *m, wr *w, int with_tai
         if (with_tail)
             w_bytes(w, m->u.chunk.data, m->u.chunk.len);
         break;
+    case INGEST_MSG_CHUNK_GROUP: {
+        const ingest_wire_chunk_group *g = &m->u.group;
+        if (g->count == 0 || g->count > INGEST_WIRE_GROUP_MAX_CHUNKS)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: CHUNK_GROUP: %u chunks (1..%u)", (unsigned)g->count,
+                                INGEST_WIRE_GROUP_MAX_CHUNKS);
+        if (g->raw == NULL || g->data == NULL || g->len == 0)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: CHUNK_GROUP: no indexes or no bytes");
+        for (uint32_t i = 1; i < g->count; i++)
+            if (ingest_wire_group_index(g, i) <= ingest_wire_group_index(g, i - 1))
+                return ingest__fail(ctx, INGEST_EINVAL, "wire: CHUNK_GROUP: index %u at position %u not above %u",
+                                    (unsigned)ingest_wire_group_index(g, i), (unsigned)i,
+                                    (unsigned)ingest_wire_group_index(g, i - 1));
+        w_u32(w, g->count);
+        if (with_tail) {
+            w_bytes(w, g->raw, 4 * (size_t)g->count);
+            w_bytes(w, g->data, g->len);
+        }
+        break;
+    }
     case INGEST_MSG_BATCH_COMMIT:
         INGEST__FORWARD(w_batch_id(ctx, w, name, m->u.commit.batch_id));
         w_u32(w, m->u.commit.chunks_sent);
@@ -245,6 +270,8 @@ size_t ingest_wire_encoded_size(const ingest_wire_msg *m)
         tail = m->u.manifest_part.len;
     else if (m->type == INGEST_MSG_CHUNK)
         tail = m->u.chunk.len;
+    else if (m->type == INGEST_MSG_CHUNK_GROUP)
+        tail = 4 * (size_t)m->u.group.count + m->u.group.len;
     if (tail > INGEST_WIRE_MAX_PAYLOAD_HIGHEST)
         return 0;
     return w.len + tail;
@@ -409,6 +436,29 @@ int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, s
         m->u.chunk.data = payload + r.pos;
         m->u.chunk.len = len - r.pos;
         return 0;
+    case INGEST_MSG_CHUNK_GROUP: {
+        ingest_wire_chunk_group *g = &m->u.group;
+        INGEST__FORWARD(r_u32(&r, "chunk count", &g->count));
+        if (g->count == 0 || g->count > INGEST_WIRE_GROUP_MAX_CHUNKS)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: CHUNK_GROUP: chunk count %u at offset 0 is not 1..%u",
+                                (unsigned)g->count, INGEST_WIRE_GROUP_MAX_CHUNKS);
+        if (4 * (size_t)g->count >= len - r.pos)
+            return ingest__fail(ctx, INGEST_ECORRUPT,
+                                "wire: CHUNK_GROUP: %u indexes need %zu bytes and chunk bytes after them, %zu present "
+                                "(offset %zu)", (unsigned)g->count, 4 * (size_t)g->count, len - r.pos, r.pos);
+        g->raw = payload + r.pos;
+        for (uint32_t i = 1; i < g->count; i++) {
+            const uint32_t a = ingest_wire_group_index(g, i - 1), b = ingest_wire_group_index(g, i);
+            if (b <= a)
+                return ingest__fail(ctx, INGEST_ECORRUPT,
+                                    "wire: CHUNK_GROUP: index %u at position %u is not above %u (offset %zu)",
+                                    (unsigned)b, (unsigned)i, (unsigned)a, r.pos + 4 * (size_t)i);
+        }
+        r.pos += 4 * (size_t)g->count;
+        g->data = payload + r.pos;
+        g->len = len - r.pos;
+        return 0;
+    }
     case INGEST_MSG_BATCH_COMMIT:
         INGEST__FORWARD(r_batch_id(&r, m->u.commit.batch_id));
         INGEST__FORWARD(r_u32(&r, "chunks sent", &m->u.commit.chunks_sent));

@@ -25,6 +25,7 @@
 
 typedef struct totals {
     uint64_t files, bytes, chunks, chunks_sent, chunks_dedup, chunk_bytes_raw, chunk_bytes_sent;
+    uint64_t groups_sent; /* CHUNK_GROUP frames (their chunks count in chunks_sent) */
     uint64_t wire_out, wire_in, batches, batches_acked, batches_failed, batches_abandoned, unchanged;
     /* wall seconds of the shipping thread by stage: waiting for the next
      * built batch, for the receiver's WANT after a manifest, sending chunks
@@ -80,6 +81,10 @@ struct agent {
     /* Pipelined batches (--once, when the receiver agreed): a batch the
      * receiver said RECEIVED, whose ACK is read while the next one ships. */
     int pipeline;
+    /* The pack feature was agreed: small chunks go in groups, manifests compressed (mcodec, mbuf). */
+    int pack;
+    ingest_codec *mcodec;
+    uint8_t *mbuf;
     ingest_sender_batch *pending;
     uint32_t pending_sent;
     double pending_t0;

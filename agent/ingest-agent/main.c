@@ -285,7 +285,7 @@ int send_manifest(agent *a, ingest_sender_batch *b)
 {
     const void *mp;
     size_t mlen;
-    int rc = ingest_sender_batch_manifest(b, &mp, &mlen);
+    int rc = ingest_sender_batch_manifest_ex(b, a->pack ? INGEST_SENDER_MANIFEST_NO_HASH : 0u, &mp, &mlen);
     if (rc < 0)
         return rc;
     ingest_sender_batch_stats bs;
@@ -306,6 +306,18 @@ int send_manifest(agent *a, ingest_sender_batch *b)
         m.type = INGEST_MSG_MANIFEST_PART;
         m.u.manifest_part.data = (const uint8_t *)mp + off;
         m.u.manifest_part.len = mlen - off < MANIFEST_PART_MAX ? mlen - off : MANIFEST_PART_MAX;
+        if (a->pack) {
+            /* pack feature: each part travels as an encoded chunk (chunk ids are hex: zstd halves them) */
+            size_t n = 0;
+            if ((rc = ingest_codec_encode(a->mcodec, m.u.manifest_part.data, m.u.manifest_part.len, a->mbuf,
+                                          ingest_codec_bound(MANIFEST_PART_MAX), &n)) < 0) {
+                prog_log(INGEST_LOG_ERROR, "batch %s: compressing its manifest: %s", ingest_sender_batch_id(b),
+                         ingest_ctx_errmsg(a->ctx));
+                return rc;
+            }
+            m.u.manifest_part.data = a->mbuf;
+            m.u.manifest_part.len = n;
+        }
         if ((rc = send_msg(a, &m, 0)) < 0)
             return rc;
     }
@@ -317,16 +329,14 @@ int send_manifest(agent *a, ingest_sender_batch *b)
 }
 
 /*
- * Send the chunks of one WANT frame.  A chunk whose file changed since it
- * was chunked cannot be sent: *stale is set and the batch is abandoned.
- */
-/*
  * The encoder thread: re-reads and compresses the wanted chunks of one
  * WANT frame, in order, into a ring of ENC_SLOTS buffers, while the
  * shipping thread encrypts and sends the ones before them, so that two
  * cores work on a batch's chunks (the builder thread, a third, chunks and
- * hashes the next batch).  It stops at the first chunk that fails (a file
- * that changed: INGEST_ESTALE) or when told to.
+ * hashes the next batch).  A slot holds one unit: a chunk, or (with the
+ * pack feature) a group of small chunks compressed together.  It stops at
+ * the first unit that fails (a file that changed: INGEST_ESTALE) or when
+ * told to.
  */
 #define ENC_SLOTS 4
 
@@ -334,6 +344,8 @@ typedef struct enc_slot {
     uint8_t *buf;
     size_t n;
     int rc;
+    uint32_t pos, count; /* the WANT's positions [pos, pos + count) */
+    uint32_t *idx;       /* their chunk indexes (INGEST_SENDER_GROUP_MAX_CHUNKS) */
 } enc_slot;
 
 struct encoder {
@@ -345,12 +357,46 @@ struct encoder {
     ingest_sender_batch *b;
     const ingest_wire_want *w;
     uint32_t count;
-    uint32_t produced, consumed; /* slots: i % ENC_SLOTS */
+    uint32_t pos;                /* the next WANT position to encode */
+    uint32_t produced, consumed; /* units; slots: i % ENC_SLOTS */
     int stop;                    /* the job ends early (a failure, or the shipping thread gave up) */
     int busy;                    /* a job is running */
     int inside;                  /* the thread is encoding a slot (without the lock) */
     enc_slot slot[ENC_SLOTS];
 };
+
+/*
+ * Encode the unit that starts at WANT position pos into sl: with the pack
+ * feature, the small chunks from there on as one group (at most
+ * INGEST_WIRE_GROUP_MAX_RAW bytes, capped by chunking.max), else one chunk.
+ */
+static void encode_unit(agent *a, ingest_sender_batch *b, const ingest_wire_want *w, uint32_t pos, enc_slot *sl)
+{
+    uint32_t m = 0;
+    size_t total = 0;
+    while (pos + m < w->count && m < INGEST_SENDER_GROUP_MAX_CHUNKS) {
+        const uint32_t idx = ingest_wire_want_index(w, pos + m);
+        uint8_t id[INGEST_ID_BYTES];
+        uint32_t len = 0;
+        uint64_t off = 0;
+        ingest_sender_batch_chunk_info(b, idx, id, &len, &off);
+        const int small = len <= INGEST_SENDER_GROUP_CHUNK_MAX;
+        if (m > 0 && (!small || total + len > INGEST_WIRE_GROUP_MAX_RAW))
+            break;
+        sl->idx[m++] = idx;
+        total += len;
+        if (!small || !a->pack)
+            break;
+    }
+    size_t n = 0, taken = 1;
+    const int rc = m > 1 ? ingest_sender_batch_group(b, sl->idx, m, INGEST_WIRE_GROUP_MAX_RAW, sl->buf, a->chunkcap,
+                                                     &n, &taken)
+                         : ingest_sender_batch_chunk(b, sl->idx[0], sl->buf, a->chunkcap, &n);
+    sl->n = n;
+    sl->rc = rc;
+    sl->pos = pos;
+    sl->count = rc < 0 ? 1 : (uint32_t)taken;
+}
 
 static void *encoder_main(void *arg)
 {
@@ -358,29 +404,35 @@ static void *encoder_main(void *arg)
     encoder *e = a->enc;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->quit && !(e->busy && !e->stop && e->produced < e->count && e->produced - e->consumed < ENC_SLOTS))
+        while (!e->quit && !(e->busy && !e->stop && e->pos < e->count && e->produced - e->consumed < ENC_SLOTS))
             pthread_cond_wait(&e->cv, &e->mu);
         if (e->quit)
             break;
-        const uint32_t i = e->produced;
-        enc_slot *sl = &e->slot[i % ENC_SLOTS];
+        enc_slot *sl = &e->slot[e->produced % ENC_SLOTS];
         ingest_sender_batch *b = e->b;
-        const uint32_t idx = ingest_wire_want_index(e->w, i);
+        const uint32_t pos = e->pos;
         e->inside = 1;
         pthread_mutex_unlock(&e->mu);
-        size_t n = 0;
-        const int rc = ingest_sender_batch_chunk(b, idx, sl->buf, a->chunkcap, &n);
+        encode_unit(a, b, e->w, pos, sl);
         pthread_mutex_lock(&e->mu);
         e->inside = 0;
-        sl->n = n;
-        sl->rc = rc;
+        e->pos += sl->count;
         e->produced++;
-        if (rc < 0)
+        if (sl->rc < 0)
             e->stop = 1;
         pthread_cond_broadcast(&e->cv);
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
+}
+
+static void encoder_free(encoder *e)
+{
+    for (int i = 0; i < ENC_SLOTS; i++) {
+        free(e->slot[i].buf);
+        free(e->slot[i].idx);
+    }
+    free(e);
 }
 
 static int encoder_start(agent *a)
@@ -391,10 +443,9 @@ static int encoder_start(agent *a)
     if (e == NULL)
         return INGEST_ENOMEM;
     for (int i = 0; i < ENC_SLOTS; i++)
-        if ((e->slot[i].buf = malloc(a->chunkcap)) == NULL) {
-            for (int k = 0; k < i; k++)
-                free(e->slot[k].buf);
-            free(e);
+        if ((e->slot[i].buf = malloc(a->chunkcap)) == NULL ||
+            (e->slot[i].idx = malloc(INGEST_SENDER_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL) {
+            encoder_free(e);
             return INGEST_ENOMEM;
         }
     pthread_mutex_init(&e->mu, NULL);
@@ -402,11 +453,9 @@ static int encoder_start(agent *a)
     a->enc = e;
     if (pthread_create(&e->thread, NULL, encoder_main, a) != 0) {
         a->enc = NULL;
-        for (int i = 0; i < ENC_SLOTS; i++)
-            free(e->slot[i].buf);
         pthread_cond_destroy(&e->cv);
         pthread_mutex_destroy(&e->mu);
-        free(e);
+        encoder_free(e);
         return INGEST_ENOMEM;
     }
     e->started = 1;
@@ -423,11 +472,9 @@ void encoder_stop(agent *a)
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
-    for (int i = 0; i < ENC_SLOTS; i++)
-        free(e->slot[i].buf);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
-    free(e);
+    encoder_free(e);
     a->enc = NULL;
 }
 
@@ -454,28 +501,54 @@ static void log_stale(ingest_sender_batch *b, uint32_t idx)
              ingest_sender_batch_id(b), info.path ? info.path : "a file");
 }
 
-/* Send one encoded chunk (data[0, n)) of index idx. */
-static int send_chunk(agent *a, ingest_sender_batch *b, uint32_t idx, const uint8_t *data, size_t n, uint32_t *sent)
+/*
+ * Send one encoded unit (data[0, n)): chunk idx[0] alone (count 1, a
+ * CHUNK) or the group of chunks idx[0, count) (a CHUNK_GROUP; idx is
+ * rewritten in place as little-endian u32s for the wire).
+ */
+static int send_unit(agent *a, ingest_sender_batch *b, uint32_t *idx, uint32_t count, const uint8_t *data, size_t n,
+                     uint32_t *sent)
 {
-    uint8_t id[INGEST_ID_BYTES];
-    uint32_t len = 0;
-    uint64_t off = 0;
-    ingest_sender_batch_chunk_info(b, idx, id, &len, &off);
+    uint64_t raw = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        uint8_t id[INGEST_ID_BYTES];
+        uint32_t len = 0;
+        uint64_t off = 0;
+        ingest_sender_batch_chunk_info(b, idx[i], id, &len, &off);
+        raw += len;
+    }
     ingest_wire_msg m;
     memset(&m, 0, sizeof(m));
-    m.type = INGEST_MSG_CHUNK;
-    m.u.chunk.index = idx;
-    m.u.chunk.data = data;
-    m.u.chunk.len = n;
+    if (count == 1) {
+        m.type = INGEST_MSG_CHUNK;
+        m.u.chunk.index = idx[0];
+        m.u.chunk.data = data;
+        m.u.chunk.len = n;
+    } else {
+        for (uint32_t i = 0; i < count; i++) {
+            const uint32_t v = idx[i];
+            uint8_t *p = (uint8_t *)&idx[i];
+            p[0] = (uint8_t)v;
+            p[1] = (uint8_t)(v >> 8);
+            p[2] = (uint8_t)(v >> 16);
+            p[3] = (uint8_t)(v >> 24);
+        }
+        m.type = INGEST_MSG_CHUNK_GROUP;
+        m.u.group.count = count;
+        m.u.group.raw = (const uint8_t *)idx;
+        m.u.group.data = data;
+        m.u.group.len = n;
+    }
     int rc;
     if ((rc = throttle_wait(a, ingest_wire_encoded_size(&m) + FRAME_OVERHEAD)) < 0)
         return rc;
     if ((rc = send_msg(a, &m, 0)) < 0)
         return rc;
-    a->t.chunks_sent++;
-    a->t.chunk_bytes_raw += len;
+    a->t.chunks_sent += count;
+    a->t.chunk_bytes_raw += raw;
     a->t.chunk_bytes_sent += n;
-    (*sent)++;
+    a->t.groups_sent += count > 1;
+    *sent += count;
     progress(a, 0);
     agent_metrics_sync(a);
     if (a->publish != NULL)
@@ -497,26 +570,28 @@ static int send_wanted(agent *a, ingest_sender_batch *b, const ingest_wire_want 
         e->b = b;
         e->w = w;
         e->count = w->count;
+        e->pos = 0;
         e->produced = e->consumed = 0;
         e->stop = 0;
         e->busy = 1;
         pthread_cond_broadcast(&e->cv);
         int rc = 0;
-        for (uint32_t i = 0; i < w->count && rc == 0 && !stopping; i++) {
-            while (e->produced <= i)
+        for (uint32_t u = 0; rc == 0 && !stopping; u++) {
+            while (e->produced <= u && e->pos < e->count && !e->stop)
                 pthread_cond_wait(&e->cv, &e->mu);
-            enc_slot *sl = &e->slot[i % ENC_SLOTS];
+            if (e->produced <= u)
+                break; /* every unit was sent */
+            enc_slot *sl = &e->slot[u % ENC_SLOTS];
             pthread_mutex_unlock(&e->mu);
-            const uint32_t idx = ingest_wire_want_index(w, i);
             if (sl->rc == INGEST_ESTALE) {
-                log_stale(b, idx);
+                log_stale(b, sl->idx[0]);
                 *stale = 1;
             } else if (sl->rc < 0) {
-                prog_log(INGEST_LOG_ERROR, "batch %s: chunk %u: %s", ingest_sender_batch_id(b), idx,
+                prog_log(INGEST_LOG_ERROR, "batch %s: chunk %u: %s", ingest_sender_batch_id(b), sl->idx[0],
                          ingest_ctx_errmsg(a->ctx));
                 rc = sl->rc;
             } else {
-                rc = send_chunk(a, b, idx, sl->buf, sl->n, sent);
+                rc = send_unit(a, b, sl->idx, sl->count, sl->buf, sl->n, sent);
             }
             pthread_mutex_lock(&e->mu);
             e->consumed++;
@@ -531,7 +606,7 @@ static int send_wanted(agent *a, ingest_sender_batch *b, const ingest_wire_want 
         return stopping ? INGEST_ECLOSED : 0;
     }
     for (uint32_t i = 0; i < w->count && !stopping; i++) {
-        const uint32_t idx = ingest_wire_want_index(w, i);
+        uint32_t idx = ingest_wire_want_index(w, i);
         size_t n = 0;
         int rc = ingest_sender_batch_chunk(b, idx, a->chunkbuf, a->chunkcap, &n);
         if (rc == INGEST_ESTALE) {
@@ -544,7 +619,7 @@ static int send_wanted(agent *a, ingest_sender_batch *b, const ingest_wire_want 
                      ingest_ctx_errmsg(a->ctx));
             return rc;
         }
-        if ((rc = send_chunk(a, b, idx, a->chunkbuf, n, sent)) < 0)
+        if ((rc = send_unit(a, b, &idx, 1, a->chunkbuf, n, sent)) < 0)
             return rc;
     }
     return stopping ? INGEST_ECLOSED : 0;
@@ -869,7 +944,7 @@ int connect_core(agent *a)
     if (ingest_session_client_create(a->ctx, a->cfg->device_id, &a->key, a->receiver_pub, &a->ss) < 0)
         return -1;
     /* --once pipelines batches across acks; the daemon ships one batch at a time from its journal */
-    if (ingest_session_set_features(a->ss, INGEST_SESSION_FEATURE_SHUFFLE2 |
+    if (ingest_session_set_features(a->ss, INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK |
                                                (a->daemon ? 0u : INGEST_SESSION_FEATURE_PIPELINE)) < 0)
         return -1;
     const int rc = ingest_session_handshake_fd(a->ss, a->fd, HANDSHAKE_TIMEOUT_MS);
@@ -882,6 +957,15 @@ int connect_core(agent *a)
         return -1;
     }
     a->pipeline = (ingest_session_features(a->ss) & INGEST_SESSION_FEATURE_PIPELINE) != 0;
+    a->pack = (ingest_session_features(a->ss) & INGEST_SESSION_FEATURE_PACK) != 0;
+    if (a->pack && a->mcodec == NULL) {
+        /* The manifest's own codec (level 3: a manifest is small and mostly hex) and buffer. */
+        if (ingest_codec_create(a->ctx, 3, &a->mcodec) < 0 ||
+            (a->mbuf = malloc(ingest_codec_bound(MANIFEST_PART_MAX))) == NULL) {
+            prog_log(INGEST_LOG_ERROR, "out of memory for the manifest's compression");
+            return -1;
+        }
+    }
     /* no chunk is being encoded while connecting: batches restart on a new session */
     const unsigned filters =
         (ingest_session_features(a->ss) & INGEST_SESSION_FEATURE_SHUFFLE2) ? INGEST_CODEC_FILTER_SHUFFLE2 : 0u;
@@ -1320,6 +1404,8 @@ out:
     ingest_havecache_close(a.have);
     ingest_store_close(a.st);
     ingest_codec_destroy(a.codec);
+    ingest_codec_destroy(a.mcodec);
+    free(a.mbuf);
     ingest_throttle_destroy(a.throttle);
     ingest_secret_key_wipe(&a.key);
     ingest_agent_config_free(a.cfg);

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -555,6 +556,11 @@ typedef struct readq {
     ingest_session *ss;
     int fd, idle_ms;
     ingest_codec *codec;        /* the reader's own decoder */
+    ingest_ctx *ctx;            /* codec's */
+    int pack;                   /* the pack feature was agreed */
+    /* CHUNK_GROUP scratch: the decoded bytes, and the expected ids and lengths */
+    uint8_t *gbuf, *gids;
+    uint32_t *glens;
     const uint8_t *key;
     ingest_metric *stage;       /* verify seconds */
 } readq;
@@ -616,6 +622,90 @@ static qitem *item_new(size_t len)
     return it;
 }
 
+/*
+ * A CHUNK_GROUP: decode it once, verify each chunk's id over its slice and
+ * queue each as a verified CHUNK, so the landing sees what it would have
+ * seen from one CHUNK per index.  A group that cannot be checked (no open
+ * batch, an index past the batch, lengths past INGEST_WIRE_GROUP_MAX_RAW,
+ * a bad frame, an id mismatch) is queued as one failed CHUNK_GROUP item
+ * naming why.  Returns -1 only when out of memory.
+ */
+static int read_group(readq *q, const ingest_wire_msg *m)
+{
+    const ingest_wire_chunk_group *g = &m->u.group;
+    const double t0 = prog_now();
+    char why[256] = "";
+    size_t total = 0;
+    uint32_t bad = ingest_wire_group_index(g, 0);
+    pthread_mutex_lock(&q->lock);
+    const uint64_t gen = q->gen;
+    int ok = q->batch != NULL;
+    for (uint32_t i = 0; ok && i < g->count; i++) {
+        const uint32_t idx = ingest_wire_group_index(g, i);
+        if (ingest_lander_chunk_expect(q->batch, idx, q->gids + (size_t)i * INGEST_ID_BYTES, &q->glens[i]) != 0) {
+            snprintf(why, sizeof(why), "chunk %u is past the batch's chunk list", idx);
+            bad = idx;
+            ok = 0;
+        } else if ((total += q->glens[i]) > INGEST_WIRE_GROUP_MAX_RAW) {
+            snprintf(why, sizeof(why), "the group holds more than %u bytes", INGEST_WIRE_GROUP_MAX_RAW);
+            ok = 0;
+        }
+    }
+    pthread_mutex_unlock(&q->lock);
+    if (!ok && why[0] == '\0')
+        snprintf(why, sizeof(why), "CHUNK sent before the WANT that asks for it");
+    size_t got = 0;
+    int rc;
+    if (ok && (rc = ingest_codec_decode(q->codec, g->data, g->len, q->gbuf, total, &got, NULL, NULL)) < 0) {
+        snprintf(why, sizeof(why), "%s: %s", ingest_strerror(rc), ingest_ctx_errmsg(q->ctx));
+        ok = 0;
+    } else if (ok && got != total) {
+        snprintf(why, sizeof(why), "decodes to %zu bytes, its chunks hold %zu", got, total);
+        ok = 0;
+    }
+    size_t at = 0;
+    for (uint32_t i = 0; ok && i < g->count; at += q->glens[i], i++) {
+        uint8_t id[INGEST_ID_BYTES];
+        ingest_chunk_id(q->key, q->gbuf + at, q->glens[i], id);
+        if (memcmp(id, q->gids + (size_t)i * INGEST_ID_BYTES, INGEST_ID_BYTES) != 0) {
+            bad = ingest_wire_group_index(g, i);
+            snprintf(why, sizeof(why), "chunk %u does not match its id in the manifest", bad);
+            ok = 0;
+        }
+    }
+    if (!ok) {
+        qitem *it = item_new(0);
+        if (it == NULL)
+            return -1;
+        it->m.type = INGEST_MSG_CHUNK_GROUP;
+        it->m.u.chunk.index = bad;
+        it->gen = gen;
+        snprintf(it->why, sizeof(it->why), "%s", why);
+        readq_push(q, it);
+        return 0;
+    }
+    ingest_metric_add_seconds(q->stage, "verify", prog_now() - t0);
+    /* The group's wire bytes are shared among its chunks by length. */
+    size_t enc_left = g->len;
+    at = 0;
+    for (uint32_t i = 0; i < g->count; at += q->glens[i], i++) {
+        qitem *it = item_new(q->glens[i]);
+        if (it == NULL)
+            return -1;
+        memcpy(it->data, q->gbuf + at, q->glens[i]);
+        it->verified = 1;
+        memcpy(it->id, q->gids + (size_t)i * INGEST_ID_BYTES, INGEST_ID_BYTES);
+        it->m.type = INGEST_MSG_CHUNK;
+        it->m.u.chunk.index = ingest_wire_group_index(g, i);
+        it->gen = gen;
+        const size_t share = i + 1 == g->count ? enc_left : (size_t)((uint64_t)g->len * q->glens[i] / total);
+        it->enc_len = share < enc_left ? share : enc_left;
+        enc_left -= it->enc_len;
+        readq_push(q, it);
+    }
+    return 0;
+}
+
 static void *reader_main(void *arg)
 {
     readq *q = arg;
@@ -655,6 +745,40 @@ static void *reader_main(void *arg)
             it->gen = gen;
             it->enc_len = m.u.chunk.len;
             it->m.u.chunk.data = NULL;
+        } else if (m.type == INGEST_MSG_CHUNK_GROUP) {
+            if (read_group(q, &m) != 0)
+                break;
+            continue;
+        } else if (m.type == INGEST_MSG_MANIFEST_PART && q->pack) {
+            /* An encoded chunk holding the manifest slice, at most INGEST_WIRE_MANIFEST_PART_MAX_RAW decoded. */
+            uint32_t raw = 0;
+            size_t got = 0;
+            char why[256] = "";
+            int drc = ingest_codec_raw_size(m.u.manifest_part.data, m.u.manifest_part.len, &raw);
+            if (drc == 0 && raw > INGEST_WIRE_MANIFEST_PART_MAX_RAW) {
+                drc = INGEST_ECORRUPT;
+                snprintf(why, sizeof(why), "MANIFEST_PART: decodes to %" PRIu32 " bytes, more than %u", raw,
+                         INGEST_WIRE_MANIFEST_PART_MAX_RAW);
+            }
+            if (drc == 0 && (it = item_new(raw)) == NULL)
+                break;
+            if (drc == 0 &&
+                (drc = ingest_codec_decode(q->codec, m.u.manifest_part.data, m.u.manifest_part.len, it->data, raw,
+                                           &got, NULL, NULL)) == 0 && got != raw)
+                drc = INGEST_ECORRUPT;
+            if (drc < 0) {
+                if (why[0] == '\0')
+                    snprintf(why, sizeof(why), "MANIFEST_PART: %s: %s", ingest_strerror(drc), ingest_ctx_errmsg(q->ctx));
+                free(it);
+                if ((it = item_new(0)) == NULL)
+                    break;
+                it->rc = INGEST_ECORRUPT;
+                snprintf(it->why, sizeof(it->why), "%s", why);
+            } else {
+                it->m = m;
+                it->m.u.manifest_part.data = it->data;
+                it->m.u.manifest_part.len = raw;
+            }
         } else if (m.type == INGEST_MSG_MANIFEST_PART) {
             if ((it = item_new(m.u.manifest_part.len)) == NULL)
                 break;
@@ -904,7 +1028,8 @@ static void serve(conn *c)
         goto out;
     ingest_ctx_set_log(ctx, prog_lib_log, NULL, prog_log_level() >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
     if (ingest_session_server_create(ctx, &s->key, s->auth, &ss) < 0 ||
-        ingest_session_set_features(ss, INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2) < 0)
+        ingest_session_set_features(ss, INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 |
+                                            INGEST_SESSION_FEATURE_PACK) < 0)
         goto out;
     lk.ss = ss;
     int rc;
@@ -957,6 +1082,14 @@ static void serve(conn *c)
     q.idle_ms = idle;
     q.key = s->dedup;
     q.stage = s->m_stage;
+    q.ctx = ctx;
+    q.pack = (ingest_session_features(ss) & INGEST_SESSION_FEATURE_PACK) != 0;
+    if (q.pack && ((q.gbuf = malloc(INGEST_WIRE_GROUP_MAX_RAW)) == NULL ||
+                   (q.gids = malloc((size_t)INGEST_WIRE_GROUP_MAX_CHUNKS * INGEST_ID_BYTES)) == NULL ||
+                   (q.glens = malloc(INGEST_WIRE_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL)) {
+        prog_log(INGEST_LOG_ERROR, "device %s: out of memory for its reader", device);
+        goto out;
+    }
     if (ingest_codec_create(ctx, 1, &q.codec) < 0 || pthread_create(&reader, NULL, reader_main, &q) != 0) {
         prog_log(INGEST_LOG_ERROR, "device %s: cannot start its reader: %s", device, ingest_ctx_errmsg(ctx));
         goto out;
@@ -1114,6 +1247,28 @@ static void serve(conn *c)
             }
             break;
         }
+        case INGEST_MSG_CHUNK_GROUP: {
+            /* only a group the reader could not check comes here */
+            if (b == NULL) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            const char *why = it->gen != gen ? "CHUNK sent before the WANT that asks for it" : it->why;
+            prog_log(INGEST_LOG_WARN, "device %s batch %s failed: chunk group at chunk %u: %s; closing", device,
+                     batch, m.u.chunk.index, why);
+            ingest_metric_add(s->m_errors, it->gen != gen ? "protocol" : "chunk", 1);
+            s->batches_failed++;
+            ingest_metric_add(s->m_failed, device, 1);
+            readq_set_batch(&q, NULL);
+            pthread_mutex_lock(&s->land_lock);
+            ingest_lander_batch_destroy(b);
+            pthread_mutex_unlock(&s->land_lock);
+            b = NULL;
+            char msg[INGEST_WIRE_MESSAGE_MAX];
+            snprintf(msg, sizeof(msg), "chunk group at chunk %u: %s", m.u.chunk.index, why);
+            send_error(&lk, it->gen != gen ? INGEST_EPROTO : INGEST_ECORRUPT, msg);
+            goto out;
+        }
         case INGEST_MSG_BATCH_COMMIT: {
             if (b == NULL || strcmp(m.u.commit.batch_id, batch) != 0) {
                 rc = INGEST_EPROTO;
@@ -1221,6 +1376,9 @@ out:
     }
     readq_set_batch(&q, NULL);
     ingest_codec_destroy(q.codec);
+    free(q.gbuf);
+    free(q.gids);
+    free(q.glens);
     pthread_cond_destroy(&q.cond);
     pthread_mutex_destroy(&q.lock);
     if (b != NULL) {

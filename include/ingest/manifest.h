@@ -54,6 +54,11 @@ typedef struct ingest_manifest_rec {
     uint32_t mode;
     uint64_t version;      /* version of this path at the core, from 1; 0: not assigned yet */
     uint8_t hash[INGEST_ID_BYTES]; /* whole-file keyed BLAKE2b */
+    /* The record has no "hash" (writer: leave it out; reader: it was left
+     * out, allowed only with INGEST_MANIFEST_READ_HASH_OPTIONAL; hash is
+     * then zero).  Only a manifest on the wire may omit it: the receiver
+     * derives it from the chunk ids and lands it in full. */
+    int omit_hash;
     uint64_t nchunks_total;        /* chunks of the whole file */
     /* INGEST_MREC_FILE and INGEST_MREC_CHUNKS */
     const ingest_manifest_chunk *chunks;
@@ -68,6 +73,9 @@ INGEST_API int ingest_manifest_reader_open(ingest_ctx *ctx, const char *path,
 INGEST_API int ingest_manifest_reader_mem(ingest_ctx *ctx, const void *buf, size_t len,
                                           ingest_manifest_reader **out) INGEST_WUR;
 INGEST_API void ingest_manifest_reader_close(ingest_manifest_reader *r);
+/* Reader flags (ingest_manifest_reader_set_flags; 0 by default). */
+#define INGEST_MANIFEST_READ_HASH_OPTIONAL 0x1u /* a file record may lack "hash" (rec.omit_hash) */
+INGEST_API void ingest_manifest_reader_set_flags(ingest_manifest_reader *r, unsigned flags);
 /*
  * Next record: 1 with *rec valid until the next call, 0 at the end, < 0 on
  * malformed input (detail names the line and column).  The record sequence

@@ -208,6 +208,14 @@ INGEST_API const char *ingest_sender_batch_id(const ingest_sender_batch *b);
  * the batch is destroyed.
  */
 INGEST_API int ingest_sender_batch_manifest(ingest_sender_batch *b, const void **ptr, size_t *len);
+/*
+ * As ingest_sender_batch_manifest, with INGEST_SENDER_MANIFEST_* flags:
+ * NO_HASH leaves out each file's whole-file hash (a receiver that agreed to
+ * the pack feature derives it from the chunk ids).  The manifest is kept
+ * until a call with other flags.
+ */
+#define INGEST_SENDER_MANIFEST_NO_HASH 0x1u
+INGEST_API int ingest_sender_batch_manifest_ex(ingest_sender_batch *b, unsigned flags, const void **ptr, size_t *len);
 
 typedef struct ingest_sender_batch_stats {
     uint64_t files;
@@ -257,6 +265,27 @@ INGEST_API int ingest_sender_batch_dropped(const ingest_sender_batch *b, uint64_
  */
 INGEST_API int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t chunk_index, void *out,
                                          size_t cap, size_t *out_len);
+
+/*
+ * Small chunks travel compressed together (docs/compression.md, "Chunk
+ * groups"): chunks of at most INGEST_SENDER_GROUP_CHUNK_MAX bytes, at most
+ * INGEST_SENDER_GROUP_MAX_CHUNKS of them.
+ */
+#define INGEST_SENDER_GROUP_CHUNK_MAX (32u * 1024u)
+#define INGEST_SENDER_GROUP_MAX_CHUNKS 4096u
+/*
+ * Encode the next wanted chunks: idx[0, n) are chunk indexes, strictly
+ * increasing.  Takes the longest prefix of small chunks (each at most
+ * INGEST_SENDER_GROUP_CHUNK_MAX bytes) whose lengths add up to at most
+ * raw_max bytes (capped at chunking.max) and compresses their
+ * concatenation as one encoded chunk (no filter, the codec's dictionary if
+ * one is selected): *taken gets how many (>= 2).  When fewer than two
+ * qualify, idx[0] alone is encoded as by ingest_sender_batch_chunk and
+ * *taken is 1.  cap >= ingest_sender_chunk_bound().  Errors as
+ * ingest_sender_batch_chunk (INGEST_ESTALE for any chunk of the group).
+ */
+INGEST_API int ingest_sender_batch_group(ingest_sender_batch *b, const uint32_t *idx, size_t n, size_t raw_max,
+                                         void *out, size_t cap, size_t *out_len, size_t *taken);
 
 #ifdef __cplusplus
 }

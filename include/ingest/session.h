@@ -132,8 +132,16 @@ enum {
  * the shuffle2 filter (INGEST_CODEC_FILTER_SHUFFLE2, docs/compression.md).
  */
 #define INGEST_SESSION_FEATURE_SHUFFLE2 0x02u
+/*
+ * INGEST_SESSION_FEATURE_PACK: the device may send small chunks compressed
+ * together (INGEST_MSG_CHUNK_GROUP) and sends its manifest parts
+ * compressed (each MANIFEST_PART is an encoded chunk, codec.h, whose bytes
+ * are the manifest slice); docs/protocol.md 2.2.1.
+ */
+#define INGEST_SESSION_FEATURE_PACK 0x04u
 /* Every feature this library knows. */
-#define INGEST_SESSION_FEATURES_ALL (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2)
+#define INGEST_SESSION_FEATURES_ALL \
+    (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK)
 
 /* A piece of a frame's payload for ingest_session_sendv. */
 typedef struct ingest_iov {

@@ -54,8 +54,15 @@ enum {
     INGEST_MSG_PING = 9,          /* either way */
     INGEST_MSG_PONG = 10,         /* answer to PING */
     INGEST_MSG_RECEIVED = 11,     /* receiver -> agent; only with INGEST_SESSION_FEATURE_PIPELINE */
-    INGEST_MSG_TYPE_LAST = 11,
+    INGEST_MSG_CHUNK_GROUP = 12,  /* agent -> receiver; only with INGEST_SESSION_FEATURE_PACK */
+    INGEST_MSG_TYPE_LAST = 12,
 };
+
+/* CHUNK_GROUP bounds: chunks in one group, and bytes they hold decoded. */
+#define INGEST_WIRE_GROUP_MAX_CHUNKS 4096u
+#define INGEST_WIRE_GROUP_MAX_RAW (1024u * 1024u)
+/* With INGEST_SESSION_FEATURE_PACK: decoded bytes of one MANIFEST_PART. */
+#define INGEST_WIRE_MANIFEST_PART_MAX_RAW (4u * 1024u * 1024u)
 
 /* WANT flag: more WANT frames for the same batch follow. */
 #define INGEST_WANT_MORE 0x01u
@@ -118,6 +125,18 @@ typedef struct ingest_wire_chunk {
     size_t len;
 } ingest_wire_chunk;
 
+/*
+ * CHUNK_GROUP: several chunks of the open batch in one encoded chunk
+ * (codec.h) whose decoded bytes are the chunks at the given indexes,
+ * concatenated in index order; their lengths are the manifest's.
+ */
+typedef struct ingest_wire_chunk_group {
+    uint32_t count;      /* 1..INGEST_WIRE_GROUP_MAX_CHUNKS */
+    const uint8_t *raw;  /* count little-endian u32 indexes, strictly increasing */
+    const uint8_t *data; /* the encoded chunk */
+    size_t len;
+} ingest_wire_chunk_group;
+
 typedef struct ingest_wire_batch_commit {
     char batch_id[INGEST_WIRE_BATCH_ID_MAX + 1];
     uint32_t chunks_sent; /* CHUNK frames sent for this batch */
@@ -157,6 +176,7 @@ typedef struct ingest_wire_msg {
         ingest_wire_manifest_end manifest_end;
         ingest_wire_want want;
         ingest_wire_chunk chunk;
+        ingest_wire_chunk_group group;
         ingest_wire_batch_commit commit;
         ingest_wire_ack ack;
         ingest_wire_received received;
@@ -167,6 +187,8 @@ typedef struct ingest_wire_msg {
 
 /* Index i (< w->count) of a decoded WANT. */
 INGEST_API uint32_t ingest_wire_want_index(const ingest_wire_want *w, uint32_t i);
+/* Index i (< g->count) of a CHUNK_GROUP. */
+INGEST_API uint32_t ingest_wire_group_index(const ingest_wire_chunk_group *g, uint32_t i);
 
 /*
  * Encoded payload size of m, or 0 when m is invalid (bad type, string too
@@ -184,7 +206,8 @@ INGEST_API int ingest_wire_encode(ingest_ctx *ctx, const ingest_wire_msg *m, uin
 
 /*
  * Encode only the fixed part of m, without the trailing bytes of a
- * MANIFEST_PART or CHUNK (which are then sent from their own buffer, see
+ * MANIFEST_PART or CHUNK, or the index array and bytes of a CHUNK_GROUP
+ * (which are then sent from their own buffers, see
  * ingest_session_send_msg).  For the other types this is ingest_wire_encode.
  */
 INGEST_API int ingest_wire_encode_head(ingest_ctx *ctx, const ingest_wire_msg *m, uint8_t *out, size_t cap,

@@ -29,6 +29,12 @@ static int teardown(void **state)
     return 0;
 }
 
+static void ingest__put_u32_test(uint8_t *p, uint32_t v)
+{
+    for (int k = 0; k < 4; k++)
+        p[k] = (uint8_t)(v >> (8 * k));
+}
+
 static void expect_fail(unsigned type, const uint8_t *p, size_t n, int code, const char *detail)
 {
     ingest_wire_msg m;
@@ -48,7 +54,7 @@ static size_t round_trip(const ingest_wire_msg *m, ingest_wire_msg *r, uint8_t *
     assert_int_equal(ingest_wire_decode(ctx, m->type, buf, len, r), 0);
     assert_int_equal(r->type, m->type);
     /* Every strict prefix is rejected (except where the tail is free-form). */
-    if (m->type != INGEST_MSG_MANIFEST_PART && m->type != INGEST_MSG_CHUNK) {
+    if (m->type != INGEST_MSG_MANIFEST_PART && m->type != INGEST_MSG_CHUNK && m->type != INGEST_MSG_CHUNK_GROUP) {
         ingest_wire_msg t;
         for (size_t k = 0; k < len; k++)
             assert_int_equal(ingest_wire_decode(ctx, m->type, buf, k, &t), INGEST_ECORRUPT);
@@ -75,9 +81,11 @@ static void test_header(void **state)
     b[0] = 0;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EPROTO);
     assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 0"));
-    b[0] = 12;
+    b[0] = 200;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EPROTO);
-    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 12"));
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 200"));
+    b[0] = INGEST_MSG_TYPE_LAST + 1;
+    assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EPROTO);
     b[0] = INGEST_MSG_RECEIVED;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
     assert_int_equal(r.type, 11);
@@ -231,6 +239,68 @@ static void test_chunk(void **state)
     expect_fail(INGEST_MSG_CHUNK, buf, 3, INGEST_ECORRUPT, "truncated at chunk index");
 }
 
+static void test_chunk_group(void **state)
+{
+    (void)state;
+    ingest_wire_msg m, r;
+    uint8_t data[50], buf[200], idx[12];
+    const uint32_t want[3] = { 7, 8, 0x01020304 };
+    for (int i = 0; i < 50; i++)
+        data[i] = (uint8_t)i;
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++)
+            idx[4 * i + k] = (uint8_t)(want[i] >> (8 * k));
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_CHUNK_GROUP;
+    m.u.group.count = 3;
+    m.u.group.raw = idx;
+    m.u.group.data = data;
+    m.u.group.len = sizeof(data);
+    assert_int_equal(INGEST_MSG_CHUNK_GROUP, 12);
+    assert_int_equal(round_trip(&m, &r, buf, sizeof(buf)), 4 + 12 + 50);
+    const uint8_t golden[8] = { 3, 0, 0, 0, 7, 0, 0, 0 };
+    assert_memory_equal(buf, golden, 8);
+    assert_int_equal(r.u.group.count, 3);
+    for (uint32_t i = 0; i < 3; i++)
+        assert_int_equal(ingest_wire_group_index(&r.u.group, i), want[i]);
+    assert_int_equal(r.u.group.len, 50);
+    assert_memory_equal(r.u.group.data, data, 50);
+    /* The head alone is the count; indexes and bytes travel from their own buffers. */
+    size_t hl;
+    assert_int_equal(ingest_wire_encode_head(ctx, &m, buf, sizeof(buf), &hl), 0);
+    assert_int_equal(hl, 4);
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &hl), 0);
+    /* Every prefix that ends before the first chunk byte is refused, naming what is short. */
+    for (size_t k = 0; k <= 16; k++)
+        expect_fail(INGEST_MSG_CHUNK_GROUP, buf, k, INGEST_ECORRUPT, k < 4 ? "truncated at chunk count" : "present");
+    /* Count 0, count past the bound, a huge count against a short payload. */
+    uint8_t bad[32];
+    memcpy(bad, buf, sizeof(bad));
+    bad[0] = 0;
+    expect_fail(INGEST_MSG_CHUNK_GROUP, bad, sizeof(bad), INGEST_ECORRUPT, "chunk count 0");
+    ingest__put_u32_test(bad, INGEST_WIRE_GROUP_MAX_CHUNKS + 1);
+    expect_fail(INGEST_MSG_CHUNK_GROUP, bad, sizeof(bad), INGEST_ECORRUPT, "is not 1..4096");
+    ingest__put_u32_test(bad, 4096);
+    expect_fail(INGEST_MSG_CHUNK_GROUP, bad, sizeof(bad), INGEST_ECORRUPT, "4096 indexes need 16384 bytes");
+    /* Indexes not strictly increasing: equal, then decreasing. */
+    memcpy(bad, buf, sizeof(bad));
+    bad[8] = 7;
+    expect_fail(INGEST_MSG_CHUNK_GROUP, bad, sizeof(bad), INGEST_ECORRUPT, "index 7 at position 1 is not above 7");
+    bad[8] = 6;
+    expect_fail(INGEST_MSG_CHUNK_GROUP, bad, sizeof(bad), INGEST_ECORRUPT, "offset 8");
+    /* The encoder refuses what the decoder would. */
+    idx[4] = 7;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &hl), INGEST_EINVAL);
+    idx[4] = 8;
+    m.u.group.count = 0;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &hl), INGEST_EINVAL);
+    m.u.group.count = 3;
+    m.u.group.len = 0;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &hl), INGEST_EINVAL);
+    m.u.group.len = sizeof(data);
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, 20, &hl), INGEST_ETOOBIG);
+}
+
 static void test_commit_ack_error_ping(void **state)
 {
     (void)state;
@@ -293,7 +363,7 @@ static void test_received(void **state)
     ingest_wire_msg m, r;
     uint8_t buf[512];
     assert_int_equal(INGEST_MSG_RECEIVED, 11);
-    assert_int_equal(INGEST_MSG_TYPE_LAST, INGEST_MSG_RECEIVED);
+    assert_true(INGEST_MSG_TYPE_LAST >= INGEST_MSG_CHUNK_GROUP);
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_RECEIVED;
     strcpy(m.u.received.batch_id, "20240101T000000-0007");
@@ -360,7 +430,7 @@ static void test_unknown_types(void **state)
     ingest_wire_msg m;
     uint8_t buf[16] = { 0 };
     expect_fail(0, buf, 8, INGEST_EPROTO, "unknown message type 0");
-    expect_fail(12, buf, 8, INGEST_EPROTO, "unknown message type 12");
+    expect_fail(200, buf, 8, INGEST_EPROTO, "unknown message type 200");
     expect_fail(255, buf, 8, INGEST_EPROTO, NULL);
     memset(&m, 0, sizeof(m));
     m.type = 42;
@@ -425,6 +495,7 @@ int main(void)
         cmocka_unit_test(test_commit_ack_error_ping),
         cmocka_unit_test(test_received),
         cmocka_unit_test(test_unknown_types),
+        cmocka_unit_test(test_chunk_group),
         cmocka_unit_test(test_id_rule),
         cmocka_unit_test(test_random_payloads),
     };
