@@ -745,7 +745,7 @@ static void *reader_main(void *arg)
             it->gen = gen;
             it->enc_len = m.u.chunk.len;
             it->m.u.chunk.data = NULL;
-        } else if (m.type == INGEST_MSG_CHUNK_GROUP) {
+        } else if (m.type == INGEST_MSG_CHUNK_GROUP && q->pack) {
             if (read_group(q, &m) != 0)
                 break;
             continue;
@@ -1248,8 +1248,8 @@ static void serve(conn *c)
             break;
         }
         case INGEST_MSG_CHUNK_GROUP: {
-            /* only a group the reader could not check comes here */
-            if (b == NULL) {
+            /* only a group the reader could not check comes here (or one sent without the pack feature) */
+            if (b == NULL || !q.pack) {
                 rc = INGEST_EPROTO;
                 break;
             }

@@ -182,3 +182,21 @@ grep -q "acknowledged" "$T/early.err" || { cat "$T/early.err"; fail "early chunk
 [ ! -e "$T/bronze/_manifests/dev2/early1-2.jsonl" ] || fail "early chunk: the second batch has a manifest"
 log_has "early chunk" "device dev2 batch early1-2: chunk 0: CHUNK sent before the WANT"
 pass "a CHUNK sent before its WANT is refused and its batch lands nothing"
+
+# CHUNK_GROUP (pack feature): a group whose bytes do not match the ids of
+# its chunks is refused with ERROR and lands nothing; a group sent without
+# the feature agreed is a protocol error; an honest group lands.
+evil dev2 "group-bad" --batch grpbad1 --path "honest/group-bad.txt" --content "bytes a group lies about" --group bad
+[ "$EVIL_RC" -eq 3 ] || { cat "$T/group-bad.err"; fail "bad group: exit $EVIL_RC, expected 3 (ERROR)"; }
+grep -q "chunk group at chunk 0: chunk 0 does not match its id" "$T/group-bad.out" || fail "bad group: reason not given"
+[ ! -e "$T/bronze/dev2/honest/group-bad.txt" ] || fail "bad group: its file landed"
+[ ! -e "$T/bronze/_manifests/dev2/grpbad1.jsonl" ] || fail "bad group: its batch has a manifest"
+log_has "bad group" "device dev2 batch grpbad1 failed: chunk group at chunk 0: chunk 0 does not match its id"
+evil dev2 "group-nopack" --batch grpnopack1 --path "honest/group-nopack.txt" --group nopack
+[ "$EVIL_RC" -eq 3 ] || { cat "$T/group-nopack.err"; fail "group without pack: exit $EVIL_RC, expected 3 (ERROR)"; }
+grep -q "unexpected message" "$T/group-nopack.out" || fail "group without pack: not refused as unexpected"
+[ ! -e "$T/bronze/dev2/honest/group-nopack.txt" ] || fail "group without pack: its file landed"
+evil dev2 "group-good" --batch grpgood1 --path "honest/group-good.txt" --content "bytes an honest group carries" --group good
+[ "$EVIL_RC" -eq 2 ] || { cat "$T/group-good.err" "$T/group-good.out"; fail "honest group: exit $EVIL_RC, expected 2 (landed)"; }
+[ "$(cat "$T/bronze/dev2/honest/group-good.txt")" = "bytes an honest group carries" ] || fail "honest group: landed bytes differ"
+pass "a CHUNK_GROUP that lies is refused, one without the pack feature is a protocol error, an honest one lands"

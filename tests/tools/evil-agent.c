@@ -21,6 +21,12 @@
  *                          its WANT, a CHUNK 0 holding the first batch's
  *                          content; then COMMIT it when the WANT comes.  The
  *                          outcome reported is the second batch's.
+ *   --group MODE           send the batch's chunk in a CHUNK_GROUP frame:
+ *                          "good" offers the pack feature (so the manifest
+ *                          part goes compressed) and sends the right bytes;
+ *                          "bad" the same with one byte of the chunk flipped
+ *                          before it is compressed; "nopack" without the
+ *                          feature agreed.
  *
  * Each frame is sealed by the session into one end of a socketpair, read
  * back from the other end, altered if asked, and written to the TCP socket.
@@ -174,8 +180,19 @@ static int make_manifest(const uint8_t *dedup, const char *device, const char *b
 }
 
 /* BATCH_BEGIN, the manifest in one part, MANIFEST_END: 0, or xsend's failure. */
-static int send_manifest(evil *e, const char *batch, const char *manifest, size_t mlen, size_t tlen)
+static int send_manifest(evil *e, const char *batch, const char *manifest, size_t mlen, size_t tlen,
+                         ingest_codec *pack)
 {
+    uint8_t *packed = NULL;
+    size_t plen = 0;
+    if (pack != NULL) {
+        /* pack feature: the part is an encoded chunk */
+        packed = malloc(ingest_codec_bound(mlen));
+        if (packed == NULL || ingest_codec_encode(pack, manifest, mlen, packed, ingest_codec_bound(mlen), &plen) < 0) {
+            free(packed);
+            return -2;
+        }
+    }
     ingest_wire_msg m;
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_BATCH_BEGIN;
@@ -187,10 +204,11 @@ static int send_manifest(evil *e, const char *batch, const char *manifest, size_
     if (rc == 0) {
         memset(&m, 0, sizeof(m));
         m.type = INGEST_MSG_MANIFEST_PART;
-        m.u.manifest_part.data = (const uint8_t *)manifest;
-        m.u.manifest_part.len = mlen;
+        m.u.manifest_part.data = packed ? packed : (const uint8_t *)manifest;
+        m.u.manifest_part.len = packed ? plen : mlen;
         rc = xsend(e, &m);
     }
+    free(packed);
     if (rc == 0) {
         memset(&m, 0, sizeof(m));
         m.type = INGEST_MSG_MANIFEST_END;
@@ -273,7 +291,7 @@ static int early_chunk(evil *e, const uint8_t *dedup, ingest_codec *codec, const
     if (enc == NULL || ingest_codec_encode(codec, text, tlen, enc, cap, &elen) < 0 ||
         make_manifest(dedup, device, batch2, path2, text2, tlen2, manifest2, sizeof(manifest2), &mlen2) != 0)
         goto out;
-    int rc = send_manifest(e, batch2, manifest2, mlen2, tlen2);
+    int rc = send_manifest(e, batch2, manifest2, mlen2, tlen2, NULL);
     if (rc == 0) {
         memset(&m, 0, sizeof(m));
         m.type = INGEST_MSG_CHUNK;
@@ -318,6 +336,7 @@ int main(int argc, char **argv)
     const char *address = NULL, *device = NULL, *keyfile = NULL, *pubfile = NULL, *dedupfile = NULL;
     const char *batch = "evil1", *path = "data/evil.txt", *content = NULL;
     int ping = 0, early = 0;
+    const char *group = NULL;
     evil e;
     memset(&e, 0, sizeof(e));
     e.tcp = e.sp[0] = e.sp[1] = -1;
@@ -329,6 +348,7 @@ int main(int argc, char **argv)
         { "path", required_argument, NULL, 'p' },    { "content", required_argument, NULL, 'c' },
         { "ping", no_argument, NULL, 'P' },          { "tamper", required_argument, NULL, 't' },
         { "replay", required_argument, NULL, 'R' },  { "early-chunk", no_argument, NULL, 'E' },
+        { "group", required_argument, NULL, 'G' },
         { NULL, 0, NULL, 0 },
     };
     int o;
@@ -344,6 +364,13 @@ int main(int argc, char **argv)
         case 'c': content = optarg; break;
         case 'P': ping = 1; break;
         case 'E': early = 1; break;
+        case 'G':
+            group = optarg;
+            if (strcmp(group, "good") != 0 && strcmp(group, "bad") != 0 && strcmp(group, "nopack") != 0) {
+                fprintf(stderr, "evil-agent: --group takes good, bad or nopack\n");
+                return 1;
+            }
+            break;
         case 't': {
             const char *colon = strchr(optarg, ':');
             e.tamper_type = type_by_name(optarg, colon ? (size_t)(colon - optarg) : strlen(optarg));
@@ -419,6 +446,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "evil-agent: %s\n", ingest_ctx_errmsg(e.ctx));
         goto out;
     }
+    const int pack = group != NULL && strcmp(group, "nopack") != 0;
+    if (pack && ingest_session_set_features(e.ss, INGEST_SESSION_FEATURE_PACK) < 0) {
+        fprintf(stderr, "evil-agent: %s\n", ingest_ctx_errmsg(e.ctx));
+        goto out;
+    }
     int rc = ingest_session_handshake_fd(e.ss, e.tcp, 10000);
     if (rc < 0) {
         fprintf(stderr, "evil-agent: handshake: %s: %s\n", ingest_strerror(rc), ingest_ctx_errmsg(e.ctx));
@@ -447,7 +479,11 @@ int main(int argc, char **argv)
     }
 
     /* The batch: BEGIN, the manifest in one part, END; then serve WANTs until ACK/ERROR/close. */
-    rc = send_manifest(&e, batch, manifest, mlen, tlen);
+    if (pack && !(ingest_session_features(e.ss) & INGEST_SESSION_FEATURE_PACK)) {
+        fprintf(stderr, "evil-agent: the receiver did not agree to the pack feature\n");
+        goto out;
+    }
+    rc = send_manifest(&e, batch, manifest, mlen, tlen, pack ? codec : NULL);
     if (rc == -2)
         goto out;
     /* Read WANTs; anything else is the outcome. */
@@ -471,13 +507,26 @@ int main(int argc, char **argv)
             const size_t cap = ingest_codec_bound(tlen);
             size_t elen = 0;
             enc = malloc(cap);
-            if (enc == NULL || ingest_codec_encode(codec, text, tlen, enc, cap, &elen) < 0)
+            char sendtext[CONTENT_MAX];
+            memcpy(sendtext, text, tlen);
+            if (group != NULL && strcmp(group, "bad") == 0)
+                sendtext[tlen / 2] ^= 0x20;
+            if (enc == NULL || ingest_codec_encode(codec, sendtext, tlen, enc, cap, &elen) < 0)
                 goto out;
             memset(&m, 0, sizeof(m));
-            m.type = INGEST_MSG_CHUNK;
-            m.u.chunk.index = 0;
-            m.u.chunk.data = enc;
-            m.u.chunk.len = elen;
+            static const uint8_t index0[4] = { 0, 0, 0, 0 };
+            if (group != NULL) {
+                m.type = INGEST_MSG_CHUNK_GROUP;
+                m.u.group.count = 1;
+                m.u.group.raw = index0;
+                m.u.group.data = enc;
+                m.u.group.len = elen;
+            } else {
+                m.type = INGEST_MSG_CHUNK;
+                m.u.chunk.index = 0;
+                m.u.chunk.data = enc;
+                m.u.chunk.len = elen;
+            }
             rc = xsend(&e, &m);
             sent++;
         }

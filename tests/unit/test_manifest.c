@@ -279,6 +279,70 @@ static void test_round_trip(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* A wire manifest may leave "hash" out: only a reader told so accepts it. */
+static void test_hash_omitted(void **state)
+{
+    (void)state;
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    assert_non_null(ctx);
+    file_spec f;
+    memset(&f, 0, sizeof(f));
+    f.path = "ev/1.json";
+    f.landed = "";
+    f.mode = 0100644;
+    make_chunks(&f, 2, 9);
+    ingest_manifest_writer *w = NULL;
+    assert_int_equal(ingest_manifest_writer_create(ctx, &w), 0);
+    const ingest_manifest_rec hdr = header_rec("dev-01", "b1", 1, f.size);
+    assert_int_equal(ingest_manifest_writer_add(w, &hdr), 0);
+    ingest_manifest_rec fr = file_rec(&f);
+    fr.omit_hash = 1;
+    assert_int_equal(ingest_manifest_writer_add(w, &fr), 0);
+    assert_int_equal(ingest_manifest_writer_finish(w), 0);
+    size_t len;
+    const char *data = ingest_manifest_writer_data(w, &len);
+    assert_null(memmem(data, len, "\"hash\"", 6));
+    ingest_manifest_reader *r = NULL;
+    ingest_manifest_rec rec;
+    /* By default a file record without "hash" is refused, naming the key and line. */
+    assert_int_equal(ingest_manifest_reader_mem(ctx, data, len, &r), 0);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), ":2:1: missing key \"hash\""));
+    ingest_manifest_reader_close(r);
+    /* With INGEST_MANIFEST_READ_HASH_OPTIONAL it reads, marked omitted, everything else intact. */
+    assert_int_equal(ingest_manifest_reader_mem(ctx, data, len, &r), 0);
+    ingest_manifest_reader_set_flags(r, INGEST_MANIFEST_READ_HASH_OPTIONAL);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_int_equal(rec.omit_hash, 0);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_int_equal(rec.type, INGEST_MREC_FILE);
+    assert_int_equal(rec.omit_hash, 1);
+    const uint8_t zero[INGEST_ID_BYTES] = { 0 };
+    assert_memory_equal(rec.hash, zero, INGEST_ID_BYTES);
+    assert_int_equal(rec.nchunks, 2);
+    assert_memory_equal(rec.chunks, f.chunks, 2 * sizeof(*f.chunks));
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 0);
+    ingest_manifest_reader_close(r);
+    /* A record that has the hash reads as before with the flag set. */
+    ingest_manifest_writer_destroy(w);
+    assert_int_equal(ingest_manifest_writer_create(ctx, &w), 0);
+    assert_int_equal(ingest_manifest_writer_add(w, &hdr), 0);
+    fr.omit_hash = 0;
+    assert_int_equal(ingest_manifest_writer_add(w, &fr), 0);
+    data = ingest_manifest_writer_data(w, &len);
+    assert_int_equal(ingest_manifest_reader_mem(ctx, data, len, &r), 0);
+    ingest_manifest_reader_set_flags(r, INGEST_MANIFEST_READ_HASH_OPTIONAL);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_int_equal(rec.omit_hash, 0);
+    assert_memory_equal(rec.hash, fr.hash, INGEST_ID_BYTES);
+    ingest_manifest_reader_close(r);
+    ingest_manifest_writer_destroy(w);
+    free(f.chunks);
+    ingest_ctx_destroy(ctx);
+}
+
 /* Keys in any order, unknown keys ignored, CRLF and spaces tolerated. */
 static void test_reader_lenient_parts(void **state)
 {
@@ -763,6 +827,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_hash_omitted),
         cmocka_unit_test(test_reader_lenient_parts),
         cmocka_unit_test(test_malformed_mem),
         cmocka_unit_test(test_malformed_file),

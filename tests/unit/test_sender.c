@@ -1018,6 +1018,130 @@ static void test_chunks_encode(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* Small chunks compressed together (ingest_sender_batch_group). */
+static void test_chunk_groups(void **state)
+{
+    (void)state;
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    mkdirs(d, "src");
+    char name[64], text[2048];
+    for (int i = 0; i < 30; i++) {
+        size_t tl = 0;
+        for (int k = 0; k < 10 + i % 7; k++)
+            tl += (size_t)snprintf(text + tl, sizeof(text) - tl, "{\"seq\":%d,\"site\":\"plant-%d\",\"v\":%d.%02d}\n",
+                                   i * 100 + k, i % 3, (i * 37 + k) % 90, k);
+        snprintf(name, sizeof(name), "src/%s%02d.json", i < 15 ? "f" : "h", i);
+        put_file(d, name, text, tl);
+    }
+    put_random(d, "src/g.bin", 300 * 1024, 5);
+    char p[4096];
+    join(p, sizeof(p), d, "src");
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    const ingest_sender_source src[] = { { "s", p } };
+    ingest_sender_opts o = base_opts(src, 1, &r);
+    ingest_sender *s = NULL;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    ingest_sender_batch *b = NULL;
+    assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    assert_true(bs.chunks > 31 && bs.chunks < 64);
+    uint32_t idx[64], lens[64];
+    uint64_t offs[64];
+    for (uint32_t i = 0; i < bs.chunks; i++) {
+        idx[i] = i;
+        assert_int_equal(ingest_sender_batch_chunk_info(b, i, NULL, &lens[i], &offs[i]), 0);
+    }
+    /* The expected raw bytes of the batch's chunks, in order: files in manifest order. */
+    uint8_t *all = malloc(bs.bytes), *raw = malloc(bs.bytes), *enc = NULL;
+    assert_non_null(all);
+    assert_non_null(raw);
+    size_t at = 0;
+    for (uint64_t fi = 0; fi < bs.files; fi++) {
+        ingest_sender_file_info info;
+        assert_int_equal(ingest_sender_batch_file(b, fi, &info), 0);
+        size_t fl = 0;
+        uint8_t *fd = slurp(p, info.path + 2, &fl);
+        memcpy(all + at, fd, fl);
+        at += fl;
+        free(fd);
+    }
+    assert_int_equal(at, bs.bytes);
+    const size_t cap = ingest_sender_chunk_bound(s);
+    enc = malloc(cap);
+    assert_non_null(enc);
+    ingest_codec *dec = NULL;
+    assert_int_equal(ingest_codec_create(ctx, 1, &dec), 0);
+
+    /* From chunk 0: the 15 small files, up to the first chunk of g.bin (over 32 KiB). */
+    size_t n = 0, taken = 0, rn = 0, sum = 0, alone = 0;
+    assert_int_equal(ingest_sender_batch_group(b, idx, bs.chunks, INGEST_WIRE_GROUP_MAX_RAW, enc, cap, &n, &taken), 0);
+    assert_int_equal(taken, 15);
+    for (size_t i = 0; i < taken; i++) {
+        sum += lens[i];
+        size_t one = 0;
+        uint8_t *e1 = malloc(cap);
+        assert_int_equal(ingest_sender_batch_chunk(b, i, e1, cap, &one), 0);
+        alone += one;
+        free(e1);
+    }
+    assert_int_equal(ingest_codec_decode(dec, enc, n, raw, sum, &rn, NULL, NULL), 0);
+    assert_int_equal(rn, sum);
+    assert_memory_equal(raw, all, sum);
+    /* compressed together, smaller than the chunks compressed one by one */
+    assert_true(n < alone);
+    /* A raw_max that holds three of them takes three. */
+    const size_t three = lens[0] + lens[1] + lens[2];
+    assert_int_equal(ingest_sender_batch_group(b, idx, bs.chunks, three, enc, cap, &n, &taken), 0);
+    assert_int_equal(taken, 3);
+    /* Starting at a large chunk: it alone, encoded as ingest_sender_batch_chunk does. */
+    assert_true(lens[15] > INGEST_SENDER_GROUP_CHUNK_MAX);
+    uint8_t *e2 = malloc(cap);
+    size_t n2 = 0;
+    assert_int_equal(ingest_sender_batch_group(b, idx + 15, bs.chunks - 15, INGEST_WIRE_GROUP_MAX_RAW, enc, cap, &n,
+                                               &taken), 0);
+    assert_int_equal(taken, 1);
+    assert_int_equal(ingest_sender_batch_chunk(b, 15, e2, cap, &n2), 0);
+    assert_int_equal(n, n2);
+    assert_memory_equal(enc, e2, n);
+    free(e2);
+    /* The small files after g.bin form the last group. */
+    ingest_sender_file_info h15;
+    assert_int_equal(ingest_sender_batch_file(b, 16, &h15), 0);
+    assert_string_equal(h15.path, "s/h15.json");
+    const uint32_t first_h = (uint32_t)h15.first_chunk;
+    assert_int_equal(ingest_sender_batch_group(b, idx + first_h, bs.chunks - first_h, INGEST_WIRE_GROUP_MAX_RAW, enc,
+                                               cap, &n, &taken), 0);
+    assert_int_equal(taken, 15);
+    assert_int_equal(first_h + taken, bs.chunks);
+    /* Errors: indexes not increasing; a file of the group rewritten since (same size, new bytes). */
+    uint32_t badidx[2] = { 1, 1 };
+    assert_int_equal(ingest_sender_batch_group(b, badidx, 2, INGEST_WIRE_GROUP_MAX_RAW, enc, cap, &n, &taken),
+                     INGEST_EINVAL);
+    char q[4096];
+    join(q, sizeof(q), p, "f03.json");
+    size_t fl = 0;
+    uint8_t *f3 = slurp(p, "f03.json", &fl);
+    f3[0] ^= 1;
+    put_file(p, "f03.json", f3, fl);
+    free(f3);
+    assert_int_equal(ingest_sender_batch_group(b, idx, bs.chunks, INGEST_WIRE_GROUP_MAX_RAW, enc, cap, &n, &taken),
+                     INGEST_ESTALE);
+
+    free(all);
+    free(raw);
+    free(enc);
+    ingest_codec_destroy(dec);
+    ingest_sender_batch_destroy(b);
+    ingest_sender_destroy(s);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
 static void test_stale_after_chunking(void **state)
 {
     (void)state;
@@ -1335,6 +1459,7 @@ int main(void)
         cmocka_unit_test(test_invalid_opts),
         cmocka_unit_test(test_manifest),
         cmocka_unit_test(test_chunks_encode),
+        cmocka_unit_test(test_chunk_groups),
         cmocka_unit_test(test_stale_after_chunking),
         cmocka_unit_test(test_changed_while_chunking),
         cmocka_unit_test(test_memory_bounded),
