@@ -1,5 +1,5 @@
 /*
- * ingestctl bench stages [--level N] [--runs N] [--land DIR] TREE
+ * ingestctl bench stages [--level N] [--runs N] [--batch-files N] [--land DIR] TREE
  *
  * What the data path costs per stage on a real tree, one stage at a time on
  * one thread: the CPU seconds (user + system, CLOCK_THREAD_CPUTIME_ID) each
@@ -14,7 +14,12 @@
  *   chunk       FastCDC boundaries (default parameters)
  *   hash        keyed BLAKE2b-256 chunk id (the device)
  *   compress    ingest_codec_encode_adaptive at --level, the shuffle2 filter
- *               allowed (what the agent does with a receiver of this version)
+ *               allowed, for chunks over 32 KiB; smaller ones compressed
+ *               together in groups as the agent's CHUNK_GROUP frames are
+ *               (consecutive in walk order, up to chunking.max bytes, ending
+ *               at a large chunk and after every --batch-files files, 1000 by
+ *               default like batch.max_files): what the agent does with a
+ *               receiver of this version
  *   seal        AEAD of each encoded chunk (AES-256-GCM when the CPU has
  *               it, else XChaCha20-Poly1305: what the session picks)
  *   loopback    the sealed bytes through a local socket pair, written and
@@ -51,6 +56,11 @@
 #include <unistd.h>
 
 #define MAX_RUNS 9
+#define INGEST__BENCH_TRY(x) \
+    do {                     \
+        if ((x) != 0)        \
+            return -1;       \
+    } while (0)
 #define WINDOW (8u << 20)
 #define READ_PIECE (1u << 20)
 #define MAX_FILES 10000000u
@@ -87,7 +97,15 @@ typedef struct st {
     uint8_t key[32];
     crypto_aead_aes256gcm_state *aes_st;
     uint64_t nonce;
-    ingest_codec_hint hint;         /* adaptive encoding of the current file */
+    ingest_codec_hint hint;         /* adaptive encoding of file hint_file */
+    uint64_t hint_file;
+    /* the pending group of small chunks (the agent's CHUNK_GROUP), across files */
+    uint8_t *grp;
+    size_t grp_len, grp_cap, *grp_starts, grp_n;
+    uint32_t *grp_lens;
+    uint64_t grp_file;              /* file of its first chunk */
+    int grpfd;                      /* where grouped chunks land (-1: no --land) */
+    long batch_files;               /* files per batch: groups end at a batch's end */
     int landfd;                     /* directory to land into, or -1 */
     double sec[S_N];
     uint64_t bytes, files, chunks, encoded;
@@ -218,15 +236,25 @@ static void nonce_of(uint64_t n, uint8_t *out, size_t len)
         out[i] = (uint8_t)(n >> (8 * i));
 }
 
-/* Stages hash..land over chunks [c0, c1) of data (one window). */
-static int window(st *s, const uint8_t *data, const size_t *starts, size_t c0, size_t c1, int outfd)
+/*
+ * Stages hash..land over chunks [c0, c1) of data (lens[i] bytes at
+ * starts[i]), one window.  With group set the chunks are contiguous and
+ * travel as one unit, compressed together as the agent's CHUNK_GROUP frames
+ * do (plain zstd, no probing); otherwise each is a unit of its own, encoded
+ * adaptively with the hint of file file_no.
+ */
+static int window(st *s, const uint8_t *data, const size_t *starts, const uint32_t *lens, size_t c0, size_t c1,
+                  int outfd, int group, uint64_t file_no)
 {
-    const size_t tag = 16;
-    size_t need = 0;
+    const size_t tag = 16, nu = group ? 1 : c1 - c0;
+    size_t need = 0, total = 0;
     for (size_t i = c0; i < c1; i++)
-        need += ingest_codec_bound(s->lens[i]) + tag;
+        total += lens[i];
+    need = group ? ingest_codec_bound(total) + tag : 0;
+    for (size_t i = c0; !group && i < c1; i++)
+        need += ingest_codec_bound(lens[i]) + tag;
     if (grow((void **)&s->enc, &s->enc_cap, need, 1) != 0 ||
-        grow((void **)&s->enc_off, &s->off_cap, c1 - c0 + 1, sizeof(size_t)) != 0 ||
+        grow((void **)&s->enc_off, &s->off_cap, nu + 1, sizeof(size_t)) != 0 ||
         grow((void **)&s->ids, &s->ids_cap, c1 - c0, INGEST_ID_BYTES) != 0)
         return -1;
     uint8_t *r = realloc(s->recv, s->enc_cap);
@@ -236,28 +264,34 @@ static int window(st *s, const uint8_t *data, const size_t *starts, size_t c0, s
 
     double t = cpu_now(), u;
     for (size_t i = c0; i < c1; i++)
-        ingest_chunk_id(ingest_default_dedup_key(), data + starts[i], s->lens[i], s->ids[i - c0]);
+        ingest_chunk_id(ingest_default_dedup_key(), data + starts[i], lens[i], s->ids[i - c0]);
     u = cpu_now();
     s->sec[S_HASH] += u - t;
     t = u;
     size_t off = 0;
-    for (size_t i = c0; i < c1; i++) {
+    if (!group && s->hint_file != file_no) {
+        s->hint_file = file_no;
+        memset(&s->hint, 0, sizeof(s->hint));
+    }
+    for (size_t k = 0; k < nu; k++) {
         size_t el = 0;
-        s->enc_off[i - c0] = off;
-        if (ingest_codec_encode_adaptive(s->codec, data + starts[i], s->lens[i], s->enc + off, s->enc_cap - off - tag,
-                                         &el, &s->hint) != 0)
+        s->enc_off[k] = off;
+        const int rc = group ? ingest_codec_encode(s->codec, data + starts[c0], total, s->enc, s->enc_cap - tag, &el)
+                             : ingest_codec_encode_adaptive(s->codec, data + starts[c0 + k], lens[c0 + k], s->enc + off,
+                                                            s->enc_cap - off - tag, &el, &s->hint);
+        if (rc != 0)
             return -1;
         off += el + tag;
     }
-    s->enc_off[c1 - c0] = off;
+    s->enc_off[nu] = off;
     u = cpu_now();
     s->sec[S_COMPRESS] += u - t;
     t = u;
-    for (size_t i = c0; i < c1; i++) {
-        uint8_t *m = s->enc + s->enc_off[i - c0];
-        const size_t ml = s->enc_off[i - c0 + 1] - s->enc_off[i - c0] - tag;
+    for (size_t k = 0; k < nu; k++) {
+        uint8_t *m = s->enc + s->enc_off[k];
+        const size_t ml = s->enc_off[k + 1] - s->enc_off[k] - tag;
         uint8_t nonce[24];
-        nonce_of(s->nonce + i, nonce, sizeof nonce);
+        nonce_of(s->nonce + k, nonce, sizeof nonce);
         if (s->aes)
             crypto_aead_aes256gcm_encrypt_detached_afternm(m, m + ml, NULL, m, ml, NULL, 0, NULL, nonce, s->aes_st);
         else
@@ -271,11 +305,11 @@ static int window(st *s, const uint8_t *data, const size_t *starts, size_t c0, s
     u = cpu_now();
     s->sec[S_LOOP] += u - t;
     t = u;
-    for (size_t i = c0; i < c1; i++) {
-        uint8_t *m = s->recv + s->enc_off[i - c0];
-        const size_t ml = s->enc_off[i - c0 + 1] - s->enc_off[i - c0] - tag;
+    for (size_t k = 0; k < nu; k++) {
+        uint8_t *m = s->recv + s->enc_off[k];
+        const size_t ml = s->enc_off[k + 1] - s->enc_off[k] - tag;
         uint8_t nonce[24];
-        nonce_of(s->nonce + i, nonce, sizeof nonce);
+        nonce_of(s->nonce + k, nonce, sizeof nonce);
         const int bad = s->aes ? crypto_aead_aes256gcm_decrypt_detached_afternm(m, NULL, m, ml, m + ml, NULL, 0, nonce,
                                                                               s->aes_st)
                                : crypto_aead_xchacha20poly1305_ietf_decrypt_detached(m, NULL, m, ml, m + ml, NULL, 0,
@@ -285,33 +319,67 @@ static int window(st *s, const uint8_t *data, const size_t *starts, size_t c0, s
     }
     u = cpu_now();
     s->sec[S_OPEN] += u - t;
-    /* decompress, verify and land chunk by chunk (one chunk buffer), each timed apart */
-    for (size_t i = c0; i < c1; i++) {
-        const uint8_t *m = s->recv + s->enc_off[i - c0];
-        const size_t ml = s->enc_off[i - c0 + 1] - s->enc_off[i - c0] - tag;
+    /* decompress, verify and land unit by unit (one unit buffer), each timed apart */
+    for (size_t k = 0; k < nu; k++) {
+        const uint8_t *m = s->recv + s->enc_off[k];
+        const size_t ml = s->enc_off[k + 1] - s->enc_off[k] - tag;
+        const size_t i0 = group ? c0 : c0 + k, i1 = group ? c1 : c0 + k + 1;
+        const size_t want = group ? total : lens[i0];
         size_t dl = 0;
-        uint8_t id[INGEST_ID_BYTES];
         t = cpu_now();
-        if (ingest_codec_decode(s->codec, m, ml, s->dec, s->dec_cap, &dl, NULL, NULL) != 0 || dl != s->lens[i])
+        if (ingest_codec_decode(s->codec, m, ml, s->dec, s->dec_cap, &dl, NULL, NULL) != 0 || dl != want)
             return -1;
         u = cpu_now();
         s->sec[S_DECOMP] += u - t;
-        t = u;
-        ingest_chunk_id(ingest_default_dedup_key(), s->dec, dl, id);
-        u = cpu_now();
-        s->sec[S_VERIFY] += u - t;
-        if (memcmp(id, s->ids[i - c0], INGEST_ID_BYTES) != 0 || memcmp(s->dec, data + starts[i], dl) != 0) {
-            fprintf(stderr, "ingestctl bench stages: chunk %zu did not come back intact\n", i);
-            return -1;
-        }
-        if (outfd >= 0) {
-            t = u;
-            if (write_all(outfd, s->dec, dl) != 0)
+        size_t at = 0;
+        for (size_t i = i0; i < i1; at += lens[i], i++) {
+            uint8_t id[INGEST_ID_BYTES];
+            t = cpu_now();
+            ingest_chunk_id(ingest_default_dedup_key(), s->dec + at, lens[i], id);
+            u = cpu_now();
+            s->sec[S_VERIFY] += u - t;
+            if (memcmp(id, s->ids[i - c0], INGEST_ID_BYTES) != 0 || memcmp(s->dec + at, data + starts[i], lens[i]) != 0) {
+                fprintf(stderr, "ingestctl bench stages: chunk %zu did not come back intact\n", i);
                 return -1;
-            s->sec[S_LAND] += cpu_now() - t;
+            }
+            const int fd = group ? s->grpfd : outfd;
+            if (fd >= 0) {
+                t = u;
+                if (write_all(fd, s->dec + at, lens[i]) != 0)
+                    return -1;
+                s->sec[S_LAND] += cpu_now() - t;
+            }
         }
     }
-    s->nonce += c1 - c0;
+    s->nonce += nu;
+    s->encoded += off - tag * nu;
+    return 0;
+}
+
+/* Pass the pending group of small chunks through the stages (a CHUNK_GROUP; one alone travels as a CHUNK). */
+static int flush_group(st *s)
+{
+    if (s->grp_n == 0)
+        return 0;
+    const int rc = window(s, s->grp, s->grp_starts, s->grp_lens, 0, s->grp_n, s->grpfd, s->grp_n > 1,
+                          s->grp_file);
+    s->grp_n = 0;
+    s->grp_len = 0;
+    return rc;
+}
+
+/* Add small chunk i of the file (data) to the pending group, flushing it first when full. */
+static int group_add(st *s, const uint8_t *data, const size_t *starts, size_t i, uint64_t file_no)
+{
+    const uint32_t len = s->lens[i];
+    if (s->grp_n == INGEST_SENDER_GROUP_MAX_CHUNKS || len > s->grp_cap - s->grp_len)
+        INGEST__BENCH_TRY(flush_group(s));
+    if (s->grp_n == 0)
+        s->grp_file = file_no;
+    memcpy(s->grp + s->grp_len, data + starts[i], len);
+    s->grp_starts[s->grp_n] = s->grp_len;
+    s->grp_lens[s->grp_n++] = len;
+    s->grp_len += len;
     return 0;
 }
 
@@ -347,7 +415,6 @@ static int one_file(st *s, const char *path, uint64_t file_no)
     s->sec[S_READ] += u - t;
     t = u;
     s->nlens = 0;
-    memset(&s->hint, 0, sizeof(s->hint));
     size_t pos = 0, start = 0;
     while (pos < len) {
         size_t used = 0;
@@ -387,16 +454,26 @@ static int one_file(st *s, const char *path, uint64_t file_no)
             goto out;
         }
     }
+    /* Small chunks join the pending group (it spans files, as the agent's
+     * groups span the files of a batch); a large one ends it and travels
+     * alone, in windows of up to WINDOW bytes. */
     size_t c0 = 0;
     while (c0 < s->nlens) {
+        if (s->lens[c0] <= INGEST_SENDER_GROUP_CHUNK_MAX) {
+            if (group_add(s, data, starts, c0, file_no) != 0) {
+                free(starts);
+                goto out;
+            }
+            c0++;
+            continue;
+        }
         size_t c1 = c0, wbytes = 0;
-        while (c1 < s->nlens && (c1 == c0 || wbytes + s->lens[c1] <= WINDOW))
+        while (c1 < s->nlens && s->lens[c1] > INGEST_SENDER_GROUP_CHUNK_MAX && (c1 == c0 || wbytes + s->lens[c1] <= WINDOW))
             wbytes += s->lens[c1++];
-        if (window(s, data, starts, c0, c1, outfd) != 0) {
+        if (flush_group(s) != 0 || window(s, data, starts, s->lens, c0, c1, outfd, 0, file_no) != 0) {
             free(starts);
             goto out;
         }
-        s->encoded += s->enc_off[c1 - c0] - 16 * (c1 - c0);
         c0 = c1;
     }
     free(starts);
@@ -426,11 +503,12 @@ static int cmp_dbl(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static const char usage_text[] = "usage: ingestctl bench stages [--level N] [--runs N] [--land DIR] TREE\n";
+static const char usage_text[] =
+    "usage: ingestctl bench stages [--level N] [--runs N] [--batch-files N] [--land DIR] TREE\n";
 
 int cmd_bench_stages(int argc, char **argv)
 {
-    long level = 1, runs = 1;
+    long level = 1, runs = 1, batch_files = 1000;
     const char *tree = NULL, *land = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -460,6 +538,12 @@ int cmd_bench_stages(int argc, char **argv)
                 fprintf(stderr, "ingestctl bench stages: --runs must be 1..%d\n", MAX_RUNS);
                 return 2;
             }
+        } else if (strcmp(a, "--batch-files") == 0) {
+            batch_files = strtol(v, &end, 10);
+            if (*v == '\0' || *end != '\0' || batch_files < 1 || batch_files > 100000000) {
+                fprintf(stderr, "ingestctl bench stages: bad --batch-files '%s'\n", v);
+                return 2;
+            }
         } else if (strcmp(a, "--land") == 0) {
             land = v;
         } else {
@@ -481,6 +565,8 @@ int cmd_bench_stages(int argc, char **argv)
     memset(&s, 0, sizeof s);
     s.sp[0] = s.sp[1] = -1;
     s.landfd = -1;
+    s.grpfd = -1;
+    s.batch_files = batch_files;
     char landdir[4200] = "";
     double sec[S_N][MAX_RUNS], sync_wall[MAX_RUNS];
     if (collect(tree, 0, &p) != 0)
@@ -493,6 +579,14 @@ int cmd_bench_stages(int argc, char **argv)
     s.piece = malloc(READ_PIECE);
     s.dec_cap = cp.max;
     s.dec = malloc(s.dec_cap);
+    s.grp_cap = cp.max < INGEST_WIRE_GROUP_MAX_RAW ? cp.max : INGEST_WIRE_GROUP_MAX_RAW;
+    s.grp = malloc(s.grp_cap);
+    s.grp_starts = malloc(INGEST_SENDER_GROUP_MAX_CHUNKS * sizeof(*s.grp_starts));
+    s.grp_lens = malloc(INGEST_SENDER_GROUP_MAX_CHUNKS * sizeof(*s.grp_lens));
+    if (s.grp == NULL || s.grp_starts == NULL || s.grp_lens == NULL) {
+        fprintf(stderr, "ingestctl bench stages: out of memory\n");
+        goto out;
+    }
     if (s.ctx == NULL || s.piece == NULL || s.dec == NULL || ingest_chunker_create(s.ctx, &cp, &s.chunker) != 0 ||
         ingest_codec_create(s.ctx, (int)level, &s.codec) != 0 ||
         ingest_codec_set_filters(s.codec, INGEST_CODEC_FILTER_SHUFFLE2) != 0) {
@@ -513,7 +607,8 @@ int cmd_bench_stages(int argc, char **argv)
     }
     if (land != NULL) {
         snprintf(landdir, sizeof landdir, "%s/ingest-bench-stages.%ld", land, (long)getpid());
-        if (mkdir(landdir, 0700) != 0 || (s.landfd = open(landdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        if (mkdir(landdir, 0700) != 0 || (s.landfd = open(landdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+            (s.grpfd = openat(s.landfd, "groups", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
             fprintf(stderr, "ingestctl bench stages: %s: %s\n", landdir, strerror(errno));
             landdir[0] = '\0';
             goto out;
@@ -531,11 +626,18 @@ int cmd_bench_stages(int argc, char **argv)
     for (long r = 0; r < runs; r++) {
         memset(s.sec, 0, sizeof s.sec);
         s.bytes = s.files = s.chunks = s.encoded = 0;
-        for (size_t i = 0; i < p.n; i++)
+        s.hint_file = UINT64_MAX;
+        for (size_t i = 0; i < p.n; i++) {
             if (one_file(&s, p.v[i], i) != 0) {
                 fprintf(stderr, "ingestctl bench stages: %s failed\n", p.v[i]);
                 goto out;
             }
+            /* a batch of the agent ends after batch_files files (empty ones count): so do its groups */
+            if (((i + 1) % (size_t)s.batch_files == 0 || i + 1 == p.n) && flush_group(&s) != 0) {
+                fprintf(stderr, "ingestctl bench stages: a group of small chunks failed\n");
+                goto out;
+            }
+        }
         sync_wall[r] = 0;
         if (s.landfd >= 0) {
             const double t0 = wall_now();
@@ -586,6 +688,8 @@ int cmd_bench_stages(int argc, char **argv)
            total > 0 ? (double)s.bytes / total / 1e6 : 0.0, total > 0 ? cores * (double)s.bytes / total / 1e6 : 0.0);
     status = 0;
 out:
+    if (s.grpfd >= 0)
+        close(s.grpfd);
     if (s.landfd >= 0)
         close(s.landfd);
     if (landdir[0] != '\0')
@@ -601,6 +705,9 @@ out:
     ingest_ctx_destroy(s.ctx);
     free(s.piece);
     free(s.dec);
+    free(s.grp);
+    free(s.grp_starts);
+    free(s.grp_lens);
     free(s.lens);
     free(s.ids);
     free(s.enc);

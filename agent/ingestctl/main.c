@@ -17,7 +17,7 @@ static const struct command bench_commands[] = {
     { "scan", cmd_bench_scan, "bench scan DIR" },
     { "pipeline", cmd_bench_pipeline, "bench pipeline [--transport tcp] [--evolve] DIR" },
     { "fleet", cmd_bench_fleet, "bench fleet --devices N [--size SIZE] [--shared PCT] [--stagger DURATION] [--keep] [DIR]" },
-    { "stages", cmd_bench_stages, "bench stages [--level N] [--runs N] [--land DIR] TREE" },
+    { "stages", cmd_bench_stages, "bench stages [--level N] [--runs N] [--batch-files N] [--land DIR] TREE" },
     { "gen", cmd_bench_gen, "bench gen [--profile sensors] [--size BYTES] [--seed N] [--evolve] DIR" },
 };
 
