@@ -644,6 +644,24 @@ int ingest__store_db(ingest_store *st, const char *name, ingest__dbi *out)
     return 0;
 }
 
+/*
+ * 1 when the environment holds the meta table and nothing else, all
+ * empty: a store whose creation was cut short (killed between the meta
+ * table's commit and the format record's).
+ */
+static int store_blank(ingest_store *st)
+{
+    MDB_txn *txn = NULL;
+    MDB_dbi main_dbi;
+    MDB_stat ms, mm;
+    if (mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn) != 0)
+        return 0;
+    const int blank = mdb_dbi_open(txn, NULL, 0, &main_dbi) == 0 && mdb_stat(txn, main_dbi, &ms) == 0 &&
+                      mdb_stat(txn, st->meta, &mm) == 0 && ms.ms_entries == 1 && mm.ms_entries == 0;
+    mdb_txn_abort(txn);
+    return blank;
+}
+
 static int check_meta(ingest_store *st)
 {
     uint8_t buf[8];
@@ -655,6 +673,12 @@ static int check_meta(ingest_store *st)
     }
     const int rc = ingest__store_get(st, st->meta, INGEST__META_FORMAT, strlen(INGEST__META_FORMAT), buf,
                                      sizeof(buf), &len);
+    if (rc == INGEST_ENOTFOUND && store_blank(st)) {
+        /* Its creation was interrupted before the format record: nothing to lose, finish it. */
+        ingest__put_u32(buf, INGEST_STORE_FORMAT);
+        INGEST__FORWARD(ingest__store_put(st, st->meta, INGEST__META_FORMAT, strlen(INGEST__META_FORMAT), buf, 4));
+        return ingest_store_commit(st);
+    }
     if (rc == INGEST_ENOTFOUND)
         return ingest__fail(st->ctx, INGEST_ECORRUPT, "store %s: meta: format record missing", st->dir);
     INGEST__FORWARD(rc);

@@ -134,9 +134,12 @@ static void test_meta_missing_or_bad(void **state)
     assert_int_equal(ingest_store_open(f->ctx, f->sub, &small_opts, &st), INGEST_ECORRUPT);
     assert_non_null(strstr(ingest_ctx_errmsg(f->ctx), "3 bytes"));
 
-    /* No format record at all. */
+    /* No format record in a store that holds something: damaged, refused. */
     assert_int_equal(ingest_store_wipe(f->ctx, f->sub), 0);
     assert_int_equal(ingest_store_open(f->ctx, f->sub, &small_opts, &st), 0);
+    ingest__dbi files;
+    assert_int_equal(ingest__store_db(st, "files", &files), 0);
+    assert_int_equal(ingest__store_put(st, files, "k", 1, "v", 1), 0);
     assert_int_equal(ingest__store_db(st, "meta", &meta), 0);
     assert_int_equal(ingest__store_del(st, meta, INGEST__META_FORMAT, strlen(INGEST__META_FORMAT)), 0);
     ingest_store_close(st);
@@ -144,6 +147,28 @@ static void test_meta_missing_or_bad(void **state)
     assert_int_equal(ingest_store_open(f->ctx, f->sub, &small_opts, &st), INGEST_ECORRUPT);
     assert_non_null(strstr(ingest_ctx_errmsg(f->ctx), "format record missing"));
     assert_null(st);
+
+    /* A creation killed between the meta table's commit and the format
+     * record's (what a daemon killed at its first start left, found by
+     * test_daemon_kill): nothing else is there, so it opens as new. */
+    assert_int_equal(ingest_store_wipe(f->ctx, f->sub), 0);
+    assert_int_equal(ingest_store_open(f->ctx, f->sub, &small_opts, &st), 0);
+    assert_int_equal(ingest__store_db(st, "meta", &meta), 0);
+    assert_int_equal(ingest__store_del(st, meta, INGEST__META_FORMAT, strlen(INGEST__META_FORMAT)), 0);
+    ingest_store_close(st);
+    st = NULL;
+    assert_int_equal(ingest_store_open(f->ctx, f->sub, &small_opts, &st), 0);
+    assert_int_equal(ingest__store_db(st, "meta", &meta), 0);
+    uint8_t v[8];
+    size_t vl = 0;
+    assert_int_equal(ingest__store_get(st, meta, INGEST__META_FORMAT, strlen(INGEST__META_FORMAT), v, sizeof v, &vl),
+                     0);
+    assert_int_equal(vl, 4);
+    assert_int_equal(ingest__get_u32(v), INGEST_STORE_FORMAT);
+    ingest_store_close(st);
+    st = NULL;
+    assert_int_equal(ingest_store_open(f->ctx, f->sub, &small_opts, &st), 0);
+    ingest_store_close(st);
 }
 
 static void test_garbage_file_and_wipe(void **state)
