@@ -128,6 +128,7 @@ typedef struct bfile {
     ino_t ino;
     uint8_t hash[INGEST_ID_BYTES];
     uint64_t first_chunk, nchunks;
+    int64_t cache_off; /* its bytes in b->small, -1: not kept (read again to send) */
 } bfile;
 
 typedef struct bdrop {
@@ -156,6 +157,7 @@ struct ingest_sender_batch_s {
     uint64_t hint_file;     /* the file hint is about (UINT64_MAX: none) */
     ingest_codec_hint hint; /* adaptive encoding of that file's chunks */
     uint8_t *raw;
+    ingest__buf small; /* the bytes of small files as chunked (SENDER_SMALL_CACHE) */
     ingest_manifest_writer *mw;
     unsigned mw_flags; /* INGEST_SENDER_MANIFEST_* mw was written with */
 };
@@ -167,6 +169,14 @@ static int on_chunk(void *ud, const ingest_chunk_info *c);
 
 /* Files up to this size are chunked and hashed on the calling thread. */
 #define SENDER_SMALL_FILE (1024u * 1024u)
+/*
+ * A batch keeps the bytes of files up to INGEST_SENDER_GROUP_CHUNK_MAX as
+ * they were chunked, up to this many bytes in all, and sends them from
+ * there: no second open, read and check per small file.  What is sent is
+ * then exactly the version that was hashed (a later change is a later
+ * version).
+ */
+#define SENDER_SMALL_CACHE (2u * 1024u * 1024u)
 
 static int64_t ts_ns(const struct timespec *t) { return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec; }
 
@@ -922,7 +932,7 @@ static int on_chunk(void *ud, const ingest_chunk_info *c)
  * *total, 1 for a read error (errno in *err; skip the file), < 0 fatal.
  */
 static int chunk_serial(ingest_sender *s, ingest_sender_batch *b, int fd, const char *path, ingest_filehash *fh,
-                        uint64_t *total_out, int *err)
+                        uint64_t size, uint64_t *total_out, int *err)
 {
     ingest_ctx *ctx = s->ctx;
     int rc = 0;
@@ -939,7 +949,9 @@ static int chunk_serial(ingest_sender *s, ingest_sender_batch *b, int fd, const 
             if (s->bufcap - end < s->rbuf)
                 return ingest__fail(ctx, INGEST_EINVAL, "sender: %s: chunker passed max without a cut", path);
         }
-        const ssize_t n = read(fd, buf + end, s->rbuf);
+        /* A file read to its size is not read again for the end: the fstat after
+         * chunking (batch_add_file) catches one that grew meanwhile. */
+        const ssize_t n = total == size && total > 0 ? 0 : read(fd, buf + end, s->rbuf);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -1051,7 +1063,8 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
     uint64_t total = 0;
     int err = 0;
     rc = s->pipe && (uint64_t)st0.st_size > SENDER_SMALL_FILE ? chunk_pipe(s, b, fd, path, &fh, &total, &err)
-                                                              : chunk_serial(s, b, fd, path, &fh, &total, &err);
+                                                              : chunk_serial(s, b, fd, path, &fh,
+                                                                             (uint64_t)st0.st_size, &total, &err);
     if (rc < 0)
         goto fatal;
     if (rc == 1) {
@@ -1098,6 +1111,14 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
     ingest_filehash_final(&fh, bf->hash);
     bf->first_chunk = first;
     bf->nchunks = b->nchunks - first;
+    bf->cache_off = -1;
+    if (bf->size > 0 && bf->size <= INGEST_SENDER_GROUP_CHUNK_MAX && bf->size <= s->rbuf &&
+        !(s->pipe && bf->size > SENDER_SMALL_FILE) && b->small.len + bf->size <= SENDER_SMALL_CACHE) {
+        /* chunk_serial read it whole into s->buf with one read: keep it for sending */
+        const size_t at = b->small.len;
+        if (ingest__buf_append(&b->small, s->buf, (size_t)bf->size) == 0)
+            bf->cache_off = (int64_t)at;
+    }
     b->nfiles++;
     b->bytes += bf->size;
     s->st.files_batched++;
@@ -1149,6 +1170,7 @@ void ingest_sender_batch_destroy(ingest_sender_batch *b)
     ingest__free(ctx, b->drops);
     ingest__free(ctx, b->raw);
     ingest__buf_free(&b->paths);
+    ingest__buf_free(&b->small);
     ingest_manifest_writer_destroy(b->mw);
     ingest__free(ctx, b);
 }
@@ -1164,6 +1186,7 @@ static ingest_sender_batch *batch_new(ingest_sender *s)
     b->cur_file = SIZE_MAX;
     b->hint_file = UINT64_MAX;
     ingest__buf_init(&b->paths, s->ctx, SIZE_MAX / 2);
+    ingest__buf_init(&b->small, s->ctx, SENDER_SMALL_CACHE);
     b->rootfd = ingest__malloc(s->ctx, s->nsrc * sizeof(int));
     if (b->rootfd == NULL) {
         ingest__free(s->ctx, b);
@@ -1387,6 +1410,11 @@ static int batch_open(ingest_sender_batch *b, size_t fi)
 static int read_chunk(ingest_sender_batch *b, uint64_t ci, uint64_t fi, uint8_t *dst)
 {
     const ingest_manifest_chunk *c = &b->chunks[ci];
+    if (b->files[fi].cache_off >= 0) {
+        /* a small file, kept as it was hashed */
+        memcpy(dst, b->small.buf + b->files[fi].cache_off + (b->offs[ci]), c->len);
+        return 0;
+    }
     INGEST__FORWARD(batch_open(b, (size_t)fi));
     const char *path = (const char *)b->paths.buf + b->files[fi].path_off;
     size_t got = 0;

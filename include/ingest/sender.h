@@ -260,7 +260,10 @@ INGEST_API int ingest_sender_batch_dropped(const ingest_sender_batch *b, uint64_
  * reopen it) and its id re-derived: a file that was replaced, shortened or
  * rewritten since it was chunked gives INGEST_ESTALE (use
  * ingest_sender_batch_chunk_file to learn which file; ship it later as a
- * new version).  Other failures: INGEST_ENOTFOUND (index past the end),
+ * new version).  Files of at most INGEST_SENDER_GROUP_CHUNK_MAX bytes are
+ * the exception: the batch keeps their bytes as they were chunked (up to
+ * 2 MiB of them per batch) and sends those, so a small file is opened and
+ * read once, and what is sent is always the version that was hashed.  Other failures: INGEST_ENOTFOUND (index past the end),
  * INGEST_ETOOBIG (cap too small), INGEST_EIO.
  */
 INGEST_API int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t chunk_index, void *out,
