@@ -32,6 +32,7 @@ typedef struct totals {
      * (read, compress, encrypt, write), and for the ACK after COMMIT */
     double wait_build_s, wait_want_s, send_s, wait_ack_s;
     double walk_s; /* daemon: seconds of discovery walks */
+    double record_s; /* --once: seconds recording acked batches (file table, have-cache, commit) */
     uint64_t bytes_read; /* chunked and hashed into batches */
     uint64_t err_connect, err_session, err_store;
 } totals;

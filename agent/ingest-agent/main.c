@@ -657,6 +657,7 @@ static void record_acked(agent *a, ingest_sender_batch *b)
     ingest_sender_batch_stats bs;
     ingest_sender_batch_stats_get(b, &bs);
     int rc = 0;
+    const double t0 = prog_now();
     pthread_mutex_lock(&a->store_lock);
     for (uint64_t i = 0; i < bs.files && rc == 0; i++) {
         ingest_sender_file_info info;
@@ -678,6 +679,7 @@ static void record_acked(agent *a, ingest_sender_batch *b)
                  ingest_sender_batch_id(b));
     }
     pthread_mutex_unlock(&a->store_lock);
+    a->t.record_s += prog_now() - t0;
 }
 
 /* The sender's want_file hook: pass over files unchanged since their ack. */
@@ -1371,7 +1373,8 @@ int main(int argc, char **argv)
     printf("shipped: files=%llu unchanged=%llu bytes=%llu chunks=%llu chunks_new=%llu chunks_dedup=%llu chunk_bytes=%llu "
            "wire_bytes=%llu batches=%llu seconds=%.3f MB/s=%.1f cpu_seconds=%.3f throttle_wait_seconds=%.3f "
            "chunk_raw_bytes=%llu wait_build_seconds=%.3f wait_want_seconds=%.3f send_seconds=%.3f "
-           "wait_ack_seconds=%.3f latency_p50_seconds=%.3f latency_p99_seconds=%.3f\n",
+           "wait_ack_seconds=%.3f latency_p50_seconds=%.3f latency_p99_seconds=%.3f chunk_groups=%llu "
+           "record_seconds=%.3f\n",
            (unsigned long long)a.t.files, (unsigned long long)a.t.unchanged, (unsigned long long)a.t.bytes,
            (unsigned long long)a.t.chunks,
            (unsigned long long)a.t.chunks_sent, (unsigned long long)a.t.chunks_dedup,
@@ -1379,7 +1382,7 @@ int main(int argc, char **argv)
            (unsigned long long)a.t.batches_acked, secs, secs > 0 ? (double)a.t.bytes / 1e6 / secs : 0.0,
            prog_cpu_seconds() - cpu0, (double)a.throttle_wait_ms / 1000.0,
            (unsigned long long)a.t.chunk_bytes_raw, a.t.wait_build_s, a.t.wait_want_s, a.t.send_s, a.t.wait_ack_s,
-           latency_quantile(&a, 0.50), latency_quantile(&a, 0.99));
+           latency_quantile(&a, 0.50), latency_quantile(&a, 0.99), (unsigned long long)a.t.groups_sent, a.t.record_s);
     fflush(stdout);
     if (rc == 0) {
         status = 0;

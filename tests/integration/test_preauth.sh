@@ -51,6 +51,11 @@ grep -q 'more like it not logged' "$T/receiver.log" || fail "no line says how ma
 pass "the receiver closed $dropped of the flood's connections and logged $warns warning lines"
 
 # A lone silent connection is closed after handshake.first_byte_timeout (1s).
+# On a fresh receiver: the flood's refusals share its log rate limit, and on
+# a slow machine the last of them can fall inside the lone close's window.
+stop_receiver
+start_receiver
+addr=$(cat "$T/receiver.addr")
 "$FLOOD" --address "$addr" --idle 1 --rate 0 --seconds 3 > "$T/lone.out"
 grep -q 'closed_by_peer=[1-9]' "$T/lone.out" || { cat "$T/lone.out"; fail "a silent connection was kept for 3 s"; }
 grep -q 'no byte within handshake.first_byte_timeout' "$T/receiver.log" || fail "the silent connection's close was not logged"
