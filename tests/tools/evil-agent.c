@@ -21,6 +21,12 @@
  *                          its WANT, a CHUNK 0 holding the first batch's
  *                          content; then COMMIT it when the WANT comes.  The
  *                          outcome reported is the second batch's.
+ *   --dict FILE            offer the dictionary FILE (its true id, size and
+ *                          hash) right after the handshake; if asked for it,
+ *                          send it as one DICT_DATA, then go on with the batch
+ *   --dict-tamper OFF      flip byte OFF of the dictionary's bytes in the
+ *                          DICT_DATA (4: its id; -1: its last byte, so its
+ *                          hash), then report the receiver's reply
  *
  * Each frame is sealed by the session into one end of a socketpair, read
  * back from the other end, altered if asked, and written to the TCP socket.
@@ -46,6 +52,7 @@
 
 #define RECV_TIMEOUT_MS 10000
 #define CONTENT_MAX (64u * 1024u)
+#define EVIL_DICT_MAX (128u * 1024u) /* a record must fit in the socketpair's buffer */
 
 typedef struct evil {
     ingest_ctx *ctx;
@@ -310,14 +317,19 @@ static void usage(void)
 {
     fprintf(stderr, "usage: evil-agent --address HOST:PORT --device ID --key FILE --receiver-pub FILE\n"
                     "                  --dedup-key FILE [--batch ID] [--path JSON] [--content TEXT]\n"
-                    "                  [--ping] [--tamper TYPE[:OFFSET]] [--replay TYPE] [--early-chunk]\n");
+                    "                  [--ping] [--tamper TYPE[:OFFSET]] [--replay TYPE] [--early-chunk]\n"
+                    "                  [--dict FILE [--dict-tamper OFFSET]]\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *address = NULL, *device = NULL, *keyfile = NULL, *pubfile = NULL, *dedupfile = NULL;
     const char *batch = "evil1", *path = "data/evil.txt", *content = NULL;
-    int ping = 0, early = 0;
+    int ping = 0, early = 0, dict_tamper_set = 0;
+    long dict_tamper = 0;
+    const char *dictfile = NULL;
+    uint8_t *dict = NULL;
+    size_t dict_len = 0;
     evil e;
     memset(&e, 0, sizeof(e));
     e.tcp = e.sp[0] = e.sp[1] = -1;
@@ -329,6 +341,7 @@ int main(int argc, char **argv)
         { "path", required_argument, NULL, 'p' },    { "content", required_argument, NULL, 'c' },
         { "ping", no_argument, NULL, 'P' },          { "tamper", required_argument, NULL, 't' },
         { "replay", required_argument, NULL, 'R' },  { "early-chunk", no_argument, NULL, 'E' },
+        { "dict", required_argument, NULL, 'T' },    { "dict-tamper", required_argument, NULL, 'X' },
         { NULL, 0, NULL, 0 },
     };
     int o;
@@ -344,6 +357,11 @@ int main(int argc, char **argv)
         case 'c': content = optarg; break;
         case 'P': ping = 1; break;
         case 'E': early = 1; break;
+        case 'T': dictfile = optarg; break;
+        case 'X':
+            dict_tamper = strtol(optarg, NULL, 10);
+            dict_tamper_set = 1;
+            break;
         case 't': {
             const char *colon = strchr(optarg, ':');
             e.tamper_type = type_by_name(optarg, colon ? (size_t)(colon - optarg) : strlen(optarg));
@@ -387,6 +405,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "evil-agent: %s\n", ingest_ctx_errmsg(e.ctx));
         goto out;
     }
+    if (dictfile != NULL) {
+        FILE *f = fopen(dictfile, "rb");
+        if (f == NULL || (dict = malloc(EVIL_DICT_MAX + 1)) == NULL) {
+            fprintf(stderr, "evil-agent: %s: %s\n", dictfile, strerror(errno));
+            if (f)
+                fclose(f);
+            goto out;
+        }
+        dict_len = fread(dict, 1, EVIL_DICT_MAX + 1, f);
+        fclose(f);
+        if (dict_len == 0 || dict_len > EVIL_DICT_MAX || ingest_dict_id(dict, dict_len) == 0 ||
+            (dict_tamper_set && (dict_tamper < -1 || dict_tamper >= (long)dict_len))) {
+            fprintf(stderr, "evil-agent: %s: not a dictionary of 1..%u bytes, or --dict-tamper outside it\n", dictfile,
+                    EVIL_DICT_MAX);
+            goto out;
+        }
+    }
 
     /* The file of the batch: unique content per batch, so its chunk is always wanted. */
     char text[CONTENT_MAX];
@@ -419,6 +454,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "evil-agent: %s\n", ingest_ctx_errmsg(e.ctx));
         goto out;
     }
+    if (dict_len > 0 && ingest_session_set_features(e.ss, INGEST_SESSION_FEATURE_DICT) < 0)
+        goto out;
     int rc = ingest_session_handshake_fd(e.ss, e.tcp, 10000);
     if (rc < 0) {
         fprintf(stderr, "evil-agent: handshake: %s: %s\n", ingest_strerror(rc), ingest_ctx_errmsg(e.ctx));
@@ -428,6 +465,42 @@ int main(int argc, char **argv)
             ingest_session_cipher_name(ingest_session_cipher(e.ss)));
 
     ingest_wire_msg m;
+    if (dict_len > 0) {
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_DICT_OFFER;
+        m.u.dict_offer.dict_id = ingest_dict_id(dict, dict_len);
+        m.u.dict_offer.size = (uint32_t)dict_len;
+        ingest_dict_hash(dict, dict_len, m.u.dict_offer.hash);
+        if ((rc = xsend(&e, &m)) != 0)
+            goto out;
+        rc = recv_reply(&e, &m);
+        if (rc < 0 || m.type != INGEST_MSG_DICT_WANT) {
+            status = report(&e, rc, &m);
+            goto out;
+        }
+        fprintf(stderr, "evil-agent: DICT_WANT answer %u %s\n", (unsigned)m.u.dict_want.answer, m.u.dict_want.message);
+        if (m.u.dict_want.answer == INGEST_DICT_SEND) {
+            if (dict_tamper_set)
+                dict[dict_tamper < 0 ? dict_len - 1 : (size_t)dict_tamper] ^= 0x01;
+            const uint32_t id = m.u.dict_want.dict_id; /* the offered id, whatever the bytes now say */
+            memset(&m, 0, sizeof(m));
+            m.type = INGEST_MSG_DICT_DATA;
+            m.u.dict_data.dict_id = id;
+            m.u.dict_data.data = dict;
+            m.u.dict_data.len = dict_len;
+            if ((rc = xsend(&e, &m)) != 0)
+                goto out;
+            fprintf(stderr, "evil-agent: sent the dictionary%s\n", dict_tamper_set ? " (tampered)" : "");
+        } else if (dict_tamper_set) {
+            fprintf(stderr, "evil-agent: the receiver did not ask for the dictionary: nothing to tamper with\n");
+            goto out;
+        }
+        if (dict_tamper_set) {
+            rc = recv_reply(&e, &m);
+            status = report(&e, rc, &m);
+            goto out;
+        }
+    }
     if (ping) {
         memset(&m, 0, sizeof(m));
         m.type = INGEST_MSG_PING;
@@ -518,5 +591,6 @@ out:
     ingest_ctx_destroy(e.ctx);
     free(manifest);
     free(enc);
+    free(dict);
     return status;
 }
