@@ -889,9 +889,9 @@ static int offer_dict(agent *a)
         if (m.u.dict_want.answer == INGEST_DICT_REFUSED) {
             snprintf(why, sizeof(why), "the receiver refused it: %s", m.u.dict_want.message);
         } else if (m.u.dict_want.answer == INGEST_DICT_SEND) {
-            /* In slices within the receiver's frame bound. */
+            /* In slices within the receiver's frame bound (at least 64 bytes: 8 of them the slice's head). */
             const size_t peer = ingest_session_peer_max_payload(a->ss);
-            const size_t slice = peer > 1024u * 1024u + 64u ? 1024u * 1024u : peer - 64u;
+            const size_t slice = peer > 1024u * 1024u + 8u ? 1024u * 1024u : peer - 8u;
             for (size_t off = 0; off < a->dict_len; off += slice) {
                 memset(&m, 0, sizeof(m));
                 m.type = INGEST_MSG_DICT_DATA;
