@@ -917,19 +917,20 @@ typedef struct conn_dicts {
     uint32_t got;
 } conn_dicts;
 
-/* Load a dictionary (bytes outlive both codecs) into the reader's codec and the landers': 0, or a code with why. */
-static int dict_load(readq *q, ingest_codec *lc, ingest_ctx *ctx, const uint8_t *bytes, size_t len, char *why,
-                     size_t cap)
+/* Load a dictionary (bytes outlive the codecs) into the reader's codec and the landers': 0, or a code with why. */
+static int dict_load(readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const uint8_t *bytes, size_t len,
+                     char *why, size_t cap)
 {
     pthread_mutex_lock(&q->lock);
     while (q->decoding) /* the reader uses its codec without the lock */
         pthread_cond_wait(&q->cond, &q->lock);
     int rc = ingest_codec_add_dict_decode_ref(q->codec, bytes, len, NULL);
     pthread_mutex_unlock(&q->lock);
-    if (rc == 0)
-        rc = ingest_codec_add_dict_decode_ref(lc, bytes, len, NULL);
     if (rc < 0)
         snprintf(why, cap, "%s", ingest_ctx_errmsg(ctx));
+    for (int i = 0; i < 2 && rc == 0; i++) /* landers decode only on the connection's thread: this one */
+        if ((rc = ingest_codec_add_dict_decode_ref(lc[i], bytes, len, NULL)) < 0)
+            snprintf(why, cap, "%s", "cannot load it for landing (out of memory?)");
     return rc;
 }
 
@@ -941,7 +942,7 @@ static void dict_accept(conn_dicts *cd, uint32_t id, const uint8_t hash[INGEST_D
 }
 
 /* Answer a DICT_OFFER (no batch is open, the committer is idle). */
-static int dict_offer(server *s, conn_dicts *cd, readq *q, ingest_codec *lc, ingest_ctx *ctx, sendside *lk,
+static int dict_offer(server *s, conn_dicts *cd, readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, sendside *lk,
                       const char *device, const ingest_wire_dict_offer *o)
 {
     ingest_wire_msg a;
@@ -998,7 +999,7 @@ static int dict_offer(server *s, conn_dicts *cd, readq *q, ingest_codec *lc, ing
  * A DICT_DATA slice: 0 (more to come, or the dictionary is verified,
  * loaded and stored), or a code for an ERROR with why (nothing stored).
  */
-static int dict_data(server *s, conn_dicts *cd, readq *q, ingest_codec *lc, ingest_ctx *ctx, const char *device,
+static int dict_data(server *s, conn_dicts *cd, readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const char *device,
                      const ingest_wire_dict_data *d, char *why, size_t cap)
 {
     const ingest_wire_dict_offer *o = &cd->offer;
@@ -1083,7 +1084,9 @@ static void serve(conn *c)
     uint64_t gen = 0; /* of the open batch as published to the reader */
     pthread_t reader;
     qitem *it = NULL;
-    ingest_codec *lcodec = NULL; /* the landers' decoder: this connection's dictionaries only */
+    /* The landers' decoders (one each: a lander's errors name the codec's detail from its own context):
+     * this connection's dictionaries only. */
+    ingest_codec *lcodec[2] = { NULL, NULL };
     conn_dicts cd;
     memset(&cd, 0, sizeof(cd));
     if (ctx == NULL)
@@ -1122,18 +1125,16 @@ static void serve(conn *c)
     cm.s = s;
     cm.lk = &lk;
     cm.device = device;
-    if (ingest_codec_create(ctx, 1, &lcodec) < 0) {
-        prog_log(INGEST_LOG_ERROR, "device %s: cannot start landing: %s", device, ingest_ctx_errmsg(ctx));
-        goto out;
-    }
     for (int i = 0; i < 2; i++) {
         if ((lctx[i] = ingest_ctx_create(NULL)) == NULL)
             goto out;
         ingest_ctx_set_log(lctx[i], prog_lib_log, NULL,
                            prog_log_level() >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
+        rc = ingest_codec_create(lctx[i], 1, &lcodec[i]);
         pthread_mutex_lock(&s->land_lock);
-        rc = ingest_lander_create(lctx[i], s->st, s->idx, s->cfg->bronze, s->cfg->layout, s->dedup, lcodec,
-                                  &landers[i]);
+        if (rc == 0)
+            rc = ingest_lander_create(lctx[i], s->st, s->idx, s->cfg->bronze, s->cfg->layout, s->dedup, lcodec[i],
+                                      &landers[i]);
         if (rc == 0)
             rc = ingest_lander_set_direct_io(landers[i], s->cfg->direct_io);
         pthread_mutex_unlock(&s->land_lock);
@@ -1450,9 +1451,9 @@ out:
             ingest_lander_destroy(landers[i]);
             pthread_mutex_unlock(&s->land_lock);
         }
+        ingest_codec_destroy(lcodec[i]); /* after its lander; before its context and the dictionary bytes */
         ingest_ctx_destroy(lctx[i]);
     }
-    ingest_codec_destroy(lcodec); /* after its landers and the reader's codec: then the dictionary bytes */
     for (unsigned i = 0; i < cd.nown; i++)
         free(cd.own[i]);
     free(cd.buf);

@@ -14,6 +14,8 @@
 #    (so the chunks above were compressed with it).
 # 6. A device whose DICT_DATA does not match its offer (id or hash) gets an
 #    ERROR, nothing is stored, and the receiver serves on.
+# 7. A chunk naming a dictionary the receiver stores, but that its session
+#    did not offer, is refused; offered, it lands.
 . "$(dirname "$0")/lib.sh"
 EVIL="$BUILD/tools/evil-agent"
 setup_keys
@@ -149,3 +151,25 @@ gen_small "$T/src1/data/fourth" 30 606
 ship dev1
 same_tree "$T/src1/data" "$(landed_root dev1)/data"
 pass "DICT_DATA not matching its offer: ERROR, nothing stored, the receiver serves on"
+
+# ---- 7. a chunk may only use a dictionary accepted on its own session ----
+# fleet.dict is in the receiver's store (dev1 sent it), but this session did not offer it.
+line=$(sed -n 2p "$T/samples/t00000.csv")
+content="$line
+$(sed -n 3p "$T/samples/t00000.csv")
+$(sed -n 4p "$T/samples/t00000.csv")"
+evil_run() {
+    rc=0
+    "$EVIL" --address "$(cat "$T/receiver.addr")" --device dev2 --key "$T/keys/dev2.key" \
+        --receiver-pub "$T/keys/receiver.pub" --dedup-key "$T/keys/fleet.dedup" --content "$content" "$@" \
+        > "$T/evil.out" 2> "$T/evil.err" || rc=$?
+}
+evil_run --batch nooffer1 --path data/nooffer.csv --dict-chunk "$T/fleet.dict"
+[ "$rc" -eq 3 ] || { cat "$T/evil.out" "$T/evil.err"; fail "chunk with a dictionary not offered: evil-agent exit $rc, expected 3 (ERROR)"; }
+grep -q "dictionary $id1 is not loaded" "$T/evil.out" || { cat "$T/evil.out"; fail "the refusal does not name the dictionary"; }
+[ ! -e "$(landed_root dev2)/data/nooffer.csv" ] || fail "a chunk with a dictionary not offered landed"
+# Offered (held already) on the session, the same chunk lands.
+evil_run --batch offer1 --path data/offer.csv --dict "$T/fleet.dict" --dict-chunk "$T/fleet.dict"
+[ "$rc" -eq 2 ] || { cat "$T/evil.out" "$T/evil.err"; fail "chunk with an offered dictionary: evil-agent exit $rc, expected 2 (landed)"; }
+[ "$(cat "$(landed_root dev2)/data/offer.csv")" = "$content" ] || fail "landed content differs"
+pass "a chunk naming a dictionary not offered on its session is refused; offered, it lands"

@@ -27,6 +27,10 @@
  *   --dict-tamper OFF      flip byte OFF of the dictionary's bytes in the
  *                          DICT_DATA (4: its id; -1: its last byte, so its
  *                          hash), then report the receiver's reply
+ *   --dict-chunk FILE      compress the batch's chunk with the dictionary
+ *                          FILE (whether or not it was offered: a receiver
+ *                          must decode only with dictionaries accepted on
+ *                          the session); exit 1 if it did not shrink
  *
  * Each frame is sealed by the session into one end of a socketpair, read
  * back from the other end, altered if asked, and written to the TCP socket.
@@ -318,7 +322,7 @@ static void usage(void)
     fprintf(stderr, "usage: evil-agent --address HOST:PORT --device ID --key FILE --receiver-pub FILE\n"
                     "                  --dedup-key FILE [--batch ID] [--path JSON] [--content TEXT]\n"
                     "                  [--ping] [--tamper TYPE[:OFFSET]] [--replay TYPE] [--early-chunk]\n"
-                    "                  [--dict FILE [--dict-tamper OFFSET]]\n");
+                    "                  [--dict FILE [--dict-tamper OFFSET]] [--dict-chunk FILE]\n");
 }
 
 int main(int argc, char **argv)
@@ -327,7 +331,7 @@ int main(int argc, char **argv)
     const char *batch = "evil1", *path = "data/evil.txt", *content = NULL;
     int ping = 0, early = 0, dict_tamper_set = 0;
     long dict_tamper = 0;
-    const char *dictfile = NULL;
+    const char *dictfile = NULL, *chunkdict = NULL;
     uint8_t *dict = NULL;
     size_t dict_len = 0;
     evil e;
@@ -342,6 +346,7 @@ int main(int argc, char **argv)
         { "ping", no_argument, NULL, 'P' },          { "tamper", required_argument, NULL, 't' },
         { "replay", required_argument, NULL, 'R' },  { "early-chunk", no_argument, NULL, 'E' },
         { "dict", required_argument, NULL, 'T' },    { "dict-tamper", required_argument, NULL, 'X' },
+        { "dict-chunk", required_argument, NULL, 'U' },
         { NULL, 0, NULL, 0 },
     };
     int o;
@@ -358,6 +363,7 @@ int main(int argc, char **argv)
         case 'P': ping = 1; break;
         case 'E': early = 1; break;
         case 'T': dictfile = optarg; break;
+        case 'U': chunkdict = optarg; break;
         case 'X':
             dict_tamper = strtol(optarg, NULL, 10);
             dict_tamper_set = 1;
@@ -419,6 +425,21 @@ int main(int argc, char **argv)
             (dict_tamper_set && (dict_tamper < -1 || dict_tamper >= (long)dict_len))) {
             fprintf(stderr, "evil-agent: %s: not a dictionary of 1..%u bytes, or --dict-tamper outside it\n", dictfile,
                     EVIL_DICT_MAX);
+            goto out;
+        }
+    }
+
+    if (chunkdict != NULL) {
+        FILE *f = fopen(chunkdict, "rb");
+        uint8_t *d = malloc(INGEST_DICT_MAX_BYTES);
+        const size_t n = f && d ? fread(d, 1, INGEST_DICT_MAX_BYTES, f) : 0;
+        uint32_t did = 0;
+        const int ok = n > 0 && ingest_codec_add_dict(codec, d, n, &did) == 0 && ingest_codec_use_dict(codec, did) == 0;
+        if (f)
+            fclose(f);
+        free(d);
+        if (!ok) {
+            fprintf(stderr, "evil-agent: --dict-chunk %s: not a loadable dictionary\n", chunkdict);
             goto out;
         }
     }
@@ -546,6 +567,10 @@ int main(int argc, char **argv)
             enc = malloc(cap);
             if (enc == NULL || ingest_codec_encode(codec, text, tlen, enc, cap, &elen) < 0)
                 goto out;
+            if (chunkdict != NULL && enc[1] != INGEST_CODEC_METHOD_ZSTD_DICT) {
+                fprintf(stderr, "evil-agent: the chunk did not shrink with the dictionary (method %u)\n", enc[1]);
+                goto out;
+            }
             memset(&m, 0, sizeof(m));
             m.type = INGEST_MSG_CHUNK;
             m.u.chunk.index = 0;
