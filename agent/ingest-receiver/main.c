@@ -925,9 +925,9 @@ static int dict_load(readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const
     while (q->decoding) /* the reader uses its codec without the lock */
         pthread_cond_wait(&q->cond, &q->lock);
     int rc = ingest_codec_add_dict_decode_ref(q->codec, bytes, len, NULL);
-    pthread_mutex_unlock(&q->lock);
-    if (rc < 0)
+    if (rc < 0) /* read while the reader cannot write ctx: it is not decoding */
         snprintf(why, cap, "%s", ingest_ctx_errmsg(ctx));
+    pthread_mutex_unlock(&q->lock);
     for (int i = 0; i < 2 && rc == 0; i++) /* landers decode only on the connection's thread: this one */
         if ((rc = ingest_codec_add_dict_decode_ref(lc[i], bytes, len, NULL)) < 0)
             snprintf(why, cap, "%s", "cannot load it for landing (out of memory?)");
