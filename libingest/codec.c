@@ -194,7 +194,12 @@ static struct dict_entry *find_dict(ingest_codec *c, uint32_t id)
     return NULL;
 }
 
-int ingest_codec_add_dict(ingest_codec *c, const void *dict, size_t len, uint32_t *dict_id)
+/*
+ * Load a dictionary: by copy and for both directions, or (decode_ref) by
+ * reference and for decompression only, which costs only the entropy
+ * tables (the receiver holds one per connection and dictionary).
+ */
+static int add_dict(ingest_codec *c, const void *dict, size_t len, int decode_ref, uint32_t *dict_id)
 {
     struct dict_entry e = { 0, NULL, NULL, NULL, NULL };
     int rc;
@@ -215,27 +220,30 @@ int ingest_codec_add_dict(ingest_codec *c, const void *dict, size_t len, uint32_
     if (c->ndicts == CODEC_MAX_DICTS)
         return ingest__fail(c->ctx, INGEST_ENOSPC, "codec: dictionary %u: table full (%u loaded)",
                             e.id, CODEC_MAX_DICTS);
-    const size_t dsize = ZSTD_estimateDDictSize(len, ZSTD_dlm_byCopy);
+    const ZSTD_dictLoadMethod_e how = decode_ref ? ZSTD_dlm_byRef : ZSTD_dlm_byCopy;
+    const size_t dsize = ZSTD_estimateDDictSize(len, how);
     const ZSTD_compressionParameters cp = ZSTD_getCParams(c->level, CODEC_CDICT_SRC_HINT, len);
-    const size_t csize = ZSTD_estimateCDictSize_advanced(len, cp, ZSTD_dlm_byCopy);
+    const size_t csize = decode_ref ? 0 : ZSTD_estimateCDictSize_advanced(len, cp, ZSTD_dlm_byCopy);
     e.dws = ingest__malloc(c->ctx, dsize);
-    e.cws = ingest__malloc(c->ctx, csize);
-    if (e.dws == NULL || e.cws == NULL) {
+    e.cws = decode_ref ? NULL : ingest__malloc(c->ctx, csize);
+    if (e.dws == NULL || (!decode_ref && e.cws == NULL)) {
         rc = ingest__fail(c->ctx, INGEST_ENOMEM, "codec: dictionary %u: out of memory (%zu + %zu bytes)", e.id,
                           dsize, csize);
         goto fail;
     }
     /* Parse as a full dictionary: malformed entropy tables fail here. */
-    e.ddict = ZSTD_initStaticDDict(e.dws, dsize, dict, len, ZSTD_dlm_byCopy, ZSTD_dct_fullDict);
+    e.ddict = ZSTD_initStaticDDict(e.dws, dsize, dict, len, how, ZSTD_dct_fullDict);
     if (e.ddict == NULL) {
         rc = ingest__fail(c->ctx, INGEST_ECORRUPT, "codec: dictionary %u: malformed tables", e.id);
         goto fail;
     }
-    e.cdict = ZSTD_initStaticCDict(e.cws, csize, dict, len, ZSTD_dlm_byCopy, ZSTD_dct_fullDict, cp);
-    if (e.cdict == NULL) {
-        rc = ingest__fail(c->ctx, INGEST_ECORRUPT, "codec: dictionary %u: cannot prepare for compression",
-                          e.id);
-        goto fail;
+    if (!decode_ref) {
+        e.cdict = ZSTD_initStaticCDict(e.cws, csize, dict, len, ZSTD_dlm_byCopy, ZSTD_dct_fullDict, cp);
+        if (e.cdict == NULL) {
+            rc = ingest__fail(c->ctx, INGEST_ECORRUPT, "codec: dictionary %u: cannot prepare for compression",
+                              e.id);
+            goto fail;
+        }
     }
     c->dicts[c->ndicts++] = e;
 done:
@@ -246,6 +254,16 @@ fail:
     ingest__free(c->ctx, e.dws);
     ingest__free(c->ctx, e.cws);
     return rc;
+}
+
+int ingest_codec_add_dict(ingest_codec *c, const void *dict, size_t len, uint32_t *dict_id)
+{
+    return add_dict(c, dict, len, 0, dict_id);
+}
+
+int ingest_codec_add_dict_decode_ref(ingest_codec *c, const void *dict, size_t len, uint32_t *dict_id)
+{
+    return add_dict(c, dict, len, 1, dict_id);
 }
 
 int ingest_codec_use_dict(ingest_codec *c, uint32_t dict_id)
@@ -259,6 +277,8 @@ int ingest_codec_use_dict(ingest_codec *c, uint32_t dict_id)
     const struct dict_entry *e = find_dict(c, dict_id);
     if (e == NULL)
         return ingest__fail(c->ctx, INGEST_ENOTFOUND, "codec: dictionary %u is not loaded", dict_id);
+    if (e->cdict == NULL)
+        return ingest__fail(c->ctx, INGEST_EINVAL, "codec: dictionary %u was loaded for decoding only", dict_id);
     c->cur = e;
     return 0;
 }
@@ -520,6 +540,11 @@ int ingest_codec_decode(ingest_codec *c, const void *src, size_t n, void *dst, s
     }
     *out_len = h.raw_len;
     return 0;
+}
+
+void ingest_dict_hash(const void *dict, size_t len, uint8_t hash[INGEST_DICT_HASH_BYTES])
+{
+    crypto_generichash(hash, INGEST_DICT_HASH_BYTES, dict, len, NULL, 0);
 }
 
 /* An id of a dictionary's own: from its content, in zstd's private range. */

@@ -321,6 +321,8 @@ int ingest_session_set_features(ingest_session *s, unsigned features)
 
 unsigned ingest_session_features(const ingest_session *s) { return s->established ? s->features : 0; }
 
+size_t ingest_session_peer_max_payload(const ingest_session *s) { return s->established ? s->peer_max_payload : 0; }
+
 const char *ingest_session_peer_id(const ingest_session *s) { return s->peer_id; }
 int ingest_session_cipher(const ingest_session *s) { return s->cipher; }
 const char *ingest_session_send_errmsg(const ingest_session *s) { return s->tx.ectx.errmsg; }
@@ -701,7 +703,7 @@ int ingest_session_sendv(ingest_session *s, int fd, unsigned type, const ingest_
         return ingest__fail(&d->ectx, INGEST_EINVAL, "send: no handshake yet");
     if (d->dead)
         return d->dead;
-    if (type == 0 || type > INGEST_MSG_TYPE_LAST)
+    if (strcmp(ingest_wire_type_name(type), "UNKNOWN") == 0)
         return ingest__fail(&d->ectx, INGEST_EINVAL, "send: unknown message type %u", type);
     for (size_t i = 0; i < n; i++) {
         if (iov[i].len > s->peer_max_payload - len)
@@ -787,6 +789,10 @@ int ingest_session_send_msg(ingest_session *s, int fd, const ingest_wire_msg *m)
         v[2].base = m->u.group.data;
         v[2].len = m->u.group.len;
         n = 3;
+    } else if (m->type == INGEST_MSG_DICT_DATA) {
+        v[1].base = m->u.dict_data.data;
+        v[1].len = m->u.dict_data.len;
+        n = 2;
     }
     return ingest_session_sendv(s, fd, m->type, v, n);
 }

@@ -1,8 +1,11 @@
 /* Wire protocol message codecs (docs/protocol.md, "Messages"). */
 #include "internal.h"
 #include "ingest/wire.h"
+#include "ingest/codec.h"
 
 #include <string.h>
+
+_Static_assert(INGEST_WIRE_DICT_MAX == INGEST_DICT_MAX_BYTES, "a dictionary on the wire is one the codec loads");
 
 const char *ingest_wire_type_name(unsigned type)
 {
@@ -19,6 +22,9 @@ const char *ingest_wire_type_name(unsigned type)
     case INGEST_MSG_PONG: return "PONG";
     case INGEST_MSG_RECEIVED: return "RECEIVED";
     case INGEST_MSG_CHUNK_GROUP: return "CHUNK_GROUP";
+    case INGEST_MSG_DICT_OFFER: return "DICT_OFFER";
+    case INGEST_MSG_DICT_WANT: return "DICT_WANT";
+    case INGEST_MSG_DICT_DATA: return "DICT_DATA";
     default: return "UNKNOWN";
     }
 }
@@ -41,7 +47,8 @@ int ingest_wire_hdr_decode(ingest_ctx *ctx, const uint8_t in[INGEST_WIRE_HDR_BYT
     if (h->version != INGEST_WIRE_VERSION)
         return ingest__fail(ctx, INGEST_EVERSION, "wire: frame version %u (type %u), expected %u",
                             (unsigned)h->version, (unsigned)h->type, INGEST_WIRE_VERSION);
-    if (h->type == 0 || h->type > INGEST_MSG_TYPE_LAST)
+    /* by name: a type is known when it has one */
+    if (strcmp(ingest_wire_type_name(h->type), "UNKNOWN") == 0)
         return ingest__fail(ctx, INGEST_EPROTO, "wire: unknown message type %u", (unsigned)h->type);
     if (h->flags != 0)
         return ingest__fail(ctx, INGEST_EPROTO, "wire: %s: reserved flags 0x%04x set",
@@ -243,6 +250,39 @@ static int encode(ingest_ctx *ctx, const ingest_wire_msg *m, wr *w, int with_tai
     case INGEST_MSG_PONG:
         w_u64(w, m->u.ping.nonce);
         break;
+    case INGEST_MSG_DICT_OFFER: {
+        const ingest_wire_dict_offer *x = &m->u.dict_offer;
+        if (x->dict_id == 0 || x->size == 0 || x->size > INGEST_WIRE_DICT_MAX)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: DICT_OFFER: dictionary id %u, size %u (1..%u)",
+                                (unsigned)x->dict_id, (unsigned)x->size, INGEST_WIRE_DICT_MAX);
+        w_u32(w, x->dict_id);
+        w_u32(w, x->size);
+        w_bytes(w, x->hash, sizeof(x->hash));
+        break;
+    }
+    case INGEST_MSG_DICT_WANT: {
+        const ingest_wire_dict_want *x = &m->u.dict_want;
+        INGEST__FORWARD(check_msg(ctx, name, x->message, &n2));
+        if (x->dict_id == 0 || x->answer > INGEST_DICT_REFUSED)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: DICT_WANT: dictionary id %u, answer %u",
+                                (unsigned)x->dict_id, (unsigned)x->answer);
+        w_u32(w, x->dict_id);
+        w_u8(w, x->answer);
+        w_str(w, x->message, n2);
+        break;
+    }
+    case INGEST_MSG_DICT_DATA: {
+        const ingest_wire_dict_data *x = &m->u.dict_data;
+        if (x->dict_id == 0 || x->len == 0 || x->offset >= INGEST_WIRE_DICT_MAX ||
+            x->len > INGEST_WIRE_DICT_MAX - x->offset)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: DICT_DATA: dictionary id %u, %zu bytes at offset %u (past %u)",
+                                (unsigned)x->dict_id, x->len, (unsigned)x->offset, INGEST_WIRE_DICT_MAX);
+        w_u32(w, x->dict_id);
+        w_u32(w, x->offset);
+        if (with_tail)
+            w_bytes(w, x->data, x->len);
+        break;
+    }
     default:
         return ingest__fail(ctx, INGEST_EINVAL, "wire: cannot encode unknown message type %u", (unsigned)m->type);
     }
@@ -272,6 +312,8 @@ size_t ingest_wire_encoded_size(const ingest_wire_msg *m)
         tail = m->u.chunk.len;
     else if (m->type == INGEST_MSG_CHUNK_GROUP)
         tail = 4 * (size_t)m->u.group.count + m->u.group.len;
+    else if (m->type == INGEST_MSG_DICT_DATA)
+        tail = m->u.dict_data.len;
     if (tail > INGEST_WIRE_MAX_PAYLOAD_HIGHEST)
         return 0;
     return w.len + tail;
@@ -365,6 +407,15 @@ static int r_str(rd *r, const char *field, char *out, size_t max, int is_id)
 static int r_batch_id(rd *r, char out[INGEST_WIRE_BATCH_ID_MAX + 1])
 {
     return r_str(r, "batch id", out, INGEST_WIRE_BATCH_ID_MAX, 1);
+}
+
+/* A dictionary id (DICT_*): non-zero. */
+static int r_dict_id(rd *r, uint32_t *id)
+{
+    INGEST__FORWARD(r_u32(r, "dictionary id", id));
+    if (*id == 0)
+        return ingest__fail(r->ctx, INGEST_ECORRUPT, "wire: %s: dictionary id 0 (offset %zu)", r->what, r->pos - 4);
+    return 0;
 }
 
 static int r_end(rd *r)
@@ -488,6 +539,42 @@ int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, s
     case INGEST_MSG_PONG:
         INGEST__FORWARD(r_u64(&r, "nonce", &m->u.ping.nonce));
         return r_end(&r);
+    case INGEST_MSG_DICT_OFFER: {
+        ingest_wire_dict_offer *x = &m->u.dict_offer;
+        INGEST__FORWARD(r_dict_id(&r, &x->dict_id));
+        INGEST__FORWARD(r_u32(&r, "size", &x->size));
+        if (x->size == 0 || x->size > INGEST_WIRE_DICT_MAX)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: DICT_OFFER: size %u outside 1..%u (offset 4)",
+                                (unsigned)x->size, INGEST_WIRE_DICT_MAX);
+        INGEST__FORWARD(r_need(&r, sizeof(x->hash), "hash"));
+        memcpy(x->hash, payload + r.pos, sizeof(x->hash));
+        r.pos += sizeof(x->hash);
+        return r_end(&r);
+    }
+    case INGEST_MSG_DICT_WANT: {
+        ingest_wire_dict_want *x = &m->u.dict_want;
+        INGEST__FORWARD(r_dict_id(&r, &x->dict_id));
+        INGEST__FORWARD(r_u8(&r, "answer", &x->answer));
+        if (x->answer > INGEST_DICT_REFUSED)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: DICT_WANT: unknown answer %u (offset 4)",
+                                (unsigned)x->answer);
+        INGEST__FORWARD(r_str(&r, "message", x->message, INGEST_WIRE_MESSAGE_MAX, 0));
+        return r_end(&r);
+    }
+    case INGEST_MSG_DICT_DATA: {
+        ingest_wire_dict_data *x = &m->u.dict_data;
+        INGEST__FORWARD(r_dict_id(&r, &x->dict_id));
+        INGEST__FORWARD(r_u32(&r, "offset", &x->offset));
+        if (r.pos == len)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: DICT_DATA: no dictionary bytes after the offset (offset 8)");
+        if (x->offset >= INGEST_WIRE_DICT_MAX || len - r.pos > INGEST_WIRE_DICT_MAX - x->offset)
+            return ingest__fail(ctx, INGEST_ECORRUPT,
+                                "wire: DICT_DATA: %zu bytes at dictionary offset %u end past %u (offset 4)",
+                                len - r.pos, (unsigned)x->offset, INGEST_WIRE_DICT_MAX);
+        x->data = payload + r.pos;
+        x->len = len - r.pos;
+        return 0;
+    }
     default:
         return ingest__fail(ctx, INGEST_EPROTO, "wire: unknown message type %u", type);
     }

@@ -59,6 +59,12 @@ struct agent {
     uint8_t receiver_pub[INGEST_PUBKEY_BYTES];
     uint8_t dedup[INGEST_KEY_BYTES];
     ingest_codec *codec;
+    /* compression.dictionary, held for offering to the receiver (NULL: none) */
+    uint8_t *dict;
+    size_t dict_len;
+    uint32_t dict_id;
+    uint8_t dict_hash[INGEST_DICT_HASH_BYTES];
+    int dict_said; /* why it could not be used was logged (once) */
     ingest_store *st;
     ingest_havecache *have;
     ingest_filetable *ft;

@@ -932,6 +932,67 @@ static double latency_quantile(agent *a, double q)
     return a->lat[a->nlat - 1].s;
 }
 
+/*
+ * After the handshake, before any batch: offer compression.dictionary to
+ * the receiver (docs/protocol.md, "Dictionaries"), send it if asked, and
+ * compress with it only when the receiver holds it.  When it cannot be
+ * used (an older receiver, or refused) chunks are compressed without it,
+ * and the agent says why once.  0, or < 0 when the session failed.
+ */
+static int offer_dict(agent *a)
+{
+    if (a->dict == NULL)
+        return 0;
+    char why[INGEST_WIRE_MESSAGE_MAX + 64] = "";
+    ingest_wire_msg m;
+    if (!(ingest_session_features(a->ss) & INGEST_SESSION_FEATURE_DICT)) {
+        snprintf(why, sizeof(why), "the receiver does not take dictionaries (a version without the dict feature)");
+    } else {
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_DICT_OFFER;
+        m.u.dict_offer.dict_id = a->dict_id;
+        m.u.dict_offer.size = (uint32_t)a->dict_len;
+        memcpy(m.u.dict_offer.hash, a->dict_hash, sizeof(m.u.dict_offer.hash));
+        int rc = send_msg(a, &m, 0);
+        if (rc == 0)
+            rc = recv_msg(a, &m, HANDSHAKE_TIMEOUT_MS);
+        if (rc < 0)
+            return rc;
+        if (m.type != INGEST_MSG_DICT_WANT || m.u.dict_want.dict_id != a->dict_id) {
+            prog_log(INGEST_LOG_ERROR, "the receiver answered the offer of dictionary %u with %s", (unsigned)a->dict_id,
+                     ingest_wire_type_name(m.type));
+            return INGEST_EPROTO;
+        }
+        if (m.u.dict_want.answer == INGEST_DICT_REFUSED) {
+            snprintf(why, sizeof(why), "the receiver refused it: %s", m.u.dict_want.message);
+        } else if (m.u.dict_want.answer == INGEST_DICT_SEND) {
+            /* In slices within the receiver's frame bound (at least 64 bytes: 8 of them the slice's head). */
+            const size_t peer = ingest_session_peer_max_payload(a->ss);
+            const size_t slice = peer > 1024u * 1024u + 8u ? 1024u * 1024u : peer - 8u;
+            for (size_t off = 0; off < a->dict_len; off += slice) {
+                memset(&m, 0, sizeof(m));
+                m.type = INGEST_MSG_DICT_DATA;
+                m.u.dict_data.dict_id = a->dict_id;
+                m.u.dict_data.offset = (uint32_t)off;
+                m.u.dict_data.data = a->dict + off;
+                m.u.dict_data.len = a->dict_len - off < slice ? a->dict_len - off : slice;
+                if ((rc = send_msg(a, &m, 0)) < 0)
+                    return rc;
+            }
+            prog_log(INGEST_LOG_INFO, "dictionary %u (%zu bytes) sent to the receiver", (unsigned)a->dict_id,
+                     a->dict_len);
+        }
+    }
+    if (why[0] != '\0') {
+        if (!a->dict_said)
+            prog_log(INGEST_LOG_WARN, "compression.dictionary %s is not used: %s; chunks are compressed without it",
+                     a->cfg->compression_dictionary, why);
+        a->dict_said = 1;
+        return ingest_codec_use_dict(a->codec, 0);
+    }
+    return ingest_codec_use_dict(a->codec, a->dict_id);
+}
+
 int connect_core(agent *a)
 {
     char err[512];
@@ -947,7 +1008,8 @@ int connect_core(agent *a)
         return -1;
     /* --once pipelines batches across acks; the daemon ships one batch at a time from its journal */
     if (ingest_session_set_features(a->ss, INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK |
-                                               (a->daemon ? 0u : INGEST_SESSION_FEATURE_PIPELINE)) < 0)
+                                               (a->daemon ? 0u : INGEST_SESSION_FEATURE_PIPELINE) |
+                                               (a->dict != NULL ? INGEST_SESSION_FEATURE_DICT : 0u)) < 0)
         return -1;
     const int rc = ingest_session_handshake_fd(a->ss, a->fd, HANDSHAKE_TIMEOUT_MS);
     if (rc < 0) {
@@ -973,6 +1035,12 @@ int connect_core(agent *a)
         (ingest_session_features(a->ss) & INGEST_SESSION_FEATURE_SHUFFLE2) ? INGEST_CODEC_FILTER_SHUFFLE2 : 0u;
     if (ingest_codec_set_filters(a->codec, filters) < 0)
         return -1;
+    if (offer_dict(a) != 0) {
+        a->t.err_session++;
+        close(a->fd);
+        a->fd = -1;
+        return -1;
+    }
     prog_log(INGEST_LOG_DEBUG, "connected to %s (%s%s)", a->cfg->core_address,
              ingest_session_cipher_name(ingest_session_cipher(a->ss)), a->pipeline ? ", pipelined" : "");
     return 0;
@@ -1203,19 +1271,27 @@ int load_state(agent *a)
         return -1;
     }
     if (a->cfg->compression_dictionary[0]) {
+        /* Kept: it is offered to the receiver on each connection (connect_core). */
         FILE *f = fopen(a->cfg->compression_dictionary, "rb");
-        uint8_t *d = malloc(INGEST_DICT_MAX_BYTES);
-        size_t n = f && d ? fread(d, 1, INGEST_DICT_MAX_BYTES, f) : 0;
+        uint8_t *d = malloc(INGEST_DICT_MAX_BYTES + 1u);
+        const size_t n = f && d ? fread(d, 1, INGEST_DICT_MAX_BYTES + 1u, f) : 0;
         uint32_t did = 0;
-        const int ok = n > 0 && ingest_codec_add_dict(a->codec, d, n, &did) == 0 && ingest_codec_use_dict(a->codec, did) == 0;
+        const int toobig = n > INGEST_DICT_MAX_BYTES;
+        const int ok = n > 0 && !toobig && ingest_codec_add_dict(a->codec, d, n, &did) == 0 &&
+                       ingest_codec_use_dict(a->codec, did) == 0;
+        const int e = errno;
         if (f)
             fclose(f);
-        free(d);
         if (!ok) {
             prog_log(INGEST_LOG_ERROR, "compression.dictionary %s: %s", a->cfg->compression_dictionary,
-                     f ? ingest_ctx_errmsg(a->ctx) : strerror(errno));
+                     !f ? strerror(e) : toobig ? "larger than 4 MiB" : n == 0 ? "empty or unreadable" : ingest_ctx_errmsg(a->ctx));
+            free(d);
             return -1;
         }
+        a->dict = d;
+        a->dict_len = n;
+        a->dict_id = did;
+        ingest_dict_hash(d, n, a->dict_hash);
     }
     if (mkdir(a->cfg->state_dir, 0700) != 0 && errno != EEXIST) {
         prog_log(INGEST_LOG_ERROR, "state_dir %s: %s", a->cfg->state_dir, strerror(errno));
@@ -1409,6 +1485,7 @@ out:
     ingest_codec_destroy(a.codec);
     ingest_codec_destroy(a.mcodec);
     free(a.mbuf);
+    free(a.dict);
     ingest_throttle_destroy(a.throttle);
     ingest_secret_key_wipe(&a.key);
     ingest_agent_config_free(a.cfg);

@@ -14,6 +14,7 @@
 #include "../common/statslog.h"
 #include "../common/prog.h"
 #include "admit.h"
+#include "dicts.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -43,7 +44,7 @@ typedef struct server {
     uint8_t dedup[INGEST_KEY_BYTES];
     ingest_store *st;
     ingest_index *idx;
-    ingest_codec *codec;
+    dictstore *dicts; /* trained dictionaries devices sent (dicts.h) */
     pthread_mutex_t land_lock;
     atomic_int nconn; /* connection threads, authenticated or not */
     admit *adm;       /* connections not authenticated yet */
@@ -61,7 +62,7 @@ typedef struct server {
     /* Prometheus metrics (docs/operations.md): labelled by device. */
     ingest_metrics *metrics;
     ingest_metric *m_conns, *m_refused, *m_dropped, *m_landed, *m_failed, *m_files, *m_bytes, *m_new, *m_known, *m_rewanted,
-        *m_wire, *m_written, *m_latency, *m_stage, *m_errors;
+        *m_wire, *m_written, *m_latency, *m_stage, *m_errors, *m_dicts;
 } server;
 
 static int define_metrics(server *s)
@@ -97,6 +98,10 @@ static int define_metrics(server *s)
           "Encoded chunk bytes received", "device" },
         { &s->m_written, INGEST_METRIC_COUNTER, "ingest_receiver_bytes_written_total",
           "Bytes written under the bronze root (files and manifests)", "device" },
+        { &s->m_dicts, INGEST_METRIC_COUNTER, "ingest_receiver_dictionaries_total",
+          "Dictionaries devices offered, by result: held (the receiver had it), received (sent, verified and "
+          "loaded), refused (bounds)",
+          "result" },
     };
     if (ingest_metrics_create(s->ctx, &s->metrics) != 0)
         return -1;
@@ -561,6 +566,7 @@ typedef struct readq {
     /* CHUNK_GROUP scratch: the decoded bytes, and the expected ids and lengths */
     uint8_t *gbuf, *gids;
     uint32_t *glens;
+    int decoding;               /* the reader is decoding with codec (dictionaries are added only when not) */
     const uint8_t *key;
     ingest_metric *stage;       /* verify seconds */
 } readq;
@@ -622,6 +628,16 @@ static qitem *item_new(size_t len)
     return it;
 }
 
+/* Mark the reader as decoding with its codec (dict_load waits) or not. */
+static void reader_decoding(readq *q, int on)
+{
+    pthread_mutex_lock(&q->lock);
+    q->decoding = on;
+    if (!on)
+        pthread_cond_broadcast(&q->cond);
+    pthread_mutex_unlock(&q->lock);
+}
+
 /*
  * A CHUNK_GROUP: decode it once, verify each chunk's id over its slice and
  * queue each as a verified CHUNK, so the landing sees what it would have
@@ -640,6 +656,7 @@ static int read_group(readq *q, const ingest_wire_msg *m)
     pthread_mutex_lock(&q->lock);
     const uint64_t gen = q->gen;
     int ok = q->batch != NULL;
+    q->decoding = 1;
     for (uint32_t i = 0; ok && i < g->count; i++) {
         const uint32_t idx = ingest_wire_group_index(g, i);
         if (ingest_lander_chunk_expect(q->batch, idx, q->gids + (size_t)i * INGEST_ID_BYTES, &q->glens[i]) != 0) {
@@ -663,6 +680,7 @@ static int read_group(readq *q, const ingest_wire_msg *m)
         snprintf(why, sizeof(why), "decodes to %zu bytes, its chunks hold %zu", got, total);
         ok = 0;
     }
+    reader_decoding(q, 0);
     size_t at = 0;
     for (uint32_t i = 0; ok && i < g->count; at += q->glens[i], i++) {
         uint8_t id[INGEST_ID_BYTES];
@@ -725,12 +743,21 @@ static void *reader_main(void *arg)
             pthread_mutex_lock(&q->lock);
             const int known = q->batch != NULL && ingest_lander_chunk_expect(q->batch, m.u.chunk.index, id, &len) == 0;
             const uint64_t gen = q->gen;
+            q->decoding = known;
             pthread_mutex_unlock(&q->lock);
             size_t got = 0;
             const double t0 = prog_now();
-            if (known && (it = item_new(len)) != NULL &&
-                ingest_codec_decode(q->codec, m.u.chunk.data, m.u.chunk.len, it->data, len, &got, q->key, id) == 0 &&
-                got == len) {
+            const int ok = known && (it = item_new(len)) != NULL &&
+                           ingest_codec_decode(q->codec, m.u.chunk.data, m.u.chunk.len, it->data, len, &got, q->key,
+                                               id) == 0 &&
+                           got == len;
+            if (known) {
+                pthread_mutex_lock(&q->lock);
+                q->decoding = 0;
+                pthread_cond_broadcast(&q->cond);
+                pthread_mutex_unlock(&q->lock);
+            }
+            if (ok) {
                 it->verified = 1;
                 memcpy(it->id, id, sizeof(it->id));
                 ingest_metric_add_seconds(q->stage, "verify", prog_now() - t0);
@@ -762,13 +789,16 @@ static void *reader_main(void *arg)
             }
             if (drc == 0 && (it = item_new(raw)) == NULL)
                 break;
-            if (drc == 0 &&
-                (drc = ingest_codec_decode(q->codec, m.u.manifest_part.data, m.u.manifest_part.len, it->data, raw,
-                                           &got, NULL, NULL)) == 0 && got != raw)
-                drc = INGEST_ECORRUPT;
-            if (drc < 0) {
-                if (why[0] == '\0')
+            if (drc == 0) {
+                reader_decoding(q, 1);
+                if ((drc = ingest_codec_decode(q->codec, m.u.manifest_part.data, m.u.manifest_part.len, it->data, raw,
+                                               &got, NULL, NULL)) == 0 && got != raw)
+                    drc = INGEST_ECORRUPT;
+                if (drc < 0 && why[0] == '\0')
                     snprintf(why, sizeof(why), "MANIFEST_PART: %s: %s", ingest_strerror(drc), ingest_ctx_errmsg(q->ctx));
+                reader_decoding(q, 0);
+            }
+            if (drc < 0) {
                 free(it);
                 if ((it = item_new(0)) == NULL)
                     break;
@@ -785,6 +815,12 @@ static void *reader_main(void *arg)
             memcpy(it->data, m.u.manifest_part.data, m.u.manifest_part.len);
             it->m = m;
             it->m.u.manifest_part.data = it->data;
+        } else if (m.type == INGEST_MSG_DICT_DATA) {
+            if ((it = item_new(m.u.dict_data.len)) == NULL)
+                break;
+            memcpy(it->data, m.u.dict_data.data, m.u.dict_data.len);
+            it->m = m;
+            it->m.u.dict_data.data = it->data;
         } else {
             if ((it = item_new(0)) == NULL)
                 break;
@@ -994,6 +1030,169 @@ static void committer_stop(committer *cm)
     cm->started = 0;
 }
 
+/* ---- the dictionaries of a connection ------------------------------------- */
+
+/*
+ * A connection decodes with the dictionaries its own device offered on it,
+ * and only those: each connection has its own codecs (the reader's and the
+ * landers'), loaded by reference with bytes held by the store or by the
+ * connection.  So two devices whose different dictionaries share an id
+ * (ids are 31 bits) never decode each other's chunks, and no device can
+ * replace a dictionary another one relies on.
+ */
+#define SESSION_DICTS_MAX 8
+
+typedef struct conn_dicts {
+    struct {
+        uint32_t id;
+        uint8_t hash[INGEST_DICT_HASH_BYTES];
+    } d[SESSION_DICTS_MAX]; /* accepted on this session */
+    unsigned n;
+    uint8_t *own[SESSION_DICTS_MAX]; /* bytes received on this connection: the codecs refer to them */
+    unsigned nown;
+    int receiving;                   /* a DICT_WANT SEND was answered: DICT_DATA of offer comes */
+    ingest_wire_dict_offer offer;
+    uint8_t *buf;                    /* what came of it so far */
+    uint32_t got;
+} conn_dicts;
+
+/* Load a dictionary (bytes outlive the codecs) into the reader's codec and the landers': 0, or a code with why. */
+static int dict_load(readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const uint8_t *bytes, size_t len,
+                     char *why, size_t cap)
+{
+    pthread_mutex_lock(&q->lock);
+    while (q->decoding) /* the reader uses its codec without the lock */
+        pthread_cond_wait(&q->cond, &q->lock);
+    int rc = ingest_codec_add_dict_decode_ref(q->codec, bytes, len, NULL);
+    if (rc < 0) /* read while the reader cannot write ctx: it is not decoding */
+        snprintf(why, cap, "%s", ingest_ctx_errmsg(ctx));
+    pthread_mutex_unlock(&q->lock);
+    for (int i = 0; i < 2 && rc == 0; i++) /* landers decode only on the connection's thread: this one */
+        if ((rc = ingest_codec_add_dict_decode_ref(lc[i], bytes, len, NULL)) < 0)
+            snprintf(why, cap, "%s", "cannot load it for landing (out of memory?)");
+    return rc;
+}
+
+static void dict_accept(conn_dicts *cd, uint32_t id, const uint8_t hash[INGEST_DICT_HASH_BYTES])
+{
+    cd->d[cd->n].id = id;
+    memcpy(cd->d[cd->n].hash, hash, INGEST_DICT_HASH_BYTES);
+    cd->n++;
+}
+
+/* Answer a DICT_OFFER (no batch is open, the committer is idle). */
+static int dict_offer(server *s, conn_dicts *cd, readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, sendside *lk,
+                      const char *device, const ingest_wire_dict_offer *o)
+{
+    ingest_wire_msg a;
+    memset(&a, 0, sizeof(a));
+    a.type = INGEST_MSG_DICT_WANT;
+    a.u.dict_want.dict_id = o->dict_id;
+    a.u.dict_want.answer = INGEST_DICT_REFUSED;
+    char *why = a.u.dict_want.message;
+    const size_t whycap = sizeof(a.u.dict_want.message);
+    char hex[2 * INGEST_DICT_HASH_BYTES + 1];
+    ingest_to_hex(o->hash, INGEST_DICT_HASH_BYTES, hex);
+    unsigned i = 0;
+    while (i < cd->n && cd->d[i].id != o->dict_id)
+        i++;
+    if (i < cd->n) {
+        if (memcmp(cd->d[i].hash, o->hash, INGEST_DICT_HASH_BYTES) == 0)
+            a.u.dict_want.answer = INGEST_DICT_HAVE;
+        else
+            snprintf(why, whycap, "dictionary id %u already names another dictionary on this session",
+                     (unsigned)o->dict_id);
+    } else if (cd->n == SESSION_DICTS_MAX) {
+        snprintf(why, whycap, "at most %d dictionaries per session", SESSION_DICTS_MAX);
+    } else {
+        const uint8_t *bytes = dictstore_find(s->dicts, o->hash, o->size);
+        if (bytes == NULL) {
+            a.u.dict_want.answer = INGEST_DICT_SEND;
+            cd->receiving = 1;
+            cd->offer = *o;
+            cd->got = 0;
+        } else if (ingest_dict_id(bytes, o->size) != o->dict_id) {
+            snprintf(why, whycap, "the dictionary with this hash has id %u, not %u", ingest_dict_id(bytes, o->size),
+                     (unsigned)o->dict_id);
+        } else if (dict_load(q, lc, ctx, bytes, o->size, why, whycap) == 0) {
+            dict_accept(cd, o->dict_id, o->hash);
+            a.u.dict_want.answer = INGEST_DICT_HAVE;
+        }
+    }
+    if (a.u.dict_want.answer == INGEST_DICT_HAVE) {
+        ingest_metric_add(s->m_dicts, "held", 1);
+        prog_log(INGEST_LOG_INFO, "device %s: dictionary %u (%.16s) offered: held already", device,
+                 (unsigned)o->dict_id, hex);
+    } else if (a.u.dict_want.answer == INGEST_DICT_SEND) {
+        prog_log(INGEST_LOG_INFO, "device %s: dictionary %u (%.16s, %u bytes) offered: asking for it", device,
+                 (unsigned)o->dict_id, hex, (unsigned)o->size);
+    } else {
+        ingest_metric_add(s->m_dicts, "refused", 1);
+        prog_log(INGEST_LOG_WARN, "device %s: dictionary %u (%.16s) offered: refused: %s", device,
+                 (unsigned)o->dict_id, hex, why);
+    }
+    return link_send(lk, &a);
+}
+
+/*
+ * A DICT_DATA slice: 0 (more to come, or the dictionary is verified,
+ * loaded and stored), or a code for an ERROR with why (nothing stored).
+ */
+static int dict_data(server *s, conn_dicts *cd, readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const char *device,
+                     const ingest_wire_dict_data *d, char *why, size_t cap)
+{
+    const ingest_wire_dict_offer *o = &cd->offer;
+    if (!cd->receiving || d->dict_id != o->dict_id || d->offset != cd->got || d->len > o->size - cd->got) {
+        snprintf(why, cap, "DICT_DATA of dictionary %u, %zu bytes at offset %u, was not asked for", (unsigned)d->dict_id,
+                 d->len, (unsigned)d->offset);
+        return INGEST_EPROTO;
+    }
+    uint8_t *p = realloc(cd->buf, cd->got + d->len); /* grows with what came, never to a declared size */
+    if (p == NULL) {
+        snprintf(why, cap, "out of memory for dictionary %u", (unsigned)o->dict_id);
+        return INGEST_ENOMEM;
+    }
+    cd->buf = p;
+    memcpy(cd->buf + cd->got, d->data, d->len);
+    cd->got += (uint32_t)d->len;
+    if (cd->got < o->size)
+        return 0;
+    uint8_t *bytes = cd->buf;
+    cd->buf = NULL;
+    cd->got = 0;
+    cd->receiving = 0;
+    uint8_t h[INGEST_DICT_HASH_BYTES];
+    ingest_dict_hash(bytes, o->size, h);
+    if (ingest_dict_id(bytes, o->size) != o->dict_id) {
+        snprintf(why, cap, "the dictionary sent has id %u, offered as %u", ingest_dict_id(bytes, o->size),
+                 (unsigned)o->dict_id);
+        free(bytes);
+        return INGEST_EMISMATCH;
+    }
+    if (memcmp(h, o->hash, sizeof(h)) != 0) {
+        snprintf(why, cap, "the bytes of dictionary %u do not have the offered hash", (unsigned)o->dict_id);
+        free(bytes);
+        return INGEST_EMISMATCH;
+    }
+    cd->own[cd->nown++] = bytes; /* from here the codecs may refer to them */
+    char lwhy[512];
+    if (dict_load(q, lc, ctx, bytes, o->size, lwhy, sizeof(lwhy)) != 0) {
+        snprintf(why, cap, "dictionary %u is not usable: %s", (unsigned)o->dict_id, lwhy);
+        return INGEST_ECORRUPT;
+    }
+    dict_accept(cd, o->dict_id, o->hash);
+    ingest_metric_add(s->m_dicts, "received", 1);
+    char hex[2 * INGEST_DICT_HASH_BYTES + 1];
+    ingest_to_hex(o->hash, INGEST_DICT_HASH_BYTES, hex);
+    if (dictstore_add(s->dicts, o->hash, bytes, o->size, lwhy, sizeof(lwhy)) == 0)
+        prog_log(INGEST_LOG_INFO, "device %s: dictionary %u (%.16s, %u bytes) received and stored", device,
+                 (unsigned)o->dict_id, hex, (unsigned)o->size);
+    else
+        prog_log(INGEST_LOG_WARN, "device %s: dictionary %u (%.16s) received, used on this session only: %s", device,
+                 (unsigned)o->dict_id, hex, lwhy);
+    return 0;
+}
+
 static void serve(conn *c)
 {
     server *s = c->srv;
@@ -1024,12 +1223,17 @@ static void serve(conn *c)
     uint64_t gen = 0; /* of the open batch as published to the reader */
     pthread_t reader;
     qitem *it = NULL;
+    /* The landers' decoders (one each: a lander's errors name the codec's detail from its own context):
+     * this connection's dictionaries only. */
+    ingest_codec *lcodec[2] = { NULL, NULL };
+    conn_dicts cd;
+    memset(&cd, 0, sizeof(cd));
     if (ctx == NULL)
         goto out;
     ingest_ctx_set_log(ctx, prog_lib_log, NULL, prog_log_level() >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
     if (ingest_session_server_create(ctx, &s->key, s->auth, &ss) < 0 ||
         ingest_session_set_features(ss, INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 |
-                                            INGEST_SESSION_FEATURE_PACK) < 0)
+                                            INGEST_SESSION_FEATURE_PACK | INGEST_SESSION_FEATURE_DICT) < 0)
         goto out;
     lk.ss = ss;
     int rc;
@@ -1065,9 +1269,11 @@ static void serve(conn *c)
             goto out;
         ingest_ctx_set_log(lctx[i], prog_lib_log, NULL,
                            prog_log_level() >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
+        rc = ingest_codec_create(lctx[i], 1, &lcodec[i]);
         pthread_mutex_lock(&s->land_lock);
-        rc = ingest_lander_create(lctx[i], s->st, s->idx, s->cfg->bronze, s->cfg->layout, s->dedup, s->codec,
-                                  &landers[i]);
+        if (rc == 0)
+            rc = ingest_lander_create(lctx[i], s->st, s->idx, s->cfg->bronze, s->cfg->layout, s->dedup, lcodec[i],
+                                      &landers[i]);
         if (rc == 0)
             rc = ingest_lander_set_direct_io(landers[i], s->cfg->direct_io);
         pthread_mutex_unlock(&s->land_lock);
@@ -1124,8 +1330,33 @@ static void serve(conn *c)
             rc = link_send(&lk, &p);
             break;
         }
+        case INGEST_MSG_DICT_OFFER:
+            if (!(ingest_session_features(ss) & INGEST_SESSION_FEATURE_DICT) || b != NULL || batch[0] != '\0' ||
+                cd.receiving) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            committer_wait_idle(&cm); /* the last batch's ACK goes first */
+            rc = dict_offer(s, &cd, &q, lcodec, ctx, &lk, device, &m.u.dict_offer);
+            break;
+        case INGEST_MSG_DICT_DATA: {
+            char why[INGEST_WIRE_MESSAGE_MAX];
+            if (!(ingest_session_features(ss) & INGEST_SESSION_FEATURE_DICT)) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            rc = dict_data(s, &cd, &q, lcodec, ctx, device, &m.u.dict_data, why, sizeof(why));
+            if (rc < 0) {
+                prog_log(INGEST_LOG_WARN, "device %s: %s: %s; nothing stored, closing", device, ingest_strerror(rc),
+                         why);
+                ingest_metric_add(s->m_errors, "protocol", 1);
+                send_error(&lk, rc, why);
+                goto out;
+            }
+            break;
+        }
         case INGEST_MSG_BATCH_BEGIN:
-            if (b != NULL) {
+            if (b != NULL || cd.receiving) {
                 rc = INGEST_EPROTO;
                 break;
             }
@@ -1392,8 +1623,12 @@ out:
             ingest_lander_destroy(landers[i]);
             pthread_mutex_unlock(&s->land_lock);
         }
+        ingest_codec_destroy(lcodec[i]); /* after its lander; before its context and the dictionary bytes */
         ingest_ctx_destroy(lctx[i]);
     }
+    for (unsigned i = 0; i < cd.nown; i++)
+        free(cd.own[i]);
+    free(cd.buf);
     free(manifest);
     free(wants.v);
     pthread_mutex_destroy(&lk.mu);
@@ -1533,7 +1768,7 @@ int main(int argc, char **argv)
         prog_log(INGEST_LOG_ERROR, "bronze %s: not a directory", s.cfg->bronze);
         goto out;
     }
-    if (ingest_codec_create(s.ctx, 1, &s.codec) < 0 || define_metrics(&s) != 0 || open_index(&s, rebuild) != 0)
+    if (define_metrics(&s) != 0 || open_index(&s, rebuild) != 0 || (s.dicts = dictstore_open(s.cfg->state_dir)) == NULL)
         goto out;
     metrics_http *mh = NULL;
     if (s.cfg->metrics_listen[0] != '\0') {
@@ -1663,7 +1898,7 @@ out:
     if (s.nconn == 0) {
         ingest_index_close(s.idx);
         ingest_store_close(s.st);
-        ingest_codec_destroy(s.codec);
+        dictstore_close(s.dicts);
         ingest_metrics_destroy(s.metrics);
         ingest_authset_destroy(s.auth);
         ingest_receiver_config_free(s.cfg);

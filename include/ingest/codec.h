@@ -17,8 +17,8 @@
  * length and, given the expected id and key, re-derives the chunk id.
  *
  * THREAD SAFETY: a codec is used by one thread at a time (it owns zstd
- * contexts); make one per worker.  ingest_codec_raw_size, ingest_dict_id and
- * ingest_codec_bound are pure and thread-safe.
+ * contexts); make one per worker.  ingest_codec_raw_size, ingest_dict_id,
+ * ingest_dict_hash and ingest_codec_bound are pure and thread-safe.
  */
 #ifndef INGEST_CODEC_H
 #define INGEST_CODEC_H
@@ -71,8 +71,20 @@ INGEST_API size_t ingest_codec_bound(size_t n);
  */
 INGEST_API int ingest_codec_add_dict(ingest_codec *c, const void *dict, size_t len, uint32_t *dict_id);
 /*
+ * Like ingest_codec_add_dict, for decompression only and without copying:
+ * dict must stay valid and unchanged until the codec is destroyed.  Costs
+ * only the dictionary's entropy tables (~27 KiB), so a receiver can load
+ * one dictionary into many codecs.  ingest_codec_use_dict refuses it
+ * (INGEST_EINVAL).  Registering an id already held is a no-op, whichever
+ * way it was loaded: callers that accept dictionaries from several sources
+ * keep their ids apart themselves.
+ */
+INGEST_API int ingest_codec_add_dict_decode_ref(ingest_codec *c, const void *dict, size_t len,
+                                                uint32_t *dict_id);
+/*
  * Compress with dictionary dict_id from now on (0: no dictionary);
- * INGEST_ENOTFOUND if it was not added.
+ * INGEST_ENOTFOUND if it was not added, INGEST_EINVAL if it was added for
+ * decoding only.
  */
 INGEST_API int ingest_codec_use_dict(ingest_codec *c, uint32_t dict_id);
 
@@ -150,6 +162,12 @@ INGEST_API int ingest_dict_train(ingest_ctx *ctx, const void *samples, const siz
                                  uint32_t *dict_id);
 /* Id of a dictionary (0 if the bytes are not a zstd dictionary). */
 INGEST_API uint32_t ingest_dict_id(const void *dict, size_t len);
+/*
+ * The dictionary's name by content: the unkeyed BLAKE2b-256 of its bytes
+ * (the session protocol offers and stores dictionaries by it).  Thread-safe.
+ */
+#define INGEST_DICT_HASH_BYTES 32
+INGEST_API void ingest_dict_hash(const void *dict, size_t len, uint8_t hash[INGEST_DICT_HASH_BYTES]);
 /* Free a buffer returned by the library through ctx. */
 INGEST_API void ingest_buf_free(ingest_ctx *ctx, void *p);
 

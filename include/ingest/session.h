@@ -139,9 +139,16 @@ enum {
  * are the manifest slice); docs/protocol.md 2.2.1.
  */
 #define INGEST_SESSION_FEATURE_PACK 0x04u
+/*
+ * INGEST_SESSION_FEATURE_DICT: the device may offer trained dictionaries
+ * (DICT_OFFER, DICT_WANT, DICT_DATA; docs/protocol.md) and then send chunks
+ * compressed with those the receiver accepted.
+ */
+#define INGEST_SESSION_FEATURE_DICT 0x08u
 /* Every feature this library knows. */
-#define INGEST_SESSION_FEATURES_ALL \
-    (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK)
+#define INGEST_SESSION_FEATURES_ALL                                                                    \
+    (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK | \
+     INGEST_SESSION_FEATURE_DICT)
 
 /* A piece of a frame's payload for ingest_session_sendv. */
 typedef struct ingest_iov {
@@ -210,6 +217,8 @@ INGEST_API int ingest_session_handshake_fd(ingest_session *s, int fd, int timeou
 INGEST_API const char *ingest_session_peer_id(const ingest_session *s);
 INGEST_API int ingest_session_cipher(const ingest_session *s);
 INGEST_API const char *ingest_session_cipher_name(int cipher);
+/* After the handshake: the largest payload the peer accepts per frame (0 before). */
+INGEST_API size_t ingest_session_peer_max_payload(const ingest_session *s);
 
 /*
  * Seal and write one frame: header {type, version, flags 0, len} and the

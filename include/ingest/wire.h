@@ -17,7 +17,7 @@
  * UNTRUSTED INPUT: the decoders accept arbitrary bytes; every length is
  * checked against the payload and its own bound, trailing bytes are an
  * error, and nothing is allocated.  Decoded byte views (manifest parts,
- * chunk data, WANT indexes) point into the payload buffer and are valid as
+ * chunk data, dictionary slices, WANT indexes) point into the payload buffer and are valid as
  * long as it is.
  *
  * THREAD SAFETY: all functions here are thread-safe (no shared state); ctx
@@ -55,7 +55,10 @@ enum {
     INGEST_MSG_PONG = 10,         /* answer to PING */
     INGEST_MSG_RECEIVED = 11,     /* receiver -> agent; only with INGEST_SESSION_FEATURE_PIPELINE */
     INGEST_MSG_CHUNK_GROUP = 12,  /* agent -> receiver; only with INGEST_SESSION_FEATURE_PACK */
-    INGEST_MSG_TYPE_LAST = 12,
+    INGEST_MSG_DICT_OFFER = 13,   /* agent -> receiver; only with INGEST_SESSION_FEATURE_DICT */
+    INGEST_MSG_DICT_WANT = 14,    /* receiver -> agent; answer to DICT_OFFER */
+    INGEST_MSG_DICT_DATA = 15,    /* agent -> receiver; a slice of a dictionary the receiver asked for */
+    INGEST_MSG_TYPE_LAST = 15,
 };
 
 /* CHUNK_GROUP bounds: chunks in one group, and bytes they hold decoded. */
@@ -66,6 +69,21 @@ enum {
 
 /* WANT flag: more WANT frames for the same batch follow. */
 #define INGEST_WANT_MORE 0x01u
+
+/*
+ * Dictionaries (INGEST_SESSION_FEATURE_DICT, docs/protocol.md): a
+ * dictionary travels as DICT_DATA slices of at most its size, which is
+ * 1..INGEST_WIRE_DICT_MAX bytes (= INGEST_DICT_MAX_BYTES, codec.h); its
+ * hash is the unkeyed BLAKE2b-256 of its bytes (ingest_dict_hash).
+ */
+#define INGEST_WIRE_DICT_MAX (4u * 1024u * 1024u)
+#define INGEST_WIRE_DICT_HASH_BYTES 32
+/* DICT_WANT answers. */
+enum {
+    INGEST_DICT_HAVE = 0,    /* the receiver holds it: chunks may use it */
+    INGEST_DICT_SEND = 1,    /* send it (DICT_DATA), then chunks may use it */
+    INGEST_DICT_REFUSED = 2, /* do not use it on this session (message says why) */
+};
 
 /* ACK status values (other negative values are INGEST_E* codes). */
 enum {
@@ -158,6 +176,28 @@ typedef struct ingest_wire_received {
     char batch_id[INGEST_WIRE_BATCH_ID_MAX + 1];
 } ingest_wire_received;
 
+/* DICT_OFFER: a dictionary the device wants to compress chunks with. */
+typedef struct ingest_wire_dict_offer {
+    uint32_t dict_id; /* the id in its header (ingest_dict_id), non-zero */
+    uint32_t size;    /* its bytes, 1..INGEST_WIRE_DICT_MAX */
+    uint8_t hash[INGEST_WIRE_DICT_HASH_BYTES];
+} ingest_wire_dict_offer;
+
+/* DICT_WANT: the receiver's answer to the DICT_OFFER of dict_id. */
+typedef struct ingest_wire_dict_want {
+    uint32_t dict_id;
+    uint8_t answer; /* INGEST_DICT_HAVE, _SEND or _REFUSED */
+    char message[INGEST_WIRE_MESSAGE_MAX + 1];
+} ingest_wire_dict_want;
+
+/* DICT_DATA: bytes [offset, offset + len) of the dictionary dict_id. */
+typedef struct ingest_wire_dict_data {
+    uint32_t dict_id;
+    uint32_t offset;     /* < INGEST_WIRE_DICT_MAX; offset + len <= INGEST_WIRE_DICT_MAX */
+    const uint8_t *data; /* len >= 1 bytes */
+    size_t len;
+} ingest_wire_dict_data;
+
 typedef struct ingest_wire_error {
     int32_t code; /* negative INGEST_E* code */
     char message[INGEST_WIRE_MESSAGE_MAX + 1];
@@ -182,6 +222,9 @@ typedef struct ingest_wire_msg {
         ingest_wire_received received;
         ingest_wire_error error;
         ingest_wire_ping ping; /* PING and PONG */
+        ingest_wire_dict_offer dict_offer;
+        ingest_wire_dict_want dict_want;
+        ingest_wire_dict_data dict_data;
     } u;
 } ingest_wire_msg;
 
@@ -206,8 +249,8 @@ INGEST_API int ingest_wire_encode(ingest_ctx *ctx, const ingest_wire_msg *m, uin
 
 /*
  * Encode only the fixed part of m, without the trailing bytes of a
- * MANIFEST_PART or CHUNK, or the index array and bytes of a CHUNK_GROUP
- * (which are then sent from their own buffers, see
+ * MANIFEST_PART, CHUNK or DICT_DATA, or the index array and bytes of a
+ * CHUNK_GROUP (which are then sent from their own buffers, see
  * ingest_session_send_msg).  For the other types this is ingest_wire_encode.
  */
 INGEST_API int ingest_wire_encode_head(ingest_ctx *ctx, const ingest_wire_msg *m, uint8_t *out, size_t cap,

@@ -27,6 +27,16 @@
  *                          "bad" the same with one byte of the chunk flipped
  *                          before it is compressed; "nopack" without the
  *                          feature agreed.
+ *   --dict FILE            offer the dictionary FILE (its true id, size and
+ *                          hash) right after the handshake; if asked for it,
+ *                          send it as one DICT_DATA, then go on with the batch
+ *   --dict-tamper OFF      flip byte OFF of the dictionary's bytes in the
+ *                          DICT_DATA (4: its id; -1: its last byte, so its
+ *                          hash), then report the receiver's reply
+ *   --dict-chunk FILE      compress the batch's chunk with the dictionary
+ *                          FILE (whether or not it was offered: a receiver
+ *                          must decode only with dictionaries accepted on
+ *                          the session); exit 1 if it did not shrink
  *
  * Each frame is sealed by the session into one end of a socketpair, read
  * back from the other end, altered if asked, and written to the TCP socket.
@@ -52,6 +62,7 @@
 
 #define RECV_TIMEOUT_MS 10000
 #define CONTENT_MAX (64u * 1024u)
+#define EVIL_DICT_MAX (128u * 1024u) /* a record must fit in the socketpair's buffer */
 
 typedef struct evil {
     ingest_ctx *ctx;
@@ -328,15 +339,19 @@ static void usage(void)
 {
     fprintf(stderr, "usage: evil-agent --address HOST:PORT --device ID --key FILE --receiver-pub FILE\n"
                     "                  --dedup-key FILE [--batch ID] [--path JSON] [--content TEXT]\n"
-                    "                  [--ping] [--tamper TYPE[:OFFSET]] [--replay TYPE] [--early-chunk]\n");
+                    "                  [--ping] [--tamper TYPE[:OFFSET]] [--replay TYPE] [--early-chunk]\n"
+                    "                  [--dict FILE [--dict-tamper OFFSET]] [--dict-chunk FILE]\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *address = NULL, *device = NULL, *keyfile = NULL, *pubfile = NULL, *dedupfile = NULL;
     const char *batch = "evil1", *path = "data/evil.txt", *content = NULL;
-    int ping = 0, early = 0;
-    const char *group = NULL;
+    int ping = 0, early = 0, dict_tamper_set = 0;
+    long dict_tamper = 0;
+    const char *dictfile = NULL, *chunkdict = NULL, *group = NULL;
+    uint8_t *dict = NULL;
+    size_t dict_len = 0;
     evil e;
     memset(&e, 0, sizeof(e));
     e.tcp = e.sp[0] = e.sp[1] = -1;
@@ -349,6 +364,8 @@ int main(int argc, char **argv)
         { "ping", no_argument, NULL, 'P' },          { "tamper", required_argument, NULL, 't' },
         { "replay", required_argument, NULL, 'R' },  { "early-chunk", no_argument, NULL, 'E' },
         { "group", required_argument, NULL, 'G' },
+        { "dict", required_argument, NULL, 'T' },    { "dict-tamper", required_argument, NULL, 'X' },
+        { "dict-chunk", required_argument, NULL, 'U' },
         { NULL, 0, NULL, 0 },
     };
     int o;
@@ -370,6 +387,12 @@ int main(int argc, char **argv)
                 fprintf(stderr, "evil-agent: --group takes good, bad or nopack\n");
                 return 1;
             }
+            break;
+        case 'T': dictfile = optarg; break;
+        case 'U': chunkdict = optarg; break;
+        case 'X':
+            dict_tamper = strtol(optarg, NULL, 10);
+            dict_tamper_set = 1;
             break;
         case 't': {
             const char *colon = strchr(optarg, ':');
@@ -414,6 +437,38 @@ int main(int argc, char **argv)
         fprintf(stderr, "evil-agent: %s\n", ingest_ctx_errmsg(e.ctx));
         goto out;
     }
+    if (dictfile != NULL) {
+        FILE *f = fopen(dictfile, "rb");
+        if (f == NULL || (dict = malloc(EVIL_DICT_MAX + 1)) == NULL) {
+            fprintf(stderr, "evil-agent: %s: %s\n", dictfile, strerror(errno));
+            if (f)
+                fclose(f);
+            goto out;
+        }
+        dict_len = fread(dict, 1, EVIL_DICT_MAX + 1, f);
+        fclose(f);
+        if (dict_len == 0 || dict_len > EVIL_DICT_MAX || ingest_dict_id(dict, dict_len) == 0 ||
+            (dict_tamper_set && (dict_tamper < -1 || dict_tamper >= (long)dict_len))) {
+            fprintf(stderr, "evil-agent: %s: not a dictionary of 1..%u bytes, or --dict-tamper outside it\n", dictfile,
+                    EVIL_DICT_MAX);
+            goto out;
+        }
+    }
+
+    if (chunkdict != NULL) {
+        FILE *f = fopen(chunkdict, "rb");
+        uint8_t *d = malloc(INGEST_DICT_MAX_BYTES);
+        const size_t n = f && d ? fread(d, 1, INGEST_DICT_MAX_BYTES, f) : 0;
+        uint32_t did = 0;
+        const int ok = n > 0 && ingest_codec_add_dict(codec, d, n, &did) == 0 && ingest_codec_use_dict(codec, did) == 0;
+        if (f)
+            fclose(f);
+        free(d);
+        if (!ok) {
+            fprintf(stderr, "evil-agent: --dict-chunk %s: not a loadable dictionary\n", chunkdict);
+            goto out;
+        }
+    }
 
     /* The file of the batch: unique content per batch, so its chunk is always wanted. */
     char text[CONTENT_MAX];
@@ -447,7 +502,9 @@ int main(int argc, char **argv)
         goto out;
     }
     const int pack = group != NULL && strcmp(group, "nopack") != 0;
-    if (pack && ingest_session_set_features(e.ss, INGEST_SESSION_FEATURE_PACK) < 0) {
+    if ((pack || dict_len > 0) &&
+        ingest_session_set_features(e.ss, (pack ? INGEST_SESSION_FEATURE_PACK : 0u) |
+                                              (dict_len > 0 ? INGEST_SESSION_FEATURE_DICT : 0u)) < 0) {
         fprintf(stderr, "evil-agent: %s\n", ingest_ctx_errmsg(e.ctx));
         goto out;
     }
@@ -460,6 +517,42 @@ int main(int argc, char **argv)
             ingest_session_cipher_name(ingest_session_cipher(e.ss)));
 
     ingest_wire_msg m;
+    if (dict_len > 0) {
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_DICT_OFFER;
+        m.u.dict_offer.dict_id = ingest_dict_id(dict, dict_len);
+        m.u.dict_offer.size = (uint32_t)dict_len;
+        ingest_dict_hash(dict, dict_len, m.u.dict_offer.hash);
+        if ((rc = xsend(&e, &m)) != 0)
+            goto out;
+        rc = recv_reply(&e, &m);
+        if (rc < 0 || m.type != INGEST_MSG_DICT_WANT) {
+            status = report(&e, rc, &m);
+            goto out;
+        }
+        fprintf(stderr, "evil-agent: DICT_WANT answer %u %s\n", (unsigned)m.u.dict_want.answer, m.u.dict_want.message);
+        if (m.u.dict_want.answer == INGEST_DICT_SEND) {
+            if (dict_tamper_set)
+                dict[dict_tamper < 0 ? dict_len - 1 : (size_t)dict_tamper] ^= 0x01;
+            const uint32_t id = m.u.dict_want.dict_id; /* the offered id, whatever the bytes now say */
+            memset(&m, 0, sizeof(m));
+            m.type = INGEST_MSG_DICT_DATA;
+            m.u.dict_data.dict_id = id;
+            m.u.dict_data.data = dict;
+            m.u.dict_data.len = dict_len;
+            if ((rc = xsend(&e, &m)) != 0)
+                goto out;
+            fprintf(stderr, "evil-agent: sent the dictionary%s\n", dict_tamper_set ? " (tampered)" : "");
+        } else if (dict_tamper_set) {
+            fprintf(stderr, "evil-agent: the receiver did not ask for the dictionary: nothing to tamper with\n");
+            goto out;
+        }
+        if (dict_tamper_set) {
+            rc = recv_reply(&e, &m);
+            status = report(&e, rc, &m);
+            goto out;
+        }
+    }
     if (ping) {
         memset(&m, 0, sizeof(m));
         m.type = INGEST_MSG_PING;
@@ -513,6 +606,10 @@ int main(int argc, char **argv)
                 sendtext[tlen / 2] ^= 0x20;
             if (enc == NULL || ingest_codec_encode(codec, sendtext, tlen, enc, cap, &elen) < 0)
                 goto out;
+            if (chunkdict != NULL && enc[1] != INGEST_CODEC_METHOD_ZSTD_DICT) {
+                fprintf(stderr, "evil-agent: the chunk did not shrink with the dictionary (method %u)\n", enc[1]);
+                goto out;
+            }
             memset(&m, 0, sizeof(m));
             static const uint8_t index0[4] = { 0, 0, 0, 0 };
             if (group != NULL) {
@@ -567,5 +664,6 @@ out:
     ingest_ctx_destroy(e.ctx);
     free(manifest);
     free(enc);
+    free(dict);
     return status;
 }

@@ -861,6 +861,54 @@ static void test_alloc_failure_train(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* A dictionary loaded by reference for decoding only: decodes, never encodes, costs no copy. */
+static void test_dict_decode_ref(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    size_t sizes[NSAMPLES], total = 0;
+    uint8_t *samples = make_samples(sizes, &total);
+    void *dict = NULL;
+    size_t dlen = 0;
+    uint32_t id = 0, got = 0;
+    assert_int_equal(ingest_dict_train(ctx, samples, sizes, NSAMPLES, 4096, &dict, &dlen, &id), 0);
+    ingest_codec *enc = NULL, *dec = NULL;
+    assert_int_equal(ingest_codec_create(ctx, 1, &enc), 0);
+    assert_int_equal(ingest_codec_create(ctx, 1, &dec), 0);
+    assert_int_equal(ingest_codec_add_dict(enc, dict, dlen, NULL), 0);
+    assert_int_equal(ingest_codec_use_dict(enc, id), 0);
+    assert_int_equal(ingest_codec_add_dict_decode_ref(dec, dict, dlen, &got), 0);
+    assert_int_equal(got, id);
+    assert_int_equal(ingest_codec_use_dict(dec, id), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "decoding only"));
+    uint8_t sample[700];
+    gen_csv(sample, sizeof(sample), 4242);
+    round_trip(enc, dec, sample, sizeof(sample), INGEST_CODEC_METHOD_ZSTD_DICT);
+    /* Malformed tables are refused the same way; every allocation failure is ENOMEM, no leak. */
+    ingest_codec *bad = NULL;
+    assert_int_equal(ingest_codec_create(ctx, 1, &bad), 0);
+    assert_int_equal(ingest_codec_add_dict_decode_ref(bad, dict, 12, &got), INGEST_ECORRUPT);
+    assert_int_equal(ingest_codec_add_dict_decode_ref(bad, "nonsense bytes", 14, &got), INGEST_EINVAL);
+    f.fail_at = f.count + 1;
+    assert_int_equal(ingest_codec_add_dict_decode_ref(bad, dict, dlen, &got), INGEST_ENOMEM);
+    f.fail_at = 0;
+    ingest_codec_destroy(bad);
+    /* The dictionary's name: unkeyed BLAKE2b-256 of its bytes, deterministic, changed by any byte. */
+    uint8_t h1[INGEST_DICT_HASH_BYTES], h2[INGEST_DICT_HASH_BYTES];
+    ingest_dict_hash(dict, dlen, h1);
+    ingest_dict_hash(dict, dlen, h2);
+    assert_memory_equal(h1, h2, sizeof(h1));
+    ((uint8_t *)dict)[dlen - 1] ^= 1;
+    ingest_dict_hash(dict, dlen, h2);
+    assert_memory_not_equal(h1, h2, sizeof(h1));
+    ingest_codec_destroy(dec); /* before the bytes it refers to */
+    ingest_codec_destroy(enc);
+    ingest_buf_free(ctx, dict);
+    free(samples);
+    ingest_ctx_destroy(ctx);
+}
+
 static void test_dict_table_full(void **state)
 {
     (void)state;
@@ -915,6 +963,7 @@ int main(void)
         cmocka_unit_test(test_alloc_failure_ops),
         cmocka_unit_test(test_alloc_failure_train),
         cmocka_unit_test(test_dict_table_full),
+        cmocka_unit_test(test_dict_decode_ref),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,14 @@
 
 static ingest_ctx *ctx;
 
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -54,7 +62,8 @@ static size_t round_trip(const ingest_wire_msg *m, ingest_wire_msg *r, uint8_t *
     assert_int_equal(ingest_wire_decode(ctx, m->type, buf, len, r), 0);
     assert_int_equal(r->type, m->type);
     /* Every strict prefix is rejected (except where the tail is free-form). */
-    if (m->type != INGEST_MSG_MANIFEST_PART && m->type != INGEST_MSG_CHUNK && m->type != INGEST_MSG_CHUNK_GROUP) {
+    if (m->type != INGEST_MSG_MANIFEST_PART && m->type != INGEST_MSG_CHUNK && m->type != INGEST_MSG_CHUNK_GROUP &&
+        m->type != INGEST_MSG_DICT_DATA) {
         ingest_wire_msg t;
         for (size_t k = 0; k < len; k++)
             assert_int_equal(ingest_wire_decode(ctx, m->type, buf, k, &t), INGEST_ECORRUPT);
@@ -89,6 +98,11 @@ static void test_header(void **state)
     b[0] = INGEST_MSG_RECEIVED;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
     assert_int_equal(r.type, 11);
+    b[0] = INGEST_MSG_DICT_DATA;
+    assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
+    b[0] = 16;
+    assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EPROTO);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 16"));
     b[0] = 1;
     b[1] = 2;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EVERSION);
@@ -363,7 +377,7 @@ static void test_received(void **state)
     ingest_wire_msg m, r;
     uint8_t buf[512];
     assert_int_equal(INGEST_MSG_RECEIVED, 11);
-    assert_true(INGEST_MSG_TYPE_LAST >= INGEST_MSG_CHUNK_GROUP);
+    assert_int_equal(INGEST_MSG_TYPE_LAST, INGEST_MSG_DICT_DATA);
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_RECEIVED;
     strcpy(m.u.received.batch_id, "20240101T000000-0007");
@@ -424,6 +438,161 @@ static void test_received(void **state)
     assert_int_equal(ingest_wire_encode(ctx, &m, buf, 4, &(size_t){ 0 }), 0);
 }
 
+static void test_dict_offer(void **state)
+{
+    (void)state;
+    ingest_wire_msg m, r;
+    uint8_t buf[128];
+    assert_int_equal(INGEST_MSG_DICT_OFFER, 13);
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_DICT_OFFER;
+    m.u.dict_offer.dict_id = 0x7A000001u;
+    m.u.dict_offer.size = 112640;
+    for (int i = 0; i < INGEST_WIRE_DICT_HASH_BYTES; i++)
+        m.u.dict_offer.hash[i] = (uint8_t)(i * 7 + 1);
+    /* round_trip also rejects every strict prefix and a trailing byte. */
+    assert_int_equal(round_trip(&m, &r, buf, sizeof(buf)), 4 + 4 + 32);
+    const uint8_t golden[8] = { 0x01, 0x00, 0x00, 0x7A, 0x00, 0xB8, 0x01, 0x00 };
+    assert_memory_equal(buf, golden, 8);
+    assert_memory_equal(buf + 8, m.u.dict_offer.hash, 32);
+    assert_int_equal(r.u.dict_offer.dict_id, 0x7A000001u);
+    assert_int_equal(r.u.dict_offer.size, 112640);
+    assert_memory_equal(r.u.dict_offer.hash, m.u.dict_offer.hash, 32);
+    expect_fail(INGEST_MSG_DICT_OFFER, buf, 0, INGEST_ECORRUPT, "DICT_OFFER: truncated at dictionary id (offset 0");
+    expect_fail(INGEST_MSG_DICT_OFFER, buf, 20, INGEST_ECORRUPT, "truncated at hash (offset 8");
+    /* Bounds: id 0, size 0, size past the codec's bound; exactly the bound is fine. */
+    uint8_t b[40];
+    memcpy(b, buf, 40);
+    memset(b, 0, 4);
+    expect_fail(INGEST_MSG_DICT_OFFER, b, 40, INGEST_ECORRUPT, "dictionary id 0 (offset 0)");
+    memcpy(b, buf, 40);
+    memset(b + 4, 0, 4);
+    expect_fail(INGEST_MSG_DICT_OFFER, b, 40, INGEST_ECORRUPT, "size 0 outside");
+    b[4] = 1;
+    b[5] = 0;
+    b[6] = 0x40; /* 4 MiB + 1 */
+    expect_fail(INGEST_MSG_DICT_OFFER, b, 40, INGEST_ECORRUPT, "size 4194305 outside 1..4194304 (offset 4)");
+    b[4] = 0;
+    assert_int_equal(ingest_wire_decode(ctx, INGEST_MSG_DICT_OFFER, b, 40, &r), 0);
+    assert_int_equal(r.u.dict_offer.size, INGEST_WIRE_DICT_MAX);
+    /* The encoder refuses what the decoder would. */
+    m.u.dict_offer.size = INGEST_WIRE_DICT_MAX + 1;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &(size_t){ 0 }), INGEST_EINVAL);
+    assert_int_equal(ingest_wire_encoded_size(&m), 0);
+    m.u.dict_offer.size = 1;
+    m.u.dict_offer.dict_id = 0;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &(size_t){ 0 }), INGEST_EINVAL);
+    m.u.dict_offer.dict_id = 5;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, 39, &(size_t){ 0 }), INGEST_ETOOBIG);
+    assert_string_equal(ingest_wire_type_name(INGEST_MSG_DICT_OFFER), "DICT_OFFER");
+}
+
+static void test_dict_want(void **state)
+{
+    (void)state;
+    ingest_wire_msg m, r;
+    uint8_t buf[2048];
+    assert_int_equal(INGEST_MSG_DICT_WANT, 14);
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_DICT_WANT;
+    m.u.dict_want.dict_id = 40000;
+    m.u.dict_want.answer = INGEST_DICT_SEND;
+    assert_int_equal(round_trip(&m, &r, buf, sizeof(buf)), 4 + 1 + 2);
+    const uint8_t golden[7] = { 0x40, 0x9C, 0, 0, 1, 0, 0 };
+    assert_memory_equal(buf, golden, 7);
+    assert_int_equal(r.u.dict_want.dict_id, 40000);
+    assert_int_equal(r.u.dict_want.answer, INGEST_DICT_SEND);
+    assert_string_equal(r.u.dict_want.message, "");
+    m.u.dict_want.answer = INGEST_DICT_REFUSED;
+    strcpy(m.u.dict_want.message, "the receiver holds 64 dictionaries");
+    assert_int_equal(round_trip(&m, &r, buf, sizeof(buf)), 4 + 1 + 2 + 34);
+    assert_string_equal(r.u.dict_want.message, "the receiver holds 64 dictionaries");
+    /* A longest message round-trips; one byte more does not encode. */
+    memset(m.u.dict_want.message, 'x', INGEST_WIRE_MESSAGE_MAX);
+    m.u.dict_want.message[INGEST_WIRE_MESSAGE_MAX] = '\0';
+    assert_int_equal(round_trip(&m, &r, buf, sizeof(buf)), 4 + 1 + 2 + INGEST_WIRE_MESSAGE_MAX);
+    /* Hostile: unknown answer, id 0, a message longer than its bound, a NUL in it. */
+    const uint8_t badans[] = { 1, 0, 0, 0, 3, 0, 0 };
+    expect_fail(INGEST_MSG_DICT_WANT, badans, sizeof(badans), INGEST_ECORRUPT, "unknown answer 3 (offset 4)");
+    const uint8_t id0[] = { 0, 0, 0, 0, 0, 0, 0 };
+    expect_fail(INGEST_MSG_DICT_WANT, id0, sizeof(id0), INGEST_ECORRUPT, "DICT_WANT: dictionary id 0");
+    const uint8_t longmsg[] = { 1, 0, 0, 0, 2, 0x01, 0x04, 'a' };
+    expect_fail(INGEST_MSG_DICT_WANT, longmsg, sizeof(longmsg), INGEST_ECORRUPT, "message length 1025 exceeds 1024");
+    const uint8_t nul[] = { 1, 0, 0, 0, 2, 2, 0, 'a', 0 };
+    expect_fail(INGEST_MSG_DICT_WANT, nul, sizeof(nul), INGEST_ECORRUPT, "contains a NUL");
+    m.u.dict_want.message[0] = '\0';
+    m.u.dict_want.answer = 3;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &(size_t){ 0 }), INGEST_EINVAL);
+    m.u.dict_want.answer = 0;
+    m.u.dict_want.dict_id = 0;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &(size_t){ 0 }), INGEST_EINVAL);
+}
+
+static void test_dict_data(void **state)
+{
+    (void)state;
+    ingest_wire_msg m, r;
+    uint8_t data[64], buf[128];
+    for (int i = 0; i < 64; i++)
+        data[i] = (uint8_t)(i ^ 0x5A);
+    assert_int_equal(INGEST_MSG_DICT_DATA, 15);
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_DICT_DATA;
+    m.u.dict_data.dict_id = 40000;
+    m.u.dict_data.offset = 1048576;
+    m.u.dict_data.data = data;
+    m.u.dict_data.len = sizeof(data);
+    assert_int_equal(round_trip(&m, &r, buf, sizeof(buf)), 8 + 64);
+    const uint8_t golden[8] = { 0x40, 0x9C, 0, 0, 0, 0, 0x10, 0 };
+    assert_memory_equal(buf, golden, 8);
+    assert_int_equal(r.u.dict_data.dict_id, 40000);
+    assert_int_equal(r.u.dict_data.offset, 1048576);
+    assert_int_equal(r.u.dict_data.len, 64);
+    assert_memory_equal(r.u.dict_data.data, data, 64);
+    assert_ptr_equal(r.u.dict_data.data, buf + 8); /* a view, never a copy */
+    /* The head alone is id and offset; the bytes travel from their own buffer. */
+    size_t hl;
+    assert_int_equal(ingest_wire_encode_head(ctx, &m, buf, sizeof(buf), &hl), 0);
+    assert_int_equal(hl, 8);
+    /* Every truncation: the fixed fields, then no bytes at all. */
+    for (size_t k = 0; k < 8; k++)
+        expect_fail(INGEST_MSG_DICT_DATA, buf, k, INGEST_ECORRUPT, k < 4 ? "truncated at dictionary id" : "truncated at offset");
+    expect_fail(INGEST_MSG_DICT_DATA, buf, 8, INGEST_ECORRUPT, "no dictionary bytes");
+    /* Bounds: id 0; a slice ending past 4 MiB (an offset at the bound, a slice one byte too long). */
+    uint8_t b[16] = { 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3 };
+    expect_fail(INGEST_MSG_DICT_DATA, b, 11, INGEST_ECORRUPT, "dictionary id 0 (offset 0)");
+    b[0] = 1;
+    put_u32(b + 4, INGEST_WIRE_DICT_MAX);
+    expect_fail(INGEST_MSG_DICT_DATA, b, 9, INGEST_ECORRUPT, "end past 4194304");
+    put_u32(b + 4, INGEST_WIRE_DICT_MAX - 2);
+    expect_fail(INGEST_MSG_DICT_DATA, b, 11, INGEST_ECORRUPT, "3 bytes at dictionary offset 4194302 end past");
+    assert_int_equal(ingest_wire_decode(ctx, INGEST_MSG_DICT_DATA, b, 10, &r), 0);
+    assert_int_equal(r.u.dict_data.len, 2);
+    /* The encoder refuses the same, and empty slices. */
+    m.u.dict_data.offset = INGEST_WIRE_DICT_MAX - 63;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &(size_t){ 0 }), INGEST_EINVAL);
+    assert_int_equal(ingest_wire_encoded_size(&m), 0);
+    m.u.dict_data.offset = 0;
+    m.u.dict_data.len = 0;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &(size_t){ 0 }), INGEST_EINVAL);
+    m.u.dict_data.len = 64;
+    m.u.dict_data.dict_id = 0;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &(size_t){ 0 }), INGEST_EINVAL);
+    m.u.dict_data.dict_id = 1;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, 71, &(size_t){ 0 }), INGEST_ETOOBIG);
+    /* A slice as large as the frame bound decodes (the codec's bound is the dictionary's). */
+    const size_t big = INGEST_WIRE_DICT_MAX;
+    uint8_t *p = malloc(8 + big);
+    assert_non_null(p);
+    memset(p, 0xAB, 8 + big);
+    put_u32(p, 7);
+    put_u32(p + 4, 0);
+    assert_int_equal(ingest_wire_decode(ctx, INGEST_MSG_DICT_DATA, p, 8 + big, &r), 0);
+    assert_int_equal(r.u.dict_data.len, big);
+    expect_fail(INGEST_MSG_DICT_DATA, p, 8 + big + 1, INGEST_ECORRUPT, "end past");
+    free(p);
+}
+
 static void test_unknown_types(void **state)
 {
     (void)state;
@@ -431,6 +600,7 @@ static void test_unknown_types(void **state)
     uint8_t buf[16] = { 0 };
     expect_fail(0, buf, 8, INGEST_EPROTO, "unknown message type 0");
     expect_fail(200, buf, 8, INGEST_EPROTO, "unknown message type 200");
+    expect_fail(16, buf, 8, INGEST_EPROTO, "unknown message type 16");
     expect_fail(255, buf, 8, INGEST_EPROTO, NULL);
     memset(&m, 0, sizeof(m));
     m.type = 42;
@@ -469,7 +639,7 @@ static void test_random_payloads(void **state)
         const size_t n = (size_t)(rand_r(&seed) % (int)sizeof(buf));
         for (size_t k = 0; k < n; k++)
             buf[k] = (uint8_t)rand_r(&seed);
-        const unsigned type = (unsigned)(rand_r(&seed) % 13); /* 0 and 12 are unknown */
+        const unsigned type = (unsigned)(rand_r(&seed) % 17); /* 0 and 16 are unknown */
         ingest_wire_msg m;
         if (ingest_wire_decode(ctx, type, buf, n, &m) == 0) {
             ok++;
@@ -494,6 +664,9 @@ int main(void)
         cmocka_unit_test(test_chunk),
         cmocka_unit_test(test_commit_ack_error_ping),
         cmocka_unit_test(test_received),
+        cmocka_unit_test(test_dict_offer),
+        cmocka_unit_test(test_dict_want),
+        cmocka_unit_test(test_dict_data),
         cmocka_unit_test(test_unknown_types),
         cmocka_unit_test(test_chunk_group),
         cmocka_unit_test(test_id_rule),

@@ -1,0 +1,313 @@
+/* The receiver's dictionary store: see dicts.h. */
+#include "dicts.h"
+#include "../common/prog.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HEX_LEN (2 * INGEST_DICT_HASH_BYTES)
+#define SUFFIX ".zdict"
+#define TMP_SUFFIX ".tmp"
+
+typedef struct entry {
+    uint8_t hash[INGEST_DICT_HASH_BYTES];
+    size_t len;
+    uint8_t *bytes;
+} entry;
+
+struct dictstore {
+    pthread_mutex_t lock;
+    char dir[4200];
+    entry e[DICTSTORE_MAX];
+    unsigned n;
+    size_t bytes;
+};
+
+static entry *find(dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES])
+{
+    for (unsigned i = 0; i < ds->n; i++)
+        if (memcmp(ds->e[i].hash, hash, INGEST_DICT_HASH_BYTES) == 0)
+            return &ds->e[i];
+    return NULL;
+}
+
+/* "{64 hex}.zdict": 1 and the hash it names. */
+static int parse_name(const char *name, uint8_t hash[INGEST_DICT_HASH_BYTES])
+{
+    if (strlen(name) != HEX_LEN + strlen(SUFFIX) || strcmp(name + HEX_LEN, SUFFIX) != 0)
+        return 0;
+    for (size_t i = 0; i < INGEST_DICT_HASH_BYTES; i++) {
+        unsigned v = 0;
+        for (int k = 0; k < 2; k++) {
+            const char c = name[2 * i + (size_t)k];
+            if (c >= '0' && c <= '9')
+                v = v * 16 + (unsigned)(c - '0');
+            else if (c >= 'a' && c <= 'f')
+                v = v * 16 + (unsigned)(c - 'a' + 10);
+            else
+                return 0;
+        }
+        hash[i] = (uint8_t)v;
+    }
+    return 1;
+}
+
+/* A dictionary the codec accepts (id in its header, well-formed tables): 1, else 0 with why. */
+static int usable(const uint8_t *bytes, size_t len, char *why, size_t cap)
+{
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_codec *c = NULL;
+    int ok = 0;
+    if (ctx == NULL || ingest_codec_create(ctx, 1, &c) < 0)
+        snprintf(why, cap, "out of memory");
+    else if (ingest_codec_add_dict_decode_ref(c, bytes, len, NULL) < 0)
+        snprintf(why, cap, "%s", ingest_ctx_errmsg(ctx));
+    else
+        ok = 1;
+    ingest_codec_destroy(c);
+    ingest_ctx_destroy(ctx);
+    return ok;
+}
+
+/* Read and check one stored file; 0 held, -1 skipped (logged). */
+static int load_one(dictstore *ds, const char *name, const uint8_t hash[INGEST_DICT_HASH_BYTES])
+{
+    char path[4400], why[512] = "";
+    snprintf(path, sizeof(path), "%s/%s", ds->dir, name);
+    uint8_t *buf = NULL;
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        snprintf(why, sizeof(why), "%s", strerror(errno));
+        goto skip;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size <= 0 || st.st_size > (off_t)INGEST_DICT_MAX_BYTES) {
+        snprintf(why, sizeof(why), "not a regular file of 1..%u bytes", INGEST_DICT_MAX_BYTES);
+        goto skip;
+    }
+    const size_t len = (size_t)st.st_size;
+    if (ds->n == DICTSTORE_MAX || len > DICTSTORE_MAX_BYTES - ds->bytes) {
+        snprintf(why, sizeof(why), "past the store's bounds (%d dictionaries, %u bytes)", DICTSTORE_MAX,
+                 DICTSTORE_MAX_BYTES);
+        goto skip;
+    }
+    if ((buf = malloc(len)) == NULL) {
+        snprintf(why, sizeof(why), "out of memory");
+        goto skip;
+    }
+    size_t got = 0;
+    while (got < len) {
+        const ssize_t r = read(fd, buf + got, len - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            snprintf(why, sizeof(why), "read: %s", r < 0 ? strerror(errno) : "shorter than it was");
+            goto skip;
+        }
+        got += (size_t)r;
+    }
+    uint8_t h[INGEST_DICT_HASH_BYTES];
+    ingest_dict_hash(buf, len, h);
+    if (memcmp(h, hash, sizeof(h)) != 0) {
+        snprintf(why, sizeof(why), "its bytes do not have the hash its name says (damaged)");
+        goto skip;
+    }
+    if (!usable(buf, len, why, sizeof(why)))
+        goto skip;
+    close(fd);
+    entry *e = &ds->e[ds->n++];
+    memcpy(e->hash, hash, sizeof(e->hash));
+    e->len = len;
+    e->bytes = buf;
+    ds->bytes += len;
+    return 0;
+skip:
+    prog_log(INGEST_LOG_WARN, "dictionary %s skipped: %s", path, why);
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    return -1;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+dictstore *dictstore_open(const char *state_dir)
+{
+    dictstore *ds = calloc(1, sizeof(*ds));
+    if (ds == NULL)
+        return NULL;
+    pthread_mutex_init(&ds->lock, NULL);
+    snprintf(ds->dir, sizeof(ds->dir), "%s/dicts", state_dir);
+    if (mkdir(ds->dir, 0700) != 0 && errno != EEXIST) {
+        prog_log(INGEST_LOG_ERROR, "%s: %s", ds->dir, strerror(errno));
+        dictstore_close(ds);
+        return NULL;
+    }
+    DIR *d = opendir(ds->dir);
+    if (d == NULL) {
+        prog_log(INGEST_LOG_ERROR, "%s: %s", ds->dir, strerror(errno));
+        dictstore_close(ds);
+        return NULL;
+    }
+    /* Names first, sorted, so which files fit the bounds does not depend on readdir's order. */
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    unsigned skipped = 0;
+    const struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *nm = de->d_name;
+        uint8_t h[INGEST_DICT_HASH_BYTES];
+        const size_t l = strlen(nm);
+        if (strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0)
+            continue;
+        if (nm[0] == '.' && l > strlen(TMP_SUFFIX) && strcmp(nm + l - strlen(TMP_SUFFIX), TMP_SUFFIX) == 0) {
+            (void)unlinkat(dirfd(d), nm, 0); /* a write a crash interrupted: ours, never renamed */
+            continue;
+        }
+        if (!parse_name(nm, h)) {
+            prog_log(INGEST_LOG_WARN, "%s/%s: not a dictionary file name ({64 hex digits}.zdict); ignored", ds->dir, nm);
+            skipped++;
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            char **p = realloc(names, cap * sizeof(*p));
+            if (p == NULL)
+                break;
+            names = p;
+        }
+        if ((names[n] = strdup(nm)) == NULL)
+            break;
+        n++;
+    }
+    closedir(d);
+    if (n > 1)
+        qsort(names, n, sizeof(*names), cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t h[INGEST_DICT_HASH_BYTES];
+        if (parse_name(names[i], h) && load_one(ds, names[i], h) != 0)
+            skipped++;
+        free(names[i]);
+    }
+    free(names);
+    prog_log(INGEST_LOG_INFO, "dictionaries: %u loaded from %s (%zu bytes)%s", ds->n, ds->dir, ds->bytes,
+             skipped ? "; some files were skipped, see above" : "");
+    return ds;
+}
+
+void dictstore_close(dictstore *ds)
+{
+    if (ds == NULL)
+        return;
+    for (unsigned i = 0; i < ds->n; i++)
+        free(ds->e[i].bytes);
+    pthread_mutex_destroy(&ds->lock);
+    free(ds);
+}
+
+unsigned dictstore_count(dictstore *ds)
+{
+    pthread_mutex_lock(&ds->lock);
+    const unsigned n = ds->n;
+    pthread_mutex_unlock(&ds->lock);
+    return n;
+}
+
+const uint8_t *dictstore_find(dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES], size_t len)
+{
+    pthread_mutex_lock(&ds->lock);
+    const entry *e = find(ds, hash);
+    const uint8_t *p = e != NULL && e->len == len ? e->bytes : NULL;
+    pthread_mutex_unlock(&ds->lock);
+    return p;
+}
+
+/* Write bytes to path durably: temporary file, fsync, rename, fsync of the directory.  0, or -1 with why. */
+static int write_durable(const char *dir, const char *name, const uint8_t *bytes, size_t len, char *why,
+                         size_t whycap)
+{
+    char path[4400], tmp[4400];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(tmp, sizeof(tmp), "%s/.%s%s", dir, name, TMP_SUFFIX);
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+        snprintf(why, whycap, "%s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    size_t put = 0;
+    while (put < len) {
+        const ssize_t w = write(fd, bytes + put, len - put);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        put += (size_t)w;
+    }
+    if (put != len || fsync(fd) != 0) {
+        snprintf(why, whycap, "%s: %s", tmp, strerror(errno ? errno : EIO));
+        close(fd);
+        unlink(tmp);
+        return -1;
+    }
+    close(fd);
+    if (rename(tmp, path) != 0) {
+        snprintf(why, whycap, "rename to %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    const int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0) {
+        snprintf(why, whycap, "fsync %s: %s", dir, strerror(errno));
+        if (dfd >= 0)
+            close(dfd);
+        return -1;
+    }
+    close(dfd);
+    return 0;
+}
+
+int dictstore_add(dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES], const uint8_t *bytes, size_t len,
+                  char *why, size_t whycap)
+{
+    int rc = -1;
+    uint8_t *copy = NULL;
+    /* One add at a time, file included: two devices sending the same dictionary store it once. */
+    pthread_mutex_lock(&ds->lock);
+    if (find(ds, hash) != NULL) {
+        rc = 0;
+        goto out;
+    }
+    if (ds->n == DICTSTORE_MAX || len > DICTSTORE_MAX_BYTES - ds->bytes) {
+        snprintf(why, whycap, "the store is full (%u dictionaries, %zu bytes; bounds %d and %u)", ds->n, ds->bytes,
+                 DICTSTORE_MAX, DICTSTORE_MAX_BYTES);
+        goto out;
+    }
+    if ((copy = malloc(len)) == NULL) {
+        snprintf(why, whycap, "out of memory");
+        goto out;
+    }
+    memcpy(copy, bytes, len);
+    char name[HEX_LEN + sizeof(SUFFIX)];
+    ingest_to_hex(hash, INGEST_DICT_HASH_BYTES, name);
+    memcpy(name + HEX_LEN, SUFFIX, sizeof(SUFFIX));
+    if (write_durable(ds->dir, name, bytes, len, why, whycap) != 0)
+        goto out;
+    entry *e = &ds->e[ds->n++];
+    memcpy(e->hash, hash, sizeof(e->hash));
+    e->len = len;
+    e->bytes = copy;
+    ds->bytes += len;
+    copy = NULL;
+    rc = 0;
+out:
+    pthread_mutex_unlock(&ds->lock);
+    free(copy);
+    return rc;
+}

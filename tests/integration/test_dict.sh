@@ -1,0 +1,189 @@
+#!/bin/sh
+# Trained dictionaries end to end (docs/compression.md, "Dictionaries").
+# 1. A dictionary trained with `ingestctl dict train` on small CSV/JSON
+#    files: dev1 ships new files of the kind with it; the receiver asks for
+#    it once, stores it under state_dir/dicts/{BLAKE2b-256}.zdict, and the
+#    files land byte-identical.
+# 2. After a restart the receiver loads it again (a damaged file beside it
+#    is reported by name and skipped) and does not ask for it: new files land.
+# 3. dev2 with the same dictionary: held already, its files land.
+# 4. dev2 with another dictionary carrying the same id (ids are 31 bits):
+#    the receiver asks for it, both are stored, and both devices' files
+#    land right: no device decodes with the other's dictionary.
+# 5. The same kind of files, one per batch, without a dictionary: at least
+#    10% more bytes than with it (so the device compresses with it).
+# 6. A device whose DICT_DATA does not match its offer (id or hash) gets an
+#    ERROR, nothing is stored, and the receiver serves on.
+# 7. A chunk naming a dictionary the receiver stores, but that its session
+#    did not offer, is refused; offered, it lands.
+. "$(dirname "$0")/lib.sh"
+EVIL="$BUILD/tools/evil-agent"
+setup_keys
+write_receiver_config 'layout: "{device}/{path}"'
+start_receiver
+
+# gen_small DIR COUNT SEED: COUNT small telemetry files (CSV and JSON lines, 10-40 records each)
+gen_small() {
+    mkdir -p "$1"
+    awk -v dir="$1" -v n="$2" -v seed="$3" 'BEGIN {
+        s = seed
+        split("north south east west", site, " "); split("temp humidity pressure flow vibration", met, " ")
+        for (f = 0; f < n; f++) {
+            s = (s * 1103515245 + 12345) % 2147483648
+            lines = 10 + s % 31
+            csv = (f % 2 == 0)
+            out = sprintf("%s/t%05d.%s", dir, f, csv ? "csv" : "json")
+            if (csv) print "ts,site,sensor,metric,value,state" > out
+            for (i = 0; i < lines; i++) {
+                s = (s * 1103515245 + 12345) % 2147483648
+                ts = sprintf("2024-05-%02dT%02d:%02d:%02dZ", 1 + s % 28, s % 24, (s / 24) % 60, (s / 1440) % 60)
+                if (csv)
+                    printf "%s,%s,pump-%d,%s,%.3f,%s\n", ts, site[1 + s % 4], s % 17, met[1 + s % 5], (s % 100000) / 997.0, (s % 9 ? "ok" : "alarm") > out
+                else
+                    printf "{\"ts\":\"%s\",\"site\":\"%s\",\"sensor\":\"pump-%d\",\"metric\":\"%s\",\"value\":%.3f,\"state\":\"%s\"}\n", ts, site[1 + s % 4], s % 17, met[1 + s % 5], (s % 100000) / 997.0, (s % 9 ? "ok" : "alarm") > out
+            }
+            close(out)
+        }
+    }'
+}
+# dict_id FILE: the id `ingestctl dict info` reports
+dict_id() { "$CTL" dict info "$1" | sed -n 's/.*dict id \([0-9]*\).*/\1/p'; }
+# stored: number of dictionaries the receiver stored
+stored() { find "$T/rstate/dicts" -name '*.zdict' | wc -l; }
+logcount() { grep -c -- "$1" "$T/receiver.log" || true; }
+
+gen_small "$T/samples" 600 1
+"$CTL" dict train --out "$T/fleet.dict" "$T/samples"/* > "$T/train.out" 2> /dev/null || fail "dict train failed"
+id1=$(dict_id "$T/fleet.dict")
+[ -n "$id1" ] || fail "no dictionary id"
+hash1=$(b2sum -l 256 "$T/fleet.dict" | cut -d' ' -f1)
+
+# ---- 1. first ship: the receiver asks for the dictionary and stores it ----
+gen_small "$T/src1/data" 150 101
+write_agent_config dev1 "$T/src1/data" "compression:
+  dictionary: $T/fleet.dict"
+ship dev1
+same_tree "$T/src1/data" "$(landed_root dev1)/data"
+dict_bytes=$(field dev1 chunk_bytes); dict_raw=$(field dev1 chunk_raw_bytes)
+[ "$(logcount "dictionary $id1 .* received and stored")" -eq 1 ] || { cat "$T/receiver.log"; fail "dictionary not received once"; }
+[ -f "$T/rstate/dicts/$hash1.zdict" ] || fail "no $hash1.zdict in state_dir/dicts"
+cmp -s "$T/fleet.dict" "$T/rstate/dicts/$hash1.zdict" || fail "stored dictionary differs from the trained one"
+! grep -q "is not used" "$T/dev1.err" || { cat "$T/dev1.err"; fail "the agent did not use its dictionary"; }
+[ -z "$(find "$T/bronze" -name '*.zdict')" ] || fail "a dictionary landed in the bronze tree"
+pass "dictionary sent once, stored by hash, files land byte-identical"
+
+# ---- 2. restart: loaded from the store, not asked for again ----
+stop_receiver
+# A damaged file (bytes not matching its name) and a crash's temporary file beside it.
+bad=0000000000000000000000000000000000000000000000000000000000000000
+head -c 3000 "$T/fleet.dict" > "$T/rstate/dicts/$bad.zdict"
+echo partial > "$T/rstate/dicts/.$hash1.zdict.tmp"
+start_receiver
+grep -q "dictionaries: 1 loaded" "$T/receiver.log" || { tail "$T/receiver.log"; fail "store not loaded at start"; }
+grep -q "dictionary .*/$bad.zdict skipped: its bytes do not have the hash its name says" "$T/receiver.log" ||
+    { tail "$T/receiver.log"; fail "the damaged dictionary file was not reported by name"; }
+[ ! -e "$T/rstate/dicts/.$hash1.zdict.tmp" ] || fail "temporary dictionary file not removed at start"
+rm "$T/rstate/dicts/$bad.zdict"
+sed -i "s|address: .*|address: $(cat "$T/receiver.addr")|" "$T/dev1.yaml"
+gen_small "$T/src1/data/more" 80 202
+ship dev1
+same_tree "$T/src1/data" "$(landed_root dev1)/data"
+[ "$(logcount "received and stored")" -eq 1 ] || fail "the receiver asked for the dictionary again after a restart"
+[ "$(logcount "device dev1: dictionary $id1 .* held already")" -eq 1 ] || fail "no 'held already' for dev1"
+[ "$(field dev1 chunks_new)" -gt 0 ] || fail "second ship sent no chunk"
+pass "after a restart the stored dictionary decodes new files without being sent again"
+
+# ---- 3. a second device with the same dictionary ----
+gen_small "$T/src2/data" 120 303
+write_agent_config dev2 "$T/src2/data" "compression:
+  dictionary: $T/fleet.dict"
+ship dev2
+same_tree "$T/src2/data" "$(landed_root dev2)/data"
+[ "$(logcount "device dev2: dictionary $id1 .* held already")" -eq 1 ] || fail "no 'held already' for dev2"
+[ "$(logcount "received and stored")" -eq 1 ] && [ "$(stored)" -eq 1 ] || fail "dev2's dictionary was sent again"
+pass "a second device with the same dictionary does not send it"
+
+# ---- 4. another dictionary under the same id, from dev2 ----
+gen_small "$T/samples2" 600 7
+"$CTL" dict train --out "$T/other.dict" "$T/samples2"/* > /dev/null 2>&1 || fail "second dict train failed"
+# Give it dev1's id (the id is bytes 4..7 of the header; the tables stay valid).
+b() { printf '\\%03o' $(( ($1 >> $2) & 255 )); }
+printf "$(b "$id1" 0)$(b "$id1" 8)$(b "$id1" 16)$(b "$id1" 24)" | dd of="$T/other.dict" bs=1 seek=4 conv=notrunc 2> /dev/null
+[ "$(dict_id "$T/other.dict")" = "$id1" ] || fail "could not give the second dictionary id $id1"
+cmp -s "$T/fleet.dict" "$T/other.dict" && fail "the two dictionaries are the same"
+sed -i "s|dictionary: .*|dictionary: $T/other.dict|" "$T/dev2.yaml"
+gen_small "$T/src2/data/more" 100 404
+ship dev2
+same_tree "$T/src2/data" "$(landed_root dev2)/data"
+[ "$(logcount "device dev2: dictionary $id1 .* received and stored")" -eq 1 ] || fail "dev2's other dictionary not received"
+[ "$(stored)" -eq 2 ] || fail "expected 2 stored dictionaries, found $(stored)"
+gen_small "$T/src1/data/third" 60 505
+ship dev1
+same_tree "$T/src1/data" "$(landed_root dev1)/data"
+pass "two dictionaries with one id: each device decodes with its own"
+
+# ---- 5. without a dictionary the same kind of files takes more bytes ----
+# One file per batch, so each travels alone (small chunks of one batch are
+# compressed together: docs/compression.md, "Chunk groups", where a
+# dictionary gains less): with dev1's dictionary, then without one.
+gen_small "$T/src4/data/base" 150 708
+write_agent_config dev1 "$T/src4/data" "compression:
+  dictionary: $T/fleet.dict
+batch:
+  max_files: 1"
+ship dev1
+same_tree "$T/src4/data" "$(landed_root dev1)/data"
+dict_bytes=$(field dev1 chunk_bytes); dict_raw=$(field dev1 chunk_raw_bytes)
+write_agent_config dev1 "$T/src1/data" "compression:
+  dictionary: $T/fleet.dict"
+gen_small "$T/src3/data/base" 150 707
+write_agent_config dev2 "$T/src3/data" "batch:
+  max_files: 1"
+ship dev2
+same_tree "$T/src3/data" "$(landed_root dev2)/data"
+plain_bytes=$(field dev2 chunk_bytes); plain_raw=$(field dev2 chunk_raw_bytes)
+[ $((dict_bytes * plain_raw * 10)) -lt $((plain_bytes * dict_raw * 9)) ] ||
+    fail "with the dictionary $dict_bytes of $dict_raw bytes, without $plain_bytes of $plain_raw: not 10% smaller"
+pass "the dictionary was used: $dict_bytes of $dict_raw bytes with it, $plain_bytes of $plain_raw without"
+
+# ---- 6. DICT_DATA that does not match the offer ----
+"$CTL" dict train --size 8192 --out "$T/evil.dict" "$T/samples"/t000* > /dev/null 2>&1 || fail "evil dict train failed"
+for off in 4 -1; do
+    rc=0
+    "$EVIL" --address "$(cat "$T/receiver.addr")" --device dev1 --key "$T/keys/dev1.key" \
+        --receiver-pub "$T/keys/receiver.pub" --dedup-key "$T/keys/fleet.dedup" \
+        --dict "$T/evil.dict" --dict-tamper "$off" > "$T/evil.out" 2> "$T/evil.err" || rc=$?
+    [ "$rc" -eq 3 ] || { cat "$T/evil.out" "$T/evil.err"; fail "tampered dictionary (byte $off): evil-agent exit $rc, expected 3 (ERROR)"; }
+    case $off in
+    4) grep -q "has id .* offered as" "$T/evil.out" || { cat "$T/evil.out"; fail "no id mismatch named"; } ;;
+    *) grep -q "do not have the offered hash" "$T/evil.out" || { cat "$T/evil.out"; fail "no hash mismatch named"; } ;;
+    esac
+    [ "$(stored)" -eq 2 ] || fail "a tampered dictionary was stored"
+done
+[ -z "$(find "$T/rstate/dicts" -name '.*')" ] || fail "temporary files left in state_dir/dicts"
+gen_small "$T/src1/data/fourth" 30 606
+ship dev1
+same_tree "$T/src1/data" "$(landed_root dev1)/data"
+pass "DICT_DATA not matching its offer: ERROR, nothing stored, the receiver serves on"
+
+# ---- 7. a chunk may only use a dictionary accepted on its own session ----
+# fleet.dict is in the receiver's store (dev1 sent it), but this session did not offer it.
+line=$(sed -n 2p "$T/samples/t00000.csv")
+content="$line
+$(sed -n 3p "$T/samples/t00000.csv")
+$(sed -n 4p "$T/samples/t00000.csv")"
+evil_run() {
+    rc=0
+    "$EVIL" --address "$(cat "$T/receiver.addr")" --device dev2 --key "$T/keys/dev2.key" \
+        --receiver-pub "$T/keys/receiver.pub" --dedup-key "$T/keys/fleet.dedup" --content "$content" "$@" \
+        > "$T/evil.out" 2> "$T/evil.err" || rc=$?
+}
+evil_run --batch nooffer1 --path data/nooffer.csv --dict-chunk "$T/fleet.dict"
+[ "$rc" -eq 3 ] || { cat "$T/evil.out" "$T/evil.err"; fail "chunk with a dictionary not offered: evil-agent exit $rc, expected 3 (ERROR)"; }
+grep -q "dictionary $id1 is not loaded" "$T/evil.out" || { cat "$T/evil.out"; fail "the refusal does not name the dictionary"; }
+[ ! -e "$(landed_root dev2)/data/nooffer.csv" ] || fail "a chunk with a dictionary not offered landed"
+# Offered (held already) on the session, the same chunk lands.
+evil_run --batch offer1 --path data/offer.csv --dict "$T/fleet.dict" --dict-chunk "$T/fleet.dict"
+[ "$rc" -eq 2 ] || { cat "$T/evil.out" "$T/evil.err"; fail "chunk with an offered dictionary: evil-agent exit $rc, expected 2 (landed)"; }
+[ "$(cat "$(landed_root dev2)/data/offer.csv")" = "$content" ] || fail "landed content differs"
+pass "a chunk naming a dictionary not offered on its session is refused; offered, it lands"
