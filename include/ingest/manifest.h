@@ -53,7 +53,7 @@ typedef struct ingest_manifest_rec {
     int64_t mtime_ns;
     uint32_t mode;
     uint64_t version;      /* version of this path at the core, from 1; 0: not assigned yet */
-    uint8_t hash[INGEST_ID_BYTES]; /* whole-file keyed BLAKE2b */
+    uint8_t hash[INGEST_ID_BYTES]; /* whole-file HMAC-SHA256 over the chunk ids */
     uint64_t nchunks_total;        /* chunks of the whole file */
     /* INGEST_MREC_FILE and INGEST_MREC_CHUNKS */
     const ingest_manifest_chunk *chunks;
