@@ -20,7 +20,11 @@
 extern "C" {
 #endif
 
-#define INGEST_MANIFEST_FORMAT 1
+/*
+ * 2: the hashes are chunk id format 2 (HMAC-SHA256, docs/chunking.md);
+ * format 1 carried keyed BLAKE2b-256 ids and is refused.
+ */
+#define INGEST_MANIFEST_FORMAT 2
 #define INGEST_MANIFEST_PATH_MAX 4096        /* bytes of a relative path */
 #define INGEST_MANIFEST_NAME_MAX 128         /* device and batch names */
 #define INGEST_MANIFEST_CHUNKS_PER_LINE 1024 /* chunks on one line */
