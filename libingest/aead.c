@@ -16,6 +16,15 @@
 #include <openssl/evp.h>
 #include <sodium.h>
 #include <string.h>
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_AES
+#define HWCAP_AES (1UL << 3)
+#endif
+#ifndef HWCAP_PMULL
+#define HWCAP_PMULL (1UL << 4)
+#endif
+#endif
 
 #define GCM_IV 12
 
@@ -23,6 +32,16 @@ static void make_nonce(uint8_t nonce[24], uint64_t ctr)
 {
     memset(nonce, 0, 24);
     ingest__put_u64(nonce, ctr);
+}
+
+int ingest__aead_aes_available(void)
+{
+#if defined(__aarch64__) && defined(__linux__)
+    const unsigned long hw = getauxval(AT_HWCAP);
+    return (hw & HWCAP_AES) != 0 && (hw & HWCAP_PMULL) != 0;
+#else
+    return crypto_aead_aes256gcm_is_available();
+#endif
 }
 
 int ingest__aead_init(ingest__aead *a, int cipher, const uint8_t key[INGEST__AEAD_KEY], int seal)

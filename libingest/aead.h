@@ -32,6 +32,15 @@ typedef struct ingest__aead {
  */
 int ingest__aead_init(ingest__aead *a, int cipher, const uint8_t key[INGEST__AEAD_KEY], int seal);
 
+/*
+ * Whether this CPU runs AES-256-GCM in constant time and fast, so the
+ * session may offer and choose it: AES-NI and PCLMUL on x86-64 (libsodium's
+ * crypto_aead_aes256gcm_is_available(); needs sodium_init()), the AES and
+ * PMULL extensions on aarch64 Linux (where libsodium 1.0.18 has no AES-GCM
+ * and says no, but OpenSSL uses the instructions).  Elsewhere 0: XChaCha.
+ */
+int ingest__aead_aes_available(void);
+
 /* Wipe the key, free the context.  Accepts a zeroed or freed object. */
 void ingest__aead_free(ingest__aead *a);
 

@@ -287,7 +287,7 @@ int ingest_session_set_cipher(ingest_session *s, int cipher)
     if (cipher != INGEST_CIPHER_AUTO && cipher != INGEST_CIPHER_AES256GCM &&
         cipher != INGEST_CIPHER_XCHACHA20POLY1305)
         return ingest__fail(s->ctx, INGEST_EINVAL, "session: unknown cipher %d", cipher);
-    if (cipher == INGEST_CIPHER_AES256GCM && !crypto_aead_aes256gcm_is_available())
+    if (cipher == INGEST_CIPHER_AES256GCM && !ingest__aead_aes_available())
         return ingest__fail(s->ctx, INGEST_EINVAL, "session: AES-256-GCM is not available on this CPU");
     s->cipher_pref = cipher;
     return 0;
@@ -403,7 +403,7 @@ static int client_handshake(ingest_session *s, int fd, int64_t deadline)
     crypto_kx_keypair(e_pk, e_sk);
 
     uint8_t offer = 0;
-    if (s->cipher_pref != INGEST_CIPHER_XCHACHA20POLY1305 && crypto_aead_aes256gcm_is_available())
+    if (s->cipher_pref != INGEST_CIPHER_XCHACHA20POLY1305 && ingest__aead_aes_available())
         offer |= OFFER_AES;
     if (s->cipher_pref != INGEST_CIPHER_AES256GCM)
         offer |= OFFER_XCHACHA;
@@ -581,7 +581,7 @@ static int server_handshake(ingest_session *s, int fd, int64_t deadline)
         goto out;
     }
     uint8_t cipher = 0;
-    const int aes_ok = crypto_aead_aes256gcm_is_available() && (offer & OFFER_AES);
+    const int aes_ok = ingest__aead_aes_available() && (offer & OFFER_AES);
     if (s->cipher_pref == INGEST_CIPHER_AUTO)
         cipher = aes_ok ? INGEST_CIPHER_AES256GCM : (offer & OFFER_XCHACHA) ? INGEST_CIPHER_XCHACHA20POLY1305 : 0;
     else if (s->cipher_pref == INGEST_CIPHER_AES256GCM)
