@@ -13,7 +13,7 @@ DESTDIR     ?=
 
 CC      ?= cc
 PKG_CONFIG ?= pkg-config
-DEPS_PC := libzstd libsodium yaml-0.1 rdkafka lmdb
+DEPS_PC := libzstd libsodium libcrypto yaml-0.1 rdkafka lmdb
 TEST_PC := cmocka
 
 ifeq ($(SANITIZE),1)

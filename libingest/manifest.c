@@ -475,7 +475,10 @@ static int parse_line(ingest_manifest_reader *r, const char *line, size_t len, i
         INGEST__FORWARD(get_u64(r, at[K_FORMAT], K_FORMAT, UINT32_MAX, &v));
         if (v != INGEST_MANIFEST_FORMAT)
             return badf(r, INGEST_EVERSION, j->toks[at[K_FORMAT]].pos,
-                        "unsupported manifest format (this reader knows format 1)", "format");
+                        v == 1 ? "unsupported manifest format 1 (keyed BLAKE2b chunk ids, before chunk id format 2; "
+                                 "this reader knows format 2)"
+                               : "unsupported manifest format (this reader knows format 2)",
+                        "format");
         rec->format = (uint32_t)v;
         INGEST__FORWARD(get_name(r, at[K_DEVICE], K_DEVICE, &rec->device));
         INGEST__FORWARD(get_name(r, at[K_BATCH], K_BATCH, &rec->batch));
@@ -708,7 +711,8 @@ int ingest_manifest_writer_add(ingest_manifest_writer *w, const ingest_manifest_
         if (w->have_header)
             return ingest__fail(ctx, INGEST_EINVAL, "manifest writer: a second batch header");
         if (rec->format != 0 && rec->format != INGEST_MANIFEST_FORMAT)
-            return ingest__fail(ctx, INGEST_EINVAL, "manifest writer: format %u is not 1", rec->format);
+            return ingest__fail(ctx, INGEST_EINVAL, "manifest writer: format %u is not %d", rec->format,
+                                INGEST_MANIFEST_FORMAT);
         if (rec->device == NULL || (what = check_name(rec->device, strlen(rec->device))) != NULL)
             return ingest__fail(ctx, INGEST_EINVAL, "manifest writer: device: %s",
                                 rec->device ? what : "missing");

@@ -3,6 +3,7 @@
  * (docs/protocol.md, "Handshake" and "Records").
  */
 #include "internal.h"
+#include "aead.h"
 #include "ingest/session.h"
 #include "ingest/wire.h"
 
@@ -32,15 +33,13 @@ enum { ST_OK = 0, ST_UNKNOWN_DEVICE = 1, ST_VERSION = 2, ST_MALFORMED = 3, ST_NO
 #define OFFER_XCHACHA 0x02u
 
 #define REC_LEN 4  /* length prefix of a record */
-#define REC_TAG 16 /* AEAD tag (both ciphers) */
+#define REC_TAG INGEST__AEAD_TAG /* AEAD tag (both ciphers) */
 #define REC_MIN (INGEST_WIRE_HDR_BYTES + REC_TAG)
 #define MIN_PAYLOAD_BOUND 64u
 
 typedef struct dir {
     ingest_ctx ectx; /* this direction's allocator and error message */
-    uint8_t key[32];
-    unsigned char aes_raw[sizeof(crypto_aead_aes256gcm_state) + 16];
-    crypto_aead_aes256gcm_state *aes; /* aligned inside aes_raw, or NULL */
+    ingest__aead aead; /* this direction's key and cipher */
     uint64_t ctr;
     uint8_t *buf; /* record: length prefix + ciphertext + tag */
     size_t cap;
@@ -267,8 +266,7 @@ static void dir_free(dir *d)
     }
     d->buf = d->pt = NULL;
     d->cap = d->ptcap = 0;
-    sodium_memzero(d->key, sizeof(d->key));
-    sodium_memzero(d->aes_raw, sizeof(d->aes_raw));
+    ingest__aead_free(&d->aead);
 }
 
 void ingest_session_destroy(ingest_session *s)
@@ -289,7 +287,7 @@ int ingest_session_set_cipher(ingest_session *s, int cipher)
     if (cipher != INGEST_CIPHER_AUTO && cipher != INGEST_CIPHER_AES256GCM &&
         cipher != INGEST_CIPHER_XCHACHA20POLY1305)
         return ingest__fail(s->ctx, INGEST_EINVAL, "session: unknown cipher %d", cipher);
-    if (cipher == INGEST_CIPHER_AES256GCM && !crypto_aead_aes256gcm_is_available())
+    if (cipher == INGEST_CIPHER_AES256GCM && !ingest__aead_aes_available())
         return ingest__fail(s->ctx, INGEST_EINVAL, "session: AES-256-GCM is not available on this CPU");
     s->cipher_pref = cipher;
     return 0;
@@ -370,17 +368,21 @@ static void derive(const uint8_t dh[128], const uint8_t h[32], uint8_t c2s[32], 
     sodium_memzero(k4, sizeof(k4));
 }
 
-static void dir_set_key(ingest_session *s, dir *d, const uint8_t key[32])
+/* Key both directions for the agreed cipher (tx seals, rx opens). */
+static int set_keys(ingest_session *s, const uint8_t tx[32], const uint8_t rx[32])
 {
-    memcpy(d->key, key, 32);
-    d->ctr = 0;
-    d->aes = NULL;
-    if (s->cipher == INGEST_CIPHER_AES256GCM) {
-        uintptr_t a = (uintptr_t)d->aes_raw;
-        a = (a + 15u) & ~(uintptr_t)15u;
-        d->aes = (crypto_aead_aes256gcm_state *)a;
-        crypto_aead_aes256gcm_beforenm(d->aes, key);
+    ingest__aead_free(&s->tx.aead);
+    ingest__aead_free(&s->rx.aead);
+    s->tx.ctr = s->rx.ctr = 0;
+    int rc = ingest__aead_init(&s->tx.aead, s->cipher, tx, 1);
+    if (rc == 0)
+        rc = ingest__aead_init(&s->rx.aead, s->cipher, rx, 0);
+    if (rc != 0) {
+        ingest__aead_free(&s->tx.aead);
+        return ingest__fail(s->ctx, rc, "handshake: setting up %s failed (%s)", ingest_session_cipher_name(s->cipher),
+                            rc == INGEST_ENOMEM ? "out of memory" : "libcrypto refused the key");
     }
+    return 0;
 }
 
 static int hs_io_fail(ingest_session *s, const char *step, int rc, int err)
@@ -403,7 +405,7 @@ static int client_handshake(ingest_session *s, int fd, int64_t deadline)
     crypto_kx_keypair(e_pk, e_sk);
 
     uint8_t offer = 0;
-    if (s->cipher_pref != INGEST_CIPHER_XCHACHA20POLY1305 && crypto_aead_aes256gcm_is_available())
+    if (s->cipher_pref != INGEST_CIPHER_XCHACHA20POLY1305 && ingest__aead_aes_available())
         offer |= OFFER_AES;
     if (s->cipher_pref != INGEST_CIPHER_AES256GCM)
         offer |= OFFER_XCHACHA;
@@ -500,8 +502,9 @@ static int client_handshake(ingest_session *s, int fd, int64_t deadline)
     s->cipher = cipher;
     s->features = agreed;
     s->peer_max_payload = peer_max;
-    dir_set_key(s, &s->tx, c2s);
-    dir_set_key(s, &s->rx, s2c);
+    rc = set_keys(s, c2s, s2c);
+    if (rc != 0)
+        goto out;
     s->established = 1;
 out:
     sodium_memzero(e_sk, sizeof(e_sk));
@@ -580,7 +583,7 @@ static int server_handshake(ingest_session *s, int fd, int64_t deadline)
         goto out;
     }
     uint8_t cipher = 0;
-    const int aes_ok = crypto_aead_aes256gcm_is_available() && (offer & OFFER_AES);
+    const int aes_ok = ingest__aead_aes_available() && (offer & OFFER_AES);
     if (s->cipher_pref == INGEST_CIPHER_AUTO)
         cipher = aes_ok ? INGEST_CIPHER_AES256GCM : (offer & OFFER_XCHACHA) ? INGEST_CIPHER_XCHACHA20POLY1305 : 0;
     else if (s->cipher_pref == INGEST_CIPHER_AES256GCM)
@@ -634,8 +637,9 @@ static int server_handshake(ingest_session *s, int fd, int64_t deadline)
     s->cipher = cipher;
     s->features = agreed;
     s->peer_max_payload = peer_max;
-    dir_set_key(s, &s->tx, s2c);
-    dir_set_key(s, &s->rx, c2s);
+    rc = set_keys(s, s2c, c2s);
+    if (rc != 0)
+        goto out;
     s->established = 1;
 out:
     sodium_memzero(e_sk, sizeof(e_sk));
@@ -681,12 +685,6 @@ static int ensure(dir *d, uint8_t **p, size_t *cap, size_t need)
     return 0;
 }
 
-static void make_nonce(uint8_t nonce[24], uint64_t ctr)
-{
-    memset(nonce, 0, 24);
-    ingest__put_u64(nonce, ctr);
-}
-
 /* Mark a direction closed by rc; the message is already in d->ectx. */
 static int kill_dir(dir *d, int rc)
 {
@@ -726,15 +724,10 @@ int ingest_session_sendv(ingest_session *s, int fd, unsigned type, const ingest_
         at += iov[i].len;
     }
     ingest__put_u32(d->buf, (uint32_t)(ptlen + REC_TAG));
-    uint8_t nonce[24];
-    unsigned long long clen = 0;
-    make_nonce(nonce, d->ctr);
-    if (s->cipher == INGEST_CIPHER_AES256GCM)
-        crypto_aead_aes256gcm_encrypt_afternm(d->buf + REC_LEN, &clen, d->pt, ptlen, d->buf, REC_LEN, NULL, nonce,
-                                              d->aes);
-    else
-        crypto_aead_xchacha20poly1305_ietf_encrypt(d->buf + REC_LEN, &clen, d->pt, ptlen, d->buf, REC_LEN, NULL,
-                                                   nonce, d->key);
+    rc = ingest__aead_seal(&d->aead, d->ctr, d->buf, REC_LEN, d->pt, ptlen, d->buf + REC_LEN);
+    if (rc != 0)
+        return kill_dir(d, ingest__fail(&d->ectx, rc, "send: sealing frame %llu failed; send closed",
+                                        (unsigned long long)d->ctr));
     d->ctr++;
     /* The counter moved: from here any failure leaves the peer out of step. */
     rc = write_full(fd, d->buf, reclen, deadline_of(s->send_timeout_ms), &put, &err);
@@ -840,15 +833,8 @@ int ingest_session_recv_ref(ingest_session *s, int fd, unsigned *type, const uin
     if (rc != 0)
         return kill_dir(d, ingest__fail(&d->ectx, rc, "recv: truncated frame: %s after %zu of %u bytes",
                                         io_what(rc, err), got, (unsigned)reclen));
-    uint8_t nonce[24];
-    unsigned long long ptlen = 0;
-    make_nonce(nonce, d->ctr);
-    if (s->cipher == INGEST_CIPHER_AES256GCM)
-        rc = crypto_aead_aes256gcm_decrypt_afternm(d->pt, &ptlen, NULL, d->buf, reclen, lenbuf, REC_LEN, nonce,
-                                                   d->aes);
-    else
-        rc = crypto_aead_xchacha20poly1305_ietf_decrypt(d->pt, &ptlen, NULL, d->buf, reclen, lenbuf, REC_LEN,
-                                                        nonce, d->key);
+    const unsigned long long ptlen = reclen - REC_TAG;
+    rc = ingest__aead_open(&d->aead, d->ctr, lenbuf, REC_LEN, d->buf, reclen, d->pt);
     if (rc != 0)
         return kill_dir(d, ingest__fail(&d->ectx, INGEST_ECRYPTO,
                                         "recv: frame %llu failed authentication (tampered, replayed, reordered or "

@@ -528,7 +528,7 @@ static int collect_rewants(ingest_lander_batch *b, u32vec *w)
 /*
  * Each connection has two threads: the reader receives and opens frames,
  * and decodes and verifies each CHUNK against the id the manifest gives it
- * (the costly part: decompression and BLAKE2b); the connection's own thread
+ * (the costly part: decompression and the chunk ids); the connection's own thread
  * lands what the reader queues and sends the replies.  The session allows
  * exactly that: one receiving and one sending thread.  The queue is
  * bounded by bytes, so a fast device cannot make the receiver buffer more

@@ -7,7 +7,7 @@
  * each the median of --runs runs (runs interleave the stages so that
  * machine noise hits them alike):
  *   chunk            FastCDC boundaries alone
- *   hash             keyed BLAKE2b-256 of each chunk alone (same chunks)
+ *   hash             the chunk id (HMAC-SHA256) of each chunk alone (same chunks)
  *   chunk_hash_1t    chunk then hash each chunk, one thread
  *   chunk_hash_2t    the two-thread pipeline (ingest_chunkhash_buffer)
  *   zstd             ingest_codec_encode of each chunk alone at --level

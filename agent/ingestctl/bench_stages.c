@@ -12,7 +12,7 @@
  * Stages, in order, each timed over windows of about 8 MiB of chunks:
  *   read        pread of every file from the page cache (1 MiB pieces)
  *   chunk       FastCDC boundaries (default parameters)
- *   hash        keyed BLAKE2b-256 chunk id (the device)
+ *   hash        the chunk id, HMAC-SHA256 (ingest_chunk_id; the device)
  *   compress    ingest_codec_encode_adaptive at --level, the shuffle2 filter
  *               allowed, for chunks over 32 KiB; smaller ones compressed
  *               together in groups as the agent's CHUNK_GROUP frames are
@@ -20,13 +20,14 @@
  *               at a large chunk and after every --batch-files files, 1000 by
  *               default like batch.max_files): what the agent does with a
  *               receiver of this version
- *   seal        AEAD of each encoded chunk (AES-256-GCM when the CPU has
- *               it, else XChaCha20-Poly1305: what the session picks)
+ *   seal        AEAD of each encoded chunk (AES-256-GCM through OpenSSL's
+ *               EVP, one context keyed once, when the CPU has AES-NI,
+ *               else XChaCha20-Poly1305 (libsodium): what the session does)
  *   loopback    the sealed bytes through a local socket pair, written and
  *               read back by the same thread (both ends' copies)
  *   open        AEAD decryption
  *   decompress  ingest_codec_decode without the id check
- *   verify      keyed BLAKE2b-256 of each decoded chunk (the core)
+ *   verify      the chunk id of each decoded chunk again (the core)
  *   land        write() of each decoded chunk to a file under --land DIR
  *               (page cache; one syncfs at the end, wall time reported apart)
  * Every decoded chunk is compared with the source (a check, not timed).
@@ -45,6 +46,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,7 +97,7 @@ typedef struct st {
     int sp[2];                      /* socket pair */
     int aes;
     uint8_t key[32];
-    crypto_aead_aes256gcm_state *aes_st;
+    EVP_CIPHER_CTX *gcm_enc, *gcm_dec; /* AES-256-GCM, keyed once */
     uint64_t nonce;
     ingest_codec_hint hint;         /* adaptive encoding of file hint_file */
     uint64_t hint_file;
@@ -236,6 +238,27 @@ static void nonce_of(uint64_t n, uint8_t *out, size_t len)
         out[i] = (uint8_t)(n >> (8 * i));
 }
 
+/* AES-256-GCM as the session seals a record (libingest/aead.c): the IV per record, no AD here. */
+static int gcm_seal(EVP_CIPHER_CTX *c, const uint8_t *iv, uint8_t *m, size_t ml)
+{
+    int l = 0, l2 = 0;
+    return EVP_EncryptInit_ex2(c, NULL, NULL, iv, NULL) == 1 && EVP_EncryptUpdate(c, m, &l, m, (int)ml) == 1 &&
+                   EVP_EncryptFinal_ex(c, m + l, &l2) == 1 &&
+                   EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_GET_TAG, 16, m + ml) == 1
+               ? 0
+               : -1;
+}
+
+static int gcm_open(EVP_CIPHER_CTX *c, const uint8_t *iv, uint8_t *m, size_t ml)
+{
+    int l = 0, l2 = 0;
+    return EVP_DecryptInit_ex2(c, NULL, NULL, iv, NULL) == 1 && EVP_DecryptUpdate(c, m, &l, m, (int)ml) == 1 &&
+                   EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_SET_TAG, 16, m + ml) == 1 &&
+                   EVP_DecryptFinal_ex(c, m + l, &l2) == 1
+               ? 0
+               : -1;
+}
+
 /*
  * Stages hash..land over chunks [c0, c1) of data (lens[i] bytes at
  * starts[i]), one window.  With group set the chunks are contiguous and
@@ -292,10 +315,12 @@ static int window(st *s, const uint8_t *data, const size_t *starts, const uint32
         const size_t ml = s->enc_off[k + 1] - s->enc_off[k] - tag;
         uint8_t nonce[24];
         nonce_of(s->nonce + k, nonce, sizeof nonce);
-        if (s->aes)
-            crypto_aead_aes256gcm_encrypt_detached_afternm(m, m + ml, NULL, m, ml, NULL, 0, NULL, nonce, s->aes_st);
-        else
+        if (s->aes) {
+            if (gcm_seal(s->gcm_enc, nonce, m, ml) != 0)
+                return -1;
+        } else {
             crypto_aead_xchacha20poly1305_ietf_encrypt_detached(m, m + ml, NULL, m, ml, NULL, 0, NULL, nonce, s->key);
+        }
     }
     u = cpu_now();
     s->sec[S_SEAL] += u - t;
@@ -310,8 +335,7 @@ static int window(st *s, const uint8_t *data, const size_t *starts, const uint32
         const size_t ml = s->enc_off[k + 1] - s->enc_off[k] - tag;
         uint8_t nonce[24];
         nonce_of(s->nonce + k, nonce, sizeof nonce);
-        const int bad = s->aes ? crypto_aead_aes256gcm_decrypt_detached_afternm(m, NULL, m, ml, m + ml, NULL, 0, nonce,
-                                                                              s->aes_st)
+        const int bad = s->aes ? gcm_open(s->gcm_dec, nonce, m, ml)
                                : crypto_aead_xchacha20poly1305_ietf_decrypt_detached(m, NULL, m, ml, m + ml, NULL, 0,
                                                                                      nonce, s->key);
         if (bad != 0)
@@ -600,10 +624,14 @@ int cmd_bench_stages(int argc, char **argv)
     randombytes_buf(s.key, sizeof s.key);
     s.aes = crypto_aead_aes256gcm_is_available();
     if (s.aes) {
-        s.aes_st = sodium_malloc(sizeof(*s.aes_st));
-        if (s.aes_st == NULL)
+        s.gcm_enc = EVP_CIPHER_CTX_new();
+        s.gcm_dec = EVP_CIPHER_CTX_new();
+        if (s.gcm_enc == NULL || s.gcm_dec == NULL ||
+            EVP_EncryptInit_ex2(s.gcm_enc, EVP_aes_256_gcm(), s.key, NULL, NULL) != 1 ||
+            EVP_DecryptInit_ex2(s.gcm_dec, EVP_aes_256_gcm(), s.key, NULL, NULL) != 1) {
+            fprintf(stderr, "ingestctl bench stages: OpenSSL AES-256-GCM setup failed\n");
             goto out;
-        crypto_aead_aes256gcm_beforenm(s.aes_st, s.key);
+        }
     }
     if (land != NULL) {
         snprintf(landdir, sizeof landdir, "%s/ingest-bench-stages.%ld", land, (long)getpid());
@@ -698,8 +726,8 @@ out:
         close(s.sp[0]);
     if (s.sp[1] >= 0)
         close(s.sp[1]);
-    if (s.aes_st != NULL)
-        sodium_free(s.aes_st);
+    EVP_CIPHER_CTX_free(s.gcm_enc);
+    EVP_CIPHER_CTX_free(s.gcm_dec);
     ingest_codec_destroy(s.codec);
     ingest_chunker_destroy(s.chunker);
     ingest_ctx_destroy(s.ctx);

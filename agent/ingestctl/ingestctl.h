@@ -17,6 +17,7 @@ int cmd_bench_scan(int argc, char **argv);  /* bench_scan.c */
 int cmd_bench_pipeline(int argc, char **argv); /* bench_pipeline.c */
 int cmd_bench_fleet(int argc, char **argv);    /* bench_fleet.c */
 int cmd_bench_stages(int argc, char **argv);   /* bench_stages.c */
+int cmd_bench_crypto(int argc, char **argv);   /* bench_crypto.c */
 
 /*
  * bench_gen.c: the "sensors" tree of `bench gen --size SIZE --seed SEED ROOT`

@@ -18,6 +18,7 @@ static const struct command bench_commands[] = {
     { "pipeline", cmd_bench_pipeline, "bench pipeline [--transport tcp] [--evolve] DIR" },
     { "fleet", cmd_bench_fleet, "bench fleet --devices N [--size SIZE] [--shared PCT] [--stagger DURATION] [--keep] [DIR]" },
     { "stages", cmd_bench_stages, "bench stages [--level N] [--runs N] [--batch-files N] [--land DIR] TREE" },
+    { "crypto", cmd_bench_crypto, "bench crypto [--size BYTES] [--small BYTES] [--runs N]" },
     { "gen", cmd_bench_gen, "bench gen [--profile sensors] [--size BYTES] [--seed N] [--evolve] DIR" },
 };
 
@@ -29,7 +30,7 @@ static const struct command commands[] = {
     { "index", cmd_index, "index check DIR [--bronze DIR]" },
     { "keygen", cmd_keygen, "keygen NAME | keygen --dedup FILE" },
     { "status", cmd_status, "status [--json] [--socket PATH | --config AGENT.yaml]" },
-    { "bench", cmd_bench, "bench chunk|index|scan|pipeline|fleet|stages|gen ..." },
+    { "bench", cmd_bench, "bench chunk|index|scan|pipeline|fleet|stages|crypto|gen ..." },
 };
 
 static void usage(FILE *f)
@@ -49,7 +50,7 @@ static int cmd_bench(int argc, char **argv)
         for (size_t i = 0; i < sizeof(bench_commands) / sizeof(bench_commands[0]); i++)
             if (strcmp(argv[1], bench_commands[i].name) == 0)
                 return bench_commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "ingestctl bench: expected one of: chunk, index, gen, scan, pipeline, fleet, stages\n");
+    fprintf(stderr, "ingestctl bench: expected one of: chunk, index, gen, scan, pipeline, fleet, stages, crypto\n");
     return 2;
 }
 

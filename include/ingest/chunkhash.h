@@ -43,7 +43,7 @@ extern "C" {
 typedef struct ingest_chunk_info {
     uint64_t offset;             /* of the chunk in its stream */
     uint32_t len;                /* 1..params.max */
-    uint8_t id[INGEST_ID_BYTES]; /* keyed BLAKE2b-256 of the bytes */
+    uint8_t id[INGEST_ID_BYTES]; /* HMAC-SHA256 of the bytes (ingest_chunk_id) */
     const uint8_t *data;         /* the chunk's bytes, valid during the callback */
 } ingest_chunk_info;
 

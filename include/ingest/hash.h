@@ -1,7 +1,7 @@
 /*
- * Chunk ids and file hashes: keyed BLAKE2b-256 (libsodium
- * crypto_generichash) with the fleet's dedup key.  Keyed, so ids seen on the
- * wire or in Kafka reveal nothing about content to outsiders.
+ * Chunk ids and file hashes: HMAC-SHA256 keyed with the fleet's dedup key
+ * (chunk id format 2, docs/chunking.md).  Keyed, so ids seen on the wire or
+ * in Kafka reveal nothing about content to outsiders.
  */
 #ifndef INGEST_HASH_H
 #define INGEST_HASH_H
@@ -12,6 +12,12 @@
 extern "C" {
 #endif
 
+/*
+ * The definition of chunk ids and file hashes: 2 = HMAC-SHA256 (1 was keyed
+ * BLAKE2b-256).  Part of the storage format, like INGEST_CHUNKER_FORMAT.
+ */
+#define INGEST_CHUNK_ID_FORMAT 2
+
 #define INGEST_ID_BYTES 32
 #define INGEST_KEY_BYTES 32
 
@@ -21,12 +27,16 @@ extern "C" {
  */
 INGEST_API const uint8_t *ingest_default_dedup_key(void);
 
-/* id = BLAKE2b-256(key, data).  Thread-safe. */
+/*
+ * id = HMAC-SHA256(key, data).  Thread-safe; never fails.  Each calling
+ * thread keeps one keyed OpenSSL context (freed when the thread exits), so
+ * a thread that keeps one key pays the key setup once.
+ */
 INGEST_API void ingest_chunk_id(const uint8_t key[INGEST_KEY_BYTES], const void *data, size_t len,
                                 uint8_t id[INGEST_ID_BYTES]);
 
 /*
- * Streaming keyed BLAKE2b-256 (the same key).  The whole-file hash of a
+ * Streaming HMAC-SHA256 (the same key and result as ingest_chunk_id).  The whole-file hash of a
  * manifest is this hash over the file's chunk ids in order (32 bytes each),
  * not over its bytes: the ids already cover the bytes, so each side hashes
  * the data once.  The state is a caller-owned, fixed-size object: no

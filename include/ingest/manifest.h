@@ -20,7 +20,11 @@
 extern "C" {
 #endif
 
-#define INGEST_MANIFEST_FORMAT 1
+/*
+ * 2: the hashes are chunk id format 2 (HMAC-SHA256, docs/chunking.md);
+ * format 1 carried keyed BLAKE2b-256 ids and is refused.
+ */
+#define INGEST_MANIFEST_FORMAT 2
 #define INGEST_MANIFEST_PATH_MAX 4096        /* bytes of a relative path */
 #define INGEST_MANIFEST_NAME_MAX 128         /* device and batch names */
 #define INGEST_MANIFEST_CHUNKS_PER_LINE 1024 /* chunks on one line */
@@ -53,7 +57,7 @@ typedef struct ingest_manifest_rec {
     int64_t mtime_ns;
     uint32_t mode;
     uint64_t version;      /* version of this path at the core, from 1; 0: not assigned yet */
-    uint8_t hash[INGEST_ID_BYTES]; /* whole-file keyed BLAKE2b */
+    uint8_t hash[INGEST_ID_BYTES]; /* whole-file HMAC-SHA256 over the chunk ids */
     /* The record has no "hash" (writer: leave it out; reader: it was left
      * out, allowed only with INGEST_MANIFEST_READ_HASH_OPTIONAL; hash is
      * then zero).  Only a manifest on the wire may omit it: the receiver

@@ -179,7 +179,7 @@ static int make_manifest(const uint8_t *dedup, const char *device, const char *b
     ingest_to_hex(fhash, sizeof(fhash), fhash_hex);
     const long long now_ns = (long long)time(NULL) * 1000000000LL;
     const int n = snprintf(out, cap,
-                           "{\"type\":\"batch\",\"format\":1,\"device\":\"%s\",\"batch\":\"%s\",\"files\":1,"
+                           "{\"type\":\"batch\",\"format\":2,\"device\":\"%s\",\"batch\":\"%s\",\"files\":1,"
                            "\"bytes\":%zu,\"created_ns\":%lld}\n"
                            "{\"type\":\"file\",\"path\":\"%s\",\"landed\":\"\",\"size\":%zu,\"mtime_ns\":%lld,"
                            "\"mode\":33188,\"version\":0,\"hash\":\"%s\",\"nchunks\":1,\"chunks\":[[\"%s\",%zu]]}\n",

@@ -1,7 +1,11 @@
 /*
  * Chunk ids, file hashes and the dedup key loader.  Known answers live in
- * tests/unit/golden/ids-default-key.txt (keyed BLAKE2b-256 with the default
- * key 00..1f; cross-checked once against Python's hashlib.blake2b).
+ * tests/unit/golden/ids-default-key.txt (chunk id format 2: HMAC-SHA256
+ * with the default key 00..1f), which the independent Python implementation
+ * tests/reference/chunk_ids.py checks (tests/integration/
+ * test_golden_reference.sh); here every id is also compared with
+ * libsodium's HMAC-SHA256, a second implementation sharing no code with
+ * OpenSSL's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +17,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <pthread.h>
 #include <sodium.h>
 
 #include "ingest/hash.h"
@@ -59,7 +64,8 @@ static void test_default_key(void **state)
     const uint8_t *k = ingest_default_dedup_key();
     for (int i = 0; i < INGEST_KEY_BYTES; i++)
         assert_int_equal(k[i], i);
-    assert_true(sizeof(crypto_generichash_state) <= sizeof(ingest_filehash));
+    assert_true(sizeof(crypto_auth_hmacsha256_state) <= sizeof(ingest_filehash));
+    assert_int_equal(INGEST_CHUNK_ID_FORMAT, 2);
 }
 
 static void add_line(char *out, size_t cap, const char *name, const void *d, size_t n)
@@ -114,9 +120,61 @@ static void test_keyed(void **state)
     ingest_chunk_id(k2, "data", 4, c);
     assert_memory_not_equal(a, b, INGEST_ID_BYTES);
     assert_memory_equal(b, c, INGEST_ID_BYTES);
-    /* Unkeyed BLAKE2b differs from keyed. */
-    crypto_generichash(c, sizeof(c), (const uint8_t *)"data", 4, NULL, 0);
+    /* Format 1's keyed BLAKE2b gives other ids. */
+    crypto_generichash(c, sizeof(c), (const uint8_t *)"data", 4, ingest_default_dedup_key(), INGEST_KEY_BYTES);
+    ingest_chunk_id(ingest_default_dedup_key(), "data", 4, a);
     assert_memory_not_equal(a, c, INGEST_ID_BYTES);
+}
+
+static void sodium_hmac(const uint8_t *key, const uint8_t *d, size_t n, uint8_t out[INGEST_ID_BYTES])
+{
+    crypto_auth_hmacsha256_state st;
+    crypto_auth_hmacsha256_init(&st, key, INGEST_KEY_BYTES);
+    crypto_auth_hmacsha256_update(&st, d, n);
+    crypto_auth_hmacsha256_final(&st, out);
+}
+
+/* Ids of lengths around the block sizes and the chunk sizes, two keys alternating on one thread. */
+static void check_against_sodium(uint64_t seed)
+{
+    static const size_t lens[] = { 0, 1, 31, 55, 56, 63, 64, 65, 119, 128, 1000, 1024, 4096, 16384, 65535, 65536, 262144 };
+    uint8_t *d = gen_buffer(seed, 262144);
+    uint8_t k2[INGEST_KEY_BYTES], got[INGEST_ID_BYTES], want[INGEST_ID_BYTES];
+    for (size_t i = 0; i < INGEST_KEY_BYTES; i++)
+        k2[i] = (uint8_t)(0xa5 ^ i ^ seed);
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+        for (int k = 0; k < 2; k++) {
+            const uint8_t *key = k ? k2 : ingest_default_dedup_key();
+            ingest_chunk_id(key, d, lens[i], got);
+            sodium_hmac(key, d, lens[i], want);
+            assert_memory_equal(got, want, INGEST_ID_BYTES);
+            ingest_chunk_id(key, d, lens[i], got); /* the reused context */
+            assert_memory_equal(got, want, INGEST_ID_BYTES);
+        }
+    free(d);
+}
+
+static void test_chunk_id_is_hmac_sha256(void **state)
+{
+    (void)state;
+    check_against_sodium(1);
+}
+
+static void *thread_main(void *arg)
+{
+    check_against_sodium((uint64_t)(uintptr_t)arg);
+    return NULL;
+}
+
+/* Each thread keeps its own keyed context (freed when it exits: valgrind and ASan see no leak). */
+static void test_chunk_id_threads(void **state)
+{
+    (void)state;
+    pthread_t t[4];
+    for (uintptr_t i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, thread_main, (void *)(i + 2)), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
 }
 
 static void test_filehash_equals_oneshot(void **state)
@@ -240,6 +298,8 @@ int main(void)
         cmocka_unit_test(test_default_key),
         cmocka_unit_test(test_golden_ids),
         cmocka_unit_test(test_keyed),
+        cmocka_unit_test(test_chunk_id_is_hmac_sha256),
+        cmocka_unit_test(test_chunk_id_threads),
         cmocka_unit_test(test_filehash_equals_oneshot),
         cmocka_unit_test(test_key_load),
     };

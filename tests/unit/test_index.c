@@ -442,7 +442,7 @@ static void make_bronze(const fixture *f)
     snprintf(path, sizeof(path), "%s/_manifests/dev1/b-0002.jsonl", f->bronze);
     FILE *fp = fopen(path, "wb");
     assert_non_null(fp);
-    fputs("{\"type\":\"header\",\"format\":1,\n", fp);
+    fputs("{\"type\":\"header\",\"format\":2,\n", fp);
     fclose(fp);
 }
 

@@ -16,7 +16,7 @@
 
 #define H64 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define HDR(files, bytes)                                                                              \
-    "{\"type\":\"batch\",\"format\":1,\"device\":\"d\",\"batch\":\"b\",\"files\":" #files ",\"bytes\":" #bytes \
+    "{\"type\":\"batch\",\"format\":2,\"device\":\"d\",\"batch\":\"b\",\"files\":" #files ",\"bytes\":" #bytes \
     ",\"created_ns\":1}\n"
 #define FILE_REC(path, size, nchunks, chunks)                                                            \
     "{\"type\":\"file\",\"path\":\"" path "\",\"landed\":\"\",\"size\":" #size                              \
@@ -100,7 +100,7 @@ static void check_read(ingest_manifest_reader *r, const ingest_manifest_rec *hdr
     assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
     lines++;
     assert_int_equal(rec.type, INGEST_MREC_HEADER);
-    assert_int_equal(rec.format, 1);
+    assert_int_equal(rec.format, 2);
     assert_string_equal(rec.device, hdr->device);
     assert_string_equal(rec.batch, hdr->batch);
     assert_true(rec.nfiles == hdr->nfiles);
@@ -209,7 +209,7 @@ static void test_round_trip(void **state)
     assert_int_equal(ingest_manifest_writer_add(w, &hdr), 0);
     size_t len;
     const char *data = ingest_manifest_writer_data(w, &len);
-    const char want_hdr[] = "{\"type\":\"batch\",\"format\":1,\"device\":\"dev-01\",\"batch\":\"b0000042.x_y\","
+    const char want_hdr[] = "{\"type\":\"batch\",\"format\":2,\"device\":\"dev-01\",\"batch\":\"b0000042.x_y\","
                             "\"files\":7,\"bytes\":";
     assert_true(len > sizeof(want_hdr));
     assert_memory_equal(data, want_hdr, sizeof(want_hdr) - 1);
@@ -349,7 +349,7 @@ static void test_reader_lenient_parts(void **state)
     (void)state;
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     const char text[] =
-        " { \"created_ns\" : -1, \"bytes\":7, \"files\":2, \"batch\":\"B\", \"device\":\"D\", \"format\":1,"
+        " { \"created_ns\" : -1, \"bytes\":7, \"files\":2, \"batch\":\"B\", \"device\":\"D\", \"format\":2,"
         " \"type\":\"batch\", \"future\":{\"x\":[1.5,null,true]} }\r\n"
         "{\"chunks\":[[\"" H64 "\",3],[\"" H64 "\",4]],\"nchunks\":2,\"hash\":\"" H64 "\",\"version\":0,"
         "\"mode\":0,\"mtime_ns\":0,\"size\":7,\"landed\":\"\",\"path\":\"a\\/b\\\\c\",\"type\":\"file\",\"extra\":1}\n"
@@ -415,12 +415,12 @@ static const bad_case bad_cases[] = {
       INGEST_ECORRUPT, 2, "expected an array" },
     { "type not a string", "{\"type\":1}\n", INGEST_ECORRUPT, 1, "\"type\": expected a string" },
     { "unknown type", HDR(0, 0) "{\"type\":\"dir\"}\n", INGEST_ECORRUPT, 2, "unknown record type" },
-    { "missing type", "{\"format\":1}\n", INGEST_ECORRUPT, 1, "missing key \"type\"" },
+    { "missing type", "{\"format\":2}\n", INGEST_ECORRUPT, 1, "missing key \"type\"" },
     { "missing key",
       HDR(1, 0) "{\"type\":\"file\",\"path\":\"a\",\"landed\":\"\",\"size\":0,\"mtime_ns\":0,"
                 "\"version\":1,\"hash\":\"" H64 "\",\"nchunks\":0,\"chunks\":[]}\n",
       INGEST_ECORRUPT, 2, "missing key \"mode\"" },
-    { "missing header key", "{\"type\":\"batch\",\"format\":1,\"device\":\"d\",\"batch\":\"b\",\"files\":0}\n",
+    { "missing header key", "{\"type\":\"batch\",\"format\":2,\"device\":\"d\",\"batch\":\"b\",\"files\":0}\n",
       INGEST_ECORRUPT, 1, "missing key \"bytes\"" },
     { "duplicate key",
       HDR(1, 0) "{\"type\":\"file\",\"path\":\"a\",\"landed\":\"\",\"size\":0,\"size\":0,\"mtime_ns\":0,"
@@ -446,13 +446,13 @@ static const bad_case bad_cases[] = {
       HDR(1, 0) "{\"type\":\"file\",\"path\":\"a\",\"landed\":\"/x\",\"size\":0,\"mtime_ns\":0,\"mode\":420,"
                 "\"version\":1,\"hash\":\"" H64 "\",\"nchunks\":0,\"chunks\":[]}\n",
       INGEST_ECORRUPT, 2, "\"landed\": absolute path" },
-    { "bad device name", "{\"type\":\"batch\",\"format\":1,\"device\":\"a/b\",\"batch\":\"b\",\"files\":0,"
+    { "bad device name", "{\"type\":\"batch\",\"format\":2,\"device\":\"a/b\",\"batch\":\"b\",\"files\":0,"
                          "\"bytes\":0,\"created_ns\":0}\n",
       INGEST_ECORRUPT, 1, "\"device\": name has a character" },
-    { "dot batch name", "{\"type\":\"batch\",\"format\":1,\"device\":\"a\",\"batch\":\"..\",\"files\":0,"
+    { "dot batch name", "{\"type\":\"batch\",\"format\":2,\"device\":\"a\",\"batch\":\"..\",\"files\":0,"
                         "\"bytes\":0,\"created_ns\":0}\n",
       INGEST_ECORRUPT, 1, "\"batch\": name starts with '.'" },
-    { "format 2", "{\"type\":\"batch\",\"format\":2,\"device\":\"a\",\"batch\":\"b\",\"files\":0,"
+    { "format 1", "{\"type\":\"batch\",\"format\":1,\"device\":\"a\",\"batch\":\"b\",\"files\":0,"
                   "\"bytes\":0,\"created_ns\":0}\n",
       INGEST_EVERSION, 1, "unsupported manifest format" },
     { "sum below size", HDR(1, 10) FILE_REC("a", 10, 1, "[\"" H64 "\",5]"), INGEST_ECORRUPT, 2,
@@ -572,7 +572,7 @@ static void test_columns(void **state)
     } cases[] = {
         { HDR(1, 0) "{\"type\":\"file\",\"path\":\"/abs\"}\n", "manifest <memory>:2:1: missing key" },
         { HDR(1, 0) FILE0("/abs"), "manifest <memory>:2:23: \"path\": absolute path" },
-        { "{\"type\":\"batch\",\"format\":1,\"format\":1}", "manifest <memory>:1:28: duplicate key" },
+        { "{\"type\":\"batch\",\"format\":2,\"format\":2}", "manifest <memory>:1:28: duplicate key" },
         { "{\"type\":\"batch\" , }", "manifest <memory>:1:19: expected a string key" },
         { HDR(0, 0) "{\"type\":\"batch\",\"x\":01}", "manifest <memory>:2:21: leading zero" },
     };
@@ -639,7 +639,7 @@ static void test_big_lines(void **state)
         free(path);
     }
     /* A line of exactly INGEST_MANIFEST_LINE_MAX bytes is accepted. */
-    const char head[] = "{\"type\":\"batch\",\"format\":1,\"device\":\"d\",\"batch\":\"b\",\"files\":0,\"bytes\":0,"
+    const char head[] = "{\"type\":\"batch\",\"format\":2,\"device\":\"d\",\"batch\":\"b\",\"files\":0,\"bytes\":0,"
                         "\"created_ns\":1,\"pad\":\"";
     memcpy(text, head, sizeof(head) - 1);
     memset(text + sizeof(head) - 1, 'y', INGEST_MANIFEST_LINE_MAX - (sizeof(head) - 1) - 2);
@@ -683,7 +683,9 @@ static void test_writer_refuses(void **state)
     h = header_rec("dev", "", 2, f.size);
     assert_int_equal(ingest_manifest_writer_add(w, &h), INGEST_EINVAL);
     h = header_rec("dev", "b", 2, f.size);
-    h.format = 2;
+    h.format = 1;
+    assert_int_equal(ingest_manifest_writer_add(w, &h), INGEST_EINVAL);
+    h.format = 3;
     assert_int_equal(ingest_manifest_writer_add(w, &h), INGEST_EINVAL);
     h.format = 0; /* means the current format */
     assert_int_equal(ingest_manifest_writer_add(w, &h), 0);
