@@ -18,7 +18,7 @@ static const struct command bench_commands[] = {
     { "pipeline", cmd_bench_pipeline, "bench pipeline [--transport tcp] [--evolve] DIR" },
     { "fleet", cmd_bench_fleet, "bench fleet --devices N [--size SIZE] [--shared PCT] [--stagger DURATION] [--keep] [DIR]" },
     { "stages", cmd_bench_stages, "bench stages [--level N] [--runs N] [--land DIR] TREE" },
-    { "gen", cmd_bench_gen, "bench gen [--profile sensors] [--size BYTES] [--seed N] [--evolve] DIR" },
+    { "gen", cmd_bench_gen, "bench gen [--profile default|gateway|small|empty] [--size BYTES] [--files N] [--seed N] [--evolve] DIR (--help)" },
 };
 
 static int cmd_bench(int argc, char **argv);
