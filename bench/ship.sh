@@ -611,7 +611,9 @@ run_tar() {
         untrack "$tp"
         local syncs; syncs=$(sync_fs "$fs")
         local wire bytes
-        wire=$(tr '\r' '\n' < "$d/zstd-$phase" | sed -n 's/.*B => \([0-9]*\) B,.*/\1/p' | tail -1)
+        # "(501760 B =>  53992 B, ...)": the compressed size is right-aligned to the input's width
+        wire=$(tr '\r' '\n' < "$d/zstd-$phase" | sed -n 's/.*B => *\([0-9]*\) B,.*/\1/p' | tail -1)
+        [ -n "$wire" ] || { cat "$d/zstd-$phase" >&2; die "no compressed size in the output of zstd -vv ($phase)"; }
         if [ $phase = initial ]; then bytes=$GEN0_BYTES; else bytes=$GEN1_BYTES; fi
         record tar-zstd "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" \
             wire_bytes="$wire" cpu_s="$(tv_cpu "$d/time-$phase")" \
