@@ -909,8 +909,8 @@ static void plan_of(uint64_t size, gw_plan *p)
         p->log_bytes = 4096;
 }
 
-/* targets; a file ends after the reading that reaches its target, ~60 bytes later on average */
-#define EVENT_MEAN 2840 /* ~2.9 KB */
+/* targets; a file ends after the reading that reaches its target, ~20 bytes later on average */
+#define EVENT_MEAN 2880 /* ~2.9 KB */
 #define EVENTS_PER_FOLDER 100
 
 static int gateway_generate(const char *root, uint64_t seed, const gw_plan *p, unsigned *files)
@@ -1012,7 +1012,7 @@ int bench_gen_gateway(const char *root, uint64_t size, uint64_t seed, unsigned g
 
 /* ---- the small tree ---------------------------------------------------------- */
 
-#define SMALL_MEAN 840 /* ~900 bytes */
+#define SMALL_MEAN 880 /* ~900 bytes */
 #define SMALL_PER_FOLDER 500
 
 /*
