@@ -4,7 +4,7 @@
  *
  * gateway, at 1 GiB (counts scale with --size, at least one of each):
  *
- *   events/SITE/DATE/HH/evt-NNNNNNN.json   36,500 JSON events, ~2.9 KB (1.2-4.6 KB),
+ *   events/SITE/DATE/HH/evt-NNNNNNN.json   36,500 JSON events, ~2.9 KB (1.3-4.5 KB),
  *                                           100 per folder, 4 sites
  *   exports/LINE/MONTH/prod-DATE-SHIFT.csv  2,000 production exports, ~26 KB
  *   telemetry/SITE/ASSET/...csv             530 wide CSV files at 1 s, ~0.5 MB
@@ -20,7 +20,7 @@
  * UUIDs, ISO timestamps; each device keeps its encoding, model and
  * firmware.
  *
- * small: NFILES JSON events of ~900 bytes (500-1,300), 500 per folder, the
+ * small: NFILES JSON events of ~900 bytes (400-1,400), 500 per folder, the
  * same generator.
  *
  * Every file has its own stream, seeded from (seed, kind, index,
