@@ -367,146 +367,165 @@ static void type_fields(jw *j, bgen_rng *r, unsigned type, uint64_t ts)
     }
 }
 
+static void firmware(bgen_text *t, const device *d)
+{
+    bgen_u64(t, d->fw[0]);
+    bgen_ch(t, '.');
+    bgen_u64(t, d->fw[1]);
+    bgen_ch(t, '.');
+    bgen_u64(t, d->fw[2]);
+}
+
+/* SenML (RFC 8428): a base record, then one record per reading. */
+static void event_senml(jw *j, bgen_rng *r, const device *d, unsigned type, uint64_t ts, size_t target)
+{
+    bgen_text *t = j->t;
+    jw_open(j, NULL, '[');
+    jw_open(j, NULL, '{');
+    jw_q(j, "bn");
+    bgen_str(t, "urn:dev:mac:");
+    bgen_hex(t, d->mac, 12);
+    bgen_ch(t, ':');
+    jw_endq(j);
+    jw_fix(j, "bt", (int64_t)ts, 3);
+    jw_int(j, "bver", 10);
+    jw_close(j, '}');
+    if (type == 2) {
+        jw_open(j, NULL, '{');
+        jw_str(j, "n", "alarm");
+        jw_str(j, "vs", ALARMS[bgen_below(r, 10)]);
+        jw_close(j, '}');
+    }
+    for (unsigned k = 0; t->len + 24 < target && k < 400; k++) {
+        const unsigned s = (d->sensor0 + k * d->step) % NSENSORS;
+        jw_open(j, NULL, '{');
+        jw_q(j, "n");
+        bgen_str(t, SENSORS[s].name);
+        bgen_ch(t, '_');
+        bgen_u64(t, 1 + k / NSENSORS);
+        jw_endq(j);
+        jw_str(j, "u", SENSORS[s].senml);
+        jw_fix(j, "v", sensor_value(r, s), SENSORS[s].dec);
+        if (k % 3 == 2)
+            jw_fix(j, "t", -(int64_t)bgen_below(r, 60000), 3);
+        jw_close(j, '}');
+    }
+    jw_close(j, ']');
+}
+
+/* Flat: a few header keys, the type's object, the metrics as keys. */
+static void event_flat(jw *j, bgen_rng *r, const device *d, unsigned type, uint64_t seq, uint64_t ts,
+                       size_t target)
+{
+    bgen_text *t = j->t;
+    jw_open(j, NULL, '{');
+    jw_int(j, "ts", (int64_t)ts);
+    jw_q(j, "dev");
+    device_name(t, d);
+    jw_endq(j);
+    jw_str(j, "site", SITES[d->site]);
+    jw_str(j, "type", TYPES[type]);
+    jw_int(j, "seq", (int64_t)seq);
+    jw_q(j, "fw");
+    firmware(t, d);
+    jw_endq(j);
+    if (type != 0)
+        type_fields(j, r, type, ts);
+    jw_open(j, "metrics", '{');
+    for (unsigned k = 0; t->len + 24 < target && k < 400; k++) {
+        const unsigned s = (d->sensor0 + k * d->step) % NSENSORS;
+        jw_key(j, NULL);
+        bgen_ch(t, '"');
+        bgen_str(t, SENSORS[s].name);
+        bgen_ch(t, '_');
+        bgen_u64(t, 1 + k / NSENSORS);
+        bgen_str(t, j->pretty ? "\": " : "\":");
+        bgen_fix(t, sensor_value(r, s), SENSORS[s].dec);
+    }
+    jw_close(j, '}');
+    jw_close(j, '}');
+}
+
+/* An envelope (id, schema, times, source), the type's object, a readings array, tags. */
+static void event_envelope(jw *j, bgen_rng *r, const device *d, unsigned type, uint64_t seq, uint64_t ts,
+                           size_t target)
+{
+    bgen_text *t = j->t;
+    jw_open(j, NULL, '{');
+    jw_q(j, "event_id");
+    uuid(t, r);
+    jw_endq(j);
+    jw_q(j, "schema");
+    bgen_str(t, "com.fleet.");
+    bgen_str(t, TYPES[type]);
+    bgen_str(t, "/v");
+    bgen_u64(t, 1 + d->fw[0] % 3);
+    jw_endq(j);
+    jw_iso(j, "ts", ts);
+    jw_iso(j, "received_at", ts + 40 + bgen_below(r, 2000));
+    jw_open(j, "source", '{');
+    jw_q(j, "device");
+    device_name(t, d);
+    jw_endq(j);
+    jw_str(j, "vendor", MODELS[d->model].vendor);
+    jw_str(j, "model", MODELS[d->model].model);
+    jw_q(j, "firmware");
+    firmware(t, d);
+    jw_endq(j);
+    jw_str(j, "site", SITES[d->site]);
+    jw_q(j, "zone");
+    bgen_str(t, "hall-");
+    bgen_ch(t, (char)('a' + d->index % 5));
+    jw_endq(j);
+    jw_close(j, '}');
+    jw_int(j, "seq", (int64_t)seq);
+    jw_str(j, "type", TYPES[type]);
+    type_fields(j, r, type, ts);
+    jw_open(j, "readings", '[');
+    for (unsigned k = 0; t->len + 40 < target && k < 400; k++) {
+        const unsigned s = (d->sensor0 + k * d->step) % NSENSORS;
+        const int64_t v = sensor_value(r, s);
+        const unsigned q = (unsigned)bgen_below(r, 100);
+        jw_open(j, NULL, '{');
+        jw_str(j, "sensor", SENSORS[s].name);
+        jw_int(j, "channel", 1 + k / NSENSORS);
+        jw_fix(j, "value", v, SENSORS[s].dec);
+        if (SENSORS[s].unit[0])
+            jw_str(j, "unit", SENSORS[s].unit);
+        jw_str(j, "quality", QUALITY[q < 94 ? 0 : q < 98 ? 1 : 2]);
+        if (k % 4 == 1) {
+            const int64_t w = (int64_t)bgen_below(r, (uint64_t)SENSORS[s].spread / 4 + 1);
+            jw_fix(j, "min", v - w, SENSORS[s].dec);
+            jw_fix(j, "max", v + w + (int64_t)bgen_below(r, 10), SENSORS[s].dec);
+        }
+        jw_close(j, '}');
+    }
+    jw_close(j, ']');
+    jw_open(j, "tags", '[');
+    jw_q(j, NULL);
+    bgen_str(t, "line-");
+    bgen_u64(t, 1 + d->index % 6);
+    jw_endq(j);
+    jw_str(j, NULL, d->index % 4 ? "prod" : "pilot");
+    jw_close(j, ']');
+    jw_close(j, '}');
+}
+
 /*
  * One event of about target bytes (readings are added until it is reached)
- * into t, from device d at ts.
+ * into t, from device d at ts, in the device's encoding; one line.
  */
 static void event_json(bgen_text *t, bgen_rng *r, const device *d, uint64_t seq, uint64_t ts, size_t target)
 {
     jw j = { .t = t, .pretty = d->pretty, .depth = 0, .first = { 1 } };
     const unsigned type = pick_type(r);
     bgen_reset(t);
-    if (d->style == 1) { /* SenML (RFC 8428): a base record, then one record per reading */
-        jw_open(&j, NULL, '[');
-        jw_open(&j, NULL, '{');
-        jw_q(&j, "bn");
-        bgen_str(t, "urn:dev:mac:");
-        bgen_hex(t, d->mac, 12);
-        bgen_ch(t, ':');
-        jw_endq(&j);
-        jw_fix(&j, "bt", (int64_t)ts, 3);
-        jw_int(&j, "bver", 10);
-        jw_close(&j, '}');
-        if (type == 2) {
-            jw_open(&j, NULL, '{');
-            jw_str(&j, "n", "alarm");
-            jw_str(&j, "vs", ALARMS[bgen_below(r, 10)]);
-            jw_close(&j, '}');
-        }
-        for (unsigned k = 0; t->len + 24 < target && k < 400; k++) {
-            const unsigned s = (d->sensor0 + k * d->step) % NSENSORS;
-            jw_open(&j, NULL, '{');
-            jw_q(&j, "n");
-            bgen_str(t, SENSORS[s].name);
-            bgen_ch(t, '_');
-            bgen_u64(t, 1 + k / NSENSORS);
-            jw_endq(&j);
-            jw_str(&j, "u", SENSORS[s].senml);
-            jw_fix(&j, "v", sensor_value(r, s), SENSORS[s].dec);
-            if (k % 3 == 2)
-                jw_fix(&j, "t", -(int64_t)bgen_below(r, 60000), 3);
-            jw_close(&j, '}');
-        }
-        jw_close(&j, ']');
-        bgen_ch(t, '\n');
-        return;
-    }
-    jw_open(&j, NULL, '{');
-    if (d->style == 2) { /* flat: metrics as keys */
-        jw_int(&j, "ts", (int64_t)ts);
-        jw_q(&j, "dev");
-        device_name(t, d);
-        jw_endq(&j);
-        jw_str(&j, "site", SITES[d->site]);
-        jw_str(&j, "type", TYPES[type]);
-        jw_int(&j, "seq", (int64_t)seq);
-        jw_q(&j, "fw");
-        bgen_u64(t, d->fw[0]);
-        bgen_ch(t, '.');
-        bgen_u64(t, d->fw[1]);
-        bgen_ch(t, '.');
-        bgen_u64(t, d->fw[2]);
-        jw_endq(&j);
-        if (type != 0)
-            type_fields(&j, r, type, ts);
-        jw_open(&j, "metrics", '{');
-        for (unsigned k = 0; t->len + 24 < target && k < 400; k++) {
-            const unsigned s = (d->sensor0 + k * d->step) % NSENSORS;
-            jw_key(&j, NULL);
-            bgen_ch(t, '"');
-            bgen_str(t, SENSORS[s].name);
-            bgen_ch(t, '_');
-            bgen_u64(t, 1 + k / NSENSORS);
-            bgen_str(t, j.pretty ? "\": " : "\":");
-            bgen_fix(t, sensor_value(r, s), SENSORS[s].dec);
-        }
-        jw_close(&j, '}');
-        jw_close(&j, '}');
-        bgen_ch(t, '\n');
-        return;
-    }
-    /* envelope with a readings array */
-    jw_q(&j, "event_id");
-    uuid(t, r);
-    jw_endq(&j);
-    jw_q(&j, "schema");
-    bgen_str(t, "com.fleet.");
-    bgen_str(t, TYPES[type]);
-    bgen_str(t, "/v");
-    bgen_u64(t, 1 + d->fw[0] % 3);
-    jw_endq(&j);
-    jw_iso(&j, "ts", ts);
-    jw_iso(&j, "received_at", ts + 40 + bgen_below(r, 2000));
-    jw_open(&j, "source", '{');
-    jw_q(&j, "device");
-    device_name(t, d);
-    jw_endq(&j);
-    jw_str(&j, "vendor", MODELS[d->model].vendor);
-    jw_str(&j, "model", MODELS[d->model].model);
-    jw_q(&j, "firmware");
-    bgen_u64(t, d->fw[0]);
-    bgen_ch(t, '.');
-    bgen_u64(t, d->fw[1]);
-    bgen_ch(t, '.');
-    bgen_u64(t, d->fw[2]);
-    jw_endq(&j);
-    jw_str(&j, "site", SITES[d->site]);
-    jw_q(&j, "zone");
-    bgen_str(t, "hall-");
-    bgen_ch(t, (char)('a' + d->index % 5));
-    jw_endq(&j);
-    jw_close(&j, '}');
-    jw_int(&j, "seq", (int64_t)seq);
-    jw_str(&j, "type", TYPES[type]);
-    type_fields(&j, r, type, ts);
-    jw_open(&j, "readings", '[');
-    for (unsigned k = 0; t->len + 40 < target && k < 400; k++) {
-        const unsigned s = (d->sensor0 + k * d->step) % NSENSORS;
-        const int64_t v = sensor_value(r, s);
-        const unsigned q = (unsigned)bgen_below(r, 100);
-        jw_open(&j, NULL, '{');
-        jw_str(&j, "sensor", SENSORS[s].name);
-        jw_int(&j, "channel", 1 + k / NSENSORS);
-        jw_fix(&j, "value", v, SENSORS[s].dec);
-        if (SENSORS[s].unit[0])
-            jw_str(&j, "unit", SENSORS[s].unit);
-        jw_str(&j, "quality", QUALITY[q < 94 ? 0 : q < 98 ? 1 : 2]);
-        if (k % 4 == 1) {
-            const int64_t w = (int64_t)bgen_below(r, (uint64_t)SENSORS[s].spread / 4 + 1);
-            jw_fix(&j, "min", v - w, SENSORS[s].dec);
-            jw_fix(&j, "max", v + w + (int64_t)bgen_below(r, 10), SENSORS[s].dec);
-        }
-        jw_close(&j, '}');
-    }
-    jw_close(&j, ']');
-    jw_open(&j, "tags", '[');
-    jw_q(&j, NULL);
-    bgen_str(t, "line-");
-    bgen_u64(t, 1 + d->index % 6);
-    jw_endq(&j);
-    jw_str(&j, NULL, d->index % 4 ? "prod" : "pilot");
-    jw_close(&j, ']');
-    jw_close(&j, '}');
+    if (d->style == 1)
+        event_senml(&j, r, d, type, ts, target);
+    else if (d->style == 2)
+        event_flat(&j, r, d, type, seq, ts, target);
+    else
+        event_envelope(&j, r, d, type, seq, ts, target);
     bgen_ch(t, '\n');
 }
 
