@@ -921,7 +921,7 @@ write_svg "$SVG_TMP"
     echo "![initial MB/s, incremental wire bytes and peak sender memory per tool]($(basename "$SVG"))"
     echo
     echo "- date: $START_DATE; total driver time $(us2s $((T_END - T_START))) s"
-    echo "- code: $CODE_REV, binaries of $BUILD"
+    echo "- code: $CODE_REV, binaries of $(case $BUILD in "$TOP"/*) echo "${BUILD#"$TOP"/}/" ;; *) echo "$BUILD" ;; esac)"
     echo "- machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo) RAM, Linux $(uname -r)"
     echo "- load average (1/5/15 min): $LOAD_START at start, $LOAD_END at end (the machine is shared)"
     echo "- tree: PROFILE=$PROFILE (\`ingestctl bench gen ${GEN_ARGS[*]}\`), generation 0 $GEN0_FILES files / $GEN0_BYTES bytes; generation 1 (ingestctl bench gen --evolve) $GEN1_FILES files / $GEN1_BYTES bytes"
