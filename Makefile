@@ -58,7 +58,7 @@ FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
 .PHONY: all lib programs tests check asan valgrind deps demo install uninstall \
         install-shared install-static install-includes install-pc install-programs \
-        clean fuzz soak bench bench-scan bench-deps
+        clean fuzz soak bench bench-scan bench-deps bench-gateway bench-small
 
 all: lib programs
 
@@ -138,10 +138,17 @@ fuzz:
 
 # The shipping benchmark (ours vs rsync, tar|zstd, restic, casync):
 # bench/ship.sh writes bench/results.md and bench/results.svg, see
-# bench/README.md.  SIZE=64MiB RUNS=1 for a smoke run.
-.PHONY: bench-ship
+# bench/README.md.  SIZE=64MiB RUNS=1 for a smoke run.  bench-gateway and
+# bench-small run it on the trees of `ingestctl bench gen --profile gateway`
+# and `--profile small` (issue 16), into bench/results-gateway.md and
+# bench/results-small.md; SIZE, FILES (small), RUNS, TOOLS as for bench.
+.PHONY: bench-ship bench-gateway bench-small
 bench bench-ship: all
 	@bash bench/ship.sh $(BUILD)
+bench-gateway: all
+	@PROFILE=gateway bash bench/ship.sh $(BUILD)
+bench-small: all
+	@PROFILE=small bash bench/ship.sh $(BUILD)
 
 # The discovery benchmark (walk of 1,000,000 empty files vs find, and the
 # real agent's first walk): bench/scan.sh.  FILES=20000 RUNS=1 for a smoke run.

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # bench/ship.sh [BUILD]: the shipping benchmark (make bench-ship / make bench).
 #
-# Ships one generated sensor tree with ingest-agent -> ingest-receiver, with
+# Ships one generated tree (PROFILE: default, gateway or small; see
+# `ingestctl bench gen --help`) with ingest-agent -> ingest-receiver, with
 # rsync -a and rsync -az to an rsync daemon, with tar | zstd -1 | socat, all
 # over loopback, and with restic and casync into a local repository (where
 # installed), each into a fresh filesystem; then ships the evolved generation
 # of the tree (incremental).  Medians of RUNS runs go to bench/results.md and
-# stdout, three bar charts to bench/results.svg.  See bench/README.md.
+# stdout, three bar charts to bench/results.svg (bench/results-PROFILE.md and
+# .svg for the gateway and small profiles).  See bench/README.md.
 #
-# Environment: SIZE (1GiB), RUNS (3), BENCH_DIR (parent of the work dir, /tmp),
+# Environment: PROFILE (default|gateway|small), SIZE (1GiB; the small profile
+# takes its file count from FILES, 40000, or from SIZE / 900 when SIZE is
+# set), RUNS (3), BENCH_DIR (parent of the work dir, /tmp),
 # TOOLS ("ours rsync-a rsync-az tar-zstd restic casync"; restic and casync are
 # reported as "not installed" when missing), VERIFY (first|all|none: checksum
 # the landed trees in the first run, every run, or never), STAGES (auto|0:
@@ -25,14 +29,29 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 TOP=$(cd "$HERE/.." && pwd)
 BUILD=${1:-${BUILD:-build}}
 case $BUILD in /*) ;; *) BUILD=$TOP/$BUILD ;; esac
+PROFILE=${PROFILE:-default}
+SIZE_GIVEN=${SIZE:+1}
 SIZE=${SIZE:-1GiB}
+FILES=${FILES:-}
 RUNS=${RUNS:-3}
 TOOLS=${TOOLS:-ours ours-metrics rsync-a rsync-az tar-zstd restic casync}
 VERIFY=${VERIFY:-first}
 LOOP=${LOOP:-auto}
 PERF=${PERF:-auto}
 STAGES=${STAGES:-auto}
-RESULTS=${RESULTS:-$HERE/results.md}
+case $PROFILE in
+    default) RESULTS=${RESULTS:-$HERE/results.md} ;;
+    gateway|small) RESULTS=${RESULTS:-$HERE/results-$PROFILE.md} ;;
+    *) echo "bench: PROFILE must be default, gateway or small" >&2; exit 1 ;;
+esac
+# the arguments of `ingestctl bench gen` for both generations
+GEN_ARGS=(--profile "$PROFILE")
+case $PROFILE in
+    small)
+        if [ -n "$SIZE_GIVEN" ]; then GEN_ARGS+=(--size "$SIZE"); fi
+        if [ -n "$FILES" ]; then GEN_ARGS+=(--files "$FILES"); fi ;;
+    *) GEN_ARGS+=(--size "$SIZE") ;;
+esac
 SVG=${RESULTS%.md}.svg
 CTL=$BUILD/ingestctl
 AGENT=$BUILD/ingest-agent
@@ -147,7 +166,7 @@ fresh_fs() {
     mkdir -p "$mp"
     if [ $USE_LOOP = 1 ]; then
         truncate -s "${FS_BYTES}" "$W/img-$1"
-        mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$W/img-$1" >/dev/null
+        mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "${MKFS_INODES[@]}" "$W/img-$1" >/dev/null
         mount -o loop "$W/img-$1" "$mp"
         MOUNTS+=("$mp")
     fi
@@ -209,7 +228,7 @@ fresh_source() {
     sync
 }
 evolve_source() {
-    "$CTL" bench gen --evolve --size "$SIZE" "$W/src" >/dev/null
+    "$CTL" bench gen --evolve "${GEN_ARGS[@]}" "$W/src" >/dev/null
     sync
 }
 
@@ -592,7 +611,9 @@ run_tar() {
         untrack "$tp"
         local syncs; syncs=$(sync_fs "$fs")
         local wire bytes
-        wire=$(tr '\r' '\n' < "$d/zstd-$phase" | sed -n 's/.*B => \([0-9]*\) B,.*/\1/p' | tail -1)
+        # "(501760 B =>  53992 B, ...)": the compressed size is right-aligned to the input's width
+        wire=$(tr '\r' '\n' < "$d/zstd-$phase" | sed -n 's/.*B => *\([0-9]*\) B,.*/\1/p' | tail -1)
+        [ -n "$wire" ] || { cat "$d/zstd-$phase" >&2; die "no compressed size in the output of zstd -vv ($phase)"; }
         if [ $phase = initial ]; then bytes=$GEN0_BYTES; else bytes=$GEN1_BYTES; fi
         record tar-zstd "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" \
             wire_bytes="$wire" cpu_s="$(tv_cpu "$d/time-$phase")" \
@@ -697,11 +718,11 @@ run_stages() {
     record stages "$1" stages "${words[@]}"
 }
 
-say "work dir $W, SIZE=$SIZE RUNS=$RUNS, landing into $FS_KIND"
+say "work dir $W, PROFILE=$PROFILE (bench gen ${GEN_ARGS[*]}) RUNS=$RUNS, landing into $FS_KIND"
 setup_keys
-"$CTL" bench gen --size "$SIZE" "$W/gen0" >/dev/null
+"$CTL" bench gen "${GEN_ARGS[@]}" "$W/gen0" >/dev/null
 cp -a "$W/gen0" "$W/gen1"
-"$CTL" bench gen --evolve --size "$SIZE" "$W/gen1" >/dev/null
+"$CTL" bench gen --evolve "${GEN_ARGS[@]}" "$W/gen1" >/dev/null
 GEN0_BYTES=$(tree_bytes "$W/gen0"); GEN0_FILES=$(tree_files "$W/gen0")
 GEN1_BYTES=$(tree_bytes "$W/gen1"); GEN1_FILES=$(tree_files "$W/gen1")
 (cd "$W/gen0" && find . -type f -print0 | sort -z | xargs -0 sha256sum) > "$W/sums0"
@@ -709,6 +730,11 @@ GEN1_BYTES=$(tree_bytes "$W/gen1"); GEN1_FILES=$(tree_files "$W/gen1")
 rm -rf "$W/gen1"          # each tool evolves its own copy of gen0 in place
 FS_BYTES=$(( (GEN0_BYTES + GEN1_BYTES) * 3 / 2 + 256 * 1024 * 1024 ))
 FS_BYTES=$(( (FS_BYTES + 1048575) / 1048576 * 1048576 ))
+# mkfs.ext4 makes an inode per 16 KiB: too few for a tree of small files
+# (both generations, the receiver's own files, room to spare)
+MKFS_INODES=()
+INODES=$(( (GEN0_FILES + GEN1_FILES) * 2 + 10000 ))
+if [ $((FS_BYTES / 16384)) -lt $INODES ]; then MKFS_INODES=(-N "$INODES"); fi
 say "generation 0: $GEN0_FILES files, $GEN0_BYTES bytes; generation 1: $GEN1_FILES files, $GEN1_BYTES bytes"
 
 for t in $TOOLS; do installed "$t" || say "$t is not installed: left out (make bench-deps installs it)"; done
@@ -763,6 +789,8 @@ med() {
         }' "$RAW"
 }
 mib() { [ "$1" = n/a ] && { echo n/a; return; }; awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
+# per_file VALUE SCALE: VALUE x SCALE / files of generation 0
+per_file() { awk -v v="$1" -v s="$2" -v f="$GEN0_FILES" 'BEGIN { if (v == "n/a" || f == 0) print "n/a"; else printf "%.1f", v * s / f }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "n/a" || b == "n/a" || b == 0) print "n/a"; else printf "%.2f", a / b }'; }
 verdict() { awk -v v="$1" -v op="$2" -v lim="$3" 'BEGIN {
     if (v == "n/a") { print "n/a"; exit }
@@ -807,7 +835,7 @@ write_svg() {
             if (a == "n/a") print "n/a"; else printf "%.1f", ((a + 0 > b + 0) ? a : b) / 1024 }')
         printf '%s\t%s\t%s\t%s\t%s\n' "$(short_label "$t")" "$(med "$t" initial mbps)" \
             "$(med "$t" incremental wire_bytes)" "$pk" "$([ "$t" = ours ] && echo 1 || echo 0)"
-    done | awk -F'\t' -v title="Shipping benchmark: SIZE=$SIZE, medians of $RUNS run(s), $START_DATE" '
+    done | awk -F'\t' -v title="Shipping benchmark: $([ "$PROFILE" = default ] || echo "profile $PROFILE, ")$([ "$PROFILE" = small ] && echo "$GEN0_FILES files" || echo "SIZE=$SIZE"), medians of $RUNS run(s), $START_DATE" '
         function esc(x) { gsub(/&/, "\\&amp;", x); gsub(/</, "\\&lt;", x); gsub(/>/, "\\&gt;", x); return x }
         function bytes(v) {
             if (v >= 1e9) return sprintf("%.2f GB", v / 1e9)
@@ -879,18 +907,24 @@ REPORT=$W/results.md
 SVG_TMP=$W/results.svg
 write_svg "$SVG_TMP"
 {
-    echo "# Shipping benchmark"
-    echo
-    echo "Written by \`bench/ship.sh\` (\`make bench-ship\`); see bench/README.md for what is measured and how."
+    if [ "$PROFILE" = default ]; then
+        echo "# Shipping benchmark"
+        echo
+        echo "Written by \`bench/ship.sh\` (\`make bench-ship\`); see bench/README.md for what is measured and how."
+    else
+        echo "# Shipping benchmark: the $PROFILE profile"
+        echo
+        echo "Written by \`bench/ship.sh\` (\`make bench-$PROFILE\`, PROFILE=$PROFILE); see bench/README.md for what is measured and how."
+    fi
     echo "Charts: [$(basename "$SVG")]($(basename "$SVG"))."
     echo
     echo "![initial MB/s, incremental wire bytes and peak sender memory per tool]($(basename "$SVG"))"
     echo
     echo "- date: $START_DATE; total driver time $(us2s $((T_END - T_START))) s"
-    echo "- code: $CODE_REV, binaries of $BUILD"
+    echo "- code: $CODE_REV, binaries of $(case $BUILD in "$TOP"/*) echo "${BUILD#"$TOP"/}/" ;; *) echo "$BUILD" ;; esac)"
     echo "- machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo) RAM, Linux $(uname -r)"
     echo "- load average (1/5/15 min): $LOAD_START at start, $LOAD_END at end (the machine is shared)"
-    echo "- tree: SIZE=$SIZE, generation 0 $GEN0_FILES files / $GEN0_BYTES bytes; generation 1 (ingestctl bench gen --evolve) $GEN1_FILES files / $GEN1_BYTES bytes"
+    echo "- tree: PROFILE=$PROFILE (\`ingestctl bench gen ${GEN_ARGS[*]}\`), generation 0 $GEN0_FILES files / $GEN0_BYTES bytes; generation 1 (ingestctl bench gen --evolve) $GEN1_FILES files / $GEN1_BYTES bytes"
     echo "- runs: $RUNS, tools interleaved in each run ($TOOLS), the order rotating by one tool per run (run r starts with the r-th), then \`ingestctl bench stages\`; each tool lands into $FS_KIND"
     echo "- tools: $(tool_versions)"
     for t in $TOOLS; do installed "$t" || echo "- $t: not installed (make bench-deps), left out"; done
@@ -1012,6 +1046,27 @@ write_svg "$SVG_TMP"
             r=$(ratio "$(med ours initial mbps)" "$(med tar-zstd initial mbps)")
             echo "| ours >= 0.8x tar \\| zstd MB/s (initial) | ${r}x | $(verdict "$r" '>=' 0.8) |"
         fi
+        # issue 16's targets for its profiles
+        if [ "$PROFILE" = small ] && has tar-zstd; then
+            a=$(med ours initial wire_bytes); b=$(med tar-zstd initial wire_bytes)
+            echo "| small files: wire bytes <= tar \\| zstd -1's (initial) | $a vs $b ($(ratio "$a" "$b")x) | $(verdict "$(ratio "$a" "$b")" '<=' 1) |"
+            a=$(med ours initial wall_s); b=$(med tar-zstd initial wall_s)
+            echo "| small files: µs/file <= tar \\| zstd's (initial; durable) | $(per_file "$a" 1e6) vs $(per_file "$b" 1e6) ($(ratio "$a" "$b")x) | $(verdict "$(ratio "$a" "$b")" '<=' 1) |"
+        fi
+        if [ "$PROFILE" = gateway ]; then
+            if has rsync-az; then
+                r=$(ratio "$(med ours initial mbps)" "$(med rsync-az initial mbps)")
+                echo "| gateway: ours >= 1.3x rsync -az MB/s (initial) | ${r}x | $(verdict "$r" '>=' 1.3) |"
+            fi
+            if has tar-zstd; then
+                r=$(ratio "$(med ours initial mbps)" "$(med tar-zstd initial mbps)")
+                echo "| gateway: ours >= 1.0x tar \\| zstd MB/s (initial) | ${r}x | $(verdict "$r" '>=' 1.0) |"
+            fi
+            if has rsync-az; then
+                a=$(med ours incremental wire_bytes); b=$(med rsync-az incremental wire_bytes)
+                echo "| gateway: incremental wire bytes <= 0.5x rsync -az's | $a vs $b ($(ratio "$a" "$b")x) | $(verdict "$(ratio "$a" "$b")" '<=' 0.5) |"
+            fi
+        fi
         if has ours-metrics; then
             r=$(awk -v a="$(med ours-metrics initial mbps)" -v b="$(med ours initial mbps)" 'BEGIN {
                 if (a == "n/a" || b == "n/a" || b == 0) print "n/a"; else printf "%.3f", 1 - a / b }')
@@ -1040,6 +1095,25 @@ write_svg "$SVG_TMP"
         fi
     fi
     echo
+    if [ "$PROFILE" = small ]; then
+        echo "## Per file"
+        echo
+        echo "Generation 0: $GEN0_FILES files, $(awk -v b="$GEN0_BYTES" -v f="$GEN0_FILES" 'BEGIN { printf "%.0f", b / f }') bytes each on average. µs/file = initial wall seconds / $GEN0_FILES; wire bytes / file = initial wire bytes / $GEN0_FILES (medians). Incremental: generation 1 ($GEN1_FILES files; $((GEN1_FILES - GEN0_FILES)) new, a few rewritten), whole tree for tar."
+        echo
+        echo "| tool | initial wall s | µs/file | MB/s | wire bytes | wire bytes / file | incremental wall s | incremental wire bytes |"
+        echo "|---|---|---|---|---|---|---|---|"
+        for t in $TOOLS; do
+            has "$t" || continue
+            w=$(med "$t" initial wall_s); b=$(med "$t" initial wire_bytes)
+            echo "| $(label "$t") | $w | $(per_file "$w" 1e6) | $(med "$t" initial mbps) | $b | $(per_file "$b" 1) | $(med "$t" incremental wall_s) | $(med "$t" incremental wire_bytes) |"
+        done
+        echo
+        if has ours; then
+            a=$(med ours initial agent_wire_bytes); c=$(med ours initial agent_chunk_bytes)
+            echo "Ours on the wire beyond the compressed chunk data (the manifest lines, WANT, ACK, framing, AEAD tags; both ways): (\`wire_bytes\` - \`chunk_bytes\`) / files = $(awk -v a="$a" -v c="$c" -v f="$GEN0_FILES" 'BEGIN { if (a == "n/a" || c == "n/a") print "n/a"; else printf "%.0f", (a - c) / f }') bytes per file (initial, medians); chunk data $(per_file "$c" 1) bytes per file."
+            echo
+        fi
+    fi
     echo "## Raw per-run lines"
     echo
     echo '```'

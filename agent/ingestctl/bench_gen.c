@@ -2,12 +2,16 @@
  * `ingestctl bench gen`: a deterministic sensor tree for demos, tests and
  * benchmarks, and with --evolve its next generation.
  *
- * Profile "sensors" (share of bytes): telemetry CSV and JSON 30%, int16
- * signal frames 30%, JPEG-like incompressible blobs 25%, a large text log
- * 15%.  Everything comes from splitmix64 seeded with --seed, so the same
- * arguments always give the same bytes.  Layout: docs/benchmarks.md.
+ * Profile "default" (alias "sensors"; share of bytes): telemetry CSV and
+ * JSON 30%, int16 signal frames 30%, JPEG-like incompressible blobs 25%, a
+ * large text log 15%.  Profile "empty": empty files for discovery
+ * benchmarks.  The gateway and small profiles are in bench_gen_gateway.c.
+ * Everything comes from splitmix64 seeded with --seed, so the same
+ * arguments always give the same bytes.  Usage and the profiles: the USAGE
+ * text below and bench/README.md.
  */
 #include "ingestctl.h"
+#include "bench_gen.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,21 +23,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-typedef struct {
-    uint64_t s;
-} rng;
+typedef bgen_rng rng;
 
-static uint64_t next(rng *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t next(rng *r) { return bgen_next(r); }
+static uint64_t below(rng *r, uint64_t n) { return bgen_below(r, n); }
 
-static uint64_t below(rng *r, uint64_t n) { return n ? next(r) % n : 0; }
-
-static int mkdirs(const char *path)
+int bgen_mkdirs(const char *path)
 {
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s", path);
@@ -58,18 +53,20 @@ typedef struct {
     char buf[1 << 16];
 } writer;
 
-static int wopen(writer *w, const char *dir, const char *name, int append)
+static writer W;
+
+int bgen_open(const char *dir, const char *name, int append)
 {
     char path[4096];
-    if (mkdirs(dir) != 0) {
+    if (bgen_mkdirs(dir) != 0) {
         fprintf(stderr, "ingestctl bench gen: mkdir %s: %s\n", dir, strerror(errno));
         return -1;
     }
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    w->fd = open(path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0644);
-    w->len = 0;
-    w->err = 0;
-    if (w->fd < 0) {
+    W.fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+    W.len = 0;
+    W.err = 0;
+    if (W.fd < 0) {
         fprintf(stderr, "ingestctl bench gen: %s: %s\n", path, strerror(errno));
         return -1;
     }
@@ -92,41 +89,168 @@ static void wflush(writer *w)
     w->len = 0;
 }
 
-static void wput(writer *w, const void *p, size_t n)
+void bgen_put(const void *p, size_t n)
 {
     const char *c = p;
     while (n > 0) {
-        size_t room = sizeof(w->buf) - w->len;
-        size_t k = n < room ? n : room;
-        memcpy(w->buf + w->len, c, k);
-        w->len += k;
+        const size_t room = sizeof(W.buf) - W.len;
+        const size_t k = n < room ? n : room;
+        memcpy(W.buf + W.len, c, k);
+        W.len += k;
         c += k;
         n -= k;
-        if (w->len == sizeof(w->buf))
-            wflush(w);
+        if (W.len == sizeof(W.buf))
+            wflush(&W);
     }
 }
 
-static int wclose(writer *w)
+int bgen_close(void)
 {
-    wflush(w);
-    if (close(w->fd) != 0 && w->err == 0)
-        w->err = errno;
-    if (w->err) {
-        fprintf(stderr, "ingestctl bench gen: write: %s\n", strerror(w->err));
+    wflush(&W);
+    if (close(W.fd) != 0 && W.err == 0)
+        W.err = errno;
+    if (W.err) {
+        fprintf(stderr, "ingestctl bench gen: write: %s\n", strerror(W.err));
         return -1;
     }
     return 0;
 }
 
-static writer W;
+/* ---- text builder --------------------------------------------------------- */
+
+void bgen_reset(bgen_text *t)
+{
+    t->len = 0;
+    t->over = 0;
+}
+
+void bgen_mem(bgen_text *t, const void *p, size_t n)
+{
+    if (n > sizeof(t->buf) - t->len) {
+        t->over += n;
+        return;
+    }
+    memcpy(t->buf + t->len, p, n);
+    t->len += n;
+}
+
+void bgen_str(bgen_text *t, const char *s) { bgen_mem(t, s, strlen(s)); }
+
+void bgen_ch(bgen_text *t, char c)
+{
+    if (t->len < sizeof(t->buf))
+        t->buf[t->len++] = c;
+    else
+        t->over++;
+}
+
+void bgen_u64(bgen_text *t, uint64_t v)
+{
+    char d[20];
+    size_t n = 0;
+    do {
+        d[sizeof(d) - 1 - n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    bgen_mem(t, d + sizeof(d) - n, n);
+}
+
+void bgen_i64(bgen_text *t, int64_t v)
+{
+    if (v < 0) {
+        bgen_ch(t, '-');
+        bgen_u64(t, 0 - (uint64_t)v);
+    } else {
+        bgen_u64(t, (uint64_t)v);
+    }
+}
+
+void bgen_pad(bgen_text *t, uint64_t v, unsigned width)
+{
+    char d[20];
+    size_t n = 0;
+    do {
+        d[sizeof(d) - 1 - n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v && n < sizeof(d));
+    while (n < width && n < sizeof(d))
+        d[sizeof(d) - 1 - n++] = '0';
+    bgen_mem(t, d + sizeof(d) - n, n);
+}
+
+void bgen_fix(bgen_text *t, int64_t v, unsigned decimals)
+{
+    static const uint64_t pow10[] = { 1, 10, 100, 1000, 10000, 100000, 1000000 };
+    if (decimals == 0 || decimals > 6) {
+        bgen_i64(t, v);
+        return;
+    }
+    uint64_t a = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    if (v < 0)
+        bgen_ch(t, '-');
+    bgen_u64(t, a / pow10[decimals]);
+    bgen_ch(t, '.');
+    bgen_pad(t, a % pow10[decimals], decimals);
+}
+
+void bgen_hex(bgen_text *t, uint64_t v, unsigned digits)
+{
+    static const char hex[] = "0123456789abcdef";
+    char d[16];
+    if (digits > 16)
+        digits = 16;
+    for (unsigned i = 0; i < digits; i++, v >>= 4)
+        d[digits - 1 - i] = hex[v & 15];
+    bgen_mem(t, d, digits);
+}
+
+/* Howard Hinnant's civil_from_days, for days >= 0. */
+static void civil(uint64_t days, unsigned *y, unsigned *m, unsigned *d)
+{
+    const uint64_t z = days + 719468, era = z / 146097, doe = z - era * 146097;
+    const uint64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    const uint64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
+    *d = (unsigned)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (unsigned)(mp < 10 ? mp + 3 : mp - 9);
+    *y = (unsigned)(yoe + era * 400 + (*m <= 2));
+}
+
+void bgen_date(bgen_text *t, uint64_t days)
+{
+    unsigned y, m, d;
+    civil(days, &y, &m, &d);
+    bgen_pad(t, y, 4);
+    bgen_ch(t, '-');
+    bgen_pad(t, m, 2);
+    bgen_ch(t, '-');
+    bgen_pad(t, d, 2);
+}
+
+void bgen_iso(bgen_text *t, uint64_t ms, int with_ms)
+{
+    const uint64_t s = ms / 1000;
+    bgen_date(t, s / 86400);
+    bgen_ch(t, 'T');
+    bgen_pad(t, s % 86400 / 3600, 2);
+    bgen_ch(t, ':');
+    bgen_pad(t, s % 3600 / 60, 2);
+    bgen_ch(t, ':');
+    bgen_pad(t, s % 60, 2);
+    if (with_ms) {
+        bgen_ch(t, '.');
+        bgen_pad(t, ms % 1000, 3);
+    }
+    bgen_ch(t, 'Z');
+}
+
+/* ---- profile "default" ------------------------------------------------------ */
 
 static int gen_csv(rng *r, const char *dir, const char *name, uint64_t bytes, uint64_t t0)
 {
-    if (wopen(&W, dir, name, 0) != 0)
+    if (bgen_open(dir, name, 0) != 0)
         return -1;
     char line[160];
-    wput(&W, "timestamp_ms,sensor,temperature_c,humidity_pct,pressure_hpa,status\n", 67);
+    bgen_put("timestamp_ms,sensor,temperature_c,humidity_pct,pressure_hpa,status\n", 67);
     double temp = 20.0 + (double)below(r, 100) / 10.0, hum = 40.0 + (double)below(r, 200) / 10.0;
     uint64_t written = 67, t = t0;
     while (written < bytes) {
@@ -135,16 +259,16 @@ static int gen_csv(rng *r, const char *dir, const char *name, uint64_t bytes, ui
         const int n = snprintf(line, sizeof(line), "%" PRIu64 ",s%02u,%.2f,%.1f,%.2f,%s\n", t,
                                (unsigned)below(r, 16), temp, hum, 1013.25 + (double)below(r, 300) / 100.0,
                                below(r, 50) == 0 ? "WARN" : "OK");
-        wput(&W, line, (size_t)n);
+        bgen_put(line, (size_t)n);
         written += (uint64_t)n;
         t += 100 + below(r, 5);
     }
-    return wclose(&W);
+    return bgen_close();
 }
 
 static int gen_json(rng *r, const char *dir, const char *name, uint64_t t, unsigned records)
 {
-    if (wopen(&W, dir, name, 0) != 0)
+    if (bgen_open(dir, name, 0) != 0)
         return -1;
     char buf[512];
     for (unsigned i = 0; i < records; i++, t += 1000) {
@@ -154,14 +278,14 @@ static int gen_json(rng *r, const char *dir, const char *name, uint64_t t, unsig
                                t, (unsigned)below(r, 32), (unsigned)below(r, 8), (unsigned)below(r, 100000),
                                (unsigned)below(r, 300), 800 + (unsigned)below(r, 400),
                                below(r, 10) ? "running" : "idle");
-        wput(&W, buf, (size_t)n);
+        bgen_put(buf, (size_t)n);
     }
-    return wclose(&W);
+    return bgen_close();
 }
 
 static int gen_frame(rng *r, const char *dir, const char *name, uint64_t bytes)
 {
-    if (wopen(&W, dir, name, 0) != 0)
+    if (bgen_open(dir, name, 0) != 0)
         return -1;
     const double f = 0.001 + (double)below(r, 1000) / 100000.0;
     int16_t s[512];
@@ -170,25 +294,25 @@ static int gen_frame(rng *r, const char *dir, const char *name, uint64_t bytes)
         for (size_t k = 0; k < 512; k++, i++)
             s[k] = (int16_t)(8000.0 * sin((double)i * f) + (double)below(r, 64) - 32.0);
         const size_t n = bytes - written < sizeof(s) ? (size_t)(bytes - written) : sizeof(s);
-        wput(&W, s, n);
+        bgen_put(s, n);
     }
-    return wclose(&W);
+    return bgen_close();
 }
 
 static int gen_blob(rng *r, const char *dir, const char *name, uint64_t bytes)
 {
-    if (wopen(&W, dir, name, 0) != 0)
+    if (bgen_open(dir, name, 0) != 0)
         return -1;
     static const uint8_t soi[] = { 0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, 'J', 'F', 'I', 'F', 0 };
-    wput(&W, soi, sizeof(soi));
+    bgen_put(soi, sizeof(soi));
     uint64_t buf[512];
     for (uint64_t written = sizeof(soi); written < bytes; written += sizeof(buf)) {
         for (size_t k = 0; k < 512; k++)
             buf[k] = next(r);
         const size_t n = bytes - written < sizeof(buf) ? (size_t)(bytes - written) : sizeof(buf);
-        wput(&W, buf, n);
+        bgen_put(buf, n);
     }
-    return wclose(&W);
+    return bgen_close();
 }
 
 static const char *const LEVELS[] = { "INFO", "INFO", "INFO", "DEBUG", "WARN", "ERROR" };
@@ -197,7 +321,7 @@ static const char *const MSGS[] = { "uplink ok rtt_ms=%u", "camera %u frame drop
 
 static int gen_log(rng *r, const char *dir, const char *name, uint64_t bytes, uint64_t t, int append)
 {
-    if (wopen(&W, dir, name, append) != 0)
+    if (bgen_open(dir, name, append) != 0)
         return -1;
     char line[256], msg[96];
     for (uint64_t written = 0; written < bytes;) {
@@ -205,11 +329,11 @@ static int gen_log(rng *r, const char *dir, const char *name, uint64_t bytes, ui
         snprintf(msg, sizeof(msg), MSGS[m], (unsigned)below(r, 100));
         const int n = snprintf(line, sizeof(line), "%" PRIu64 ".%03u gw01 %s [%s] %s\n", t / 1000,
                                (unsigned)(t % 1000), LEVELS[below(r, 6)], m < 3 ? "net" : "io", msg);
-        wput(&W, line, (size_t)n);
+        bgen_put(line, (size_t)n);
         written += (uint64_t)n;
         t += 7 + below(r, 200);
     }
-    return wclose(&W);
+    return bgen_close();
 }
 
 uint64_t bench_parse_size(const char *s, int *ok)
@@ -345,7 +469,7 @@ static int generate_empty(const char *root, uint64_t n)
         if (i % 1000 == 0) {
             snprintf(dir, sizeof(dir), "%s/d%04llu/e%02llu", root, (unsigned long long)(i / 100000),
                      (unsigned long long)(i / 1000 % 100));
-            if (mkdirs(dir) != 0) {
+            if (bgen_mkdirs(dir) != 0) {
                 fprintf(stderr, "ingestctl bench gen: mkdir %s: %s\n", dir, strerror(errno));
                 return -1;
             }
@@ -361,21 +485,54 @@ static int generate_empty(const char *root, uint64_t n)
     return 0;
 }
 
+static const char USAGE[] =
+    "usage: ingestctl bench gen [--profile default|gateway|small|empty] [--size BYTES] [--files N] [--seed N]\n"
+    "                           [--evolve | --generation N] DIR\n"
+    "\n"
+    "A deterministic tree under DIR (the same arguments give the same bytes), or with --evolve\n"
+    "(= --generation 1) its next generation, changed in place (pass the same --profile, --size,\n"
+    "--files and --seed as for generation 0).\n"
+    "\n"
+    "  --profile default  (alias sensors) telemetry CSV and JSON 30% of the bytes, int16 frames\n"
+    "                     30%, JPEG-like blobs 25%, one text log 15%; --size, default 64MiB.\n"
+    "                     --evolve: a 1% log append, new CSVs, 64-byte edits in 8 frames, a\n"
+    "                     renamed directory, a copied blob, 5 deletions.\n"
+    "  --profile gateway  a field gateway's tree, --size default 1GiB (about 39,500 files):\n"
+    "                     93% of the files JSON events of ~2.9 KB (10% of the bytes), CSV\n"
+    "                     exports of ~26 KB, CSV telemetry of ~0.5 MB, int16 sensor frames of\n"
+    "                     ~1.6 MB, JPEG-like images of ~1.1 MB, 3 growing logs; the counts\n"
+    "                     scale with --size.  --evolve: ~1% appended to each log, ~1% new\n"
+    "                     events, 16-byte edits in place in ~6% of the frames, an event folder\n"
+    "                     of 100 files renamed, 5 events and 1 export deleted.\n"
+    "  --profile small    40,000 JSON events of ~900 bytes (~36 MB); --files N sets the count,\n"
+    "                     or --size BYTES (count = BYTES / 900).  --evolve: 1% new files, 10\n"
+    "                     files rewritten.\n"
+    "  --profile empty    --files N empty files (default 1,000,000), 1,000 per directory.\n"
+    "\n"
+    "Prints one JSON line: {\"dir\":..., \"generation\":N, \"files\":N} (\"changes\":N for --evolve).\n"
+    "Sizes: BYTES with an optional B, K/KiB, M/MiB or G/GiB suffix (binary).  See bench/README.md.\n";
+
 int cmd_bench_gen(int argc, char **argv)
 {
-    uint64_t size = 64ull << 20, seed = 1, nfiles = 1000000;
+    uint64_t size = 0, seed = 1, nfiles = 0;
+    int size_given = 0, files_given = 0;
     unsigned gen = 0;
-    const char *root = NULL, *profile = "sensors";
+    const char *root = NULL, *profile = "default";
     for (int i = 1; i < argc; i++) {
         int ok = 1;
-        if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
             size = bench_parse_size(argv[++i], &ok);
+            size_given = 1;
         } else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
             seed = strtoull(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--profile") == 0 && i + 1 < argc) {
             profile = argv[++i];
         } else if (strcmp(argv[i], "--files") == 0 && i + 1 < argc) {
             nfiles = strtoull(argv[++i], NULL, 10);
+            files_given = 1;
         } else if (strcmp(argv[i], "--evolve") == 0) {
             gen = 1;
         } else if (strcmp(argv[i], "--generation") == 0 && i + 1 < argc) {
@@ -390,22 +547,50 @@ int cmd_bench_gen(int argc, char **argv)
             return 2;
         }
     }
-    if (root == NULL || (strcmp(profile, "sensors") != 0 && strcmp(profile, "empty") != 0)) {
-        fprintf(stderr, "usage: ingestctl bench gen [--profile sensors] [--size BYTES] [--seed N] "
-                        "[--evolve | --generation N] DIR\n"
-                        "       ingestctl bench gen --profile empty [--files N] DIR\n");
+    if (strcmp(profile, "sensors") == 0)
+        profile = "default";
+    if (strcmp(profile, "default") != 0 && strcmp(profile, "empty") != 0 && strcmp(profile, "gateway") != 0 &&
+        strcmp(profile, "small") != 0) {
+        fprintf(stderr, "ingestctl bench gen: unknown profile '%s' (default, gateway, small, empty; --help)\n", profile);
+        return 2;
+    }
+    if (root == NULL) {
+        fputs(USAGE, stderr);
         return 2;
     }
     if (strcmp(profile, "empty") == 0) {
+        if (!files_given)
+            nfiles = 1000000;
         if (generate_empty(root, nfiles) != 0)
             return 1;
         printf("{\"dir\":\"%s\",\"profile\":\"empty\",\"files\":%llu}\n", root, (unsigned long long)nfiles);
         return 0;
     }
     unsigned files = 0;
-    const int rc = gen ? evolve(root, size, seed, gen, &files) : generate(root, size, seed, &files);
+    int rc;
+    if (strcmp(profile, "default") == 0) {
+        if (!size_given)
+            size = 64ull << 20;
+        rc = gen ? evolve(root, size, seed, gen, &files) : generate(root, size, seed, &files);
+        if (rc != 0)
+            return 1;
+        printf("{\"dir\":\"%s\",\"generation\":%u,\"%s\":%u}\n", root, gen, gen ? "changes" : "files", files);
+        return 0;
+    }
+    if (strcmp(profile, "gateway") == 0) {
+        if (!size_given)
+            size = 1ull << 30;
+        rc = bench_gen_gateway(root, size, seed, gen, &files);
+    } else {
+        if (!files_given)
+            nfiles = size_given ? size / 900 : 40000;
+        if (nfiles == 0)
+            nfiles = 1;
+        rc = bench_gen_small(root, nfiles, seed, gen, &files);
+    }
     if (rc != 0)
         return 1;
-    printf("{\"dir\":\"%s\",\"generation\":%u,\"%s\":%u}\n", root, gen, gen ? "changes" : "files", files);
+    printf("{\"dir\":\"%s\",\"profile\":\"%s\",\"generation\":%u,\"%s\":%u}\n", root, profile, gen,
+           gen ? "changes" : "files", files);
     return 0;
 }

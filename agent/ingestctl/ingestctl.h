@@ -26,6 +26,15 @@ int cmd_bench_crypto(int argc, char **argv);   /* bench_crypto.c */
  * G/GiB suffix; *ok set to 0 when it does not parse.
  */
 int bench_gen_tree(const char *root, uint64_t size, uint64_t seed, unsigned *files);
+
+/*
+ * bench_gen_gateway.c: the "gateway" tree of SIZE bytes (gen 0) or its
+ * generation gen, evolved in place; the "small" tree of nfiles JSON events
+ * (gen 0) or its generation gen.  *files: files made (gen 0) or changes
+ * (gen > 0).  0, or -1 after saying why on stderr.
+ */
+int bench_gen_gateway(const char *root, uint64_t size, uint64_t seed, unsigned gen, unsigned *files);
+int bench_gen_small(const char *root, uint64_t nfiles, uint64_t seed, unsigned gen, unsigned *files);
 uint64_t bench_parse_size(const char *s, int *ok);
 
 #endif

@@ -19,7 +19,7 @@ static const struct command bench_commands[] = {
     { "fleet", cmd_bench_fleet, "bench fleet --devices N [--size SIZE] [--shared PCT] [--stagger DURATION] [--keep] [DIR]" },
     { "stages", cmd_bench_stages, "bench stages [--level N] [--runs N] [--batch-files N] [--land DIR] TREE" },
     { "crypto", cmd_bench_crypto, "bench crypto [--size BYTES] [--small BYTES] [--runs N]" },
-    { "gen", cmd_bench_gen, "bench gen [--profile sensors] [--size BYTES] [--seed N] [--evolve] DIR" },
+    { "gen", cmd_bench_gen, "bench gen [--profile default|gateway|small|empty] [--size BYTES] [--files N] [--seed N] [--evolve] DIR (--help)" },
 };
 
 static int cmd_bench(int argc, char **argv);
