@@ -1193,6 +1193,18 @@ static int dict_data(server *s, conn_dicts *cd, readq *q, ingest_codec *const lc
     return 0;
 }
 
+/* The open batch failed: count it, withdraw it from the reader and let it go. */
+static void drop_failed_batch(server *s, readq *q, ingest_lander_batch **b, const char *device)
+{
+    s->batches_failed++;
+    ingest_metric_add(s->m_failed, device, 1);
+    readq_set_batch(q, NULL);
+    pthread_mutex_lock(&s->land_lock);
+    ingest_lander_batch_destroy(*b);
+    pthread_mutex_unlock(&s->land_lock);
+    *b = NULL;
+}
+
 static void serve(conn *c)
 {
     server *s = c->srv;
@@ -1466,13 +1478,7 @@ static void serve(conn *c)
                 prog_log(INGEST_LOG_WARN, "device %s batch %s failed: chunk %u: %s: %s", device, batch,
                          m.u.chunk.index, ingest_strerror(rc), why);
                 ingest_metric_add(s->m_errors, "chunk", 1);
-                s->batches_failed++;
-                ingest_metric_add(s->m_failed, device, 1);
-                readq_set_batch(&q, NULL);
-                pthread_mutex_lock(&s->land_lock);
-                ingest_lander_batch_destroy(b);
-                pthread_mutex_unlock(&s->land_lock);
-                b = NULL;
+                drop_failed_batch(s, &q, &b, device);
                 send_error(&lk, rc, why);
                 goto out;
             }
@@ -1488,13 +1494,7 @@ static void serve(conn *c)
             prog_log(INGEST_LOG_WARN, "device %s batch %s failed: chunk group at chunk %u: %s; closing", device,
                      batch, m.u.chunk.index, why);
             ingest_metric_add(s->m_errors, it->gen != gen ? "protocol" : "chunk", 1);
-            s->batches_failed++;
-            ingest_metric_add(s->m_failed, device, 1);
-            readq_set_batch(&q, NULL);
-            pthread_mutex_lock(&s->land_lock);
-            ingest_lander_batch_destroy(b);
-            pthread_mutex_unlock(&s->land_lock);
-            b = NULL;
+            drop_failed_batch(s, &q, &b, device);
             char msg[INGEST_WIRE_MESSAGE_MAX];
             snprintf(msg, sizeof(msg), "chunk group at chunk %u: %s", m.u.chunk.index, why);
             send_error(&lk, it->gen != gen ? INGEST_EPROTO : INGEST_ECORRUPT, msg);
