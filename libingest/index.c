@@ -317,9 +317,12 @@ int ingest_index_set_scope(ingest_index *idx, int scope)
         return 0;
     if (ingest__store_readonly(idx->st))
         return ingest__fail(idx->ctx, INGEST_EINVAL, "index: read-only store: cannot change the dedup scope");
-    /* One durable transaction: the new format, the index marked as being
-     * rebuilt and the chunk entries of the old scope gone, so that a crash
-     * before the rebuild ends never leaves keys of both scopes. */
+    /* The rebuild mark first, then the old scope's chunk entries dropped
+     * and the new format: one transaction, or (deferred store) three
+     * synced ones in this order.  A crash anywhere from here to the end
+     * of the rebuild leaves the mark, and the rebuild empties the table
+     * and refills it in the scope the format then says: an index marked
+     * complete never holds keys of the other scope. */
     uint8_t b4[4];
     ingest__put_u32(b4, scope == INGEST_DEDUP_DEVICE ? INDEX_FORMAT_DEVICE : INDEX_FORMAT_FLEET);
     INGEST__FORWARD(ingest_store_flush(idx->st));

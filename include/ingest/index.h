@@ -132,10 +132,10 @@ enum { INGEST_DEDUP_FLEET = 0, INGEST_DEDUP_DEVICE = 1 };
 INGEST_API int ingest_index_scope(const ingest_index *idx);
 /*
  * Make scope (INGEST_DEDUP_*) the index's.  Returns 0 when it already is
- * (nothing written); 1 when it was the other one: the chunk entries,
- * keyed for the other scope, are dropped, the new scope is recorded and
- * the index is marked as being rebuilt, in one durable transaction, so
- * keys of the two scopes never mix; the caller then runs
+ * (nothing written); 1 when it was the other one: the index is marked as
+ * being rebuilt, then the chunk entries (keyed for the other scope) are
+ * dropped and the new scope recorded, durably, so keys of the two scopes
+ * never mix in a complete index; the caller then runs
  * ingest_index_rebuild() (ingest_index_rebuild_needed() says 1 until one
  * completes, after a crash too).  INGEST_EINVAL for another value or a
  * read-only store.
