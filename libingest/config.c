@@ -21,6 +21,7 @@
 #include "internal.h"
 #include "ingest/config.h"
 #include "ingest/filter.h"
+#include "ingest/index.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -353,6 +354,10 @@ static const cfg_enum log_enum[] = { { "error", INGEST_LOG_ERROR }, { "warn", IN
                                      { "info", INGEST_LOG_INFO },   { "debug", INGEST_LOG_DEBUG },
                                      { NULL, 0 } };
 
+static const cfg_enum dedup_scope_enum[] = { { "fleet", INGEST_DEDUP_FLEET },
+                                              { "device", INGEST_DEDUP_DEVICE },
+                                              { NULL, 0 } };
+
 static int finish_source(cfg_parser *p, cfg_inst *inst);
 static int finish_agent(cfg_parser *p, cfg_inst *inst);
 
@@ -496,6 +501,9 @@ static const cfg_row receiver_rows[] = {
       .desc = "Write the chunk index's new entries to disk at least this often (a crash replays them from the manifests)" },
     { .name = "index.flush_entries", .type = T_INT, .def = "65536", FIELD(R, index_flush_entries), .min = 1,
       .max = 4194304, .desc = "Write the chunk index's new entries to disk once this many are waiting" },
+    { .name = "dedup.scope", .type = T_ENUM, .def = "fleet", FIELD(R, dedup_scope), .enums = dedup_scope_enum,
+      .desc = "Whose landed chunks a batch may reuse: fleet (any device's) or device (its own only: no dedup across "
+              "devices, and no device can test what others landed)" },
     { .name = "log.level", .type = T_ENUM, .def = "info", FIELD(R, log_level), .enums = log_enum,
       .desc = "Least severe messages logged: error, warn, info or debug" },
     { .name = "metrics.listen", .type = T_STRING, .def = "", FIELD(R, metrics_listen),

@@ -14,7 +14,15 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define INDEX_FORMAT 1
+/*
+ * The index format names the layout of the `chunks` keys, that is the
+ * dedup scope: 1 (fleet) keys an entry by the chunk id alone, 2 (device) by
+ * the landing device's name, a 0 byte and the id.  A format-1 reader never
+ * opens a device-scoped index (it would miss every entry and add fleet
+ * keys beside them): it refuses format 2 as another version.
+ */
+#define INDEX_FORMAT_FLEET 1
+#define INDEX_FORMAT_DEVICE 2
 #define VAL_VERSION 1
 #define CHUNK_VAL_LEN 21 /* ver, file_no u64, offset u64, length u32 */
 #define FILE_VAL_HDR 35  /* ver, dev, ino, size, mtime_ns, path length u16 */
@@ -23,6 +31,7 @@
 #define RELPATH_MAX INGEST_MANIFEST_PATH_MAX
 #define NAME_MAX_LEN INGEST_MANIFEST_NAME_MAX
 #define ABSPATH_MAX (2 * RELPATH_MAX + 2)
+#define CHUNK_KEY_MAX (NAME_MAX_LEN + 1 + INGEST_ID_BYTES)
 #define WALK_DEPTH_MAX 16
 #define WALK_ENTRIES_MAX 1000000u
 
@@ -37,6 +46,7 @@ struct ingest_index_s {
     char *bronze;
     ingest__dbi meta, chunks, files, paths, batches;
     ingest__dbi versions; /* the lander's table (landed path -> last version), kept with the index */
+    int scope;            /* INGEST_DEDUP_*, from the index format */
 };
 
 /* ---- encodings ---- */
@@ -105,6 +115,44 @@ static bool dec_file(const uint8_t *v, size_t len, file_rec *f)
 static void id_hex(const uint8_t id[INGEST_ID_BYTES], char out[2 * INGEST_ID_BYTES + 1])
 {
     ingest_to_hex(id, INGEST_ID_BYTES, out);
+}
+
+/*
+ * The `chunks` key of id as seen by device: the id (fleet scope), or the
+ * device's name, a 0 byte and the id (device scope, where a device finds
+ * only the chunks it landed itself).
+ */
+static int chunk_key(ingest_index *idx, const char *device, const uint8_t id[INGEST_ID_BYTES],
+                     uint8_t key[CHUNK_KEY_MAX], size_t *klen)
+{
+    if (idx->scope == INGEST_DEDUP_FLEET) {
+        memcpy(key, id, INGEST_ID_BYTES);
+        *klen = INGEST_ID_BYTES;
+        return 0;
+    }
+    const size_t dl = device != NULL ? strlen(device) : 0;
+    if (dl == 0 || dl > NAME_MAX_LEN)
+        return ingest__fail(idx->ctx, INGEST_EINVAL,
+                            "index: dedup scope device: a chunk entry needs the device name (1 to %d bytes)",
+                            NAME_MAX_LEN);
+    memcpy(key, device, dl);
+    key[dl] = 0;
+    memcpy(key + dl + 1, id, INGEST_ID_BYTES);
+    *klen = dl + 1 + INGEST_ID_BYTES;
+    return 0;
+}
+
+/* Is key a well-formed `chunks` key of the index's scope?  Its id in *id. */
+static bool chunk_key_ok(const ingest_index *idx, const uint8_t *key, size_t klen, const uint8_t **id)
+{
+    if (idx->scope == INGEST_DEDUP_FLEET) {
+        *id = key;
+        return klen == INGEST_ID_BYTES;
+    }
+    if (klen < INGEST_ID_BYTES + 2 || klen > CHUNK_KEY_MAX)
+        return false;
+    *id = key + klen - INGEST_ID_BYTES;
+    return memchr(key, 0, klen - INGEST_ID_BYTES) == key + klen - INGEST_ID_BYTES - 1;
 }
 
 /* ---- meta records ---- */
@@ -202,11 +250,13 @@ int ingest_index_open(ingest_store *st, const char *bronze_root, ingest_index **
             goto fail;
         }
         fmt = ingest__get_u32(b4);
-        if (fmt != INDEX_FORMAT) {
-            ret = ingest__fail(ctx, INGEST_EVERSION, "index: format %llu, this library reads %d",
-                               (unsigned long long)fmt, INDEX_FORMAT);
+        if (fmt != INDEX_FORMAT_FLEET && fmt != INDEX_FORMAT_DEVICE) {
+            ret = ingest__fail(ctx, INGEST_EVERSION,
+                               "index: format %llu, this library reads %d (dedup scope fleet) and %d (device)",
+                               (unsigned long long)fmt, INDEX_FORMAT_FLEET, INDEX_FORMAT_DEVICE);
             goto fail;
         }
+        idx->scope = fmt == INDEX_FORMAT_DEVICE ? INGEST_DEDUP_DEVICE : INGEST_DEDUP_FLEET;
     }
     if ((ret = meta_get_u64(idx, META_NEXT_FILE, &next, &has_next)) < 0)
         goto fail;
@@ -231,7 +281,7 @@ int ingest_index_open(ingest_store *st, const char *bronze_root, ingest_index **
             ret = ingest__fail(ctx, INGEST_ECORRUPT, "index: store holds no index");
             goto fail;
         }
-        ingest__put_u32(b4, INDEX_FORMAT);
+        ingest__put_u32(b4, INDEX_FORMAT_FLEET); /* a new index: fleet scope until set_scope */
         if ((ret = ingest__store_write_begin(st, 2)) < 0 ||
             (ret = ingest__store_put(st, idx->meta, META_INDEX_FORMAT, strlen(META_INDEX_FORMAT), b4, 4)) < 0 ||
             (ret = meta_put_u64(idx, META_NEXT_FILE, 1)) < 0 || (ret = ingest_store_flush(st)) < 0)
@@ -252,6 +302,37 @@ void ingest_index_close(ingest_index *idx)
         return;
     ingest__free(idx->ctx, idx->bronze);
     ingest__free(idx->ctx, idx);
+}
+
+int ingest_index_scope(const ingest_index *idx)
+{
+    return idx != NULL ? idx->scope : INGEST_EINVAL;
+}
+
+int ingest_index_set_scope(ingest_index *idx, int scope)
+{
+    if (idx == NULL || (scope != INGEST_DEDUP_FLEET && scope != INGEST_DEDUP_DEVICE))
+        return INGEST_EINVAL;
+    if (scope == idx->scope)
+        return 0;
+    if (ingest__store_readonly(idx->st))
+        return ingest__fail(idx->ctx, INGEST_EINVAL, "index: read-only store: cannot change the dedup scope");
+    /* The rebuild mark first, then the old scope's chunk entries dropped
+     * and the new format: one transaction, or (deferred store) three
+     * synced ones in this order.  A crash anywhere from here to the end
+     * of the rebuild leaves the mark, and the rebuild empties the table
+     * and refills it in the scope the format then says: an index marked
+     * complete never holds keys of the other scope. */
+    uint8_t b4[4];
+    ingest__put_u32(b4, scope == INGEST_DEDUP_DEVICE ? INDEX_FORMAT_DEVICE : INDEX_FORMAT_FLEET);
+    INGEST__FORWARD(ingest_store_flush(idx->st));
+    INGEST__FORWARD(ingest__store_write_begin(idx->st, 3));
+    INGEST__FORWARD(meta_put_u64(idx, META_STATE, STATE_BUILDING));
+    INGEST__FORWARD(ingest__store_drop(idx->st, idx->chunks));
+    INGEST__FORWARD(ingest__store_put(idx->st, idx->meta, META_INDEX_FORMAT, strlen(META_INDEX_FORMAT), b4, 4));
+    INGEST__FORWARD(ingest_store_flush(idx->st));
+    idx->scope = scope;
+    return 1;
 }
 
 /* ---- files ---- */
@@ -373,25 +454,35 @@ int ingest_index_file_path(ingest_index *idx, uint64_t file_no, char *path, size
 
 /* ---- chunks ---- */
 
-int ingest_index_add_chunk(ingest_index *idx, const uint8_t id[INGEST_ID_BYTES], const ingest_chunk_loc *loc)
+int ingest_index_add_chunk_for(ingest_index *idx, const char *device, const uint8_t id[INGEST_ID_BYTES],
+                               const ingest_chunk_loc *loc)
 {
     if (idx == NULL || id == NULL || loc == NULL)
         return INGEST_EINVAL;
     if (loc->file_no == 0 || loc->length == 0 || loc->offset > UINT64_MAX - loc->length)
         return ingest__fail(idx->ctx, INGEST_EINVAL, "index: add chunk: bad location");
-    uint8_t v[CHUNK_VAL_LEN];
+    uint8_t key[CHUNK_KEY_MAX], v[CHUNK_VAL_LEN];
+    size_t klen = 0;
+    INGEST__FORWARD(chunk_key(idx, device, id, key, &klen));
     enc_chunk(v, loc);
     INGEST__FORWARD(ingest__store_write_begin(idx->st, 1));
-    return ingest__store_put(idx->st, idx->chunks, id, INGEST_ID_BYTES, v, sizeof(v));
+    return ingest__store_put(idx->st, idx->chunks, key, klen, v, sizeof(v));
 }
 
-int ingest_index_find(ingest_index *idx, const uint8_t id[INGEST_ID_BYTES], ingest_chunk_loc *loc)
+int ingest_index_add_chunk(ingest_index *idx, const uint8_t id[INGEST_ID_BYTES], const ingest_chunk_loc *loc)
+{
+    return ingest_index_add_chunk_for(idx, NULL, id, loc);
+}
+
+int ingest_index_find_for(ingest_index *idx, const char *device, const uint8_t id[INGEST_ID_BYTES],
+                          ingest_chunk_loc *loc)
 {
     if (idx == NULL || id == NULL || loc == NULL)
         return INGEST_EINVAL;
-    uint8_t v[CHUNK_VAL_LEN + 1];
-    size_t len = 0;
-    INGEST__FORWARD(ingest__store_get(idx->st, idx->chunks, id, INGEST_ID_BYTES, v, sizeof(v), &len));
+    uint8_t key[CHUNK_KEY_MAX], v[CHUNK_VAL_LEN + 1];
+    size_t klen = 0, len = 0;
+    INGEST__FORWARD(chunk_key(idx, device, id, key, &klen));
+    INGEST__FORWARD(ingest__store_get(idx->st, idx->chunks, key, klen, v, sizeof(v), &len));
     if (!dec_chunk(v, len, loc)) {
         char hex[2 * INGEST_ID_BYTES + 1];
         id_hex(id, hex);
@@ -401,12 +492,25 @@ int ingest_index_find(ingest_index *idx, const uint8_t id[INGEST_ID_BYTES], inge
     return 0;
 }
 
-int ingest_index_forget_chunk(ingest_index *idx, const uint8_t id[INGEST_ID_BYTES])
+int ingest_index_find(ingest_index *idx, const uint8_t id[INGEST_ID_BYTES], ingest_chunk_loc *loc)
+{
+    return ingest_index_find_for(idx, NULL, id, loc);
+}
+
+int ingest_index_forget_chunk_for(ingest_index *idx, const char *device, const uint8_t id[INGEST_ID_BYTES])
 {
     if (idx == NULL || id == NULL)
         return INGEST_EINVAL;
+    uint8_t key[CHUNK_KEY_MAX];
+    size_t klen = 0;
+    INGEST__FORWARD(chunk_key(idx, device, id, key, &klen));
     INGEST__FORWARD(ingest__store_write_begin(idx->st, 1));
-    return ingest__store_del(idx->st, idx->chunks, id, INGEST_ID_BYTES);
+    return ingest__store_del(idx->st, idx->chunks, key, klen);
+}
+
+int ingest_index_forget_chunk(ingest_index *idx, const uint8_t id[INGEST_ID_BYTES])
+{
+    return ingest_index_forget_chunk_for(idx, NULL, id);
 }
 
 /* ---- batches ---- */
@@ -558,13 +662,15 @@ static int check_chunk_cb(void *ud, const uint8_t *key, size_t klen, const uint8
     check_state *const cs = ud;
     ingest_chunk_loc loc;
     char hex[2 * INGEST_ID_BYTES + 1];
+    const uint8_t *id = NULL;
     cs->stats->chunks++;
-    if (klen != INGEST_ID_BYTES) {
+    if (!chunk_key_ok(cs->idx, key, klen, &id)) {
         cs->stats->bad++;
-        report(cs, "bad chunk entry: key of %zu bytes", klen);
+        report(cs, "bad chunk entry: key of %zu bytes (dedup scope %s)", klen,
+               cs->idx->scope == INGEST_DEDUP_DEVICE ? "device" : "fleet");
         return 0;
     }
-    id_hex(key, hex);
+    id_hex(id, hex);
     if (!dec_chunk(val, vlen, &loc)) {
         cs->stats->bad++;
         report(cs, "bad chunk %s: malformed value (%zu bytes)", hex, vlen);
@@ -771,7 +877,14 @@ static int manifest_apply(rebuild_state *rs, const char *mpath)
                 break;
             }
             const ingest_chunk_loc loc = { file_no, offset, c->len };
-            rc = ingest_index_add_chunk(idx, c->id, &loc);
+            rc = ingest_index_add_chunk_for(idx, device, c->id, &loc);
+            if (rc == INGEST_EINVAL) { /* device scope, and no device name in the header */
+                rs->stats->bad++;
+                ingest__log(idx->ctx, INGEST_LOG_WARN, "index rebuild: %s: %s", mpath, ingest_ctx_errmsg(idx->ctx));
+                active = false;
+                rc = 0;
+                break;
+            }
             if (rc < 0)
                 goto out;
             if (rs->catch_up)

@@ -1112,7 +1112,7 @@ static int compute_wants(ingest_lander_batch *b)
             continue;
         tab[s] = i + 1;
         ingest_chunk_loc loc;
-        rc = ingest_index_find(l->idx, id, &loc);
+        rc = ingest_index_find_for(l->idx, b->device, id, &loc);
         bool known = false;
         if (rc == 0 && loc.length == b->mc[i].len) {
             if (loc.file_no != last_no) {
@@ -1586,7 +1586,7 @@ static int rewant(ingest_lander_batch *b, uint32_t i, const char *why)
     ingest__log(b->ctx, INGEST_LOG_INFO, "lander: batch %s: known chunk %u (%s) %s: wanted again", b->name, i, hex,
                 why);
     b->wrote = true;
-    const int rc = ingest_index_forget_chunk(b->l->idx, b->mc[i].id);
+    const int rc = ingest_index_forget_chunk_for(b->l->idx, b->device, b->mc[i].id);
     if (rc < 0 && rc != INGEST_ENOTFOUND)
         return rc;
     b->cst[i] = K_RECV;
@@ -1602,7 +1602,7 @@ static int rewant(ingest_lander_batch *b, uint32_t i, const char *why)
  */
 static int known_source(ingest_lander_batch *b, uint32_t i, ingest_chunk_loc *loc)
 {
-    int rc = ingest_index_find(b->l->idx, b->mc[i].id, loc);
+    int rc = ingest_index_find_for(b->l->idx, b->device, b->mc[i].id, loc);
     if (rc == INGEST_ENOTFOUND || (rc == 0 && loc->length != b->mc[i].len)) {
         INGEST__FORWARD(rewant(b, i, "left the index"));
         return 0;
@@ -1644,7 +1644,7 @@ static int lookahead(ingest_lander_batch *b, uint32_t from)
         if ((b->cst[j] & K_MASK) != K_KNOWN || (b->cst[j] & F_DONE))
             continue;
         ingest_chunk_loc loc;
-        int rc = ingest_index_find(b->l->idx, b->mc[j].id, &loc);
+        int rc = ingest_index_find_for(b->l->idx, b->device, b->mc[j].id, &loc);
         if (rc == INGEST_ENOTFOUND || (rc == 0 && loc.length != b->mc[j].len)) {
             INGEST__FORWARD(rewant(b, j, "left the index"));
             continue;
@@ -2258,7 +2258,7 @@ static int index_batch(ingest_lander_batch *b)
             if ((b->cst[k] & K_MASK) == K_DUP)
                 continue;
             const ingest_chunk_loc loc = {file_no, b->pos[k], b->mc[k].len};
-            INGEST__FORWARD(ingest_index_add_chunk(l->idx, b->mc[k].id, &loc));
+            INGEST__FORWARD(ingest_index_add_chunk_for(l->idx, b->device, b->mc[k].id, &loc));
         }
     }
     INGEST__FORWARD(ingest_index_batch_mark(l->idx, b->device, b->name));

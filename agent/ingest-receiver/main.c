@@ -160,6 +160,11 @@ static void usage(FILE *f)
  * another format) is removed and rebuilt from the manifests; an empty
  * index beside existing manifests (deleted) is rebuilt too.
  */
+static const char *scope_name(int scope)
+{
+    return scope == INGEST_DEDUP_DEVICE ? "device" : "fleet";
+}
+
 static int open_index(server *s, int force_rebuild)
 {
     const char *dir = s->cfg->state_dir, *bronze = s->cfg->bronze;
@@ -201,6 +206,24 @@ static int open_index(server *s, int force_rebuild)
         }
         rebuild = 1;
     }
+    /*
+     * dedup.scope decides how chunk entries are keyed: an index built for
+     * the other scope loses its chunk entries and is rebuilt from the
+     * manifests in this one (never a mix of the two).
+     */
+    const int scope = s->cfg->dedup_scope, had = ingest_index_scope(s->idx);
+    const int fresh = rebuild || ingest_index_rebuild_needed(s->idx) == 1; /* logged below */
+    rc = ingest_index_set_scope(s->idx, scope);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "chunk index in %s: cannot set dedup.scope: %s", dir, ingest_ctx_errmsg(s->ctx));
+        return -1;
+    }
+    if (rc == 1 && !fresh) {
+        prog_log(INGEST_LOG_WARN,
+                 "chunk index in %s was built for dedup.scope %s, the config says %s: rebuilding it from %s/_manifests",
+                 dir, scope_name(had), scope_name(scope), bronze);
+        rebuild = 1;
+    }
     if (!rebuild && ingest_index_rebuild_needed(s->idx) == 1) {
         prog_log(INGEST_LOG_INFO, "chunk index in %s is new or was not completed; building it from %s/_manifests",
                  dir, bronze);
@@ -216,8 +239,9 @@ static int open_index(server *s, int force_rebuild)
             return -1;
         }
         prog_log(INGEST_LOG_INFO,
-                 "index rebuilt from the manifests in %.2fs: %llu files, %llu chunks, %llu batches, %llu stale, %llu bad",
-                 prog_now() - t0, (unsigned long long)stats.files, (unsigned long long)stats.chunks,
+                 "index rebuilt from the manifests in %.2fs (dedup.scope %s): %llu files, %llu chunks, %llu batches, "
+                 "%llu stale, %llu bad",
+                 prog_now() - t0, scope_name(scope), (unsigned long long)stats.files, (unsigned long long)stats.chunks,
                  (unsigned long long)stats.batches, (unsigned long long)stats.stale,
                  (unsigned long long)stats.bad);
     }

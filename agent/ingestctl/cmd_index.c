@@ -44,7 +44,8 @@ static int index_check(int argc, char **argv)
         goto out;
     }
     const int needed = ingest_index_rebuild_needed(idx);
-    printf("chunks %llu, files %llu, batches %llu, bad %llu, stale %llu%s%s\n", (unsigned long long)s.chunks,
+    printf("dedup scope %s: chunks %llu, files %llu, batches %llu, bad %llu, stale %llu%s%s\n",
+           ingest_index_scope(idx) == INGEST_DEDUP_DEVICE ? "device" : "fleet", (unsigned long long)s.chunks,
            (unsigned long long)s.files, (unsigned long long)s.batches, (unsigned long long)s.bad,
            (unsigned long long)s.stale, needed == 1 ? " (incomplete: rebuild needed)" : "",
            bronze == NULL ? " (files on disk not checked: no --bronze)" : "");

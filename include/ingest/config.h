@@ -132,6 +132,7 @@ typedef struct ingest_receiver_config {
     uint32_t index_flush_entries;     /* index.flush_entries */
     int log_level;                   /* log.level: INGEST_LOG_* */
     char *metrics_listen;            /* metrics.listen, "host:port" or "" = off */
+    int dedup_scope;                 /* dedup.scope: INGEST_DEDUP_* (include/ingest/index.h) */
 } ingest_receiver_config;
 
 /*

@@ -1,7 +1,9 @@
 /*
  * Chunk ids and file hashes: HMAC-SHA256 keyed with the fleet's dedup key
  * (chunk id format 2, docs/chunking.md).  Keyed, so ids seen on the wire or
- * in Kafka reveal nothing about content to outsiders.
+ * in Kafka reveal nothing about content to outsiders, who lack the key.  Not
+ * to a device: every device has the key and can compute the id of content
+ * it guesses (docs/operations.md, "Dedup scope").
  */
 #ifndef INGEST_HASH_H
 #define INGEST_HASH_H

@@ -118,13 +118,53 @@ INGEST_API void ingest_index_close(ingest_index *idx);
  */
 INGEST_API int ingest_index_rebuild_needed(ingest_index *idx);
 
+/*
+ * Dedup scope: whose landed chunks count as known to a batch (docs/storage.md,
+ * docs/operations.md).  FLEET: any device's, so a device learns from the
+ * want list whether any device landed a chunk.  DEVICE: only the chunks
+ * the batch's own device landed; entries are keyed by device name and id,
+ * so another device's content is always wanted, and the answer says
+ * nothing across devices (at the price of cross-device dedup).
+ */
+enum { INGEST_DEDUP_FLEET = 0, INGEST_DEDUP_DEVICE = 1 };
+
+/* The index's dedup scope (its format says it; a new index is FLEET), or INGEST_EINVAL. */
+INGEST_API int ingest_index_scope(const ingest_index *idx);
+/*
+ * Make scope (INGEST_DEDUP_*) the index's.  Returns 0 when it already is
+ * (nothing written); 1 when it was the other one: the index is marked as
+ * being rebuilt, then the chunk entries (keyed for the other scope) are
+ * dropped and the new scope recorded, durably, so keys of the two scopes
+ * never mix in a complete index; the caller then runs
+ * ingest_index_rebuild() (ingest_index_rebuild_needed() says 1 until one
+ * completes, after a crash too).  INGEST_EINVAL for another value or a
+ * read-only store.
+ */
+INGEST_API int ingest_index_set_scope(ingest_index *idx, int scope);
+
 /* Record a landed file (path relative to the bronze root); *file_no set. */
 INGEST_API int ingest_index_add_file(ingest_index *idx, const char *relpath,
                                      const ingest_file_identity *ident, uint64_t *file_no);
-/* Record that chunk id lives at [offset, offset+length) of file_no. */
+/*
+ * Record that chunk id, landed by device, lives at [offset, offset+length)
+ * of file_no.  device names the landing device (1 to 128 bytes): required
+ * in device scope (INGEST_EINVAL without it), ignored in fleet scope.
+ */
+INGEST_API int ingest_index_add_chunk_for(ingest_index *idx, const char *device, const uint8_t id[INGEST_ID_BYTES],
+                                          const ingest_chunk_loc *loc);
+/*
+ * Where chunk id lives, as device sees it, without checking the file: 0 or
+ * INGEST_ENOTFOUND.  In device scope only what device itself landed is
+ * found; device as for ingest_index_add_chunk_for.
+ */
+INGEST_API int ingest_index_find_for(ingest_index *idx, const char *device, const uint8_t id[INGEST_ID_BYTES],
+                                     ingest_chunk_loc *loc);
+/* Drop device's entry of chunk id (found stale); device as above. */
+INGEST_API int ingest_index_forget_chunk_for(ingest_index *idx, const char *device,
+                                             const uint8_t id[INGEST_ID_BYTES]);
+/* The same without a device: fleet scope only (INGEST_EINVAL in device scope). */
 INGEST_API int ingest_index_add_chunk(ingest_index *idx, const uint8_t id[INGEST_ID_BYTES],
                                       const ingest_chunk_loc *loc);
-/* Where chunk id lives, without checking the file: 0 or INGEST_ENOTFOUND. */
 INGEST_API int ingest_index_find(ingest_index *idx, const uint8_t id[INGEST_ID_BYTES], ingest_chunk_loc *loc);
 /*
  * The absolute path of file_no, after checking that the file on disk still
@@ -132,7 +172,6 @@ INGEST_API int ingest_index_find(ingest_index *idx, const uint8_t id[INGEST_ID_B
  * INGEST_ESTALE (missing or changed downstream).
  */
 INGEST_API int ingest_index_file_path(ingest_index *idx, uint64_t file_no, char *path, size_t cap);
-/* Drop chunk id (found stale). */
 INGEST_API int ingest_index_forget_chunk(ingest_index *idx, const uint8_t id[INGEST_ID_BYTES]);
 
 /* Landed batches, so a replayed batch is recognised: 1 landed, 0 not. */

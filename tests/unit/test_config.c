@@ -13,6 +13,7 @@
 
 #include "ingest/common.h"
 #include "ingest/config.h"
+#include "ingest/index.h"
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -711,7 +712,17 @@ static void test_errors_receiver(void **state)
     assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", buf, strlen(buf), &r), 0);
     assert_false(r->direct_io);
     ingest_receiver_config_free(r);
+    /* dedup.scope: default fleet; device; nothing else */
+    assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", receiver_min, strlen(receiver_min), &r), 0);
+    assert_int_equal(r->dedup_scope, INGEST_DEDUP_FLEET);
+    ingest_receiver_config_free(r);
+    snprintf(buf, sizeof(buf), "%sdedup:\n  scope: device\n", receiver_min);
+    assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", buf, strlen(buf), &r), 0);
+    assert_int_equal(r->dedup_scope, INGEST_DEDUP_DEVICE);
+    ingest_receiver_config_free(r);
     ingest_ctx_destroy(ctx);
+    snprintf(buf, sizeof(buf), "%sdedup:\n  scope: devices\n", receiver_min);
+    receiver_err(buf, "key 'dedup.scope'");
 }
 
 static void test_file_errors(void **state)
@@ -955,7 +966,7 @@ static void test_keys_docs_and_help(void **state)
     assert_int_equal(kc.keys, 38);
     kc = (key_check){ doc, receiver, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_RECEIVER, check_key, &kc), 0);
-    assert_int_equal(kc.keys, 18);
+    assert_int_equal(kc.keys, 19);
     int n = 0;
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_AGENT, stop_at_third, &n), 42);
     assert_int_equal(ingest_config_keys(99, stop_at_third, &n), INGEST_EINVAL);

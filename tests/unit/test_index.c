@@ -545,6 +545,138 @@ static void test_rebuild_deleted_and_corrupt(void **state)
     rebuild_and_expect(f);
 }
 
+/* ---- dedup scope ---- */
+
+/* The lookup rule: fleet scope finds any device's entry; device scope only the asking device's own. */
+static void test_dedup_scope(void **state)
+{
+    fixture *f = *state;
+    ingest_store *st = NULL;
+    ingest_index *idx = NULL;
+    ingest_file_identity ia;
+    uint64_t fa = 0;
+    uint8_t id[INGEST_ID_BYTES];
+    ingest_chunk_loc got;
+    ingest_index_stats s;
+    problems p = { 0 };
+
+    assert_int_equal(ingest_store_open(f->ctx, f->state, &small_opts, &st), 0);
+    assert_int_equal(ingest_index_open(st, f->bronze, &idx), 0);
+    assert_int_equal(ingest_index_scope(idx), INGEST_DEDUP_FLEET); /* a new index */
+    write_file(f, "dev1/a.bin", 1000, 1700000000000000001ll, &ia);
+    assert_int_equal(ingest_index_add_file(idx, "dev1/a.bin", &ia, &fa), 0);
+    make_id(1, id);
+    const ingest_chunk_loc l1 = { fa, 0, 100 }, l2 = { fa, 100, 100 };
+
+    /* fleet: one entry per id, whoever landed it, found by every device */
+    assert_int_equal(ingest_index_add_chunk_for(idx, "dev1", id, &l1), 0);
+    assert_int_equal(ingest_index_find_for(idx, "dev2", id, &got), 0);
+    assert_int_equal(got.file_no, fa);
+    assert_int_equal(ingest_index_find(idx, id, &got), 0);
+
+    /* to device scope: the fleet entries go, a rebuild is due */
+    assert_int_equal(ingest_index_set_scope(idx, INGEST_DEDUP_DEVICE), 1);
+    assert_int_equal(ingest_index_set_scope(idx, INGEST_DEDUP_DEVICE), 0);
+    assert_int_equal(ingest_index_set_scope(idx, 7), INGEST_EINVAL);
+    assert_int_equal(ingest_index_scope(idx), INGEST_DEDUP_DEVICE);
+    assert_int_equal(ingest_index_rebuild_needed(idx), 1);
+    assert_int_equal(ingest_index_find_for(idx, "dev1", id, &got), INGEST_ENOTFOUND);
+
+    /* a device finds what it landed, and nothing another device landed */
+    assert_int_equal(ingest_index_add_chunk_for(idx, "dev1", id, &l1), 0);
+    assert_int_equal(ingest_index_find_for(idx, "dev1", id, &got), 0);
+    assert_int_equal(got.offset, 0);
+    assert_int_equal(ingest_index_find_for(idx, "dev2", id, &got), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_index_find_for(idx, "dev", id, &got), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_index_find_for(idx, "dev10", id, &got), INGEST_ENOTFOUND);
+    /* without a device name there is no answer */
+    assert_int_equal(ingest_index_find(idx, id, &got), INGEST_EINVAL);
+    assert_int_equal(ingest_index_find_for(idx, "", id, &got), INGEST_EINVAL);
+    assert_int_equal(ingest_index_add_chunk(idx, id, &l1), INGEST_EINVAL);
+    assert_int_equal(ingest_index_forget_chunk(idx, id), INGEST_EINVAL);
+    /* dev2 landing the same id has an entry of its own; forgetting it leaves dev1's */
+    assert_int_equal(ingest_index_add_chunk_for(idx, "dev2", id, &l2), 0);
+    assert_int_equal(ingest_index_find_for(idx, "dev2", id, &got), 0);
+    assert_int_equal(got.offset, 100);
+    assert_int_equal(ingest_index_find_for(idx, "dev1", id, &got), 0);
+    assert_int_equal(got.offset, 0);
+    assert_int_equal(ingest_index_forget_chunk_for(idx, "dev2", id), 0);
+    assert_int_equal(ingest_index_find_for(idx, "dev2", id, &got), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_index_find_for(idx, "dev1", id, &got), 0);
+    assert_int_equal(ingest_index_check(idx, problem_cb, &p, &s), 0);
+    assert_int_equal(s.chunks, 1);
+    assert_int_equal(s.bad + s.stale, 0);
+    ingest_index_close(idx);
+    ingest_store_close(st);
+
+    /* the scope is the index's format: kept across a reopen, read-only too */
+    const ingest_store_opts ro = { .flags = INGEST_STORE_RDONLY };
+    assert_int_equal(ingest_store_open(f->ctx, f->state, &ro, &st), 0);
+    assert_int_equal(ingest_index_open(st, f->bronze, &idx), 0);
+    assert_int_equal(ingest_index_scope(idx), INGEST_DEDUP_DEVICE);
+    assert_int_equal(ingest_index_find_for(idx, "dev1", id, &got), 0);
+    assert_int_equal(ingest_index_find_for(idx, "dev2", id, &got), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_index_set_scope(idx, INGEST_DEDUP_FLEET), INGEST_EINVAL);
+    assert_int_equal(ingest_index_check(idx, problem_cb, &p, &s), 0);
+    assert_int_equal(s.bad, 0);
+    assert_int_equal(p.n, 0);
+    ingest_index_close(idx);
+    ingest_store_close(st);
+
+    /* back to fleet: the device-keyed entries go too (never a mix) */
+    assert_int_equal(ingest_store_open(f->ctx, f->state, &small_opts, &st), 0);
+    assert_int_equal(ingest_index_open(st, f->bronze, &idx), 0);
+    assert_int_equal(ingest_index_set_scope(idx, INGEST_DEDUP_FLEET), 1);
+    assert_int_equal(ingest_index_scope(idx), INGEST_DEDUP_FLEET);
+    assert_int_equal(ingest_index_find_for(idx, "dev1", id, &got), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_index_check(idx, problem_cb, &p, &s), 0);
+    assert_int_equal(s.chunks, 0);
+    ingest_index_close(idx);
+    ingest_store_close(st);
+}
+
+/* A rebuild in device scope keys each manifest's chunks by the device its header names. */
+static void test_dedup_scope_rebuild(void **state)
+{
+    fixture *f = *state;
+    ingest_store *st = NULL;
+    ingest_index *idx = NULL;
+    ingest_index_stats s;
+    problems p = { 0 };
+    uint8_t id[INGEST_ID_BYTES];
+    ingest_chunk_loc loc;
+    char path[512];
+    make_bronze(f);
+    assert_int_equal(ingest_store_open(f->ctx, f->state, &small_opts, &st), 0);
+    assert_int_equal(ingest_index_open(st, f->bronze, &idx), 0);
+    assert_int_equal(ingest_index_set_scope(idx, INGEST_DEDUP_DEVICE), 1);
+    assert_int_equal(ingest_index_rebuild(idx, &s), 0);
+    assert_int_equal(s.files, 4);
+    assert_int_equal(s.chunks, 3 + 1 + 2 + 1);
+    assert_int_equal(s.bad, 1);
+    assert_int_equal(s.stale, 1);
+    assert_int_equal(ingest_index_rebuild_needed(idx), 0);
+    make_id(1000 + 2, id); /* dev1's one.csv */
+    assert_int_equal(ingest_index_find_for(idx, "dev1", id, &loc), 0);
+    assert_int_equal(loc.offset, 2000);
+    assert_int_equal(ingest_index_file_path(idx, loc.file_no, path, sizeof(path)), 0);
+    assert_int_equal(ingest_index_find_for(idx, "dev2", id, &loc), INGEST_ENOTFOUND);
+    make_id(2000 + 1, id); /* dev2's three.csv */
+    assert_int_equal(ingest_index_find_for(idx, "dev2", id, &loc), 0);
+    assert_int_equal(loc.offset, 1000);
+    assert_int_equal(ingest_index_find_for(idx, "dev1", id, &loc), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_index_check(idx, problem_cb, &p, &s), 0);
+    assert_int_equal(s.bad + s.stale, 0);
+    assert_int_equal(p.n, 0);
+    /* and back: the fleet rebuild answers every device */
+    assert_int_equal(ingest_index_set_scope(idx, INGEST_DEDUP_FLEET), 1);
+    assert_int_equal(ingest_index_rebuild(idx, &s), 0);
+    expect_rebuilt(f, idx);
+    assert_int_equal(ingest_index_find_for(idx, "dev2", id, &loc), 0);
+    ingest_index_close(idx);
+    ingest_store_close(st);
+}
+
 /* ---- stale entries ---- */
 
 static void test_stale_detected(void **state)
@@ -807,6 +939,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_many_inserts_memory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_mid_transaction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rebuild_deleted_and_corrupt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dedup_scope, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dedup_scope_rebuild, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_detected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_malformed_values, setup, teardown),
         cmocka_unit_test_setup_teardown(test_havecache, setup, teardown),

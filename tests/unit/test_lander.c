@@ -488,6 +488,62 @@ static void rewant_case(env *e, int how)
     free(bb);
 }
 
+/* Land one file of content a as path under device; returns how many chunks were wanted. */
+static size_t land_wanted(env *e, const char *device, const char *batch, const char *path, const uint8_t *a,
+                          size_t len, ingest_lander_stats *s)
+{
+    const tfile f[] = {{path, a, len, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, device, batch, f, 1, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, device, tb.manifest, tb.mlen, &b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    land_all(e, b, &tb);
+    ingest_lander_batch_stats(b, s);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+    return n;
+}
+
+/*
+ * dedup.scope device: a batch knows only the chunks its own device landed,
+ * so another device's content is wanted whole, and known chunks are copied
+ * from the device's own files.
+ */
+static void test_dedup_scope_device(void **state)
+{
+    env *e = *state;
+    assert_int_equal(ingest_index_set_scope(e->idx, INGEST_DEDUP_DEVICE), 1);
+    uint8_t *a = pattern(3 * CH, 21);
+    ingest_lander_stats s;
+    assert_int_equal(land_wanted(e, "dev1", "b1", "a", a, 3 * CH, &s), 3);
+    /* the same bytes from dev2: every chunk wanted, none copied */
+    assert_int_equal(land_wanted(e, "dev2", "b1", "a", a, 3 * CH, &s), 3);
+    assert_int_equal(s.chunks_new, 3);
+    assert_int_equal(s.chunks_known, 0);
+    assert_int_equal(s.copies, 0);
+    /* each device's renamed copy: nothing wanted */
+    assert_int_equal(land_wanted(e, "dev1", "b2", "a-renamed", a, 3 * CH, &s), 0);
+    assert_int_equal(s.chunks_known, 3);
+    assert_int_equal(s.chunks_rewanted, 0);
+    /* dev2's copies come from dev2's own file: dev1's landed files gone changes nothing for dev2 */
+    char p[512];
+    snprintf(p, sizeof p, "%s/dev1/2024/02/29/a", e->bronze);
+    assert_int_equal(unlink(p), 0);
+    snprintf(p, sizeof p, "%s/dev1/2024/02/29/a-renamed", e->bronze);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(land_wanted(e, "dev2", "b2", "a-renamed", a, 3 * CH, &s), 0);
+    assert_int_equal(s.chunks_known, 3);
+    assert_int_equal(s.chunks_rewanted, 0);
+    assert_file(e, "dev2/2024/02/29/a", a, 3 * CH, T2024, 0644);
+    assert_file(e, "dev2/2024/02/29/a-renamed", a, 3 * CH, T2024, 0644);
+    /* a third device still knows nothing */
+    assert_int_equal(land_wanted(e, "dev3", "b1", "a", a, 3 * CH, &s), 3);
+    free(a);
+}
+
 static void test_rewant_deleted(void **state) { rewant_case(*state, 0); }
 static void test_rewant_overwritten(void **state) { rewant_case(*state, 1); }
 
@@ -1830,6 +1886,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_land_new, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_copies, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dedup_scope_device, setup, teardown),
         cmocka_unit_test_setup_teardown(test_direct_io_repeats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rewant_deleted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rewant_overwritten, setup, teardown),
