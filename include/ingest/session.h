@@ -65,7 +65,13 @@ INGEST_API void ingest_secret_key_wipe(ingest_secret_key *k);
  * overwritten: INGEST_EEXIST.
  */
 INGEST_API int ingest_secret_key_save(ingest_ctx *ctx, const char *path, const ingest_secret_key *k);
-/* Load a secret key file; checks that the public key matches the secret one. */
+/*
+ * Load a secret key file; checks that the public key matches the secret one.
+ * A regular file that group or others can access (mode & 077) is refused
+ * with INGEST_EINVAL and "chmod 600 PATH" in the detail, as ssh refuses a
+ * private key that is too open; a root-owned file may give its group read
+ * access (0640) when the caller is not root.  INGEST_ENOTFOUND if missing.
+ */
 INGEST_API int ingest_secret_key_load(ingest_ctx *ctx, const char *path, ingest_secret_key *k);
 
 /* Write "BASE64\n" (original base64 variant) with O_EXCL, mode 0644. */
