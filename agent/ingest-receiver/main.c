@@ -1567,7 +1567,7 @@ static void serve(conn *c)
         }
         case INGEST_MSG_ERROR:
             prog_log(INGEST_LOG_WARN, "device %s reported: %s: %s", device, ingest_strerror(m.u.error.code),
-                     m.u.error.message);
+                     prog_esc(m.u.error.message));
             goto out;
         default:
             rc = INGEST_EPROTO;
