@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <time.h>
@@ -356,18 +357,46 @@ int prog_listen(const char *address, char *bound, size_t bound_cap, char *errmsg
     return fd;
 }
 
-/* Temporary file + rename; durable: the file fsynced before the rename, its directory after. */
+/*
+ * Temporary file + rename; durable: the file fsynced before the rename, its
+ * directory after.  The temporary name is new (O_CREAT | O_EXCL |
+ * O_NOFOLLOW, a name nobody can have planted a symlink at in advance: an
+ * existing name is skipped), so a file or link already there is never
+ * opened or truncated; path itself must not be a symbolic link (ELOOP): the
+ * rename would replace the link, not write where it points, but whoever
+ * asked for path meant a file.  A link made after the check is replaced.
+ */
 static int write_file(const char *path, const char *text, int durable)
 {
     char tmp[4096], dir[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+        errno = ELOOP;
+        return -1;
+    }
+    static unsigned counter;
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 100; tries++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        const unsigned n = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+        if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%ld.%u.%lx", path, (long)getpid(), n,
+                             (unsigned long)ts.tv_nsec) >= sizeof(tmp)) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != EEXIST)
+            return -1;
+    }
     if (fd < 0)
         return -1;
     const size_t n = strlen(text);
     const int ok = write(fd, text, n) == (ssize_t)n && (!durable || fsync(fd) == 0);
     if (close(fd) != 0 || !ok || rename(tmp, path) != 0) {
+        const int e = errno;
         unlink(tmp);
+        errno = e;
         return -1;
     }
     if (!durable)

@@ -91,7 +91,11 @@ void prog_server_stop(prog_server *s);
 /* Write n bytes to fd, giving up at the first error. */
 void prog_write_all(int fd, const void *p, size_t n);
 
-/* Write text to path atomically (temporary file + rename); 0 or -1. */
+/*
+ * Write text to path atomically (a new temporary file in the same directory,
+ * created with O_EXCL | O_NOFOLLOW, then renamed over path); 0 or -1 with
+ * errno, ELOOP if path is a symbolic link (refused).
+ */
 int prog_write_file_atomic(const char *path, const char *text);
 /* The same, and durable: the file fsynced before the rename, its directory after; 0 or -1. */
 int prog_write_file_durable(const char *path, const char *text);

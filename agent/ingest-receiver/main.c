@@ -147,7 +147,8 @@ static void usage(FILE *f)
                "  --config FILE      the receiver's YAML configuration (docs/config.md)\n"
                "  --check-config     validate the configuration and exit (0 valid, 2 invalid)\n"
                "  --rebuild-index    rebuild the chunk index from the manifests, then serve\n"
-               "  --ready-file FILE  once listening, write the bound address (host:port) to FILE\n"
+               "  --ready-file FILE  once listening, write the bound address (host:port) to FILE (a new\n"
+               "                     file renamed over it; a symlink is refused and the receiver stops)\n"
                "  --stats-interval SECONDS\n"
                "                     log the metrics as one JSON line (\"stats {...}\") this often, and at exit\n"
                "  --help-config      list every configuration key\n");
@@ -1754,7 +1755,7 @@ int main(int argc, char **argv)
     }
     prog_log_set_level(s.cfg->log_level);
     ingest_ctx_set_log(s.ctx, prog_lib_log, NULL, s.cfg->log_level >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
-    int status = 1, lfd = -1;
+    int status = 1, lfd = -1, ready_failed = 0;
     stats_logger *slog = NULL;
     if (load_keys(&s) != 0)
         goto out;
@@ -1808,8 +1809,14 @@ int main(int argc, char **argv)
     if (ready != NULL) {
         char line[320];
         snprintf(line, sizeof(line), "%s\n", bound);
-        if (prog_write_file_atomic(ready, line) != 0)
-            prog_log(INGEST_LOG_WARN, "cannot write %s: %s", ready, strerror(errno));
+        if (prog_write_file_atomic(ready, line) != 0) {
+            const int e = errno;
+            prog_log(INGEST_LOG_ERROR, "--ready-file %s: %s; stopping", ready,
+                     e == ELOOP ? "a symbolic link: refusing to write through it (remove it, or name a file)"
+                                : strerror(e));
+            stopping = 1;
+            ready_failed = 1;
+        }
     }
     while (!stopping) {
         struct pollfd p[2] = { { lfd, POLLIN, 0 }, { stop_pipe[0], POLLIN, 0 } };
@@ -1890,7 +1897,7 @@ int main(int argc, char **argv)
     stats_logger_stop(slog);
     slog = NULL;
     metrics_http_stop(mh);
-    status = 0;
+    status = ready_failed ? 1 : 0;
 out:
     stats_logger_stop(slog);
     if (lfd >= 0)
