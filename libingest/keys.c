@@ -335,6 +335,17 @@ void ingest_authset_destroy(ingest_authset *set)
 
 size_t ingest_authset_count(const ingest_authset *set) { return set->n; }
 
+int ingest_authset_entry(const ingest_authset *set, size_t i, const char **device_id,
+                         uint8_t pk[INGEST_PUBKEY_BYTES])
+{
+    if (i >= set->n)
+        return INGEST_ENOTFOUND;
+    *device_id = set->v[i].id;
+    if (pk != NULL)
+        memcpy(pk, set->v[i].pk, INGEST_PUBKEY_BYTES);
+    return 0;
+}
+
 static int grow(ingest_authset *set)
 {
     if (set->n < set->cap)

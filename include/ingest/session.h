@@ -112,6 +112,14 @@ INGEST_API int ingest_authset_load(ingest_ctx *ctx, const char *path, ingest_aut
 INGEST_API int ingest_authset_lookup(const ingest_authset *set, const char *device_id, size_t id_len,
                                      uint8_t pk[INGEST_PUBKEY_BYTES]);
 INGEST_API size_t ingest_authset_count(const ingest_authset *set);
+/*
+ * The i-th device in id order (i < ingest_authset_count): 0 with *device_id
+ * pointing into the set (valid while it is not changed) and its key in pk
+ * (may be NULL), or INGEST_ENOTFOUND past the end.  To compare two sets,
+ * e.g. an authorized-devices file re-read.
+ */
+INGEST_API int ingest_authset_entry(const ingest_authset *set, size_t i, const char **device_id,
+                                    uint8_t pk[INGEST_PUBKEY_BYTES]);
 
 /* ---- session ------------------------------------------------------------ */
 

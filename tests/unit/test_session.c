@@ -1350,6 +1350,17 @@ static void test_authset_file(void **state)
     assert_int_equal(ingest_authset_add(set, "..", b.pk), INGEST_EINVAL);
     assert_int_equal(ingest_authset_add(set, "aaa", b.pk), 0);
     assert_int_equal(ingest_authset_lookup(set, "aaa", 3, NULL), 0);
+    /* Entries in id order, for comparing two sets. */
+    static const char *const order[] = { "aaa", "gw.north:1", "pump-7" };
+    const char *id = NULL;
+    for (size_t i = 0; i < 3; i++) {
+        memset(pk, 0, sizeof(pk));
+        assert_int_equal(ingest_authset_entry(set, i, &id, pk), 0);
+        assert_string_equal(id, order[i]);
+        assert_memory_equal(pk, i == 2 ? a.pk : b.pk, 32);
+    }
+    assert_int_equal(ingest_authset_entry(set, 0, &id, NULL), 0);
+    assert_int_equal(ingest_authset_entry(set, 3, &id, pk), INGEST_ENOTFOUND);
     ingest_authset_destroy(set);
 
     static const struct {
