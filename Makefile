@@ -95,6 +95,9 @@ $(UNIT_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TESTLIB_OBJ) $(BUI
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libingest.a $(TEST_LIBS) $(LIBS)
 
+# test_prog tests the programs' shared helpers.
+$(BUILD)/tests/test_prog: $(PROG_COMMON_OBJ)
+
 $(BUILD)/obj/tests/unit/%.o: tests/unit/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Ilibingest -Itests/unit $(TEST_CFLAGS) -MMD -MP -c $< -o $@

@@ -478,6 +478,9 @@ static const cfg_row receiver_rows[] = {
     { .name = "layout", .type = T_STRING, .def = "{device}/{yyyy}/{mm}/{dd}/{path}", FIELD(R, layout),
       .check = check_layout,
       .desc = "Where a file lands under bronze; {device} {path} {yyyy} {mm} {dd} {batch}" },
+    { .name = "layout_shared", .type = T_BOOL, .def = "false", FIELD(R, layout_shared),
+      .desc = "Allow a layout without {device}: devices then share paths, and one device's file replaces "
+              "another's" },
     { .name = "max_connections", .type = T_INT, .def = "64", FIELD(R, max_connections), .min = 1,
       .max = 65536,
       .desc = "Authenticated device sessions at once; more wait up to 10s for one to end, then are told the "
@@ -513,8 +516,9 @@ static const cfg_row receiver_rows[] = {
 
 static const cfg_schema agent_schema = { agent_rows, sizeof(agent_rows) / sizeof(agent_rows[0]),
                                          finish_agent };
+static int finish_receiver(cfg_parser *p, cfg_inst *inst);
 static const cfg_schema receiver_schema = { receiver_rows,
-                                            sizeof(receiver_rows) / sizeof(receiver_rows[0]), NULL };
+                                            sizeof(receiver_rows) / sizeof(receiver_rows[0]), finish_receiver };
 
 /* ---- rows and instances -------------------------------------------------- */
 
@@ -1373,6 +1377,23 @@ static int finish_source(cfg_parser *p, cfg_inst *inst)
     } else {
         s->after_ship_mode = INGEST_AFTER_SHIP_KEEP;
     }
+    return INGEST_OK;
+}
+
+/*
+ * A layout without {device} puts every device's files in one tree: a file of
+ * one device lands over another device's file of the same path.  Only with
+ * layout_shared: true, said on purpose.
+ */
+static int finish_receiver(cfg_parser *p, cfg_inst *inst)
+{
+    const ingest_receiver_config *cfg = inst->base;
+    if (strstr(cfg->layout, "{device}") == NULL && !cfg->layout_shared)
+        return perr(p, mark_of(p, inst, "layout"),
+                    "key 'layout': \"%s\" has no {device}, so devices would overwrite each other's files of "
+                    "the same path; add {device} (e.g. \"{device}/%s\"), or set layout_shared: true if that "
+                    "is what you want",
+                    cfg->layout, cfg->layout);
     return INGEST_OK;
 }
 

@@ -196,6 +196,9 @@ int ingest_dedup_key_load(ingest_ctx *ctx, const char *path, uint8_t key[INGEST_
         return ingest__fail(ctx, e == ENOENT ? INGEST_ENOTFOUND : INGEST_EIO, "dedup key: open %s: %s", path,
                             strerror(e));
     }
+    rc = ingest__key_file_private(ctx, fd, path, "dedup key");
+    if (rc != 0)
+        goto out;
     while (n < sizeof(buf)) {
         const ssize_t r = read(fd, buf + n, sizeof(buf) - n);
         if (r < 0) {

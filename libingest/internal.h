@@ -45,6 +45,13 @@ int ingest__errno(int err);
 /* Value of a hex digit (either case), or -1. */
 int ingest__hexval(char c);
 
+/*
+ * Refuse a key file that others can read (keys.c): fd is the open file,
+ * what names it in the message ("secret key", "dedup key").  Returns 0 or
+ * INGEST_EINVAL with "chmod 600 PATH" in the detail.
+ */
+int ingest__key_file_private(ingest_ctx *ctx, int fd, const char *path, const char *what);
+
 /* Log through the context's callback; formats only when the level is on. */
 void ingest__log(ingest_ctx *ctx, int level, const char *fmt, ...) INGEST__PRINTF(3, 4);
 

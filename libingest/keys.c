@@ -89,8 +89,40 @@ out:
     return rc;
 }
 
-/* Read a whole small file into buf (cap includes room for a NUL). */
-static int read_small_file(ingest_ctx *ctx, const char *path, char *buf, size_t cap, size_t *len)
+/*
+ * As ssh does for private keys: a secret must not be readable (or writable)
+ * by group or others.  Checked on the open descriptor, so the file checked is
+ * the file read.  One exception, PostgreSQL's: a file owned by root may give
+ * its group read access (root:ingest 0640), the usual way to hand a key to a
+ * service user; root itself still needs 0600.  Only regular files are
+ * checked; anything else fails when it is read.
+ */
+int ingest__key_file_private(ingest_ctx *ctx, int fd, const char *path, const char *what)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        const int e = errno;
+        return ingest__fail(ctx, ingest__errno(e), "%s %s: stat: %s", what, path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode))
+        return 0;
+    mode_t too_open = S_IRWXG | S_IRWXO;
+    if (st.st_uid == 0 && geteuid() != 0)
+        too_open = S_IWGRP | S_IXGRP | S_IRWXO;
+    if ((st.st_mode & too_open) == 0)
+        return 0;
+    return ingest__fail(ctx, INGEST_EINVAL,
+                        "%s %s: permissions %04o are too open: group or others can access it; "
+                        "refusing to use it (fix: chmod 600 %s)",
+                        what, path, (unsigned)(st.st_mode & 07777), path);
+}
+
+/*
+ * Read a whole small file into buf (cap includes room for a NUL); with
+ * secret_what set, refuse it unless private (ingest__key_file_private).
+ */
+static int read_small_file(ingest_ctx *ctx, const char *path, const char *secret_what, char *buf, size_t cap,
+                           size_t *len)
 {
     int rc = 0;
     size_t done = 0;
@@ -98,6 +130,11 @@ static int read_small_file(ingest_ctx *ctx, const char *path, char *buf, size_t 
     if (fd < 0) {
         const int e = errno;
         return ingest__fail(ctx, e == ENOENT ? INGEST_ENOTFOUND : INGEST_EIO, "%s: open: %s", path, strerror(e));
+    }
+    if (secret_what != NULL) {
+        rc = ingest__key_file_private(ctx, fd, path, secret_what);
+        if (rc != 0)
+            goto out;
     }
     for (;;) {
         if (done == cap - 1) {
@@ -180,7 +217,7 @@ int ingest_secret_key_load(ingest_ctx *ctx, const char *path, ingest_secret_key 
     memset(k, 0, sizeof(*k));
     if (sodium_init() < 0)
         return ingest__fail(ctx, INGEST_ECRYPTO, "libsodium: initialisation failed");
-    rc = read_small_file(ctx, path, text, sizeof(text), &len);
+    rc = read_small_file(ctx, path, "secret key", text, sizeof(text), &len);
     if (rc != 0)
         goto out;
     if (memchr(text, '\0', len) != NULL) {
@@ -234,7 +271,7 @@ int ingest_public_key_load(ingest_ctx *ctx, const char *path, uint8_t pk[INGEST_
 {
     char text[KEY_FILE_MAX];
     size_t len = 0;
-    INGEST__FORWARD(read_small_file(ctx, path, text, sizeof(text), &len));
+    INGEST__FORWARD(read_small_file(ctx, path, NULL, text, sizeof(text), &len));
     size_t a = 0, b = len;
     while (a < b && is_blank(text[a]))
         a++;
@@ -297,6 +334,17 @@ void ingest_authset_destroy(ingest_authset *set)
 }
 
 size_t ingest_authset_count(const ingest_authset *set) { return set->n; }
+
+int ingest_authset_entry(const ingest_authset *set, size_t i, const char **device_id,
+                         uint8_t pk[INGEST_PUBKEY_BYTES])
+{
+    if (i >= set->n)
+        return INGEST_ENOTFOUND;
+    *device_id = set->v[i].id;
+    if (pk != NULL)
+        memcpy(pk, set->v[i].pk, INGEST_PUBKEY_BYTES);
+    return 0;
+}
 
 static int grow(ingest_authset *set)
 {

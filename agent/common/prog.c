@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <time.h>
@@ -50,12 +51,134 @@ int prog_parse_level(const char *s)
     return -1;
 }
 
+/*
+ * Length of the UTF-8 sequence at s (1..4) and its code point, or 0 if the
+ * bytes there are not one (overlong, surrogate, above U+10FFFF, cut short).
+ */
+static size_t utf8_seq(const unsigned char *s, uint32_t *cp)
+{
+    const unsigned c = s[0];
+    size_t n;
+    uint32_t v, min;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, v = c & 0x1f, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, v = c & 0x0f, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, v = c & 0x07, min = 0x10000;
+    else
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) /* also stops at the NUL */
+            return 0;
+        v = v << 6 | (s[i] & 0x3f);
+    }
+    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+        return 0;
+    *cp = v;
+    return n;
+}
+
+/* Code points that move or split a line on a terminal, escaped although valid. */
+static int cp_is_control(uint32_t cp)
+{
+    return (cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 || cp == 0x200e || cp == 0x200f ||
+           (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+const char *prog_escape(char *out, size_t cap, const char *text)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *s = (const unsigned char *)text;
+    size_t o = 0, mark = 0; /* mark: where "..." goes if the text is cut */
+    if (cap < 4) {
+        if (cap > 0)
+            out[0] = '\0';
+        return out;
+    }
+    while (*s != '\0') {
+        char piece[16];
+        size_t pn = 0, used = 1;
+        uint32_t cp = 0;
+        const unsigned c = *s;
+        if (c == '\\') {
+            piece[pn++] = '\\';
+            piece[pn++] = '\\';
+        } else if (c == '\n' || c == '\r' || c == '\t') {
+            piece[pn++] = '\\';
+            piece[pn++] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+        } else if (c >= 0x20 && c < 0x7f) {
+            piece[pn++] = (char)c;
+        } else if (c >= 0x80 && (used = utf8_seq(s, &cp)) > 0) {
+            if (cp_is_control(cp))
+                pn = (size_t)snprintf(piece, sizeof(piece), "\\u{%04x}", (unsigned)cp);
+            else
+                memcpy(piece, s, pn = used);
+        } else {
+            used = 1;
+            piece[pn++] = '\\';
+            piece[pn++] = 'x';
+            piece[pn++] = hex[c >> 4];
+            piece[pn++] = hex[c & 15];
+        }
+        if (o + pn + 1 > cap) { /* cut at the last boundary that leaves room for "..." */
+            memcpy(out + mark, "...", 4);
+            return out;
+        }
+        memcpy(out + o, piece, pn);
+        o += pn;
+        s += used;
+        if (o + 4 <= cap)
+            mark = o;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+const char *prog_esc(const char *text)
+{
+    static _Thread_local char slot[PROG_ESC_SLOTS][PROG_ESC_BYTES];
+    static _Thread_local unsigned next;
+    char *out = slot[next++ % PROG_ESC_SLOTS];
+    return prog_escape(out, PROG_ESC_BYTES, text);
+}
+
+/*
+ * Write msg into out with every control byte as "\xNN": the last guard of
+ * one event per line, for text that reached a log line without prog_escape
+ * (a library message quoting a device's file name).  Backslashes are left
+ * alone, so text prog_escape made passes unchanged.
+ */
+static const char *controls_escaped(const char *msg, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (const unsigned char *s = (const unsigned char *)msg; *s != '\0' && o + 5 <= cap; s++) {
+        if (*s < 0x20 || *s == 0x7f) {
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[*s >> 4];
+            out[o++] = hex[*s & 15];
+        } else {
+            out[o++] = (char)*s;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
 /* One formatted line to stderr, with its time and level. */
 static void log_line(int level, const char *suffix, const char *fmt, va_list ap) PROG_PRINTF(3, 0);
 static void log_line(int level, const char *suffix, const char *fmt, va_list ap)
 {
-    char msg[2048];
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    char raw[2048], guarded[2048];
+    vsnprintf(raw, sizeof(raw), fmt, ap);
+    const char *msg = raw;
+    for (const unsigned char *p = (const unsigned char *)raw; *p != '\0'; p++)
+        if (*p < 0x20 || *p == 0x7f) {
+            msg = controls_escaped(raw, guarded, sizeof(guarded));
+            break;
+        }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
@@ -234,18 +357,46 @@ int prog_listen(const char *address, char *bound, size_t bound_cap, char *errmsg
     return fd;
 }
 
-/* Temporary file + rename; durable: the file fsynced before the rename, its directory after. */
+/*
+ * Temporary file + rename; durable: the file fsynced before the rename, its
+ * directory after.  The temporary name is new (O_CREAT | O_EXCL |
+ * O_NOFOLLOW, a name nobody can have planted a symlink at in advance: an
+ * existing name is skipped), so a file or link already there is never
+ * opened or truncated; path itself must not be a symbolic link (ELOOP): the
+ * rename would replace the link, not write where it points, but whoever
+ * asked for path meant a file.  A link made after the check is replaced.
+ */
 static int write_file(const char *path, const char *text, int durable)
 {
     char tmp[4096], dir[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+        errno = ELOOP;
+        return -1;
+    }
+    static unsigned counter;
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 100; tries++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        const unsigned n = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+        if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.%ld.%u.%lx", path, (long)getpid(), n,
+                             (unsigned long)ts.tv_nsec) >= sizeof(tmp)) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != EEXIST)
+            return -1;
+    }
     if (fd < 0)
         return -1;
     const size_t n = strlen(text);
     const int ok = write(fd, text, n) == (ssize_t)n && (!durable || fsync(fd) == 0);
     if (close(fd) != 0 || !ok || rename(tmp, path) != 0) {
+        const int e = errno;
         unlink(tmp);
+        errno = e;
         return -1;
     }
     if (!durable)

@@ -15,7 +15,11 @@
 void prog_log_init(const char *name, int level);
 void prog_log_set_level(int level);
 int prog_log_level(void);
-/* One line to stderr: "2026-11-22T17:50:00.123Z name[level]: msg". */
+/*
+ * One line to stderr: "2026-11-22T17:50:00.123Z name[level]: msg".  A
+ * control byte left in msg (text that no prog_escape went through) is
+ * written as "\xNN", so that a line is always one line.
+ */
 void prog_log(int level, const char *fmt, ...) PROG_PRINTF(2, 3);
 /*
  * A line of a kind that can come in floods (refused connections): a burst
@@ -31,6 +35,29 @@ typedef struct prog_ratelimit {
     unsigned long dropped;
 } prog_ratelimit;
 void prog_log_limited(prog_ratelimit *r, int level, const char *fmt, ...) PROG_PRINTF(3, 4);
+/*
+ * Escape text that a peer or a device controls (an ERROR or ACK message, a
+ * file name) for a log line, so that it can neither break the line nor
+ * drive the terminal: printable ASCII and valid UTF-8 stay as they are; a
+ * backslash becomes "\\"; newline, return and tab become "\n", "\r",
+ * "\t"; other control bytes and bytes that are not UTF-8 become "\xNN"; C1
+ * controls, line and paragraph separators and bidirectional controls
+ * (U+0080..U+009F, U+2028, U+2029, U+200E/F, U+202A..U+202E,
+ * U+2066..U+2069) become "\u{XXXX}".  out (cap >= 4) always ends in a NUL;
+ * text that does not fit is cut at a character boundary and ends in "...".
+ * Returns out, for use as a prog_log argument.
+ */
+const char *prog_escape(char *out, size_t cap, const char *text);
+/* A buffer that holds the escaped form of any text of n bytes. */
+#define PROG_ESCAPE_CAP(n) (4 * (n) + 4)
+/*
+ * prog_escape into one of PROG_ESC_SLOTS thread-local buffers of
+ * PROG_ESC_BYTES, used in turn: up to that many in one prog_log call, e.g.
+ * prog_log(..., "after_ship move %s -> %s", prog_esc(full), prog_esc(dst)).
+ */
+#define PROG_ESC_SLOTS 4
+#define PROG_ESC_BYTES 2048
+const char *prog_esc(const char *text);
 /* A library log callback that forwards to prog_log (userdata unused). */
 void prog_lib_log(void *userdata, int level, const char *msg);
 /* Parse "error|warn|info|debug"; -1 if unknown. */
@@ -64,7 +91,11 @@ void prog_server_stop(prog_server *s);
 /* Write n bytes to fd, giving up at the first error. */
 void prog_write_all(int fd, const void *p, size_t n);
 
-/* Write text to path atomically (temporary file + rename); 0 or -1. */
+/*
+ * Write text to path atomically (a new temporary file in the same directory,
+ * created with O_EXCL | O_NOFOLLOW, then renamed over path); 0 or -1 with
+ * errno, ELOOP if path is a symbolic link (refused).
+ */
 int prog_write_file_atomic(const char *path, const char *text);
 /* The same, and durable: the file fsynced before the rename, its directory after; 0 or -1. */
 int prog_write_file_durable(const char *path, const char *text);

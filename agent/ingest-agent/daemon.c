@@ -557,7 +557,7 @@ static void tree_walk(int at, const char *name, int rm, uint64_t *bytes, uint64_
                 tree_walk(dirfd(dir), e->d_name, rm, bytes, files);
         closedir(dir);
         if (rm && unlinkat(at, name, AT_REMOVEDIR) != 0)
-            prog_log(INGEST_LOG_WARN, "spool: cannot remove directory %s: %s", name, strerror(errno));
+            prog_log(INGEST_LOG_WARN, "spool: cannot remove directory %s: %s", prog_esc(name), strerror(errno));
         return;
     }
     if (S_ISREG(st.st_mode)) {
@@ -565,7 +565,7 @@ static void tree_walk(int at, const char *name, int rm, uint64_t *bytes, uint64_
         *files += 1;
     }
     if (rm && unlinkat(at, name, 0) != 0)
-        prog_log(INGEST_LOG_WARN, "spool: cannot remove %s: %s", name, strerror(errno));
+        prog_log(INGEST_LOG_WARN, "spool: cannot remove %s: %s", prog_esc(name), strerror(errno));
 }
 
 static void spool_resume_check(daemon_t *d)
@@ -656,7 +656,7 @@ static int spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *r
     if ((size_t)snprintf(src, sizeof(src), "%s/%s", s->path, rel) >= sizeof(src) ||
         (size_t)snprintf(dst, sizeof(dst), "%s/%llu/%s/%s", d->spool_dir, (unsigned long long)seq, s->name, rel) >=
             sizeof(dst)) {
-        prog_log(INGEST_LOG_WARN, "spool: path too long for %s/%s", s->name, rel);
+        prog_log(INGEST_LOG_WARN, "spool: path too long for %s/%s", s->name, prog_esc(rel));
         return -1;
     }
     const int in = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -670,12 +670,12 @@ static int spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *r
         goto done;
     }
     if (mkdirs(dst) != 0 || (buf = malloc(1u << 20)) == NULL) {
-        prog_log(INGEST_LOG_WARN, "spool: %s: %s", dst, strerror(errno));
+        prog_log(INGEST_LOG_WARN, "spool: %s: %s", prog_esc(dst), strerror(errno));
         goto done;
     }
     out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (out < 0) {
-        prog_log(INGEST_LOG_WARN, "spool: %s: %s", dst, strerror(errno));
+        prog_log(INGEST_LOG_WARN, "spool: %s: %s", prog_esc(dst), strerror(errno));
         goto done;
     }
     uint64_t total = 0;
@@ -709,7 +709,7 @@ static int spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *r
     d->spool_files++;
     goto done;
 io_error:
-    prog_log(INGEST_LOG_WARN, "spool: copying %s to %s: %s", src, dst, strerror(errno));
+    prog_log(INGEST_LOG_WARN, "spool: copying %s to %s: %s", prog_esc(src), prog_esc(dst), strerror(errno));
 done:
     if (out >= 0) {
         close(out);
@@ -872,7 +872,7 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
                 if (a->metrics != NULL)
                     ingest_metric_add(a->m.files_skipped, ingest_filter_reason_name(r), 1);
             }
-            prog_log(INGEST_LOG_DEBUG, "skipped %s: filter %s", path, ingest_filter_reason_name(r));
+            prog_log(INGEST_LOG_DEBUG, "skipped %s: filter %s", prog_esc(path), ingest_filter_reason_name(r));
             (void)ingest_journal_mark_skipped(d->j, path, st->size, st->mtime_ns, r, d->wall_ns);
             return 0;
         }
@@ -899,7 +899,7 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     if (s->spool) {
         if (st->size > d->spool_quota) {
             prog_log(d->spool_big_logged ? INGEST_LOG_DEBUG : INGEST_LOG_WARN,
-                     "%s (%llu bytes) is larger than spool.quota (%llu bytes): not taken", path,
+                     "%s (%llu bytes) is larger than spool.quota (%llu bytes): not taken", prog_esc(path),
                      (unsigned long long)st->size, (unsigned long long)d->spool_quota);
             d->spool_big_logged = 1;
             return 0;
@@ -1054,7 +1054,7 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
             prog_log(INGEST_LOG_INFO,
                      "after_ship %s of %s deferred: another process still has it open (a writer may not be done "
                      "with it); retried every second until it is closed",
-                     what, full);
+                     what, prog_esc(full));
         return 1;
     } else if (!d->lease_warned) {
         d->lease_warned = 1;
@@ -1062,7 +1062,8 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
                  "after_ship: cannot tell whether %s is still open in another process (%s: %s); acked files are "
                  "%s without that check, and a writer still holding one open loses what it writes next "
                  "(docs/operations.md)",
-                 full, fd >= 0 ? "F_SETLEASE" : "open", strerror(errno), s->after == AFTER_DELETE ? "deleted" : "moved");
+                 prog_esc(full), fd >= 0 ? "F_SETLEASE" : "open", strerror(errno),
+                 s->after == AFTER_DELETE ? "deleted" : "moved");
     }
     /* (under the lease) still the version shipped, still at this path */
     const int same = (fd < 0 || (fstat(fd, &st) == 0 && is_shipped_version(&st, f))) && lstat(full, &at) == 0 &&
@@ -1072,9 +1073,10 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
             if (unlink(full) == 0) {
                 d->deleted++;
                 if (quiet)
-                    prog_log(INGEST_LOG_INFO, "after_ship: %s deleted (no process has it open any more)", full);
+                    prog_log(INGEST_LOG_INFO, "after_ship: %s deleted (no process has it open any more)",
+                             prog_esc(full));
             } else {
-                prog_log(INGEST_LOG_WARN, "after_ship delete %s: %s", full, strerror(errno));
+                prog_log(INGEST_LOG_WARN, "after_ship delete %s: %s", prog_esc(full), strerror(errno));
             }
         } else {
             char dst[PATH_MAX];
@@ -1082,10 +1084,11 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
             if (mkdirs(dst) == 0 && rename(full, dst) == 0) {
                 d->moved++;
                 if (quiet)
-                    prog_log(INGEST_LOG_INFO, "after_ship: %s moved to %s (no process has it open any more)", full,
-                             dst);
+                    prog_log(INGEST_LOG_INFO, "after_ship: %s moved to %s (no process has it open any more)",
+                             prog_esc(full), prog_esc(dst));
             } else {
-                prog_log(INGEST_LOG_WARN, "after_ship move %s -> %s: %s", full, dst, strerror(errno));
+                prog_log(INGEST_LOG_WARN, "after_ship move %s -> %s: %s", prog_esc(full), prog_esc(dst),
+                         strerror(errno));
             }
         }
     }
@@ -1561,7 +1564,7 @@ static size_t drop_changed(const ingest_journal_batch *jb, const ingest_journal_
         } else {
             changed++;
             prog_log(INGEST_LOG_INFO, "batch %s: %s changed since it was taken; it leaves the batch and settles again",
-                     jb->id, got[i].path);
+                     jb->id, prog_esc(got[i].path));
         }
         if (k < jb->nfiles)
             k++;

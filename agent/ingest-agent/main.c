@@ -275,7 +275,7 @@ static int recv_msg(agent *a, ingest_wire_msg *m, int timeout_ms)
     a->t.wire_in += ingest_wire_encoded_size(m) + FRAME_OVERHEAD;
     if (m->type == INGEST_MSG_ERROR) {
         prog_log(INGEST_LOG_ERROR, "receiver reported: %s: %s", ingest_strerror(m->u.error.code),
-                 m->u.error.message);
+                 prog_esc(m->u.error.message));
         return m->u.error.code < 0 ? m->u.error.code : INGEST_EPROTO;
     }
     return 0;
@@ -498,7 +498,7 @@ static void log_stale(ingest_sender_batch *b, uint32_t idx)
     if (ingest_sender_batch_chunk_file(b, idx, &fi) == 0)
         ingest_sender_batch_file(b, fi, &info);
     prog_log(INGEST_LOG_WARN, "batch %s: %s changed while it was being shipped; it will be shipped again",
-             ingest_sender_batch_id(b), info.path ? info.path : "a file");
+             ingest_sender_batch_id(b), info.path ? prog_esc(info.path) : "a file");
 }
 
 /*
@@ -720,7 +720,8 @@ static int batch_failure(agent *a, ingest_sender_batch *b, int rc)
     if (rc != INGEST_EMISMATCH && rc != INGEST_EPROTO) {
         ingest_wire_msg m;
         if (ingest_session_recv_msg(a->ss, a->fd, &m, 2000) == 0 && m.type == INGEST_MSG_ERROR) {
-            prog_log(INGEST_LOG_WARN, "receiver reported: %s: %s", ingest_strerror(m.u.error.code), m.u.error.message);
+            prog_log(INGEST_LOG_WARN, "receiver reported: %s: %s", ingest_strerror(m.u.error.code),
+                     prog_esc(m.u.error.message));
             rc = m.u.error.code;
         }
     }
@@ -758,7 +759,7 @@ static int batch_acked(agent *a, ingest_sender_batch *b, const ingest_wire_msg *
     ingest_sender_batch_stats_get(b, &bs);
     if (m->u.ack.status < 0) {
         prog_log(INGEST_LOG_ERROR, "batch %s refused by the receiver: %s: %s", id, ingest_strerror(m->u.ack.status),
-                 m->u.ack.message);
+                 prog_esc(m->u.ack.message));
         a->t.batches_failed++;
         return 2;
     }
@@ -964,7 +965,7 @@ static int offer_dict(agent *a)
             return INGEST_EPROTO;
         }
         if (m.u.dict_want.answer == INGEST_DICT_REFUSED) {
-            snprintf(why, sizeof(why), "the receiver refused it: %s", m.u.dict_want.message);
+            snprintf(why, sizeof(why), "the receiver refused it: %s", prog_esc(m.u.dict_want.message));
         } else if (m.u.dict_want.answer == INGEST_DICT_SEND) {
             /* In slices within the receiver's frame bound (at least 64 bytes: 8 of them the slice's head). */
             const size_t peer = ingest_session_peer_max_payload(a->ss);
@@ -1242,7 +1243,7 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
 void say_too_deep(int level, const char *dir)
 {
     prog_log(level, "%s: directory more than %d levels below its source: neither walked nor watched, nothing under "
-             "it is shipped", dir, INGEST_SENDER_MAX_DEPTH);
+             "it is shipped", prog_esc(dir), INGEST_SENDER_MAX_DEPTH);
 }
 
 void on_skip(void *ud, const char *path, int reason)
@@ -1254,7 +1255,7 @@ void on_skip(void *ud, const char *path, int reason)
         say_too_deep(INGEST_LOG_WARN, path);
         return;
     }
-    prog_log(reason == INGEST_SKIP_SPECIAL ? INGEST_LOG_DEBUG : INGEST_LOG_WARN, "skipped %s: %s", path,
+    prog_log(reason == INGEST_SKIP_SPECIAL ? INGEST_LOG_DEBUG : INGEST_LOG_WARN, "skipped %s: %s", prog_esc(path),
              reason >= 1 && reason <= 7 ? why[reason] : "?");
 }
 

@@ -36,11 +36,23 @@
 #define SESSION_WAIT_S 10 /* an authenticated device waits this long for a max_connections slot */
 #define RECEIVER_TXN_WRITES 16384
 
+/*
+ * An authorized-devices set and the connections using it: SIGHUP swaps in a
+ * new set, and an old one lives until the last connection that shook hands
+ * with it ends (a session borrows its set, include/ingest/session.h).
+ */
+typedef struct authref {
+    ingest_authset *set;
+    unsigned refs; /* under server.auth_lock; the server's own is one */
+} authref;
+
 typedef struct server {
     ingest_receiver_config *cfg;
     ingest_ctx *ctx; /* of the store, index and codec; used under land_lock */
     ingest_secret_key key;
-    ingest_authset *auth;
+    pthread_mutex_t auth_lock;
+    authref *auth;        /* the set new connections shake hands with */
+    ingest_ctx *auth_ctx; /* of the sets (their allocator); its messages are the main thread's */
     uint8_t dedup[INGEST_KEY_BYTES];
     ingest_store *st;
     ingest_index *idx;
@@ -124,18 +136,129 @@ static int define_metrics(server *s)
                                 sizeof(lat) / sizeof(lat[0]), &s->m_latency);
 }
 
-static volatile sig_atomic_t stopping;
-static int stop_pipe[2] = { -1, -1 };
+static volatile sig_atomic_t stopping, reload_requested;
+static int stop_pipe[2] = { -1, -1 }; /* wakes the accept loop: to stop, or to reload */
 
-static void on_signal(int sig)
+static void wake_main(void)
 {
-    (void)sig;
-    stopping = 1;
     if (stop_pipe[1] >= 0) {
         const char c = 's';
         ssize_t n = write(stop_pipe[1], &c, 1);
         (void)n;
     }
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stopping = 1;
+    wake_main();
+}
+
+/* SIGHUP: re-read authorized_devices (auth_reload, in the accept loop). */
+static void on_hup(int sig)
+{
+    (void)sig;
+    reload_requested = 1;
+    wake_main();
+}
+
+/* ---- authorized devices, re-read on SIGHUP -------------------------------- */
+
+/* The current set, with a reference for a connection's handshake and session. */
+static authref *auth_get(server *s)
+{
+    pthread_mutex_lock(&s->auth_lock);
+    authref *r = s->auth;
+    r->refs++;
+    pthread_mutex_unlock(&s->auth_lock);
+    return r;
+}
+
+static void auth_put(server *s, authref *r)
+{
+    if (r == NULL)
+        return;
+    pthread_mutex_lock(&s->auth_lock);
+    const unsigned left = --r->refs;
+    pthread_mutex_unlock(&s->auth_lock);
+    if (left == 0) {
+        ingest_authset_destroy(r->set);
+        free(r);
+    }
+}
+
+/* Make set the current one (taken over; destroyed on failure). */
+static int auth_install(server *s, ingest_authset *set)
+{
+    authref *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        ingest_authset_destroy(set);
+        return -1;
+    }
+    r->set = set;
+    r->refs = 1;
+    pthread_mutex_lock(&s->auth_lock);
+    authref *old = s->auth;
+    s->auth = r;
+    pthread_mutex_unlock(&s->auth_lock);
+    auth_put(s, old);
+    return 0;
+}
+
+/* Append the ids of a that b lacks to out ("a, b, ..."); returns how many. */
+static size_t auth_missing(const ingest_authset *a, const ingest_authset *b, char *out, size_t cap)
+{
+    size_t n = 0, used = strlen(out);
+    const char *id;
+    for (size_t i = 0; ingest_authset_entry(a, i, &id, NULL) == 0; i++) {
+        if (ingest_authset_lookup(b, id, strlen(id), NULL) == 0)
+            continue;
+        n++;
+        if (used + strlen(id) + 8 < cap)
+            used += (size_t)snprintf(out + used, cap - used, "%s%s", n > 1 ? ", " : "", id);
+        else if (used + 5 < cap && strcmp(out + used - 3, "...") != 0)
+            used += (size_t)snprintf(out + used, cap - used, ", ...");
+    }
+    return n;
+}
+
+/*
+ * SIGHUP: re-read authorized_devices.  New connections shake hands with the
+ * new set; sessions already authenticated go on (a revoked device's open
+ * session ends when it disconnects or idles out).  A file that does not
+ * load leaves the set in force as it was, and the log says why.
+ */
+static void auth_reload(server *s)
+{
+    ingest_authset *set = NULL;
+    const ingest_authset *old = s->auth->set; /* only this thread replaces it */
+    if (ingest_authset_load(s->auth_ctx, s->cfg->authorized_devices, &set) < 0) {
+        prog_log(INGEST_LOG_ERROR, "SIGHUP: authorized devices not re-read: %s; the devices authorized before (%zu) "
+                 "stay authorized", ingest_ctx_errmsg(s->auth_ctx), ingest_authset_count(old));
+        return;
+    }
+    char added[400] = "", removed[400] = "";
+    const size_t nadd = auth_missing(set, old, added, sizeof(added));
+    const size_t nrem = auth_missing(old, set, removed, sizeof(removed));
+    size_t nkey = 0;
+    const char *id;
+    uint8_t pk[INGEST_PUBKEY_BYTES], opk[INGEST_PUBKEY_BYTES];
+    for (size_t i = 0; ingest_authset_entry(set, i, &id, pk) == 0; i++)
+        if (ingest_authset_lookup(old, id, strlen(id), opk) == 0 && memcmp(pk, opk, sizeof(pk)) != 0)
+            nkey++;
+    const size_t count = ingest_authset_count(set);
+    if (auth_install(s, set) != 0) {
+        prog_log(INGEST_LOG_ERROR, "SIGHUP: authorized devices not re-read: out of memory; the devices authorized "
+                 "before stay authorized");
+        return;
+    }
+    prog_log(INGEST_LOG_INFO,
+             "SIGHUP: authorized devices re-read from %s: %zu device%s, %zu added%s%s%s, %zu removed%s%s%s, %zu "
+             "with a new key; sessions already open go on",
+             s->cfg->authorized_devices, count, count == 1 ? "" : "s", nadd, nadd ? " (" : "", added, nadd ? ")" : "",
+             nrem,
+             nrem ? " (" : "", removed, nrem ? ")" : "", nkey);
 }
 
 static void usage(FILE *f)
@@ -147,10 +270,13 @@ static void usage(FILE *f)
                "  --config FILE      the receiver's YAML configuration (docs/config.md)\n"
                "  --check-config     validate the configuration and exit (0 valid, 2 invalid)\n"
                "  --rebuild-index    rebuild the chunk index from the manifests, then serve\n"
-               "  --ready-file FILE  once listening, write the bound address (host:port) to FILE\n"
+               "  --ready-file FILE  once listening, write the bound address (host:port) to FILE (a new\n"
+               "                     file renamed over it; a symlink is refused and the receiver stops)\n"
                "  --stats-interval SECONDS\n"
                "                     log the metrics as one JSON line (\"stats {...}\") this often, and at exit\n"
-               "  --help-config      list every configuration key\n");
+               "  --help-config      list every configuration key\n"
+               "\n"
+               "SIGTERM or SIGINT stops it; SIGHUP re-reads authorized_devices (docs/operations.md).\n");
 }
 
 /* ---- index start-up check ---------------------------------------------- */
@@ -1234,6 +1360,7 @@ static void serve(conn *c)
     server *s = c->srv;
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     ingest_session *ss = NULL;
+    authref *auth = NULL;
     /* Two landers, each with its own context, used in turn: while the
      * committer thread finishes a batch of one, the next batch lands on the
      * other (pipelined connections). */
@@ -1267,7 +1394,8 @@ static void serve(conn *c)
     if (ctx == NULL)
         goto out;
     ingest_ctx_set_log(ctx, prog_lib_log, NULL, prog_log_level() >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
-    if (ingest_session_server_create(ctx, &s->key, s->auth, &ss) < 0 ||
+    auth = auth_get(s); /* kept while the session lives: it borrows the set */
+    if (ingest_session_server_create(ctx, &s->key, auth->set, &ss) < 0 ||
         ingest_session_set_features(ss, INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 |
                                             INGEST_SESSION_FEATURE_PACK | INGEST_SESSION_FEATURE_DICT) < 0)
         goto out;
@@ -1591,7 +1719,7 @@ static void serve(conn *c)
         }
         case INGEST_MSG_ERROR:
             prog_log(INGEST_LOG_WARN, "device %s reported: %s: %s", device, ingest_strerror(m.u.error.code),
-                     m.u.error.message);
+                     prog_esc(m.u.error.message));
             goto out;
         default:
             rc = INGEST_EPROTO;
@@ -1657,6 +1785,7 @@ out:
     free(wants.v);
     pthread_mutex_destroy(&lk.mu);
     ingest_session_destroy(ss);
+    auth_put(s, auth);
     ingest_ctx_destroy(ctx);
     if (claimed)
         device_release(s, device);
@@ -1707,10 +1836,18 @@ static int check_fd_limit(const ingest_receiver_config *cfg)
 
 static int load_keys(server *s)
 {
+    ingest_authset *set = NULL;
     if (ingest_secret_key_load(s->ctx, s->cfg->key, &s->key) < 0 ||
-        ingest_authset_load(s->ctx, s->cfg->authorized_devices, &s->auth) < 0 ||
+        ingest_authset_load(s->auth_ctx, s->cfg->authorized_devices, &set) < 0 ||
         ingest_dedup_key_load(s->ctx, s->cfg->dedup_key, s->dedup) < 0) {
-        prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(s->ctx));
+        prog_log(INGEST_LOG_ERROR, "%s",
+                 set == NULL && ingest_ctx_errmsg(s->auth_ctx)[0] ? ingest_ctx_errmsg(s->auth_ctx)
+                                                                   : ingest_ctx_errmsg(s->ctx));
+        ingest_authset_destroy(set);
+        return -1;
+    }
+    if (auth_install(s, set) != 0) {
+        prog_log(INGEST_LOG_ERROR, "out of memory");
         return -1;
     }
     return 0;
@@ -1757,28 +1894,40 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     server s;
     memset(&s, 0, sizeof(s));
+    /* SIGHUP re-reads authorized_devices: never let it kill us, even while starting (handled once serving). */
+    struct sigaction hup;
+    memset(&hup, 0, sizeof(hup));
+    hup.sa_handler = on_hup;
+    sigaction(SIGHUP, &hup, NULL);
     pthread_mutex_init(&s.land_lock, NULL);
+    pthread_mutex_init(&s.auth_lock, NULL);
     pthread_mutex_init(&s.sess_lock, NULL);
     pthread_cond_init(&s.sess_cond, NULL);
     pthread_mutex_init(&s.dev_lock, NULL);
     pthread_cond_init(&s.dev_cond, NULL);
     s.ctx = ingest_ctx_create(NULL);
-    if (s.ctx == NULL)
+    s.auth_ctx = ingest_ctx_create(NULL);
+    if (s.ctx == NULL || s.auth_ctx == NULL) {
+        ingest_ctx_destroy(s.ctx);
+        ingest_ctx_destroy(s.auth_ctx);
         return 1;
+    }
     if (ingest_receiver_config_load(s.ctx, config, &s.cfg) < 0) {
         fprintf(stderr, "ingest-receiver: %s\n", ingest_ctx_errmsg(s.ctx));
         ingest_ctx_destroy(s.ctx);
+        ingest_ctx_destroy(s.auth_ctx);
         return 2;
     }
     if (check) {
         printf("%s: ok\n", config);
         ingest_receiver_config_free(s.cfg);
         ingest_ctx_destroy(s.ctx);
+        ingest_ctx_destroy(s.auth_ctx);
         return 0;
     }
     prog_log_set_level(s.cfg->log_level);
     ingest_ctx_set_log(s.ctx, prog_lib_log, NULL, s.cfg->log_level >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
-    int status = 1, lfd = -1;
+    int status = 1, lfd = -1, ready_failed = 0;
     stats_logger *slog = NULL;
     if (load_keys(&s) != 0)
         goto out;
@@ -1828,12 +1977,18 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     prog_log(INGEST_LOG_INFO, "listening on %s; bronze %s; %zu authorized devices", bound, s.cfg->bronze,
-             ingest_authset_count(s.auth));
+             ingest_authset_count(s.auth->set));
     if (ready != NULL) {
         char line[320];
         snprintf(line, sizeof(line), "%s\n", bound);
-        if (prog_write_file_atomic(ready, line) != 0)
-            prog_log(INGEST_LOG_WARN, "cannot write %s: %s", ready, strerror(errno));
+        if (prog_write_file_atomic(ready, line) != 0) {
+            const int e = errno;
+            prog_log(INGEST_LOG_ERROR, "--ready-file %s: %s; stopping", ready,
+                     e == ELOOP ? "a symbolic link: refusing to write through it (remove it, or name a file)"
+                                : strerror(e));
+            stopping = 1;
+            ready_failed = 1;
+        }
     }
     while (!stopping) {
         struct pollfd p[2] = { { lfd, POLLIN, 0 }, { stop_pipe[0], POLLIN, 0 } };
@@ -1843,9 +1998,20 @@ int main(int argc, char **argv)
                 continue;
             break;
         }
-        if (p[1].revents)
-            break;
+        if (p[1].revents) {
+            char drain[64];
+            ssize_t n = read(stop_pipe[0], drain, sizeof(drain));
+            (void)n;
+            if (stopping)
+                break;
+        }
+        if (reload_requested) {
+            reload_requested = 0;
+            auth_reload(&s);
+        }
         (void)flush_index(&s, 0);
+        if (p[1].revents)
+            continue;
         if (pr == 0)
             continue;
         struct sockaddr_storage ss;
@@ -1914,7 +2080,7 @@ int main(int argc, char **argv)
     stats_logger_stop(slog);
     slog = NULL;
     metrics_http_stop(mh);
-    status = 0;
+    status = ready_failed ? 1 : 0;
 out:
     stats_logger_stop(slog);
     if (lfd >= 0)
@@ -1924,7 +2090,8 @@ out:
         ingest_store_close(s.st);
         dictstore_close(s.dicts);
         ingest_metrics_destroy(s.metrics);
-        ingest_authset_destroy(s.auth);
+        auth_put(&s, s.auth);
+        ingest_ctx_destroy(s.auth_ctx);
         ingest_receiver_config_free(s.cfg);
         ingest_secret_key_wipe(&s.key);
         free(s.active);

@@ -121,6 +121,7 @@ typedef struct ingest_receiver_config {
     char *state_dir;                 /* state_dir (path) */
     char *bronze;                    /* bronze (path) */
     char *layout;                    /* layout template */
+    bool layout_shared;              /* layout_shared: a layout without {device} allowed */
     uint32_t max_connections;        /* max_connections: authenticated sessions */
     uint64_t handshake_timeout_ms;   /* handshake.timeout, milliseconds */
     uint64_t handshake_first_byte_ms; /* handshake.first_byte_timeout, milliseconds */

@@ -54,8 +54,10 @@ INGEST_API void ingest_filehash_final(ingest_filehash *h, uint8_t out[INGEST_ID_
 
 /*
  * Load a dedup key file: exactly 32 raw bytes, or 64 hex digits with an
- * optional trailing newline.  Returns 0, INGEST_EIO or INGEST_EINVAL (detail
- * in ctx).
+ * optional trailing newline.  The file must be private, as a secret key file
+ * (ingest_secret_key_load): one that group or others can access is refused
+ * with INGEST_EINVAL and "chmod 600 PATH" in the detail.  Returns 0,
+ * INGEST_ENOTFOUND, INGEST_EIO or INGEST_EINVAL (detail in ctx).
  */
 INGEST_API int ingest_dedup_key_load(ingest_ctx *ctx, const char *path, uint8_t key[INGEST_KEY_BYTES]);
 

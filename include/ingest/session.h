@@ -65,7 +65,13 @@ INGEST_API void ingest_secret_key_wipe(ingest_secret_key *k);
  * overwritten: INGEST_EEXIST.
  */
 INGEST_API int ingest_secret_key_save(ingest_ctx *ctx, const char *path, const ingest_secret_key *k);
-/* Load a secret key file; checks that the public key matches the secret one. */
+/*
+ * Load a secret key file; checks that the public key matches the secret one.
+ * A regular file that group or others can access (mode & 077) is refused
+ * with INGEST_EINVAL and "chmod 600 PATH" in the detail, as ssh refuses a
+ * private key that is too open; a root-owned file may give its group read
+ * access (0640) when the caller is not root.  INGEST_ENOTFOUND if missing.
+ */
 INGEST_API int ingest_secret_key_load(ingest_ctx *ctx, const char *path, ingest_secret_key *k);
 
 /* Write "BASE64\n" (original base64 variant) with O_EXCL, mode 0644. */
@@ -106,6 +112,14 @@ INGEST_API int ingest_authset_load(ingest_ctx *ctx, const char *path, ingest_aut
 INGEST_API int ingest_authset_lookup(const ingest_authset *set, const char *device_id, size_t id_len,
                                      uint8_t pk[INGEST_PUBKEY_BYTES]);
 INGEST_API size_t ingest_authset_count(const ingest_authset *set);
+/*
+ * The i-th device in id order (i < ingest_authset_count): 0 with *device_id
+ * pointing into the set (valid while it is not changed) and its key in pk
+ * (may be NULL), or INGEST_ENOTFOUND past the end.  To compare two sets,
+ * e.g. an authorized-devices file re-read.
+ */
+INGEST_API int ingest_authset_entry(const ingest_authset *set, size_t i, const char **device_id,
+                                    uint8_t pk[INGEST_PUBKEY_BYTES]);
 
 /* ---- session ------------------------------------------------------------ */
 

@@ -32,6 +32,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (ingest_receiver_config_parse(ctx, "fuzz/receiver.yaml", data, size, &r) == 0) {
         if (r->layout == NULL || strstr(r->layout, "{path}") == NULL)
             abort();
+        /* devices never share a tree unless the config says so */
+        if (strstr(r->layout, "{device}") == NULL && !r->layout_shared)
+            abort();
     } else if (r != NULL || ingest_ctx_errmsg(ctx)[0] == '\0') {
         abort();
     }

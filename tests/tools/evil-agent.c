@@ -33,6 +33,10 @@
  *   --dict-tamper OFF      flip byte OFF of the dictionary's bytes in the
  *                          DICT_DATA (4: its id; -1: its last byte, so its
  *                          hash), then report the receiver's reply
+ *   --error TEXT           after the handshake (and the PING), send an ERROR
+ *                          message holding TEXT (its bytes as given: control
+ *                          characters, bytes that are not UTF-8) instead of
+ *                          a batch, then wait for the receiver to close
  *   --dict-chunk FILE      compress the batch's chunk with the dictionary
  *                          FILE (whether or not it was offered: a receiver
  *                          must decode only with dictionaries accepted on
@@ -340,7 +344,7 @@ static void usage(void)
     fprintf(stderr, "usage: evil-agent --address HOST:PORT --device ID --key FILE --receiver-pub FILE\n"
                     "                  --dedup-key FILE [--batch ID] [--path JSON] [--content TEXT]\n"
                     "                  [--ping] [--tamper TYPE[:OFFSET]] [--replay TYPE] [--early-chunk]\n"
-                    "                  [--dict FILE [--dict-tamper OFFSET]] [--dict-chunk FILE]\n");
+                    "                  [--dict FILE [--dict-tamper OFFSET]] [--dict-chunk FILE] [--error TEXT]\n");
 }
 
 int main(int argc, char **argv)
@@ -349,7 +353,7 @@ int main(int argc, char **argv)
     const char *batch = "evil1", *path = "data/evil.txt", *content = NULL;
     int ping = 0, early = 0, dict_tamper_set = 0;
     long dict_tamper = 0;
-    const char *dictfile = NULL, *chunkdict = NULL, *group = NULL;
+    const char *dictfile = NULL, *chunkdict = NULL, *group = NULL, *error_text = NULL;
     uint8_t *dict = NULL;
     size_t dict_len = 0;
     evil e;
@@ -365,7 +369,7 @@ int main(int argc, char **argv)
         { "replay", required_argument, NULL, 'R' },  { "early-chunk", no_argument, NULL, 'E' },
         { "group", required_argument, NULL, 'G' },
         { "dict", required_argument, NULL, 'T' },    { "dict-tamper", required_argument, NULL, 'X' },
-        { "dict-chunk", required_argument, NULL, 'U' },
+        { "dict-chunk", required_argument, NULL, 'U' }, { "error", required_argument, NULL, 'e' },
         { NULL, 0, NULL, 0 },
     };
     int o;
@@ -389,6 +393,7 @@ int main(int argc, char **argv)
             }
             break;
         case 'T': dictfile = optarg; break;
+        case 'e': error_text = optarg; break;
         case 'U': chunkdict = optarg; break;
         case 'X':
             dict_tamper = strtol(optarg, NULL, 10);
@@ -569,6 +574,18 @@ int main(int argc, char **argv)
             }
             fprintf(stderr, "evil-agent: PING answered\n");
         }
+    }
+
+    if (error_text != NULL) {
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_ERROR;
+        m.u.error.code = INGEST_EIO;
+        snprintf(m.u.error.message, sizeof(m.u.error.message), "%s", error_text);
+        if ((rc = xsend(&e, &m)) != 0)
+            goto out;
+        rc = recv_reply(&e, &m);
+        status = report(&e, rc, &m);
+        goto out;
     }
 
     /* The batch: BEGIN, the manifest in one part, END; then serve WANTs until ACK/ERROR/close. */

@@ -725,6 +725,53 @@ static void test_errors_receiver(void **state)
     receiver_err(buf, "key 'dedup.scope'");
 }
 
+/* A layout without {device} lets devices overwrite each other: refused unless layout_shared says so. */
+static void test_layout_shared(void **state)
+{
+    (void)state;
+    char buf[1024];
+    static const char *const shared[] = { "{path}", "{yyyy}/{mm}/{dd}/{path}", "{batch}/{path}", "raw/{path}",
+                                          "device/{path}" };
+    for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) {
+        snprintf(buf, sizeof(buf), "%slayout: '%s'\n", receiver_min, shared[i]);
+        receiver_err(buf, "receiver.yaml:6:1: key 'layout'");
+        receiver_err(buf, "has no {device}, so devices would overwrite each other's files");
+        receiver_err(buf, "or set layout_shared: true");
+        snprintf(buf, sizeof(buf), "%slayout: '%s'\nlayout_shared: false\n", receiver_min, shared[i]);
+        receiver_err(buf, "has no {device}");
+    }
+    /* the key names it wherever it comes */
+    snprintf(buf, sizeof(buf), "%slayout_shared: false\nlayout: '{path}'\n", receiver_min);
+    receiver_err(buf, "receiver.yaml:7:1: key 'layout'");
+    snprintf(buf, sizeof(buf), "%slayout_shared: maybe\n", receiver_min);
+    receiver_err(buf, "key 'layout_shared': 'maybe' is not a boolean");
+
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_receiver_config *r = NULL;
+    /* the default layout has {device}, and layout_shared is off */
+    assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", receiver_min, strlen(receiver_min), &r), 0);
+    assert_non_null(strstr(r->layout, "{device}"));
+    assert_false(r->layout_shared);
+    ingest_receiver_config_free(r);
+    /* said on purpose: loads, in either order */
+    snprintf(buf, sizeof(buf), "%slayout: '{yyyy}/{path}'\nlayout_shared: true\n", receiver_min);
+    assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", buf, strlen(buf), &r), 0);
+    assert_string_equal(r->layout, "{yyyy}/{path}");
+    assert_true(r->layout_shared);
+    ingest_receiver_config_free(r);
+    snprintf(buf, sizeof(buf), "%slayout_shared: true\nlayout: '{path}'\n", receiver_min);
+    assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", buf, strlen(buf), &r), 0);
+    ingest_receiver_config_free(r);
+    /* {device} anywhere will do; layout_shared is then harmless */
+    snprintf(buf, sizeof(buf), "%slayout: 'raw/{yyyy}/{device}/{path}'\n", receiver_min);
+    assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", buf, strlen(buf), &r), 0);
+    ingest_receiver_config_free(r);
+    snprintf(buf, sizeof(buf), "%slayout: '{path}/{device}'\nlayout_shared: true\n", receiver_min);
+    assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", buf, strlen(buf), &r), 0);
+    ingest_receiver_config_free(r);
+    ingest_ctx_destroy(ctx);
+}
+
 static void test_file_errors(void **state)
 {
     (void)state;
@@ -1082,6 +1129,7 @@ int main(void)
         cmocka_unit_test(test_errors_agent),
         cmocka_unit_test(test_errors_required_and_sources),
         cmocka_unit_test(test_errors_receiver),
+        cmocka_unit_test(test_layout_shared),
         cmocka_unit_test(test_file_errors),
         cmocka_unit_test(test_units),
         cmocka_unit_test(test_shipped_configs),

@@ -1040,6 +1040,7 @@ static void write_text(const char *path, const char *text)
     assert_non_null(fp);
     fputs(text, fp);
     fclose(fp);
+    assert_int_equal(chmod(path, 0600), 0); /* key loaders refuse files others can read */
 }
 
 static size_t read_text(const char *path, char *buf, size_t cap)
@@ -1254,6 +1255,68 @@ static void test_dedup_key_file(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* Expect a load of path with mode to be refused, naming the file, its mode and the fix. */
+static void expect_too_open(ingest_ctx *ctx, const char *path, mode_t mode, int is_dedup)
+{
+    ingest_secret_key k;
+    uint8_t key[INGEST_KEY_BYTES];
+    char want[400];
+    assert_int_equal(chmod(path, mode), 0);
+    const int rc = is_dedup ? ingest_dedup_key_load(ctx, path, key) : ingest_secret_key_load(ctx, path, &k);
+    if (rc != INGEST_EINVAL)
+        fail_msg("%s with mode %04o: loaded (rc %d), expected a refusal", path, (unsigned)mode, rc);
+    const char *msg = ingest_ctx_errmsg(ctx);
+    snprintf(want, sizeof(want), "permissions %04o are too open", (unsigned)mode);
+    if (strstr(msg, want) == NULL)
+        fail_msg("message '%s' lacks '%s'", msg, want);
+    snprintf(want, sizeof(want), "chmod 600 %s", path);
+    if (strstr(msg, want) == NULL)
+        fail_msg("message '%s' lacks '%s'", msg, want);
+    assert_non_null(strstr(msg, is_dedup ? "dedup key" : "secret key"));
+}
+
+/* Secret and dedup key files that group or others can read are refused, as ssh does. */
+static void test_key_file_modes(void **state)
+{
+    (void)state;
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_secret_key k, k2;
+    uint8_t key[INGEST_KEY_BYTES];
+    char kp[300], dp[300];
+    path_of(kp, sizeof(kp), "modes.key");
+    path_of(dp, sizeof(dp), "modes.dedup");
+    assert_int_equal(ingest_secret_key_generate(&k), 0);
+    assert_int_equal(ingest_secret_key_save(ctx, kp, &k), 0);
+    assert_int_equal(ingest_dedup_key_generate_file(ctx, dp), 0);
+    static const mode_t too_open[] = { 0644, 0640, 0604, 0660, 0620, 0602, 0610, 0601, 0666 };
+    for (size_t i = 0; i < sizeof(too_open) / sizeof(too_open[0]); i++) {
+        expect_too_open(ctx, kp, too_open[i], 0);
+        expect_too_open(ctx, dp, too_open[i], 1);
+    }
+    /* Private modes load; a refusal leaves nothing of the key behind. */
+    static const mode_t fine[] = { 0600, 0400, 0700 };
+    for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+        assert_int_equal(chmod(kp, fine[i]), 0);
+        assert_int_equal(chmod(dp, fine[i]), 0);
+        assert_int_equal(ingest_secret_key_load(ctx, kp, &k2), 0);
+        assert_memory_equal(&k, &k2, sizeof(k));
+        assert_int_equal(ingest_dedup_key_load(ctx, dp, key), 0);
+    }
+    assert_int_equal(chmod(kp, 0644), 0);
+    memset(&k2, 0xaa, sizeof(k2));
+    assert_int_equal(ingest_secret_key_load(ctx, kp, &k2), INGEST_EINVAL);
+    static const ingest_secret_key zero;
+    assert_memory_equal(&k2, &zero, sizeof(k2));
+    /* A public key is public: no check. */
+    char pp[300];
+    uint8_t pk[INGEST_PUBKEY_BYTES];
+    path_of(pp, sizeof(pp), "modes.pub");
+    assert_int_equal(ingest_public_key_save(ctx, pp, k.pk), 0);
+    assert_int_equal(chmod(pp, 0644), 0);
+    assert_int_equal(ingest_public_key_load(ctx, pp, pk), 0);
+    ingest_ctx_destroy(ctx);
+}
+
 static void test_authset_file(void **state)
 {
     (void)state;
@@ -1287,6 +1350,17 @@ static void test_authset_file(void **state)
     assert_int_equal(ingest_authset_add(set, "..", b.pk), INGEST_EINVAL);
     assert_int_equal(ingest_authset_add(set, "aaa", b.pk), 0);
     assert_int_equal(ingest_authset_lookup(set, "aaa", 3, NULL), 0);
+    /* Entries in id order, for comparing two sets. */
+    static const char *const order[] = { "aaa", "gw.north:1", "pump-7" };
+    const char *id = NULL;
+    for (size_t i = 0; i < 3; i++) {
+        memset(pk, 0, sizeof(pk));
+        assert_int_equal(ingest_authset_entry(set, i, &id, pk), 0);
+        assert_string_equal(id, order[i]);
+        assert_memory_equal(pk, i == 2 ? a.pk : b.pk, 32);
+    }
+    assert_int_equal(ingest_authset_entry(set, 0, &id, NULL), 0);
+    assert_int_equal(ingest_authset_entry(set, 3, &id, pk), INGEST_ENOTFOUND);
     ingest_authset_destroy(set);
 
     static const struct {
@@ -1357,6 +1431,7 @@ int main(void)
         cmocka_unit_test(test_record_aead_libcrypto_equals_libsodium),
         cmocka_unit_test(test_key_files),
         cmocka_unit_test(test_dedup_key_file),
+        cmocka_unit_test(test_key_file_modes),
         cmocka_unit_test(test_authset_file),
     };
     return cmocka_run_group_tests(tests, dir_setup, dir_teardown);

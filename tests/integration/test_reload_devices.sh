@@ -1,0 +1,92 @@
+#!/bin/sh
+# SIGHUP makes the receiver re-read authorized_devices, without a restart:
+#   1. a device added to the file ships after the SIGHUP (refused before);
+#   2. a device removed from it is refused after the SIGHUP;
+#   3. a session already authenticated goes on: a daemon agent whose device
+#      is removed keeps shipping on its open connection;
+#   4. a file that does not load keeps the devices authorized before, and
+#      the log says why;
+# each SIGHUP is logged with what changed, and the receiver never dies of it.
+. "$(dirname "$0")/lib.sh"
+setup_keys
+(cd "$T/keys" && "$CTL" keygen dev3 > /dev/null)
+line() { printf '%s %s\n' "$1" "$(cat "$T/keys/$1.pub")"; }
+write_receiver_config 'layout: "{device}/{path}"'
+start_receiver
+for d in dev1 dev2 dev3; do
+    mkdir -p "$T/src-$d/data"
+    printf 'from %s\n' "$d" > "$T/src-$d/data/a.txt"
+    write_agent_config "$d" "$T/src-$d/data"
+done
+# refused DEVICE: its ship fails and the receiver logs it as not authorized
+refused() {
+    if "$AGENT" --config "$T/$1.yaml" --once > "$T/$1.out" 2> "$T/$1.err"; then
+        fail "$1 shipped, expected a refusal"
+    fi
+    [ ! -e "$T/bronze/$1/data/a.txt" ] || fail "$1's file landed"
+}
+# hup PATTERN: SIGHUP the receiver, wait for PATTERN in its log, check it lives
+hup() {
+    n=$(grep -c 'SIGHUP: authorized devices' "$T/receiver.log" || true)
+    kill -HUP "$RECV_PID"
+    i=0
+    while [ "$(grep -c 'SIGHUP: authorized devices' "$T/receiver.log" || true)" -le "$n" ]; do
+        i=$((i + 1))
+        [ $i -gt 200 ] && { tail -5 "$T/receiver.log"; fail "no SIGHUP line in the receiver log"; }
+        kill -0 "$RECV_PID" 2>/dev/null || { tail -5 "$T/receiver.log"; fail "the receiver died of SIGHUP"; }
+        sleep 0.05
+    done
+    grep 'SIGHUP: authorized devices' "$T/receiver.log" | tail -1 | grep -qF -- "$1" \
+        || { grep 'SIGHUP' "$T/receiver.log" >&2; fail "the SIGHUP line lacks '$1'"; }
+    kill -0 "$RECV_PID" 2>/dev/null || fail "the receiver died of SIGHUP"
+}
+
+refused dev3
+pass "dev3, not in the file, is refused"
+
+{ line dev1; line dev2; line dev3; } > "$T/keys/authorized"
+hup "3 devices, 1 added (dev3), 0 removed, 0 with a new key"
+ship dev3 > /dev/null
+cmp "$T/src-dev3/data/a.txt" "$T/bronze/dev3/data/a.txt" || fail "dev3's file did not land"
+pass "dev3 added to the file, SIGHUP: it ships"
+
+# a daemon for dev1, connected before dev1 is removed
+write_agent_config dev1 "$T/src-dev1/data" 'batch:
+  max_wait: 200ms'
+"$AGENT" --config "$T/dev1.yaml" > "$T/dev1d.out" 2> "$T/dev1d.err" &
+AGENT_PID=$!
+trap 'kill "$AGENT_PID" 2>/dev/null || true; cleanup' EXIT
+i=0
+while [ ! -f "$T/bronze/dev1/data/a.txt" ]; do
+    i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/dev1d.err"; fail "the dev1 daemon did not ship"; }; sleep 0.05
+done
+conns=$(grep -c 'device dev1 connected' "$T/receiver.log")
+
+{ line dev3; } > "$T/keys/authorized"
+hup "1 device, 0 added, 2 removed (dev1, dev2), 0 with a new key"
+refused dev2
+grep -q "device 'dev2' is not authorized\|dev2.*not authorized" "$T/receiver.log" \
+    || { tail -5 "$T/receiver.log"; fail "no refusal of dev2 in the receiver log"; }
+pass "dev2 removed from the file, SIGHUP: it is refused"
+
+printf 'later\n' > "$T/src-dev1/data/b.txt"
+i=0
+while ! cmp -s "$T/src-dev1/data/b.txt" "$T/bronze/dev1/data/b.txt"; do
+    i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/dev1d.err"; tail "$T/receiver.log"; fail "the open session of dev1 stopped shipping"; }
+    sleep 0.05
+done
+[ "$(grep -c 'device dev1 connected' "$T/receiver.log")" -eq "$conns" ] || fail "dev1 shipped on a new connection"
+kill "$AGENT_PID"
+wait "$AGENT_PID" 2>/dev/null || true
+pass "dev1 removed while connected: its open session goes on"
+
+{ line dev3; echo 'dev2 not-a-key'; } > "$T/keys/authorized"
+hup "not re-read: $T/keys/authorized:2: public key is not base64"
+grep 'SIGHUP' "$T/receiver.log" | tail -1 | grep -q "the devices authorized before (1) stay authorized" \
+    || fail "the SIGHUP line does not say the old set stays"
+printf 'after the bad file\n' > "$T/src-dev3/data/c.txt"
+ship dev3 > /dev/null
+cmp "$T/src-dev3/data/c.txt" "$T/bronze/dev3/data/c.txt" || fail "dev3 was not served after a bad file"
+refused dev2
+pass "a file that does not load: the old set stays, and the log says why"
+stop_receiver
