@@ -116,6 +116,13 @@ $(BUILD)/obj/tests/fuzz/%.o: tests/fuzz/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Ilibingest -MMD -MP -c $< -o $@
 
+# The same targets linked with libFuzzer's main; tests/fuzz/run-libfuzzer.sh
+# builds them with clang and sanitizers in a build dir of their own.
+LIBFUZZER_BINS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/libfuzzer/%)
+$(LIBFUZZER_BINS): $(BUILD)/libfuzzer/%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/libingest.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_LDFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/libingest.a $(LIBS)
+
 deps:
 	@sh packaging/install-deps.sh
 
@@ -134,10 +141,11 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@sh tests/demo.sh $(BUILD)
 
-# libFuzzer campaigns (clang): FUZZ_SECONDS per target.
+# libFuzzer campaigns (clang): FUZZ_SECONDS per target; FUZZ_TARGETS,
+# FUZZ_MERGE=1: see tests/fuzz/README.md.
 FUZZ_SECONDS ?= 60
 fuzz:
-	@sh tests/fuzz/run-libfuzzer.sh $(FUZZ_SECONDS)
+	@BUILD=$(BUILD) sh tests/fuzz/run-libfuzzer.sh $(FUZZ_SECONDS)
 
 # The shipping benchmark (ours vs rsync, tar|zstd, restic, casync):
 # bench/ship.sh writes bench/results.md and bench/results.svg, see

@@ -35,6 +35,23 @@ void ingest_public_key_format(const uint8_t pk[INGEST_PUBKEY_BYTES], char out[IN
     sodium_bin2base64(out, INGEST_PUBKEY_B64_BYTES, pk, INGEST_PUBKEY_BYTES, sodium_base64_VARIANT_ORIGINAL);
 }
 
+/*
+ * Only the base64 alphabet and '=' padding.  libsodium 1.0.18 (Debian 12)
+ * decodes every byte >= 0x80 as some base64 digit, so without this check
+ * a key text with a stray non-ASCII byte loads as another key instead of
+ * being refused (found by tests/fuzz/fuzz_keys.c).
+ */
+static int b64_alphabet_only(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        const char c = s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
+              c == '/' || c == '='))
+            return 0;
+    }
+    return 1;
+}
+
 int ingest_public_key_parse(ingest_ctx *ctx, const char *b64, size_t len, uint8_t pk[INGEST_PUBKEY_BYTES])
 {
     size_t bin_len = 0;
@@ -42,7 +59,8 @@ int ingest_public_key_parse(ingest_ctx *ctx, const char *b64, size_t len, uint8_
     if (len != INGEST_PUBKEY_B64_BYTES - 1)
         return ingest__fail(ctx, INGEST_EINVAL, "public key: expected %d base64 characters, got %zu",
                             INGEST_PUBKEY_B64_BYTES - 1, len);
-    if (sodium_base642bin(pk, INGEST_PUBKEY_BYTES, b64, len, NULL, &bin_len, &end,
+    if (!b64_alphabet_only(b64, len) ||
+        sodium_base642bin(pk, INGEST_PUBKEY_BYTES, b64, len, NULL, &bin_len, &end,
                           sodium_base64_VARIANT_ORIGINAL) != 0 ||
         bin_len != INGEST_PUBKEY_BYTES || end != b64 + len)
         return ingest__fail(ctx, INGEST_EINVAL, "public key: not valid base64 of %d bytes", INGEST_PUBKEY_BYTES);
@@ -202,7 +220,7 @@ static int parse_key_line(ingest_ctx *ctx, const char *path, int lineno, char *l
         return ingest__fail(ctx, INGEST_ECORRUPT, "%s:%d: expected '%s BASE64'", path, lineno, name);
     const char *b64 = line + nl + 1;
     const size_t len = strlen(b64);
-    if (sodium_base642bin(out, 32, b64, len, NULL, &bin_len, &end, sodium_base64_VARIANT_ORIGINAL) != 0 ||
+    if (!b64_alphabet_only(b64, len) || sodium_base642bin(out, 32, b64, len, NULL, &bin_len, &end, sodium_base64_VARIANT_ORIGINAL) != 0 ||
         bin_len != 32 || end != b64 + len)
         return ingest__fail(ctx, INGEST_ECORRUPT, "%s:%d: %s is not base64 of 32 bytes", path, lineno, name);
     return 0;

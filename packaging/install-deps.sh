@@ -3,8 +3,10 @@
 # any is missing.  As root it runs apt-get; otherwise it prints the one
 # command to run and fails.
 #
-# Usage: install-deps.sh [--check] [build] [bench] [perf]
+# Usage: install-deps.sh [--check] [build] [bench] [fuzz] [perf]
 #   build  compilers and the libraries libingest links (and cmocka)
+#   fuzz   clang and its libFuzzer runtime, for `make fuzz`
+#          (tests/fuzz/run-libfuzzer.sh)
 #   bench  what bench/ship.sh runs: the comparison tools and the commands the
 #          driver itself uses; `make check` needs them for its 64 MiB smoke
 #          run (tests/integration/test_bench_smoke.sh)
@@ -18,6 +20,7 @@ build_pkgs="build-essential pkg-config librdkafka-dev libzstd-dev libsodium-dev 
 # Keep in step with BENCH_DEBS in the Makefile (make bench-deps).  iproute2
 # gives ss(8), which the driver uses to find free ports.
 bench_pkgs="rsync socat zstd time restic casync iproute2"
+fuzz_pkgs="clang libclang-rt-dev"
 perf_pkgs="linux-perf"
 
 check_only=0
@@ -25,8 +28,8 @@ groups=""
 for a in "$@"; do
     case $a in
         --check) check_only=1 ;;
-        build|bench|perf) groups="$groups $a" ;;
-        *) echo "usage: install-deps.sh [--check] [build] [bench] [perf]" >&2; exit 2 ;;
+        build|bench|fuzz|perf) groups="$groups $a" ;;
+        *) echo "usage: install-deps.sh [--check] [build] [bench] [fuzz] [perf]" >&2; exit 2 ;;
     esac
 done
 [ -n "$groups" ] || groups="build bench"
@@ -36,6 +39,7 @@ for g in $groups; do
     case $g in
         build) pkgs="$pkgs $build_pkgs" ;;
         bench) pkgs="$pkgs $bench_pkgs" ;;
+        fuzz) pkgs="$pkgs $fuzz_pkgs" ;;
         perf) pkgs="$pkgs $perf_pkgs" ;;
     esac
 done

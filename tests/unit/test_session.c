@@ -1230,6 +1230,21 @@ static void test_key_files(void **state)
     path_of(bad, sizeof(bad), "bad.pub");
     write_text(bad, "not base64 at all\n");
     assert_int_equal(ingest_public_key_load(ctx, bad, pk), INGEST_ECORRUPT);
+    /* A byte outside the base64 alphabet, in a .pub and in a key file:
+     * refused (libsodium 1.0.18 alone decodes bytes >= 0x80 as digits). */
+    ingest_public_key_format(k.pk, b64);
+    b64[10] = (char)(b64[10] | 0x80);
+    assert_int_equal(ingest_public_key_parse(ctx, b64, 44, pk), INGEST_EINVAL);
+    path_of(bad, sizeof(bad), "high.pub");
+    snprintf(text, sizeof(text), "%s\n", b64);
+    write_text(bad, text);
+    assert_int_equal(ingest_public_key_load(ctx, bad, pk), INGEST_ECORRUPT);
+    path_of(bad, sizeof(bad), "high.key");
+    read_text(kp, text, sizeof(text));
+    text[40] = (char)(text[40] | 0x80); /* inside the kx-public line */
+    write_text(bad, text);
+    assert_int_equal(ingest_secret_key_load(ctx, bad, &k2), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), ":2:"));
     ingest_ctx_destroy(ctx);
 }
 
