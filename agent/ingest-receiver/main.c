@@ -59,6 +59,8 @@ typedef struct server {
     dictstore *dicts; /* trained dictionaries devices sent (dicts.h) */
     pthread_mutex_t land_lock;
     atomic_int nconn; /* connection threads, authenticated or not */
+    pthread_mutex_t conns_lock;
+    struct conn *conns; /* every connection thread's, so a stop can end their sessions */
     admit *adm;       /* connections not authenticated yet */
     pthread_mutex_t sess_lock;
     pthread_cond_t sess_cond;
@@ -476,6 +478,7 @@ static int running_marker(server *s, int set)
 
 typedef struct conn {
     server *srv;
+    struct conn *next, *prev; /* in srv->conns, under conns_lock */
     int fd;
     char peer[96]; /* "host:port": h[64] + ":" + pt[16] */
     admit_entry ae;  /* while it has not authenticated */
@@ -1798,6 +1801,15 @@ static void *conn_thread(void *arg)
     conn *c = arg;
     serve(c);
     admit_leave(c->srv->adm, &c->ae); /* before the close: a dropped entry's fd is shut down under its lock */
+    server *s = c->srv;
+    pthread_mutex_lock(&s->conns_lock); /* before the close: a stop shuts the fd down under this lock */
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    pthread_mutex_unlock(&s->conns_lock);
     close(c->fd);
     c->srv->nconn--;
     free(c);
@@ -1902,6 +1914,7 @@ int main(int argc, char **argv)
     pthread_mutex_init(&s.land_lock, NULL);
     pthread_mutex_init(&s.auth_lock, NULL);
     pthread_mutex_init(&s.sess_lock, NULL);
+    pthread_mutex_init(&s.conns_lock, NULL);
     pthread_cond_init(&s.sess_cond, NULL);
     pthread_mutex_init(&s.dev_lock, NULL);
     pthread_cond_init(&s.dev_cond, NULL);
@@ -2056,8 +2069,20 @@ int main(int argc, char **argv)
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         s.nconn++;
+        pthread_mutex_lock(&s.conns_lock);
+        c->prev = NULL;
+        c->next = s.conns;
+        if (s.conns != NULL)
+            s.conns->prev = c;
+        s.conns = c;
+        pthread_mutex_unlock(&s.conns_lock);
         if (pthread_create(&t, &attr, conn_thread, c) != 0) {
             s.nconn--;
+            pthread_mutex_lock(&s.conns_lock);
+            s.conns = c->next;
+            if (s.conns != NULL)
+                s.conns->prev = NULL;
+            pthread_mutex_unlock(&s.conns_lock);
             admit_leave(s.adm, &c->ae);
             close(fd);
             free(c);
@@ -2071,6 +2096,14 @@ int main(int argc, char **argv)
     admit_drop_all(s.adm); /* nothing to finish before a session */
     /* Let connections finish their current step; unacknowledged batches are simply re-sent. */
     for (int i = 0; i < 100 && s.nconn > 0; i++)
+        usleep(20000);
+    /* Then end the sessions still open (idle devices): their readers see the
+     * end, a batch being made durable is finished and acked first. */
+    pthread_mutex_lock(&s.conns_lock);
+    for (conn *c = s.conns; c != NULL; c = c->next)
+        shutdown(c->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&s.conns_lock);
+    for (int i = 0; i < 500 && s.nconn > 0; i++)
         usleep(20000);
     /* A batch still landing would leave temporary files, an index not
      * flushed would miss entries: keep the marker (the next start sweeps
