@@ -10,6 +10,16 @@ RECV_PID=""
 
 cleanup() {
     [ -n "$RECV_PID" ] && kill "$RECV_PID" 2>/dev/null && wait "$RECV_PID" 2>/dev/null
+    # Under SANITIZE=1 a program's sanitizer report (a leak at exit, an error
+    # in a receiver the test only stops) fails the test, whatever it asserted.
+    _san=$(find "$T" -maxdepth 2 -type f \( -name '*.log' -o -name '*.err' -o -name '*.out' \) \
+        -exec grep -l -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' {} + 2>/dev/null | head -3)
+    if [ -n "$_san" ]; then
+        echo "FAIL: sanitizer report in: $_san" >&2
+        for _f in $_san; do grep -m1 -A20 -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$_f" >&2; done
+        [ "${KEEP:-0}" = 1 ] || rm -rf "$T"
+        exit 1
+    fi
     [ "${KEEP:-0}" = 1 ] || rm -rf "$T"
 }
 trap cleanup EXIT
