@@ -1512,7 +1512,11 @@ int ingest_sender_batch_group(ingest_sender_batch *b, const uint32_t *idx, size_
     for (size_t i = 0; i < k; i++) {
         uint64_t fi = 0;
         INGEST__FORWARD(ingest_sender_batch_chunk_file(b, idx[i], &fi));
-        INGEST__FORWARD(read_chunk(b, idx[i], fi, b->raw + at));
+        const int rc = read_chunk(b, idx[i], fi, b->raw + at);
+        if (rc < 0) {
+            *taken = i; /* which chunk failed (its file changed: INGEST_ESTALE) */
+            return rc;
+        }
         at += b->chunks[idx[i]].len;
     }
     /* Text compresses across files: plain zstd, no probing (hints are per file). */

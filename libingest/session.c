@@ -701,7 +701,7 @@ int ingest_session_sendv(ingest_session *s, int fd, unsigned type, const ingest_
         return ingest__fail(&d->ectx, INGEST_EINVAL, "send: no handshake yet");
     if (d->dead)
         return d->dead;
-    if (strcmp(ingest_wire_type_name(type), "UNKNOWN") == 0)
+    if (type == 0 || type > INGEST_MSG_TYPE_LAST)
         return ingest__fail(&d->ectx, INGEST_EINVAL, "send: unknown message type %u", type);
     for (size_t i = 0; i < n; i++) {
         if (iov[i].len > s->peer_max_payload - len)

@@ -47,8 +47,8 @@ int ingest_wire_hdr_decode(ingest_ctx *ctx, const uint8_t in[INGEST_WIRE_HDR_BYT
     if (h->version != INGEST_WIRE_VERSION)
         return ingest__fail(ctx, INGEST_EVERSION, "wire: frame version %u (type %u), expected %u",
                             (unsigned)h->version, (unsigned)h->type, INGEST_WIRE_VERSION);
-    /* by name: a type is known when it has one */
-    if (strcmp(ingest_wire_type_name(h->type), "UNKNOWN") == 0)
+    /* types 1..INGEST_MSG_TYPE_LAST are all defined (no gaps) */
+    if (h->type == 0 || h->type > INGEST_MSG_TYPE_LAST)
         return ingest__fail(ctx, INGEST_EPROTO, "wire: unknown message type %u", (unsigned)h->type);
     if (h->flags != 0)
         return ingest__fail(ctx, INGEST_EPROTO, "wire: %s: reserved flags 0x%04x set",

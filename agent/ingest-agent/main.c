@@ -395,6 +395,8 @@ static void encode_unit(agent *a, ingest_sender_batch *b, const ingest_wire_want
     sl->n = n;
     sl->rc = rc;
     sl->pos = pos;
+    if (rc < 0 && m > 1 && taken < m)
+        sl->idx[0] = sl->idx[taken]; /* the chunk that failed, for the log */
     sl->count = rc < 0 ? 1 : (uint32_t)taken;
 }
 

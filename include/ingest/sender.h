@@ -285,7 +285,8 @@ INGEST_API int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t chunk_
  * one is selected): *taken gets how many (>= 2).  When fewer than two
  * qualify, idx[0] alone is encoded as by ingest_sender_batch_chunk and
  * *taken is 1.  cap >= ingest_sender_chunk_bound().  Errors as
- * ingest_sender_batch_chunk (INGEST_ESTALE for any chunk of the group).
+ * ingest_sender_batch_chunk (INGEST_ESTALE for any chunk of the group;
+ * *taken is then the position in idx of the chunk whose file changed).
  */
 INGEST_API int ingest_sender_batch_group(ingest_sender_batch *b, const uint32_t *idx, size_t n, size_t raw_max,
                                          void *out, size_t cap, size_t *out_len, size_t *taken);

@@ -1139,6 +1139,7 @@ static void test_chunk_groups(void **state)
     put_random(p, "g.bin", 300 * 1024, 6);
     assert_int_equal(ingest_sender_batch_group(b, idx + 15, bs.chunks - 15, INGEST_WIRE_GROUP_MAX_RAW, enc, cap, &n,
                                                &taken), INGEST_ESTALE);
+    assert_int_equal(taken, 0);
 
     free(all);
     free(raw);
