@@ -27,6 +27,8 @@
 #include "ingest/config.h"
 #include "ingest/wire.h"
 #include "ingest/session.h"
+#include "ingest/link.h"
+#include "ingest/core.h"
 #include "ingest/lander.h"
 #include "ingest/sender.h"
 #include "ingest/filter.h"

@@ -51,88 +51,9 @@ int prog_parse_level(const char *s)
     return -1;
 }
 
-/*
- * Length of the UTF-8 sequence at s (1..4) and its code point, or 0 if the
- * bytes there are not one (overlong, surrogate, above U+10FFFF, cut short).
- */
-static size_t utf8_seq(const unsigned char *s, uint32_t *cp)
-{
-    const unsigned c = s[0];
-    size_t n;
-    uint32_t v, min;
-    if (c >= 0xc2 && c <= 0xdf)
-        n = 2, v = c & 0x1f, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef)
-        n = 3, v = c & 0x0f, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4)
-        n = 4, v = c & 0x07, min = 0x10000;
-    else
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80) /* also stops at the NUL */
-            return 0;
-        v = v << 6 | (s[i] & 0x3f);
-    }
-    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    *cp = v;
-    return n;
-}
-
-/* Code points that move or split a line on a terminal, escaped although valid. */
-static int cp_is_control(uint32_t cp)
-{
-    return (cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 || cp == 0x200e || cp == 0x200f ||
-           (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
-}
-
 const char *prog_escape(char *out, size_t cap, const char *text)
 {
-    static const char hex[] = "0123456789abcdef";
-    const unsigned char *s = (const unsigned char *)text;
-    size_t o = 0, mark = 0; /* mark: where "..." goes if the text is cut */
-    if (cap < 4) {
-        if (cap > 0)
-            out[0] = '\0';
-        return out;
-    }
-    while (*s != '\0') {
-        char piece[16];
-        size_t pn = 0, used = 1;
-        uint32_t cp = 0;
-        const unsigned c = *s;
-        if (c == '\\') {
-            piece[pn++] = '\\';
-            piece[pn++] = '\\';
-        } else if (c == '\n' || c == '\r' || c == '\t') {
-            piece[pn++] = '\\';
-            piece[pn++] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
-        } else if (c >= 0x20 && c < 0x7f) {
-            piece[pn++] = (char)c;
-        } else if (c >= 0x80 && (used = utf8_seq(s, &cp)) > 0) {
-            if (cp_is_control(cp))
-                pn = (size_t)snprintf(piece, sizeof(piece), "\\u{%04x}", (unsigned)cp);
-            else
-                memcpy(piece, s, pn = used);
-        } else {
-            used = 1;
-            piece[pn++] = '\\';
-            piece[pn++] = 'x';
-            piece[pn++] = hex[c >> 4];
-            piece[pn++] = hex[c & 15];
-        }
-        if (o + pn + 1 > cap) { /* cut at the last boundary that leaves room for "..." */
-            memcpy(out + mark, "...", 4);
-            return out;
-        }
-        memcpy(out + o, piece, pn);
-        o += pn;
-        s += used;
-        if (o + 4 <= cap)
-            mark = o;
-    }
-    out[o] = '\0';
-    return out;
+    return ingest_escape(out, cap, text);
 }
 
 const char *prog_esc(const char *text)

@@ -1,20 +1,22 @@
 /*
  * ingest-receiver: the core service.  Accepts authenticated device
- * sessions on TCP, lands their batches in the bronze tree through the
- * lander, and acknowledges a batch only once it is durable.
+ * sessions on TCP and hands each to libingest's core side
+ * (include/ingest/core.h), which lands their batches in the bronze tree
+ * and acknowledges a batch only once it is durable.  This program keeps
+ * the transport's side (listening, admission, the handshake), the state
+ * it opens at start (store, index, dictionaries, crash recovery), and its
+ * configuration, signals, logs and metrics.
  *
  * Threads: the main thread accepts; each connection has a thread of its
  * own.  Connections that have not authenticated yet are bounded by
  * handshake.max_pending (admit.h: the oldest silent one makes room for a
- * newcomer); authenticated sessions by max_connections.  The store, the chunk index and the
- * landers share one LMDB environment, so every call into landing holds
- * land_lock; network waits never do.
+ * newcomer); authenticated sessions by max_connections.  The store and
+ * the index are shared with the core: used here only under its land lock.
  */
 #include "../common/http.h"
 #include "../common/statslog.h"
 #include "../common/prog.h"
 #include "admit.h"
-#include "dicts.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -32,9 +34,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MANIFEST_MAX (64u * 1024u * 1024u) /* bytes of one batch manifest (~800k chunks) */
 #define SESSION_WAIT_S 10 /* an authenticated device waits this long for a max_connections slot */
 #define RECEIVER_TXN_WRITES 16384
+/* What the receiver supports, offered in every handshake. */
+#define CORE_FEATURES                                                                                  \
+    (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK | \
+     INGEST_SESSION_FEATURE_DICT)
 
 /*
  * An authorized-devices set and the connections using it: SIGHUP swaps in a
@@ -48,7 +53,7 @@ typedef struct authref {
 
 typedef struct server {
     ingest_receiver_config *cfg;
-    ingest_ctx *ctx; /* of the store, index and codec; used under land_lock */
+    ingest_ctx *ctx; /* of the store and index; used under the core's land lock */
     ingest_secret_key key;
     pthread_mutex_t auth_lock;
     authref *auth;        /* the set new connections shake hands with */
@@ -56,8 +61,9 @@ typedef struct server {
     uint8_t dedup[INGEST_KEY_BYTES];
     ingest_store *st;
     ingest_index *idx;
-    dictstore *dicts; /* trained dictionaries devices sent (dicts.h) */
-    pthread_mutex_t land_lock;
+    ingest_ctx *dicts_ctx; /* of dicts: its log lines at the configured level */
+    ingest_dictstore *dicts; /* trained dictionaries devices sent */
+    ingest_core *core;
     atomic_int nconn; /* connection threads, authenticated or not */
     pthread_mutex_t conns_lock;
     struct conn *conns; /* every connection thread's, so a stop can end their sessions */
@@ -65,14 +71,6 @@ typedef struct server {
     pthread_mutex_t sess_lock;
     pthread_cond_t sess_cond;
     unsigned nsessions; /* authenticated sessions, at most max_connections */
-    /* Devices with a connection being served: one connection per device at
-     * a time, so a batch replayed on a new connection never meets the old
-     * connection still landing or finishing it (same temporary names). */
-    pthread_mutex_t dev_lock;
-    pthread_cond_t dev_cond;
-    char (*active)[INGEST_DEVICE_ID_MAX + 1];
-    size_t nactive;
-    atomic_ullong batches_landed, batches_failed, chunks_received, bytes_received;
     /* Prometheus metrics (docs/operations.md): labelled by device. */
     ingest_metrics *metrics;
     ingest_metric *m_conns, *m_refused, *m_dropped, *m_landed, *m_failed, *m_files, *m_bytes, *m_new, *m_known, *m_rewanted,
@@ -432,7 +430,7 @@ static int catch_up_index(server *s)
 
 /*
  * Write the index entries waiting in memory when the oldest is older than
- * index.flush_interval (force: whatever their age).  Under land_lock: no
+ * index.flush_interval (force: whatever their age).  Under the land lock: no
  * lander has a store transaction open then (not forced: only if the lock
  * is free).  0, or -1 logged.
  */
@@ -441,8 +439,8 @@ static int flush_index(server *s, int force)
     int rc = 0;
     /* the periodic check does not queue behind a lander: it tries again in a second */
     if (force)
-        pthread_mutex_lock(&s->land_lock);
-    else if (pthread_mutex_trylock(&s->land_lock) != 0)
+        ingest_core_lock(s->core);
+    else if (ingest_core_trylock(s->core) != 0)
         return 0;
     double age = 0;
     const size_t n = ingest_store_deferred(s->st, &age);
@@ -454,7 +452,7 @@ static int flush_index(server *s, int force)
         else
             prog_log(INGEST_LOG_DEBUG, "index: %zu entries written in %.3fs", n, prog_now() - t0);
     }
-    pthread_mutex_unlock(&s->land_lock);
+    ingest_core_unlock(s->core);
     return rc < 0 ? -1 : 0;
 }
 
@@ -560,1238 +558,51 @@ static void session_release(server *s)
     pthread_mutex_unlock(&s->sess_lock);
 }
 
-typedef struct u32vec {
-    uint32_t *v;
-    size_t n, cap;
-} u32vec;
-
-static int u32vec_push(u32vec *a, const uint32_t *v, size_t n)
-{
-    if (n == 0) /* v may be NULL then; memcpy(NULL, NULL, 0) is undefined */
-        return 0;
-    if (a->n + n > a->cap) {
-        size_t cap = a->cap ? a->cap : 1024;
-        while (cap < a->n + n)
-            cap *= 2;
-        uint32_t *p = realloc(a->v, cap * sizeof(*p));
-        if (p == NULL)
-            return -1;
-        a->v = p;
-        a->cap = cap;
-    }
-    memcpy(a->v + a->n, v, n * sizeof(*v));
-    a->n += n;
-    return 0;
-}
-
-static int cmp_u32(const void *a, const void *b)
-{
-    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /*
- * The sending side of a connection: the connection's thread and its
- * committer thread both send (WANTs, RECEIVED; ACKs), one at a time.
+ * A connection: the handshake, a session slot, then the core serves the
+ * device over a tcp link until it goes (include/ingest/core.h).
  */
-typedef struct sendside {
-    ingest_session *ss;
-    int fd;
-    pthread_mutex_t mu;
-} sendside;
-
-static int link_send(sendside *lk, const ingest_wire_msg *m)
-{
-    pthread_mutex_lock(&lk->mu);
-    const int rc = ingest_session_send_msg(lk->ss, lk->fd, m);
-    pthread_mutex_unlock(&lk->mu);
-    return rc;
-}
-
-/* Send the indexes as WANT frames (sorted, deduplicated), MORE on all but the last. */
-static int send_wants(sendside *lk, const char *batch, u32vec *w)
-{
-    if (w->n > 1) /* w->v is NULL while nothing was pushed; qsort(NULL, 0) is undefined */
-        qsort(w->v, w->n, sizeof(uint32_t), cmp_u32);
-    size_t n = 0;
-    for (size_t i = 0; i < w->n; i++)
-        if (n == 0 || w->v[i] != w->v[n - 1])
-            w->v[n++] = w->v[i];
-    w->n = n;
-    const size_t per = (INGEST_WIRE_MAX_PAYLOAD - 256) / 4;
-    size_t off = 0;
-    do {
-        const size_t k = w->n - off < per ? w->n - off : per;
-        ingest_wire_msg m;
-        memset(&m, 0, sizeof(m));
-        m.type = INGEST_MSG_WANT;
-        snprintf(m.u.want.batch_id, sizeof(m.u.want.batch_id), "%s", batch);
-        m.u.want.count = (uint32_t)k;
-        m.u.want.idx = w->v + off;
-        m.u.want.flags = off + k < w->n ? INGEST_WANT_MORE : 0;
-        const int rc = link_send(lk, &m);
-        if (rc < 0)
-            return rc;
-        off += k;
-    } while (off < w->n);
-    return 0;
-}
-
-static int send_ack(sendside *lk, const char *batch, int status, const char *msg)
-{
-    ingest_wire_msg m;
-    memset(&m, 0, sizeof(m));
-    m.type = INGEST_MSG_ACK;
-    snprintf(m.u.ack.batch_id, sizeof(m.u.ack.batch_id), "%s", batch);
-    m.u.ack.status = status;
-    snprintf(m.u.ack.message, sizeof(m.u.ack.message), "%s", msg);
-    return link_send(lk, &m);
-}
-
-static int send_received(sendside *lk, const char *batch)
-{
-    ingest_wire_msg m;
-    memset(&m, 0, sizeof(m));
-    m.type = INGEST_MSG_RECEIVED;
-    snprintf(m.u.received.batch_id, sizeof(m.u.received.batch_id), "%s", batch);
-    return link_send(lk, &m);
-}
-
-static int send_error(sendside *lk, int code, const char *msg)
-{
-    ingest_wire_msg m;
-    memset(&m, 0, sizeof(m));
-    m.type = INGEST_MSG_ERROR;
-    m.u.error.code = code;
-    snprintf(m.u.error.message, sizeof(m.u.error.message), "%s", msg);
-    return link_send(lk, &m);
-}
-
-/* Collect the lander's re-wants into w (caller holds land_lock). */
-static int collect_rewants(ingest_lander_batch *b, u32vec *w)
-{
-    const uint32_t *idx;
-    size_t n;
-    ingest_lander_rewants(b, &idx, &n);
-    return n ? u32vec_push(w, idx, n) : 0;
-}
-
-/* ---- the reader thread of a connection ---------------------------------- */
-
-/*
- * Each connection has two threads: the reader receives and opens frames,
- * and decodes and verifies each CHUNK against the id the manifest gives it
- * (the costly part: decompression and the chunk ids); the connection's own thread
- * lands what the reader queues and sends the replies.  The session allows
- * exactly that: one receiving and one sending thread.  The queue is
- * bounded by bytes, so a fast device cannot make the receiver buffer more
- * than READQ_MAX per connection.
- */
-#define READQ_MAX (16u * 1024u * 1024u)
-
-typedef struct qitem {
-    struct qitem *next;
-    ingest_wire_msg m;  /* the message; for MANIFEST_PART and CHUNK the bytes are in data */
-    int rc;             /* < 0: the receive failed (m unused) */
-    char why[512];      /* the receive failure's detail */
-    int verified;       /* CHUNK: data holds the decoded chunk, verified against id */
-    uint8_t id[INGEST_ID_BYTES]; /* CHUNK, verified: the id it was checked against */
-    uint64_t gen;       /* CHUNK: the batch generation published when it arrived (0: none) */
-    int last;           /* the reader's end marker: nothing follows */
-    size_t enc_len;     /* CHUNK: encoded size as received */
-    size_t len;         /* bytes in data */
-    uint8_t data[];
-} qitem;
-
-typedef struct readq {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    qitem *head, *tail;
-    size_t bytes;
-    int quit, ended;
-    ingest_lander_batch *batch; /* the open batch, for the expected chunk ids */
-    uint64_t gen;               /* its generation: counts publications, 0 while none is open */
-    ingest_session *ss;
-    int fd, idle_ms;
-    ingest_codec *codec;        /* the reader's own decoder */
-    ingest_ctx *ctx;            /* codec's */
-    int pack;                   /* the pack feature was agreed */
-    /* CHUNK_GROUP scratch: the decoded bytes, and the expected ids and lengths */
-    uint8_t *gbuf, *gids;
-    uint32_t *glens;
-    int decoding;               /* the reader is decoding with codec (dictionaries are added only when not) */
-    const uint8_t *key;
-    ingest_metric *stage;       /* verify seconds */
-} readq;
-
-static void readq_push(readq *q, qitem *it)
-{
-    pthread_mutex_lock(&q->lock);
-    while (q->bytes > READQ_MAX && !q->quit)
-        pthread_cond_wait(&q->cond, &q->lock);
-    it->next = NULL;
-    if (q->tail)
-        q->tail->next = it;
-    else
-        q->head = it;
-    q->tail = it;
-    q->bytes += it->len + sizeof(*it);
-    pthread_cond_broadcast(&q->cond);
-    pthread_mutex_unlock(&q->lock);
-}
-
-static qitem *readq_pop(readq *q)
-{
-    pthread_mutex_lock(&q->lock);
-    while (q->head == NULL)
-        pthread_cond_wait(&q->cond, &q->lock);
-    qitem *it = q->head;
-    q->head = it->next;
-    if (q->head == NULL)
-        q->tail = NULL;
-    q->bytes -= it->len + sizeof(*it);
-    pthread_cond_broadcast(&q->cond);
-    pthread_mutex_unlock(&q->lock);
-    return it;
-}
-
-/*
- * Publish (or withdraw, with NULL) the open batch to the reader, once its
- * WANT is about to be sent: a CHUNK read before that was sent before the
- * WANT asked for it.  Returns the generation chunks of this batch carry.
- */
-static uint64_t readq_set_batch(readq *q, ingest_lander_batch *b)
-{
-    static atomic_ullong gens;
-    pthread_mutex_lock(&q->lock);
-    q->batch = b;
-    q->gen = b != NULL ? ++gens : 0;
-    const uint64_t g = q->gen;
-    pthread_mutex_unlock(&q->lock);
-    return g;
-}
-
-static qitem *item_new(size_t len)
-{
-    qitem *it = malloc(sizeof(*it) + len);
-    if (it != NULL) {
-        memset(it, 0, sizeof(*it));
-        it->len = len;
-    }
-    return it;
-}
-
-/* Mark the reader as decoding with its codec (dict_load waits) or not. */
-static void reader_decoding(readq *q, int on)
-{
-    pthread_mutex_lock(&q->lock);
-    q->decoding = on;
-    if (!on)
-        pthread_cond_broadcast(&q->cond);
-    pthread_mutex_unlock(&q->lock);
-}
-
-/*
- * A CHUNK_GROUP: decode it once, verify each chunk's id over its slice and
- * queue each as a verified CHUNK, so the landing sees what it would have
- * seen from one CHUNK per index.  A group that cannot be checked (no open
- * batch, an index past the batch, lengths past INGEST_WIRE_GROUP_MAX_RAW,
- * a bad frame, an id mismatch) is queued as one failed CHUNK_GROUP item
- * naming why.  Returns -1 only when out of memory.
- */
-static int read_group(readq *q, const ingest_wire_msg *m)
-{
-    const ingest_wire_chunk_group *g = &m->u.group;
-    const double t0 = prog_now();
-    char why[256] = "";
-    size_t total = 0;
-    uint32_t bad = ingest_wire_group_index(g, 0);
-    pthread_mutex_lock(&q->lock);
-    const uint64_t gen = q->gen;
-    int ok = q->batch != NULL;
-    q->decoding = 1;
-    for (uint32_t i = 0; ok && i < g->count; i++) {
-        const uint32_t idx = ingest_wire_group_index(g, i);
-        if (ingest_lander_chunk_expect(q->batch, idx, q->gids + (size_t)i * INGEST_ID_BYTES, &q->glens[i]) != 0) {
-            snprintf(why, sizeof(why), "chunk %u is past the batch's chunk list", idx);
-            bad = idx;
-            ok = 0;
-        } else if ((total += q->glens[i]) > INGEST_WIRE_GROUP_MAX_RAW) {
-            snprintf(why, sizeof(why), "the group holds more than %u bytes", INGEST_WIRE_GROUP_MAX_RAW);
-            ok = 0;
-        }
-    }
-    pthread_mutex_unlock(&q->lock);
-    if (!ok && why[0] == '\0')
-        snprintf(why, sizeof(why), "CHUNK sent before the WANT that asks for it");
-    size_t got = 0;
-    int rc;
-    if (ok && (rc = ingest_codec_decode(q->codec, g->data, g->len, q->gbuf, total, &got, NULL, NULL)) < 0) {
-        snprintf(why, sizeof(why), "%s: %s", ingest_strerror(rc), ingest_ctx_errmsg(q->ctx));
-        ok = 0;
-    } else if (ok && got != total) {
-        snprintf(why, sizeof(why), "decodes to %zu bytes, its chunks hold %zu", got, total);
-        ok = 0;
-    }
-    reader_decoding(q, 0);
-    size_t at = 0;
-    for (uint32_t i = 0; ok && i < g->count; at += q->glens[i], i++) {
-        uint8_t id[INGEST_ID_BYTES];
-        ingest_chunk_id(q->key, q->gbuf + at, q->glens[i], id);
-        if (memcmp(id, q->gids + (size_t)i * INGEST_ID_BYTES, INGEST_ID_BYTES) != 0) {
-            bad = ingest_wire_group_index(g, i);
-            snprintf(why, sizeof(why), "chunk %u does not match its id in the manifest", bad);
-            ok = 0;
-        }
-    }
-    if (!ok) {
-        qitem *it = item_new(0);
-        if (it == NULL)
-            return -1;
-        it->m.type = INGEST_MSG_CHUNK_GROUP;
-        it->m.u.chunk.index = bad;
-        it->gen = gen;
-        snprintf(it->why, sizeof(it->why), "%s", why);
-        readq_push(q, it);
-        return 0;
-    }
-    ingest_metric_add_seconds(q->stage, "verify", prog_now() - t0);
-    /* The group's wire bytes are shared among its chunks by length. */
-    size_t enc_left = g->len;
-    at = 0;
-    for (uint32_t i = 0; i < g->count; at += q->glens[i], i++) {
-        qitem *it = item_new(q->glens[i]);
-        if (it == NULL)
-            return -1;
-        memcpy(it->data, q->gbuf + at, q->glens[i]);
-        it->verified = 1;
-        memcpy(it->id, q->gids + (size_t)i * INGEST_ID_BYTES, INGEST_ID_BYTES);
-        it->m.type = INGEST_MSG_CHUNK;
-        it->m.u.chunk.index = ingest_wire_group_index(g, i);
-        it->gen = gen;
-        const size_t share = i + 1 == g->count ? enc_left : (size_t)((uint64_t)g->len * q->glens[i] / total);
-        it->enc_len = share < enc_left ? share : enc_left;
-        enc_left -= it->enc_len;
-        readq_push(q, it);
-    }
-    return 0;
-}
-
-static void *reader_main(void *arg)
-{
-    readq *q = arg;
-    for (;;) {
-        ingest_wire_msg m;
-        const int rc = ingest_session_recv_msg(q->ss, q->fd, &m, q->idle_ms);
-        qitem *it = NULL;
-        if (rc < 0) {
-            it = item_new(0);
-            if (it == NULL)
-                break;
-            it->rc = rc;
-            snprintf(it->why, sizeof(it->why), "%s", ingest_session_recv_errmsg(q->ss));
-        } else if (m.type == INGEST_MSG_CHUNK) {
-            uint8_t id[INGEST_ID_BYTES];
-            uint32_t len = 0;
-            pthread_mutex_lock(&q->lock);
-            const int known = q->batch != NULL && ingest_lander_chunk_expect(q->batch, m.u.chunk.index, id, &len) == 0;
-            const uint64_t gen = q->gen;
-            q->decoding = known;
-            pthread_mutex_unlock(&q->lock);
-            size_t got = 0;
-            const double t0 = prog_now();
-            const int ok = known && (it = item_new(len)) != NULL &&
-                           ingest_codec_decode(q->codec, m.u.chunk.data, m.u.chunk.len, it->data, len, &got, q->key,
-                                               id) == 0 &&
-                           got == len;
-            if (known) {
-                pthread_mutex_lock(&q->lock);
-                q->decoding = 0;
-                pthread_cond_broadcast(&q->cond);
-                pthread_mutex_unlock(&q->lock);
-            }
-            if (ok) {
-                it->verified = 1;
-                memcpy(it->id, id, sizeof(it->id));
-                ingest_metric_add_seconds(q->stage, "verify", prog_now() - t0);
-            } else {
-                /* Not verifiable here: the lander decodes it and names what is wrong. */
-                free(it);
-                if ((it = item_new(m.u.chunk.len)) == NULL)
-                    break;
-                memcpy(it->data, m.u.chunk.data, m.u.chunk.len);
-            }
-            it->m = m;
-            it->gen = gen;
-            it->enc_len = m.u.chunk.len;
-            it->m.u.chunk.data = NULL;
-        } else if (m.type == INGEST_MSG_CHUNK_GROUP && q->pack) {
-            if (read_group(q, &m) != 0)
-                break;
-            continue;
-        } else if (m.type == INGEST_MSG_MANIFEST_PART && q->pack) {
-            /* An encoded chunk holding the manifest slice, at most INGEST_WIRE_MANIFEST_PART_MAX_RAW decoded. */
-            uint32_t raw = 0;
-            size_t got = 0;
-            char why[256] = "";
-            int drc = ingest_codec_raw_size(m.u.manifest_part.data, m.u.manifest_part.len, &raw);
-            if (drc == 0 && raw > INGEST_WIRE_MANIFEST_PART_MAX_RAW) {
-                drc = INGEST_ECORRUPT;
-                snprintf(why, sizeof(why), "MANIFEST_PART: decodes to %" PRIu32 " bytes, more than %u", raw,
-                         INGEST_WIRE_MANIFEST_PART_MAX_RAW);
-            }
-            if (drc == 0 && (it = item_new(raw)) == NULL)
-                break;
-            if (drc == 0) {
-                reader_decoding(q, 1);
-                if ((drc = ingest_codec_decode(q->codec, m.u.manifest_part.data, m.u.manifest_part.len, it->data, raw,
-                                               &got, NULL, NULL)) == 0 && got != raw)
-                    drc = INGEST_ECORRUPT;
-                if (drc < 0 && why[0] == '\0')
-                    snprintf(why, sizeof(why), "MANIFEST_PART: %s: %s", ingest_strerror(drc), ingest_ctx_errmsg(q->ctx));
-                reader_decoding(q, 0);
-            }
-            if (drc < 0) {
-                free(it);
-                if ((it = item_new(0)) == NULL)
-                    break;
-                it->rc = INGEST_ECORRUPT;
-                snprintf(it->why, sizeof(it->why), "%s", why);
-            } else {
-                it->m = m;
-                it->m.u.manifest_part.data = it->data;
-                it->m.u.manifest_part.len = raw;
-            }
-        } else if (m.type == INGEST_MSG_MANIFEST_PART) {
-            if ((it = item_new(m.u.manifest_part.len)) == NULL)
-                break;
-            memcpy(it->data, m.u.manifest_part.data, m.u.manifest_part.len);
-            it->m = m;
-            it->m.u.manifest_part.data = it->data;
-        } else if (m.type == INGEST_MSG_DICT_DATA) {
-            if ((it = item_new(m.u.dict_data.len)) == NULL)
-                break;
-            memcpy(it->data, m.u.dict_data.data, m.u.dict_data.len);
-            it->m = m;
-            it->m.u.dict_data.data = it->data;
-        } else {
-            if ((it = item_new(0)) == NULL)
-                break;
-            it->m = m;
-        }
-        readq_push(q, it);
-        if (rc < 0 || q->quit)
-            break;
-    }
-    pthread_mutex_lock(&q->lock);
-    q->ended = 1;
-    pthread_mutex_unlock(&q->lock);
-    /* An end marker, so the lander thread never waits on a queue nobody fills. */
-    qitem *end = item_new(0);
-    if (end != NULL) {
-        end->rc = INGEST_ECLOSED;
-        end->last = 1;
-        snprintf(end->why, sizeof(end->why), "connection closed");
-        readq_push(q, end);
-    }
-    return NULL;
-}
-
-/* ---- one connection per device ------------------------------------------------ */
-
-#define DEVICE_WAIT_S 30
-
-/* Wait (at most DEVICE_WAIT_S) until no other connection serves device, then claim it: 0, or -1. */
-static int device_claim(server *s, const char *device)
-{
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += DEVICE_WAIT_S;
-    pthread_mutex_lock(&s->dev_lock);
-    for (;;) {
-        size_t i = 0;
-        while (i < s->nactive && strcmp(s->active[i], device) != 0)
-            i++;
-        if (i == s->nactive)
-            break;
-        if (stopping || pthread_cond_timedwait(&s->dev_cond, &s->dev_lock, &until) == ETIMEDOUT) {
-            pthread_mutex_unlock(&s->dev_lock);
-            return -1;
-        }
-    }
-    snprintf(s->active[s->nactive++], sizeof(s->active[0]), "%s", device);
-    pthread_mutex_unlock(&s->dev_lock);
-    return 0;
-}
-
-static void device_release(server *s, const char *device)
-{
-    pthread_mutex_lock(&s->dev_lock);
-    for (size_t i = 0; i < s->nactive; i++)
-        if (strcmp(s->active[i], device) == 0) {
-            memmove(s->active[i], s->active[i + 1], (s->nactive - i - 1) * sizeof(s->active[0]));
-            s->nactive--;
-            break;
-        }
-    pthread_cond_broadcast(&s->dev_cond);
-    pthread_mutex_unlock(&s->dev_lock);
-}
-
-/* ---- making batches durable ------------------------------------------------ */
-
-/* The land_lock is let go while the lander waits for the disk. */
-static void land_unlock(void *ud) { pthread_mutex_unlock(&((server *)ud)->land_lock); }
-static void land_lock(void *ud) { pthread_mutex_lock(&((server *)ud)->land_lock); }
-
-/*
- * Finish a prepared batch (called with land_lock held; returns with it
- * held): make it durable, count it, log it, and fill ack/why for the ACK.
- */
-static int finish_batch(server *s, ingest_lander_batch *b, ingest_ctx *lctx, const char *device, const char *batch,
-                        double batch_t0, char *why, size_t whycap)
-{
-    const double t0 = prog_now();
-    const ingest_lander_lock lk = { land_unlock, land_lock, s };
-    const int rc = ingest_lander_commit_finish(b, &lk);
-    snprintf(why, whycap, "%s", ingest_ctx_errmsg(lctx));
-    ingest_lander_stats st;
-    ingest_lander_batch_stats(b, &st);
-    ingest_metric_add_seconds(s->m_stage, "commit", prog_now() - t0);
-    if (rc < 0) {
-        ingest_metric_add(s->m_errors, "commit", 1);
-        prog_log(INGEST_LOG_WARN, "device %s batch %s failed: %s: %s", device, batch, ingest_strerror(rc), why);
-        s->batches_failed++;
-        ingest_metric_add(s->m_failed, device, 1);
-        return rc;
-    }
-    s->batches_landed++;
-    ingest_metric_add(s->m_landed, device, 1);
-    ingest_metric_add(s->m_files, device, st.files);
-    ingest_metric_add(s->m_bytes, device, st.bytes);
-    ingest_metric_add(s->m_new, device, st.chunks_new);
-    ingest_metric_add(s->m_known, device, st.chunks_known);
-    ingest_metric_add(s->m_rewanted, device, st.chunks_rewanted);
-    ingest_metric_add(s->m_wire, device, st.bytes_received);
-    ingest_metric_add(s->m_written, device, st.bytes_written);
-    ingest_metric_observe(s->m_latency, device, prog_now() - batch_t0);
-    prog_log(INGEST_LOG_INFO,
-             "device %s batch %s landed: %llu files, %llu bytes, %llu chunks new, %llu known, %llu re-asked, "
-             "commit %.3fs",
-             device, batch, (unsigned long long)st.files, (unsigned long long)st.bytes,
-             (unsigned long long)st.chunks_new, (unsigned long long)st.chunks_known,
-             (unsigned long long)st.chunks_rewanted, prog_now() - t0);
-    return 0;
-}
-
-/*
- * A connection's committer thread (pipelined connections): makes the
- * prepared batch durable and sends its ACK while the connection's thread
- * receives the next batch.  One batch at a time: the connection's thread
- * waits for it to be idle before it hands over the next one (so ACKs go
- * out in batch order, each before the next RECEIVED) and before it sends
- * an ACK itself.
- */
-typedef struct committer {
-    server *s;
-    sendside *lk;
-    const char *device;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int started, quit, busy;
-    ingest_lander_batch *b;
-    ingest_ctx *lctx;
-    char batch[INGEST_WIRE_BATCH_ID_MAX + 1];
-    double t0;
-} committer;
-
-static void *committer_main(void *arg)
-{
-    committer *cm = arg;
-    server *s = cm->s;
-    pthread_mutex_lock(&cm->mu);
-    for (;;) {
-        while (!cm->busy && !cm->quit)
-            pthread_cond_wait(&cm->cv, &cm->mu);
-        if (!cm->busy)
-            break;
-        pthread_mutex_unlock(&cm->mu);
-        char why[INGEST_WIRE_MESSAGE_MAX];
-        pthread_mutex_lock(&s->land_lock);
-        const int rc = finish_batch(s, cm->b, cm->lctx, cm->device, cm->batch, cm->t0, why, sizeof(why));
-        pthread_mutex_unlock(&s->land_lock);
-        /* A lost connection loses only the ACK: the batch is durable, a resend is acked as a duplicate. */
-        (void)send_ack(cm->lk, cm->batch, rc < 0 ? rc : INGEST_ACK_LANDED, rc < 0 ? why : "landed");
-        pthread_mutex_lock(&s->land_lock);
-        ingest_lander_batch_destroy(cm->b);
-        pthread_mutex_unlock(&s->land_lock);
-        pthread_mutex_lock(&cm->mu);
-        cm->b = NULL;
-        cm->busy = 0;
-        pthread_cond_broadcast(&cm->cv);
-    }
-    pthread_mutex_unlock(&cm->mu);
-    return NULL;
-}
-
-static void committer_wait_idle(committer *cm)
-{
-    if (!cm->started)
-        return;
-    pthread_mutex_lock(&cm->mu);
-    while (cm->busy)
-        pthread_cond_wait(&cm->cv, &cm->mu);
-    pthread_mutex_unlock(&cm->mu);
-}
-
-/* Hand a prepared batch over (the committer is idle); 0, or -1 when its thread cannot start. */
-static int committer_give(committer *cm, ingest_lander_batch *b, ingest_ctx *lctx, const char *batch, double t0)
-{
-    if (!cm->started) {
-        pthread_mutex_init(&cm->mu, NULL);
-        pthread_cond_init(&cm->cv, NULL);
-        if (pthread_create(&cm->thread, NULL, committer_main, cm) != 0) {
-            pthread_cond_destroy(&cm->cv);
-            pthread_mutex_destroy(&cm->mu);
-            return -1;
-        }
-        cm->started = 1;
-    }
-    pthread_mutex_lock(&cm->mu);
-    cm->b = b;
-    cm->lctx = lctx;
-    snprintf(cm->batch, sizeof(cm->batch), "%s", batch);
-    cm->t0 = t0;
-    cm->busy = 1;
-    pthread_cond_broadcast(&cm->cv);
-    pthread_mutex_unlock(&cm->mu);
-    return 0;
-}
-
-/* Let the batch in hand finish (its ACK is sent if the connection still stands), then end the thread. */
-static void committer_stop(committer *cm)
-{
-    if (!cm->started)
-        return;
-    pthread_mutex_lock(&cm->mu);
-    cm->quit = 1;
-    pthread_cond_broadcast(&cm->cv);
-    pthread_mutex_unlock(&cm->mu);
-    pthread_join(cm->thread, NULL);
-    pthread_cond_destroy(&cm->cv);
-    pthread_mutex_destroy(&cm->mu);
-    cm->started = 0;
-}
-
-/* ---- the dictionaries of a connection ------------------------------------- */
-
-/*
- * A connection decodes with the dictionaries its own device offered on it,
- * and only those: each connection has its own codecs (the reader's and the
- * landers'), loaded by reference with bytes held by the store or by the
- * connection.  So two devices whose different dictionaries share an id
- * (ids are 31 bits) never decode each other's chunks, and no device can
- * replace a dictionary another one relies on.
- */
-#define SESSION_DICTS_MAX 8
-
-typedef struct conn_dicts {
-    struct {
-        uint32_t id;
-        uint8_t hash[INGEST_DICT_HASH_BYTES];
-    } d[SESSION_DICTS_MAX]; /* accepted on this session */
-    unsigned n;
-    uint8_t *own[SESSION_DICTS_MAX]; /* bytes received on this connection: the codecs refer to them */
-    unsigned nown;
-    int receiving;                   /* a DICT_WANT SEND was answered: DICT_DATA of offer comes */
-    ingest_wire_dict_offer offer;
-    uint8_t *buf;                    /* what came of it so far */
-    uint32_t got;
-} conn_dicts;
-
-/* Load a dictionary (bytes outlive the codecs) into the reader's codec and the landers': 0, or a code with why. */
-static int dict_load(readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const uint8_t *bytes, size_t len,
-                     char *why, size_t cap)
-{
-    pthread_mutex_lock(&q->lock);
-    while (q->decoding) /* the reader uses its codec without the lock */
-        pthread_cond_wait(&q->cond, &q->lock);
-    int rc = ingest_codec_add_dict_decode_ref(q->codec, bytes, len, NULL);
-    if (rc < 0) /* read while the reader cannot write ctx: it is not decoding */
-        snprintf(why, cap, "%s", ingest_ctx_errmsg(ctx));
-    pthread_mutex_unlock(&q->lock);
-    for (int i = 0; i < 2 && rc == 0; i++) /* landers decode only on the connection's thread: this one */
-        if ((rc = ingest_codec_add_dict_decode_ref(lc[i], bytes, len, NULL)) < 0)
-            snprintf(why, cap, "%s", "cannot load it for landing (out of memory?)");
-    return rc;
-}
-
-static void dict_accept(conn_dicts *cd, uint32_t id, const uint8_t hash[INGEST_DICT_HASH_BYTES])
-{
-    cd->d[cd->n].id = id;
-    memcpy(cd->d[cd->n].hash, hash, INGEST_DICT_HASH_BYTES);
-    cd->n++;
-}
-
-/* Answer a DICT_OFFER (no batch is open, the committer is idle). */
-static int dict_offer(server *s, conn_dicts *cd, readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, sendside *lk,
-                      const char *device, const ingest_wire_dict_offer *o)
-{
-    ingest_wire_msg a;
-    memset(&a, 0, sizeof(a));
-    a.type = INGEST_MSG_DICT_WANT;
-    a.u.dict_want.dict_id = o->dict_id;
-    a.u.dict_want.answer = INGEST_DICT_REFUSED;
-    char *why = a.u.dict_want.message;
-    const size_t whycap = sizeof(a.u.dict_want.message);
-    char hex[2 * INGEST_DICT_HASH_BYTES + 1];
-    ingest_to_hex(o->hash, INGEST_DICT_HASH_BYTES, hex);
-    unsigned i = 0;
-    while (i < cd->n && cd->d[i].id != o->dict_id)
-        i++;
-    if (i < cd->n) {
-        if (memcmp(cd->d[i].hash, o->hash, INGEST_DICT_HASH_BYTES) == 0)
-            a.u.dict_want.answer = INGEST_DICT_HAVE;
-        else
-            snprintf(why, whycap, "dictionary id %u already names another dictionary on this session",
-                     (unsigned)o->dict_id);
-    } else if (cd->n == SESSION_DICTS_MAX) {
-        snprintf(why, whycap, "at most %d dictionaries per session", SESSION_DICTS_MAX);
-    } else {
-        const uint8_t *bytes = dictstore_find(s->dicts, o->hash, o->size);
-        if (bytes == NULL) {
-            a.u.dict_want.answer = INGEST_DICT_SEND;
-            cd->receiving = 1;
-            cd->offer = *o;
-            cd->got = 0;
-        } else if (ingest_dict_id(bytes, o->size) != o->dict_id) {
-            snprintf(why, whycap, "the dictionary with this hash has id %u, not %u", ingest_dict_id(bytes, o->size),
-                     (unsigned)o->dict_id);
-        } else if (dict_load(q, lc, ctx, bytes, o->size, why, whycap) == 0) {
-            dict_accept(cd, o->dict_id, o->hash);
-            a.u.dict_want.answer = INGEST_DICT_HAVE;
-        }
-    }
-    if (a.u.dict_want.answer == INGEST_DICT_HAVE) {
-        ingest_metric_add(s->m_dicts, "held", 1);
-        prog_log(INGEST_LOG_INFO, "device %s: dictionary %u (%.16s) offered: held already", device,
-                 (unsigned)o->dict_id, hex);
-    } else if (a.u.dict_want.answer == INGEST_DICT_SEND) {
-        prog_log(INGEST_LOG_INFO, "device %s: dictionary %u (%.16s, %u bytes) offered: asking for it", device,
-                 (unsigned)o->dict_id, hex, (unsigned)o->size);
-    } else {
-        ingest_metric_add(s->m_dicts, "refused", 1);
-        prog_log(INGEST_LOG_WARN, "device %s: dictionary %u (%.16s) offered: refused: %s", device,
-                 (unsigned)o->dict_id, hex, why);
-    }
-    return link_send(lk, &a);
-}
-
-/*
- * A DICT_DATA slice: 0 (more to come, or the dictionary is verified,
- * loaded and stored), or a code for an ERROR with why (nothing stored).
- */
-static int dict_data(server *s, conn_dicts *cd, readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const char *device,
-                     const ingest_wire_dict_data *d, char *why, size_t cap)
-{
-    const ingest_wire_dict_offer *o = &cd->offer;
-    if (!cd->receiving || d->dict_id != o->dict_id || d->offset != cd->got || d->len > o->size - cd->got) {
-        snprintf(why, cap, "DICT_DATA of dictionary %u, %zu bytes at offset %u, was not asked for", (unsigned)d->dict_id,
-                 d->len, (unsigned)d->offset);
-        return INGEST_EPROTO;
-    }
-    uint8_t *p = realloc(cd->buf, cd->got + d->len); /* grows with what came, never to a declared size */
-    if (p == NULL) {
-        snprintf(why, cap, "out of memory for dictionary %u", (unsigned)o->dict_id);
-        return INGEST_ENOMEM;
-    }
-    cd->buf = p;
-    memcpy(cd->buf + cd->got, d->data, d->len);
-    cd->got += (uint32_t)d->len;
-    if (cd->got < o->size)
-        return 0;
-    uint8_t *bytes = cd->buf;
-    cd->buf = NULL;
-    cd->got = 0;
-    cd->receiving = 0;
-    uint8_t h[INGEST_DICT_HASH_BYTES];
-    ingest_dict_hash(bytes, o->size, h);
-    if (ingest_dict_id(bytes, o->size) != o->dict_id) {
-        snprintf(why, cap, "the dictionary sent has id %u, offered as %u", ingest_dict_id(bytes, o->size),
-                 (unsigned)o->dict_id);
-        free(bytes);
-        return INGEST_EMISMATCH;
-    }
-    if (memcmp(h, o->hash, sizeof(h)) != 0) {
-        snprintf(why, cap, "the bytes of dictionary %u do not have the offered hash", (unsigned)o->dict_id);
-        free(bytes);
-        return INGEST_EMISMATCH;
-    }
-    cd->own[cd->nown++] = bytes; /* from here the codecs may refer to them */
-    char lwhy[512];
-    if (dict_load(q, lc, ctx, bytes, o->size, lwhy, sizeof(lwhy)) != 0) {
-        snprintf(why, cap, "dictionary %u is not usable: %s", (unsigned)o->dict_id, lwhy);
-        return INGEST_ECORRUPT;
-    }
-    dict_accept(cd, o->dict_id, o->hash);
-    ingest_metric_add(s->m_dicts, "received", 1);
-    char hex[2 * INGEST_DICT_HASH_BYTES + 1];
-    ingest_to_hex(o->hash, INGEST_DICT_HASH_BYTES, hex);
-    if (dictstore_add(s->dicts, o->hash, bytes, o->size, lwhy, sizeof(lwhy)) == 0)
-        prog_log(INGEST_LOG_INFO, "device %s: dictionary %u (%.16s, %u bytes) received and stored", device,
-                 (unsigned)o->dict_id, hex, (unsigned)o->size);
-    else
-        prog_log(INGEST_LOG_WARN, "device %s: dictionary %u (%.16s) received, used on this session only: %s", device,
-                 (unsigned)o->dict_id, hex, lwhy);
-    return 0;
-}
-
-/* The open batch failed: count it, withdraw it from the reader and let it go. */
-static void drop_failed_batch(server *s, readq *q, ingest_lander_batch **b, const char *device)
-{
-    s->batches_failed++;
-    ingest_metric_add(s->m_failed, device, 1);
-    readq_set_batch(q, NULL);
-    pthread_mutex_lock(&s->land_lock);
-    ingest_lander_batch_destroy(*b);
-    pthread_mutex_unlock(&s->land_lock);
-    *b = NULL;
-}
-
 static void serve(conn *c)
 {
     server *s = c->srv;
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     ingest_session *ss = NULL;
+    ingest_link *link = NULL;
     authref *auth = NULL;
-    /* Two landers, each with its own context, used in turn: while the
-     * committer thread finishes a batch of one, the next batch lands on the
-     * other (pipelined connections). */
-    ingest_lander *landers[2] = { NULL, NULL };
-    ingest_ctx *lctx[2] = { NULL, NULL };
-    int k = 0;
-    ingest_lander_batch *b = NULL;
-    sendside lk = { NULL, c->fd, PTHREAD_MUTEX_INITIALIZER };
-    committer cm;
-    memset(&cm, 0, sizeof(cm));
-    uint8_t *manifest = NULL;
-    size_t mlen = 0, mcap = 0;
-    u32vec wants = { 0 };
-    char batch[INGEST_WIRE_BATCH_ID_MAX + 1] = "";
-    char device[INGEST_DEVICE_ID_MAX + 1] = "";
-    uint32_t parts = 0;
-    readq q;
-    memset(&q, 0, sizeof(q));
-    pthread_mutex_init(&q.lock, NULL);
-    pthread_cond_init(&q.cond, NULL);
-    int reader_started = 0, reader_done = 0, counted = 0, claimed = 0, in_session = 0;
-    double batch_t0 = 0;
-    uint64_t gen = 0; /* of the open batch as published to the reader */
-    pthread_t reader;
-    qitem *it = NULL;
-    /* The landers' decoders (one each: a lander's errors name the codec's detail from its own context):
-     * this connection's dictionaries only. */
-    ingest_codec *lcodec[2] = { NULL, NULL };
-    conn_dicts cd;
-    memset(&cd, 0, sizeof(cd));
+    int in_session = 0;
     if (ctx == NULL)
         goto out;
     ingest_ctx_set_log(ctx, prog_lib_log, NULL, prog_log_level() >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
     auth = auth_get(s); /* kept while the session lives: it borrows the set */
     if (ingest_session_server_create(ctx, &s->key, auth->set, &ss) < 0 ||
-        ingest_session_set_features(ss, INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 |
-                                            INGEST_SESSION_FEATURE_PACK | INGEST_SESSION_FEATURE_DICT) < 0)
+        ingest_session_set_features(ss, CORE_FEATURES) < 0)
         goto out;
-    lk.ss = ss;
-    int rc;
     if (authenticate(c, ss, ctx) != 0)
         goto out;
-    snprintf(device, sizeof(device), "%s", ingest_session_peer_id(ss));
+    const char *device = ingest_session_peer_id(ss);
+    if (ingest_link_tcp_create(ctx, ss, c->fd, c->peer, &link) < 0)
+        goto out;
     if (session_claim(s) != 0) {
         char why[160];
         snprintf(why, sizeof(why), "receiver busy: all %u sessions (max_connections) are in use; try again later",
                  s->cfg->max_connections);
         ingest_metric_add(s->m_dropped, "busy", 1);
         prog_log_limited(&rl_busy, INGEST_LOG_WARN, "device %s from %s refused: %s", device, c->peer, why);
-        send_error(&lk, INGEST_EBUSY, why);
+        ingest_wire_msg m;
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_ERROR;
+        m.u.error.code = INGEST_EBUSY;
+        snprintf(m.u.error.message, sizeof(m.u.error.message), "%s", why);
+        (void)ingest_link_send(link, &m);
         goto out;
     }
     in_session = 1;
-    if (device_claim(s, device) != 0) {
-        prog_log(INGEST_LOG_WARN, "device %s from %s: its previous connection is still being served after %d s; closing",
-                 device, c->peer, DEVICE_WAIT_S);
-        goto out;
-    }
-    claimed = 1;
-    ingest_metric_add(s->m_conns, NULL, 1);
-    counted = 1;
-    const int pipelined = (ingest_session_features(ss) & INGEST_SESSION_FEATURE_PIPELINE) != 0;
-    prog_log(INGEST_LOG_INFO, "device %s connected from %s (%s%s)", device, c->peer,
-             ingest_session_cipher_name(ingest_session_cipher(ss)), pipelined ? ", pipelined" : "");
-    cm.s = s;
-    cm.lk = &lk;
-    cm.device = device;
-    for (int i = 0; i < 2; i++) {
-        if ((lctx[i] = ingest_ctx_create(NULL)) == NULL)
-            goto out;
-        ingest_ctx_set_log(lctx[i], prog_lib_log, NULL,
-                           prog_log_level() >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
-        rc = ingest_codec_create(lctx[i], 1, &lcodec[i]);
-        pthread_mutex_lock(&s->land_lock);
-        if (rc == 0)
-            rc = ingest_lander_create(lctx[i], s->st, s->idx, s->cfg->bronze, s->cfg->layout, s->dedup, lcodec[i],
-                                      &landers[i]);
-        if (rc == 0)
-            rc = ingest_lander_set_direct_io(landers[i], s->cfg->direct_io);
-        pthread_mutex_unlock(&s->land_lock);
-        if (rc < 0) {
-            prog_log(INGEST_LOG_ERROR, "device %s: cannot start landing: %s", device, ingest_ctx_errmsg(lctx[i]));
-            goto out;
-        }
-    }
-    const int idle = (int)(s->cfg->idle_timeout_ms > 0x7fffffff ? 0x7fffffff : s->cfg->idle_timeout_ms);
-    q.ss = ss;
-    q.fd = c->fd;
-    q.idle_ms = idle;
-    q.key = s->dedup;
-    q.stage = s->m_stage;
-    q.ctx = ctx;
-    q.pack = (ingest_session_features(ss) & INGEST_SESSION_FEATURE_PACK) != 0;
-    if (q.pack && ((q.gbuf = malloc(INGEST_WIRE_GROUP_MAX_RAW)) == NULL ||
-                   (q.gids = malloc((size_t)INGEST_WIRE_GROUP_MAX_CHUNKS * INGEST_ID_BYTES)) == NULL ||
-                   (q.glens = malloc(INGEST_WIRE_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL)) {
-        prog_log(INGEST_LOG_ERROR, "device %s: out of memory for its reader", device);
-        goto out;
-    }
-    if (ingest_codec_create(ctx, 1, &q.codec) < 0 || pthread_create(&reader, NULL, reader_main, &q) != 0) {
-        prog_log(INGEST_LOG_ERROR, "device %s: cannot start its reader: %s", device, ingest_ctx_errmsg(ctx));
-        goto out;
-    }
-    reader_started = 1;
-    for (;;) {
-        free(it);
-        it = readq_pop(&q);
-        reader_done |= it->last;
-        rc = it->rc;
-        if (rc == INGEST_ETIMEDOUT) {
-            prog_log(INGEST_LOG_INFO, "device %s idle for %d ms; closing", device, idle);
-            break;
-        }
-        if (rc == INGEST_ECLOSED && b == NULL && mlen == 0) {
-            prog_log(INGEST_LOG_INFO, "device %s disconnected", device);
-            break;
-        }
-        if (rc < 0) {
-            ingest_metric_add(s->m_errors, rc == INGEST_ECORRUPT || rc == INGEST_EPROTO ? "protocol" : "session", 1);
-            prog_log(INGEST_LOG_WARN, "device %s: %s: %s%s", device, ingest_strerror(rc), it->why,
-                     b ? "; batch abandoned" : "");
-            if (rc == INGEST_ECORRUPT)
-                send_error(&lk, rc, it->why);
-            break;
-        }
-        const ingest_wire_msg m = it->m;
-        switch (m.type) {
-        case INGEST_MSG_PING: {
-            ingest_wire_msg p = m;
-            p.type = INGEST_MSG_PONG;
-            rc = link_send(&lk, &p);
-            break;
-        }
-        case INGEST_MSG_DICT_OFFER:
-            if (!(ingest_session_features(ss) & INGEST_SESSION_FEATURE_DICT) || b != NULL || batch[0] != '\0' ||
-                cd.receiving) {
-                rc = INGEST_EPROTO;
-                break;
-            }
-            committer_wait_idle(&cm); /* the last batch's ACK goes first */
-            rc = dict_offer(s, &cd, &q, lcodec, ctx, &lk, device, &m.u.dict_offer);
-            break;
-        case INGEST_MSG_DICT_DATA: {
-            char why[INGEST_WIRE_MESSAGE_MAX];
-            if (!(ingest_session_features(ss) & INGEST_SESSION_FEATURE_DICT)) {
-                rc = INGEST_EPROTO;
-                break;
-            }
-            rc = dict_data(s, &cd, &q, lcodec, ctx, device, &m.u.dict_data, why, sizeof(why));
-            if (rc < 0) {
-                prog_log(INGEST_LOG_WARN, "device %s: %s: %s; nothing stored, closing", device, ingest_strerror(rc),
-                         why);
-                ingest_metric_add(s->m_errors, "protocol", 1);
-                send_error(&lk, rc, why);
-                goto out;
-            }
-            break;
-        }
-        case INGEST_MSG_BATCH_BEGIN:
-            if (b != NULL || cd.receiving) {
-                rc = INGEST_EPROTO;
-                break;
-            }
-            snprintf(batch, sizeof(batch), "%s", m.u.begin.batch_id);
-            mlen = 0;
-            parts = 0;
-            break;
-        case INGEST_MSG_MANIFEST_PART:
-            if (batch[0] == '\0' || b != NULL || m.u.manifest_part.len > MANIFEST_MAX - mlen) {
-                rc = INGEST_EPROTO;
-                break;
-            }
-            if (mlen + m.u.manifest_part.len > mcap) {
-                size_t cap = mcap ? mcap : 1 << 16;
-                while (cap < mlen + m.u.manifest_part.len)
-                    cap *= 2;
-                uint8_t *p = realloc(manifest, cap);
-                if (p == NULL) {
-                    rc = INGEST_ENOMEM;
-                    break;
-                }
-                manifest = p;
-                mcap = cap;
-            }
-            memcpy(manifest + mlen, m.u.manifest_part.data, m.u.manifest_part.len);
-            mlen += m.u.manifest_part.len;
-            parts++;
-            break;
-        case INGEST_MSG_MANIFEST_END: {
-            if (batch[0] == '\0' || b != NULL || m.u.manifest_end.part_count != parts ||
-                m.u.manifest_end.manifest_bytes != mlen) {
-                rc = INGEST_EPROTO;
-                break;
-            }
-            batch_t0 = prog_now();
-            pthread_mutex_lock(&s->land_lock);
-            rc = ingest_lander_begin(landers[k], device, manifest, mlen, &b);
-            char why[INGEST_WIRE_MESSAGE_MAX];
-            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
-            wants.n = 0;
-            if (rc == 0) {
-                const uint32_t *idx;
-                size_t n;
-                ingest_lander_wants(b, &idx, &n);
-                if (u32vec_push(&wants, idx, n) != 0 || ingest_lander_advance(b) < 0 ||
-                    collect_rewants(b, &wants) != 0) {
-                    rc = INGEST_ENOMEM;
-                    snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
-                }
-            }
-            pthread_mutex_unlock(&s->land_lock);
-            mlen = 0;
-            if (rc == INGEST_LANDER_ALREADY) {
-                prog_log(INGEST_LOG_INFO, "device %s batch %s was landed before; acknowledged again", device, batch);
-                ingest_metric_add(s->m_landed, device, 1);
-                committer_wait_idle(&cm); /* ACKs in batch order */
-                rc = send_ack(&lk, batch, INGEST_ACK_DUPLICATE, "already landed");
-                batch[0] = '\0';
-                break;
-            }
-            if (rc < 0) {
-                prog_log(INGEST_LOG_WARN, "device %s batch %s refused: %s: %s", device, batch, ingest_strerror(rc),
-                         why);
-                s->batches_failed++;
-                ingest_metric_add(s->m_failed, device, 1);
-                ingest_lander_batch_destroy(b);
-                b = NULL;
-                committer_wait_idle(&cm);
-                rc = send_ack(&lk, batch, rc, why);
-                batch[0] = '\0';
-                break;
-            }
-            prog_log(INGEST_LOG_DEBUG, "device %s batch %s: %u chunks, %zu wanted", device, batch,
-                     ingest_lander_batch_chunks(b), wants.n);
-            gen = readq_set_batch(&q, b);
-            rc = send_wants(&lk, batch, &wants);
-            wants.n = 0; /* from here on: re-wants not sent yet (found while chunks arrive) */
-            break;
-        }
-        case INGEST_MSG_CHUNK: {
-            if (b == NULL) {
-                rc = INGEST_EPROTO;
-                break;
-            }
-            if (it->gen != gen) {
-                /* read before this batch's WANT was sent: nobody asked for it */
-                const char *why = "CHUNK sent before the WANT that asks for it";
-                prog_log(INGEST_LOG_WARN, "device %s batch %s: chunk %u: %s; closing", device, batch,
-                         m.u.chunk.index, why);
-                ingest_metric_add(s->m_errors, "protocol", 1);
-                send_error(&lk, INGEST_EPROTO, why);
-                goto out;
-            }
-            const double tl = prog_now();
-            pthread_mutex_lock(&s->land_lock);
-            rc = it->verified ? ingest_lander_put_verified(b, m.u.chunk.index, it->data, it->len, it->enc_len, it->id)
-                              : ingest_lander_put_chunk(b, m.u.chunk.index, it->data, it->enc_len);
-            if (rc == 0)
-                rc = collect_rewants(b, &wants) == 0 ? 0 : INGEST_ENOMEM;
-            char why[INGEST_WIRE_MESSAGE_MAX];
-            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
-            pthread_mutex_unlock(&s->land_lock);
-            ingest_metric_add_seconds(s->m_stage, "land", prog_now() - tl);
-            s->chunks_received++;
-            s->bytes_received += it->enc_len;
-            if (rc < 0) {
-                prog_log(INGEST_LOG_WARN, "device %s batch %s failed: chunk %u: %s: %s", device, batch,
-                         m.u.chunk.index, ingest_strerror(rc), why);
-                ingest_metric_add(s->m_errors, "chunk", 1);
-                drop_failed_batch(s, &q, &b, device);
-                send_error(&lk, rc, why);
-                goto out;
-            }
-            break;
-        }
-        case INGEST_MSG_CHUNK_GROUP: {
-            /* only a group the reader could not check comes here (or one sent without the pack feature) */
-            if (b == NULL || !q.pack) {
-                rc = INGEST_EPROTO;
-                break;
-            }
-            const char *why = it->gen != gen ? "CHUNK sent before the WANT that asks for it" : it->why;
-            prog_log(INGEST_LOG_WARN, "device %s batch %s failed: chunk group at chunk %u: %s; closing", device,
-                     batch, m.u.chunk.index, why);
-            ingest_metric_add(s->m_errors, it->gen != gen ? "protocol" : "chunk", 1);
-            drop_failed_batch(s, &q, &b, device);
-            char msg[INGEST_WIRE_MESSAGE_MAX];
-            snprintf(msg, sizeof(msg), "chunk group at chunk %u: %s", m.u.chunk.index, why);
-            send_error(&lk, it->gen != gen ? INGEST_EPROTO : INGEST_ECORRUPT, msg);
-            goto out;
-        }
-        case INGEST_MSG_BATCH_COMMIT: {
-            if (b == NULL || strcmp(m.u.commit.batch_id, batch) != 0) {
-                rc = INGEST_EPROTO;
-                break;
-            }
-            const double t0 = prog_now();
-            pthread_mutex_lock(&s->land_lock);
-            /* wants holds the re-wants collected while chunks arrived: they were not sent yet */
-            rc = ingest_lander_commit_prepare(b);
-            if (rc == INGEST_EBUSY && collect_rewants(b, &wants) != 0)
-                rc = INGEST_ENOMEM;
-            char why[INGEST_WIRE_MESSAGE_MAX];
-            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
-            ingest_metric_add_seconds(s->m_stage, "commit", prog_now() - t0); /* finish_batch counts its own */
-            int finished = 0; /* finish_batch ran (and counted a failure itself) */
-            if (rc == 0 && !pipelined) {
-                rc = finish_batch(s, b, lctx[k], device, batch, batch_t0, why, sizeof(why));
-                finished = 1;
-            }
-            pthread_mutex_unlock(&s->land_lock);
-            if (rc == INGEST_EBUSY && wants.n > 0) {
-                prog_log(INGEST_LOG_INFO, "device %s batch %s: %zu known chunks were stale; asking for them",
-                         device, batch, wants.n);
-                rc = send_wants(&lk, batch, &wants);
-                wants.n = 0;
-                break;
-            }
-            wants.n = 0;
-            readq_set_batch(&q, NULL);
-            if (rc == 0 && pipelined) {
-                /* Everything is in: the committer makes it durable and acks it while the next batch comes. */
-                committer_wait_idle(&cm);
-                if (committer_give(&cm, b, lctx[k], batch, batch_t0) == 0) {
-                    b = NULL;
-                    k ^= 1;
-                    rc = send_received(&lk, batch);
-                    batch[0] = '\0';
-                    break;
-                }
-                pthread_mutex_lock(&s->land_lock);
-                rc = finish_batch(s, b, lctx[k], device, batch, batch_t0, why, sizeof(why));
-                pthread_mutex_unlock(&s->land_lock);
-                finished = 1;
-            }
-            if (rc < 0) {
-                if (!finished) {
-                    prog_log(INGEST_LOG_WARN, "device %s batch %s failed: %s: %s", device, batch,
-                             ingest_strerror(rc), why);
-                    s->batches_failed++;
-                    ingest_metric_add(s->m_failed, device, 1);
-                    ingest_metric_add(s->m_errors, "commit", 1);
-                }
-                committer_wait_idle(&cm);
-                rc = send_ack(&lk, batch, rc, why);
-            } else {
-                committer_wait_idle(&cm);
-                rc = send_ack(&lk, batch, INGEST_ACK_LANDED, "landed");
-            }
-            pthread_mutex_lock(&s->land_lock);
-            ingest_lander_batch_destroy(b);
-            pthread_mutex_unlock(&s->land_lock);
-            b = NULL;
-            batch[0] = '\0';
-            break;
-        }
-        case INGEST_MSG_ERROR:
-            prog_log(INGEST_LOG_WARN, "device %s reported: %s: %s", device, ingest_strerror(m.u.error.code),
-                     prog_esc(m.u.error.message));
-            goto out;
-        default:
-            rc = INGEST_EPROTO;
-            break;
-        }
-        if (rc == INGEST_EPROTO) {
-            ingest_metric_add(s->m_errors, "protocol", 1);
-            prog_log(INGEST_LOG_WARN, "device %s: unexpected %s message; closing", device,
-                     ingest_wire_type_name(m.type));
-            send_error(&lk, rc, "unexpected message");
-            break;
-        }
-        if (rc < 0) {
-            prog_log(INGEST_LOG_WARN, "device %s: %s: %s", device, ingest_strerror(rc),
-                     ingest_session_send_errmsg(ss));
-            break;
-        }
-    }
+    (void)ingest_core_serve(s->core, link, device); /* logged and counted there */
 out:
-    committer_stop(&cm); /* its batch is made durable and acked first */
-    if (counted)
-        ingest_metric_add(s->m_conns, NULL, (uint64_t)-1);
-    free(it);
-    if (reader_started) {
-        /* Stop the reader: no more frames are read once the socket is shut down. */
-        pthread_mutex_lock(&q.lock);
-        q.quit = 1;
-        pthread_cond_broadcast(&q.cond);
-        pthread_mutex_unlock(&q.lock);
-        shutdown(c->fd, SHUT_RDWR);
-        while (!reader_done) { /* drain until the reader's end marker */
-            qitem *d = readq_pop(&q);
-            reader_done = d->last;
-            free(d);
-        }
-        pthread_join(reader, NULL);
-    }
-    readq_set_batch(&q, NULL);
-    ingest_codec_destroy(q.codec);
-    free(q.gbuf);
-    free(q.gids);
-    free(q.glens);
-    pthread_cond_destroy(&q.cond);
-    pthread_mutex_destroy(&q.lock);
-    if (b != NULL) {
-        pthread_mutex_lock(&s->land_lock);
-        ingest_lander_batch_destroy(b);
-        pthread_mutex_unlock(&s->land_lock);
-    }
-    for (int i = 0; i < 2; i++) {
-        if (landers[i] != NULL) {
-            pthread_mutex_lock(&s->land_lock);
-            ingest_lander_destroy(landers[i]);
-            pthread_mutex_unlock(&s->land_lock);
-        }
-        ingest_codec_destroy(lcodec[i]); /* after its lander; before its context and the dictionary bytes */
-        ingest_ctx_destroy(lctx[i]);
-    }
-    for (unsigned i = 0; i < cd.nown; i++)
-        free(cd.own[i]);
-    free(cd.buf);
-    free(manifest);
-    free(wants.v);
-    pthread_mutex_destroy(&lk.mu);
+    ingest_link_destroy(link);
     ingest_session_destroy(ss);
     auth_put(s, auth);
     ingest_ctx_destroy(ctx);
-    if (claimed)
-        device_release(s, device);
     if (in_session)
         session_release(s);
 }
@@ -1865,6 +676,52 @@ static int load_keys(server *s)
     return 0;
 }
 
+/* The dictionaries devices sent, in {state_dir}/dicts: 0, or -1 logged. */
+static int open_dicts(server *s)
+{
+    char dir[4200];
+    snprintf(dir, sizeof(dir), "%s/dicts", s->cfg->state_dir);
+    if ((s->dicts_ctx = ingest_ctx_create(NULL)) == NULL)
+        return -1;
+    ingest_ctx_set_log(s->dicts_ctx, prog_lib_log, NULL, s->cfg->log_level);
+    if (ingest_dictstore_open(s->dicts_ctx, dir, &s->dicts) < 0) {
+        prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(s->dicts_ctx));
+        return -1;
+    }
+    return 0;
+}
+
+/* The core side that serves every authenticated device: 0, or -1 logged. */
+static int make_core(server *s)
+{
+    const ingest_core_metrics cm = {
+        .conns = s->m_conns, .landed = s->m_landed, .failed = s->m_failed, .files = s->m_files,
+        .bytes = s->m_bytes, .chunks_new = s->m_new, .chunks_known = s->m_known, .rewanted = s->m_rewanted,
+        .wire = s->m_wire, .written = s->m_written, .latency = s->m_latency, .stage = s->m_stage,
+        .errors = s->m_errors, .dicts = s->m_dicts,
+    };
+    const ingest_core_opts o = {
+        .store = s->st,
+        .index = s->idx,
+        .dicts = s->dicts,
+        .bronze = s->cfg->bronze,
+        .layout = s->cfg->layout,
+        .dedup_key = s->dedup,
+        .direct_io = s->cfg->direct_io,
+        .idle_timeout_ms = (int)(s->cfg->idle_timeout_ms > 0x7fffffff ? 0x7fffffff : s->cfg->idle_timeout_ms),
+        .features = CORE_FEATURES,
+        .log = prog_lib_log,
+        .log_level = s->cfg->log_level,
+        .lib_log_level = s->cfg->log_level >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN,
+        .metrics = &cm,
+    };
+    if (ingest_core_create(s->ctx, &o, &s->core) < 0) {
+        prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(s->ctx));
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *config = NULL, *ready = NULL;
@@ -1911,13 +768,10 @@ int main(int argc, char **argv)
     memset(&hup, 0, sizeof(hup));
     hup.sa_handler = on_hup;
     sigaction(SIGHUP, &hup, NULL);
-    pthread_mutex_init(&s.land_lock, NULL);
     pthread_mutex_init(&s.auth_lock, NULL);
     pthread_mutex_init(&s.sess_lock, NULL);
     pthread_mutex_init(&s.conns_lock, NULL);
     pthread_cond_init(&s.sess_cond, NULL);
-    pthread_mutex_init(&s.dev_lock, NULL);
-    pthread_cond_init(&s.dev_cond, NULL);
     s.ctx = ingest_ctx_create(NULL);
     s.auth_ctx = ingest_ctx_create(NULL);
     if (s.ctx == NULL || s.auth_ctx == NULL) {
@@ -1944,8 +798,7 @@ int main(int argc, char **argv)
     stats_logger *slog = NULL;
     if (load_keys(&s) != 0)
         goto out;
-    if ((s.active = calloc(s.cfg->max_connections ? s.cfg->max_connections : 1, sizeof(*s.active))) == NULL ||
-        (s.adm = admit_create(s.cfg->handshake_max_pending, s.cfg->handshake_max_per_address)) == NULL)
+    if ((s.adm = admit_create(s.cfg->handshake_max_pending, s.cfg->handshake_max_per_address)) == NULL)
         goto out;
     if (check_fd_limit(s.cfg) != 0)
         goto out;
@@ -1954,7 +807,7 @@ int main(int argc, char **argv)
         prog_log(INGEST_LOG_ERROR, "bronze %s: not a directory", s.cfg->bronze);
         goto out;
     }
-    if (define_metrics(&s) != 0 || open_index(&s, rebuild) != 0 || (s.dicts = dictstore_open(s.cfg->state_dir)) == NULL)
+    if (define_metrics(&s) != 0 || open_index(&s, rebuild) != 0 || open_dicts(&s) != 0 || make_core(&s) != 0)
         goto out;
     metrics_http *mh = NULL;
     if (s.cfg->metrics_listen[0] != '\0') {
@@ -2089,8 +942,11 @@ int main(int argc, char **argv)
         }
         pthread_attr_destroy(&attr);
     }
-    prog_log(INGEST_LOG_INFO, "stopping: %llu batches landed, %llu failed", (unsigned long long)s.batches_landed,
-             (unsigned long long)s.batches_failed);
+    ingest_core_stop(s.core);
+    ingest_core_stats cst;
+    ingest_core_stats_get(s.core, &cst);
+    prog_log(INGEST_LOG_INFO, "stopping: %llu batches landed, %llu failed", (unsigned long long)cst.batches_landed,
+             (unsigned long long)cst.batches_failed);
     close(lfd);
     lfd = -1;
     admit_drop_all(s.adm); /* nothing to finish before a session */
@@ -2121,13 +977,14 @@ out:
     if (s.nconn == 0) {
         ingest_index_close(s.idx);
         ingest_store_close(s.st);
-        dictstore_close(s.dicts);
+        ingest_core_destroy(s.core);
+        ingest_dictstore_close(s.dicts);
+        ingest_ctx_destroy(s.dicts_ctx);
         ingest_metrics_destroy(s.metrics);
         auth_put(&s, s.auth);
         ingest_ctx_destroy(s.auth_ctx);
         ingest_receiver_config_free(s.cfg);
         ingest_secret_key_wipe(&s.key);
-        free(s.active);
         admit_destroy(s.adm);
         ingest_ctx_destroy(s.ctx);
     }

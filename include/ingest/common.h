@@ -119,6 +119,20 @@ typedef struct ingest_span {
 INGEST_API void ingest_to_hex(const uint8_t *bin, size_t len, char *out);
 INGEST_API int ingest_from_hex(const char *hex, size_t hexlen, uint8_t *out, size_t outlen);
 
+/*
+ * Escape text that a peer or a device controls (an ERROR or ACK message, a
+ * file name) for a log line, so that it can neither break the line nor
+ * drive the terminal: printable ASCII and valid UTF-8 stay as they are; a
+ * backslash becomes "\\"; newline, return and tab become "\n", "\r",
+ * "\t"; other control bytes and bytes that are not UTF-8 become "\xNN"; C1
+ * controls, line and paragraph separators and bidirectional controls
+ * (U+0080..U+009F, U+2028, U+2029, U+200E/F, U+202A..U+202E,
+ * U+2066..U+2069) become "\u{XXXX}".  out (cap >= 4) always ends in a NUL;
+ * text that does not fit is cut at a character boundary and ends in "...".
+ * 4 * strlen(text) + 4 bytes always suffice.  Returns out.  Thread-safe.
+ */
+INGEST_API const char *ingest_escape(char *out, size_t cap, const char *text);
+
 #ifdef __cplusplus
 }
 #endif

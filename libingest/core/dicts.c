@@ -1,6 +1,9 @@
 /* The receiver's dictionary store: see dicts.h. */
-#include "dicts.h"
-#include "../common/prog.h"
+#include "../internal.h"
+#include "ingest/core.h"
+#include "ingest/codec.h"
+
+#include <stdlib.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,15 +25,16 @@ typedef struct entry {
     uint8_t *bytes;
 } entry;
 
-struct dictstore {
+struct ingest_dictstore {
+    ingest_ctx *ctx; /* for log lines only */
     pthread_mutex_t lock;
     char dir[4200];
-    entry e[DICTSTORE_MAX];
+    entry e[INGEST_DICTSTORE_MAX];
     unsigned n;
     size_t bytes;
 };
 
-static entry *find(dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES])
+static entry *find(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES])
 {
     for (unsigned i = 0; i < ds->n; i++)
         if (memcmp(ds->e[i].hash, hash, INGEST_DICT_HASH_BYTES) == 0)
@@ -77,7 +81,7 @@ static int usable(const uint8_t *bytes, size_t len, char *why, size_t cap)
 }
 
 /* Read and check one stored file; 0 held, -1 skipped (logged). */
-static int load_one(dictstore *ds, const char *name, const uint8_t hash[INGEST_DICT_HASH_BYTES])
+static int load_one(ingest_dictstore *ds, const char *name, const uint8_t hash[INGEST_DICT_HASH_BYTES])
 {
     char path[4400], why[512] = "";
     snprintf(path, sizeof(path), "%s/%s", ds->dir, name);
@@ -93,9 +97,9 @@ static int load_one(dictstore *ds, const char *name, const uint8_t hash[INGEST_D
         goto skip;
     }
     const size_t len = (size_t)st.st_size;
-    if (ds->n == DICTSTORE_MAX || len > DICTSTORE_MAX_BYTES - ds->bytes) {
-        snprintf(why, sizeof(why), "past the store's bounds (%d dictionaries, %u bytes)", DICTSTORE_MAX,
-                 DICTSTORE_MAX_BYTES);
+    if (ds->n == INGEST_DICTSTORE_MAX || len > INGEST_DICTSTORE_MAX_BYTES - ds->bytes) {
+        snprintf(why, sizeof(why), "past the store's bounds (%d dictionaries, %u bytes)", INGEST_DICTSTORE_MAX,
+                 INGEST_DICTSTORE_MAX_BYTES);
         goto skip;
     }
     if ((buf = malloc(len)) == NULL) {
@@ -129,7 +133,7 @@ static int load_one(dictstore *ds, const char *name, const uint8_t hash[INGEST_D
     ds->bytes += len;
     return 0;
 skip:
-    prog_log(INGEST_LOG_WARN, "dictionary %s skipped: %s", path, why);
+    ingest__log(ds->ctx, INGEST_LOG_WARN, "dictionary %s skipped: %s", path, why);
     if (fd >= 0)
         close(fd);
     free(buf);
@@ -138,23 +142,27 @@ skip:
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-dictstore *dictstore_open(const char *state_dir)
+int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **out)
 {
-    dictstore *ds = calloc(1, sizeof(*ds));
+    *out = NULL;
+    if (strlen(dir) >= sizeof(((ingest_dictstore *)0)->dir))
+        return ingest__fail(ctx, INGEST_EINVAL, "dictionary store %s: path too long", dir);
+    ingest_dictstore *ds = calloc(1, sizeof(*ds));
     if (ds == NULL)
-        return NULL;
+        return ingest__fail(ctx, INGEST_ENOMEM, "dictionary store: out of memory");
+    ds->ctx = ctx;
     pthread_mutex_init(&ds->lock, NULL);
-    snprintf(ds->dir, sizeof(ds->dir), "%s/dicts", state_dir);
+    snprintf(ds->dir, sizeof(ds->dir), "%s", dir);
     if (mkdir(ds->dir, 0700) != 0 && errno != EEXIST) {
-        prog_log(INGEST_LOG_ERROR, "%s: %s", ds->dir, strerror(errno));
-        dictstore_close(ds);
-        return NULL;
+        const int e = errno;
+        ingest_dictstore_close(ds);
+        return ingest__fail(ctx, ingest__errno(e), "%s: %s", dir, strerror(e));
     }
     DIR *d = opendir(ds->dir);
     if (d == NULL) {
-        prog_log(INGEST_LOG_ERROR, "%s: %s", ds->dir, strerror(errno));
-        dictstore_close(ds);
-        return NULL;
+        const int e = errno;
+        ingest_dictstore_close(ds);
+        return ingest__fail(ctx, ingest__errno(e), "%s: %s", dir, strerror(e));
     }
     /* Names first, sorted, so which files fit the bounds does not depend on readdir's order. */
     char **names = NULL;
@@ -172,7 +180,7 @@ dictstore *dictstore_open(const char *state_dir)
             continue;
         }
         if (!parse_name(nm, h)) {
-            prog_log(INGEST_LOG_WARN, "%s/%s: not a dictionary file name ({64 hex digits}.zdict); ignored", ds->dir, nm);
+            ingest__log(ctx, INGEST_LOG_WARN, "%s/%s: not a dictionary file name ({64 hex digits}.zdict); ignored", ds->dir, nm);
             skipped++;
             continue;
         }
@@ -197,12 +205,13 @@ dictstore *dictstore_open(const char *state_dir)
         free(names[i]);
     }
     free(names);
-    prog_log(INGEST_LOG_INFO, "dictionaries: %u loaded from %s (%zu bytes)%s", ds->n, ds->dir, ds->bytes,
-             skipped ? "; some files were skipped, see above" : "");
-    return ds;
+    ingest__log(ctx, INGEST_LOG_INFO, "dictionaries: %u loaded from %s (%zu bytes)%s", ds->n, ds->dir, ds->bytes,
+                skipped ? "; some files were skipped, see above" : "");
+    *out = ds;
+    return 0;
 }
 
-void dictstore_close(dictstore *ds)
+void ingest_dictstore_close(ingest_dictstore *ds)
 {
     if (ds == NULL)
         return;
@@ -212,7 +221,7 @@ void dictstore_close(dictstore *ds)
     free(ds);
 }
 
-unsigned dictstore_count(dictstore *ds)
+unsigned ingest_dictstore_count(ingest_dictstore *ds)
 {
     pthread_mutex_lock(&ds->lock);
     const unsigned n = ds->n;
@@ -220,7 +229,7 @@ unsigned dictstore_count(dictstore *ds)
     return n;
 }
 
-const uint8_t *dictstore_find(dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES], size_t len)
+const uint8_t *ingest_dictstore_find(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES], size_t len)
 {
     pthread_mutex_lock(&ds->lock);
     const entry *e = find(ds, hash);
@@ -273,7 +282,7 @@ static int write_durable(const char *dir, const char *name, const uint8_t *bytes
     return 0;
 }
 
-int dictstore_add(dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES], const uint8_t *bytes, size_t len,
+int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES], const uint8_t *bytes, size_t len,
                   char *why, size_t whycap)
 {
     int rc = -1;
@@ -284,9 +293,9 @@ int dictstore_add(dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES], con
         rc = 0;
         goto out;
     }
-    if (ds->n == DICTSTORE_MAX || len > DICTSTORE_MAX_BYTES - ds->bytes) {
+    if (ds->n == INGEST_DICTSTORE_MAX || len > INGEST_DICTSTORE_MAX_BYTES - ds->bytes) {
         snprintf(why, whycap, "the store is full (%u dictionaries, %zu bytes; bounds %d and %u)", ds->n, ds->bytes,
-                 DICTSTORE_MAX, DICTSTORE_MAX_BYTES);
+                 INGEST_DICTSTORE_MAX, INGEST_DICTSTORE_MAX_BYTES);
         goto out;
     }
     if ((copy = malloc(len)) == NULL) {

@@ -1,0 +1,153 @@
+/*
+ * The core side of the protocol (docs/protocol.md): serve one device over
+ * a link (link.h) at a time per device: receive its batches' manifests,
+ * ask for the chunks the core does not hold, verify and land what comes
+ * through the lander (lander.h), make each batch durable, then acknowledge
+ * it.  What a receiver program adds around it is the transport's side:
+ * listening, admission, the handshake, and its configuration, signals,
+ * logs and metrics.
+ *
+ *   ingest_core_create(ctx, &opts, &core);
+ *   per authenticated connection, in a thread of its own:
+ *       ingest_core_serve(core, link, device_id);
+ *   ingest_core_stop(core);            ends waits for a device's slot
+ *   ingest_core_destroy(core);         after every serve returned
+ *
+ * Each served link uses two threads of the library's own: a reader that
+ * receives, decodes and verifies chunks ahead of the landing (bounded by
+ * INGEST_CORE_READQ_MAX bytes), and, with the pipeline feature, a
+ * committer that makes one batch durable and acknowledges it while the
+ * next one arrives.  The store, the chunk index and the landers share one
+ * LMDB environment, so every call into landing holds the core's land lock
+ * (ingest_core_lock); waits on the link never do.
+ *
+ * THREAD SAFETY: ingest_core_serve may run in any number of threads at
+ * once (one per link); ingest_core_lock, _stop and _stats from any thread.
+ * The opts' store, index and metrics are shared by them: use the store
+ * and index elsewhere only under ingest_core_lock.
+ */
+#ifndef INGEST_CORE_H
+#define INGEST_CORE_H
+
+#include "ingest/common.h"
+#include "ingest/codec.h"
+#include "ingest/hash.h"
+#include "ingest/index.h"
+#include "ingest/link.h"
+#include "ingest/metrics.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define INGEST_CORE_READQ_MAX (16u * 1024u * 1024u) /* bytes a reader holds ahead of the landing */
+#define INGEST_CORE_MANIFEST_MAX (64u * 1024u * 1024u) /* bytes of one batch manifest (~800k chunks) */
+#define INGEST_CORE_DEVICE_WAIT_S 30 /* a device's new link waits this long for its previous one to end */
+#define INGEST_CORE_SESSION_DICTS_MAX 8 /* dictionaries one link may offer */
+
+typedef struct ingest_core ingest_core;
+typedef struct ingest_dictstore ingest_dictstore;
+
+/*
+ * Counters the core keeps up (every one may be NULL), labelled as
+ * docs/operations.md lists: by device, except stage (verify, land,
+ * commit), errors (protocol, chunk, commit, session) and dicts (held,
+ * received, refused).
+ */
+typedef struct ingest_core_metrics {
+    ingest_metric *conns, *landed, *failed, *files, *bytes, *chunks_new, *chunks_known, *rewanted, *wire, *written,
+        *latency, *stage, *errors, *dicts;
+} ingest_core_metrics;
+
+typedef struct ingest_core_opts {
+    ingest_store *store;  /* of index; shared, used under the land lock */
+    ingest_index *index;
+    ingest_dictstore *dicts; /* dictionaries devices sent; NULL: none are kept */
+    const char *bronze;   /* root of the landed tree */
+    const char *layout;   /* lander layout template (lander.h) */
+    const uint8_t *dedup_key; /* INGEST_KEY_BYTES */
+    int direct_io;        /* lander direct I/O (lander.h) */
+    int idle_timeout_ms;  /* a link silent this long is closed; 0: never */
+    unsigned features;    /* INGEST_SESSION_FEATURE_* the core supports (what it offered in handshakes) */
+    /* Log lines (device connected, batch landed, why a batch failed) at
+     * most at log_level; the library's own detail goes to contexts at
+     * lib_log_level.  log may be NULL. */
+    ingest_log_fn log;
+    void *log_userdata;
+    int log_level, lib_log_level;
+    const ingest_core_metrics *metrics; /* copied; NULL: none */
+} ingest_core_opts;
+
+typedef struct ingest_core_stats {
+    uint64_t batches_landed, batches_failed, chunks_received, bytes_received;
+    unsigned links; /* links being served now */
+} ingest_core_stats;
+
+INGEST_API int ingest_core_create(ingest_ctx *ctx, const ingest_core_opts *opts, ingest_core **out) INGEST_WUR;
+/* After every ingest_core_serve returned.  NULL is accepted. */
+INGEST_API void ingest_core_destroy(ingest_core *core);
+
+/*
+ * Serve the authenticated device device_id over link until the link ends,
+ * the device misbehaves (told with an ERROR, then the link is shut down)
+ * or the link stays silent past idle_timeout_ms.  A batch is acknowledged
+ * only once durable; a batch cut off is simply sent again later (batch
+ * ids make that a no-op when it had landed).  One link per device at a
+ * time: a second waits up to INGEST_CORE_DEVICE_WAIT_S for the first to
+ * end.  Returns 0 when the device closed between batches (or was idle), or
+ * the INGEST_E* code of why the link ended (logged).  The link is the
+ * caller's to destroy afterwards.
+ */
+INGEST_API int ingest_core_serve(ingest_core *core, ingest_link *link, const char *device_id);
+
+/* End waits of ingest_core_serve for a device's slot (a stop is under way). */
+INGEST_API void ingest_core_stop(ingest_core *core);
+INGEST_API void ingest_core_stats_get(ingest_core *core, ingest_core_stats *st);
+/* The land lock: hold it to use the store or index outside the core (an index flush). */
+INGEST_API void ingest_core_lock(ingest_core *core);
+/* 0 when taken, else INGEST_EBUSY. */
+INGEST_API int ingest_core_trylock(ingest_core *core);
+INGEST_API void ingest_core_unlock(ingest_core *core);
+
+/* ---- the dictionary store ---------------------------------------------- */
+
+/*
+ * The trained zstd dictionaries devices sent (docs/compression.md,
+ * "Dictionaries"), kept in {dir}/{hash}.zdict, where {hash} is the 64 hex
+ * digits of the dictionary's unkeyed BLAKE2b-256 (ingest_dict_hash).
+ * Content-addressed, so a file is checked against its own name.  In memory
+ * the store holds every dictionary it loaded or received; an entry is
+ * never removed while the store is open, so the bytes a lookup returns
+ * stay valid (codecs load them by reference) until it is closed.  Bounds:
+ * INGEST_DICTSTORE_MAX dictionaries and INGEST_DICTSTORE_MAX_BYTES in all.
+ * Every function may be called from any thread.
+ */
+#define INGEST_DICTSTORE_MAX 64
+#define INGEST_DICTSTORE_MAX_BYTES (64u * 1024u * 1024u)
+
+/*
+ * Open (creating dir, mode 0700) and load every stored dictionary in name
+ * order: a file that is not one (wrong size, bytes not matching its name,
+ * no dictionary id, malformed tables), or past the bounds, is logged by
+ * name through ctx and skipped, never deleted.  Temporary files a crash
+ * left are removed.  ctx must outlive the store.
+ */
+INGEST_API int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **out) INGEST_WUR;
+INGEST_API void ingest_dictstore_close(ingest_dictstore *ds);
+INGEST_API unsigned ingest_dictstore_count(ingest_dictstore *ds);
+/* The bytes of the dictionary named hash, of exactly len bytes, or NULL. */
+INGEST_API const uint8_t *ingest_dictstore_find(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES],
+                                                size_t len);
+/*
+ * Keep a verified dictionary (bytes checked against hash by the caller):
+ * written durably (temporary file, fsync, rename, fsync of the directory),
+ * then a copy held.  0 (also when held already), or -1 with the reason in
+ * why: the store is full, or the write failed.
+ */
+INGEST_API int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES],
+                                    const uint8_t *bytes, size_t len, char *why, size_t whycap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

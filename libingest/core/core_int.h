@@ -1,0 +1,99 @@
+/*
+ * Inside the core side (include/ingest/core.h): the core's shared state,
+ * and the reader thread each served link has.  The core side includes the
+ * shared helpers and the transport seam, never the edge side.
+ *
+ * Memory: the core runs threads of its own and keeps per-link buffers
+ * that live across them, so it allocates with the C allocator, not
+ * through a context's (which belongs to one thread).
+ */
+#ifndef INGEST_CORE_INT_H
+#define INGEST_CORE_INT_H
+
+#include "../internal.h"
+#include "ingest/codec.h"
+#include "ingest/core.h"
+#include "ingest/lander.h"
+#include "ingest/link.h"
+#include "ingest/wire.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct ingest_core {
+    ingest_core_opts o;
+    ingest_core_metrics m; /* all NULL when opts gave none */
+    char *bronze, *layout;
+    uint8_t dedup[INGEST_KEY_BYTES];
+    pthread_mutex_t land_lock;
+    atomic_int stopping;
+    /* Devices with a link being served: one link per device at a time, so
+     * a batch replayed on a new link never meets the old link still landing
+     * or finishing it (same temporary names). */
+    pthread_mutex_t dev_lock;
+    pthread_cond_t dev_cond;
+    char (*active)[INGEST_DEVICE_ID_MAX + 1];
+    size_t nactive, capactive;
+    atomic_ullong batches_landed, batches_failed, chunks_received, bytes_received;
+    atomic_uint links;
+};
+
+/* A log line through opts.log, when level is on. */
+void core_log(ingest_core *s, int level, const char *fmt, ...) INGEST__PRINTF(3, 4);
+/* Monotonic seconds. */
+double core_now(void);
+/* Wait (at most INGEST_CORE_DEVICE_WAIT_S) until no other link serves device, then claim it: 0, or -1. */
+int core_device_claim(ingest_core *s, const char *device);
+void core_device_release(ingest_core *s, const char *device);
+
+/* ---- the reader thread of a link (reader.c) ------------------------------ */
+
+/*
+ * Each link has two threads: the reader receives messages, and decodes and
+ * verifies each CHUNK against the id the manifest gives it (the costly
+ * part: decompression and the chunk ids); the serving thread lands what
+ * the reader queues and sends the replies.  The queue is bounded by bytes,
+ * so a fast device cannot make the core buffer more than
+ * INGEST_CORE_READQ_MAX per link.
+ */
+typedef struct qitem {
+    struct qitem *next;
+    ingest_wire_msg m;  /* the message; for MANIFEST_PART and CHUNK the bytes are in data */
+    int rc;             /* < 0: the receive failed (m unused) */
+    char why[512];      /* the receive failure's detail */
+    int verified;       /* CHUNK: data holds the decoded chunk, verified against id */
+    uint8_t id[INGEST_ID_BYTES]; /* CHUNK, verified: the id it was checked against */
+    uint64_t gen;       /* CHUNK: the batch generation published when it arrived (0: none) */
+    int last;           /* the reader's end marker: nothing follows */
+    size_t enc_len;     /* CHUNK: encoded size as received */
+    size_t len;         /* bytes in data */
+    uint8_t data[];
+} qitem;
+
+typedef struct readq {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    qitem *head, *tail;
+    size_t bytes;
+    int quit, ended;
+    ingest_lander_batch *batch; /* the open batch, for the expected chunk ids */
+    uint64_t gen;               /* its generation: counts publications, 0 while none is open */
+    ingest_link *link;
+    int idle_ms;
+    ingest_codec *codec;        /* the reader's own decoder */
+    ingest_ctx *ctx;            /* codec's */
+    int pack;                   /* the pack feature was agreed */
+    /* CHUNK_GROUP scratch: the decoded bytes, and the expected ids and lengths */
+    uint8_t *gbuf, *gids;
+    uint32_t *glens;
+    int decoding;               /* the reader is decoding with codec (dictionaries are added only when not) */
+    const uint8_t *key;
+    ingest_metric *stage;       /* verify seconds */
+} readq;
+
+void *core_reader_main(void *arg);
+qitem *core_readq_pop(readq *q);
+/* Publish (or withdraw, with NULL) the open batch to the reader; returns the generation its chunks carry. */
+uint64_t core_readq_set_batch(readq *q, ingest_lander_batch *b);
+
+#endif

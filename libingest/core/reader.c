@@ -1,0 +1,285 @@
+/*
+ * The reader thread of a served link (core_int.h): receives messages,
+ * decodes and verifies chunks and chunk groups against the open batch's
+ * manifest, and queues what the serving thread lands.
+ */
+#include "core_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void readq_push(readq *q, qitem *it)
+{
+    pthread_mutex_lock(&q->lock);
+    while (q->bytes > INGEST_CORE_READQ_MAX && !q->quit)
+        pthread_cond_wait(&q->cond, &q->lock);
+    it->next = NULL;
+    if (q->tail)
+        q->tail->next = it;
+    else
+        q->head = it;
+    q->tail = it;
+    q->bytes += it->len + sizeof(*it);
+    pthread_cond_broadcast(&q->cond);
+    pthread_mutex_unlock(&q->lock);
+}
+
+qitem *core_readq_pop(readq *q)
+{
+    pthread_mutex_lock(&q->lock);
+    while (q->head == NULL)
+        pthread_cond_wait(&q->cond, &q->lock);
+    qitem *it = q->head;
+    q->head = it->next;
+    if (q->head == NULL)
+        q->tail = NULL;
+    q->bytes -= it->len + sizeof(*it);
+    pthread_cond_broadcast(&q->cond);
+    pthread_mutex_unlock(&q->lock);
+    return it;
+}
+
+/*
+ * Publish (or withdraw, with NULL) the open batch to the reader, once its
+ * WANT is about to be sent: a CHUNK read before that was sent before the
+ * WANT asked for it.  Returns the generation chunks of this batch carry.
+ */
+uint64_t core_readq_set_batch(readq *q, ingest_lander_batch *b)
+{
+    static atomic_ullong gens;
+    pthread_mutex_lock(&q->lock);
+    q->batch = b;
+    q->gen = b != NULL ? ++gens : 0;
+    const uint64_t g = q->gen;
+    pthread_mutex_unlock(&q->lock);
+    return g;
+}
+
+static qitem *item_new(size_t len)
+{
+    qitem *it = malloc(sizeof(*it) + len);
+    if (it != NULL) {
+        memset(it, 0, sizeof(*it));
+        it->len = len;
+    }
+    return it;
+}
+
+/* Mark the reader as decoding with its codec (dict_load waits) or not. */
+static void reader_decoding(readq *q, int on)
+{
+    pthread_mutex_lock(&q->lock);
+    q->decoding = on;
+    if (!on)
+        pthread_cond_broadcast(&q->cond);
+    pthread_mutex_unlock(&q->lock);
+}
+
+/*
+ * A CHUNK_GROUP: decode it once, verify each chunk's id over its slice and
+ * queue each as a verified CHUNK, so the landing sees what it would have
+ * seen from one CHUNK per index.  A group that cannot be checked (no open
+ * batch, an index past the batch, lengths past INGEST_WIRE_GROUP_MAX_RAW,
+ * a bad frame, an id mismatch) is queued as one failed CHUNK_GROUP item
+ * naming why.  Returns -1 only when out of memory.
+ */
+static int read_group(readq *q, const ingest_wire_msg *m)
+{
+    const ingest_wire_chunk_group *g = &m->u.group;
+    const double t0 = core_now();
+    char why[256] = "";
+    size_t total = 0;
+    uint32_t bad = ingest_wire_group_index(g, 0);
+    pthread_mutex_lock(&q->lock);
+    const uint64_t gen = q->gen;
+    int ok = q->batch != NULL;
+    q->decoding = 1;
+    for (uint32_t i = 0; ok && i < g->count; i++) {
+        const uint32_t idx = ingest_wire_group_index(g, i);
+        if (ingest_lander_chunk_expect(q->batch, idx, q->gids + (size_t)i * INGEST_ID_BYTES, &q->glens[i]) != 0) {
+            snprintf(why, sizeof(why), "chunk %u is past the batch's chunk list", idx);
+            bad = idx;
+            ok = 0;
+        } else if ((total += q->glens[i]) > INGEST_WIRE_GROUP_MAX_RAW) {
+            snprintf(why, sizeof(why), "the group holds more than %u bytes", INGEST_WIRE_GROUP_MAX_RAW);
+            ok = 0;
+        }
+    }
+    pthread_mutex_unlock(&q->lock);
+    if (!ok && why[0] == '\0')
+        snprintf(why, sizeof(why), "CHUNK sent before the WANT that asks for it");
+    size_t got = 0;
+    int rc;
+    if (ok && (rc = ingest_codec_decode(q->codec, g->data, g->len, q->gbuf, total, &got, NULL, NULL)) < 0) {
+        snprintf(why, sizeof(why), "%s: %s", ingest_strerror(rc), ingest_ctx_errmsg(q->ctx));
+        ok = 0;
+    } else if (ok && got != total) {
+        snprintf(why, sizeof(why), "decodes to %zu bytes, its chunks hold %zu", got, total);
+        ok = 0;
+    }
+    reader_decoding(q, 0);
+    size_t at = 0;
+    for (uint32_t i = 0; ok && i < g->count; at += q->glens[i], i++) {
+        uint8_t id[INGEST_ID_BYTES];
+        ingest_chunk_id(q->key, q->gbuf + at, q->glens[i], id);
+        if (memcmp(id, q->gids + (size_t)i * INGEST_ID_BYTES, INGEST_ID_BYTES) != 0) {
+            bad = ingest_wire_group_index(g, i);
+            snprintf(why, sizeof(why), "chunk %u does not match its id in the manifest", bad);
+            ok = 0;
+        }
+    }
+    if (!ok) {
+        qitem *it = item_new(0);
+        if (it == NULL)
+            return -1;
+        it->m.type = INGEST_MSG_CHUNK_GROUP;
+        it->m.u.chunk.index = bad;
+        it->gen = gen;
+        snprintf(it->why, sizeof(it->why), "%s", why);
+        readq_push(q, it);
+        return 0;
+    }
+    ingest_metric_add_seconds(q->stage, "verify", core_now() - t0);
+    /* The group's wire bytes are shared among its chunks by length. */
+    size_t enc_left = g->len;
+    at = 0;
+    for (uint32_t i = 0; i < g->count; at += q->glens[i], i++) {
+        qitem *it = item_new(q->glens[i]);
+        if (it == NULL)
+            return -1;
+        memcpy(it->data, q->gbuf + at, q->glens[i]);
+        it->verified = 1;
+        memcpy(it->id, q->gids + (size_t)i * INGEST_ID_BYTES, INGEST_ID_BYTES);
+        it->m.type = INGEST_MSG_CHUNK;
+        it->m.u.chunk.index = ingest_wire_group_index(g, i);
+        it->gen = gen;
+        const size_t share = i + 1 == g->count ? enc_left : (size_t)((uint64_t)g->len * q->glens[i] / total);
+        it->enc_len = share < enc_left ? share : enc_left;
+        enc_left -= it->enc_len;
+        readq_push(q, it);
+    }
+    return 0;
+}
+
+void *core_reader_main(void *arg)
+{
+    readq *q = arg;
+    for (;;) {
+        ingest_wire_msg m;
+        const int rc = ingest_link_recv(q->link, &m, q->idle_ms);
+        qitem *it = NULL;
+        if (rc < 0) {
+            it = item_new(0);
+            if (it == NULL)
+                break;
+            it->rc = rc;
+            snprintf(it->why, sizeof(it->why), "%s", ingest_link_recv_errmsg(q->link));
+        } else if (m.type == INGEST_MSG_CHUNK) {
+            uint8_t id[INGEST_ID_BYTES];
+            uint32_t len = 0;
+            pthread_mutex_lock(&q->lock);
+            const int known = q->batch != NULL && ingest_lander_chunk_expect(q->batch, m.u.chunk.index, id, &len) == 0;
+            const uint64_t gen = q->gen;
+            q->decoding = known;
+            pthread_mutex_unlock(&q->lock);
+            size_t got = 0;
+            const double t0 = core_now();
+            const int ok = known && (it = item_new(len)) != NULL &&
+                           ingest_codec_decode(q->codec, m.u.chunk.data, m.u.chunk.len, it->data, len, &got, q->key,
+                                               id) == 0 &&
+                           got == len;
+            if (known) {
+                pthread_mutex_lock(&q->lock);
+                q->decoding = 0;
+                pthread_cond_broadcast(&q->cond);
+                pthread_mutex_unlock(&q->lock);
+            }
+            if (ok) {
+                it->verified = 1;
+                memcpy(it->id, id, sizeof(it->id));
+                ingest_metric_add_seconds(q->stage, "verify", core_now() - t0);
+            } else {
+                /* Not verifiable here: the lander decodes it and names what is wrong. */
+                free(it);
+                if ((it = item_new(m.u.chunk.len)) == NULL)
+                    break;
+                memcpy(it->data, m.u.chunk.data, m.u.chunk.len);
+            }
+            it->m = m;
+            it->gen = gen;
+            it->enc_len = m.u.chunk.len;
+            it->m.u.chunk.data = NULL;
+        } else if (m.type == INGEST_MSG_CHUNK_GROUP && q->pack) {
+            if (read_group(q, &m) != 0)
+                break;
+            continue;
+        } else if (m.type == INGEST_MSG_MANIFEST_PART && q->pack) {
+            /* An encoded chunk holding the manifest slice, at most INGEST_WIRE_MANIFEST_PART_MAX_RAW decoded. */
+            uint32_t raw = 0;
+            size_t got = 0;
+            char why[256] = "";
+            int drc = ingest_codec_raw_size(m.u.manifest_part.data, m.u.manifest_part.len, &raw);
+            if (drc == 0 && raw > INGEST_WIRE_MANIFEST_PART_MAX_RAW) {
+                drc = INGEST_ECORRUPT;
+                snprintf(why, sizeof(why), "MANIFEST_PART: decodes to %" PRIu32 " bytes, more than %u", raw,
+                         INGEST_WIRE_MANIFEST_PART_MAX_RAW);
+            }
+            if (drc == 0 && (it = item_new(raw)) == NULL)
+                break;
+            if (drc == 0) {
+                reader_decoding(q, 1);
+                if ((drc = ingest_codec_decode(q->codec, m.u.manifest_part.data, m.u.manifest_part.len, it->data, raw,
+                                               &got, NULL, NULL)) == 0 && got != raw)
+                    drc = INGEST_ECORRUPT;
+                if (drc < 0 && why[0] == '\0')
+                    snprintf(why, sizeof(why), "MANIFEST_PART: %s: %s", ingest_strerror(drc), ingest_ctx_errmsg(q->ctx));
+                reader_decoding(q, 0);
+            }
+            if (drc < 0) {
+                free(it);
+                if ((it = item_new(0)) == NULL)
+                    break;
+                it->rc = INGEST_ECORRUPT;
+                snprintf(it->why, sizeof(it->why), "%s", why);
+            } else {
+                it->m = m;
+                it->m.u.manifest_part.data = it->data;
+                it->m.u.manifest_part.len = raw;
+            }
+        } else if (m.type == INGEST_MSG_MANIFEST_PART) {
+            if ((it = item_new(m.u.manifest_part.len)) == NULL)
+                break;
+            memcpy(it->data, m.u.manifest_part.data, m.u.manifest_part.len);
+            it->m = m;
+            it->m.u.manifest_part.data = it->data;
+        } else if (m.type == INGEST_MSG_DICT_DATA) {
+            if ((it = item_new(m.u.dict_data.len)) == NULL)
+                break;
+            memcpy(it->data, m.u.dict_data.data, m.u.dict_data.len);
+            it->m = m;
+            it->m.u.dict_data.data = it->data;
+        } else {
+            if ((it = item_new(0)) == NULL)
+                break;
+            it->m = m;
+        }
+        readq_push(q, it);
+        if (rc < 0 || q->quit)
+            break;
+    }
+    pthread_mutex_lock(&q->lock);
+    q->ended = 1;
+    pthread_mutex_unlock(&q->lock);
+    /* An end marker, so the lander thread never waits on a queue nobody fills. */
+    qitem *end = item_new(0);
+    if (end != NULL) {
+        end->rc = INGEST_ECLOSED;
+        end->last = 1;
+        snprintf(end->why, sizeof(end->why), "connection closed");
+        readq_push(q, end);
+    }
+    return NULL;
+}
+

@@ -1,0 +1,859 @@
+/*
+ * Serving one device over a link (include/ingest/core.h): the protocol's
+ * core side.  BATCH_BEGIN, the manifest's parts and MANIFEST_END open a
+ * batch in a lander; the WANT asks for the chunks the core does not hold;
+ * chunks (verified ahead by the reader thread, reader.c) are landed as
+ * they come; BATCH_COMMIT makes the batch durable (here, or with the
+ * pipeline feature in the committer thread while the next batch arrives)
+ * and the ACK says so.  Dictionaries a device offers are taken before a
+ * batch opens.
+ */
+#include "core_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct u32vec {
+    uint32_t *v;
+    size_t n, cap;
+} u32vec;
+
+static int u32vec_push(u32vec *a, const uint32_t *v, size_t n)
+{
+    if (n == 0) /* v may be NULL then; memcpy(NULL, NULL, 0) is undefined */
+        return 0;
+    if (a->n + n > a->cap) {
+        size_t cap = a->cap ? a->cap : 1024;
+        while (cap < a->n + n)
+            cap *= 2;
+        uint32_t *p = realloc(a->v, cap * sizeof(*p));
+        if (p == NULL)
+            return -1;
+        a->v = p;
+        a->cap = cap;
+    }
+    memcpy(a->v + a->n, v, n * sizeof(*v));
+    a->n += n;
+    return 0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Send the indexes as WANT frames (sorted, deduplicated), MORE on all but the last. */
+static int send_wants(ingest_link *lk, const char *batch, u32vec *w)
+{
+    if (w->n > 1) /* w->v is NULL while nothing was pushed; qsort(NULL, 0) is undefined */
+        qsort(w->v, w->n, sizeof(uint32_t), cmp_u32);
+    size_t n = 0;
+    for (size_t i = 0; i < w->n; i++)
+        if (n == 0 || w->v[i] != w->v[n - 1])
+            w->v[n++] = w->v[i];
+    w->n = n;
+    const size_t per = (INGEST_WIRE_MAX_PAYLOAD - 256) / 4;
+    size_t off = 0;
+    do {
+        const size_t k = w->n - off < per ? w->n - off : per;
+        ingest_wire_msg m;
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_WANT;
+        snprintf(m.u.want.batch_id, sizeof(m.u.want.batch_id), "%s", batch);
+        m.u.want.count = (uint32_t)k;
+        m.u.want.idx = w->v + off;
+        m.u.want.flags = off + k < w->n ? INGEST_WANT_MORE : 0;
+        const int rc = ingest_link_send(lk, &m);
+        if (rc < 0)
+            return rc;
+        off += k;
+    } while (off < w->n);
+    return 0;
+}
+
+static int send_ack(ingest_link *lk, const char *batch, int status, const char *msg)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_ACK;
+    snprintf(m.u.ack.batch_id, sizeof(m.u.ack.batch_id), "%s", batch);
+    m.u.ack.status = status;
+    snprintf(m.u.ack.message, sizeof(m.u.ack.message), "%s", msg);
+    return ingest_link_send(lk, &m);
+}
+
+static int send_received(ingest_link *lk, const char *batch)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_RECEIVED;
+    snprintf(m.u.received.batch_id, sizeof(m.u.received.batch_id), "%s", batch);
+    return ingest_link_send(lk, &m);
+}
+
+static int send_error(ingest_link *lk, int code, const char *msg)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_ERROR;
+    m.u.error.code = code;
+    snprintf(m.u.error.message, sizeof(m.u.error.message), "%s", msg);
+    return ingest_link_send(lk, &m);
+}
+
+/* Collect the lander's re-wants into w (caller holds land_lock). */
+static int collect_rewants(ingest_lander_batch *b, u32vec *w)
+{
+    const uint32_t *idx;
+    size_t n;
+    ingest_lander_rewants(b, &idx, &n);
+    return n ? u32vec_push(w, idx, n) : 0;
+}
+
+/* ---- making batches durable ------------------------------------------------ */
+
+/* The land_lock is let go while the lander waits for the disk. */
+static void land_unlock(void *ud) { pthread_mutex_unlock(&((ingest_core *)ud)->land_lock); }
+static void land_lock(void *ud) { pthread_mutex_lock(&((ingest_core *)ud)->land_lock); }
+
+/*
+ * Finish a prepared batch (called with land_lock held; returns with it
+ * held): make it durable, count it, log it, and fill ack/why for the ACK.
+ */
+static int finish_batch(ingest_core *s, ingest_lander_batch *b, ingest_ctx *lctx, const char *device, const char *batch,
+                        double batch_t0, char *why, size_t whycap)
+{
+    const double t0 = core_now();
+    const ingest_lander_lock lk = { land_unlock, land_lock, s };
+    const int rc = ingest_lander_commit_finish(b, &lk);
+    snprintf(why, whycap, "%s", ingest_ctx_errmsg(lctx));
+    ingest_lander_stats st;
+    ingest_lander_batch_stats(b, &st);
+    ingest_metric_add_seconds(s->m.stage, "commit", core_now() - t0);
+    if (rc < 0) {
+        ingest_metric_add(s->m.errors, "commit", 1);
+        core_log(s, INGEST_LOG_WARN, "device %s batch %s failed: %s: %s", device, batch, ingest_strerror(rc), why);
+        s->batches_failed++;
+        ingest_metric_add(s->m.failed, device, 1);
+        return rc;
+    }
+    s->batches_landed++;
+    ingest_metric_add(s->m.landed, device, 1);
+    ingest_metric_add(s->m.files, device, st.files);
+    ingest_metric_add(s->m.bytes, device, st.bytes);
+    ingest_metric_add(s->m.chunks_new, device, st.chunks_new);
+    ingest_metric_add(s->m.chunks_known, device, st.chunks_known);
+    ingest_metric_add(s->m.rewanted, device, st.chunks_rewanted);
+    ingest_metric_add(s->m.wire, device, st.bytes_received);
+    ingest_metric_add(s->m.written, device, st.bytes_written);
+    ingest_metric_observe(s->m.latency, device, core_now() - batch_t0);
+    core_log(s, INGEST_LOG_INFO,
+             "device %s batch %s landed: %llu files, %llu bytes, %llu chunks new, %llu known, %llu re-asked, "
+             "commit %.3fs",
+             device, batch, (unsigned long long)st.files, (unsigned long long)st.bytes,
+             (unsigned long long)st.chunks_new, (unsigned long long)st.chunks_known,
+             (unsigned long long)st.chunks_rewanted, core_now() - t0);
+    return 0;
+}
+
+/*
+ * A connection's committer thread (pipelined connections): makes the
+ * prepared batch durable and sends its ACK while the connection's thread
+ * receives the next batch.  One batch at a time: the connection's thread
+ * waits for it to be idle before it hands over the next one (so ACKs go
+ * out in batch order, each before the next RECEIVED) and before it sends
+ * an ACK itself.
+ */
+typedef struct committer {
+    ingest_core *s;
+    ingest_link *lk;
+    const char *device;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started, quit, busy;
+    ingest_lander_batch *b;
+    ingest_ctx *lctx;
+    char batch[INGEST_WIRE_BATCH_ID_MAX + 1];
+    double t0;
+} committer;
+
+static void *committer_main(void *arg)
+{
+    committer *cm = arg;
+    ingest_core *s = cm->s;
+    pthread_mutex_lock(&cm->mu);
+    for (;;) {
+        while (!cm->busy && !cm->quit)
+            pthread_cond_wait(&cm->cv, &cm->mu);
+        if (!cm->busy)
+            break;
+        pthread_mutex_unlock(&cm->mu);
+        char why[INGEST_WIRE_MESSAGE_MAX];
+        pthread_mutex_lock(&s->land_lock);
+        const int rc = finish_batch(s, cm->b, cm->lctx, cm->device, cm->batch, cm->t0, why, sizeof(why));
+        pthread_mutex_unlock(&s->land_lock);
+        /* A lost connection loses only the ACK: the batch is durable, a resend is acked as a duplicate. */
+        (void)send_ack(cm->lk, cm->batch, rc < 0 ? rc : INGEST_ACK_LANDED, rc < 0 ? why : "landed");
+        pthread_mutex_lock(&s->land_lock);
+        ingest_lander_batch_destroy(cm->b);
+        pthread_mutex_unlock(&s->land_lock);
+        pthread_mutex_lock(&cm->mu);
+        cm->b = NULL;
+        cm->busy = 0;
+        pthread_cond_broadcast(&cm->cv);
+    }
+    pthread_mutex_unlock(&cm->mu);
+    return NULL;
+}
+
+static void committer_wait_idle(committer *cm)
+{
+    if (!cm->started)
+        return;
+    pthread_mutex_lock(&cm->mu);
+    while (cm->busy)
+        pthread_cond_wait(&cm->cv, &cm->mu);
+    pthread_mutex_unlock(&cm->mu);
+}
+
+/* Hand a prepared batch over (the committer is idle); 0, or -1 when its thread cannot start. */
+static int committer_give(committer *cm, ingest_lander_batch *b, ingest_ctx *lctx, const char *batch, double t0)
+{
+    if (!cm->started) {
+        pthread_mutex_init(&cm->mu, NULL);
+        pthread_cond_init(&cm->cv, NULL);
+        if (pthread_create(&cm->thread, NULL, committer_main, cm) != 0) {
+            pthread_cond_destroy(&cm->cv);
+            pthread_mutex_destroy(&cm->mu);
+            return -1;
+        }
+        cm->started = 1;
+    }
+    pthread_mutex_lock(&cm->mu);
+    cm->b = b;
+    cm->lctx = lctx;
+    snprintf(cm->batch, sizeof(cm->batch), "%s", batch);
+    cm->t0 = t0;
+    cm->busy = 1;
+    pthread_cond_broadcast(&cm->cv);
+    pthread_mutex_unlock(&cm->mu);
+    return 0;
+}
+
+/* Let the batch in hand finish (its ACK is sent if the connection still stands), then end the thread. */
+static void committer_stop(committer *cm)
+{
+    if (!cm->started)
+        return;
+    pthread_mutex_lock(&cm->mu);
+    cm->quit = 1;
+    pthread_cond_broadcast(&cm->cv);
+    pthread_mutex_unlock(&cm->mu);
+    pthread_join(cm->thread, NULL);
+    pthread_cond_destroy(&cm->cv);
+    pthread_mutex_destroy(&cm->mu);
+    cm->started = 0;
+}
+
+/* ---- the dictionaries of a connection ------------------------------------- */
+
+/*
+ * A connection decodes with the dictionaries its own device offered on it,
+ * and only those: each connection has its own codecs (the reader's and the
+ * landers'), loaded by reference with bytes held by the store or by the
+ * connection.  So two devices whose different dictionaries share an id
+ * (ids are 31 bits) never decode each other's chunks, and no device can
+ * replace a dictionary another one relies on.
+ */
+#define INGEST_CORE_SESSION_DICTS_MAX 8
+
+typedef struct conn_dicts {
+    struct {
+        uint32_t id;
+        uint8_t hash[INGEST_DICT_HASH_BYTES];
+    } d[INGEST_CORE_SESSION_DICTS_MAX]; /* accepted on this session */
+    unsigned n;
+    uint8_t *own[INGEST_CORE_SESSION_DICTS_MAX]; /* bytes received on this connection: the codecs refer to them */
+    unsigned nown;
+    int receiving;                   /* a DICT_WANT SEND was answered: DICT_DATA of offer comes */
+    ingest_wire_dict_offer offer;
+    uint8_t *buf;                    /* what came of it so far */
+    uint32_t got;
+} conn_dicts;
+
+/* Load a dictionary (bytes outlive the codecs) into the reader's codec and the landers': 0, or a code with why. */
+static int dict_load(readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const uint8_t *bytes, size_t len,
+                     char *why, size_t cap)
+{
+    pthread_mutex_lock(&q->lock);
+    while (q->decoding) /* the reader uses its codec without the lock */
+        pthread_cond_wait(&q->cond, &q->lock);
+    int rc = ingest_codec_add_dict_decode_ref(q->codec, bytes, len, NULL);
+    if (rc < 0) /* read while the reader cannot write ctx: it is not decoding */
+        snprintf(why, cap, "%s", ingest_ctx_errmsg(ctx));
+    pthread_mutex_unlock(&q->lock);
+    for (int i = 0; i < 2 && rc == 0; i++) /* landers decode only on the connection's thread: this one */
+        if ((rc = ingest_codec_add_dict_decode_ref(lc[i], bytes, len, NULL)) < 0)
+            snprintf(why, cap, "%s", "cannot load it for landing (out of memory?)");
+    return rc;
+}
+
+static void dict_accept(conn_dicts *cd, uint32_t id, const uint8_t hash[INGEST_DICT_HASH_BYTES])
+{
+    cd->d[cd->n].id = id;
+    memcpy(cd->d[cd->n].hash, hash, INGEST_DICT_HASH_BYTES);
+    cd->n++;
+}
+
+/* Answer a DICT_OFFER (no batch is open, the committer is idle). */
+static int dict_offer(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, ingest_link *lk,
+                      const char *device, const ingest_wire_dict_offer *o)
+{
+    ingest_wire_msg a;
+    memset(&a, 0, sizeof(a));
+    a.type = INGEST_MSG_DICT_WANT;
+    a.u.dict_want.dict_id = o->dict_id;
+    a.u.dict_want.answer = INGEST_DICT_REFUSED;
+    char *why = a.u.dict_want.message;
+    const size_t whycap = sizeof(a.u.dict_want.message);
+    char hex[2 * INGEST_DICT_HASH_BYTES + 1];
+    ingest_to_hex(o->hash, INGEST_DICT_HASH_BYTES, hex);
+    unsigned i = 0;
+    while (i < cd->n && cd->d[i].id != o->dict_id)
+        i++;
+    if (i < cd->n) {
+        if (memcmp(cd->d[i].hash, o->hash, INGEST_DICT_HASH_BYTES) == 0)
+            a.u.dict_want.answer = INGEST_DICT_HAVE;
+        else
+            snprintf(why, whycap, "dictionary id %u already names another dictionary on this session",
+                     (unsigned)o->dict_id);
+    } else if (cd->n == INGEST_CORE_SESSION_DICTS_MAX) {
+        snprintf(why, whycap, "at most %d dictionaries per session", INGEST_CORE_SESSION_DICTS_MAX);
+    } else {
+        const uint8_t *bytes = ingest_dictstore_find(s->o.dicts, o->hash, o->size);
+        if (bytes == NULL) {
+            a.u.dict_want.answer = INGEST_DICT_SEND;
+            cd->receiving = 1;
+            cd->offer = *o;
+            cd->got = 0;
+        } else if (ingest_dict_id(bytes, o->size) != o->dict_id) {
+            snprintf(why, whycap, "the dictionary with this hash has id %u, not %u", ingest_dict_id(bytes, o->size),
+                     (unsigned)o->dict_id);
+        } else if (dict_load(q, lc, ctx, bytes, o->size, why, whycap) == 0) {
+            dict_accept(cd, o->dict_id, o->hash);
+            a.u.dict_want.answer = INGEST_DICT_HAVE;
+        }
+    }
+    if (a.u.dict_want.answer == INGEST_DICT_HAVE) {
+        ingest_metric_add(s->m.dicts, "held", 1);
+        core_log(s, INGEST_LOG_INFO, "device %s: dictionary %u (%.16s) offered: held already", device,
+                 (unsigned)o->dict_id, hex);
+    } else if (a.u.dict_want.answer == INGEST_DICT_SEND) {
+        core_log(s, INGEST_LOG_INFO, "device %s: dictionary %u (%.16s, %u bytes) offered: asking for it", device,
+                 (unsigned)o->dict_id, hex, (unsigned)o->size);
+    } else {
+        ingest_metric_add(s->m.dicts, "refused", 1);
+        core_log(s, INGEST_LOG_WARN, "device %s: dictionary %u (%.16s) offered: refused: %s", device,
+                 (unsigned)o->dict_id, hex, why);
+    }
+    return ingest_link_send(lk, &a);
+}
+
+/*
+ * A DICT_DATA slice: 0 (more to come, or the dictionary is verified,
+ * loaded and stored), or a code for an ERROR with why (nothing stored).
+ */
+static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const char *device,
+                     const ingest_wire_dict_data *d, char *why, size_t cap)
+{
+    const ingest_wire_dict_offer *o = &cd->offer;
+    if (!cd->receiving || d->dict_id != o->dict_id || d->offset != cd->got || d->len > o->size - cd->got) {
+        snprintf(why, cap, "DICT_DATA of dictionary %u, %zu bytes at offset %u, was not asked for", (unsigned)d->dict_id,
+                 d->len, (unsigned)d->offset);
+        return INGEST_EPROTO;
+    }
+    uint8_t *p = realloc(cd->buf, cd->got + d->len); /* grows with what came, never to a declared size */
+    if (p == NULL) {
+        snprintf(why, cap, "out of memory for dictionary %u", (unsigned)o->dict_id);
+        return INGEST_ENOMEM;
+    }
+    cd->buf = p;
+    memcpy(cd->buf + cd->got, d->data, d->len);
+    cd->got += (uint32_t)d->len;
+    if (cd->got < o->size)
+        return 0;
+    uint8_t *bytes = cd->buf;
+    cd->buf = NULL;
+    cd->got = 0;
+    cd->receiving = 0;
+    uint8_t h[INGEST_DICT_HASH_BYTES];
+    ingest_dict_hash(bytes, o->size, h);
+    if (ingest_dict_id(bytes, o->size) != o->dict_id) {
+        snprintf(why, cap, "the dictionary sent has id %u, offered as %u", ingest_dict_id(bytes, o->size),
+                 (unsigned)o->dict_id);
+        free(bytes);
+        return INGEST_EMISMATCH;
+    }
+    if (memcmp(h, o->hash, sizeof(h)) != 0) {
+        snprintf(why, cap, "the bytes of dictionary %u do not have the offered hash", (unsigned)o->dict_id);
+        free(bytes);
+        return INGEST_EMISMATCH;
+    }
+    cd->own[cd->nown++] = bytes; /* from here the codecs may refer to them */
+    char lwhy[512];
+    if (dict_load(q, lc, ctx, bytes, o->size, lwhy, sizeof(lwhy)) != 0) {
+        snprintf(why, cap, "dictionary %u is not usable: %s", (unsigned)o->dict_id, lwhy);
+        return INGEST_ECORRUPT;
+    }
+    dict_accept(cd, o->dict_id, o->hash);
+    ingest_metric_add(s->m.dicts, "received", 1);
+    char hex[2 * INGEST_DICT_HASH_BYTES + 1];
+    ingest_to_hex(o->hash, INGEST_DICT_HASH_BYTES, hex);
+    if (ingest_dictstore_add(s->o.dicts, o->hash, bytes, o->size, lwhy, sizeof(lwhy)) == 0)
+        core_log(s, INGEST_LOG_INFO, "device %s: dictionary %u (%.16s, %u bytes) received and stored", device,
+                 (unsigned)o->dict_id, hex, (unsigned)o->size);
+    else
+        core_log(s, INGEST_LOG_WARN, "device %s: dictionary %u (%.16s) received, used on this session only: %s", device,
+                 (unsigned)o->dict_id, hex, lwhy);
+    return 0;
+}
+
+/* The open batch failed: count it, withdraw it from the reader and let it go. */
+static void drop_failed_batch(ingest_core *s, readq *q, ingest_lander_batch **b, const char *device)
+{
+    s->batches_failed++;
+    ingest_metric_add(s->m.failed, device, 1);
+    core_readq_set_batch(q, NULL);
+    pthread_mutex_lock(&s->land_lock);
+    ingest_lander_batch_destroy(*b);
+    pthread_mutex_unlock(&s->land_lock);
+    *b = NULL;
+}
+
+int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
+{
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    /* Two landers, each with its own context, used in turn: while the
+     * committer thread finishes a batch of one, the next batch lands on the
+     * other (pipelined links). */
+    ingest_lander *landers[2] = { NULL, NULL };
+    ingest_ctx *lctx[2] = { NULL, NULL };
+    int k = 0;
+    ingest_lander_batch *b = NULL;
+    committer cm;
+    memset(&cm, 0, sizeof(cm));
+    uint8_t *manifest = NULL;
+    size_t mlen = 0, mcap = 0;
+    u32vec wants = { 0 };
+    char batch[INGEST_WIRE_BATCH_ID_MAX + 1] = "";
+    char device[INGEST_DEVICE_ID_MAX + 1] = "";
+    uint32_t parts = 0;
+    readq q;
+    memset(&q, 0, sizeof(q));
+    pthread_mutex_init(&q.lock, NULL);
+    pthread_cond_init(&q.cond, NULL);
+    int reader_started = 0, reader_done = 0, claimed = 0, result = INGEST_ENOMEM;
+    double batch_t0 = 0;
+    uint64_t gen = 0; /* of the open batch as published to the reader */
+    pthread_t reader;
+    qitem *it = NULL;
+    /* The landers' decoders (one each: a lander's errors name the codec's detail from its own context):
+     * this link's dictionaries only. */
+    ingest_codec *lcodec[2] = { NULL, NULL };
+    conn_dicts cd;
+    memset(&cd, 0, sizeof(cd));
+    s->links++;
+    ingest_metric_add(s->m.conns, NULL, 1);
+    if (ctx == NULL)
+        goto out;
+    ingest_ctx_set_log(ctx, s->o.log, s->o.log_userdata, s->o.lib_log_level);
+    snprintf(device, sizeof(device), "%s", device_id);
+    int rc;
+    if (core_device_claim(s, device) != 0) {
+        core_log(s, INGEST_LOG_WARN, "device %s from %s: its previous connection is still being served after %d s; closing",
+                 device, link->peer, INGEST_CORE_DEVICE_WAIT_S);
+        result = INGEST_EBUSY;
+        goto out;
+    }
+    claimed = 1;
+    const int pipelined = (link->features & INGEST_SESSION_FEATURE_PIPELINE) != 0;
+    core_log(s, INGEST_LOG_INFO, "device %s connected from %s (%s%s)", device, link->peer, link->detail,
+             pipelined ? ", pipelined" : "");
+    cm.s = s;
+    cm.lk = link;
+    cm.device = device;
+    for (int i = 0; i < 2; i++) {
+        if ((lctx[i] = ingest_ctx_create(NULL)) == NULL)
+            goto out;
+        ingest_ctx_set_log(lctx[i], s->o.log, s->o.log_userdata, s->o.lib_log_level);
+        rc = ingest_codec_create(lctx[i], 1, &lcodec[i]);
+        pthread_mutex_lock(&s->land_lock);
+        if (rc == 0)
+            rc = ingest_lander_create(lctx[i], s->o.store, s->o.index, s->o.bronze, s->o.layout, s->dedup, lcodec[i],
+                                      &landers[i]);
+        if (rc == 0)
+            rc = ingest_lander_set_direct_io(landers[i], s->o.direct_io);
+        pthread_mutex_unlock(&s->land_lock);
+        if (rc < 0) {
+            core_log(s, INGEST_LOG_ERROR, "device %s: cannot start landing: %s", device, ingest_ctx_errmsg(lctx[i]));
+            result = rc;
+            goto out;
+        }
+    }
+    const int idle = s->o.idle_timeout_ms > 0 ? s->o.idle_timeout_ms : -1;
+    q.link = link;
+    q.idle_ms = idle;
+    q.key = s->dedup;
+    q.stage = s->m.stage;
+    q.ctx = ctx;
+    q.pack = (link->features & INGEST_SESSION_FEATURE_PACK) != 0;
+    if (q.pack && ((q.gbuf = malloc(INGEST_WIRE_GROUP_MAX_RAW)) == NULL ||
+                   (q.gids = malloc((size_t)INGEST_WIRE_GROUP_MAX_CHUNKS * INGEST_ID_BYTES)) == NULL ||
+                   (q.glens = malloc(INGEST_WIRE_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL)) {
+        core_log(s, INGEST_LOG_ERROR, "device %s: out of memory for its reader", device);
+        goto out;
+    }
+    if (ingest_codec_create(ctx, 1, &q.codec) < 0 || pthread_create(&reader, NULL, core_reader_main, &q) != 0) {
+        core_log(s, INGEST_LOG_ERROR, "device %s: cannot start its reader: %s", device, ingest_ctx_errmsg(ctx));
+        goto out;
+    }
+    result = 0;
+    reader_started = 1;
+    for (;;) {
+        free(it);
+        it = core_readq_pop(&q);
+        reader_done |= it->last;
+        rc = it->rc;
+        if (rc == INGEST_ETIMEDOUT) {
+            core_log(s, INGEST_LOG_INFO, "device %s idle for %d ms; closing", device, idle);
+            break;
+        }
+        if (rc == INGEST_ECLOSED && b == NULL && mlen == 0) {
+            core_log(s, INGEST_LOG_INFO, "device %s disconnected", device);
+            break;
+        }
+        if (rc < 0) {
+            ingest_metric_add(s->m.errors, rc == INGEST_ECORRUPT || rc == INGEST_EPROTO ? "protocol" : "session", 1);
+            core_log(s, INGEST_LOG_WARN, "device %s: %s: %s%s", device, ingest_strerror(rc), it->why,
+                     b ? "; batch abandoned" : "");
+            if (rc == INGEST_ECORRUPT)
+                send_error(link, rc, it->why);
+            result = rc;
+            break;
+        }
+        const ingest_wire_msg m = it->m;
+        switch (m.type) {
+        case INGEST_MSG_PING: {
+            ingest_wire_msg p = m;
+            p.type = INGEST_MSG_PONG;
+            rc = ingest_link_send(link, &p);
+            break;
+        }
+        case INGEST_MSG_DICT_OFFER:
+            if (!(link->features & INGEST_SESSION_FEATURE_DICT) || b != NULL || batch[0] != '\0' ||
+                cd.receiving) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            committer_wait_idle(&cm); /* the last batch's ACK goes first */
+            rc = dict_offer(s, &cd, &q, lcodec, ctx, link, device, &m.u.dict_offer);
+            break;
+        case INGEST_MSG_DICT_DATA: {
+            char why[INGEST_WIRE_MESSAGE_MAX];
+            if (!(link->features & INGEST_SESSION_FEATURE_DICT)) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            rc = dict_data(s, &cd, &q, lcodec, ctx, device, &m.u.dict_data, why, sizeof(why));
+            if (rc < 0) {
+                core_log(s, INGEST_LOG_WARN, "device %s: %s: %s; nothing stored, closing", device, ingest_strerror(rc),
+                         why);
+                ingest_metric_add(s->m.errors, "protocol", 1);
+                send_error(link, rc, why);
+                result = rc;
+                goto out;
+            }
+            break;
+        }
+        case INGEST_MSG_BATCH_BEGIN:
+            if (b != NULL || cd.receiving) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            snprintf(batch, sizeof(batch), "%s", m.u.begin.batch_id);
+            mlen = 0;
+            parts = 0;
+            break;
+        case INGEST_MSG_MANIFEST_PART:
+            if (batch[0] == '\0' || b != NULL || m.u.manifest_part.len > INGEST_CORE_MANIFEST_MAX - mlen) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            if (mlen + m.u.manifest_part.len > mcap) {
+                size_t cap = mcap ? mcap : 1 << 16;
+                while (cap < mlen + m.u.manifest_part.len)
+                    cap *= 2;
+                uint8_t *p = realloc(manifest, cap);
+                if (p == NULL) {
+                    rc = INGEST_ENOMEM;
+                    break;
+                }
+                manifest = p;
+                mcap = cap;
+            }
+            memcpy(manifest + mlen, m.u.manifest_part.data, m.u.manifest_part.len);
+            mlen += m.u.manifest_part.len;
+            parts++;
+            break;
+        case INGEST_MSG_MANIFEST_END: {
+            if (batch[0] == '\0' || b != NULL || m.u.manifest_end.part_count != parts ||
+                m.u.manifest_end.manifest_bytes != mlen) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            batch_t0 = core_now();
+            pthread_mutex_lock(&s->land_lock);
+            rc = ingest_lander_begin(landers[k], device, manifest, mlen, &b);
+            char why[INGEST_WIRE_MESSAGE_MAX];
+            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
+            wants.n = 0;
+            if (rc == 0) {
+                const uint32_t *idx;
+                size_t n;
+                ingest_lander_wants(b, &idx, &n);
+                if (u32vec_push(&wants, idx, n) != 0 || ingest_lander_advance(b) < 0 ||
+                    collect_rewants(b, &wants) != 0) {
+                    rc = INGEST_ENOMEM;
+                    snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
+                }
+            }
+            pthread_mutex_unlock(&s->land_lock);
+            mlen = 0;
+            if (rc == INGEST_LANDER_ALREADY) {
+                core_log(s, INGEST_LOG_INFO, "device %s batch %s was landed before; acknowledged again", device, batch);
+                ingest_metric_add(s->m.landed, device, 1);
+                committer_wait_idle(&cm); /* ACKs in batch order */
+                rc = send_ack(link, batch, INGEST_ACK_DUPLICATE, "already landed");
+                batch[0] = '\0';
+                break;
+            }
+            if (rc < 0) {
+                core_log(s, INGEST_LOG_WARN, "device %s batch %s refused: %s: %s", device, batch, ingest_strerror(rc),
+                         why);
+                s->batches_failed++;
+                ingest_metric_add(s->m.failed, device, 1);
+                ingest_lander_batch_destroy(b);
+                b = NULL;
+                committer_wait_idle(&cm);
+                rc = send_ack(link, batch, rc, why);
+                batch[0] = '\0';
+                break;
+            }
+            core_log(s, INGEST_LOG_DEBUG, "device %s batch %s: %u chunks, %zu wanted", device, batch,
+                     ingest_lander_batch_chunks(b), wants.n);
+            gen = core_readq_set_batch(&q, b);
+            rc = send_wants(link, batch, &wants);
+            wants.n = 0; /* from here on: re-wants not sent yet (found while chunks arrive) */
+            break;
+        }
+        case INGEST_MSG_CHUNK: {
+            if (b == NULL) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            if (it->gen != gen) {
+                /* read before this batch's WANT was sent: nobody asked for it */
+                const char *why = "CHUNK sent before the WANT that asks for it";
+                core_log(s, INGEST_LOG_WARN, "device %s batch %s: chunk %u: %s; closing", device, batch,
+                         m.u.chunk.index, why);
+                ingest_metric_add(s->m.errors, "protocol", 1);
+                send_error(link, INGEST_EPROTO, why);
+                result = INGEST_EPROTO;
+                goto out;
+            }
+            const double tl = core_now();
+            pthread_mutex_lock(&s->land_lock);
+            rc = it->verified ? ingest_lander_put_verified(b, m.u.chunk.index, it->data, it->len, it->enc_len, it->id)
+                              : ingest_lander_put_chunk(b, m.u.chunk.index, it->data, it->enc_len);
+            if (rc == 0)
+                rc = collect_rewants(b, &wants) == 0 ? 0 : INGEST_ENOMEM;
+            char why[INGEST_WIRE_MESSAGE_MAX];
+            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
+            pthread_mutex_unlock(&s->land_lock);
+            ingest_metric_add_seconds(s->m.stage, "land", core_now() - tl);
+            s->chunks_received++;
+            s->bytes_received += it->enc_len;
+            if (rc < 0) {
+                core_log(s, INGEST_LOG_WARN, "device %s batch %s failed: chunk %u: %s: %s", device, batch,
+                         m.u.chunk.index, ingest_strerror(rc), why);
+                ingest_metric_add(s->m.errors, "chunk", 1);
+                drop_failed_batch(s, &q, &b, device);
+                send_error(link, rc, why);
+                result = rc;
+                goto out;
+            }
+            break;
+        }
+        case INGEST_MSG_CHUNK_GROUP: {
+            /* only a group the reader could not check comes here (or one sent without the pack feature) */
+            if (b == NULL || !q.pack) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            const char *why = it->gen != gen ? "CHUNK sent before the WANT that asks for it" : it->why;
+            core_log(s, INGEST_LOG_WARN, "device %s batch %s failed: chunk group at chunk %u: %s; closing", device,
+                     batch, m.u.chunk.index, why);
+            ingest_metric_add(s->m.errors, it->gen != gen ? "protocol" : "chunk", 1);
+            drop_failed_batch(s, &q, &b, device);
+            char msg[INGEST_WIRE_MESSAGE_MAX];
+            snprintf(msg, sizeof(msg), "chunk group at chunk %u: %s", m.u.chunk.index, why);
+            send_error(link, it->gen != gen ? INGEST_EPROTO : INGEST_ECORRUPT, msg);
+            result = it->gen != gen ? INGEST_EPROTO : INGEST_ECORRUPT;
+            goto out;
+        }
+        case INGEST_MSG_BATCH_COMMIT: {
+            if (b == NULL || strcmp(m.u.commit.batch_id, batch) != 0) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            const double t0 = core_now();
+            pthread_mutex_lock(&s->land_lock);
+            /* wants holds the re-wants collected while chunks arrived: they were not sent yet */
+            rc = ingest_lander_commit_prepare(b);
+            if (rc == INGEST_EBUSY && collect_rewants(b, &wants) != 0)
+                rc = INGEST_ENOMEM;
+            char why[INGEST_WIRE_MESSAGE_MAX];
+            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
+            ingest_metric_add_seconds(s->m.stage, "commit", core_now() - t0); /* finish_batch counts its own */
+            int finished = 0; /* finish_batch ran (and counted a failure itself) */
+            if (rc == 0 && !pipelined) {
+                rc = finish_batch(s, b, lctx[k], device, batch, batch_t0, why, sizeof(why));
+                finished = 1;
+            }
+            pthread_mutex_unlock(&s->land_lock);
+            if (rc == INGEST_EBUSY && wants.n > 0) {
+                core_log(s, INGEST_LOG_INFO, "device %s batch %s: %zu known chunks were stale; asking for them",
+                         device, batch, wants.n);
+                rc = send_wants(link, batch, &wants);
+                wants.n = 0;
+                break;
+            }
+            wants.n = 0;
+            core_readq_set_batch(&q, NULL);
+            if (rc == 0 && pipelined) {
+                /* Everything is in: the committer makes it durable and acks it while the next batch comes. */
+                committer_wait_idle(&cm);
+                if (committer_give(&cm, b, lctx[k], batch, batch_t0) == 0) {
+                    b = NULL;
+                    k ^= 1;
+                    rc = send_received(link, batch);
+                    batch[0] = '\0';
+                    break;
+                }
+                pthread_mutex_lock(&s->land_lock);
+                rc = finish_batch(s, b, lctx[k], device, batch, batch_t0, why, sizeof(why));
+                pthread_mutex_unlock(&s->land_lock);
+                finished = 1;
+            }
+            if (rc < 0) {
+                if (!finished) {
+                    core_log(s, INGEST_LOG_WARN, "device %s batch %s failed: %s: %s", device, batch,
+                             ingest_strerror(rc), why);
+                    s->batches_failed++;
+                    ingest_metric_add(s->m.failed, device, 1);
+                    ingest_metric_add(s->m.errors, "commit", 1);
+                }
+                committer_wait_idle(&cm);
+                rc = send_ack(link, batch, rc, why);
+            } else {
+                committer_wait_idle(&cm);
+                rc = send_ack(link, batch, INGEST_ACK_LANDED, "landed");
+            }
+            pthread_mutex_lock(&s->land_lock);
+            ingest_lander_batch_destroy(b);
+            pthread_mutex_unlock(&s->land_lock);
+            b = NULL;
+            batch[0] = '\0';
+            break;
+        }
+        case INGEST_MSG_ERROR: {
+            char esc[4 * INGEST_WIRE_MESSAGE_MAX + 4];
+            core_log(s, INGEST_LOG_WARN, "device %s reported: %s: %s", device, ingest_strerror(m.u.error.code),
+                     ingest_escape(esc, sizeof(esc), m.u.error.message));
+            result = m.u.error.code < 0 ? m.u.error.code : INGEST_EPROTO;
+            goto out;
+        }
+        default:
+            rc = INGEST_EPROTO;
+            break;
+        }
+        if (rc == INGEST_EPROTO) {
+            ingest_metric_add(s->m.errors, "protocol", 1);
+            core_log(s, INGEST_LOG_WARN, "device %s: unexpected %s message; closing", device,
+                     ingest_wire_type_name(m.type));
+            send_error(link, rc, "unexpected message");
+            result = rc;
+            break;
+        }
+        if (rc < 0) {
+            core_log(s, INGEST_LOG_WARN, "device %s: %s: %s", device, ingest_strerror(rc),
+                     ingest_link_send_errmsg(link));
+            result = rc;
+            break;
+        }
+    }
+out:
+    committer_stop(&cm); /* its batch is made durable and acked first */
+    ingest_metric_add(s->m.conns, NULL, (uint64_t)-1);
+    free(it);
+    if (reader_started) {
+        /* Stop the reader: nothing more is read once the link is shut down. */
+        pthread_mutex_lock(&q.lock);
+        q.quit = 1;
+        pthread_cond_broadcast(&q.cond);
+        pthread_mutex_unlock(&q.lock);
+        ingest_link_shutdown(link);
+        while (!reader_done) { /* drain until the reader's end marker */
+            qitem *d = core_readq_pop(&q);
+            reader_done = d->last;
+            free(d);
+        }
+        pthread_join(reader, NULL);
+    }
+    core_readq_set_batch(&q, NULL);
+    ingest_codec_destroy(q.codec);
+    free(q.gbuf);
+    free(q.gids);
+    free(q.glens);
+    pthread_cond_destroy(&q.cond);
+    pthread_mutex_destroy(&q.lock);
+    if (b != NULL) {
+        pthread_mutex_lock(&s->land_lock);
+        ingest_lander_batch_destroy(b);
+        pthread_mutex_unlock(&s->land_lock);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (landers[i] != NULL) {
+            pthread_mutex_lock(&s->land_lock);
+            ingest_lander_destroy(landers[i]);
+            pthread_mutex_unlock(&s->land_lock);
+        }
+        ingest_codec_destroy(lcodec[i]); /* after its lander; before its context and the dictionary bytes */
+        ingest_ctx_destroy(lctx[i]);
+    }
+    for (unsigned i = 0; i < cd.nown; i++)
+        free(cd.own[i]);
+    free(cd.buf);
+    free(manifest);
+    free(wants.v);
+    ingest_ctx_destroy(ctx);
+    if (claimed)
+        core_device_release(s, device);
+    s->links--;
+    return result;
+}
+
