@@ -123,7 +123,7 @@ static void test_agent_full(void **state)
                                "core:\n"
                                "  address: \"[2001:db8::1]:9000\"\n"
                                "  receiver_key: /k/r.pub\n"
-                               "transport: kafka\n"
+                               "transport: tcp\n"
                                "dedup_key: /k/dedup\n"
                                "sources:\n"
                                "  - path: /data/a\n"
@@ -154,7 +154,7 @@ static void test_agent_full(void **state)
     assert_string_equal(c->device_key, "/k/device.key");
     assert_string_equal(c->core_address, "[2001:db8::1]:9000");
     assert_string_equal(c->core_receiver_key, "/k/r.pub");
-    assert_int_equal(c->transport, INGEST_TRANSPORT_KAFKA);
+    assert_int_equal(c->transport, INGEST_TRANSPORT_TCP);
     assert_string_equal(c->dedup_key, "/k/dedup");
     assert_int_equal(c->sources_count, 3);
     assert_string_equal(c->sources[0].path, "/data/a");
@@ -548,6 +548,7 @@ static void test_errors_agent(void **state)
     /* unknown keys */
     agent_err_plus("bogus: 1\n", "agent.yaml:11:1: unknown key 'bogus'");
     agent_err_plus("batch:\n  max_filez: 10\n", "agent.yaml:12:3: unknown key 'batch.max_filez'");
+    agent_err_plus("transport: kafka\n", "agent.yaml:11:12: key 'transport': 'kafka' is not available yet");
     agent_err_plus("bogus:\n  x: 1\n", "agent.yaml:11:1: unknown key 'bogus'");
     agent_err_plus("sources[].path: /x\n", "agent.yaml:11:1: unknown key 'sources[].path'");
     agent_err_plus("batch.max_filez: 3\n", "agent.yaml:11:1: unknown key 'batch.max_filez'");
