@@ -126,23 +126,29 @@ static series *find(ingest_metric *x, const char *lv)
 
 void ingest_metric_add(ingest_metric *x, const char *lv, uint64_t n)
 {
+    if (x == NULL)
+        return;
     atomic_fetch_add(&find(x, lv)->value, (int64_t)n);
 }
 
 void ingest_metric_add_seconds(ingest_metric *x, const char *lv, double seconds)
 {
-    if (!(seconds > 0))
+    if (x == NULL || !(seconds > 0))
         return;
     atomic_fetch_add(&find(x, lv)->value, (int64_t)(seconds * 1e6 + 0.5));
 }
 
 void ingest_metric_set(ingest_metric *x, const char *lv, int64_t v)
 {
+    if (x == NULL)
+        return;
     atomic_store(&find(x, lv)->value, v);
 }
 
 void ingest_metric_observe(ingest_metric *x, const char *lv, double v)
 {
+    if (x == NULL)
+        return;
     series *s = find(x, lv);
     unsigned b = 0;
     while (b < x->nbounds && v > x->bounds[b])

@@ -64,7 +64,7 @@ typedef struct ingest_core_opts {
     ingest_index *index;
     ingest_dictstore *dicts; /* dictionaries devices sent; NULL: none are kept */
     const char *bronze;   /* root of the landed tree */
-    const char *layout;   /* lander layout template (lander.h) */
+    const char *layout;   /* lander layout template (lander.h); NULL: the default */
     const uint8_t *dedup_key; /* INGEST_KEY_BYTES */
     int direct_io;        /* lander direct I/O (lander.h) */
     int idle_timeout_ms;  /* a link silent this long is closed; 0: never */

@@ -42,7 +42,7 @@ INGEST_API int ingest_metric_define(ingest_metrics *m, int type, const char *nam
 /*
  * Update the series of label value lv (NULL or "" when the metric has no
  * label; a metric keeps up to INGEST_METRICS_LABELS values, later ones are
- * folded into lv="other").
+ * folded into lv="other").  x may be NULL (metrics off): nothing happens.
  */
 INGEST_API void ingest_metric_add(ingest_metric *x, const char *lv, uint64_t n);
 INGEST_API void ingest_metric_set(ingest_metric *x, const char *lv, int64_t v);

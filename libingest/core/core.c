@@ -30,9 +30,8 @@ double core_now(void)
 int ingest_core_create(ingest_ctx *ctx, const ingest_core_opts *opts, ingest_core **out)
 {
     *out = NULL;
-    if (opts == NULL || opts->store == NULL || opts->index == NULL || opts->bronze == NULL || opts->layout == NULL ||
-        opts->dedup_key == NULL)
-        return ingest__fail(ctx, INGEST_EINVAL, "core: store, index, bronze, layout and dedup key are required");
+    if (opts == NULL || opts->store == NULL || opts->index == NULL || opts->bronze == NULL || opts->dedup_key == NULL)
+        return ingest__fail(ctx, INGEST_EINVAL, "core: store, index, bronze and dedup key are required");
     if (opts->features & ~INGEST_SESSION_FEATURES_ALL)
         return ingest__fail(ctx, INGEST_EINVAL, "core: unknown feature bits 0x%x",
                             opts->features & ~INGEST_SESSION_FEATURES_ALL);
@@ -42,7 +41,7 @@ int ingest_core_create(ingest_ctx *ctx, const ingest_core_opts *opts, ingest_cor
         pthread_mutex_init(&s->dev_lock, NULL);
         pthread_cond_init(&s->dev_cond, NULL);
     }
-    if (s == NULL || (s->bronze = strdup(opts->bronze)) == NULL || (s->layout = strdup(opts->layout)) == NULL) {
+    if (s == NULL || (s->bronze = strdup(opts->bronze)) == NULL || (s->layout = strdup(opts->layout != NULL ? opts->layout : INGEST_LANDER_LAYOUT_DEFAULT)) == NULL) {
         ingest_core_destroy(s);
         return ingest__fail(ctx, INGEST_ENOMEM, "core: out of memory");
     }

@@ -1,0 +1,540 @@
+/*
+ * The core side of the protocol (include/ingest/core.h) over an in-memory
+ * link (include/ingest/link.h): the test plays the device with the
+ * sender's real batches, and the link loses, duplicates, reorders or
+ * holds back messages, or the test sends what an honest device never
+ * would.  Each case asserts what landed (bytes equal, or nothing) and what
+ * the core answered.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "ingest.h"
+#include "support/testkit.h"
+
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEVICE "dev1"
+
+typedef struct env {
+    char dir[256], src[300], bronze[300], state[300];
+    ingest_ctx *ctx, *sctx;
+    ingest_store *st;
+    ingest_index *idx;
+    ingest_core *core;
+    ingest_link *dev, *srv; /* the device's end (the test) and the core's */
+    pthread_t thread;
+    int serve_rc, serving;
+    ingest_sender *snd;
+    uint8_t *chunk;
+    size_t chunkcap;
+} env;
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static void write_file(const char *dir, const char *name, size_t n, uint64_t seed)
+{
+    char p[512];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    uint8_t *buf = malloc(n ? n : 1);
+    assert_non_null(buf);
+    gen_random(buf, n, seed);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+    free(buf);
+}
+
+static void *serve_main(void *arg)
+{
+    env *e = arg;
+    e->serve_rc = ingest_core_serve(e->core, e->srv, DEVICE);
+    return NULL;
+}
+
+/* A core over a fresh bronze tree, serving one mem link with these features; 3 source files. */
+static env *env_new(unsigned features, int idle_ms)
+{
+    env *e = calloc(1, sizeof(*e));
+    assert_non_null(e);
+    snprintf(e->dir, sizeof(e->dir), "/tmp/test-core-XXXXXX");
+    assert_non_null(mkdtemp(e->dir));
+    snprintf(e->src, sizeof(e->src), "%s/src", e->dir);
+    snprintf(e->bronze, sizeof(e->bronze), "%s/bronze", e->dir);
+    snprintf(e->state, sizeof(e->state), "%s/state", e->dir);
+    assert_int_equal(mkdir(e->src, 0755), 0);
+    assert_int_equal(mkdir(e->bronze, 0755), 0);
+    write_file(e->src, "big.bin", 300 * 1024, 1);
+    write_file(e->src, "small.bin", 5000, 2);
+    write_file(e->src, "tiny.bin", 10, 3);
+    assert_non_null(e->ctx = ingest_ctx_create(NULL));
+    assert_non_null(e->sctx = ingest_ctx_create(NULL));
+    const ingest_store_opts so = { .map_size = 1ull << 28 };
+    assert_int_equal(ingest_store_open(e->ctx, e->state, &so, &e->st), 0);
+    assert_int_equal(ingest_index_open(e->st, e->bronze, &e->idx), 0);
+    const ingest_core_opts o = {
+        .store = e->st,
+        .index = e->idx,
+        .bronze = e->bronze,
+        .dedup_key = ingest_default_dedup_key(),
+        .idle_timeout_ms = idle_ms,
+        .features = INGEST_SESSION_FEATURES_ALL,
+    };
+    assert_int_equal(ingest_core_create(e->ctx, &o, &e->core), 0);
+    assert_int_equal(ingest_link_mem_pair(e->ctx, features, &e->dev, &e->srv), 0);
+    assert_int_equal(pthread_create(&e->thread, NULL, serve_main, e), 0);
+    e->serving = 1;
+    const ingest_sender_source src = { "s", e->src };
+    const ingest_sender_opts sopts = {
+        .device = DEVICE, .dedup_key = ingest_default_dedup_key(), .sources = &src, .nsources = 1,
+        .batch_prefix = "b-", .threads = 1,
+    };
+    assert_int_equal(ingest_sender_create(e->sctx, &sopts, &e->snd), 0);
+    e->chunkcap = ingest_sender_chunk_bound(e->snd);
+    assert_non_null(e->chunk = malloc(e->chunkcap));
+    return e;
+}
+
+/* Close the device's end and wait for the core to finish: its result. */
+static int env_end_serve(env *e)
+{
+    if (e->serving) {
+        ingest_link_shutdown(e->dev);
+        assert_int_equal(pthread_join(e->thread, NULL), 0);
+        e->serving = 0;
+    }
+    return e->serve_rc;
+}
+
+static void env_free(env *e)
+{
+    env_end_serve(e);
+    ingest_link_destroy(e->dev);
+    ingest_link_destroy(e->srv);
+    ingest_sender_destroy(e->snd);
+    ingest_core_destroy(e->core);
+    ingest_index_close(e->idx);
+    ingest_store_close(e->st);
+    ingest_ctx_destroy(e->sctx);
+    ingest_ctx_destroy(e->ctx);
+    free(e->chunk);
+    nftw(e->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    free(e);
+}
+
+/* The next batch of the source tree (a new scan each time: same files, a new batch id). */
+static ingest_sender_batch *next_batch(env *e)
+{
+    ingest_sender_batch *b = NULL;
+    assert_int_equal(ingest_sender_scan(e->snd), 0);
+    assert_int_equal(ingest_sender_next_batch(e->snd, &b), 1);
+    return b;
+}
+
+static void send_msg(env *e, const ingest_wire_msg *m)
+{
+    assert_int_equal(ingest_link_send(e->dev, m), 0);
+}
+
+static void send_manifest(env *e, ingest_sender_batch *b, uint32_t claim_parts)
+{
+    const void *mp;
+    size_t mlen;
+    assert_int_equal(ingest_sender_batch_manifest(b, &mp, &mlen), 0);
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_BATCH_BEGIN;
+    snprintf(m.u.begin.batch_id, sizeof(m.u.begin.batch_id), "%s", ingest_sender_batch_id(b));
+    send_msg(e, &m);
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_MANIFEST_PART;
+    m.u.manifest_part.data = mp;
+    m.u.manifest_part.len = mlen;
+    send_msg(e, &m);
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_MANIFEST_END;
+    m.u.manifest_end.part_count = claim_parts;
+    m.u.manifest_end.manifest_bytes = mlen;
+    send_msg(e, &m);
+}
+
+/* Receive one message, failing the test after 10 s. */
+static void recv_msg(env *e, ingest_wire_msg *m)
+{
+    const int rc = ingest_link_recv(e->dev, m, 10000);
+    if (rc != 0)
+        fail_msg("receive: %s: %s", ingest_strerror(rc), ingest_link_recv_errmsg(e->dev));
+}
+
+/* The WANT frames of batch b (until one without MORE): the wanted indexes into w (cap entries). */
+static size_t recv_wants(env *e, ingest_sender_batch *b, uint32_t *w, size_t cap)
+{
+    size_t n = 0;
+    for (;;) {
+        ingest_wire_msg m;
+        recv_msg(e, &m);
+        if (m.type != INGEST_MSG_WANT)
+            fail_msg("expected WANT, got %s", ingest_wire_type_name(m.type));
+        assert_string_equal(m.u.want.batch_id, ingest_sender_batch_id(b));
+        for (uint32_t i = 0; i < m.u.want.count; i++) {
+            assert_true(n < cap);
+            w[n++] = ingest_wire_want_index(&m.u.want, i);
+        }
+        if (!(m.u.want.flags & INGEST_WANT_MORE))
+            return n;
+    }
+}
+
+/* Send chunk idx as chunk as_idx: the send's result (the core may have closed the link meanwhile). */
+static int send_chunk(env *e, ingest_sender_batch *b, uint32_t idx, uint32_t as_idx)
+{
+    size_t n = 0;
+    assert_int_equal(ingest_sender_batch_chunk(b, idx, e->chunk, e->chunkcap, &n), 0);
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_CHUNK;
+    m.u.chunk.index = as_idx;
+    m.u.chunk.data = e->chunk;
+    m.u.chunk.len = n;
+    return ingest_link_send(e->dev, &m);
+}
+
+static void send_commit(env *e, const char *batch, uint32_t sent)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_BATCH_COMMIT;
+    snprintf(m.u.commit.batch_id, sizeof(m.u.commit.batch_id), "%s", batch);
+    m.u.commit.chunks_sent = sent;
+    send_msg(e, &m);
+}
+
+/* The ACK of batch (RECEIVED first when pipelined): its status. */
+static int recv_ack(env *e, const char *batch)
+{
+    ingest_wire_msg m;
+    recv_msg(e, &m);
+    if (m.type == INGEST_MSG_RECEIVED) {
+        assert_string_equal(m.u.received.batch_id, batch);
+        recv_msg(e, &m);
+    }
+    if (m.type != INGEST_MSG_ACK)
+        fail_msg("expected ACK, got %s%s%s", ingest_wire_type_name(m.type), m.type == INGEST_MSG_ERROR ? ": " : "",
+                 m.type == INGEST_MSG_ERROR ? m.u.error.message : "");
+    assert_string_equal(m.u.ack.batch_id, batch);
+    return m.u.ack.status;
+}
+
+/* An ERROR from the core: its code (the message must contain expect). */
+static int recv_error(env *e, const char *expect)
+{
+    ingest_wire_msg m;
+    recv_msg(e, &m);
+    if (m.type != INGEST_MSG_ERROR)
+        fail_msg("expected ERROR, got %s", ingest_wire_type_name(m.type));
+    if (strstr(m.u.error.message, expect) == NULL)
+        fail_msg("ERROR [%s] does not say [%s]", m.u.error.message, expect);
+    return m.u.error.code;
+}
+
+/* Ship batch b whole: manifest, the wanted chunks in order, commit; the ACK status. */
+static int ship(env *e, ingest_sender_batch *b, size_t *nwanted)
+{
+    uint32_t w[4096];
+    send_manifest(e, b, 1);
+    const size_t n = recv_wants(e, b, w, 4096);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(send_chunk(e, b, w[i], w[i]), 0);
+    send_commit(e, ingest_sender_batch_id(b), (uint32_t)n);
+    if (nwanted != NULL)
+        *nwanted = n;
+    return recv_ack(e, ingest_sender_batch_id(b));
+}
+
+/* Count the regular files under bronze whose name is name and whose bytes equal src/name. */
+static char g_name[64], g_src[512];
+static int g_equal, g_files;
+static int count_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    if (flag != FTW_F || strstr(p, "/_manifests/") != NULL)
+        return 0;
+    g_files++;
+    if (strcmp(p + ftw->base, g_name) != 0)
+        return 0;
+    FILE *a = fopen(p, "rb"), *b = fopen(g_src, "rb");
+    assert_non_null(a);
+    assert_non_null(b);
+    int same = 1, ca, cb;
+    do {
+        ca = fgetc(a);
+        cb = fgetc(b);
+        same &= ca == cb;
+    } while (ca != EOF && cb != EOF);
+    fclose(a);
+    fclose(b);
+    g_equal += same;
+    return 0;
+}
+
+/* How many landed copies of src/name match it; *files: every landed file. */
+static int landed(env *e, const char *name, int *files)
+{
+    snprintf(g_name, sizeof(g_name), "%s", name);
+    snprintf(g_src, sizeof(g_src), "%s/%s", e->src, name);
+    g_equal = g_files = 0;
+    assert_int_equal(nftw(e->bronze, count_cb, 16, FTW_PHYS), 0);
+    if (files != NULL)
+        *files = g_files;
+    return g_equal;
+}
+
+static void assert_all_landed(env *e, int copies)
+{
+    int files = 0;
+    assert_int_equal(landed(e, "big.bin", &files), copies);
+    assert_int_equal(landed(e, "small.bin", NULL), copies);
+    assert_int_equal(landed(e, "tiny.bin", NULL), copies);
+    assert_int_equal(files, 3 * copies);
+}
+
+static void assert_nothing_landed(env *e)
+{
+    int files = -1;
+    landed(e, "big.bin", &files);
+    assert_int_equal(files, 0);
+}
+
+/* ---- cases ----------------------------------------------------------------- */
+
+static void test_lands_then_duplicate_then_dedup(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 10000);
+    ingest_sender_batch *b = next_batch(e);
+    size_t wanted = 0;
+    assert_int_equal(ship(e, b, &wanted), INGEST_ACK_LANDED);
+    assert_true(wanted >= 3);
+    assert_all_landed(e, 1);
+    /* the same batch again: acknowledged as a duplicate, no WANT, nothing more lands */
+    send_manifest(e, b, 1);
+    assert_int_equal(recv_ack(e, ingest_sender_batch_id(b)), INGEST_ACK_DUPLICATE);
+    assert_all_landed(e, 1);
+    ingest_sender_batch_destroy(b);
+    /* the same files in a new batch: nothing is wanted (every chunk is held) and they land again */
+    b = next_batch(e);
+    assert_int_equal(ship(e, b, &wanted), INGEST_ACK_LANDED);
+    assert_int_equal(wanted, 0);
+    ingest_sender_batch_destroy(b);
+    assert_int_equal(env_end_serve(e), 0); /* the device closed between batches */
+    ingest_core_stats st;
+    ingest_core_stats_get(e->core, &st);
+    assert_int_equal(st.batches_landed, 2);
+    assert_int_equal(st.batches_failed, 0);
+    env_free(e);
+}
+
+static void test_pipelined(void **state)
+{
+    (void)state;
+    env *e = env_new(INGEST_SESSION_FEATURE_PIPELINE, 10000);
+    ingest_sender_batch *b = next_batch(e);
+    assert_int_equal(ship(e, b, NULL), INGEST_ACK_LANDED);
+    ingest_sender_batch_destroy(b);
+    assert_all_landed(e, 1);
+    assert_int_equal(env_end_serve(e), 0);
+    env_free(e);
+}
+
+static void test_lost_chunk_refuses_the_batch(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 10000);
+    ingest_sender_batch *b = next_batch(e);
+    assert_int_equal(ingest_link_mem_fault(e->dev, INGEST_LINK_FAULT_DROP, INGEST_MSG_CHUNK, 2), 0);
+    const int status = ship(e, b, NULL);
+    assert_true(status < 0); /* refused: a chunk never came */
+    assert_nothing_landed(e);
+    /* the device ships it again on the same link, and it lands whole */
+    ingest_sender_batch_destroy(b);
+    b = next_batch(e);
+    assert_int_equal(ship(e, b, NULL), INGEST_ACK_LANDED);
+    ingest_sender_batch_destroy(b);
+    assert_all_landed(e, 1);
+    env_free(e);
+}
+
+static void test_duplicated_chunk_fails_the_batch(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 10000);
+    ingest_sender_batch *b = next_batch(e);
+    uint32_t w[4096];
+    assert_int_equal(ingest_link_mem_fault(e->dev, INGEST_LINK_FAULT_DUP, INGEST_MSG_CHUNK, 1), 0);
+    send_manifest(e, b, 1);
+    const size_t n = recv_wants(e, b, w, 4096);
+    for (size_t i = 0; i < n; i++)
+        send_chunk(e, b, w[i], w[i]);
+    assert_int_equal(recv_error(e, "chunk 0 was not awaited any more"), INGEST_EPROTO);
+    assert_int_equal(env_end_serve(e), INGEST_EPROTO);
+    ingest_sender_batch_destroy(b);
+    assert_nothing_landed(e);
+    env_free(e);
+}
+
+static void test_reordered_chunks_land(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 10000);
+    ingest_sender_batch *b = next_batch(e);
+    assert_int_equal(ingest_link_mem_fault(e->dev, INGEST_LINK_FAULT_SWAP, INGEST_MSG_CHUNK, 1), 0);
+    assert_int_equal(ship(e, b, NULL), INGEST_ACK_LANDED);
+    ingest_sender_batch_destroy(b);
+    assert_all_landed(e, 1);
+    env_free(e);
+}
+
+static void test_stalled_device_is_closed(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 300);
+    ingest_sender_batch *b = next_batch(e);
+    uint32_t w[4096];
+    send_manifest(e, b, 1);
+    const size_t n = recv_wants(e, b, w, 4096);
+    assert_true(n >= 2);
+    assert_int_equal(ingest_link_mem_fault(e->dev, INGEST_LINK_FAULT_STALL, INGEST_MSG_CHUNK, 2), 0);
+    for (size_t i = 0; i < n; i++)
+        send_chunk(e, b, w[i], w[i]);
+    /* the core gives up after idle_timeout without the device doing anything */
+    assert_int_equal(pthread_join(e->thread, NULL), 0);
+    e->serving = 0;
+    assert_int_equal(e->serve_rc, 0);
+    ingest_sender_batch_destroy(b);
+    assert_nothing_landed(e);
+    env_free(e);
+}
+
+static void test_chunk_with_other_bytes_fails(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 10000);
+    ingest_sender_batch *b = next_batch(e);
+    uint32_t w[4096];
+    send_manifest(e, b, 1);
+    const size_t n = recv_wants(e, b, w, 4096);
+    assert_true(n >= 2);
+    /* an honest encoding of another chunk's bytes (of another length: the size check refuses it first) */
+    assert_int_equal(send_chunk(e, b, w[1], w[0]), 0);
+    const int code = recv_error(e, "chunk 0");
+    if (code != INGEST_EMISMATCH && code != INGEST_ECORRUPT && code != INGEST_ETOOBIG)
+        fail_msg("ERROR code %d (%s)", code, ingest_strerror(code));
+    assert_int_equal(env_end_serve(e), code);
+    ingest_sender_batch_destroy(b);
+    assert_nothing_landed(e);
+    ingest_core_stats st;
+    ingest_core_stats_get(e->core, &st);
+    assert_int_equal(st.batches_failed, 1);
+    env_free(e);
+}
+
+static void test_malformed_message_is_named(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 10000);
+    static const uint8_t junk[] = { 1, 2, 3 };
+    assert_int_equal(ingest_link_mem_send_raw(e->dev, INGEST_MSG_BATCH_BEGIN, junk, sizeof(junk)), 0);
+    assert_int_equal(recv_error(e, "BATCH_BEGIN"), INGEST_ECORRUPT);
+    assert_int_equal(env_end_serve(e), INGEST_ECORRUPT);
+    assert_nothing_landed(e);
+    env_free(e);
+}
+
+static void test_out_of_order_protocol_is_refused(void **state)
+{
+    (void)state;
+    /* a COMMIT naming another batch */
+    env *e = env_new(0, 10000);
+    ingest_sender_batch *b = next_batch(e);
+    uint32_t w[4096];
+    send_manifest(e, b, 1);
+    const size_t n = recv_wants(e, b, w, 4096);
+    for (size_t i = 0; i < n; i++)
+        send_chunk(e, b, w[i], w[i]);
+    send_commit(e, "not-this-batch", (uint32_t)n);
+    assert_int_equal(recv_error(e, "unexpected message"), INGEST_EPROTO);
+    assert_int_equal(env_end_serve(e), INGEST_EPROTO);
+    assert_nothing_landed(e);
+    ingest_sender_batch_destroy(b);
+    env_free(e);
+    /* a MANIFEST_END whose part count lies */
+    e = env_new(0, 10000);
+    b = next_batch(e);
+    send_manifest(e, b, 2);
+    assert_int_equal(recv_error(e, "unexpected message"), INGEST_EPROTO);
+    assert_int_equal(env_end_serve(e), INGEST_EPROTO);
+    ingest_sender_batch_destroy(b);
+    env_free(e);
+    /* a CHUNK_GROUP without the pack feature */
+    e = env_new(0, 10000);
+    b = next_batch(e);
+    send_manifest(e, b, 1);
+    (void)recv_wants(e, b, w, 4096);
+    uint8_t grp[64];
+    memset(grp, 0, sizeof(grp));
+    grp[0] = 1; /* count 1 */
+    assert_int_equal(ingest_link_mem_send_raw(e->dev, INGEST_MSG_CHUNK_GROUP, grp, sizeof(grp)), 0);
+    (void)recv_error(e, "");
+    assert_true(env_end_serve(e) < 0);
+    ingest_sender_batch_destroy(b);
+    assert_nothing_landed(e);
+    env_free(e);
+}
+
+static void test_device_error_ends_the_link(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 10000);
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_ERROR;
+    m.u.error.code = INGEST_ESTALE;
+    snprintf(m.u.error.message, sizeof(m.u.error.message), "batch abandoned\n\x1b[2J");
+    send_msg(e, &m);
+    assert_int_equal(pthread_join(e->thread, NULL), 0);
+    e->serving = 0;
+    assert_int_equal(e->serve_rc, INGEST_ESTALE);
+    env_free(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lands_then_duplicate_then_dedup),
+        cmocka_unit_test(test_pipelined),
+        cmocka_unit_test(test_lost_chunk_refuses_the_batch),
+        cmocka_unit_test(test_duplicated_chunk_fails_the_batch),
+        cmocka_unit_test(test_reordered_chunks_land),
+        cmocka_unit_test(test_stalled_device_is_closed),
+        cmocka_unit_test(test_chunk_with_other_bytes_fails),
+        cmocka_unit_test(test_malformed_message_is_named),
+        cmocka_unit_test(test_out_of_order_protocol_is_refused),
+        cmocka_unit_test(test_device_error_ends_the_link),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
