@@ -29,6 +29,7 @@
 #include "ingest/session.h"
 #include "ingest/link.h"
 #include "ingest/core.h"
+#include "ingest/edge.h"
 #include "ingest/lander.h"
 #include "ingest/sender.h"
 #include "ingest/filter.h"

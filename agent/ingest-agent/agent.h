@@ -12,25 +12,23 @@
 #include <ingest/metrics.h>
 #include <ingest/journal.h>
 #include <ingest/throttle.h>
+#include <ingest/edge.h>
 
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#define MANIFEST_PART_MAX (1024u * 1024u)
 #define HANDSHAKE_TIMEOUT_MS 15000
-#define ACK_TIMEOUT_MS 600000
-#define FRAME_OVERHEAD 28 /* length prefix, frame header and AEAD tag per frame */
 
 typedef struct totals {
-    uint64_t files, bytes, chunks, chunks_sent, chunks_dedup, chunk_bytes_raw, chunk_bytes_sent;
-    uint64_t groups_sent; /* CHUNK_GROUP frames (their chunks count in chunks_sent) */
-    uint64_t wire_out, wire_in, batches, batches_acked, batches_failed, batches_abandoned, unchanged;
-    /* wall seconds of the shipping thread by stage: waiting for the next
-     * built batch, for the receiver's WANT after a manifest, sending chunks
-     * (read, compress, encrypt, write), and for the ACK after COMMIT */
-    double wait_build_s, wait_want_s, send_s, wait_ack_s;
+    /* what went over the link and came of it, kept up by the edge (include/ingest/edge.h):
+     * wire bytes, chunks and groups sent, batches acked/failed/abandoned, files and bytes
+     * acked, and the wait_want, send and wait_ack seconds of the shipping thread */
+    ingest_edge_stats ship;
+    uint64_t batches, unchanged;
+    /* wall seconds of the shipping thread waiting for the next built batch */
+    double wait_build_s;
     double walk_s; /* daemon: seconds of discovery walks */
     double record_s; /* --once: seconds recording acked batches (file table, have-cache, commit) */
     uint64_t bytes_read; /* chunked and hashed into batches */
@@ -62,9 +60,6 @@ struct agent {
     /* compression.dictionary, held for offering to the receiver (NULL: none) */
     uint8_t *dict;
     size_t dict_len;
-    uint32_t dict_id;
-    uint8_t dict_hash[INGEST_DICT_HASH_BYTES];
-    int dict_said; /* why it could not be used was logged (once) */
     ingest_store *st;
     ingest_havecache *have;
     ingest_filetable *ft;
@@ -77,6 +72,8 @@ struct agent {
     char instance[24], prefix[32];
     ingest_session *ss;
     int fd;
+    ingest_link *link;  /* over ss and fd while connected */
+    ingest_edge *edge;  /* the protocol's edge side, made on the first connection */
     uint64_t seq;
     totals t;
     totals msync; /* t as last added to the metrics */
@@ -85,23 +82,8 @@ struct agent {
     latency_rec *lat;
     size_t nlat, caplat;
     double batch_t0; /* when the batch being shipped began to be built */
-    /* Pipelined batches (--once, when the receiver agreed): a batch the
-     * receiver said RECEIVED, whose ACK is read while the next one ships. */
-    int pipeline;
-    /* The pack feature was agreed: small chunks go in groups, manifests compressed (mcodec, mbuf). */
-    int pack;
-    ingest_codec *mcodec;
-    uint8_t *mbuf;
-    ingest_sender_batch *pending;
-    uint32_t pending_sent;
-    double pending_t0;
-    int pending_refused; /* a pending batch's ACK was a refusal */
-    /* the encoder thread of send_wanted (main.c), started on first use */
-    struct encoder *enc;
     double t0, last_progress;
     int tty;
-    uint8_t *chunkbuf;
-    size_t chunkcap;
     /* throttle.rate and throttle.window (NULL: neither set) */
     ingest_throttle *throttle;
     uint64_t throttle_wait_ms; /* time spent waiting for the throttle */
@@ -119,10 +101,6 @@ extern volatile sig_atomic_t reload_requested;
 int agent_metrics_init(agent *a);
 void agent_metrics_sync(agent *a);
 void agent_metrics_latency(agent *a, double seconds, uint64_t files);
-
-typedef struct encoder encoder;
-/* End the encoder thread (main.c); before the batches it may use are gone. */
-void encoder_stop(agent *a);
 
 uint64_t load_seq(const char *state_dir);
 int save_seq(const char *state_dir, uint64_t seq);

@@ -89,28 +89,28 @@ void agent_metrics_sync(agent *a)
 {
     if (a->metrics == NULL)
         return;
-    SYNC(files, files_shipped, NULL);
-    SYNC(bytes, bytes_shipped, NULL);
+    SYNC(ship.files, files_shipped, NULL);
+    SYNC(ship.bytes, bytes_shipped, NULL);
     SYNC(bytes_read, bytes_read, NULL);
-    SYNC(chunks, chunks, NULL);
-    SYNC(chunks_sent, chunks_new, NULL);
-    SYNC(chunks_dedup, chunks_dedup, NULL);
-    SYNC(chunk_bytes_raw, bytes_raw, NULL);
-    SYNC(chunk_bytes_sent, bytes_comp, NULL);
-    SYNC(wire_out, wire, "out");
-    SYNC(wire_in, wire, "in");
+    SYNC(ship.chunks, chunks, NULL);
+    SYNC(ship.chunks_sent, chunks_new, NULL);
+    SYNC(ship.chunks_dedup, chunks_dedup, NULL);
+    SYNC(ship.chunk_bytes_raw, bytes_raw, NULL);
+    SYNC(ship.chunk_bytes_sent, bytes_comp, NULL);
+    SYNC(ship.wire_out, wire, "out");
+    SYNC(ship.wire_in, wire, "in");
     SYNC(batches, batches, "sent");
-    SYNC(batches_acked, batches, "acked");
-    SYNC(batches_failed, batches, "failed");
-    SYNC(batches_abandoned, batches, "abandoned");
+    SYNC(ship.batches_acked, batches, "acked");
+    SYNC(ship.batches_failed, batches, "failed");
+    SYNC(ship.batches_abandoned, batches, "abandoned");
     SYNC(err_connect, errors, "connect");
     SYNC(err_session, errors, "session");
     SYNC(err_store, errors, "store");
-    SYNC(batches_failed, errors, "refused");
+    SYNC(ship.batches_failed, errors, "refused");
     SYNC_S(wait_build_s, "wait_build");
-    SYNC_S(wait_want_s, "wait_want");
-    SYNC_S(send_s, "send");
-    SYNC_S(wait_ack_s, "wait_ack");
+    SYNC_S(ship.wait_want_s, "wait_want");
+    SYNC_S(ship.send_s, "send");
+    SYNC_S(ship.wait_ack_s, "wait_ack");
     SYNC_S(walk_s, "walk");
     a->msync = a->t;
 }

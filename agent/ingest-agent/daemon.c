@@ -1200,11 +1200,11 @@ static void publish(daemon_t *d)
     sn->files_shipped = d->shipped_files;
     sn->bytes_shipped = d->shipped_bytes;
     sn->bytes_read = d->bytes_read;
-    sn->chunks_new = a->t.chunks_sent;
-    sn->chunks_dedup = a->t.chunks_dedup;
-    sn->chunk_bytes_sent = a->t.chunk_bytes_sent;
-    sn->wire_out = a->t.wire_out;
-    sn->wire_in = a->t.wire_in;
+    sn->chunks_new = a->t.ship.chunks_sent;
+    sn->chunks_dedup = a->t.ship.chunks_dedup;
+    sn->chunk_bytes_sent = a->t.ship.chunk_bytes_sent;
+    sn->wire_out = a->t.ship.wire_out;
+    sn->wire_in = a->t.ship.wire_in;
     sn->batches_acked = d->batches_acked;
     sn->batches_replayed = d->batches_replayed;
     sn->deleted = d->deleted;
@@ -1214,7 +1214,7 @@ static void publish(daemon_t *d)
     const size_t last = (sn->rate_head + RATE_SAMPLES - 1) % RATE_SAMPLES;
     if (sn->rate_n == 0 || now - sn->rate_t[last] >= 0.2) {
         sn->rate_t[sn->rate_head] = now;
-        sn->rate_w[sn->rate_head] = a->t.wire_out + a->t.wire_in;
+        sn->rate_w[sn->rate_head] = a->t.ship.wire_out + a->t.ship.wire_in;
         sn->rate_head = (sn->rate_head + 1) % RATE_SAMPLES;
         if (sn->rate_n < RATE_SAMPLES)
             sn->rate_n++;
@@ -1496,12 +1496,6 @@ static int build_batch(daemon_t *d, const ingest_journal_batch *jb, const ingest
     o.max_bytes = UINT64_MAX / 4;
     *ngot = 0;
     int rc = ingest_sender_create(a->ctx, &o, sp);
-    if (rc == 0 && a->chunkbuf == NULL) {
-        a->chunkcap = ingest_sender_chunk_bound(*sp);
-        a->chunkbuf = malloc(a->chunkcap);
-        if (a->chunkbuf == NULL)
-            rc = INGEST_ENOMEM;
-    }
     if (rc == 0)
         rc = ingest_sender_scan_list(*sp, paths, n);
     if (rc == 0)

@@ -1,0 +1,810 @@
+/*
+ * Shipping batches over a link (include/ingest/edge.h): the protocol's
+ * edge side.  BATCH_BEGIN, the manifest (compressed with the pack
+ * feature) and MANIFEST_END; then the core's WANTs are served, chunk by
+ * chunk or in groups of small chunks, by an encoder thread that re-reads
+ * and compresses a few units ahead of the sending thread; BATCH_COMMIT;
+ * and the ACK, or with the pipeline feature RECEIVED now and the ACK while
+ * the next batch ships.
+ *
+ * The edge side includes the shared helpers and the transport seam, never
+ * the core side.  Like the core, it runs a thread of its own and allocates
+ * its buffers with the C allocator.
+ */
+#include "../internal.h"
+#include "ingest/edge.h"
+#include "ingest/session.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct encoder encoder;
+
+struct ingest_edge {
+    ingest_edge_opts o;
+    ingest_ctx *ctx;
+    ingest_edge_stats own, *st;
+    ingest_link *link;
+    int reply_ms;
+    uint32_t dict_id;
+    uint8_t dict_hash[INGEST_DICT_HASH_BYTES];
+    int dict_said; /* why it could not be used was logged (once) */
+    int pipeline, pack;
+    ingest_codec *mcodec; /* the manifest's (pack) */
+    uint8_t *mbuf;
+    ingest_sender_batch *pending;
+    uint32_t pending_sent;
+    double pending_t0;
+    unsigned pending_refused;
+    encoder *enc;
+    uint8_t *chunkbuf;
+};
+
+static void edge_log(ingest_edge *a, int level, const char *fmt, ...) INGEST__PRINTF(3, 4);
+static void edge_log(ingest_edge *a, int level, const char *fmt, ...)
+{
+    if (a->o.log == NULL || level > a->o.log_level)
+        return;
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    a->o.log(a->o.log_userdata, level, msg);
+}
+
+/* Text a peer or a file name controls, escaped for a log line (4 buffers used in turn, per thread). */
+static const char *edge_esc(const char *text)
+{
+    static _Thread_local char slot[4][2048];
+    static _Thread_local unsigned next;
+    return ingest_escape(slot[next++ % 4], sizeof(slot[0]), text);
+}
+
+static double edge_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int edge_stopping(ingest_edge *a)
+{
+    return a->o.stopping != NULL && a->o.stopping(a->o.userdata);
+}
+
+static int edge_before_send(ingest_edge *a, uint64_t bytes)
+{
+    return a->o.before_send != NULL ? a->o.before_send(a->o.userdata, bytes) : 0;
+}
+
+static void edge_progress(ingest_edge *a)
+{
+    if (a->o.on_progress != NULL)
+        a->o.on_progress(a->o.userdata);
+}
+
+static void encoder_stop(ingest_edge *a);
+static void drop_pending(ingest_edge *a);
+
+int ingest_edge_create(ingest_ctx *ctx, const ingest_edge_opts *opts, ingest_edge **out)
+{
+    *out = NULL;
+    if (opts == NULL || opts->codec == NULL || opts->chunk_cap == 0)
+        return ingest__fail(ctx, INGEST_EINVAL, "edge: a codec and a chunk bound are required");
+    if (opts->dict != NULL && (opts->dict_len == 0 || opts->dict_len > INGEST_WIRE_DICT_MAX))
+        return ingest__fail(ctx, INGEST_EINVAL, "edge: a dictionary of 1..%u bytes", INGEST_WIRE_DICT_MAX);
+    ingest_edge *a = calloc(1, sizeof(*a));
+    if (a == NULL || (a->chunkbuf = malloc(opts->chunk_cap)) == NULL) {
+        free(a);
+        return ingest__fail(ctx, INGEST_ENOMEM, "edge: out of memory");
+    }
+    a->o = *opts;
+    a->ctx = ctx;
+    a->st = opts->stats != NULL ? opts->stats : &a->own;
+    a->reply_ms = opts->reply_timeout_ms > 0 ? opts->reply_timeout_ms : (int)INGEST_EDGE_ACK_TIMEOUT_MS;
+    if (opts->dict != NULL) {
+        a->dict_id = ingest_dict_id(opts->dict, opts->dict_len);
+        ingest_dict_hash(opts->dict, opts->dict_len, a->dict_hash);
+    }
+    *out = a;
+    return 0;
+}
+
+void ingest_edge_destroy(ingest_edge *a)
+{
+    if (a == NULL)
+        return;
+    encoder_stop(a);
+    drop_pending(a);
+    ingest_codec_destroy(a->mcodec);
+    free(a->mbuf);
+    free(a->chunkbuf);
+    free(a);
+}
+
+int ingest_edge_attach(ingest_edge *a, ingest_link *link)
+{
+    drop_pending(a); /* a batch received on an earlier link was not acknowledged: it is shipped again */
+    a->link = link;
+    a->pipeline = (link->features & INGEST_SESSION_FEATURE_PIPELINE) != 0;
+    a->pack = (link->features & INGEST_SESSION_FEATURE_PACK) != 0;
+    if (a->pack && a->mcodec == NULL) {
+        /* The manifest's own codec (level 3: a manifest is small and mostly hex) and buffer. */
+        if (ingest_codec_create(a->ctx, 3, &a->mcodec) < 0 ||
+            (a->mbuf = malloc(ingest_codec_bound(INGEST_EDGE_MANIFEST_PART_MAX))) == NULL)
+            return ingest__fail(a->ctx, INGEST_ENOMEM, "out of memory for the manifest's compression");
+    }
+    /* no chunk is being encoded while attaching: batches restart on a new link */
+    const unsigned filters = (link->features & INGEST_SESSION_FEATURE_SHUFFLE2) ? INGEST_CODEC_FILTER_SHUFFLE2 : 0u;
+    return ingest_codec_set_filters(a->o.codec, filters);
+}
+
+void ingest_edge_detach(ingest_edge *a)
+{
+    drop_pending(a);
+    a->link = NULL;
+}
+
+unsigned ingest_edge_features(const ingest_edge *a)
+{
+    return a->link != NULL ? a->link->features : 0u;
+}
+
+ingest_sender_batch *ingest_edge_pending(const ingest_edge *a)
+{
+    return a->pending;
+}
+
+void ingest_edge_stats_get(const ingest_edge *a, ingest_edge_stats *st)
+{
+    *st = *a->st;
+}
+
+static int send_msg(ingest_edge *a, ingest_wire_msg *m, size_t extra)
+{
+    const int rc = ingest_link_send(a->link, m);
+    if (rc < 0) {
+        edge_log(a, INGEST_LOG_ERROR, "send %s: %s: %s", ingest_wire_type_name(m->type), ingest_strerror(rc),
+                 ingest_link_send_errmsg(a->link));
+        return rc;
+    }
+    a->st->wire_out += ingest_wire_encoded_size(m) + INGEST_EDGE_FRAME_OVERHEAD + extra;
+    return 0;
+}
+
+static int recv_msg(ingest_edge *a, ingest_wire_msg *m, int timeout_ms)
+{
+    const int rc = ingest_link_recv(a->link, m, timeout_ms);
+    if (rc < 0) {
+        edge_log(a, INGEST_LOG_ERROR, "receive: %s: %s", ingest_strerror(rc), ingest_link_recv_errmsg(a->link));
+        return rc;
+    }
+    a->st->wire_in += ingest_wire_encoded_size(m) + INGEST_EDGE_FRAME_OVERHEAD;
+    if (m->type == INGEST_MSG_ERROR) {
+        edge_log(a, INGEST_LOG_ERROR, "receiver reported: %s: %s", ingest_strerror(m->u.error.code),
+                 edge_esc(m->u.error.message));
+        return m->u.error.code < 0 ? m->u.error.code : INGEST_EPROTO;
+    }
+    return 0;
+}
+
+int ingest_edge_send_manifest(ingest_edge *a, ingest_sender_batch *b)
+{
+    const void *mp;
+    size_t mlen;
+    int rc = ingest_sender_batch_manifest_ex(b, a->pack ? INGEST_SENDER_MANIFEST_NO_HASH : 0u, &mp, &mlen);
+    if (rc < 0)
+        return rc;
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_BATCH_BEGIN;
+    snprintf(m.u.begin.batch_id, sizeof(m.u.begin.batch_id), "%s", ingest_sender_batch_id(b));
+    m.u.begin.file_count = (uint32_t)bs.files;
+    m.u.begin.chunk_count = (uint32_t)bs.chunks;
+    m.u.begin.total_bytes = bs.bytes;
+
+    if ((rc = send_msg(a, &m, 0)) < 0)
+        return rc;
+    uint32_t parts = 0;
+    for (size_t off = 0; off < mlen; off += INGEST_EDGE_MANIFEST_PART_MAX, parts++) {
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_MANIFEST_PART;
+        m.u.manifest_part.data = (const uint8_t *)mp + off;
+        m.u.manifest_part.len = mlen - off < INGEST_EDGE_MANIFEST_PART_MAX ? mlen - off : INGEST_EDGE_MANIFEST_PART_MAX;
+        if (a->pack) {
+            /* pack feature: each part travels as an encoded chunk (chunk ids are hex: zstd halves them) */
+            size_t n = 0;
+            if ((rc = ingest_codec_encode(a->mcodec, m.u.manifest_part.data, m.u.manifest_part.len, a->mbuf,
+                                          ingest_codec_bound(INGEST_EDGE_MANIFEST_PART_MAX), &n)) < 0) {
+                edge_log(a, INGEST_LOG_ERROR, "batch %s: compressing its manifest: %s", ingest_sender_batch_id(b),
+                         ingest_ctx_errmsg(a->ctx));
+                return rc;
+            }
+            m.u.manifest_part.data = a->mbuf;
+            m.u.manifest_part.len = n;
+        }
+        if ((rc = send_msg(a, &m, 0)) < 0)
+            return rc;
+    }
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_MANIFEST_END;
+    m.u.manifest_end.part_count = parts;
+    m.u.manifest_end.manifest_bytes = mlen;
+    return send_msg(a, &m, 0);
+}
+
+/*
+ * The encoder thread: re-reads and compresses the wanted chunks of one
+ * WANT frame, in order, into a ring of ENC_SLOTS buffers, while the
+ * shipping thread encrypts and sends the ones before them, so that two
+ * cores work on a batch's chunks (the builder thread, a third, chunks and
+ * hashes the next batch).  A slot holds one unit: a chunk, or (with the
+ * pack feature) a group of small chunks compressed together.  It stops at
+ * the first unit that fails (a file that changed: INGEST_ESTALE) or when
+ * told to.
+ */
+#define ENC_SLOTS 4
+
+typedef struct enc_slot {
+    uint8_t *buf;
+    size_t n;
+    int rc;
+    uint32_t pos, count; /* the WANT's positions [pos, pos + count) */
+    uint32_t *idx;       /* their chunk indexes (INGEST_SENDER_GROUP_MAX_CHUNKS) */
+} enc_slot;
+
+struct encoder {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started, quit;
+    /* the job: chunks w->idx[0, count) of b */
+    ingest_sender_batch *b;
+    const ingest_wire_want *w;
+    uint32_t count;
+    uint32_t pos;                /* the next WANT position to encode */
+    uint32_t produced, consumed; /* units; slots: i % ENC_SLOTS */
+    int stop;                    /* the job ends early (a failure, or the shipping thread gave up) */
+    int busy;                    /* a job is running */
+    int inside;                  /* the thread is encoding a slot (without the lock) */
+    enc_slot slot[ENC_SLOTS];
+};
+
+/*
+ * Encode the unit that starts at WANT position pos into sl: with the pack
+ * feature, the small chunks from there on as one group (at most
+ * INGEST_WIRE_GROUP_MAX_RAW bytes, capped by chunking.max), else one chunk.
+ */
+static void encode_unit(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_want *w, uint32_t pos, enc_slot *sl)
+{
+    uint32_t m = 0;
+    size_t total = 0;
+    while (pos + m < w->count && m < INGEST_SENDER_GROUP_MAX_CHUNKS) {
+        const uint32_t idx = ingest_wire_want_index(w, pos + m);
+        uint8_t id[INGEST_ID_BYTES];
+        uint32_t len = 0;
+        uint64_t off = 0;
+        ingest_sender_batch_chunk_info(b, idx, id, &len, &off);
+        const int small = len <= INGEST_SENDER_GROUP_CHUNK_MAX;
+        if (m > 0 && (!small || total + len > INGEST_WIRE_GROUP_MAX_RAW))
+            break;
+        sl->idx[m++] = idx;
+        total += len;
+        if (!small || !a->pack)
+            break;
+    }
+    size_t n = 0, taken = 1;
+    const int rc = m > 1 ? ingest_sender_batch_group(b, sl->idx, m, INGEST_WIRE_GROUP_MAX_RAW, sl->buf, a->o.chunk_cap,
+                                                     &n, &taken)
+                         : ingest_sender_batch_chunk(b, sl->idx[0], sl->buf, a->o.chunk_cap, &n);
+    sl->n = n;
+    sl->rc = rc;
+    sl->pos = pos;
+    if (rc < 0 && m > 1 && taken < m)
+        sl->idx[0] = sl->idx[taken]; /* the chunk that failed, for the log */
+    sl->count = rc < 0 ? 1 : (uint32_t)taken;
+}
+
+static void *encoder_main(void *arg)
+{
+    ingest_edge *a = arg;
+    encoder *e = a->enc;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->quit && !(e->busy && !e->stop && e->pos < e->count && e->produced - e->consumed < ENC_SLOTS))
+            pthread_cond_wait(&e->cv, &e->mu);
+        if (e->quit)
+            break;
+        enc_slot *sl = &e->slot[e->produced % ENC_SLOTS];
+        ingest_sender_batch *b = e->b;
+        const uint32_t pos = e->pos;
+        e->inside = 1;
+        pthread_mutex_unlock(&e->mu);
+        encode_unit(a, b, e->w, pos, sl);
+        pthread_mutex_lock(&e->mu);
+        e->inside = 0;
+        e->pos += sl->count;
+        e->produced++;
+        if (sl->rc < 0)
+            e->stop = 1;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+static void encoder_free(encoder *e)
+{
+    for (int i = 0; i < ENC_SLOTS; i++) {
+        free(e->slot[i].buf);
+        free(e->slot[i].idx);
+    }
+    free(e);
+}
+
+static int encoder_start(ingest_edge *a)
+{
+    if (a->enc != NULL)
+        return 0;
+    encoder *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return INGEST_ENOMEM;
+    for (int i = 0; i < ENC_SLOTS; i++)
+        if ((e->slot[i].buf = malloc(a->o.chunk_cap)) == NULL ||
+            (e->slot[i].idx = malloc(INGEST_SENDER_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL) {
+            encoder_free(e);
+            return INGEST_ENOMEM;
+        }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    a->enc = e;
+    if (pthread_create(&e->thread, NULL, encoder_main, a) != 0) {
+        a->enc = NULL;
+        pthread_cond_destroy(&e->cv);
+        pthread_mutex_destroy(&e->mu);
+        encoder_free(e);
+        return INGEST_ENOMEM;
+    }
+    e->started = 1;
+    return 0;
+}
+
+static void encoder_stop(ingest_edge *a)
+{
+    encoder *e = a->enc;
+    if (e == NULL)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->quit = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    encoder_free(e);
+    a->enc = NULL;
+}
+
+/* End the job: no more chunks are produced, and the one in progress is finished. */
+static void encoder_end_job(encoder *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    while (e->inside)
+        pthread_cond_wait(&e->cv, &e->mu);
+    e->busy = 0;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Log which file changed under chunk idx. */
+static void log_stale(ingest_edge *a, ingest_sender_batch *b, uint32_t idx)
+{
+    uint64_t fi = 0;
+    ingest_sender_file_info info;
+    memset(&info, 0, sizeof(info));
+    if (ingest_sender_batch_chunk_file(b, idx, &fi) == 0)
+        ingest_sender_batch_file(b, fi, &info);
+    edge_log(a, INGEST_LOG_WARN, "batch %s: %s changed while it was being shipped; it will be shipped again",
+             ingest_sender_batch_id(b), info.path ? edge_esc(info.path) : "a file");
+}
+
+/*
+ * Send one encoded unit (data[0, n)): chunk idx[0] alone (count 1, a
+ * CHUNK) or the group of chunks idx[0, count) (a CHUNK_GROUP; idx is
+ * rewritten in place as little-endian u32s for the wire).
+ */
+static int send_unit(ingest_edge *a, ingest_sender_batch *b, uint32_t *idx, uint32_t count, const uint8_t *data, size_t n,
+                     uint32_t *sent)
+{
+    uint64_t raw = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        uint8_t id[INGEST_ID_BYTES];
+        uint32_t len = 0;
+        uint64_t off = 0;
+        ingest_sender_batch_chunk_info(b, idx[i], id, &len, &off);
+        raw += len;
+    }
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    if (count == 1) {
+        m.type = INGEST_MSG_CHUNK;
+        m.u.chunk.index = idx[0];
+        m.u.chunk.data = data;
+        m.u.chunk.len = n;
+    } else {
+        for (uint32_t i = 0; i < count; i++) {
+            const uint32_t v = idx[i];
+            uint8_t *p = (uint8_t *)&idx[i];
+            p[0] = (uint8_t)v;
+            p[1] = (uint8_t)(v >> 8);
+            p[2] = (uint8_t)(v >> 16);
+            p[3] = (uint8_t)(v >> 24);
+        }
+        m.type = INGEST_MSG_CHUNK_GROUP;
+        m.u.group.count = count;
+        m.u.group.raw = (const uint8_t *)idx;
+        m.u.group.data = data;
+        m.u.group.len = n;
+    }
+    int rc;
+    if ((rc = edge_before_send(a, ingest_wire_encoded_size(&m) + INGEST_EDGE_FRAME_OVERHEAD)) < 0)
+        return rc;
+    if ((rc = send_msg(a, &m, 0)) < 0)
+        return rc;
+    a->st->chunks_sent += count;
+    a->st->chunk_bytes_raw += raw;
+    a->st->chunk_bytes_sent += n;
+    a->st->groups_sent += count > 1;
+    *sent += count;
+    edge_progress(a);
+    return 0;
+}
+
+/*
+ * Send the chunks of one WANT frame.  A chunk whose file changed since it
+ * was chunked cannot be sent: *stale is set and the batch is abandoned.
+ * With the encoder thread (more than one chunk wanted) chunks are read and
+ * compressed there, a few ahead; else here.
+ */
+static int send_wanted(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_want *w, uint32_t *sent, int *stale)
+{
+    if (w->count > 1 && encoder_start(a) == 0) {
+        encoder *e = a->enc;
+        pthread_mutex_lock(&e->mu);
+        e->b = b;
+        e->w = w;
+        e->count = w->count;
+        e->pos = 0;
+        e->produced = e->consumed = 0;
+        e->stop = 0;
+        e->busy = 1;
+        pthread_cond_broadcast(&e->cv);
+        int rc = 0;
+        for (uint32_t u = 0; rc == 0 && !edge_stopping(a); u++) {
+            while (e->produced <= u && e->pos < e->count && !e->stop)
+                pthread_cond_wait(&e->cv, &e->mu);
+            if (e->produced <= u)
+                break; /* every unit was sent */
+            enc_slot *sl = &e->slot[u % ENC_SLOTS];
+            pthread_mutex_unlock(&e->mu);
+            if (sl->rc == INGEST_ESTALE) {
+                log_stale(a, b, sl->idx[0]);
+                *stale = 1;
+            } else if (sl->rc < 0) {
+                edge_log(a, INGEST_LOG_ERROR, "batch %s: chunk %u: %s", ingest_sender_batch_id(b), sl->idx[0],
+                         ingest_ctx_errmsg(a->ctx));
+                rc = sl->rc;
+            } else {
+                rc = send_unit(a, b, sl->idx, sl->count, sl->buf, sl->n, sent);
+            }
+            pthread_mutex_lock(&e->mu);
+            e->consumed++;
+            pthread_cond_broadcast(&e->cv);
+            if (*stale)
+                break;
+        }
+        pthread_mutex_unlock(&e->mu);
+        encoder_end_job(e);
+        if (rc < 0 || *stale)
+            return rc;
+        return edge_stopping(a) ? INGEST_ECLOSED : 0;
+    }
+    for (uint32_t i = 0; i < w->count && !edge_stopping(a); i++) {
+        uint32_t idx = ingest_wire_want_index(w, i);
+        size_t n = 0;
+        int rc = ingest_sender_batch_chunk(b, idx, a->chunkbuf, a->o.chunk_cap, &n);
+        if (rc == INGEST_ESTALE) {
+            log_stale(a, b, idx);
+            *stale = 1;
+            return 0;
+        }
+        if (rc < 0) {
+            edge_log(a, INGEST_LOG_ERROR, "batch %s: chunk %u: %s", ingest_sender_batch_id(b), idx,
+                     ingest_ctx_errmsg(a->ctx));
+            return rc;
+        }
+        if ((rc = send_unit(a, b, &idx, 1, a->chunkbuf, n, sent)) < 0)
+            return rc;
+    }
+    return edge_stopping(a) ? INGEST_ECLOSED : 0;
+}
+
+/* Read WANT frames until one without MORE, sending the chunks of each. */
+static int serve_wants(ingest_edge *a, ingest_sender_batch *b, ingest_wire_msg *first, uint32_t *sent, int *stale)
+{
+    ingest_wire_msg m = *first;
+    for (;;) {
+        if (m.type != INGEST_MSG_WANT || strcmp(m.u.want.batch_id, ingest_sender_batch_id(b)) != 0) {
+            edge_log(a, INGEST_LOG_ERROR, "batch %s: unexpected %s from the receiver", ingest_sender_batch_id(b),
+                     ingest_wire_type_name(m.type));
+            return INGEST_EPROTO;
+        }
+        const int more = (m.u.want.flags & INGEST_WANT_MORE) != 0;
+        /* The WANT's index list lives in the session's receive buffer: send before the next receive. */
+        int rc = send_wanted(a, b, &m.u.want, sent, stale);
+        if (rc < 0 || *stale || !more)
+            return rc;
+        if ((rc = recv_msg(a, &m, a->reply_ms)) < 0)
+            return rc;
+    }
+}
+
+/*
+ * A failure while a batch was open.  The receiver re-derives every chunk
+ * id; when it finds one that no longer matches (the file changed after the
+ * agent's own checks) it says so in an ERROR frame and closes: then the
+ * batch is abandoned and its files shipped again in a later pass (1).
+ * Anything else stays a failure (rc).
+ */
+static int batch_failure(ingest_edge *a, ingest_sender_batch *b, int rc)
+{
+    if (rc != INGEST_EMISMATCH && rc != INGEST_EPROTO) {
+        ingest_wire_msg m;
+        if (ingest_link_recv(a->link, &m, 2000) == 0 && m.type == INGEST_MSG_ERROR) {
+            edge_log(a, INGEST_LOG_WARN, "receiver reported: %s: %s", ingest_strerror(m.u.error.code),
+                     edge_esc(m.u.error.message));
+            rc = m.u.error.code;
+        }
+    }
+    if (rc != INGEST_EMISMATCH)
+        return rc;
+    edge_log(a, INGEST_LOG_WARN, "batch %s abandoned: a file changed while it was shipped; it will be shipped again",
+             ingest_sender_batch_id(b));
+    a->st->batches_abandoned++;
+    return 1;
+}
+
+static int finish_batch_once(ingest_edge *a, ingest_sender_batch *b, double t0);
+
+/*
+ * Ship one batch whose manifest was sent: serve the WANTs, commit, read the
+ * ACK.  Returns 0 acked, 1 abandoned (a file changed; ship again later),
+ * < 0 failure of the connection, 2 a batch the receiver refused, 3
+ * received (pipelined: b is now a->pending, its ACK is read later; the
+ * caller must not destroy it).
+ */
+int ingest_edge_finish_batch(ingest_edge *a, ingest_sender_batch *b, double t0)
+{
+    if (a->link == NULL)
+        return ingest__fail(a->ctx, INGEST_ECLOSED, "no link attached");
+    const int rc = finish_batch_once(a, b, t0);
+    return rc < 0 ? batch_failure(a, b, rc) : rc;
+}
+
+/*
+ * Account for the ACK m of batch b (sent: chunks sent for it; t0: when its
+ * building began): 0 landed (or landed before), 2 refused by the receiver.
+ */
+static int batch_acked(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_msg *m, uint32_t sent, double t0)
+{
+    const char *id = ingest_sender_batch_id(b);
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    if (m->u.ack.status < 0) {
+        edge_log(a, INGEST_LOG_ERROR, "batch %s refused by the receiver: %s: %s", id, ingest_strerror(m->u.ack.status),
+                 edge_esc(m->u.ack.message));
+        a->st->batches_failed++;
+        return 2;
+    }
+    a->st->batches_acked++;
+    a->st->files += bs.files;
+    a->st->bytes += bs.bytes;
+    a->st->chunks += bs.chunks;
+    a->st->chunks_dedup += bs.chunks - sent;
+    edge_log(a, INGEST_LOG_DEBUG, "batch %s acked (%s): %llu files, %llu chunks, %u sent", id,
+             m->u.ack.status == INGEST_ACK_DUPLICATE ? "already landed" : "landed", (unsigned long long)bs.files,
+             (unsigned long long)bs.chunks, sent);
+    if (a->o.on_acked != NULL)
+        a->o.on_acked(a->o.userdata, b, sent, t0);
+    edge_progress(a);
+    return 0;
+}
+
+/* m is an ACK: is it the pending batch's? */
+static int is_pending_ack(const ingest_edge *a, const ingest_wire_msg *m)
+{
+    return m->type == INGEST_MSG_ACK && a->pending != NULL &&
+           strcmp(m->u.ack.batch_id, ingest_sender_batch_id(a->pending)) == 0;
+}
+
+/* The pending batch's ACK m: account for it and let the batch go. */
+static void pending_acked(ingest_edge *a, const ingest_wire_msg *m)
+{
+    ingest_sender_batch *p = a->pending;
+    a->pending = NULL;
+    if (batch_acked(a, p, m, a->pending_sent, a->pending_t0) == 2)
+        a->pending_refused++;
+    ingest_sender_batch_destroy(p);
+}
+
+/* Read the pending batch's ACK (nothing else may come before it). */
+int ingest_edge_wait_pending(ingest_edge *a)
+{
+    while (a->pending != NULL) {
+        ingest_wire_msg m;
+        const double t = edge_now();
+        const int rc = recv_msg(a, &m, a->reply_ms);
+        a->st->wait_ack_s += edge_now() - t;
+        if (rc < 0)
+            return rc;
+        if (!is_pending_ack(a, &m)) {
+            edge_log(a, INGEST_LOG_ERROR, "unexpected %s from the receiver while waiting for the ack of batch %s",
+                     ingest_wire_type_name(m.type), ingest_sender_batch_id(a->pending));
+            return INGEST_EPROTO;
+        }
+        pending_acked(a, &m);
+    }
+    return 0;
+}
+
+/* The pending batch was not acknowledged (the connection failed): it is simply shipped again later. */
+static void drop_pending(ingest_edge *a)
+{
+    ingest_sender_batch_destroy(a->pending);
+    a->pending = NULL;
+}
+
+static int finish_batch_once(ingest_edge *a, ingest_sender_batch *b, double t0)
+{
+    ingest_wire_msg m;
+    uint32_t sent = 0;
+    double t = edge_now();
+    int stale = 0, rc = recv_msg(a, &m, a->reply_ms);
+    if (rc < 0)
+        return rc;
+    const char *id = ingest_sender_batch_id(b);
+    for (;;) {
+        const double now = edge_now();
+        if (is_pending_ack(a, &m)) {
+            /* the previous batch became durable while this one ships */
+            a->st->wait_ack_s += now - t;
+            pending_acked(a, &m);
+            t = edge_now();
+            if ((rc = recv_msg(a, &m, a->reply_ms)) < 0)
+                return rc;
+            continue;
+        }
+        if (m.type == INGEST_MSG_ACK) {
+            a->st->wait_ack_s += now - t;
+            break;
+        }
+        if (m.type == INGEST_MSG_RECEIVED) {
+            a->st->wait_ack_s += now - t;
+            if (!a->pipeline || strcmp(m.u.received.batch_id, id) != 0) {
+                edge_log(a, INGEST_LOG_ERROR, "unexpected RECEIVED for batch %s while %s was open%s",
+                         m.u.received.batch_id, id, a->pipeline ? "" : " (pipelining was not agreed)");
+                return INGEST_EPROTO;
+            }
+            /* Everything is in; its ACK comes while the next batch ships.  At most one waits. */
+            if ((rc = ingest_edge_wait_pending(a)) < 0)
+                return rc;
+            a->pending = b;
+            a->pending_sent = sent;
+            a->pending_t0 = t0;
+            return 3;
+        }
+        a->st->wait_want_s += now - t;
+        rc = serve_wants(a, b, &m, &sent, &stale);
+        t = edge_now();
+        a->st->send_s += t - now;
+        if (rc < 0)
+            return rc;
+        if (stale) {
+            /* The previous batch's ACK first (the receiver is making it durable), then tell the
+             * receiver, which drops this batch and closes; the caller reconnects. */
+            if ((rc = ingest_edge_wait_pending(a)) < 0)
+                return rc;
+            memset(&m, 0, sizeof(m));
+            m.type = INGEST_MSG_ERROR;
+            m.u.error.code = INGEST_ESTALE;
+            snprintf(m.u.error.message, sizeof(m.u.error.message), "batch %s abandoned: a file changed", id);
+            send_msg(a, &m, 0);
+            a->st->batches_abandoned++;
+            return 1;
+        }
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_BATCH_COMMIT;
+        snprintf(m.u.commit.batch_id, sizeof(m.u.commit.batch_id), "%s", id);
+        m.u.commit.chunks_sent = sent;
+        if ((rc = send_msg(a, &m, 0)) < 0)
+            return rc;
+        if ((rc = recv_msg(a, &m, a->reply_ms)) < 0)
+            return rc;
+    }
+    if (strcmp(m.u.ack.batch_id, id) != 0) {
+        edge_log(a, INGEST_LOG_ERROR, "ack for batch %s while %s was open", m.u.ack.batch_id, id);
+        return INGEST_EPROTO;
+    }
+    if ((rc = ingest_edge_wait_pending(a)) < 0) /* never: the receiver acks in order */
+        return rc;
+    return batch_acked(a, b, &m, sent, t0);
+}
+
+/*
+ * After the handshake, before any batch: offer compression.dictionary to
+ * the receiver (docs/protocol.md, "Dictionaries"), send it if asked, and
+ * compress with it only when the receiver holds it.  When it cannot be
+ * used (an older receiver, or refused) chunks are compressed without it,
+ * and the agent says why once.  0, or < 0 when the session failed.
+ */
+int ingest_edge_offer_dict(ingest_edge *a)
+{
+    if (a->o.dict == NULL)
+        return 0;
+    char why[INGEST_WIRE_MESSAGE_MAX + 64] = "";
+    ingest_wire_msg m;
+    if (!(a->link->features & INGEST_SESSION_FEATURE_DICT)) {
+        snprintf(why, sizeof(why), "the receiver does not take dictionaries (a version without the dict feature)");
+    } else {
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_DICT_OFFER;
+        m.u.dict_offer.dict_id = a->dict_id;
+        m.u.dict_offer.size = (uint32_t)a->o.dict_len;
+        memcpy(m.u.dict_offer.hash, a->dict_hash, sizeof(m.u.dict_offer.hash));
+        int rc = send_msg(a, &m, 0);
+        if (rc == 0)
+            rc = recv_msg(a, &m, INGEST_EDGE_REPLY_TIMEOUT_MS);
+        if (rc < 0)
+            return rc;
+        if (m.type != INGEST_MSG_DICT_WANT || m.u.dict_want.dict_id != a->dict_id) {
+            edge_log(a, INGEST_LOG_ERROR, "the receiver answered the offer of dictionary %u with %s", (unsigned)a->dict_id,
+                     ingest_wire_type_name(m.type));
+            return INGEST_EPROTO;
+        }
+        if (m.u.dict_want.answer == INGEST_DICT_REFUSED) {
+            snprintf(why, sizeof(why), "the receiver refused it: %s", edge_esc(m.u.dict_want.message));
+        } else if (m.u.dict_want.answer == INGEST_DICT_SEND) {
+            /* In slices within the receiver's frame bound (at least 64 bytes: 8 of them the slice's head). */
+            const size_t peer = a->link->peer_max_payload;
+            const size_t slice = peer > 1024u * 1024u + 8u ? 1024u * 1024u : peer - 8u;
+            for (size_t off = 0; off < a->o.dict_len; off += slice) {
+                memset(&m, 0, sizeof(m));
+                m.type = INGEST_MSG_DICT_DATA;
+                m.u.dict_data.dict_id = a->dict_id;
+                m.u.dict_data.offset = (uint32_t)off;
+                m.u.dict_data.data = a->o.dict + off;
+                m.u.dict_data.len = a->o.dict_len - off < slice ? a->o.dict_len - off : slice;
+                if ((rc = send_msg(a, &m, 0)) < 0)
+                    return rc;
+            }
+            edge_log(a, INGEST_LOG_INFO, "dictionary %u (%zu bytes) sent to the receiver", (unsigned)a->dict_id,
+                     a->o.dict_len);
+        }
+    }
+    if (why[0] != '\0') {
+        if (!a->dict_said)
+            edge_log(a, INGEST_LOG_WARN, "compression.dictionary %s is not used: %s; chunks are compressed without it",
+                     a->o.dict_name ? a->o.dict_name : "the dictionary", why);
+        a->dict_said = 1;
+        return ingest_codec_use_dict(a->o.codec, 0);
+    }
+    return ingest_codec_use_dict(a->o.codec, a->dict_id);
+}
+

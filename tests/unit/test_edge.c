@@ -1,0 +1,431 @@
+/*
+ * The edge side of the protocol (include/ingest/edge.h) over in-memory
+ * links (include/ingest/link.h): against the real core side (core.h) in a
+ * thread, with the link losing or holding back messages, and against a
+ * core the test plays by hand that lies (a WANT past the batch, an ACK
+ * for another batch, RECEIVED without pipelining, an ERROR).  Each case
+ * asserts what the edge returned, what it counted and what landed.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "ingest.h"
+#include "support/testkit.h"
+
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEVICE "dev1"
+
+typedef struct env {
+    char dir[256], src[300], bronze[300], state[300];
+    ingest_ctx *ctx, *ectx;
+    ingest_store *st;
+    ingest_index *idx;
+    ingest_core *core;     /* NULL when the test plays the core */
+    ingest_link *dev, *srv;
+    pthread_t thread;
+    int serve_rc, serving;
+    ingest_sender *snd;
+    ingest_codec *codec;
+    ingest_edge *edge;
+    unsigned acked;        /* on_acked calls */
+    uint64_t acked_files;
+} env;
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static void write_file(const char *dir, const char *name, size_t n, uint64_t seed)
+{
+    char p[512];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    uint8_t *buf = malloc(n ? n : 1);
+    assert_non_null(buf);
+    gen_random(buf, n, seed);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+    free(buf);
+}
+
+static void *serve_main(void *arg)
+{
+    env *e = arg;
+    e->serve_rc = ingest_core_serve(e->core, e->srv, DEVICE);
+    return NULL;
+}
+
+static void on_acked(void *ud, ingest_sender_batch *b, uint32_t sent, double t0)
+{
+    env *e = ud;
+    (void)sent;
+    (void)t0;
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    e->acked++;
+    e->acked_files += bs.files;
+}
+
+/*
+ * An edge on a mem link with these features, and (with_core) the real
+ * core serving the other end; nsmall extra files of 700 bytes in the tree.
+ */
+static env *env_new(unsigned features, int with_core, unsigned nsmall, int reply_ms)
+{
+    env *e = calloc(1, sizeof(*e));
+    assert_non_null(e);
+    snprintf(e->dir, sizeof(e->dir), "/tmp/test-edge-XXXXXX");
+    assert_non_null(mkdtemp(e->dir));
+    snprintf(e->src, sizeof(e->src), "%s/src", e->dir);
+    snprintf(e->bronze, sizeof(e->bronze), "%s/bronze", e->dir);
+    snprintf(e->state, sizeof(e->state), "%s/state", e->dir);
+    assert_int_equal(mkdir(e->src, 0755), 0);
+    assert_int_equal(mkdir(e->bronze, 0755), 0);
+    write_file(e->src, "big.bin", 700 * 1024, 11);
+    write_file(e->src, "small.bin", 5000, 12);
+    for (unsigned i = 0; i < nsmall; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "s%03u.json", i);
+        write_file(e->src, name, 700, 100 + i);
+    }
+    assert_non_null(e->ctx = ingest_ctx_create(NULL));
+    assert_non_null(e->ectx = ingest_ctx_create(NULL));
+    assert_int_equal(ingest_link_mem_pair(e->ctx, features, &e->dev, &e->srv), 0);
+    if (with_core) {
+        const ingest_store_opts so = { .map_size = 1ull << 28 };
+        assert_int_equal(ingest_store_open(e->ctx, e->state, &so, &e->st), 0);
+        assert_int_equal(ingest_index_open(e->st, e->bronze, &e->idx), 0);
+        const ingest_core_opts o = {
+            .store = e->st, .index = e->idx, .bronze = e->bronze, .dedup_key = ingest_default_dedup_key(),
+            .idle_timeout_ms = 10000, .features = INGEST_SESSION_FEATURES_ALL,
+        };
+        assert_int_equal(ingest_core_create(e->ctx, &o, &e->core), 0);
+        assert_int_equal(pthread_create(&e->thread, NULL, serve_main, e), 0);
+        e->serving = 1;
+    }
+    const ingest_sender_source src = { "s", e->src };
+    const ingest_sender_opts sopts = {
+        .device = DEVICE, .dedup_key = ingest_default_dedup_key(), .sources = &src, .nsources = 1,
+        .batch_prefix = "b-", .threads = 1,
+    };
+    assert_int_equal(ingest_sender_create(e->ectx, &sopts, &e->snd), 0);
+    assert_int_equal(ingest_codec_create(e->ectx, 1, &e->codec), 0);
+    const ingest_edge_opts eo = {
+        .codec = e->codec, .chunk_cap = ingest_sender_chunk_bound(e->snd), .userdata = e, .on_acked = on_acked,
+        .reply_timeout_ms = reply_ms,
+    };
+    assert_int_equal(ingest_edge_create(e->ectx, &eo, &e->edge), 0);
+    assert_int_equal(ingest_edge_attach(e->edge, e->dev), 0);
+    return e;
+}
+
+static int env_end_serve(env *e)
+{
+    if (e->serving) {
+        ingest_link_shutdown(e->dev);
+        assert_int_equal(pthread_join(e->thread, NULL), 0);
+        e->serving = 0;
+    }
+    return e->serve_rc;
+}
+
+static void env_free(env *e)
+{
+    env_end_serve(e);
+    ingest_edge_detach(e->edge);
+    ingest_edge_destroy(e->edge);
+    ingest_codec_destroy(e->codec);
+    ingest_link_destroy(e->dev);
+    ingest_link_destroy(e->srv);
+    ingest_sender_destroy(e->snd);
+    ingest_core_destroy(e->core);
+    ingest_index_close(e->idx);
+    ingest_store_close(e->st);
+    ingest_ctx_destroy(e->ectx);
+    ingest_ctx_destroy(e->ctx);
+    nftw(e->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    free(e);
+}
+
+static ingest_sender_batch *next_batch(env *e)
+{
+    ingest_sender_batch *b = NULL;
+    assert_int_equal(ingest_sender_scan(e->snd), 0);
+    assert_int_equal(ingest_sender_next_batch(e->snd, &b), 1);
+    return b;
+}
+
+/* Ship b: the edge's result (b is destroyed unless it became pending). */
+static int ship(env *e, ingest_sender_batch *b)
+{
+    int rc = ingest_edge_send_manifest(e->edge, b);
+    if (rc == 0)
+        rc = ingest_edge_finish_batch(e->edge, b, 0);
+    if (rc != 3)
+        ingest_sender_batch_destroy(b);
+    return rc;
+}
+
+/* Landed regular files under bronze (manifests aside) whose bytes equal some file of src with their name. */
+static char g_src[512];
+static int g_equal, g_files;
+static int count_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    if (flag != FTW_F || strstr(p, "/_manifests/") != NULL)
+        return 0;
+    g_files++;
+    char sp[800];
+    snprintf(sp, sizeof(sp), "%s/%s", g_src, p + ftw->base);
+    FILE *a = fopen(p, "rb"), *b = fopen(sp, "rb");
+    int same = a != NULL && b != NULL, ca, cb;
+    while (same) {
+        ca = fgetc(a);
+        cb = fgetc(b);
+        same &= ca == cb;
+        if (ca == EOF || cb == EOF)
+            break;
+    }
+    if (a)
+        fclose(a);
+    if (b)
+        fclose(b);
+    g_equal += same;
+    return 0;
+}
+
+static void assert_landed(env *e, int files)
+{
+    snprintf(g_src, sizeof(g_src), "%s", e->src);
+    g_equal = g_files = 0;
+    assert_int_equal(nftw(e->bronze, count_cb, 16, FTW_PHYS), 0);
+    assert_int_equal(g_files, files);
+    assert_int_equal(g_equal, files);
+}
+
+/* ---- against the real core ---------------------------------------------------- */
+
+static void test_ships_and_dedups(void **state)
+{
+    (void)state;
+    env *e = env_new(INGEST_SESSION_FEATURE_SHUFFLE2, 1, 0, 0);
+    assert_int_equal(ship(e, next_batch(e)), 0);
+    assert_landed(e, 2);
+    ingest_edge_stats st;
+    ingest_edge_stats_get(e->edge, &st);
+    assert_int_equal(e->acked, 1);
+    assert_int_equal(st.batches_acked, 1);
+    assert_int_equal(st.files, 2);
+    assert_true(st.chunks_sent > 0);
+    assert_int_equal(st.chunks_dedup, 0);
+    const uint64_t sent = st.chunks_sent;
+    /* the same files again: nothing travels but the manifest */
+    assert_int_equal(ship(e, next_batch(e)), 0);
+    ingest_edge_stats_get(e->edge, &st);
+    assert_int_equal(st.chunks_sent, sent);
+    assert_int_equal(st.chunks_dedup, sent);
+    assert_int_equal(e->acked, 2);
+    assert_int_equal(env_end_serve(e), 0);
+    env_free(e);
+}
+
+static void test_pipelined_and_packed(void **state)
+{
+    (void)state;
+    env *e = env_new(INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_PACK, 1, 40, 0);
+    assert_int_equal(ship(e, next_batch(e)), 3); /* received: pending */
+    assert_non_null(ingest_edge_pending(e->edge));
+    assert_int_equal(ingest_edge_wait_pending(e->edge), 0);
+    assert_null(ingest_edge_pending(e->edge));
+    assert_int_equal(e->acked, 1);
+    assert_int_equal(e->acked_files, 42);
+    ingest_edge_stats st;
+    ingest_edge_stats_get(e->edge, &st);
+    assert_true(st.groups_sent > 0); /* the small files travelled in groups */
+    assert_landed(e, 42);
+    env_free(e);
+}
+
+static void test_changed_file_abandons_the_batch(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 1, 0, 0);
+    ingest_sender_batch *b = next_batch(e);
+    write_file(e->src, "big.bin", 700 * 1024, 99); /* changed after it was chunked: its chunks are stale */
+    assert_int_equal(ship(e, b), 1);
+    ingest_edge_stats st;
+    ingest_edge_stats_get(e->edge, &st);
+    assert_int_equal(st.batches_abandoned, 1);
+    assert_int_equal(env_end_serve(e), INGEST_ESTALE); /* the core was told and dropped it */
+    assert_landed(e, 0);
+    env_free(e);
+}
+
+static void test_lost_ack_times_out(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 1, 0, 300);
+    assert_int_equal(ingest_link_mem_fault(e->srv, INGEST_LINK_FAULT_DROP, INGEST_MSG_ACK, 1), 0);
+    assert_int_equal(ship(e, next_batch(e)), INGEST_ETIMEDOUT);
+    assert_int_equal(e->acked, 0); /* never counted as delivered without its ACK */
+    assert_landed(e, 2);           /* it did land: a re-send is acknowledged as a duplicate */
+    env_free(e);
+}
+
+/* ---- against a core that lies (played by the test) ----------------------------------- */
+
+static void core_recv(env *e, ingest_wire_msg *m, unsigned type)
+{
+    assert_int_equal(ingest_link_recv(e->srv, m, 5000), 0);
+    if (m->type != type)
+        fail_msg("expected %s from the edge, got %s", ingest_wire_type_name(type), ingest_wire_type_name(m->type));
+}
+
+/* Read the edge's BATCH_BEGIN, manifest and MANIFEST_END; the batch id into id. */
+static void core_take_manifest(env *e, char *id, size_t cap)
+{
+    ingest_wire_msg m;
+    core_recv(e, &m, INGEST_MSG_BATCH_BEGIN);
+    snprintf(id, cap, "%s", m.u.begin.batch_id);
+    core_recv(e, &m, INGEST_MSG_MANIFEST_PART);
+    core_recv(e, &m, INGEST_MSG_MANIFEST_END);
+}
+
+static void core_send(env *e, const ingest_wire_msg *m)
+{
+    assert_int_equal(ingest_link_send(e->srv, m), 0);
+}
+
+static void test_want_past_the_batch(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 0, 0, 2000);
+    ingest_sender_batch *b = next_batch(e);
+    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
+    char id[INGEST_WIRE_BATCH_ID_MAX + 1];
+    core_take_manifest(e, id, sizeof(id));
+    const uint32_t idx[2] = { 0, 1000000 };
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_WANT;
+    snprintf(m.u.want.batch_id, sizeof(m.u.want.batch_id), "%s", id);
+    m.u.want.count = 2;
+    m.u.want.idx = idx;
+    core_send(e, &m);
+    const int rc = ingest_edge_finish_batch(e->edge, b, 0);
+    assert_true(rc < 0 && rc != 1 && rc != 2);
+    assert_int_equal(e->acked, 0);
+    ingest_sender_batch_destroy(b);
+    env_free(e);
+}
+
+static void test_ack_for_another_batch(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 0, 0, 2000);
+    ingest_sender_batch *b = next_batch(e);
+    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
+    char id[INGEST_WIRE_BATCH_ID_MAX + 1];
+    core_take_manifest(e, id, sizeof(id));
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_ACK;
+    snprintf(m.u.ack.batch_id, sizeof(m.u.ack.batch_id), "someone-else");
+    core_send(e, &m);
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b, 0), INGEST_EPROTO);
+    assert_int_equal(e->acked, 0);
+    ingest_sender_batch_destroy(b);
+    env_free(e);
+}
+
+static void test_received_without_pipelining(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 0, 0, 2000);
+    ingest_sender_batch *b = next_batch(e);
+    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
+    char id[INGEST_WIRE_BATCH_ID_MAX + 1];
+    core_take_manifest(e, id, sizeof(id));
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_RECEIVED;
+    snprintf(m.u.received.batch_id, sizeof(m.u.received.batch_id), "%s", id);
+    core_send(e, &m);
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b, 0), INGEST_EPROTO);
+    assert_null(ingest_edge_pending(e->edge));
+    ingest_sender_batch_destroy(b);
+    env_free(e);
+}
+
+static void test_refused_and_error(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 0, 0, 2000);
+    /* an ACK that refuses the batch: 2, counted, nothing recorded */
+    ingest_sender_batch *b = next_batch(e);
+    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
+    char id[INGEST_WIRE_BATCH_ID_MAX + 1];
+    core_take_manifest(e, id, sizeof(id));
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_ACK;
+    snprintf(m.u.ack.batch_id, sizeof(m.u.ack.batch_id), "%s", id);
+    m.u.ack.status = INGEST_ENOSPC;
+    snprintf(m.u.ack.message, sizeof(m.u.ack.message), "bronze is full");
+    core_send(e, &m);
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b, 0), 2);
+    ingest_edge_stats st;
+    ingest_edge_stats_get(e->edge, &st);
+    assert_int_equal(st.batches_failed, 1);
+    assert_int_equal(e->acked, 0);
+    /* an ERROR: its code */
+    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
+    core_take_manifest(e, id, sizeof(id));
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_ERROR;
+    m.u.error.code = INGEST_EBUSY;
+    snprintf(m.u.error.message, sizeof(m.u.error.message), "receiver busy");
+    core_send(e, &m);
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b, 0), INGEST_EBUSY);
+    ingest_sender_batch_destroy(b);
+    /* garbage instead of a WANT: the decoder's error, named */
+    b = next_batch(e);
+    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
+    core_take_manifest(e, id, sizeof(id));
+    static const uint8_t junk[] = { 9, 9 };
+    assert_int_equal(ingest_link_mem_send_raw(e->srv, INGEST_MSG_WANT, junk, sizeof(junk)), 0);
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b, 0), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_link_recv_errmsg(e->dev), "WANT"));
+    ingest_sender_batch_destroy(b);
+    env_free(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ships_and_dedups),
+        cmocka_unit_test(test_pipelined_and_packed),
+        cmocka_unit_test(test_changed_file_abandons_the_batch),
+        cmocka_unit_test(test_lost_ack_times_out),
+        cmocka_unit_test(test_want_past_the_batch),
+        cmocka_unit_test(test_ack_for_another_batch),
+        cmocka_unit_test(test_received_without_pipelining),
+        cmocka_unit_test(test_refused_and_error),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
