@@ -238,7 +238,7 @@ static void nonce_of(uint64_t n, uint8_t *out, size_t len)
         out[i] = (uint8_t)(n >> (8 * i));
 }
 
-/* AES-256-GCM as the session seals a record (libingest/aead.c): the IV per record, no AD here. */
+/* AES-256-GCM as the session seals a record (libingest/transport/aead.c): the IV per record, no AD here. */
 static int gcm_seal(EVP_CIPHER_CTX *c, const uint8_t *iv, uint8_t *m, size_t ml)
 {
     int l = 0, l2 = 0;

@@ -1,5 +1,5 @@
 /*
- * Fuzz target: the session handshake (libingest/session.c), both sides.
+ * Fuzz target: the session handshake (libingest/transport/session.c), both sides.
  *
  * Byte 0 of the input sets up the session; the rest is what the peer sends,
  * written into a socketpair whose far end is then shut for writing, so the

@@ -1,6 +1,6 @@
 /*
  * Fuzz target: the files a receiver and an agent read their keys from
- * (libingest/keys.c, hash.c).  Byte 0 of the input selects the loader, the
+ * (libingest/transport/keys.c, hash.c).  Byte 0 of the input selects the loader, the
  * rest is the file's content:
  *   0  authorized devices (ingest_authset_load)
  *   1  secret key file (ingest_secret_key_load)

@@ -1,4 +1,4 @@
-/* Tests of the per-source file filters (libingest/filter.c). */
+/* Tests of the per-source file filters (libingest/edge/filter.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "aead.h"
+#include "transport/aead.h"
 #include "ingest.h"
 #include "internal.h"
 #include "ingest/session.h"

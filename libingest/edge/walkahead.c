@@ -2,7 +2,7 @@
  * The walk's helper thread: shared fstatat of a block of names, and the
  * listing of the next directory ahead.  See walkahead.h.
  */
-#include "internal.h"
+#include "../internal.h"
 #include "walkahead.h"
 
 #include <dirent.h>

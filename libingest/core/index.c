@@ -3,7 +3,7 @@
  * LMDB store; rebuilt from the manifests.  Encodings: docs/storage.md.
  */
 #include "ingest/manifest.h"
-#include "store.h"
+#include "../store.h"
 
 #include <dirent.h>
 #include <errno.h>

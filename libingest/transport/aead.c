@@ -8,7 +8,7 @@
  * the ARMv8 crypto extensions where libsodium 1.0.18 has no AES-GCM at all.
  * Key exchange, key derivation and the handshake MACs stay libsodium's.
  */
-#include "internal.h"
+#include "../internal.h"
 #include "aead.h"
 #include "ingest/session.h"
 

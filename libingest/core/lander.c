@@ -20,8 +20,8 @@
  */
 #include "ingest/lander.h"
 #include "ingest/manifest.h"
-#include "internal.h"
-#include "store.h"
+#include "../internal.h"
+#include "../store.h"
 
 #include <errno.h>
 #include <fcntl.h>

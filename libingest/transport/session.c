@@ -2,7 +2,7 @@
  * The authenticated, encrypted session of the TCP transport
  * (docs/protocol.md, "Handshake" and "Records").
  */
-#include "internal.h"
+#include "../internal.h"
 #include "aead.h"
 #include "ingest/session.h"
 #include "ingest/wire.h"

@@ -4,7 +4,7 @@
  * and encoding of the chunks the core wants.  See include/ingest/sender.h
  * and docs/sending.md.
  */
-#include "internal.h"
+#include "../internal.h"
 #include "ingest/chunkhash.h"
 #include "ingest/manifest.h"
 #include "ingest/sender.h"

@@ -1,5 +1,5 @@
 /* Static key pairs, key files, the dedup key file and authorized devices. */
-#include "internal.h"
+#include "../internal.h"
 #include "ingest/session.h"
 #include "ingest/hash.h"
 

@@ -1,6 +1,6 @@
 /* Token bucket and daily window for the edge's wire rate (throttle.h). */
 #include "ingest/throttle.h"
-#include "internal.h"
+#include "../internal.h"
 
 #include <string.h>
 

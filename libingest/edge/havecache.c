@@ -4,7 +4,7 @@
  * have_ids (id -> version byte, seq u64 LE) and have_seq (seq u64 BE ->
  * id), so the oldest entry is the first key of have_seq.
  */
-#include "store.h"
+#include "../store.h"
 
 #include <string.h>
 

@@ -4,7 +4,7 @@
  * (docs/storage.md): u8 version (1), 7 zero bytes, then u64 size, i64
  * mtime_ns, i64 ctime_ns, u64 dev, u64 ino, all little-endian: 48 bytes.
  */
-#include "store.h"
+#include "../store.h"
 
 #include <string.h>
 

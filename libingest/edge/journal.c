@@ -16,7 +16,7 @@
  *
  * All little-endian unless said otherwise.
  */
-#include "store.h"
+#include "../store.h"
 #include "ingest/journal.h"
 #include "ingest/manifest.h"
 

@@ -13,7 +13,7 @@
  * component matches, each at most (ops x bytes): no exponential blow-up
  * on hostile patterns.
  */
-#include "internal.h"
+#include "../internal.h"
 #include "ingest/filter.h"
 
 #include <sodium.h>
