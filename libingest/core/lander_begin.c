@@ -1,0 +1,427 @@
+/* The lander's begin: read a batch manifest, check its paths, classify its chunks, build the want list. */
+#include "lander_int.h"
+
+/* ----------------------------------------------------------------- begin */
+
+int lander__cmp_strp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Check every landed path: distinct, and no symlink/non-directory on the way. */
+static int check_paths(ingest_lander_batch *b)
+{
+    int rc = 0;
+    char **v = NULL;
+    char lastdir[LANDED_MAX] = "";
+    int lastfd = -2; /* -2: nothing cached; -1: directory absent */
+    if (b->nfiles == 0)
+        return 0;
+    v = ingest__malloc(b->ctx, b->nfiles * sizeof *v);
+    if (!v)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    for (uint32_t i = 0; i < b->nfiles; i++)
+        v[i] = b->files[i].landed;
+    qsort(v, b->nfiles, sizeof *v, lander__cmp_strp);
+    for (uint32_t i = 1; i < b->nfiles; i++) {
+        if (strcmp(v[i - 1], v[i]) == 0) {
+            rc = ingest__fail(b->ctx, INGEST_EINVAL, "lander: two files of batch %s land at %s", b->name, v[i]);
+            goto out;
+        }
+    }
+    /* "a" and "a/b" cannot both be landed: look each parent up */
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        char pre[LANDED_MAX];
+        snprintf(pre, sizeof pre, "%s", v[i]);
+        for (char *s = strchr(pre, '/'); s; s = strchr(s + 1, '/')) {
+            *s = '\0';
+            const char *key = pre;
+            if (bsearch(&key, v, b->nfiles, sizeof *v, lander__cmp_strp)) {
+                rc = ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch %s: %s is both a file and a directory",
+                                  b->name, pre);
+                goto out;
+            }
+            *s = '/';
+        }
+    }
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        const lfile *f = &b->files[i];
+        char dir[LANDED_MAX];
+        const char *name;
+        lander__split_path(f->landed, dir, sizeof dir, &name);
+        if (lastfd == -2 || strcmp(dir, lastdir) != 0) {
+            if (lastfd >= 0)
+                close(lastfd);
+            lastfd = -2;
+            rc = lander__walk_dir(b, f->path, dir, false, &lastfd);
+            if (rc < 0)
+                goto out;
+            snprintf(lastdir, sizeof lastdir, "%s", dir);
+        }
+        if (lastfd >= 0) {
+            struct stat sb;
+            if (fstatat(lastfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode)) {
+                rc = ingest__fail(b->ctx, INGEST_EINVAL,
+                                  "lander: file %s: %s exists in the bronze tree and is not a regular file",
+                                  f->path, f->landed);
+                goto out;
+            }
+        }
+    }
+out:
+    if (lastfd >= 0)
+        close(lastfd);
+    ingest__free(b->ctx, v);
+    return rc;
+}
+
+static uint64_t tab_hash(const ingest_lander *l, const uint8_t *id)
+{
+    uint8_t h[crypto_shorthash_BYTES];
+    crypto_shorthash(h, id, INGEST_ID_BYTES, l->tabkey);
+    uint64_t v;
+    memcpy(&v, h, sizeof v);
+    return v;
+}
+
+/* Classify each chunk (recv / known / dup) and build the want list. */
+static int compute_wants(ingest_lander_batch *b)
+{
+    ingest_lander *l = b->l;
+    int rc = 0;
+    uint32_t *tab = NULL;
+    const uint32_t n = b->nchunks;
+    b->pos = ingest__calloc(b->ctx, n ? n : 1, sizeof *b->pos);
+    b->src = ingest__calloc(b->ctx, n ? n : 1, sizeof *b->src);
+    b->cst = ingest__calloc(b->ctx, n ? n : 1, 1);
+    b->wants = ingest__malloc(b->ctx, (n ? n : 1) * sizeof *b->wants);
+    b->rew = ingest__malloc(b->ctx, (n ? n : 1) * sizeof *b->rew);
+    uint64_t tcap = 16;
+    while (tcap < (uint64_t)n * 2)
+        tcap *= 2;
+    tab = ingest__calloc(b->ctx, tcap, sizeof *tab);
+    if (!b->pos || !b->src || !b->cst || !b->wants || !b->rew || !tab) {
+        rc = ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory for %u chunks", n);
+        goto out;
+    }
+    uint64_t last_no = UINT64_MAX;
+    bool last_ok = false;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *id = b->mc[i].id;
+        uint64_t s = tab_hash(l, id) & (tcap - 1);
+        bool dup = false;
+        while (tab[s] != 0) {
+            const uint32_t j = tab[s] - 1;
+            if (memcmp(b->mc[j].id, id, INGEST_ID_BYTES) == 0) {
+                if (b->mc[j].len != b->mc[i].len) {
+                    rc = ingest__fail(b->ctx, INGEST_EMISMATCH,
+                                      "lander: batch %s: chunk %u and chunk %u have the same id and lengths %u, %u",
+                                      b->name, j, i, b->mc[j].len, b->mc[i].len);
+                    goto out;
+                }
+                b->cst[i] = K_DUP;
+                b->src[i] = j;
+                dup = true;
+                break;
+            }
+            s = (s + 1) & (tcap - 1);
+        }
+        if (dup)
+            continue;
+        tab[s] = i + 1;
+        ingest_chunk_loc loc;
+        rc = ingest_index_find_for(l->idx, b->device, id, &loc);
+        bool known = false;
+        if (rc == 0 && loc.length == b->mc[i].len) {
+            if (loc.file_no != last_no) {
+                char p[LANDED_MAX + 512];
+                rc = ingest_index_file_path(l->idx, loc.file_no, p, sizeof p);
+                if (rc < 0 && rc != INGEST_ESTALE && rc != INGEST_ENOTFOUND)
+                    goto out;
+                last_no = loc.file_no;
+                last_ok = rc == 0;
+            }
+            known = last_ok;
+        } else if (rc < 0 && rc != INGEST_ENOTFOUND) {
+            goto out;
+        }
+        rc = 0;
+        if (known) {
+            b->cst[i] = K_KNOWN;
+        } else {
+            b->cst[i] = K_RECV;
+            b->wants[b->nwants++] = i;
+        }
+    }
+    b->awaited = (uint32_t)b->nwants;
+out:
+    ingest__free(b->ctx, tab);
+    return rc;
+}
+
+/*
+ * (device, batch) was landed before: check that its landed manifest
+ * describes the same batch (file count, bytes, first file's path and hash)
+ * before calling this a replay.  INGEST_EEXIST when the id was reused for
+ * other data; a missing landed manifest cannot be compared and is taken as
+ * the same batch.
+ */
+static int same_landed_batch(ingest_lander_batch *b, const char *device, uint64_t nfiles, uint64_t bytes,
+                             const ingest_manifest_rec *first)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/_manifests/%s/%s.jsonl", b->l->root, device, b->name);
+    ingest_manifest_reader *r = NULL;
+    ingest_manifest_rec rec;
+    if (access(path, F_OK) != 0)
+        return 0;
+    int rc = ingest_manifest_reader_open(b->ctx, path, &r);
+    if (rc == 0)
+        rc = ingest_manifest_reader_next(r, &rec);
+    int same = rc == 1 && rec.type == INGEST_MREC_HEADER && rec.nfiles == nfiles && rec.total_bytes == bytes;
+    if (same && first != NULL) {
+        /* A wire manifest may leave the hash out: derive it when the first line holds all its chunks. */
+        uint8_t h[INGEST_ID_BYTES];
+        int have = !first->omit_hash;
+        memcpy(h, first->hash, sizeof h);
+        if (!have && first->nchunks == first->nchunks_total) {
+            ingest_filehash fh;
+            ingest_filehash_init(&fh, b->l->key);
+            for (uint32_t k = 0; k < first->nchunks; k++)
+                ingest_filehash_update(&fh, first->chunks[k].id, INGEST_ID_BYTES);
+            ingest_filehash_final(&fh, h);
+            have = 1;
+        }
+        rc = ingest_manifest_reader_next(r, &rec);
+        same = rc == 1 && rec.type == INGEST_MREC_FILE && strcmp(rec.path, first->path) == 0 &&
+               (!have || memcmp(rec.hash, h, INGEST_ID_BYTES) == 0);
+    }
+    ingest_manifest_reader_close(r);
+    if (!same)
+        return ingest__fail(b->ctx, INGEST_EEXIST,
+                            "lander: batch id %s of device %s was already used for other data; refusing to treat "
+                            "it as a replay (the device must use a new batch id)", b->name, device);
+    return 0;
+}
+
+static int read_manifest(ingest_lander_batch *b, const char *device, const void *buf, size_t len, bool *already)
+{
+    ingest_lander *l = b->l;
+    ingest_manifest_reader *r = NULL;
+    ingest_manifest_rec rec;
+    lfile *f = NULL;
+    uint64_t fsum = 0, fchunks = 0;
+    int derive = 0; /* f's hash is derived from its chunk ids in dh */
+    ingest_filehash dh;
+    int rc = ingest_manifest_reader_mem(b->ctx, buf, len, &r);
+    if (rc < 0)
+        return rc;
+    ingest_manifest_reader_set_flags(r, INGEST_MANIFEST_READ_HASH_OPTIONAL);
+    rc = ingest_manifest_reader_next(r, &rec);
+    if (rc == 0)
+        rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: empty manifest from device %s", device);
+    if (rc < 0)
+        goto out;
+    if (rec.type != INGEST_MREC_HEADER) {
+        rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: manifest from device %s does not start with a header",
+                          device);
+        goto out;
+    }
+    if (strcmp(rec.device, device) != 0) {
+        rc = ingest__fail(b->ctx, INGEST_EPROTO, "lander: manifest names device \"%s\", peer is \"%s\"",
+                          rec.device, device);
+        goto out;
+    }
+    if ((rc = lander__check_name(b->ctx, "batch", rec.batch)) < 0)
+        goto out;
+    b->name = ingest__strdup(b->ctx, rec.batch);
+    if (!b->name) {
+        rc = ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+        goto out;
+    }
+    rc = ingest_index_batch_landed(l->idx, device, b->name);
+    if (rc < 0)
+        goto out;
+    if (rc == 1) {
+        /* A replay carries the same batch; a device that lost its state may reuse an id for new data. */
+        const uint64_t nfiles = rec.nfiles, bytes = rec.total_bytes;
+        rc = ingest_manifest_reader_next(r, &rec);
+        if (rc < 0)
+            goto out;
+        rc = same_landed_batch(b, device, nfiles, bytes, rc == 1 && rec.type == INGEST_MREC_FILE ? &rec : NULL);
+        if (rc < 0)
+            goto out;
+        *already = true;
+        rc = 0;
+        goto out;
+    }
+    if (rec.nfiles > l->max_files) {
+        rc = ingest__fail(b->ctx, INGEST_ETOOBIG, "lander: batch %s announces %llu files (at most %u)", b->name,
+                          (unsigned long long)rec.nfiles, l->max_files);
+        goto out;
+    }
+    b->nfiles = (uint32_t)rec.nfiles;
+    b->files = ingest__calloc(b->ctx, b->nfiles ? b->nfiles : 1, sizeof *b->files);
+    if (!b->files) {
+        rc = ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory for %u files", b->nfiles);
+        goto out;
+    }
+    for (;;) {
+        rc = ingest_manifest_reader_next(r, &rec);
+        if (rc < 0)
+            goto out;
+        if (rc == 0 || rec.type == INGEST_MREC_FILE) {
+            if (f && derive) {
+                /* the wire manifest left the hash out: it is that of the chunk ids (docs/manifest.md) */
+                ingest_filehash_final(&dh, f->hash);
+                derive = 0;
+            }
+            if (f && fsum != f->size) {
+                rc = ingest__fail(b->ctx, INGEST_EMISMATCH,
+                                  "lander: file %s: chunk lengths add up to %llu bytes, size is %llu", f->path,
+                                  (unsigned long long)fsum, (unsigned long long)f->size);
+                goto out;
+            }
+            if (f && fchunks != f->nchunks) {
+                rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: file %s: %llu chunks listed, %u announced",
+                                  f->path, (unsigned long long)fchunks, f->nchunks);
+                goto out;
+            }
+            if (rc == 0)
+                break;
+            if (b->nfiles_read >= b->nfiles) {
+                rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: batch %s: more files than the %u announced",
+                                  b->name, b->nfiles);
+                goto out;
+            }
+            f = &b->files[b->nfiles_read++];
+            if ((rc = lander__check_relpath(b->ctx, "file", rec.path)) < 0)
+                goto out;
+            f->path = ingest__strdup(b->ctx, rec.path);
+            if (!f->path) {
+                rc = ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+                goto out;
+            }
+            f->size = rec.size;
+            f->mtime_ns = rec.mtime_ns;
+            f->mode = rec.mode;
+            memcpy(f->hash, rec.hash, sizeof f->hash);
+            if (rec.omit_hash) {
+                derive = 1;
+                ingest_filehash_init(&dh, l->key);
+            }
+            if (rec.nchunks_total > l->max_chunks) {
+                rc = ingest__fail(b->ctx, INGEST_ETOOBIG, "lander: file %s: %llu chunks (at most %u)", f->path,
+                                  (unsigned long long)rec.nchunks_total, l->max_chunks);
+                goto out;
+            }
+            f->first = b->nchunks;
+            f->nchunks = (uint32_t)rec.nchunks_total;
+            fsum = 0;
+            fchunks = 0;
+        } else if (rec.type != INGEST_MREC_CHUNKS || !f) {
+            rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: batch %s: unexpected record type %d", b->name,
+                              rec.type);
+            goto out;
+        }
+        if (rec.nchunks > 0) {
+            if ((uint64_t)b->nchunks + rec.nchunks > l->max_chunks) {
+                rc = ingest__fail(b->ctx, INGEST_ETOOBIG, "lander: batch %s has more than %u chunks", b->name,
+                                  l->max_chunks);
+                goto out;
+            }
+            if ((rc = lander__chunks_grow(b, b->nchunks + rec.nchunks)) < 0)
+                goto out;
+            for (uint32_t k = 0; k < rec.nchunks; k++) {
+                const uint32_t cl = rec.chunks[k].len;
+                if (cl == 0 || cl > INGEST_CODEC_MAX_RAW) {
+                    rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: file %s: chunk %llu has length %u", f->path,
+                                      (unsigned long long)(fchunks + k), cl);
+                    goto out;
+                }
+                fsum += cl;
+                if (derive)
+                    ingest_filehash_update(&dh, rec.chunks[k].id, INGEST_ID_BYTES);
+                b->mc[b->nchunks++] = rec.chunks[k];
+            }
+            fchunks += rec.nchunks;
+        }
+    }
+    if (b->nfiles_read != b->nfiles) {
+        rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: batch %s: %u files listed, %u announced", b->name,
+                          b->nfiles_read, b->nfiles);
+        goto out;
+    }
+    rc = 0;
+out:
+    ingest_manifest_reader_close(r);
+    return rc;
+}
+
+int ingest_lander_begin(ingest_lander *l, const char *device, const void *manifest, size_t len,
+                        ingest_lander_batch **out)
+{
+    if (out)
+        *out = NULL;
+    if (!l || !device || !manifest || !out)
+        return INGEST_EINVAL;
+    if (l->busy)
+        return ingest__fail(l->ctx, INGEST_EBUSY, "lander: batch %s still open", l->busy->name);
+    INGEST__FORWARD(lander__check_name(l->ctx, "device", device));
+    ingest_lander_batch *b = ingest__calloc(l->ctx, 1, sizeof *b);
+    if (!b)
+        return ingest__fail(l->ctx, INGEST_ENOMEM, "lander: out of memory");
+    b->l = l;
+    b->ctx = l->ctx;
+    b->fd = b->dirfd = b->srcfd = b->spillfd = -1;
+    b->src_no = UINT64_MAX;
+    b->state = B_DEAD; /* nothing to remove until landing starts */
+    bool already = false;
+    int rc;
+    b->device = ingest__strdup(l->ctx, device);
+    if (!b->device) {
+        rc = ingest__fail(l->ctx, INGEST_ENOMEM, "lander: out of memory");
+        goto fail;
+    }
+    rc = read_manifest(b, device, manifest, len, &already);
+    if (rc < 0)
+        goto fail;
+    if (already) {
+        ingest__log(l->ctx, INGEST_LOG_INFO, "lander: batch %s of %s already landed", b->name, device);
+        ingest_lander_batch_destroy(b);
+        return INGEST_LANDER_ALREADY;
+    }
+    uint32_t maxlen = 0;
+    for (uint32_t i = 0; i < b->nchunks; i++)
+        if (b->mc[i].len > maxlen)
+            maxlen = b->mc[i].len;
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        char p[LANDED_MAX];
+        rc = lander__landed_path(l, device, b->name, f->path, f->mtime_ns, p, sizeof p);
+        if (rc < 0)
+            goto fail;
+        f->landed = ingest__strdup(l->ctx, p);
+        if (!f->landed) {
+            rc = ingest__fail(l->ctx, INGEST_ENOMEM, "lander: out of memory");
+            goto fail;
+        }
+        b->stats.bytes += f->size;
+    }
+    if ((rc = check_paths(b)) < 0)
+        goto fail;
+    if ((rc = compute_wants(b)) < 0)
+        goto fail;
+    if ((rc = lander__bufs_reserve(b, maxlen ? maxlen : 1)) < 0)
+        goto fail;
+    b->stats.files = b->nfiles;
+    b->stats.chunks = b->nchunks;
+    b->state = B_ACTIVE;
+    l->busy = b;
+    *out = b;
+    return 0;
+fail:
+    ingest_lander_batch_destroy(b);
+    return rc;
+}
+

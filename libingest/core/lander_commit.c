@@ -1,0 +1,436 @@
+/* The lander's commit: make a batch durable (sync, rename, manifest, index) in two phases. */
+#include "lander_int.h"
+
+/* ---------------------------------------------------------------- commit */
+
+static int write_manifest(ingest_lander_batch *b)
+{
+    ingest_lander *l = b->l;
+    ingest_manifest_writer *w = NULL;
+    int fd = -1, dfd = -1, rc;
+    char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1], fn[NAME_MAX_BYTES + 1];
+    snprintf(dir, sizeof dir, "_manifests/%s", b->device);
+    snprintf(tn, sizeof tn, ".%s.jsonl.tmp", b->name);
+    snprintf(fn, sizeof fn, "%s.jsonl", b->name);
+    if ((rc = lander__walk_dir(b, fn, dir, true, &dfd)) < 0)
+        goto out;
+    if ((rc = lander__add_dir(b, dir)) < 0)
+        goto out;
+    if ((rc = ingest_manifest_writer_create(b->ctx, &w)) < 0)
+        goto out;
+    fd = openat(dfd, tn, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = lander__sys_fail(b->ctx, errno, "create manifest in", dir);
+        goto out;
+    }
+    ingest_manifest_rec rec;
+    memset(&rec, 0, sizeof rec);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    rec.type = INGEST_MREC_HEADER;
+    rec.format = INGEST_MANIFEST_FORMAT;
+    rec.device = b->device;
+    rec.batch = b->name;
+    rec.nfiles = b->nfiles;
+    rec.total_bytes = b->stats.bytes;
+    rec.created_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    for (uint32_t i = 0; i <= b->nfiles; i++) {
+        if ((rc = ingest_manifest_writer_add(w, &rec)) < 0)
+            goto out;
+        size_t n;
+        const void *d = ingest_manifest_writer_data(w, &n);
+        if (n >= MANIFEST_FLUSH || i == b->nfiles) {
+            if (lander__write_full(fd, d, n) < 0) {
+                rc = lander__sys_fail(b->ctx, errno, "write manifest in", dir);
+                goto out;
+            }
+            b->stats.bytes_written += n;
+            ingest_manifest_writer_reset(w);
+        }
+        if (i == b->nfiles)
+            break;
+        const lfile *f = &b->files[i];
+        memset(&rec, 0, sizeof rec);
+        rec.type = INGEST_MREC_FILE;
+        rec.path = f->path;
+        rec.landed = f->landed;
+        rec.size = f->size;
+        rec.mtime_ns = f->mtime_ns;
+        rec.mode = f->mode;
+        rec.version = f->version;
+        memcpy(rec.hash, f->hash, sizeof rec.hash);
+        rec.nchunks_total = f->nchunks;
+        rec.chunks = f->nchunks ? &b->mc[f->first] : NULL;
+        rec.nchunks = f->nchunks;
+    }
+    if (!b->syncfs) {
+        if (fsync(fd) < 0) {
+            rc = lander__sys_fail(b->ctx, errno, "fsync manifest in", dir);
+            goto out;
+        }
+        b->stats.syncs++;
+    }
+    if (close(fd) < 0) {
+        fd = -1;
+        rc = lander__sys_fail(b->ctx, errno, "close manifest in", dir);
+        goto out;
+    }
+    fd = -1;
+    if (renameat(dfd, tn, dfd, fn) < 0) {
+        rc = lander__sys_fail(b->ctx, errno, "rename manifest in", dir);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (fd >= 0) {
+        close(fd);
+        unlinkat(dfd, tn, 0);
+    }
+    if (dfd >= 0)
+        close(dfd);
+    ingest_manifest_writer_destroy(w);
+    (void)l;
+    return rc;
+}
+
+static int sync_dirs(ingest_lander_batch *b)
+{
+    qsort(b->dirs, b->ndirs, sizeof *b->dirs, lander__cmp_strp);
+    for (size_t i = 0; i < b->ndirs; i++) {
+        if (i > 0 && strcmp(b->dirs[i], b->dirs[i - 1]) == 0)
+            continue;
+        int dfd = -1;
+        INGEST__FORWARD(lander__walk_dir(b, b->dirs[i], b->dirs[i], false, &dfd));
+        if (dfd < 0)
+            return ingest__fail(b->ctx, INGEST_EIO, "lander: directory %s vanished", b->dirs[i]);
+        const int r = fsync(dfd);
+        const int e = errno;
+        close(dfd);
+        if (r < 0)
+            return lander__sys_fail(b->ctx, e, "fsync directory", b->dirs[i][0] ? b->dirs[i] : ".");
+        b->stats.syncs++;
+    }
+    return 0;
+}
+
+static int versions_db(ingest_lander *l)
+{
+    if (l->vdb_open)
+        return 0;
+    INGEST__FORWARD(ingest__store_db(l->st, INGEST__VERSIONS_TABLE, &l->vdb));
+    l->vdb_open = true;
+    return 0;
+}
+
+/*
+ * Commit step 1, run with the caller's lock released: every file's data
+ * on disk under its temporary name, and its identity (recorded in the
+ * index).  Few files, or not all on the bronze root's filesystem: an fsync
+ * per file (and per directory in step 3).  A batch of many files on one
+ * filesystem: each file's data written and waited for with
+ * sync_file_range(), no journal commit; the one syncfs() of step 3 then
+ * commits the files' blocks, sizes and final names in one journal
+ * transaction, its cache flush covering the data written before.  A
+ * rename can reach the journal before that syncfs (another fsync on the
+ * filesystem, the journal's timer) but only after the data it names is
+ * written.  syncfs reports the writeback errors of the filesystem since
+ * Linux 5.8.  Touches only the batch and its files.
+ */
+static int sync_temps(ingest_lander_batch *b)
+{
+    ingest_lander *l = b->l;
+    char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
+    const char *name;
+    struct stat rs;
+    if (fstat(l->rootfd, &rs) < 0)
+        return lander__sys_fail(b->ctx, errno, "stat", l->root);
+    bool use_syncfs = b->nfiles >= INGEST_LANDER_SYNCFS_MIN;
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        lander__split_path(f->landed, dir, sizeof dir, &name);
+        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
+        struct stat sb;
+        if (fstatat(b->dirfd, tn, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+            return lander__sys_fail(b->ctx, errno, "stat temporary file of", f->landed);
+        if (sb.st_dev != rs.st_dev)
+            use_syncfs = false;
+        f->ident.dev = (uint64_t)sb.st_dev;
+        f->ident.ino = (uint64_t)sb.st_ino;
+        f->ident.size = (uint64_t)sb.st_size;
+        f->ident.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    }
+    b->syncfs = use_syncfs;
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        lander__split_path(f->landed, dir, sizeof dir, &name);
+        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
+        const int fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            return lander__sys_fail(b->ctx, errno, "open temporary file of", f->landed);
+        const int r = use_syncfs ? sync_file_range(fd, 0, 0,
+                                                    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                                                        SYNC_FILE_RANGE_WAIT_AFTER)
+                                 : fsync(fd);
+        const int e = errno;
+        close(fd);
+        if (r < 0)
+            return lander__sys_fail(b->ctx, e, use_syncfs ? "write out" : "fsync", f->landed);
+        if (!use_syncfs)
+            b->stats.syncs++;
+    }
+    return 0;
+}
+
+/*
+ * Commit step 2, under the caller's lock: each file's version (the path's
+ * counter + 1) is read, stored and the file renamed over its final name,
+ * in one locked step, so a batch landing the same path later gets the next
+ * version and renames after us: the newest version is the one left in
+ * place.  The counter is stored before the rename: a rename that fails
+ * leaves a gap in the numbers, never a landed version without a record
+ * (in a store that defers the index's writes, until a crash: see
+ * docs/landing.md).
+ * commit_now: commit the store before the caller's lock is released (see
+ * settle).
+ */
+/*
+ * Before the first rename: every final name must be free or a regular file
+ * (an earlier version).  A directory, symlink or other file there would
+ * fail its rename halfway through the batch; refusing here leaves nothing
+ * of the batch under a final name.
+ */
+static int check_final_names(ingest_lander_batch *b)
+{
+    char dir[LANDED_MAX];
+    const char *name;
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        lander__split_path(f->landed, dir, sizeof dir, &name);
+        INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
+        struct stat sb;
+        if (fstatat(b->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
+            if (errno != ENOENT)
+                return lander__sys_fail(b->ctx, errno, "stat the final name of", f->landed);
+            f->fresh = true;
+            continue;
+        }
+        f->fresh = false;
+        if (!S_ISREG(sb.st_mode))
+            return ingest__fail(b->ctx, INGEST_EEXIST,
+                                "lander: file %s: cannot land at %s: a %s is there (nothing of batch %s was put in "
+                                "place)",
+                                f->path, f->landed, S_ISDIR(sb.st_mode) ? "directory" : S_ISLNK(sb.st_mode) ? "symlink"
+                                                                                                             : "special file",
+                                b->name);
+    }
+    return 0;
+}
+
+/*
+ * A rename failed after others succeeded (an I/O error: check_final_names
+ * found every name usable): take back the files that had no earlier
+ * version, so the batch leaves nothing new under a final name.  A file
+ * that replaced an earlier version stays (that version is gone); the batch
+ * is not acknowledged, and its replay lands it again as a newer version.
+ */
+static void undo_renames(ingest_lander_batch *b)
+{
+    char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
+    const char *name;
+    char keep[INGEST__ERRMSG_MAX];
+    memcpy(keep, b->ctx->errmsg, sizeof keep);
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        if (!f->renamed)
+            continue;
+        lander__split_path(f->landed, dir, sizeof dir, &name);
+        if (!f->fresh) {
+            ingest__log(b->ctx, INGEST_LOG_WARN,
+                        "lander: batch %s failed during its renames: %s stays as the newer version", b->name,
+                        f->landed);
+            continue;
+        }
+        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        if (lander__enter_dir(b, f->path, dir, false) == 0 && renameat(b->dirfd, name, b->dirfd, tn) == 0)
+            f->renamed = false; /* a temporary again: removed with the others */
+    }
+    memcpy(b->ctx->errmsg, keep, sizeof keep);
+}
+
+static int place_files(ingest_lander_batch *b, bool commit_now)
+{
+    ingest_lander *l = b->l;
+    char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
+    const char *name;
+    INGEST__FORWARD(versions_db(l));
+    INGEST__FORWARD(check_final_names(b));
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        uint8_t v[8];
+        size_t vl = 0;
+        uint8_t key[INGEST__PATH_KEY_MAX];
+        const size_t kl = ingest__landed_key(f->landed, key);
+        int r = ingest__store_get(l->st, l->vdb, key, kl, v, sizeof v, &vl);
+        if (r < 0 && r != INGEST_ENOTFOUND) {
+            r = lander__store_fail(b, r, "read the version of", f->landed);
+            goto fail;
+        }
+        f->version = (r == 0 && vl == 8) ? ingest__get_u64(v) + 1 : 1;
+        ingest__put_u64(v, f->version);
+        b->wrote = true;
+        if ((r = ingest__store_put(l->st, l->vdb, key, kl, v, sizeof v)) < 0) {
+            r = lander__store_fail(b, r, "store the version of", f->landed);
+            goto fail;
+        }
+        lander__split_path(f->landed, dir, sizeof dir, &name);
+        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        if ((r = lander__enter_dir(b, f->path, dir, false)) < 0)
+            goto fail;
+        if (renameat(b->dirfd, tn, b->dirfd, name) < 0) {
+            r = lander__sys_fail(b->ctx, errno, "rename into place", f->landed);
+            goto fail;
+        }
+        f->renamed = true;
+        continue;
+    fail:
+        undo_renames(b);
+        return r;
+    }
+    return commit_now ? lander__settle(b, 0) : 0;
+}
+
+/*
+ * Commit step 3, run with the caller's lock released: the batch manifest
+ * (written, fsynced, renamed), then every touched directory once, or one
+ * syncfs.  Touches only the batch and its files.
+ */
+static int sync_landed(ingest_lander_batch *b)
+{
+    INGEST__FORWARD(write_manifest(b));
+    lander__close_fd(&b->dirfd);
+    if (b->syncfs) {
+        if (syncfs(b->l->rootfd) < 0)
+            return lander__sys_fail(b->ctx, errno, "syncfs", b->l->root);
+        b->stats.syncs++;
+        return 0;
+    }
+    return sync_dirs(b);
+}
+
+/*
+ * Commit step 4, under the caller's lock: the index (files, chunks at their
+ * new place: first occurrences, copied chunks re-pointed at the newest
+ * copy), the batch mark, the store commit.  A file whose path a later batch
+ * landed again since step 2 (its counter is past our version) was replaced
+ * on disk: it is not indexed, lest its record replace the newer file's.
+ */
+static int index_batch(ingest_lander_batch *b)
+{
+    ingest_lander *l = b->l;
+    b->wrote = true;
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        uint8_t v[8];
+        size_t vl = 0;
+        uint8_t key[INGEST__PATH_KEY_MAX];
+        const int r = ingest__store_get(l->st, l->vdb, key, ingest__landed_key(f->landed, key), v, sizeof v, &vl);
+        if (r < 0 && r != INGEST_ENOTFOUND)
+            return lander__store_fail(b, r, "read the version of", f->landed);
+        if (r == 0 && vl == 8 && ingest__get_u64(v) > f->version) {
+            ingest__log(b->ctx, INGEST_LOG_INFO,
+                        "lander: batch %s: %s version %llu was replaced by version %llu before it was indexed",
+                        b->name, f->landed, (unsigned long long)f->version,
+                        (unsigned long long)ingest__get_u64(v));
+            continue;
+        }
+        uint64_t file_no = 0;
+        INGEST__FORWARD(ingest_index_add_file(l->idx, f->landed, &f->ident, &file_no));
+        for (uint32_t k = f->first; k < f->first + f->nchunks; k++) {
+            if ((b->cst[k] & K_MASK) == K_DUP)
+                continue;
+            const ingest_chunk_loc loc = {file_no, b->pos[k], b->mc[k].len};
+            INGEST__FORWARD(ingest_index_add_chunk_for(l->idx, b->device, b->mc[k].id, &loc));
+        }
+    }
+    INGEST__FORWARD(ingest_index_batch_mark(l->idx, b->device, b->name));
+    return lander__settle(b, 0);
+}
+
+static void lk_unlock(const ingest_lander_lock *lk)
+{
+    if (lk)
+        lk->unlock(lk->ud);
+}
+
+static void lk_lock(const ingest_lander_lock *lk)
+{
+    if (lk)
+        lk->lock(lk->ud);
+}
+
+/* Called and returns with the caller's lock held; drops it around the disk waits. */
+static int do_commit(ingest_lander_batch *b, const ingest_lander_lock *lk)
+{
+    lk_unlock(lk);
+    int rc = sync_temps(b);
+    lk_lock(lk);
+    if (rc < 0)
+        return rc;
+    INGEST__FORWARD(place_files(b, lk != NULL));
+    lk_unlock(lk);
+    rc = sync_landed(b);
+    lk_lock(lk);
+    if (rc < 0)
+        return rc;
+    return index_batch(b);
+}
+
+int ingest_lander_commit_prepare(ingest_lander_batch *b)
+{
+    if (b && b->state == B_PREPARED)
+        return 0;
+    if (!b || b->state != B_ACTIVE)
+        return b ? lander__bad_state(b) : INGEST_EINVAL;
+    const int rc = lander__settle(b, lander__pump(b));
+    if (rc < 0)
+        return lander__fail_batch(b, rc);
+    if (b->awaited > 0 || b->cur_file < b->nfiles)
+        return ingest__fail(b->ctx, INGEST_EBUSY, "lander: batch %s: %u chunks still awaited (%zu re-wanted)",
+                            b->name, b->awaited, b->nrew);
+    /* nothing more is read: release the sources and the chunk buffers now */
+    lander__close_fd(&b->srcfd);
+    b->src_no = UINT64_MAX;
+    lander__close_fd(&b->spillfd);
+    ingest__free(b->ctx, b->rbuf);
+    ingest__free(b->ctx, b->cbuf);
+    b->rbuf = b->cbuf = NULL;
+    b->bufcap = 0;
+    b->state = B_PREPARED;
+    return 0;
+}
+
+int ingest_lander_commit_finish(ingest_lander_batch *b, const ingest_lander_lock *lk)
+{
+    if (!b)
+        return INGEST_EINVAL;
+    if (b->state != B_PREPARED)
+        return lander__bad_state(b);
+    if (lk && (!lk->lock || !lk->unlock))
+        return ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch %s: lock without its callbacks", b->name);
+    const int rc = lander__settle(b, do_commit(b, lk));
+    lander__close_fd(&b->dirfd);
+    if (rc < 0)
+        return lander__fail_batch(b, rc);
+    b->state = B_COMMITTED;
+    ingest__log(b->ctx, INGEST_LOG_INFO, "lander: batch %s of %s landed: %u files, %llu bytes", b->name, b->device,
+                b->nfiles, (unsigned long long)b->stats.bytes);
+    return 0;
+}
+
+int ingest_lander_commit(ingest_lander_batch *b)
+{
+    const int rc = ingest_lander_commit_prepare(b);
+    return rc < 0 ? rc : ingest_lander_commit_finish(b, NULL);
+}

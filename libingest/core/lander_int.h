@@ -1,0 +1,185 @@
+#ifndef INGEST_LANDER_INT_H
+#define INGEST_LANDER_INT_H
+
+/*
+ * Inside the lander, its parts' shared definitions.
+ *
+ * The landing engine: manifest -> want list -> chunks -> files written once,
+ * sequentially, to temporary names -> durable -> renamed -> manifest ->
+ * index.  See include/ingest/lander.h and docs/landing.md.
+ *
+ * Memory.  Per chunk: its manifest entry {id, len} (36 bytes, kept as one
+ * array so the manifest writer takes a file's chunks in place), a u64
+ * position (offset in the spill file before it is written, offset in its
+ * landed file after), a u32 (first occurrence of a duplicate) and a state
+ * byte.  Per file: its paths.  Two chunk buffers of the largest chunk
+ * seen.  Nothing else grows with the batch.
+ *
+ * Landing is a cursor over the chunk list.  A chunk is landed when the
+ * cursor reaches it and its bytes are available: received (straight from
+ * put_chunk, or from the spill file when it arrived early), copied from a
+ * landed file named by the index (known), or copied from the temporary
+ * file where its first occurrence in this batch was written (dup).  Every
+ * copied range is read into memory and hashed before it is written, so the
+ * id check and the copy see the same bytes.
+ */
+#include "ingest/lander.h"
+#include "ingest/manifest.h"
+#include "../internal.h"
+#include "../store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+
+#define LANDED_MAX 4096      /* bytes of a landed path, NUL included */
+#define NAME_MAX_BYTES 255   /* bytes of one path component */
+#define MANIFEST_FLUSH (1u << 20)
+/*
+ * Temporary files are named ".{name}.ingest-tmp-{tag}.{batch}" (or
+ * ".ingest-tmp-{tag}.{batch}.{n}" when that is too long), where {tag} is
+ * TMP_TAG_HEX random hex digits kept in {bronze}/_manifests/TMP_TAG_FILE,
+ * made once per bronze tree.  A device cannot guess it, so no name a device
+ * sends is ever taken for a temporary file: neither truncated by one, nor
+ * removed by the sweep after a crash.
+ */
+#define TMP_TAG_FILE ".tmp-tag"
+#define TMP_TAG_HEX 16
+#define TMP_MARK_MAX (sizeof ".ingest-tmp-." + TMP_TAG_HEX)
+/* Batches of at least this many files are made durable with syncfs(). */
+#define INGEST_LANDER_SYNCFS_MIN 16u
+
+enum { K_RECV = 0, K_KNOWN = 1, K_DUP = 2, K_MASK = 3 };
+enum { F_ARRIVED = 4, F_INBUF = 8, F_DONE = 16 };
+/*
+ * Batch states.  ACTIVE: landing, may still ask the device for chunks.
+ * PREPARED (commit_prepare done): every file complete under its temporary
+ * name, only commit_finish or destroy remain.  DEAD: aborted.
+ */
+enum { B_ACTIVE = 0, B_DEAD = 1, B_COMMITTED = 2, B_PREPARED = 3 };
+
+struct ingest_lander_s {
+    ingest_ctx *ctx;
+    ingest_store *st;
+    ingest_index *idx;
+    ingest_codec *codec;
+    char *root;
+    int rootfd;
+    char *layout;
+    uint8_t key[INGEST_KEY_BYTES];
+    uint8_t tabkey[crypto_shorthash_KEYBYTES];
+    uint32_t max_files, max_chunks;
+    bool direct_io; /* write temporary files with O_DIRECT where the filesystem takes it */
+    ingest__dbi vdb;
+    bool vdb_open;
+    ingest_lander_batch *busy;
+    char tmp_mark[TMP_MARK_MAX]; /* ".ingest-tmp-{tag}." : in every temporary file's name */
+};
+
+typedef struct lfile {
+    char *path;   /* relative path at the device */
+    char *landed; /* relative to the bronze root */
+    uint64_t size;
+    int64_t mtime_ns;
+    uint32_t mode;
+    uint8_t hash[INGEST_ID_BYTES];
+    uint32_t first, nchunks;
+    uint64_t version;
+    ingest_file_identity ident;
+    bool created; /* its temporary file exists */
+    bool renamed; /* moved to its final name */
+    bool fresh;   /* nothing was at its final name when the renames began */
+} lfile;
+
+struct ingest_lander_batch_s {
+    ingest_lander *l;
+    ingest_ctx *ctx;
+    int state;
+    char *device;
+    char *name;
+    lfile *files;
+    uint32_t nfiles, nfiles_read;
+    ingest_manifest_chunk *mc;
+    uint64_t *pos;
+    uint32_t *src;
+    uint8_t *cst;
+    uint32_t nchunks, chunk_cap;
+    uint32_t *wants;
+    size_t nwants;
+    uint32_t *rew;
+    size_t nrew, rew_reported;
+    uint32_t awaited;
+    bool lookahead_done;
+    bool syncfs; /* commit syncs with syncfs() */
+    bool wrote;  /* store writes of ours not committed yet (see settle) */
+    /* cursor */
+    uint32_t cur_file, cur_chunk;
+    int fd;           /* temporary file being written, -1 */
+    /* O_DIRECT writing (fd opened so): chunks gather in dio, written whole
+     * at dio_base, the tail padded to DIO_ALIGN and the file truncated */
+    bool direct;
+    uint8_t *dio;     /* DIO_BUF bytes aligned to DIO_ALIGN inside dio_mem, or NULL */
+    void *dio_mem;    /* the allocation (context's allocator) dio lies in */
+    size_t dio_fill;
+    uint64_t dio_base;
+    int dirfd;        /* directory of cur_dir, -1 */
+    char *cur_dir;    /* relative directory cached in dirfd */
+    uint64_t file_off;
+    ingest_filehash fh;
+    /* known-chunk source cache */
+    int srcfd;
+    uint64_t src_no;
+    /* spill */
+    int spillfd;
+    uint64_t spill_len;
+    /* buffers */
+    uint8_t *rbuf, *cbuf;
+    size_t bufcap;
+    /* directories to fsync at commit (relative, "" = root) */
+    char **dirs;
+    size_t ndirs, dirs_cap;
+    ingest_lander_stats stats;
+};
+
+
+#define DIO_ALIGN 4096u
+#define DIO_BUF (256u * 1024u)
+
+/*
+ * Shared by the parts of the lander: lander.c defines the helpers and the
+ * batch-state functions, lander_paths.c the path, tag and directory ones,
+ * lander_land.c pump, lander_begin.c cmp_strp.
+ */
+int lander__sys_fail(ingest_ctx *ctx, int err, const char *what, const char *path);
+int lander__write_full(int fd, const void *p, size_t n);
+int lander__pread_full(int fd, void *p, size_t n, uint64_t off);
+void lander__close_fd(int *fd);
+int lander__check_name(ingest_ctx *ctx, const char *what, const char *s);
+int lander__check_relpath(ingest_ctx *ctx, const char *what, const char *p);
+void lander__split_path(const char *p, char *dir, size_t cap, const char **name);
+void lander__tmp_name(const ingest_lander *l, const char *name, const char *batch, uint32_t fi, char *out, size_t cap);
+int lander__tmp_tag(ingest_ctx *ctx, int rootfd, const char *root, bool create, char mark[TMP_MARK_MAX]);
+int lander__bufs_reserve(ingest_lander_batch *b, size_t n);
+int lander__chunks_grow(ingest_lander_batch *b, uint32_t need);
+int lander__bad_state(ingest_lander_batch *b);
+int lander__settle(ingest_lander_batch *b, int rc);
+int lander__store_fail(ingest_lander_batch *b, int rc, const char *what, const char *path);
+int lander__fail_batch(ingest_lander_batch *b, int rc);
+int lander__pump(ingest_lander_batch *b);
+int lander__landed_path(ingest_lander *l, const char *device, const char *batch, const char *relpath, int64_t mtime_ns, char *out, size_t cap);
+int lander__add_dir(ingest_lander_batch *b, const char *dir);
+int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create, int *fd);
+int lander__enter_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create);
+
+int lander__cmp_strp(const void *a, const void *b);
+
+#endif

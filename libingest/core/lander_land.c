@@ -1,0 +1,504 @@
+/* The lander's landing: files written once, sequentially, at a cursor over the chunk list; chunks put, spilled, copied. */
+#include "lander_int.h"
+
+/* --------------------------------------------------------------- landing */
+
+static int open_tmp(ingest_lander_batch *b, uint32_t fi)
+{
+    lfile *f = &b->files[fi];
+    char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
+    const char *name;
+    lander__split_path(f->landed, dir, sizeof dir, &name);
+    INGEST__FORWARD(lander__enter_dir(b, f->path, dir, true));
+    INGEST__FORWARD(lander__add_dir(b, dir));
+    lander__tmp_name(b->l, name, b->name, fi, tn, sizeof tn);
+    const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC;
+    b->direct = false;
+    if (b->l->direct_io && f->size >= DIO_ALIGN) {
+        if (b->dio == NULL) {
+            /* the context's allocator has no alignment: over-allocate and align inside */
+            b->dio_mem = ingest__malloc(b->ctx, DIO_BUF + DIO_ALIGN);
+            if (b->dio_mem == NULL)
+                return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory (direct I/O buffer)");
+            const uintptr_t a = (uintptr_t)b->dio_mem;
+            b->dio = (uint8_t *)b->dio_mem + ((DIO_ALIGN - a % DIO_ALIGN) % DIO_ALIGN);
+        }
+        b->fd = openat(b->dirfd, tn, flags | O_DIRECT, 0600);
+        if (b->fd >= 0)
+            b->direct = true;
+        else if (errno != EINVAL) /* EINVAL: the filesystem does not take O_DIRECT; write through the cache */
+            return lander__sys_fail(b->ctx, errno, "create temporary file for", f->landed);
+    }
+    if (b->fd < 0)
+        b->fd = openat(b->dirfd, tn, flags, 0600);
+    if (b->fd < 0)
+        return lander__sys_fail(b->ctx, errno, "create temporary file for", f->landed);
+    f->created = true;
+    b->file_off = 0;
+    b->dio_fill = 0;
+    b->dio_base = 0;
+    ingest_filehash_init(&b->fh, b->l->key);
+    return 0;
+}
+
+/* Write the direct I/O buffer at dio_base: whole (len DIO_BUF) or, at the end of the file, padded. */
+static int dio_flush(ingest_lander_batch *b, bool last)
+{
+    size_t len = b->dio_fill;
+    if (len == 0)
+        return 0;
+    if (last && (len % DIO_ALIGN) != 0) {
+        const size_t pad = DIO_ALIGN - len % DIO_ALIGN;
+        memset(b->dio + len, 0, pad);
+        len += pad;
+    }
+    size_t done = 0;
+    while (done < len) {
+        const ssize_t w = pwrite(b->fd, b->dio + done, len - done, (off_t)(b->dio_base + done));
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (w == 0) {
+            errno = EIO;
+            return -1;
+        }
+        done += (size_t)w;
+    }
+    b->dio_base += b->dio_fill;
+    b->dio_fill = 0;
+    return 0;
+}
+
+/* Append data to the file being written: through the direct I/O buffer, or write(). */
+static int file_append(ingest_lander_batch *b, const uint8_t *data, size_t n)
+{
+    if (!b->direct)
+        return lander__write_full(b->fd, data, n);
+    while (n > 0) {
+        const size_t k = DIO_BUF - b->dio_fill < n ? DIO_BUF - b->dio_fill : n;
+        memcpy(b->dio + b->dio_fill, data, k);
+        b->dio_fill += k;
+        data += k;
+        n -= k;
+        if (b->dio_fill == DIO_BUF && dio_flush(b, false) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/*
+ * Read n bytes at pos of the file being written (a chunk the batch repeats):
+ * what is still in the direct I/O buffer comes from there, the rest through
+ * fd (a descriptor of the same file, opened for reading).  0, -1 errno, 1 short.
+ */
+static int read_current(ingest_lander_batch *b, int fd, uint64_t pos, size_t n, uint8_t *out)
+{
+    size_t from_file = n;
+    if (b->direct && pos + n > b->dio_base) {
+        const size_t head = pos < b->dio_base ? (size_t)(b->dio_base - pos) : 0;
+        const size_t boff = pos < b->dio_base ? 0 : (size_t)(pos - b->dio_base);
+        if (boff + (n - head) > b->dio_fill)
+            return 1;
+        memcpy(out + head, b->dio + boff, n - head);
+        from_file = head;
+    }
+    return from_file > 0 ? lander__pread_full(fd, out, from_file, pos) : 0;
+}
+
+static uint32_t landed_mode(uint32_t mode)
+{
+    return (mode & 0111) ? 0755 : 0644;
+}
+
+static int finish_file(ingest_lander_batch *b, uint32_t fi)
+{
+    lfile *f = &b->files[fi];
+    if (b->direct) {
+        /* the padded last block, then the exact size (before the mtime: truncating sets it) */
+        if (dio_flush(b, true) < 0)
+            return lander__sys_fail(b->ctx, errno, "write", f->landed);
+        if (ftruncate(b->fd, (off_t)b->file_off) < 0)
+            return lander__sys_fail(b->ctx, errno, "truncate", f->landed);
+    }
+    uint8_t h[INGEST_ID_BYTES];
+    ingest_filehash_final(&b->fh, h);
+    if (b->file_off != f->size)
+        return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: wrote %llu bytes, size is %llu", f->path,
+                            (unsigned long long)b->file_off, (unsigned long long)f->size);
+    if (sodium_memcmp(h, f->hash, sizeof h) != 0)
+        return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: whole-file hash differs from the manifest",
+                            f->path);
+    if (fchmod(b->fd, (mode_t)landed_mode(f->mode)) < 0)
+        return lander__sys_fail(b->ctx, errno, "chmod", f->landed);
+    struct timespec ts[2];
+    int64_t s = f->mtime_ns / 1000000000, ns = f->mtime_ns % 1000000000;
+    if (ns < 0) {
+        s--;
+        ns += 1000000000;
+    }
+    ts[0].tv_sec = ts[1].tv_sec = (time_t)s;
+    ts[0].tv_nsec = ts[1].tv_nsec = (long)ns;
+    if (futimens(b->fd, ts) < 0)
+        return lander__sys_fail(b->ctx, errno, "set mtime of", f->landed);
+    /* start writeback now; commit waits for it with one fsync per file */
+    (void)sync_file_range(b->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    if (close(b->fd) < 0) {
+        b->fd = -1;
+        return lander__sys_fail(b->ctx, errno, "close", f->landed);
+    }
+    b->fd = -1;
+    return 0;
+}
+
+static int write_chunk(ingest_lander_batch *b, uint32_t i, const uint8_t *data)
+{
+    const uint32_t n = b->mc[i].len;
+    if (file_append(b, data, n) < 0)
+        return lander__sys_fail(b->ctx, errno, "write", b->files[b->cur_file].landed);
+    /* data was checked against its id: the file hash covers the ids in order (docs/manifest.md) */
+    ingest_filehash_update(&b->fh, b->mc[i].id, INGEST_ID_BYTES);
+    b->pos[i] = b->file_off;
+    b->file_off += n;
+    b->cst[i] = (uint8_t)((b->cst[i] & ~(F_ARRIVED | F_INBUF)) | F_DONE);
+    b->stats.bytes_written += n;
+    return 0;
+}
+
+static bool id_matches(const ingest_lander_batch *b, uint32_t i, const uint8_t *data)
+{
+    uint8_t id[INGEST_ID_BYTES];
+    ingest_chunk_id(b->l->key, data, b->mc[i].len, id);
+    return sodium_memcmp(id, b->mc[i].id, INGEST_ID_BYTES) == 0;
+}
+
+static int rewant(ingest_lander_batch *b, uint32_t i, const char *why)
+{
+    char hex[2 * INGEST_ID_BYTES + 1];
+    ingest_to_hex(b->mc[i].id, INGEST_ID_BYTES, hex);
+    ingest__log(b->ctx, INGEST_LOG_INFO, "lander: batch %s: known chunk %u (%s) %s: wanted again", b->name, i, hex,
+                why);
+    b->wrote = true;
+    const int rc = ingest_index_forget_chunk_for(b->l->idx, b->device, b->mc[i].id);
+    if (rc < 0 && rc != INGEST_ENOTFOUND)
+        return rc;
+    b->cst[i] = K_RECV;
+    b->rew[b->nrew++] = i;
+    b->awaited++;
+    b->stats.chunks_rewanted++;
+    return 0;
+}
+
+/*
+ * Check where a known chunk lives without reading it: 1 usable, 0 stale
+ * (already re-wanted), < 0 error.
+ */
+static int known_source(ingest_lander_batch *b, uint32_t i, ingest_chunk_loc *loc)
+{
+    int rc = ingest_index_find_for(b->l->idx, b->device, b->mc[i].id, loc);
+    if (rc == INGEST_ENOTFOUND || (rc == 0 && loc->length != b->mc[i].len)) {
+        INGEST__FORWARD(rewant(b, i, "left the index"));
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    if (b->srcfd >= 0 && b->src_no == loc->file_no)
+        return 1;
+    lander__close_fd(&b->srcfd);
+    b->src_no = UINT64_MAX;
+    char p[LANDED_MAX + 512];
+    rc = ingest_index_file_path(b->l->idx, loc->file_no, p, sizeof p);
+    if (rc == INGEST_ESTALE || rc == INGEST_ENOTFOUND) {
+        INGEST__FORWARD(rewant(b, i, "has a missing or changed landed file"));
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    b->srcfd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (b->srcfd < 0) {
+        const int e = errno;
+        if (e == ENOENT || e == ELOOP || e == ENOTDIR) {
+            INGEST__FORWARD(rewant(b, i, "has a missing landed file"));
+            return 0;
+        }
+        return lander__sys_fail(b->ctx, e, "open", p);
+    }
+    b->src_no = loc->file_no;
+    return 1;
+}
+
+/* Once per batch, after a first stale chunk: re-want every later stale one now, in one round. */
+static int lookahead(ingest_lander_batch *b, uint32_t from)
+{
+    b->lookahead_done = true;
+    uint64_t last_no = UINT64_MAX;
+    bool last_ok = false;
+    for (uint32_t j = from; j < b->nchunks; j++) {
+        if ((b->cst[j] & K_MASK) != K_KNOWN || (b->cst[j] & F_DONE))
+            continue;
+        ingest_chunk_loc loc;
+        int rc = ingest_index_find_for(b->l->idx, b->device, b->mc[j].id, &loc);
+        if (rc == INGEST_ENOTFOUND || (rc == 0 && loc.length != b->mc[j].len)) {
+            INGEST__FORWARD(rewant(b, j, "left the index"));
+            continue;
+        }
+        if (rc < 0)
+            return rc;
+        if (loc.file_no != last_no) {
+            char p[LANDED_MAX + 512];
+            rc = ingest_index_file_path(b->l->idx, loc.file_no, p, sizeof p);
+            if (rc < 0 && rc != INGEST_ESTALE && rc != INGEST_ENOTFOUND)
+                return rc;
+            last_no = loc.file_no;
+            last_ok = rc == 0;
+        }
+        if (!last_ok)
+            INGEST__FORWARD(rewant(b, j, "has a missing or changed landed file"));
+    }
+    return 0;
+}
+
+/* Land chunk i at the cursor: 0 landed, 1 blocked (awaited), < 0 error. */
+static int land_one(ingest_lander_batch *b, uint32_t i)
+{
+    const uint32_t n = b->mc[i].len;
+    const int kind = b->cst[i] & K_MASK;
+    if (kind == K_RECV) {
+        if (b->cst[i] & F_INBUF)
+            return write_chunk(b, i, b->rbuf);
+        if (!(b->cst[i] & F_ARRIVED))
+            return 1;
+        const int r = lander__pread_full(b->spillfd, b->cbuf, n, b->pos[i]);
+        if (r != 0)
+            return ingest__fail(b->ctx, r < 0 ? ingest__errno(errno) : INGEST_EIO,
+                                "lander: batch %s: reading chunk %u back from the spill file failed", b->name, i);
+        if (!id_matches(b, i, b->cbuf))
+            return ingest__fail(b->ctx, INGEST_EIO, "lander: batch %s: chunk %u changed in the spill file", b->name,
+                                i);
+        return write_chunk(b, i, b->cbuf);
+    }
+    if (kind == K_DUP) {
+        const uint32_t j = b->src[i];
+        /* the file holding chunk j: the last whose first chunk is <= j */
+        uint32_t lo = 0, hi = b->nfiles;
+        while (hi - lo > 1) {
+            const uint32_t mid = lo + (hi - lo) / 2;
+            if (b->files[mid].first <= j)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        while (lo > 0 && b->files[lo].nchunks == 0)
+            lo--;
+        const lfile *sf = &b->files[lo];
+        int fd = -1;
+        bool own = false;
+        if (lo == b->cur_file) {
+            /* written through a write-only descriptor: read it through a new one */
+            char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
+            const char *name;
+            lander__split_path(sf->landed, dir, sizeof dir, &name);
+            lander__tmp_name(b->l, name, b->name, lo, tn, sizeof tn);
+            fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        } else {
+            char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
+            const char *name;
+            lander__split_path(sf->landed, dir, sizeof dir, &name);
+            lander__tmp_name(b->l, name, b->name, lo, tn, sizeof tn);
+            int dfd = -1;
+            INGEST__FORWARD(lander__walk_dir(b, sf->path, dir, false, &dfd));
+            if (dfd >= 0) {
+                fd = openat(dfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+                close(dfd);
+            }
+        }
+        own = fd >= 0;
+        if (!own)
+            return ingest__fail(b->ctx, INGEST_EIO, "lander: batch %s: temporary file of %s vanished", b->name,
+                                sf->landed);
+        const int r = lo == b->cur_file ? read_current(b, fd, b->pos[j], n, b->cbuf) : lander__pread_full(fd, b->cbuf, n, b->pos[j]);
+        const int e = errno;
+        close(fd);
+        if (r != 0)
+            return ingest__fail(b->ctx, r < 0 ? ingest__errno(e) : INGEST_EIO,
+                                "lander: batch %s: reading chunk %u back from %s failed", b->name, j, sf->landed);
+        if (!id_matches(b, i, b->cbuf))
+            return ingest__fail(b->ctx, INGEST_EIO, "lander: batch %s: chunk %u changed in temporary file of %s",
+                                b->name, j, sf->landed);
+        b->stats.copies++;
+        b->stats.chunks_known++;
+        return write_chunk(b, i, b->cbuf);
+    }
+    /* known: copy from the landed file named by the index, verifying it */
+    ingest_chunk_loc loc;
+    int rc = known_source(b, i, &loc);
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        const int r = lander__pread_full(b->srcfd, b->cbuf, n, loc.offset);
+        if (r < 0)
+            return lander__sys_fail(b->ctx, errno, "read", "landed file");
+        if (r == 0 && id_matches(b, i, b->cbuf)) {
+            b->stats.copies++;
+            b->stats.chunks_known++;
+            return write_chunk(b, i, b->cbuf);
+        }
+        lander__close_fd(&b->srcfd);
+        b->src_no = UINT64_MAX;
+        INGEST__FORWARD(rewant(b, i, r ? "is past the end of its landed file" : "does not match its landed bytes"));
+    }
+    if (!b->lookahead_done)
+        INGEST__FORWARD(lookahead(b, i + 1));
+    return 1;
+}
+
+int lander__pump(ingest_lander_batch *b)
+{
+    while (b->cur_file < b->nfiles) {
+        const lfile *f = &b->files[b->cur_file];
+        if (b->fd < 0)
+            INGEST__FORWARD(open_tmp(b, b->cur_file));
+        while (b->cur_chunk < f->first + f->nchunks) {
+            const int r = land_one(b, b->cur_chunk);
+            if (r < 0)
+                return r;
+            if (r > 0)
+                return 0;
+            b->cur_chunk++;
+        }
+        INGEST__FORWARD(finish_file(b, b->cur_file));
+        b->cur_file++;
+    }
+    return 0;
+}
+
+int ingest_lander_advance(ingest_lander_batch *b)
+{
+    if (!b || b->state != B_ACTIVE)
+        return b ? lander__bad_state(b) : INGEST_EINVAL;
+    const int rc = lander__settle(b, lander__pump(b));
+    if (rc < 0)
+        return lander__fail_batch(b, rc);
+    return (int)b->awaited;
+}
+
+static int spill(ingest_lander_batch *b, uint32_t i)
+{
+    if (b->spillfd < 0) {
+        b->spillfd = openat(b->l->rootfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (b->spillfd < 0) {
+            /* no O_TMPFILE here: a named file, unlinked at once */
+            char name[64];
+            for (int k = 0; k < 100 && b->spillfd < 0; k++) {
+                snprintf(name, sizeof name, ".ingest-spill.%08x", randombytes_random());
+                b->spillfd = openat(b->l->rootfd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+            }
+            if (b->spillfd < 0)
+                return lander__sys_fail(b->ctx, errno, "create spill file in", b->l->root);
+            unlinkat(b->l->rootfd, name, 0);
+        }
+        b->spill_len = 0;
+    }
+    const uint32_t n = b->mc[i].len;
+    size_t done = 0;
+    while (done < n) {
+        const ssize_t w = pwrite(b->spillfd, b->rbuf + done, n - done, (off_t)(b->spill_len + done));
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return lander__sys_fail(b->ctx, errno, "write spill file in", b->l->root);
+        }
+        done += (size_t)w;
+    }
+    b->pos[i] = b->spill_len;
+    b->spill_len += n;
+    b->cst[i] |= F_ARRIVED;
+    b->stats.chunks_spilled++;
+    return 0;
+}
+
+int ingest_lander_chunk_expect(const ingest_lander_batch *b, uint32_t i, uint8_t id[INGEST_ID_BYTES],
+                               uint32_t *len)
+{
+    if (b == NULL || i >= b->nchunks)
+        return INGEST_EINVAL;
+    memcpy(id, b->mc[i].id, INGEST_ID_BYTES);
+    *len = b->mc[i].len;
+    return 0;
+}
+
+/* Checks shared by put_chunk and put_verified: is chunk i awaited? */
+static int put_check(ingest_lander_batch *b, uint32_t i, const void *data, size_t len)
+{
+    if (!b || b->state != B_ACTIVE)
+        return b ? lander__bad_state(b) : INGEST_EINVAL;
+    if (!data && len > 0)
+        return lander__fail_batch(b, ingest__fail(b->ctx, INGEST_EINVAL, "lander: put_chunk: no data"));
+    if (i >= b->nchunks)
+        return lander__fail_batch(b, ingest__fail(b->ctx, INGEST_EPROTO, "lander: batch %s: chunk index %u past %u chunks",
+                                          b->name, i, b->nchunks));
+    if ((b->cst[i] & K_MASK) != K_RECV || (b->cst[i] & (F_ARRIVED | F_INBUF | F_DONE)))
+        return lander__fail_batch(b, ingest__fail(b->ctx, INGEST_EPROTO, "lander: batch %s: chunk %u was not %s", b->name,
+                                          i, (b->cst[i] & K_MASK) != K_RECV ? "requested" : "awaited any more"));
+    return 0;
+}
+
+/* The chunk's bytes are in b->rbuf, verified: land them (or spill them). */
+static int put_tail(ingest_lander_batch *b, uint32_t i, size_t received)
+{
+    int rc;
+    b->stats.bytes_received += received;
+    b->stats.chunks_new++;
+    b->awaited--;
+    /* land what precedes it, then it straight from memory if the cursor is there */
+    if ((rc = lander__pump(b)) == 0) {
+        if (b->cur_chunk == i && b->cur_file < b->nfiles) {
+            b->cst[i] |= F_INBUF;
+            rc = lander__pump(b);
+        } else {
+            rc = spill(b, i);
+        }
+    }
+    rc = lander__settle(b, rc);
+    return rc < 0 ? lander__fail_batch(b, rc) : 0;
+}
+
+int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const void *encoded, size_t len)
+{
+    int rc = put_check(b, i, encoded, len);
+    if (rc < 0)
+        return rc;
+    size_t got = 0;
+    rc = ingest_codec_decode(b->l->codec, encoded, len, b->rbuf, b->mc[i].len, &got, b->l->key, b->mc[i].id);
+    if (rc < 0) {
+        char keep[INGEST__ERRMSG_MAX];
+        memcpy(keep, b->ctx->errmsg, sizeof keep);
+        return lander__fail_batch(b, ingest__fail(b->ctx, rc, "lander: batch %s: chunk %u refused: %s", b->name, i, keep));
+    }
+    if (got != b->mc[i].len)
+        return lander__fail_batch(b, ingest__fail(b->ctx, INGEST_EMISMATCH,
+                                          "lander: batch %s: chunk %u decodes to %zu bytes, manifest says %u", b->name,
+                                          i, got, b->mc[i].len));
+    return put_tail(b, i, len);
+}
+
+int ingest_lander_put_verified(ingest_lander_batch *b, uint32_t i, const void *raw, size_t len, size_t received,
+                               const uint8_t id[INGEST_ID_BYTES])
+{
+    int rc = put_check(b, i, raw, len);
+    if (rc < 0)
+        return rc;
+    if (id == NULL || sodium_memcmp(id, b->mc[i].id, INGEST_ID_BYTES) != 0)
+        return lander__fail_batch(b, ingest__fail(b->ctx, INGEST_EMISMATCH,
+                                          "lander: batch %s: chunk %u was verified against another id than the "
+                                          "manifest's (sent before the WANT that asked for it?)",
+                                          b->name, i));
+    if (len != b->mc[i].len)
+        return lander__fail_batch(b, ingest__fail(b->ctx, INGEST_EMISMATCH,
+                                          "lander: batch %s: chunk %u has %zu bytes, manifest says %u", b->name, i,
+                                          len, b->mc[i].len));
+    memcpy(b->rbuf, raw, len);
+    return put_tail(b, i, received);
+}
+

@@ -1,0 +1,336 @@
+/* The lander's paths: the layout of landed names, the crash sweep, and the directories a batch writes into. */
+#include "lander_int.h"
+
+/* ------------------------------------------------------------- layout */
+
+static const char *const PLACEHOLDERS[] = {"{device}", "{path}", "{yyyy}", "{mm}", "{dd}", "{batch}"};
+
+static int expand(ingest_ctx *ctx, const char *layout, const char *device, const char *batch,
+                  const char *relpath, int64_t mtime_ns, char *out, size_t cap)
+{
+    int64_t secs = mtime_ns / 1000000000;
+    if (mtime_ns % 1000000000 < 0)
+        secs--;
+    const time_t t = (time_t)secs;
+    struct tm tm;
+    if (gmtime_r(&t, &tm) == NULL)
+        return ingest__fail(ctx, INGEST_EINVAL, "lander: file %s: mtime %lld out of range", relpath,
+                            (long long)mtime_ns);
+    char yyyy[16], mm[16], dd[16];
+    snprintf(yyyy, sizeof yyyy, "%04d", tm.tm_year + 1900);
+    snprintf(mm, sizeof mm, "%02d", tm.tm_mon + 1);
+    snprintf(dd, sizeof dd, "%02d", tm.tm_mday);
+    const char *vals[] = {device, relpath, yyyy, mm, dd, batch};
+    size_t o = 0;
+    for (const char *p = layout; *p;) {
+        const char *v = NULL;
+        size_t skip = 1;
+        if (*p == '{') {
+            for (size_t k = 0; k < sizeof PLACEHOLDERS / sizeof PLACEHOLDERS[0]; k++) {
+                const size_t pl = strlen(PLACEHOLDERS[k]);
+                if (strncmp(p, PLACEHOLDERS[k], pl) == 0) {
+                    v = vals[k];
+                    skip = pl;
+                    break;
+                }
+            }
+            if (!v)
+                return ingest__fail(ctx, INGEST_EINVAL, "lander: layout \"%s\": unknown placeholder at %zu",
+                                    layout, (size_t)(p - layout));
+        }
+        const size_t vl = v ? strlen(v) : 1;
+        if (o + vl >= cap)
+            return ingest__fail(ctx, INGEST_ETOOBIG, "lander: file %s: landed path longer than %zu bytes",
+                                relpath, cap - 1);
+        memcpy(out + o, v ? v : p, vl);
+        o += vl;
+        p += skip;
+    }
+    out[o] = '\0';
+    return 0;
+}
+
+int lander__landed_path(ingest_lander *l, const char *device, const char *batch, const char *relpath,
+                       int64_t mtime_ns, char *out, size_t cap)
+{
+    INGEST__FORWARD(lander__check_relpath(l->ctx, "file", relpath));
+    INGEST__FORWARD(expand(l->ctx, l->layout, device, batch, relpath, mtime_ns, out, cap));
+    INGEST__FORWARD(lander__check_relpath(l->ctx, "landed path of file", out));
+    if (strncmp(out, "_manifests", 10) == 0 && (out[10] == '/' || out[10] == '\0'))
+        return ingest__fail(l->ctx, INGEST_EINVAL, "lander: file %s: landed path %s is under _manifests",
+                            relpath, out);
+    /* A name holding this tree's secret tag could be taken for a temporary
+     * file (tmp_name); no device knows the tag, so no honest one sends it. */
+    const char *base = strrchr(out, '/');
+    if (l->tmp_mark[0] != '\0' && strstr(base ? base + 1 : out, l->tmp_mark) != NULL)
+        return ingest__fail(l->ctx, INGEST_EINVAL,
+                            "lander: file %s: name contains the bronze tree's temporary-file tag", relpath);
+    return 0;
+}
+
+int ingest_lander_landed_path(ingest_lander *l, const char *device, const char *batch, const char *relpath,
+                              int64_t mtime_ns, char *out, size_t cap)
+{
+    if (!l || !device || !batch || !relpath || !out || cap == 0)
+        return INGEST_EINVAL;
+    INGEST__FORWARD(lander__check_name(l->ctx, "device", device));
+    INGEST__FORWARD(lander__check_name(l->ctx, "batch", batch));
+    return lander__landed_path(l, device, batch, relpath, mtime_ns, out, cap);
+}
+
+/* ----------------------------------------------------------- crash sweep */
+
+typedef struct sweep {
+    ingest_ctx *ctx;
+    int rootfd;
+    char mark[TMP_MARK_MAX]; /* "" when the tree has no tag yet */
+    char **stack;             /* directories still to read, relative to the root */
+    size_t n, cap;
+    uint64_t removed, failed;
+} sweep;
+
+static int sweep_push(sweep *w, const char *dir, const char *name)
+{
+    if (w->n == w->cap) {
+        const size_t nc = w->cap ? w->cap * 2 : 64;
+        char **ns = ingest__malloc(w->ctx, nc * sizeof *ns);
+        if (!ns)
+            return ingest__fail(w->ctx, INGEST_ENOMEM, "lander: sweep: out of memory");
+        if (w->n)
+            memcpy(ns, w->stack, w->n * sizeof *ns);
+        ingest__free(w->ctx, w->stack);
+        w->stack = ns;
+        w->cap = nc;
+    }
+    const size_t dl = strlen(dir), nl = strlen(name);
+    char *p = ingest__malloc(w->ctx, dl + nl + 2);
+    if (!p)
+        return ingest__fail(w->ctx, INGEST_ENOMEM, "lander: sweep: out of memory");
+    memcpy(p, dir, dl);
+    p[dl] = '/';
+    memcpy(p + dl + 1, name, nl + 1);
+    w->stack[w->n++] = p;
+    return 0;
+}
+
+static bool has_suffix_s(const char *s, const char *suf)
+{
+    const size_t n = strlen(s), k = strlen(suf);
+    return n >= k && memcmp(s + n - k, suf, k) == 0;
+}
+
+/*
+ * Is name, in directory dir (relative, "." the root), something an
+ * unfinished batch left?  Temporary files carry the tree's tag; temporary
+ * manifests are exactly _manifests/{device}/.{batch}.jsonl.tmp (devices
+ * cannot land under _manifests); the tag's own temporary file is
+ * _manifests/.tmp-tag.{hex}.
+ */
+static bool sweep_match(const sweep *w, const char *dir, int depth, const char *name)
+{
+    if (name[0] != '.')
+        return false;
+    if (depth == 1 && strcmp(dir, "./_manifests") == 0)
+        return strncmp(name, TMP_TAG_FILE ".", sizeof TMP_TAG_FILE) == 0;
+    if (depth == 2 && strncmp(dir, "./_manifests/", 13) == 0)
+        return has_suffix_s(name, ".jsonl.tmp");
+    return w->mark[0] != '\0' && strstr(name, w->mark) != NULL;
+}
+
+static void sweep_dir(sweep *w, char *dir)
+{
+    int depth = 0;
+    for (const char *c = dir; *c; c++)
+        depth += *c == '/';
+    const int fd = openat(w->rootfd, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        w->failed++;
+        ingest__log(w->ctx, INGEST_LOG_WARN, "lander: sweep: cannot read directory %s: %s", dir, strerror(errno));
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *name = de->d_name;
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+            continue;
+        unsigned char type = de->d_type;
+        if (type == DT_UNKNOWN) {
+            struct stat sb;
+            if (fstatat(dirfd(d), name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+                continue;
+            type = S_ISDIR(sb.st_mode) ? DT_DIR : S_ISREG(sb.st_mode) ? DT_REG : DT_LNK;
+        }
+        if (type == DT_DIR) {
+            if (sweep_push(w, dir, name) < 0)
+                w->failed++;
+        } else if (type == DT_REG && sweep_match(w, dir, depth, name)) {
+            if (unlinkat(dirfd(d), name, 0) == 0) {
+                w->removed++;
+            } else {
+                w->failed++;
+                ingest__log(w->ctx, INGEST_LOG_WARN, "lander: sweep: cannot remove %s/%s: %s", dir, name,
+                            strerror(errno));
+            }
+        }
+    }
+    closedir(d);
+}
+
+int ingest_lander_sweep(ingest_ctx *ctx, const char *bronze_root, uint64_t *removed, uint64_t *failed)
+{
+    if (removed)
+        *removed = 0;
+    if (failed)
+        *failed = 0;
+    if (!ctx || !bronze_root)
+        return INGEST_EINVAL;
+    sweep w;
+    memset(&w, 0, sizeof w);
+    w.ctx = ctx;
+    w.rootfd = open(bronze_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (w.rootfd < 0)
+        return lander__sys_fail(ctx, errno, "open bronze root", bronze_root);
+    int rc = lander__tmp_tag(ctx, w.rootfd, bronze_root, false, w.mark);
+    if (rc == INGEST_ENOTFOUND) {
+        w.mark[0] = '\0'; /* no tag: no temporary file was ever made here, manifests aside */
+        rc = 0;
+    }
+    if (rc == 0) {
+        char *top = ingest__strdup(ctx, ".");
+        if (!top)
+            rc = ingest__fail(ctx, INGEST_ENOMEM, "lander: sweep: out of memory");
+        else
+            w.stack = ingest__malloc(ctx, sizeof *w.stack);
+        if (top && !w.stack) {
+            ingest__free(ctx, top);
+            rc = ingest__fail(ctx, INGEST_ENOMEM, "lander: sweep: out of memory");
+        } else if (top) {
+            w.stack[0] = top;
+            w.n = w.cap = 1;
+        }
+    }
+    /* depth first, one directory at a time: memory grows with the entries waiting, never the stack */
+    while (rc == 0 && w.n > 0) {
+        char *dir = w.stack[--w.n];
+        sweep_dir(&w, dir);
+        ingest__free(ctx, dir);
+    }
+    while (w.n > 0)
+        ingest__free(ctx, w.stack[--w.n]);
+    ingest__free(ctx, w.stack);
+    close(w.rootfd);
+    if (removed)
+        *removed = w.removed;
+    if (failed)
+        *failed = w.failed;
+    return rc;
+}
+
+/* ---------------------------------------------------------- directories */
+
+int lander__add_dir(ingest_lander_batch *b, const char *dir)
+{
+    if (b->ndirs > 0 && strcmp(b->dirs[b->ndirs - 1], dir) == 0)
+        return 0;
+    if (b->ndirs == b->dirs_cap) {
+        const size_t nc = b->dirs_cap ? b->dirs_cap * 2 : 16;
+        char **nd = ingest__malloc(b->ctx, nc * sizeof *nd);
+        if (!nd)
+            return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+        if (b->ndirs)
+            memcpy(nd, b->dirs, b->ndirs * sizeof *nd);
+        ingest__free(b->ctx, b->dirs);
+        b->dirs = nd;
+        b->dirs_cap = nc;
+    }
+    char *s = ingest__strdup(b->ctx, dir);
+    if (!s)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    b->dirs[b->ndirs++] = s;
+    return 0;
+}
+
+/*
+ * Open directory dir (relative to the root) one component at a time,
+ * never following a symlink.  create: make missing components (recording
+ * their parents for fsync).  Without create, a missing component gives
+ * *fd = -1 and 0.  A symlink or non-directory: INGEST_EINVAL naming file.
+ */
+int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create, int *fd)
+{
+    ingest_lander *l = b->l;
+    *fd = -1;
+    int cur = openat(l->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (cur < 0)
+        return lander__sys_fail(b->ctx, errno, "open", l->root);
+    char part[LANDED_MAX];
+    size_t n = strlen(dir);
+    if (n >= sizeof part)
+        n = sizeof part - 1;
+    memcpy(part, dir, n);
+    part[n] = '\0';
+    char *c = part;
+    while (*c) {
+        char *e = strchr(c, '/');
+        if (e)
+            *e = '\0';
+        int nfd = openat(cur, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (nfd < 0 && errno == ENOENT && create) {
+            if (mkdirat(cur, c, 0755) < 0 && errno != EEXIST) {
+                const int err = errno;
+                close(cur);
+                return lander__sys_fail(b->ctx, err, "mkdir under bronze root:", dir);
+            }
+            /* the new entry lives in the parent directory: sync it */
+            char parent[LANDED_MAX];
+            const size_t pl = (size_t)(c - part) > 0 ? (size_t)(c - part) - 1 : 0;
+            memcpy(parent, dir, pl);
+            parent[pl] = '\0';
+            const int rc = lander__add_dir(b, parent);
+            if (rc < 0) {
+                close(cur);
+                return rc;
+            }
+            nfd = openat(cur, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }
+        if (nfd < 0) {
+            const int err = errno;
+            close(cur);
+            if (err == ENOENT && !create)
+                return 0;
+            if (err == ELOOP || err == ENOTDIR)
+                return ingest__fail(b->ctx, INGEST_EINVAL,
+                                    "lander: file %s: \"%s\" in the bronze tree is a symlink or not a directory",
+                                    file, c);
+            return lander__sys_fail(b->ctx, err, "open directory", dir);
+        }
+        close(cur);
+        cur = nfd;
+        if (!e)
+            break;
+        c = e + 1;
+    }
+    *fd = cur;
+    return 0;
+}
+
+/* Make b->dirfd the directory dir (cached by name). */
+int lander__enter_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create)
+{
+    if (b->dirfd >= 0 && b->cur_dir && strcmp(b->cur_dir, dir) == 0)
+        return 0;
+    lander__close_fd(&b->dirfd);
+    ingest__free(b->ctx, b->cur_dir);
+    b->cur_dir = NULL;
+    INGEST__FORWARD(lander__walk_dir(b, file, dir, create, &b->dirfd));
+    if (b->dirfd < 0)
+        return ingest__fail(b->ctx, INGEST_ENOTFOUND, "lander: file %s: directory %s missing", file, dir);
+    b->cur_dir = ingest__strdup(b->ctx, dir);
+    if (!b->cur_dir)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    return 0;
+}
+
