@@ -1,4 +1,4 @@
-/* Tests of the YAML config loader (libingest/config.c) and units (units.c). */
+/* Tests of the YAML config loader (libingest/config*.c) and units (units.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,0 +1,147 @@
+/* The configuration's cross-key checks, once an object is read (config_int.h). */
+#include "config_int.h"
+
+/* ---- cross-key checks ---------------------------------------------------- */
+
+static int finish_source_name(cfg_parser *p, cfg_inst *inst)
+{
+    ingest_source_config *s = inst->base;
+    if (s->name != NULL && s->name[0] != '\0')
+        return INGEST_OK;
+    /* Default name: the last component of the path as written (resolved). */
+    const char *path = s->path;
+    size_t end = strlen(path);
+    while (end > 1 && path[end - 1] == '/')
+        end--;
+    size_t start = end;
+    while (start > 0 && path[start - 1] != '/')
+        start--;
+    char name[72];
+    const size_t n = end - start;
+    if (n == 0 || n >= sizeof(name))
+        return cfg__perr(p, inst->start, "cannot derive a source name from path '%s'; set %sname", path,
+                    inst->shown);
+    memcpy(name, path + start, n);
+    name[n] = '\0';
+    if (!cfg__valid_name(name))
+        return cfg__perr(p, inst->start,
+                    "cannot use '%s' (the end of path '%s') as a source name; set %sname to 1 to 64 "
+                    "of A-Z a-z 0-9 . _ -",
+                    name, path, inst->shown);
+    char *dup = ingest__strdup(p->ctx, name);
+    if (dup == NULL)
+        return ingest__fail(p->ctx, INGEST_ENOMEM, "%s: out of memory", p->file);
+    ingest__free(p->ctx, s->name);
+    s->name = dup;
+    return INGEST_OK;
+}
+
+/* Length of a path without its trailing slashes (but "/" stays "/"). */
+static size_t path_len_trimmed(const char *path)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    return n;
+}
+
+int cfg__finish_source(cfg_parser *p, cfg_inst *inst)
+{
+    ingest_source_config *s = inst->base;
+    INGEST__FORWARD(finish_source_name(p, inst));
+    if (s->max_size != 0 && s->max_size < s->min_size)
+        return cfg__perr(p, cfg__mark_of(p, inst, "sources[].max_size"),
+                    "key '%smax_size' (%" PRIu64 " bytes) is less than %smin_size (%" PRIu64 " bytes)",
+                    inst->shown, s->max_size, inst->shown, s->min_size);
+    s->after_ship_dir = "";
+    if (strcmp(s->after_ship, "delete") == 0) {
+        s->after_ship_mode = INGEST_AFTER_SHIP_DELETE;
+    } else if (strncmp(s->after_ship, "move:", 5) == 0) {
+        /* Resolve DIR like a path key and keep it inside the string. */
+        const cfg_mark at = cfg__mark_of(p, inst, "sources[].after_ship");
+        char *dir = cfg__resolve_path(p, s->after_ship + 5);
+        char *moved = dir ? ingest__malloc(p->ctx, strlen(dir) + 6) : NULL;
+        if (moved == NULL) {
+            ingest__free(p->ctx, dir);
+            return ingest__fail(p->ctx, INGEST_ENOMEM, "%s: out of memory", p->file);
+        }
+        memcpy(moved, "move:", 5);
+        memcpy(moved + 5, dir, strlen(dir) + 1);
+        ingest__free(p->ctx, dir);
+        ingest__free(p->ctx, s->after_ship);
+        s->after_ship = moved;
+        s->after_ship_mode = INGEST_AFTER_SHIP_MOVE;
+        s->after_ship_dir = moved + 5;
+        const size_t dl = path_len_trimmed(s->after_ship_dir), sl = path_len_trimmed(s->path);
+        if (dl >= sl && strncmp(s->after_ship_dir, s->path, sl) == 0 &&
+            (dl == sl || s->after_ship_dir[sl] == '/' || (sl == 1 && s->path[0] == '/')))
+            return cfg__perr(p, at,
+                        "key '%safter_ship': the directory '%s' is inside the source '%s' (its files "
+                        "would be shipped again)",
+                        inst->shown, s->after_ship_dir, s->path);
+    } else {
+        s->after_ship_mode = INGEST_AFTER_SHIP_KEEP;
+    }
+    return INGEST_OK;
+}
+
+/*
+ * A layout without {device} puts every device's files in one tree: a file of
+ * one device lands over another device's file of the same path.  Only with
+ * layout_shared: true, said on purpose.
+ */
+int cfg__finish_receiver(cfg_parser *p, cfg_inst *inst)
+{
+    const ingest_receiver_config *cfg = inst->base;
+    if (strstr(cfg->layout, "{device}") == NULL && !cfg->layout_shared)
+        return cfg__perr(p, cfg__mark_of(p, inst, "layout"),
+                    "key 'layout': \"%s\" has no {device}, so devices would overwrite each other's files of "
+                    "the same path; add {device} (e.g. \"{device}/%s\"), or set layout_shared: true if that "
+                    "is what you want",
+                    cfg->layout, cfg->layout);
+    return INGEST_OK;
+}
+
+int cfg__finish_agent(cfg_parser *p, cfg_inst *inst)
+{
+    ingest_agent_config *cfg = inst->base;
+    cfg->throttle_window_start = cfg->throttle_window_end = -1;
+    if (cfg->throttle_window[0] != '\0' &&
+        cfg__parse_window(cfg->throttle_window, &cfg->throttle_window_start, &cfg->throttle_window_end) != 0)
+        return cfg__perr(p, cfg__mark_of(p, inst, "throttle.window"), "key 'throttle.window': bad window");
+    if (cfg->status_socket[0] == '\0') {
+        /* Default: {state_dir}/agent.sock. */
+        const size_t n = path_len_trimmed(cfg->state_dir);
+        char *sock = ingest__malloc(p->ctx, n + sizeof("/agent.sock"));
+        if (sock == NULL)
+            return ingest__fail(p->ctx, INGEST_ENOMEM, "%s: out of memory", p->file);
+        memcpy(sock, cfg->state_dir, n);
+        strcpy(sock + (n == 1 && cfg->state_dir[0] == '/' ? 0 : n), "/agent.sock");
+        ingest__free(p->ctx, cfg->status_socket);
+        cfg->status_socket = sock;
+    } else if (strlen(cfg->status_socket) > CFG_SUN_PATH_MAX) {
+        return cfg__perr(p, cfg__mark_of(p, inst, "status.socket"),
+                    "key 'status.socket': '%.60s...' is %zu bytes long, more than the %d a unix "
+                    "socket path may have",
+                    cfg->status_socket, strlen(cfg->status_socket), CFG_SUN_PATH_MAX);
+    }
+    if (ingest_chunk_params_check(p->ctx, &cfg->chunking) != INGEST_OK) {
+        char why[INGEST__ERRMSG_MAX];
+        snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(p->ctx));
+        cfg_mark at = cfg__mark_of(p, inst, "chunking.avg");
+        if (at.line == inst->start.line && at.col == inst->start.col)
+            at = cfg__mark_of(p, inst, "chunking.min");
+        if (at.line == inst->start.line && at.col == inst->start.col)
+            at = cfg__mark_of(p, inst, "chunking.max");
+        return cfg__perr(p, at, "keys 'chunking.min/avg/max' (%" PRIu32 "/%" PRIu32 "/%" PRIu32 "): %s",
+                    cfg->chunking.min, cfg->chunking.avg, cfg->chunking.max, why);
+    }
+    for (size_t i = 0; i < cfg->sources_count; i++)
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(cfg->sources[i].name, cfg->sources[j].name) == 0)
+                return cfg__perr(p, cfg__mark_of(p, inst, "sources"),
+                            "key 'sources[%zu].name': name '%s' is already used by sources[%zu]", i,
+                            cfg->sources[i].name, j);
+    return INGEST_OK;
+}
+
