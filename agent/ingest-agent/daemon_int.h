@@ -1,0 +1,204 @@
+#ifndef INGEST_AGENT_DAEMON_H
+#define INGEST_AGENT_DAEMON_H
+
+/*
+ * ingest-agent without --once: the edge daemon (docs/operations.md), and
+ * the state its parts share.  daemon.c: the loop and configuration;
+ * daemon_watch.c: sources, filters, inotify, discovery; daemon_spool.c:
+ * the spool and the after-ship actions; daemon_ship.c: the open batch and
+ * shipping from the journal; daemon_status.c: the status snapshot.
+ *
+ * One thread runs a loop:
+ *   - discovery: a walk of the sources whose want_file hook never lets the
+ *     sender chunk anything: it only chooses files (filters, unchanged since
+ *     their ack, not in flight, stable for `settle`) and appends them to the
+ *     open batch, journaled PENDING (include/ingest/journal.h).  Walks run
+ *     when inotify reports a change (debounced), when a file still settling
+ *     is due, and every rescan_interval as the safety net.
+ *   - shipping: the oldest closed batch of the journal is rebuilt from its
+ *     file list (ingest_sender_scan_list: same files, same order, same
+ *     batch id; a file that changed since it was taken leaves the batch and
+ *     settles again), marked SENT, shipped, and marked ACKED together with
+ *     the file table; then the after-ship action runs and the record goes
+ *     (it stays, retried, while a file to delete or move is open elsewhere).
+ *   - the core unreachable: batches stay queued in the journal (bounded:
+ *     when the queue is full discovery stops taking files = backpressure)
+ *     and connections are retried with exponential backoff and jitter.
+ * Nothing per file is held in RAM beyond the open batch.
+ */
+#include "agent.h"
+#include "../common/status.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEBOUNCE_MS 200
+#define RESCAN_DEFAULT_MS 60000
+#define QUEUE_FILES_DEFAULT 100000
+#define QUEUE_BYTES_DEFAULT (4ull << 30)
+#define BACKOFF_MIN_MS 500
+#define BACKOFF_MAX_MS 60000
+#define TOO_DEEP_MAX 1024 /* directories past the depth limit remembered (each said once) */
+#define DEFER_RETRY_S 1.0 /* retry of an after-ship action deferred while the file is open */
+
+enum { AFTER_KEEP = 0, AFTER_DELETE = 1, AFTER_MOVE = 2 };
+
+/* Per-source settings of the daemon. */
+typedef struct dsource {
+    const char *name, *path; /* borrowed from the config */
+    size_t name_len;
+    int64_t settle_ns;
+    int after;               /* AFTER_* */
+    const char *move_dir;    /* AFTER_MOVE */
+    ingest_filter *filter;   /* NULL: take everything */
+    int spool;               /* spool: copy */
+} dsource;
+
+typedef struct watch {
+    int wd;
+    size_t src;
+    char *rel; /* directory relative to the source, "" for its root */
+} watch;
+
+#define RATE_SAMPLES 64
+#define RATE_WINDOW_S 5.0
+
+/* One source as the status shows it. */
+typedef struct snap_source {
+    char *name, *path;
+    int spool;
+} snap_source;
+
+/*
+ * The figures the status thread renders: a copy the main thread publishes
+ * (publish()) under the daemon's status lock; the status thread reads only
+ * this, under the same lock.
+ */
+typedef struct snap {
+    char device[128], core[256], window[16];
+    int connected, watching, backpressure, spool_full, window_closed;
+    snap_source *src;
+    size_t nsrc;
+    uint64_t q_batches, q_files, q_bytes, queue_files, queue_bytes;
+    uint64_t spool_bytes, spool_files, spool_quota;
+    char inflight[INGEST_JOURNAL_ID_MAX + 1];
+    int64_t last_ack_ns; /* wall clock; 0: none yet */
+    uint64_t files_seen, files_taken, bytes_taken, files_shipped, bytes_shipped, bytes_read;
+    uint64_t walks;
+    double walk_seconds; /* of the last walk */
+    uint64_t chunks_new, chunks_dedup, chunk_bytes_sent, wire_out, wire_in;
+    uint64_t batches_acked, batches_replayed, deleted, moved;
+    uint64_t skipped[INGEST_FILTER_NREASONS];
+    uint64_t throttle_rate, throttle_wait_ms;
+    double started;
+    /* wire byte totals sampled at least 0.2 s apart, for the rate */
+    double rate_t[RATE_SAMPLES];
+    uint64_t rate_w[RATE_SAMPLES];
+    size_t rate_n, rate_head;
+} snap;
+
+typedef struct daemon {
+    agent *a;
+    const char *config_path;
+    ingest_sender_opts base;
+    ingest_sender_source *ssrc;
+    dsource *src;
+    size_t nsrc;
+    ingest_journal *j;
+
+    int ino;             /* inotify fd, -1 when off */
+    int ino_full;        /* watches ran out: rescans only */
+    watch *w;
+    size_t nw, capw;
+    char **deep;         /* directories said to be past the depth limit ("{source}/{path}") */
+    size_t ndeep, capdeep;
+
+    uint64_t rescan_ms, max_wait_ms, queue_files, queue_bytes;
+    double scan_at;      /* monotonic seconds of the next walk (0: none due) */
+    double last_full;    /* time of the last walk */
+
+    /* the open batch: journaled PENDING, still taking files */
+    uint64_t open_seq;   /* 0: none */
+    double open_at;
+    ingest_journal_file *of;
+    size_t nof, capof;
+    uint64_t of_bytes;
+    int of_dirty;        /* files added since it was journaled */
+
+    uint64_t q_files, q_bytes; /* journaled, not acked (open batch included) */
+    int backpressure;
+
+    double next_connect;
+    unsigned backoff_ms;
+    int core_down_logged;
+
+    /* spool: state_dir/spool/{batch seq}/{source name}/{path in the source} */
+    char spool_dir[PATH_MAX];
+    uint64_t spool_bytes, spool_files, spool_quota;
+    int spool_full;
+    int spool_big_logged;
+
+    /* status */
+    status_server *status;
+    pthread_mutex_t slock;
+    snap sn;             /* guarded by slock */
+    uint64_t q_batches, files_seen, files_taken, bytes_taken, bytes_read;
+    uint64_t walks;
+    double walk_seconds; /* of the last walk */
+    char inflight[INGEST_JOURNAL_ID_MAX + 1];
+    int64_t last_ack_ns;
+
+    /* after-ship actions deferred while a file is open elsewhere (ACKED batches kept in the journal) */
+    double defer_next;   /* retry them from then on */
+    int defer_pending;   /* one was deferred in this loop: retry in a second */
+    uint64_t *defer_seq; /* batches whose deferral was logged */
+    size_t ndefer, capdefer;
+    int lease_warned;    /* said once: leases unavailable, actions run unchecked */
+
+    /* counters (logged at shutdown) */
+    uint64_t skipped[INGEST_FILTER_NREASONS];
+    uint64_t shipped_files, shipped_bytes, batches_acked, batches_replayed, deleted, moved, not_stable;
+    double now;          /* monotonic, refreshed per loop and per walk */
+    int64_t wall_ns;
+} daemon_t;
+
+
+/* Shared by the daemon's parts (each defined in the part its section names). */
+int64_t dmn_wall_now_ns(void);
+void dmn_schedule_scan(daemon_t *d, double at);
+void dmn_sources_free(daemon_t *d);
+int dmn_sources_make(daemon_t *d, const ingest_agent_config *cfg, dsource **out, ingest_sender_source **sout);
+dsource *dmn_source_of(daemon_t *d, const char *path, const char **rel);
+void dmn_watches_clear(daemon_t *d);
+void dmn_watches_setup(daemon_t *d);
+void dmn_inotify_drain(daemon_t *d);
+int dmn_walk(daemon_t *d);
+void dmn_spool_resume_check(daemon_t *d);
+void dmn_spool_drop(daemon_t *d, uint64_t seq);
+int dmn_spool_init(daemon_t *d);
+int dmn_spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *rel, const ingest_sender_stat *st);
+void dmn_defer_log_drop(daemon_t *d, uint64_t seq);
+size_t dmn_after_ship(daemon_t *d, uint64_t seq, const ingest_journal_file *f, size_t n);
+void dmn_open_reset(daemon_t *d);
+int dmn_open_journal(daemon_t *d);
+int dmn_open_close(daemon_t *d);
+int dmn_open_add(daemon_t *d, const dsource *s, const char *rel, const char *path, const ingest_sender_stat *st);
+void dmn_queue_recount(daemon_t *d);
+int dmn_ship_queue(daemon_t *d);
+void dmn_snap_sources_free(snap *sn);
+void dmn_publish_sources(daemon_t *d);
+void dmn_publish(daemon_t *d);
+void dmn_publish_hook(agent *a);
+void dmn_render(void *ud, int json, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,481 @@
+/* The edge daemon's open batch and its shipping from the journal (daemon_int.h). */
+#include "daemon_int.h"
+
+/* ---- the open batch ------------------------------------------------------- */
+
+void dmn_open_reset(daemon_t *d)
+{
+    for (size_t i = 0; i < d->nof; i++)
+        free((char *)d->of[i].path);
+    d->nof = 0;
+    d->of_bytes = 0;
+    d->open_seq = 0;
+    d->of_dirty = 0;
+}
+
+/* Journal the open batch's file list (PENDING). */
+int dmn_open_journal(daemon_t *d)
+{
+    if (d->open_seq == 0 || !d->of_dirty || d->nof == 0)
+        return 0;
+    char id[INGEST_JOURNAL_ID_MAX + 1];
+    snprintf(id, sizeof(id), "%s%06llu", d->a->prefix, (unsigned long long)d->open_seq);
+    if (ingest_journal_add(d->j, d->open_seq, id, d->of, d->nof) < 0) {
+        prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(d->a->ctx));
+        return -1;
+    }
+    d->of_dirty = 0;
+    return 0;
+}
+
+int dmn_open_close(daemon_t *d)
+{
+    const int rc = dmn_open_journal(d);
+    if (d->open_seq != 0 && d->nof == 0)
+        dmn_spool_drop(d, d->open_seq); /* never journaled: nothing may stay in its spool */
+    if (d->open_seq != 0)
+        prog_log(INGEST_LOG_DEBUG, "batch %s%06llu closed: %zu files, %llu bytes", d->a->prefix,
+                 (unsigned long long)d->open_seq, d->nof, (unsigned long long)d->of_bytes);
+    dmn_open_reset(d);
+    return rc;
+}
+
+int dmn_open_add(daemon_t *d, const dsource *s, const char *rel, const char *path, const ingest_sender_stat *st)
+{
+    const uint64_t maxf = d->a->cfg->batch_max_files, maxb = d->a->cfg->batch_max_bytes;
+    if (d->open_seq != 0 && (d->nof >= maxf || (d->nof > 0 && d->of_bytes + st->size > maxb)))
+        if (dmn_open_close(d) < 0)
+            return -1;
+    if (d->open_seq == 0) {
+        d->open_seq = d->a->seq++;
+        if (save_seq(d->a->cfg->state_dir, d->a->seq) != 0) {
+            prog_log(INGEST_LOG_ERROR, "cannot save the batch sequence in %s: %s", d->a->cfg->state_dir,
+                     strerror(errno));
+            return -1;
+        }
+        d->open_at = d->now;
+    }
+    if (s->spool) {
+        const int c = dmn_spool_copy(d, d->open_seq, s, rel, st);
+        if (c != 0) {
+            if (c > 0)
+                dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
+            return 0; /* not taken now; a later walk tries again */
+        }
+    }
+    if (d->nof == d->capof) {
+        const size_t nc = d->capof ? d->capof * 2 : 256;
+        ingest_journal_file *nf = realloc(d->of, nc * sizeof(*nf));
+        if (nf == NULL)
+            return -1;
+        d->of = nf;
+        d->capof = nc;
+    }
+    char *p = strdup(path);
+    if (p == NULL)
+        return -1;
+    d->of[d->nof].path = p;
+    d->of[d->nof].size = st->size;
+    d->of[d->nof].mtime_ns = st->mtime_ns;
+    d->of[d->nof].ctime_ns = st->ctime_ns;
+    d->of[d->nof].ino = st->ino;
+    d->nof++;
+    d->of_bytes += st->size;
+    d->of_dirty = 1;
+    d->q_files++;
+    d->q_bytes += st->size;
+    d->files_taken++;
+    d->bytes_taken += st->size;
+    if (d->nof >= maxf || d->of_bytes >= maxb)
+        return dmn_open_close(d);
+    return 0;
+}
+
+/* ---- shipping ----------------------------------------------------------------- */
+
+static void backoff(daemon_t *d)
+{
+    d->backoff_ms = d->backoff_ms == 0 ? BACKOFF_MIN_MS : d->backoff_ms * 2;
+    if (d->backoff_ms > BACKOFF_MAX_MS)
+        d->backoff_ms = BACKOFF_MAX_MS;
+    /* jitter: 50%..100% of the step */
+    const double ms = d->backoff_ms * (0.5 + 0.5 * (double)rand() / RAND_MAX);
+    d->next_connect = d->now + ms / 1000.0;
+    prog_log(INGEST_LOG_WARN, "core unreachable; next attempt in %.1f s (%llu files, %llu bytes queued)", ms / 1000.0,
+             (unsigned long long)d->q_files, (unsigned long long)d->q_bytes);
+}
+
+static int files_differ(const ingest_journal_batch *jb, const ingest_journal_file *f, size_t n)
+{
+    if (n != jb->nfiles)
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(f[i].path, jb->files[i].path) != 0 || f[i].size != jb->files[i].size ||
+            f[i].mtime_ns != jb->files[i].mtime_ns || f[i].ctime_ns != jb->files[i].ctime_ns)
+            return 1;
+    return 0;
+}
+
+void dmn_queue_recount(daemon_t *d)
+{
+    uint64_t nb = 0;
+    if (ingest_journal_queued(d->j, &nb, &d->q_files, &d->q_bytes) < 0)
+        return;
+    d->q_batches = nb;
+    if (d->backpressure && d->q_files < d->queue_files && d->q_bytes < d->queue_bytes) {
+        prog_log(INGEST_LOG_INFO, "backpressure off: %llu files, %llu bytes queued", (unsigned long long)d->q_files,
+                 (unsigned long long)d->q_bytes);
+        d->backpressure = 0;
+        dmn_schedule_scan(d, d->now);
+    }
+}
+
+static int forget(daemon_t *d, uint64_t seq)
+{
+    const int rc = ingest_journal_remove(d->j, seq);
+    if (rc < 0)
+        prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(d->a->ctx));
+    else
+        dmn_spool_drop(d, seq); /* after the ack (or the drop) is journaled */
+    dmn_queue_recount(d);
+    return rc;
+}
+
+/* A file built into a batch is the version taken (journaled); an inode of 0 is unknown (older records). */
+static int same_as_taken(const ingest_journal_file *taken, const ingest_journal_file *built)
+{
+    return taken->size == built->size && taken->mtime_ns == built->mtime_ns && taken->ctime_ns == built->ctime_ns &&
+           (taken->ino == 0 || taken->ino == built->ino);
+}
+
+/*
+ * Build journaled batch jb from paths[0, n) (its files, or the part of
+ * them still to ship, in its order): 1 with *sp, *bp and got[0, *ngot)
+ * (the versions chunked; their paths point into *bp), 0 when none of the
+ * files is left, < 0 a failure (logged).
+ */
+static int build_batch(daemon_t *d, const ingest_journal_batch *jb, const ingest_sender_source *bsrc,
+                       char *const *spooled, const char **paths, size_t n, ingest_sender **sp,
+                       ingest_sender_batch **bp, ingest_journal_file *got, size_t *ngot)
+{
+    agent *a = d->a;
+    ingest_sender_opts o = d->base;
+    o.want_file = NULL;
+    o.sources = bsrc;
+    o.batch_seq = jb->seq;
+    o.max_files = n;
+    o.max_bytes = UINT64_MAX / 4;
+    *ngot = 0;
+    int rc = ingest_sender_create(a->ctx, &o, sp);
+    if (rc == 0)
+        rc = ingest_sender_scan_list(*sp, paths, n);
+    if (rc == 0)
+        rc = ingest_sender_next_batch(*sp, bp);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "batch %s: %s", jb->id, ingest_ctx_errmsg(a->ctx));
+        return rc;
+    }
+    if (rc == 0)
+        return 0;
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(*bp, &bs);
+    for (uint64_t i = 0; i < bs.files; i++) {
+        ingest_sender_file_info info;
+        if (ingest_sender_batch_file(*bp, i, &info) != 0)
+            continue;
+        got[*ngot].path = info.path;
+        got[*ngot].size = info.size;
+        got[*ngot].mtime_ns = info.mtime_ns;
+        got[*ngot].ctime_ns = info.ctime_ns;
+        got[*ngot].ino = info.ino;
+        (*ngot)++;
+    }
+    /* A spool copy has its own ctime and inode: the version shipped is the original's (journaled) one. */
+    for (size_t i = 0, k = 0; i < *ngot && k < jb->nfiles; i++) {
+        while (k < jb->nfiles && strcmp(jb->files[k].path, got[i].path) != 0)
+            k++;
+        const char *rel = NULL;
+        const dsource *src = k < jb->nfiles ? dmn_source_of(d, got[i].path, &rel) : NULL;
+        if (src != NULL && spooled[src - d->src] != NULL && got[i].size == jb->files[k].size &&
+            got[i].mtime_ns == jb->files[k].mtime_ns) {
+            got[i].ctime_ns = jb->files[k].ctime_ns;
+            got[i].ino = jb->files[k].ino;
+        }
+        if (k < jb->nfiles)
+            k++;
+    }
+    return 1;
+}
+
+/*
+ * The files of jb that changed since they were taken (size, mtime, ctime
+ * or inode differ between got, as just built, and the journal) leave the
+ * batch: paths[0, *n) becomes the files still as taken, and the number of
+ * files that left is returned.  They go back to discovery, which sees them
+ * settle again before taking them: a batch never carries a version of a
+ * file that did not settle (the file may have been taken between two
+ * writes of a writer that paused, and written again while the batch
+ * waited for batch.max_wait or for the core).
+ */
+static size_t drop_changed(const ingest_journal_batch *jb, const ingest_journal_file *got, size_t ngot,
+                           const char **paths, size_t *n)
+{
+    size_t keep = 0, changed = 0;
+    for (size_t i = 0, k = 0; i < ngot; i++) {
+        while (k < jb->nfiles && strcmp(jb->files[k].path, got[i].path) != 0)
+            k++;
+        if (k < jb->nfiles && same_as_taken(&jb->files[k], &got[i])) {
+            paths[keep++] = jb->files[k].path;
+        } else {
+            changed++;
+            prog_log(INGEST_LOG_INFO, "batch %s: %s changed since it was taken; it leaves the batch and settles again",
+                     jb->id, prog_esc(got[i].path));
+        }
+        if (k < jb->nfiles)
+            k++;
+    }
+    *n = keep;
+    return changed;
+}
+
+/* Files of jb not in got[0, n) start settling afresh when discovery sees them again. */
+static void resettle_missing(daemon_t *d, const ingest_journal_batch *jb, const ingest_journal_file *got, size_t n)
+{
+    int any = 0;
+    for (size_t i = 0, k = 0; i < jb->nfiles; i++) {
+        if (k < n && strcmp(jb->files[i].path, got[k].path) == 0) {
+            k++;
+            continue;
+        }
+        (void)ingest_journal_forget_seen(d->j, jb->files[i].path);
+        any = 1;
+    }
+    if (any) {
+        (void)ingest_journal_flush(d->j);
+        dmn_schedule_scan(d, d->now);
+    }
+}
+
+/*
+ * The after-ship action of acked batch jb, then its record goes.  While a
+ * file's action is deferred (some process has it open) the ACKED record
+ * stays in the journal and is retried (ship_queue, at most once a second,
+ * and after a restart); its spool copies go at once.
+ */
+static int finish_acked(daemon_t *d, const ingest_journal_batch *jb)
+{
+    if (dmn_after_ship(d, jb->seq, jb->files, jb->nfiles) == 0) {
+        dmn_defer_log_drop(d, jb->seq);
+        return forget(d, jb->seq);
+    }
+    dmn_spool_drop(d, jb->seq);
+    d->defer_pending = 1;
+    return 0;
+}
+
+/*
+ * Ship journaled batch seq.  Returns 0 done (acked, or dropped and its files
+ * left to discovery), 1 the connection failed (the batch stays queued),
+ * < 0 a local failure.
+ */
+static int ship_one(daemon_t *d, uint64_t seq)
+{
+    agent *a = d->a;
+    ingest_journal_batch *jb = NULL;
+    int rc = ingest_journal_get(d->j, seq, &jb);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "journal: batch %llu: %s", (unsigned long long)seq, ingest_ctx_errmsg(a->ctx));
+        return rc == INGEST_ECORRUPT ? forget(d, seq) : rc;
+    }
+    if (jb->state == INGEST_JOURNAL_ACKED) {
+        /* acked before a restart, or a file's after-ship action deferred: (re)try, at most once a second */
+        rc = d->now >= d->defer_next ? finish_acked(d, jb) : 0;
+        ingest_journal_batch_free(d->j, jb);
+        return rc;
+    }
+    if (a->fd < 0) {
+        if (d->now < d->next_connect) {
+            ingest_journal_batch_free(d->j, jb);
+            return 1;
+        }
+        if (connect_core(a) != 0) {
+            backoff(d);
+            ingest_journal_batch_free(d->j, jb);
+            return 1;
+        }
+        if (d->backoff_ms)
+            prog_log(INGEST_LOG_INFO, "connected to the core again");
+        d->backoff_ms = 0;
+    }
+    const char **paths = calloc(jb->nfiles, sizeof(*paths));
+    ingest_journal_file *got = calloc(jb->nfiles, sizeof(*got));
+    ingest_sender_source *bsrc = calloc(d->nsrc, sizeof(*bsrc));
+    char **spooled = calloc(d->nsrc, sizeof(*spooled));
+    ingest_sender *s = NULL;
+    ingest_sender_batch *b = NULL;
+    size_t ngot = 0;
+    int acked = 0;
+    if (paths == NULL || got == NULL || bsrc == NULL || spooled == NULL) {
+        rc = INGEST_ENOMEM;
+        goto out;
+    }
+    /* a source whose files were spooled for this batch is read from the spool */
+    for (size_t i = 0; i < d->nsrc; i++) {
+        bsrc[i] = d->ssrc[i];
+        char sp[PATH_MAX];
+        struct stat st;
+        if ((size_t)snprintf(sp, sizeof(sp), "%s/%llu/%s", d->spool_dir, (unsigned long long)seq, d->src[i].name) <
+                sizeof(sp) &&
+            lstat(sp, &st) == 0 && S_ISDIR(st.st_mode)) {
+            if ((spooled[i] = strdup(sp)) == NULL) {
+                rc = INGEST_ENOMEM;
+                goto out;
+            }
+            bsrc[i].path = spooled[i];
+        }
+    }
+    size_t npaths = jb->nfiles;
+    for (size_t i = 0; i < jb->nfiles; i++)
+        paths[i] = jb->files[i].path;
+    /* Build it from its files as they were taken; each round drops at least one file, so this ends. */
+    for (;;) {
+        rc = build_batch(d, jb, bsrc, spooled, paths, npaths, &s, &b, got, &ngot);
+        if (rc <= 0 || drop_changed(jb, got, ngot, paths, &npaths) == 0)
+            break;
+        ingest_sender_batch_destroy(b);
+        ingest_sender_destroy(s);
+        b = NULL;
+        s = NULL;
+        ngot = 0;
+        if (npaths == 0) {
+            rc = 0;
+            break;
+        }
+    }
+    if (rc < 0)
+        goto out;
+    resettle_missing(d, jb, got, ngot);
+    if (rc == 0) {
+        prog_log(INGEST_LOG_INFO, "batch %s: none of its %zu files is left to ship", jb->id, jb->nfiles);
+        rc = forget(d, seq);
+        goto out;
+    }
+    if (strcmp(ingest_sender_batch_id(b), jb->id) != 0) {
+        prog_log(INGEST_LOG_ERROR, "batch %s rebuilt as %s: dropped (its files will be found again)", jb->id,
+                 ingest_sender_batch_id(b));
+        rc = forget(d, seq);
+        goto out;
+    }
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    d->bytes_read += bs.bytes;
+    a->t.bytes_read += bs.bytes;
+    if (files_differ(jb, got, ngot)) {
+        if (jb->state == INGEST_JOURNAL_PENDING) {
+            /* never sent: record what will really go, so a replay after a crash is the same batch */
+            if ((rc = ingest_journal_add(d->j, seq, jb->id, got, ngot)) < 0) {
+                prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
+                goto out;
+            }
+            dmn_queue_recount(d);
+        } else {
+            prog_log(INGEST_LOG_WARN,
+                     "batch %s: replaying %zu of its %zu files (the others changed or vanished since it was sent)",
+                     jb->id, ngot, jb->nfiles);
+        }
+    }
+    if (jb->state == INGEST_JOURNAL_SENT)
+        d->batches_replayed++;
+    else if ((rc = ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_SENT, NULL, 0)) < 0) {
+        prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
+        goto out;
+    }
+    a->t.batches++;
+    snprintf(d->inflight, sizeof(d->inflight), "%s", jb->id);
+    dmn_publish(d);
+    rc = send_manifest(a, b);
+    if (rc == 0)
+        rc = finish_batch(a, b);
+    d->inflight[0] = '\0';
+    if (rc == 0) {
+        d->last_ack_ns = dmn_wall_now_ns();
+        if ((rc = ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_ACKED, got, ngot)) < 0) {
+            prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
+            goto out;
+        }
+        for (uint64_t i = 0; i < bs.chunks; i++) {
+            uint8_t id[INGEST_ID_BYTES];
+            uint32_t len;
+            uint64_t off;
+            if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0 && ingest_havecache_add(a->have, id) < 0)
+                break;
+        }
+        (void)ingest_store_commit(a->st);
+        agent_metrics_latency(a, (double)(dmn_wall_now_ns() - jb->created_ns) / 1e9, bs.files);
+        d->batches_acked++;
+        d->shipped_files += bs.files;
+        d->shipped_bytes += bs.bytes;
+        prog_log(INGEST_LOG_INFO, "batch %s acked: %llu files, %llu bytes", jb->id, (unsigned long long)bs.files,
+                 (unsigned long long)bs.bytes);
+        acked = 1;
+    } else if (rc == 1 || rc == 2) {
+        /* abandoned (a file changed) or refused: its files go back to discovery */
+        disconnect_core(a);
+        rc = forget(d, seq);
+        dmn_schedule_scan(d, d->now);
+    } else {
+        disconnect_core(a);
+        if (!stopping && !reload_requested && !a->window_closed)
+            backoff(d);
+        rc = 1;
+    }
+out:
+    ingest_sender_batch_destroy(b);
+    ingest_sender_destroy(s);
+    /* After the batch closed its files: a lease is refused while any descriptor is open, ours too.  The
+     * journaled versions are those shipped (a file that changed left the batch), or files now gone. */
+    if (acked)
+        rc = finish_acked(d, jb);
+    for (size_t i = 0; spooled != NULL && i < d->nsrc; i++)
+        free(spooled[i]);
+    free(spooled);
+    free(bsrc);
+    free(paths);
+    free(got);
+    ingest_journal_batch_free(d->j, jb);
+    return rc;
+}
+
+/* Ship the queue, oldest first, until it is empty (0), the core fails (1) or a walk is due. */
+int dmn_ship_queue(daemon_t *d)
+{
+    uint64_t seq = 0;
+    for (;;) {
+        if (stopping || reload_requested)
+            return 0;
+        d->now = prog_now();
+        if (d->scan_at != 0 && d->now >= d->scan_at)
+            return 0;
+        const int r = ingest_journal_next(d->j, seq, &seq);
+        if (r <= 0)
+            return r;
+        if (seq == d->open_seq)
+            continue;
+        int in = 0;
+        if (!throttle_window_open(d->a, &in)) {
+            if (!d->a->window_closed)
+                prog_log(INGEST_LOG_INFO, "throttle.window %s is closed: nothing is sent for %d min (%llu files queued)",
+                         d->a->cfg->throttle_window, in, (unsigned long long)d->q_files);
+            d->a->window_closed = 1;
+            disconnect_core(d->a);
+            return 0;
+        }
+        if (d->a->window_closed)
+            prog_log(INGEST_LOG_INFO, "throttle.window %s is open: shipping", d->a->cfg->throttle_window);
+        d->a->window_closed = 0;
+        const int rc = ship_one(d, seq);
+        if (rc != 0)
+            return rc;
+    }
+}
+

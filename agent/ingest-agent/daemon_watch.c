@@ -1,0 +1,505 @@
+/* The edge daemon's discovery: sources and filters, inotify watches, the walks that choose files (daemon_int.h). */
+#include "daemon_int.h"
+
+/* ---- sources, filters --------------------------------------------------- */
+
+void dmn_sources_free(daemon_t *d)
+{
+    for (size_t i = 0; i < d->nsrc; i++)
+        ingest_filter_destroy(d->src[i].filter);
+    free(d->src);
+    free(d->ssrc);
+    d->src = NULL;
+    d->ssrc = NULL;
+    d->nsrc = 0;
+}
+
+/* Per-source settings from cfg; 0 or -1 (logged). */
+int dmn_sources_make(daemon_t *d, const ingest_agent_config *cfg, dsource **out, ingest_sender_source **sout)
+{
+    dsource *s = calloc(cfg->sources_count, sizeof(*s));
+    ingest_sender_source *ss = calloc(cfg->sources_count, sizeof(*ss));
+    if (s == NULL || ss == NULL) {
+        free(s);
+        free(ss);
+        return -1;
+    }
+    for (size_t i = 0; i < cfg->sources_count; i++) {
+        const ingest_source_config *c = &cfg->sources[i];
+        s[i].name = ss[i].name = c->name;
+        s[i].path = ss[i].path = c->path;
+        s[i].name_len = strlen(c->name);
+        s[i].settle_ns = (int64_t)c->settle_ms * 1000000;
+        s[i].after = c->after_ship_mode == INGEST_AFTER_SHIP_DELETE ? AFTER_DELETE
+                     : c->after_ship_mode == INGEST_AFTER_SHIP_MOVE ? AFTER_MOVE
+                                                                     : AFTER_KEEP;
+        s[i].move_dir = c->after_ship_dir;
+        s[i].spool = c->spool == INGEST_SPOOL_COPY;
+        if (c->include_count || c->exclude_count || c->min_size || c->max_size || c->max_age_ms ||
+            c->sample_every > 1 || c->drop_if_prefix[0]) {
+            ingest_filter_spec fs;
+            memset(&fs, 0, sizeof(fs));
+            fs.include = (const char *const *)c->include;
+            fs.include_count = c->include_count;
+            fs.exclude = (const char *const *)c->exclude;
+            fs.exclude_count = c->exclude_count;
+            fs.min_size = c->min_size;
+            fs.max_size = c->max_size;
+            fs.max_age_ms = c->max_age_ms;
+            fs.sample_every = c->sample_every;
+            fs.drop_if_prefix = c->drop_if_prefix;
+            if (ingest_filter_create(d->a->ctx, &fs, &s[i].filter) < 0) {
+                prog_log(INGEST_LOG_ERROR, "source %s: filter: %s", c->name, ingest_ctx_errmsg(d->a->ctx));
+                for (size_t k = 0; k < i; k++)
+                    ingest_filter_destroy(s[k].filter);
+                free(s);
+                free(ss);
+                return -1;
+            }
+        }
+    }
+    *out = s;
+    *sout = ss;
+    return 0;
+}
+
+dsource *dmn_source_of(daemon_t *d, const char *path, const char **rel)
+{
+    for (size_t i = 0; i < d->nsrc; i++)
+        if (strncmp(path, d->src[i].name, d->src[i].name_len) == 0 && path[d->src[i].name_len] == '/') {
+            *rel = path + d->src[i].name_len + 1;
+            return &d->src[i];
+        }
+    return NULL;
+}
+
+/* ---- inotify -------------------------------------------------------------- */
+
+/*
+ * A directory past the depth limit: said once per directory (the walk
+ * meets it again every rescan), at most TOO_DEEP_MAX of them remembered
+ * (further ones are said at debug level).
+ */
+static void too_deep(daemon_t *d, const char *dir)
+{
+    for (size_t i = 0; i < d->ndeep; i++)
+        if (strcmp(d->deep[i], dir) == 0)
+            return;
+    int level = INGEST_LOG_DEBUG;
+    if (d->ndeep < TOO_DEEP_MAX) {
+        if (d->ndeep == d->capdeep) {
+            const size_t nc = d->capdeep ? d->capdeep * 2 : 8;
+            char **n = realloc(d->deep, nc * sizeof(*n));
+            if (n != NULL) {
+                d->deep = n;
+                d->capdeep = nc;
+            }
+        }
+        if (d->ndeep < d->capdeep && (d->deep[d->ndeep] = strdup(dir)) != NULL) {
+            d->ndeep++;
+            level = INGEST_LOG_WARN;
+        }
+    }
+    say_too_deep(level, dir);
+}
+
+/* The daemon's walks report skips here: a directory past the depth limit once, the rest as --once does. */
+static void daemon_on_skip(void *ud, const char *path, int reason)
+{
+    if (reason == INGEST_SKIP_DEPTH) {
+        too_deep(((agent *)ud)->userdata, path);
+        return;
+    }
+    on_skip(ud, path, reason);
+}
+
+/* Watch directory rel of source si: 0 watched (now or before), -1 not (full, gone, path too long). */
+static int watch_one(daemon_t *d, size_t si, const char *rel)
+{
+    if (d->ino < 0 || d->ino_full)
+        return -1;
+    char p[PATH_MAX];
+    if ((size_t)snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel) >= sizeof(p))
+        return -1;
+    const int wd = inotify_add_watch(d->ino, p, IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DONT_FOLLOW | IN_ONLYDIR);
+    if (wd < 0) {
+        if (errno == ENOSPC) {
+            long lim = -1;
+            FILE *f = fopen("/proc/sys/fs/inotify/max_user_watches", "r");
+            if (f != NULL) {
+                if (fscanf(f, "%ld", &lim) != 1)
+                    lim = -1;
+                fclose(f);
+            }
+            prog_log(INGEST_LOG_WARN,
+                     "inotify watches ran out (fs.inotify.max_user_watches = %ld, %zu in use): "
+                     "falling back to rescans every %llu ms",
+                     lim, d->nw, (unsigned long long)d->rescan_ms);
+            d->ino_full = 1;
+        }
+        return -1;
+    }
+    for (size_t i = 0; i < d->nw; i++)
+        if (d->w[i].wd == wd)
+            return 1; /* already watched (with its subdirectories) */
+    if (d->nw == d->capw) {
+        const size_t nc = d->capw ? d->capw * 2 : 64;
+        watch *nw = realloc(d->w, nc * sizeof(*nw));
+        if (nw == NULL)
+            return -1;
+        d->w = nw;
+        d->capw = nc;
+    }
+    d->w[d->nw].wd = wd;
+    d->w[d->nw].src = si;
+    d->w[d->nw].rel = strdup(rel);
+    if (d->w[d->nw].rel == NULL)
+        return -1;
+    d->nw++;
+    return 0;
+}
+
+/* The names of the subdirectories of rel (symlinks not followed), each NUL-terminated, in *len bytes; NULL: none. */
+static char *subdirs(daemon_t *d, size_t si, const char *rel, size_t *len)
+{
+    *len = 0;
+    char p[PATH_MAX];
+    if ((size_t)snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel) >= sizeof(p))
+        return NULL;
+    const int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    if (dir == NULL) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    char *names = NULL;
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN)
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
+            continue;
+        const size_t nl = strlen(e->d_name) + 1;
+        if (*len + nl > cap) {
+            const size_t nc = cap ? cap * 2 + nl : 256 + nl;
+            char *n = realloc(names, nc);
+            if (n == NULL)
+                break;
+            names = n;
+            cap = nc;
+        }
+        memcpy(names + *len, e->d_name, nl);
+        *len += nl;
+    }
+    closedir(dir);
+    return names;
+}
+
+/* Path components of rel ("" is the source itself: 0). */
+static int rel_level(const char *rel)
+{
+    if (rel[0] == '\0')
+        return 0;
+    int n = 1;
+    for (const char *c = rel; *c; c++)
+        n += *c == '/';
+    return n;
+}
+
+/*
+ * Watch directory rel0 of source si and the directories under it, down to
+ * INGEST_SENDER_MAX_DEPTH levels below the source, the walk's limit; a
+ * directory past it is said once (too_deep, as the walk says it) and
+ * neither watched nor entered.  Depth first without recursion: one frame
+ * per level being visited (the subdirectory names of that directory), at
+ * most INGEST_SENDER_MAX_DEPTH + 1 frames, so neither the stack nor the
+ * heap grows with the depth of the tree.  A directory already watched is
+ * not entered again.
+ */
+static void watch_tree(daemon_t *d, size_t si, const char *rel0)
+{
+    struct wframe {
+        char *names; /* subdirectory names, NUL-terminated */
+        size_t len, pos;
+        size_t rel_len; /* bytes of rel naming this directory */
+        int level;
+    } fr[INGEST_SENDER_MAX_DEPTH + 1];
+    char rel[PATH_MAX], shown[PATH_MAX];
+    const size_t len0 = strlen(rel0);
+    if (len0 >= sizeof(rel) || d->ino < 0 || d->ino_full)
+        return;
+    memcpy(rel, rel0, len0 + 1);
+    int level = rel_level(rel);
+    if (level > INGEST_SENDER_MAX_DEPTH) {
+        if ((size_t)snprintf(shown, sizeof(shown), "%s/%s", d->src[si].name, rel) < sizeof(shown))
+            too_deep(d, shown);
+        return;
+    }
+    if (watch_one(d, si, rel) != 0)
+        return;
+    int n = 0;
+    fr[n].names = subdirs(d, si, rel, &fr[n].len);
+    fr[n].pos = 0;
+    fr[n].rel_len = len0;
+    fr[n].level = level;
+    n++;
+    while (n > 0) {
+        struct wframe *f = &fr[n - 1];
+        if (f->pos >= f->len || d->ino_full) {
+            free(f->names);
+            n--;
+            continue;
+        }
+        const char *nm = f->names + f->pos;
+        const size_t nl = strlen(nm);
+        f->pos += nl + 1;
+        const size_t at = f->rel_len + (f->rel_len > 0);
+        if (at + nl >= sizeof(rel))
+            continue; /* the path is too long to watch (the walk skips what is under it too) */
+        if (f->rel_len > 0)
+            rel[f->rel_len] = '/';
+        memcpy(rel + at, nm, nl + 1);
+        if (f->level + 1 > INGEST_SENDER_MAX_DEPTH) {
+            if ((size_t)snprintf(shown, sizeof(shown), "%s/%s", d->src[si].name, rel) < sizeof(shown))
+                too_deep(d, shown);
+            continue;
+        }
+        if (watch_one(d, si, rel) != 0)
+            continue;
+        /* f->level < INGEST_SENDER_MAX_DEPTH here, so n <= INGEST_SENDER_MAX_DEPTH */
+        fr[n].names = subdirs(d, si, rel, &fr[n].len);
+        fr[n].pos = 0;
+        fr[n].rel_len = at + nl;
+        fr[n].level = f->level + 1;
+        n++;
+    }
+}
+
+void dmn_watches_clear(daemon_t *d)
+{
+    for (size_t i = 0; i < d->nw; i++) {
+        if (d->ino >= 0)
+            inotify_rm_watch(d->ino, d->w[i].wd);
+        free(d->w[i].rel);
+    }
+    d->nw = 0;
+}
+
+void dmn_watches_setup(daemon_t *d)
+{
+    dmn_watches_clear(d);
+    d->ino_full = 0;
+    for (size_t i = 0; i < d->nsrc && !d->ino_full; i++)
+        watch_tree(d, i, "");
+}
+
+static watch *watch_find(daemon_t *d, int wd)
+{
+    for (size_t i = 0; i < d->nw; i++)
+        if (d->w[i].wd == wd)
+            return &d->w[i];
+    return NULL;
+}
+
+void dmn_inotify_drain(daemon_t *d)
+{
+    char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
+    for (;;) {
+        const ssize_t n = read(d->ino, buf, sizeof(buf));
+        if (n <= 0)
+            return;
+        for (char *p = buf; p < buf + n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)p;
+            p += sizeof(*ev) + ev->len;
+            if (ev->mask & IN_Q_OVERFLOW) {
+                dmn_schedule_scan(d, d->now);
+                continue;
+            }
+            watch *w = watch_find(d, ev->wd);
+            if (w == NULL)
+                continue;
+            if (ev->mask & IN_IGNORED) {
+                free(w->rel);
+                *w = d->w[--d->nw];
+                continue;
+            }
+            if (ev->len == 0)
+                continue;
+            char rel[PATH_MAX];
+            if ((size_t)snprintf(rel, sizeof(rel), "%s%s%s", w->rel, w->rel[0] ? "/" : "", ev->name) >= sizeof(rel))
+                continue;
+            if (ev->mask & IN_ISDIR) {
+                if (ev->mask & (IN_CREATE | IN_MOVED_TO))
+                    watch_tree(d, w->src, rel);
+                dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
+                continue;
+            }
+            if (ev->mask & IN_MOVED_TO) {
+                /* renamed into the tree: complete by convention, no settle time */
+                char full[PATH_MAX], mpath[PATH_MAX];
+                struct stat st;
+                if ((size_t)snprintf(full, sizeof(full), "%s/%s", d->src[w->src].path, rel) < sizeof(full) &&
+                    (size_t)snprintf(mpath, sizeof(mpath), "%s/%s", d->src[w->src].name, rel) < sizeof(mpath) &&
+                    lstat(full, &st) == 0 && S_ISREG(st.st_mode))
+                    (void)ingest_journal_mark_renamed(d->j, mpath, (uint64_t)st.st_size,
+                                                      (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                                                      dmn_wall_now_ns());
+            }
+            if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO))
+                dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
+        }
+    }
+}
+
+/* ---- discovery -------------------------------------------------------------- */
+
+static int read_head(const dsource *s, const char *rel, uint8_t *buf, size_t cap, size_t *len)
+{
+    char full[PATH_MAX];
+    snprintf(full, sizeof(full), "%s/%s", s->path, rel);
+    const int fd = open(full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -1;
+    size_t n = 0;
+    while (n < cap) {
+        const ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    *len = n;
+    return 0;
+}
+
+/* The walk's want_file: choose files for the open batch; never let the sender chunk. */
+static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
+{
+    daemon_t *d = ((agent *)ud)->userdata;
+    const char *rel = NULL;
+    dsource *s = dmn_source_of(d, path, &rel);
+    if (s == NULL || stopping)
+        return 0;
+    agent *a = d->a;
+    if (a->metrics != NULL)
+        ingest_metric_add(a->m.files_seen, s->name, 1);
+    ingest_file_state fs;
+    if (ingest_filetable_get(d->a->ft, path, &fs) == 0 && fs.size == st->size && fs.mtime_ns == st->mtime_ns &&
+        fs.ctime_ns == st->ctime_ns) {
+        if (a->metrics != NULL)
+            ingest_metric_add(a->m.files_unchanged, NULL, 1);
+        return 0; /* unchanged since its ack */
+    }
+    int rc = ingest_journal_inflight(d->j, path, NULL);
+    if (rc != 0)
+        return rc < 0 ? rc : 0;
+    if (s->filter != NULL) {
+        if (ingest_journal_skipped(d->j, path, st->size, st->mtime_ns) > 0)
+            return 0; /* this version was counted already */
+        int r = ingest_filter_check_stat(s->filter, rel, st->size, st->mtime_ns, d->wall_ns);
+        const size_t hl = ingest_filter_head_len(s->filter);
+        if (r == INGEST_FILTER_TAKE && hl > 0) {
+            uint8_t head[INGEST_FILTER_MAX_PREFIX];
+            size_t n = 0;
+            if (read_head(s, rel, head, hl < sizeof(head) ? hl : sizeof(head), &n) == 0)
+                r = ingest_filter_check_head(s->filter, head, n);
+        }
+        if (r != INGEST_FILTER_TAKE) {
+            if (r > 0 && r < INGEST_FILTER_NREASONS) {
+                d->skipped[r]++;
+                if (a->metrics != NULL)
+                    ingest_metric_add(a->m.files_skipped, ingest_filter_reason_name(r), 1);
+            }
+            prog_log(INGEST_LOG_DEBUG, "skipped %s: filter %s", prog_esc(path), ingest_filter_reason_name(r));
+            (void)ingest_journal_mark_skipped(d->j, path, st->size, st->mtime_ns, r, d->wall_ns);
+            return 0;
+        }
+    }
+    int64_t wait_ns = 0;
+    rc = ingest_journal_stable(d->j, path, st->size, st->mtime_ns, d->wall_ns, s->settle_ns, &wait_ns);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
+        d->not_stable++;
+        dmn_schedule_scan(d, d->now + (double)wait_ns / 1e9 + 0.05);
+        return 0;
+    }
+    if (d->q_files >= d->queue_files || d->q_bytes + st->size > d->queue_bytes) {
+        if (!d->backpressure)
+            prog_log(INGEST_LOG_WARN,
+                     "backpressure: the queue is full (%llu files, %llu bytes queued; limits %llu files, %llu bytes): "
+                     "not taking new files until batches are acknowledged",
+                     (unsigned long long)d->q_files, (unsigned long long)d->q_bytes,
+                     (unsigned long long)d->queue_files, (unsigned long long)d->queue_bytes);
+        d->backpressure = 1;
+        return 0;
+    }
+    if (s->spool) {
+        if (st->size > d->spool_quota) {
+            prog_log(d->spool_big_logged ? INGEST_LOG_DEBUG : INGEST_LOG_WARN,
+                     "%s (%llu bytes) is larger than spool.quota (%llu bytes): not taken", prog_esc(path),
+                     (unsigned long long)st->size, (unsigned long long)d->spool_quota);
+            d->spool_big_logged = 1;
+            return 0;
+        }
+        if (d->spool_bytes + st->size > d->spool_quota) {
+            if (!d->spool_full)
+                prog_log(INGEST_LOG_WARN,
+                         "backpressure: the spool is full (%llu files, %llu bytes; spool.quota %llu bytes): not "
+                         "taking new files from spool sources until batches are acknowledged",
+                         (unsigned long long)d->spool_files, (unsigned long long)d->spool_bytes,
+                         (unsigned long long)d->spool_quota);
+            d->spool_full = 1;
+            return 0;
+        }
+    }
+    return dmn_open_add(d, s, rel, path, st) < 0 ? INGEST_ENOMEM : 0;
+}
+
+int dmn_walk(daemon_t *d)
+{
+    ingest_sender_opts o = d->base;
+    o.want_file = select_file;
+    o.on_skip = daemon_on_skip;
+    o.batch_seq = 1;
+    o.threads = 1;
+    ingest_sender *s = NULL;
+    const double t0 = prog_now();
+    d->scan_at = 0;
+    d->last_full = d->now;
+    d->wall_ns = dmn_wall_now_ns();
+    int rc = ingest_sender_create(d->a->ctx, &o, &s);
+    if (rc == 0)
+        rc = ingest_sender_scan(s);
+    ingest_sender_batch *b = NULL;
+    if (rc == 0)
+        rc = ingest_sender_next_batch(s, &b); /* select_file takes nothing: the walk runs to its end */
+    ingest_sender_batch_destroy(b);
+    if (s != NULL) {
+        ingest_sender_stats ss;
+        ingest_sender_get_stats(s, &ss);
+        d->files_seen = ss.files_seen;
+    }
+    d->walks++;
+    d->walk_seconds = prog_now() - t0;
+    d->a->t.walk_s += d->walk_seconds;
+    /* The first walk after a start, and any slow one, is worth a line. */
+    prog_log(d->walks == 1 || d->walk_seconds >= 10.0 ? INGEST_LOG_INFO : INGEST_LOG_DEBUG,
+             "walk %llu: %llu files seen in %.3f s", (unsigned long long)d->walks, (unsigned long long)d->files_seen,
+             d->walk_seconds);
+    ingest_sender_destroy(s);
+    if (rc < 0)
+        prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(d->a->ctx));
+    if (dmn_open_journal(d) < 0)
+        rc = -1;
+    (void)ingest_journal_flush(d->j);
+    return rc < 0 ? rc : 0;
+}
+
