@@ -1,6 +1,7 @@
 /*
  * ingest-agent internals shared by the one-shot mode (main.c) and the
- * daemon (daemon.c): the agent's state and the shipping steps.
+ * daemon (daemon*.c): the agent's parts (connection, state, reporting,
+ * throttle) and the shipping steps.
  */
 #ifndef INGEST_AGENT_H
 #define INGEST_AGENT_H
@@ -50,6 +51,49 @@ typedef struct latency_rec {
 } latency_rec;
 
 typedef struct agent agent;
+
+/* The connection to the core, while there is one (fd >= 0). */
+typedef struct agent_net {
+    ingest_session *ss;
+    int fd;
+    ingest_link *link; /* over ss and fd while connected */
+    ingest_edge *edge; /* the protocol's edge side, made on the first connection */
+} agent_net;
+
+/* What the agent keeps in state_dir: the file table, have-cache, batch sequence, instance. */
+typedef struct agent_state {
+    ingest_store *st;
+    ingest_havecache *have;
+    ingest_filetable *ft;
+    /* The store (file table, have-cache) is used by the builder thread
+     * (want_file) and the main thread (record_acked): one at a time. */
+    pthread_mutex_t store_lock;
+    uint64_t seq;
+    char instance[24], prefix[32];
+} agent_state;
+
+/* What the agent tells: totals, metrics, latencies, progress, the daemon's status. */
+typedef struct agent_report {
+    totals t;
+    totals msync; /* t as last added to the metrics */
+    ingest_metrics *metrics; /* NULL: off (no metrics.listen, no --stats-interval) */
+    agent_metrics m;
+    latency_rec *lat;
+    size_t nlat, caplat;
+    double t0, last_progress;
+    int tty;
+    /* Called by the shipping steps after each chunk and while waiting (the
+     * daemon publishes its status figures); may be NULL. */
+    void (*publish)(agent *a);
+} agent_report;
+
+/* throttle.rate and throttle.window. */
+typedef struct agent_throttle {
+    ingest_throttle *throttle; /* NULL: neither set */
+    uint64_t throttle_wait_ms; /* time spent waiting for the throttle */
+    int window_closed;         /* the last check found the window closed */
+} agent_throttle;
+
 struct agent {
     ingest_agent_config *cfg;
     ingest_ctx *ctx;
@@ -60,37 +104,14 @@ struct agent {
     /* compression.dictionary, held for offering to the receiver (NULL: none) */
     uint8_t *dict;
     size_t dict_len;
-    ingest_store *st;
-    ingest_havecache *have;
-    ingest_filetable *ft;
-    int all; /* --all: ship files even when unchanged since their ack */
+    int all;        /* --all: ship files even when unchanged since their ack */
+    int daemon;     /* daemon mode: acks are recorded through the journal, not record_acked */
     void *userdata; /* the daemon's state */
-    int daemon; /* daemon mode: acks are recorded through the journal, not record_acked */
-    /* The store (file table, have-cache) is used by the builder thread
-     * (want_file) and the main thread (record_acked): one at a time. */
-    pthread_mutex_t store_lock;
-    char instance[24], prefix[32];
-    ingest_session *ss;
-    int fd;
-    ingest_link *link;  /* over ss and fd while connected */
-    ingest_edge *edge;  /* the protocol's edge side, made on the first connection */
-    uint64_t seq;
-    totals t;
-    totals msync; /* t as last added to the metrics */
-    ingest_metrics *metrics; /* NULL: off (no metrics.listen, no --stats-interval) */
-    agent_metrics m;
-    latency_rec *lat;
-    size_t nlat, caplat;
     double batch_t0; /* when the batch being shipped began to be built */
-    double t0, last_progress;
-    int tty;
-    /* throttle.rate and throttle.window (NULL: neither set) */
-    ingest_throttle *throttle;
-    uint64_t throttle_wait_ms; /* time spent waiting for the throttle */
-    int window_closed;         /* the last check found the window closed */
-    /* Called by the shipping steps after each chunk and while waiting (the
-     * daemon publishes its status figures); may be NULL. */
-    void (*publish)(struct agent *a);
+    agent_net net;
+    agent_state state;
+    agent_report report;
+    agent_throttle thr;
 };
 
 /* Set by signal handlers: SIGTERM/SIGINT, and SIGHUP (daemon: reload the config). */

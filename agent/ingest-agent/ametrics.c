@@ -12,7 +12,7 @@ static const double latency_buckets[] = { 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
 
 int agent_metrics_init(agent *a)
 {
-    agent_metrics *m = &a->m;
+    agent_metrics *m = &a->report.m;
     struct {
         ingest_metric **x;
         int type;
@@ -58,13 +58,13 @@ int agent_metrics_init(agent *a)
           "1 while the agent takes no new files (queue or spool full)", NULL },
         { &m->spool_bytes, INGEST_METRIC_GAUGE, "ingest_agent_spool_bytes", "Bytes held in the spool", NULL },
     };
-    if (ingest_metrics_create(a->ctx, &a->metrics) != 0)
+    if (ingest_metrics_create(a->ctx, &a->report.metrics) != 0)
         return -1;
     for (size_t i = 0; i < sizeof(defs) / sizeof(defs[0]); i++)
-        if (ingest_metric_define(a->metrics, defs[i].type, defs[i].name, defs[i].help, defs[i].label, NULL, 0,
+        if (ingest_metric_define(a->report.metrics, defs[i].type, defs[i].name, defs[i].help, defs[i].label, NULL, 0,
                                  defs[i].x) != 0)
             return -1;
-    if (ingest_metric_define(a->metrics, INGEST_METRIC_HISTOGRAM, "ingest_agent_file_latency_seconds",
+    if (ingest_metric_define(a->report.metrics, INGEST_METRIC_HISTOGRAM, "ingest_agent_file_latency_seconds",
                              "Seconds from a file taken into a batch (stable) to its batch's ack", NULL,
                              latency_buckets, sizeof(latency_buckets) / sizeof(latency_buckets[0]),
                              &m->latency) != 0)
@@ -76,18 +76,18 @@ int agent_metrics_init(agent *a)
 /* Add the growth of a totals field since the last sync to counter x (label lv). */
 #define SYNC(field, x, lv)                                                                                            \
     do {                                                                                                              \
-        if (a->t.field > a->msync.field)                                                                              \
-            ingest_metric_add(a->m.x, lv, a->t.field - a->msync.field);                                               \
+        if (a->report.t.field > a->report.msync.field)                                                                              \
+            ingest_metric_add(a->report.m.x, lv, a->report.t.field - a->report.msync.field);                                               \
     } while (0)
 #define SYNC_S(field, lv)                                                                                             \
     do {                                                                                                              \
-        if (a->t.field > a->msync.field)                                                                              \
-            ingest_metric_add_seconds(a->m.stage, lv, a->t.field - a->msync.field);                                   \
+        if (a->report.t.field > a->report.msync.field)                                                                              \
+            ingest_metric_add_seconds(a->report.m.stage, lv, a->report.t.field - a->report.msync.field);                                   \
     } while (0)
 
 void agent_metrics_sync(agent *a)
 {
-    if (a->metrics == NULL)
+    if (a->report.metrics == NULL)
         return;
     SYNC(ship.files, files_shipped, NULL);
     SYNC(ship.bytes, bytes_shipped, NULL);
@@ -112,13 +112,13 @@ void agent_metrics_sync(agent *a)
     SYNC_S(ship.send_s, "send");
     SYNC_S(ship.wait_ack_s, "wait_ack");
     SYNC_S(walk_s, "walk");
-    a->msync = a->t;
+    a->report.msync = a->report.t;
 }
 
 void agent_metrics_latency(agent *a, double seconds, uint64_t files)
 {
-    if (a->metrics == NULL || !(seconds >= 0))
+    if (a->report.metrics == NULL || !(seconds >= 0))
         return;
     for (uint64_t i = 0; i < files; i++)
-        ingest_metric_observe(a->m.latency, NULL, seconds);
+        ingest_metric_observe(a->report.m.latency, NULL, seconds);
 }

@@ -68,7 +68,7 @@ static void reload(daemon_t *d)
     apply_config(d);
     if (throttle_setup(a) != 0)
         prog_log(INGEST_LOG_ERROR, "throttle: the new settings could not be applied; sending unthrottled");
-    a->window_closed = 0;
+    a->thr.window_closed = 0;
     dmn_spool_resume_check(d);
     dmn_publish_sources(d);
     prog_log_set_level(ncfg->log_level);
@@ -95,7 +95,7 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
     /* A process opening a file while the after-ship action holds its lease sends us SIGIO (default: exit);
      * it just waits until the lease goes, a moment later. */
     signal(SIGIO, SIG_IGN);
-    if (ingest_journal_open(a->st, a->ft, &d.j) < 0) {
+    if (ingest_journal_open(a->state.st, a->state.ft, &d.j) < 0) {
         prog_log(INGEST_LOG_ERROR, "journal in %s: %s", a->cfg->state_dir, ingest_ctx_errmsg(a->ctx));
         return 1;
     }
@@ -108,8 +108,8 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
     uint64_t last = 0, s = 0;
     while (ingest_journal_next(d.j, s, &s) == 1)
         last = s;
-    if (a->seq <= last)
-        a->seq = last + 1;
+    if (a->state.seq <= last)
+        a->state.seq = last + 1;
     dmn_queue_recount(&d);
     if (d.q_files)
         prog_log(INGEST_LOG_INFO, "resuming: %llu files, %llu bytes queued in the journal",
@@ -126,7 +126,7 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
     dmn_watches_setup(&d);
     dmn_publish_sources(&d);
     dmn_publish(&d);
-    a->publish = dmn_publish_hook;
+    a->report.publish = dmn_publish_hook;
     {
         char err[512];
         d.status = status_server_start(a->cfg->status_socket, dmn_render, &d, err, sizeof(err));
@@ -166,9 +166,9 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
             until = d.scan_at;
         if (d.open_seq != 0 && d.open_at + d.max_wait_ms / 1000.0 < until)
             until = d.open_at + d.max_wait_ms / 1000.0;
-        if (d.q_files > d.nof && a->fd < 0 && d.next_connect < until && !a->window_closed)
+        if (d.q_files > d.nof && a->net.fd < 0 && d.next_connect < until && !a->thr.window_closed)
             until = d.next_connect;
-        if (d.q_files > d.nof && a->fd >= 0 && shipped == 0 && !a->window_closed)
+        if (d.q_files > d.nof && a->net.fd >= 0 && shipped == 0 && !a->thr.window_closed)
             until = d.now; /* more to ship */
         int ms = (int)((until - d.now) * 1000.0);
         if (ms < 0)
@@ -185,8 +185,8 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
     status = 0;
 out:
     status_server_stop(d.status);
-    a->publish = NULL;
-    if (ingest_store_commit(a->st) < 0) {
+    a->report.publish = NULL;
+    if (ingest_store_commit(a->state.st) < 0) {
         prog_log(INGEST_LOG_ERROR, "state store: %s", ingest_ctx_errmsg(a->ctx));
         status = 1;
     }

@@ -19,7 +19,7 @@ int dmn_open_journal(daemon_t *d)
     if (d->open_seq == 0 || !d->of_dirty || d->nof == 0)
         return 0;
     char id[INGEST_JOURNAL_ID_MAX + 1];
-    snprintf(id, sizeof(id), "%s%06llu", d->a->prefix, (unsigned long long)d->open_seq);
+    snprintf(id, sizeof(id), "%s%06llu", d->a->state.prefix, (unsigned long long)d->open_seq);
     if (ingest_journal_add(d->j, d->open_seq, id, d->of, d->nof) < 0) {
         prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(d->a->ctx));
         return -1;
@@ -34,7 +34,7 @@ int dmn_open_close(daemon_t *d)
     if (d->open_seq != 0 && d->nof == 0)
         dmn_spool_drop(d, d->open_seq); /* never journaled: nothing may stay in its spool */
     if (d->open_seq != 0)
-        prog_log(INGEST_LOG_DEBUG, "batch %s%06llu closed: %zu files, %llu bytes", d->a->prefix,
+        prog_log(INGEST_LOG_DEBUG, "batch %s%06llu closed: %zu files, %llu bytes", d->a->state.prefix,
                  (unsigned long long)d->open_seq, d->nof, (unsigned long long)d->of_bytes);
     dmn_open_reset(d);
     return rc;
@@ -47,8 +47,8 @@ int dmn_open_add(daemon_t *d, const dsource *s, const char *rel, const char *pat
         if (dmn_open_close(d) < 0)
             return -1;
     if (d->open_seq == 0) {
-        d->open_seq = d->a->seq++;
-        if (save_seq(d->a->cfg->state_dir, d->a->seq) != 0) {
+        d->open_seq = d->a->state.seq++;
+        if (save_seq(d->a->cfg->state_dir, d->a->state.seq) != 0) {
             prog_log(INGEST_LOG_ERROR, "cannot save the batch sequence in %s: %s", d->a->cfg->state_dir,
                      strerror(errno));
             return -1;
@@ -293,7 +293,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
         ingest_journal_batch_free(d->j, jb);
         return rc;
     }
-    if (a->fd < 0) {
+    if (a->net.fd < 0) {
         if (d->now < d->next_connect) {
             ingest_journal_batch_free(d->j, jb);
             return 1;
@@ -369,7 +369,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
     ingest_sender_batch_stats bs;
     ingest_sender_batch_stats_get(b, &bs);
     d->bytes_read += bs.bytes;
-    a->t.bytes_read += bs.bytes;
+    a->report.t.bytes_read += bs.bytes;
     if (files_differ(jb, got, ngot)) {
         if (jb->state == INGEST_JOURNAL_PENDING) {
             /* never sent: record what will really go, so a replay after a crash is the same batch */
@@ -390,7 +390,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
         prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
         goto out;
     }
-    a->t.batches++;
+    a->report.t.batches++;
     snprintf(d->inflight, sizeof(d->inflight), "%s", jb->id);
     dmn_publish(d);
     rc = send_manifest(a, b);
@@ -407,10 +407,10 @@ static int ship_one(daemon_t *d, uint64_t seq)
             uint8_t id[INGEST_ID_BYTES];
             uint32_t len;
             uint64_t off;
-            if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0 && ingest_havecache_add(a->have, id) < 0)
+            if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0 && ingest_havecache_add(a->state.have, id) < 0)
                 break;
         }
-        (void)ingest_store_commit(a->st);
+        (void)ingest_store_commit(a->state.st);
         agent_metrics_latency(a, (double)(dmn_wall_now_ns() - jb->created_ns) / 1e9, bs.files);
         d->batches_acked++;
         d->shipped_files += bs.files;
@@ -425,7 +425,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
         dmn_schedule_scan(d, d->now);
     } else {
         disconnect_core(a);
-        if (!stopping && !reload_requested && !a->window_closed)
+        if (!stopping && !reload_requested && !a->thr.window_closed)
             backoff(d);
         rc = 1;
     }
@@ -463,16 +463,16 @@ int dmn_ship_queue(daemon_t *d)
             continue;
         int in = 0;
         if (!throttle_window_open(d->a, &in)) {
-            if (!d->a->window_closed)
+            if (!d->a->thr.window_closed)
                 prog_log(INGEST_LOG_INFO, "throttle.window %s is closed: nothing is sent for %d min (%llu files queued)",
                          d->a->cfg->throttle_window, in, (unsigned long long)d->q_files);
-            d->a->window_closed = 1;
+            d->a->thr.window_closed = 1;
             disconnect_core(d->a);
             return 0;
         }
-        if (d->a->window_closed)
+        if (d->a->thr.window_closed)
             prog_log(INGEST_LOG_INFO, "throttle.window %s is open: shipping", d->a->cfg->throttle_window);
-        d->a->window_closed = 0;
+        d->a->thr.window_closed = 0;
         const int rc = ship_one(d, seq);
         if (rc != 0)
             return rc;

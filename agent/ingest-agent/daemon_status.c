@@ -50,21 +50,21 @@ void dmn_publish(daemon_t *d)
 {
     agent *a = d->a;
     const double now = prog_now();
-    if (a->metrics != NULL) {
+    if (a->report.metrics != NULL) {
         agent_metrics_sync(a);
-        ingest_metric_set(a->m.queue_files, NULL, (int64_t)d->q_files);
-        ingest_metric_set(a->m.queue_bytes, NULL, (int64_t)d->q_bytes);
-        ingest_metric_set(a->m.queue_batches, NULL, (int64_t)d->q_batches);
-        ingest_metric_set(a->m.backpressure, NULL, d->backpressure || d->spool_full);
-        ingest_metric_set(a->m.spool_bytes, NULL, (int64_t)d->spool_bytes);
+        ingest_metric_set(a->report.m.queue_files, NULL, (int64_t)d->q_files);
+        ingest_metric_set(a->report.m.queue_bytes, NULL, (int64_t)d->q_bytes);
+        ingest_metric_set(a->report.m.queue_batches, NULL, (int64_t)d->q_batches);
+        ingest_metric_set(a->report.m.backpressure, NULL, d->backpressure || d->spool_full);
+        ingest_metric_set(a->report.m.spool_bytes, NULL, (int64_t)d->spool_bytes);
     }
     pthread_mutex_lock(&d->slock);
     snap *sn = &d->sn;
-    sn->connected = a->fd >= 0;
+    sn->connected = a->net.fd >= 0;
     sn->watching = d->ino >= 0 && !d->ino_full;
     sn->backpressure = d->backpressure;
     sn->spool_full = d->spool_full;
-    sn->window_closed = a->window_closed;
+    sn->window_closed = a->thr.window_closed;
     sn->q_batches = d->q_batches;
     sn->q_files = d->q_files;
     sn->q_bytes = d->q_bytes;
@@ -80,21 +80,21 @@ void dmn_publish(daemon_t *d)
     sn->files_shipped = d->shipped_files;
     sn->bytes_shipped = d->shipped_bytes;
     sn->bytes_read = d->bytes_read;
-    sn->chunks_new = a->t.ship.chunks_sent;
-    sn->chunks_dedup = a->t.ship.chunks_dedup;
-    sn->chunk_bytes_sent = a->t.ship.chunk_bytes_sent;
-    sn->wire_out = a->t.ship.wire_out;
-    sn->wire_in = a->t.ship.wire_in;
+    sn->chunks_new = a->report.t.ship.chunks_sent;
+    sn->chunks_dedup = a->report.t.ship.chunks_dedup;
+    sn->chunk_bytes_sent = a->report.t.ship.chunk_bytes_sent;
+    sn->wire_out = a->report.t.ship.wire_out;
+    sn->wire_in = a->report.t.ship.wire_in;
     sn->batches_acked = d->batches_acked;
     sn->batches_replayed = d->batches_replayed;
     sn->deleted = d->deleted;
     sn->moved = d->moved;
     memcpy(sn->skipped, d->skipped, sizeof(sn->skipped));
-    sn->throttle_wait_ms = a->throttle_wait_ms;
+    sn->throttle_wait_ms = a->thr.throttle_wait_ms;
     const size_t last = (sn->rate_head + RATE_SAMPLES - 1) % RATE_SAMPLES;
     if (sn->rate_n == 0 || now - sn->rate_t[last] >= 0.2) {
         sn->rate_t[sn->rate_head] = now;
-        sn->rate_w[sn->rate_head] = a->t.ship.wire_out + a->t.ship.wire_in;
+        sn->rate_w[sn->rate_head] = a->report.t.ship.wire_out + a->report.t.ship.wire_in;
         sn->rate_head = (sn->rate_head + 1) % RATE_SAMPLES;
         if (sn->rate_n < RATE_SAMPLES)
             sn->rate_n++;
@@ -291,9 +291,9 @@ void dmn_render(void *ud, int json, char *buf, size_t cap)
     pthread_mutex_unlock(&d->slock);
     if (json) {
         /* the metrics (when on) as they are now: their updates are atomic, no lock needed */
-        if (d->a->metrics != NULL && o.len + 16 < o.cap) {
+        if (d->a->report.metrics != NULL && o.len + 16 < o.cap) {
             put(&o, ",\"metrics\":");
-            const size_t need = ingest_metrics_render_json(d->a->metrics, o.p + o.len, o.cap - o.len);
+            const size_t need = ingest_metrics_render_json(d->a->report.metrics, o.p + o.len, o.cap - o.len);
             o.len = o.len + need < o.cap ? o.len + need : o.cap - 1;
         }
         put(&o, "}\n");

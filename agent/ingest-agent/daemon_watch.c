@@ -388,13 +388,13 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     if (s == NULL || stopping)
         return 0;
     agent *a = d->a;
-    if (a->metrics != NULL)
-        ingest_metric_add(a->m.files_seen, s->name, 1);
+    if (a->report.metrics != NULL)
+        ingest_metric_add(a->report.m.files_seen, s->name, 1);
     ingest_file_state fs;
-    if (ingest_filetable_get(d->a->ft, path, &fs) == 0 && fs.size == st->size && fs.mtime_ns == st->mtime_ns &&
+    if (ingest_filetable_get(d->a->state.ft, path, &fs) == 0 && fs.size == st->size && fs.mtime_ns == st->mtime_ns &&
         fs.ctime_ns == st->ctime_ns) {
-        if (a->metrics != NULL)
-            ingest_metric_add(a->m.files_unchanged, NULL, 1);
+        if (a->report.metrics != NULL)
+            ingest_metric_add(a->report.m.files_unchanged, NULL, 1);
         return 0; /* unchanged since its ack */
     }
     int rc = ingest_journal_inflight(d->j, path, NULL);
@@ -414,8 +414,8 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
         if (r != INGEST_FILTER_TAKE) {
             if (r > 0 && r < INGEST_FILTER_NREASONS) {
                 d->skipped[r]++;
-                if (a->metrics != NULL)
-                    ingest_metric_add(a->m.files_skipped, ingest_filter_reason_name(r), 1);
+                if (a->report.metrics != NULL)
+                    ingest_metric_add(a->report.m.files_skipped, ingest_filter_reason_name(r), 1);
             }
             prog_log(INGEST_LOG_DEBUG, "skipped %s: filter %s", prog_esc(path), ingest_filter_reason_name(r));
             (void)ingest_journal_mark_skipped(d->j, path, st->size, st->mtime_ns, r, d->wall_ns);
@@ -489,7 +489,7 @@ int dmn_walk(daemon_t *d)
     }
     d->walks++;
     d->walk_seconds = prog_now() - t0;
-    d->a->t.walk_s += d->walk_seconds;
+    d->a->report.t.walk_s += d->walk_seconds;
     /* The first walk after a start, and any slow one, is worth a line. */
     prog_log(d->walks == 1 || d->walk_seconds >= 10.0 ? INGEST_LOG_INFO : INGEST_LOG_DEBUG,
              "walk %llu: %llu files seen in %.3f s", (unsigned long long)d->walks, (unsigned long long)d->files_seen,

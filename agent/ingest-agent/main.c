@@ -127,16 +127,16 @@ static int load_instance(const char *state_dir, char *out, size_t cap)
 
 static void progress(agent *a, int final)
 {
-    if (!a->tty)
+    if (!a->report.tty)
         return;
     const double now = prog_now();
-    if (!final && now - a->last_progress < 0.25)
+    if (!final && now - a->report.last_progress < 0.25)
         return;
-    a->last_progress = now;
-    const double secs = now - a->t0 > 1e-9 ? now - a->t0 : 1e-9;
+    a->report.last_progress = now;
+    const double secs = now - a->report.t0 > 1e-9 ? now - a->report.t0 : 1e-9;
     fprintf(stdout, "\r\033[K%llu files  %.1f MB  %.1f MB/s  wire %.1f MB",
-            (unsigned long long)a->t.ship.files, (double)a->t.ship.bytes / 1e6, (double)a->t.ship.bytes / 1e6 / secs,
-            (double)(a->t.ship.wire_out + a->t.ship.wire_in) / 1e6);
+            (unsigned long long)a->report.t.ship.files, (double)a->report.t.ship.bytes / 1e6, (double)a->report.t.ship.bytes / 1e6 / secs,
+            (double)(a->report.t.ship.wire_out + a->report.t.ship.wire_in) / 1e6);
     if (final)
         fputs("\r\033[K", stdout);
     fflush(stdout);
@@ -146,11 +146,11 @@ static void progress(agent *a, int final)
 
 int throttle_setup(agent *a)
 {
-    ingest_throttle_destroy(a->throttle);
-    a->throttle = NULL;
+    ingest_throttle_destroy(a->thr.throttle);
+    a->thr.throttle = NULL;
     if (a->cfg->throttle_rate == 0 && a->cfg->throttle_window[0] == '\0')
         return 0;
-    if (ingest_throttle_create(a->ctx, a->cfg->throttle_rate, a->cfg->throttle_window, &a->throttle) < 0) {
+    if (ingest_throttle_create(a->ctx, a->cfg->throttle_rate, a->cfg->throttle_window, &a->thr.throttle) < 0) {
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
         return -1;
     }
@@ -193,9 +193,9 @@ static void throttle_nap(agent *a, int64_t ms)
     const struct timespec ts = { 0, (long)ms * 1000000L };
     const int64_t t0 = mono_ns();
     nanosleep(&ts, NULL);
-    a->throttle_wait_ms += (uint64_t)((mono_ns() - t0) / 1000000);
-    if (a->publish != NULL)
-        a->publish(a);
+    a->thr.throttle_wait_ms += (uint64_t)((mono_ns() - t0) / 1000000);
+    if (a->report.publish != NULL)
+        a->report.publish(a);
 }
 
 static int throttle_interrupted(const agent *a)
@@ -215,10 +215,10 @@ int throttle_wait_window(agent *a)
             disconnect_core(a); /* between batches: the core would time the idle connection out */
         }
         logged = 1;
-        a->window_closed = 1;
+        a->thr.window_closed = 1;
         throttle_nap(a, 100);
     }
-    a->window_closed = 0;
+    a->thr.window_closed = 0;
     return 0;
 }
 
@@ -229,22 +229,22 @@ int throttle_wait_window(agent *a)
  */
 static int throttle_wait(agent *a, uint64_t n)
 {
-    if (a->throttle == NULL)
+    if (a->thr.throttle == NULL)
         return 0;
     for (;;) {
         if (throttle_interrupted(a))
             return INGEST_ECLOSED;
         if (!throttle_window_open(a, NULL)) {
-            a->window_closed = 1;
+            a->thr.window_closed = 1;
             if (a->daemon) {
                 prog_log(INGEST_LOG_INFO, "throttle.window %s closed during a batch: parking it",
                          a->cfg->throttle_window);
                 return INGEST_ECLOSED;
             }
         } else {
-            a->window_closed = 0;
+            a->thr.window_closed = 0;
         }
-        const int64_t ms = ingest_throttle_delay(a->throttle, n, mono_ns(), minute_of_day());
+        const int64_t ms = ingest_throttle_delay(a->thr.throttle, n, mono_ns(), minute_of_day());
         if (ms <= 0)
             return 0;
         throttle_nap(a, ms);
@@ -264,8 +264,8 @@ static void hook_progress(void *ud)
     agent *a = ud;
     progress(a, 0);
     agent_metrics_sync(a);
-    if (a->publish != NULL)
-        a->publish(a);
+    if (a->report.publish != NULL)
+        a->report.publish(a);
 }
 
 static int hook_stopping(void *ud)
@@ -282,16 +282,16 @@ static void hook_acked(void *ud, ingest_sender_batch *b, uint32_t sent, double t
     (void)sent;
     ingest_sender_batch_stats bs;
     ingest_sender_batch_stats_get(b, &bs);
-    if (a->nlat == a->caplat) {
-        const size_t nc = a->caplat ? a->caplat * 2 : 64;
-        latency_rec *nl = realloc(a->lat, nc * sizeof(*nl));
+    if (a->report.nlat == a->report.caplat) {
+        const size_t nc = a->report.caplat ? a->report.caplat * 2 : 64;
+        latency_rec *nl = realloc(a->report.lat, nc * sizeof(*nl));
         if (nl != NULL) {
-            a->lat = nl;
-            a->caplat = nc;
+            a->report.lat = nl;
+            a->report.caplat = nc;
         }
     }
-    if (a->nlat < a->caplat && t0 > 0)
-        a->lat[a->nlat++] = (latency_rec){ prog_now() - t0, bs.files };
+    if (a->report.nlat < a->report.caplat && t0 > 0)
+        a->report.lat[a->report.nlat++] = (latency_rec){ prog_now() - t0, bs.files };
     if (!a->daemon && t0 > 0)
         agent_metrics_latency(a, prog_now() - t0, bs.files);
     record_acked(a, b);
@@ -300,7 +300,7 @@ static void hook_acked(void *ud, ingest_sender_batch *b, uint32_t sent, double t
 /* The edge, made on first use (chunks up to chunking.max). */
 static int make_edge(agent *a)
 {
-    if (a->edge != NULL)
+    if (a->net.edge != NULL)
         return 0;
     const uint32_t max = a->cfg->chunking.max ? a->cfg->chunking.max : INGEST_CHUNK_MAX_DEFAULT;
     const ingest_edge_opts o = {
@@ -309,7 +309,7 @@ static int make_edge(agent *a)
         .dict = a->dict,
         .dict_len = a->dict_len,
         .dict_name = a->cfg->compression_dictionary,
-        .stats = &a->t.ship,
+        .stats = &a->report.t.ship,
         .userdata = a,
         .before_send = hook_before_send,
         .on_progress = hook_progress,
@@ -318,7 +318,7 @@ static int make_edge(agent *a)
         .log = prog_lib_log,
         .log_level = prog_log_level(),
     };
-    if (ingest_edge_create(a->ctx, &o, &a->edge) < 0) {
+    if (ingest_edge_create(a->ctx, &o, &a->net.edge) < 0) {
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
         return -1;
     }
@@ -327,12 +327,12 @@ static int make_edge(agent *a)
 
 int send_manifest(agent *a, ingest_sender_batch *b)
 {
-    return ingest_edge_send_manifest(a->edge, b);
+    return ingest_edge_send_manifest(a->net.edge, b);
 }
 
 int finish_batch(agent *a, ingest_sender_batch *b)
 {
-    return ingest_edge_finish_batch(a->edge, b, a->batch_t0);
+    return ingest_edge_finish_batch(a->net.edge, b, a->batch_t0);
 }
 
 /*
@@ -343,56 +343,56 @@ int finish_batch(agent *a, ingest_sender_batch *b)
 static void record_acked(agent *a, ingest_sender_batch *b)
 {
     if (a->daemon)
-        return; /* the daemon records acks in its journal (daemon.c) */
+        return; /* the daemon records acks in its journal (daemon_ship.c) */
     ingest_sender_batch_stats bs;
     ingest_sender_batch_stats_get(b, &bs);
     int rc = 0;
     const double t0 = prog_now();
-    pthread_mutex_lock(&a->store_lock);
+    pthread_mutex_lock(&a->state.store_lock);
     for (uint64_t i = 0; i < bs.files && rc == 0; i++) {
         ingest_sender_file_info info;
         if (ingest_sender_batch_file(b, i, &info) != 0)
             continue;
         const ingest_file_state fs = { info.size, info.mtime_ns, info.ctime_ns, 0, 0 };
-        rc = ingest_filetable_put(a->ft, info.path, &fs);
+        rc = ingest_filetable_put(a->state.ft, info.path, &fs);
     }
     for (uint64_t i = 0; i < bs.chunks && rc == 0; i++) {
         uint8_t id[INGEST_ID_BYTES];
         uint32_t len;
         uint64_t off;
         if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0)
-            rc = ingest_havecache_add(a->have, id);
+            rc = ingest_havecache_add(a->state.have, id);
     }
-    if (rc < 0 || ingest_store_commit(a->st) < 0) {
-        a->t.err_store++;
+    if (rc < 0 || ingest_store_commit(a->state.st) < 0) {
+        a->report.t.err_store++;
         prog_log(INGEST_LOG_WARN, "state store: %s (files of batch %s may be shipped again)", ingest_ctx_errmsg(a->ctx),
                  ingest_sender_batch_id(b));
     }
-    pthread_mutex_unlock(&a->store_lock);
-    a->t.record_s += prog_now() - t0;
+    pthread_mutex_unlock(&a->state.store_lock);
+    a->report.t.record_s += prog_now() - t0;
 }
 
 /* The sender's want_file hook: pass over files unchanged since their ack. */
 static int want_file(void *ud, const char *path, const ingest_sender_stat *st)
 {
     agent *a = ud;
-    if (a->metrics != NULL) {
+    if (a->report.metrics != NULL) {
         char name[64];
         const char *slash = strchr(path, '/');
         const size_t n = slash != NULL ? (size_t)(slash - path) : strlen(path);
         snprintf(name, sizeof(name), "%.*s", (int)(n < sizeof(name) ? n : sizeof(name) - 1), path);
-        ingest_metric_add(a->m.files_seen, name, 1);
+        ingest_metric_add(a->report.m.files_seen, name, 1);
     }
     if (a->all)
         return 1;
     ingest_file_state fs;
-    pthread_mutex_lock(&a->store_lock);
-    const int found = ingest_filetable_get(a->ft, path, &fs) == 0;
-    pthread_mutex_unlock(&a->store_lock);
+    pthread_mutex_lock(&a->state.store_lock);
+    const int found = ingest_filetable_get(a->state.ft, path, &fs) == 0;
+    pthread_mutex_unlock(&a->state.store_lock);
     if (found && fs.size == st->size && fs.mtime_ns == st->mtime_ns && fs.ctime_ns == st->ctime_ns) {
-        a->t.unchanged++;
-        if (a->metrics != NULL)
-            ingest_metric_add(a->m.files_unchanged, NULL, 1);
+        a->report.t.unchanged++;
+        if (a->report.metrics != NULL)
+            ingest_metric_add(a->report.m.files_unchanged, NULL, 1);
         return 0;
     }
     return 1;
@@ -408,19 +408,19 @@ static int cmp_latency(const void *x, const void *y)
 static double latency_quantile(agent *a, double q)
 {
     uint64_t total = 0;
-    for (size_t i = 0; i < a->nlat; i++)
-        total += a->lat[i].files;
+    for (size_t i = 0; i < a->report.nlat; i++)
+        total += a->report.lat[i].files;
     if (total == 0)
         return 0.0;
-    qsort(a->lat, a->nlat, sizeof(a->lat[0]), cmp_latency);
+    qsort(a->report.lat, a->report.nlat, sizeof(a->report.lat[0]), cmp_latency);
     const double want = q * (double)total;
     uint64_t seen = 0;
-    for (size_t i = 0; i < a->nlat; i++) {
-        seen += a->lat[i].files;
+    for (size_t i = 0; i < a->report.nlat; i++) {
+        seen += a->report.lat[i].files;
         if ((double)seen >= want)
-            return a->lat[i].s;
+            return a->report.lat[i].s;
     }
-    return a->lat[a->nlat - 1].s;
+    return a->report.lat[a->report.nlat - 1].s;
 }
 
 int connect_core(agent *a)
@@ -428,55 +428,55 @@ int connect_core(agent *a)
     char err[512];
     if (make_edge(a) != 0)
         return -1;
-    a->fd = prog_connect(a->cfg->core_address, 10000, err, sizeof(err));
-    if (a->fd < 0) {
+    a->net.fd = prog_connect(a->cfg->core_address, 10000, err, sizeof(err));
+    if (a->net.fd < 0) {
         prog_log(INGEST_LOG_ERROR, "cannot reach the core: %s", err);
-        a->t.err_connect++;
+        a->report.t.err_connect++;
         return -1;
     }
-    ingest_session_destroy(a->ss);
-    a->ss = NULL;
-    if (ingest_session_client_create(a->ctx, a->cfg->device_id, &a->key, a->receiver_pub, &a->ss) < 0 ||
+    ingest_session_destroy(a->net.ss);
+    a->net.ss = NULL;
+    if (ingest_session_client_create(a->ctx, a->cfg->device_id, &a->key, a->receiver_pub, &a->net.ss) < 0 ||
         /* --once pipelines batches across acks; the daemon ships one batch at a time from its journal */
-        ingest_session_set_features(a->ss, INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK |
+        ingest_session_set_features(a->net.ss, INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK |
                                                (a->daemon ? 0u : INGEST_SESSION_FEATURE_PIPELINE) |
                                                (a->dict != NULL ? INGEST_SESSION_FEATURE_DICT : 0u)) < 0) {
         disconnect_core(a);
         return -1;
     }
-    int rc = ingest_session_handshake_fd(a->ss, a->fd, HANDSHAKE_TIMEOUT_MS);
+    int rc = ingest_session_handshake_fd(a->net.ss, a->net.fd, HANDSHAKE_TIMEOUT_MS);
     if (rc < 0) {
         prog_log(INGEST_LOG_ERROR, "handshake with %s failed: %s: %s", a->cfg->core_address, ingest_strerror(rc),
                  ingest_ctx_errmsg(a->ctx));
-        a->t.err_connect++;
+        a->report.t.err_connect++;
         disconnect_core(a);
         return -1;
     }
-    if (ingest_link_tcp_create(a->ctx, a->ss, a->fd, a->cfg->core_address, &a->link) < 0 ||
-        ingest_edge_attach(a->edge, a->link) < 0) {
+    if (ingest_link_tcp_create(a->ctx, a->net.ss, a->net.fd, a->cfg->core_address, &a->net.link) < 0 ||
+        ingest_edge_attach(a->net.edge, a->net.link) < 0) {
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
         disconnect_core(a);
         return -1;
     }
-    if ((rc = ingest_edge_offer_dict(a->edge)) != 0) {
-        a->t.err_session++;
+    if ((rc = ingest_edge_offer_dict(a->net.edge)) != 0) {
+        a->report.t.err_session++;
         disconnect_core(a);
         return -1;
     }
-    prog_log(INGEST_LOG_DEBUG, "connected to %s (%s%s)", a->cfg->core_address, a->link->detail,
-             (a->link->features & INGEST_SESSION_FEATURE_PIPELINE) ? ", pipelined" : "");
+    prog_log(INGEST_LOG_DEBUG, "connected to %s (%s%s)", a->cfg->core_address, a->net.link->detail,
+             (a->net.link->features & INGEST_SESSION_FEATURE_PIPELINE) ? ", pipelined" : "");
     return 0;
 }
 
 void disconnect_core(agent *a)
 {
-    if (a->edge != NULL)
-        ingest_edge_detach(a->edge);
-    ingest_link_destroy(a->link);
-    a->link = NULL;
-    if (a->fd >= 0)
-        close(a->fd);
-    a->fd = -1;
+    if (a->net.edge != NULL)
+        ingest_edge_detach(a->net.edge);
+    ingest_link_destroy(a->net.link);
+    a->net.link = NULL;
+    if (a->net.fd >= 0)
+        close(a->net.fd);
+    a->net.fd = -1;
 }
 
 /*
@@ -570,7 +570,7 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     builder bl;
     memset(&bl, 0, sizeof(bl));
     bl.a = a;
-    o->batch_seq = a->seq;
+    o->batch_seq = a->state.seq;
     int rc = ingest_sender_create(a->ctx, o, &bl.snd);
     if (rc < 0) {
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
@@ -587,32 +587,32 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
         return INGEST_ENOMEM;
     }
     int again = 0, failed = 0;
-    const uint64_t failed_before = a->t.ship.batches_failed;
+    const uint64_t failed_before = a->report.t.ship.batches_failed;
     for (;;) {
         ingest_sender_batch *b = NULL;
         const double t0 = prog_now();
         const int took = builder_take(&bl, &b);
-        a->t.wait_build_s += prog_now() - t0;
+        a->report.t.wait_build_s += prog_now() - t0;
         if (took <= 0) {
             rc = took;
             break;
         }
-        if (stopping || throttle_wait_window(a) != 0 || (a->fd < 0 && connect_core(a) != 0)) {
+        if (stopping || throttle_wait_window(a) != 0 || (a->net.fd < 0 && connect_core(a) != 0)) {
             rc = INGEST_ECLOSED;
             ingest_sender_batch_destroy(b);
             break;
         }
-        a->t.batches++;
+        a->report.t.batches++;
         {
             ingest_sender_batch_stats bs;
             ingest_sender_batch_stats_get(b, &bs);
-            a->t.bytes_read += bs.bytes;
+            a->report.t.bytes_read += bs.bytes;
         }
         rc = send_manifest(a, b);
         if (rc == 0)
             rc = finish_batch(a, b);
         if (rc < 0)
-            a->t.err_session++;
+            a->report.t.err_session++;
         agent_metrics_sync(a);
         if (rc == 3) {
             rc = 0; /* received; its ACK comes while the next batch ships */
@@ -630,15 +630,15 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
             break;
         }
     }
-    if (rc >= 0 && a->edge != NULL && ingest_edge_pending(a->edge) != NULL &&
-        (rc = ingest_edge_wait_pending(a->edge)) < 0)
-        a->t.err_session++;
-    if (a->edge != NULL && ingest_edge_pending(a->edge) != NULL) {
+    if (rc >= 0 && a->net.edge != NULL && ingest_edge_pending(a->net.edge) != NULL &&
+        (rc = ingest_edge_wait_pending(a->net.edge)) < 0)
+        a->report.t.err_session++;
+    if (a->net.edge != NULL && ingest_edge_pending(a->net.edge) != NULL) {
         prog_log(INGEST_LOG_WARN, "batch %s was received but not acknowledged; it will be shipped again",
-                 ingest_sender_batch_id(ingest_edge_pending(a->edge)));
+                 ingest_sender_batch_id(ingest_edge_pending(a->net.edge)));
         disconnect_core(a); /* drops it */
     }
-    if (a->t.ship.batches_failed > failed_before) /* refused, pipelined ones included */
+    if (a->report.t.ship.batches_failed > failed_before) /* refused, pipelined ones included */
         failed = 1;
     builder_stop(&bl);
     pthread_cond_destroy(&bl.cond);
@@ -647,8 +647,8 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     ingest_sender_get_stats(bl.snd, &ss);
     if (ss.dropped_changed > 0)
         again = 1;
-    a->seq = ingest_sender_next_seq(bl.snd);
-    save_seq(a->cfg->state_dir, a->seq);
+    a->state.seq = ingest_sender_next_seq(bl.snd);
+    save_seq(a->cfg->state_dir, a->state.seq);
     ingest_sender_destroy(bl.snd);
     if (rc < 0)
         return rc;
@@ -715,18 +715,18 @@ int load_state(agent *a)
     }
     ingest_store_opts so = { 0 };
     so.map_size = 1ull << 30;
-    if (ingest_store_open(a->ctx, a->cfg->state_dir, &so, &a->st) < 0 ||
-        ingest_havecache_open(a->st, a->cfg->havecache_max_entries, &a->have) < 0 ||
-        ingest_filetable_open(a->st, &a->ft) < 0) {
+    if (ingest_store_open(a->ctx, a->cfg->state_dir, &so, &a->state.st) < 0 ||
+        ingest_havecache_open(a->state.st, a->cfg->havecache_max_entries, &a->state.have) < 0 ||
+        ingest_filetable_open(a->state.st, &a->state.ft) < 0) {
         prog_log(INGEST_LOG_ERROR, "state store in %s: %s", a->cfg->state_dir, ingest_ctx_errmsg(a->ctx));
         return -1;
     }
-    a->seq = load_seq(a->cfg->state_dir);
-    if (load_instance(a->cfg->state_dir, a->instance, sizeof(a->instance)) != 0) {
+    a->state.seq = load_seq(a->cfg->state_dir);
+    if (load_instance(a->cfg->state_dir, a->state.instance, sizeof(a->state.instance)) != 0) {
         prog_log(INGEST_LOG_ERROR, "cannot make %s/instance: %s", a->cfg->state_dir, strerror(errno));
         return -1;
     }
-    snprintf(a->prefix, sizeof(a->prefix), "%s-", a->instance);
+    snprintf(a->state.prefix, sizeof(a->state.prefix), "%s-", a->state.instance);
     return 0;
 }
 
@@ -769,9 +769,9 @@ int main(int argc, char **argv)
     prog_log_init("ingest-agent", INGEST_LOG_INFO);
     agent a;
     memset(&a, 0, sizeof(a));
-    a.fd = -1;
+    a.net.fd = -1;
     a.all = all;
-    pthread_mutex_init(&a.store_lock, NULL);
+    pthread_mutex_init(&a.state.store_lock, NULL);
     a.ctx = ingest_ctx_create(NULL);
     if (a.ctx == NULL)
         return 1;
@@ -796,7 +796,7 @@ int main(int argc, char **argv)
     if (!once)
         sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    a.tty = isatty(STDOUT_FILENO);
+    a.report.tty = isatty(STDOUT_FILENO);
     int status = 1;
     ingest_sender_source *src = NULL;
     metrics_http *mh = NULL;
@@ -811,14 +811,14 @@ int main(int argc, char **argv)
     }
     if (a.cfg->metrics_listen[0] != '\0') {
         char mb[128], merr[256];
-        mh = metrics_http_start(a.cfg->metrics_listen, a.metrics, mb, sizeof(mb), merr, sizeof(merr));
+        mh = metrics_http_start(a.cfg->metrics_listen, a.report.metrics, mb, sizeof(mb), merr, sizeof(merr));
         if (mh == NULL) {
             prog_log(INGEST_LOG_ERROR, "metrics.listen: %s", merr);
             goto out;
         }
         prog_log(INGEST_LOG_INFO, "metrics on http://%s/metrics", mb);
     }
-    if (stats_interval > 0 && (slog = stats_logger_start(a.metrics, stats_interval)) == NULL) {
+    if (stats_interval > 0 && (slog = stats_logger_start(a.report.metrics, stats_interval)) == NULL) {
         prog_log(INGEST_LOG_ERROR, "--stats-interval: cannot start its thread: %s", strerror(errno));
         goto out;
     }
@@ -841,11 +841,11 @@ int main(int argc, char **argv)
     so.max_bytes = a.cfg->batch_max_bytes;
     so.on_skip = on_skip;
     so.want_file = want_file;
-    so.batch_prefix = a.prefix;
+    so.batch_prefix = a.state.prefix;
     /* The receiver re-derives every chunk id; a stat check here saves a hash pass. */
     so.recheck = INGEST_SENDER_RECHECK_STAT;
     so.userdata = &a;
-    a.t0 = prog_now();
+    a.report.t0 = prog_now();
     if (!once) {
         a.daemon = 1;
         status = daemon_run(&a, config, &so);
@@ -861,26 +861,26 @@ int main(int argc, char **argv)
     }
     disconnect_core(&a);
     progress(&a, 1);
-    const double secs = prog_now() - a.t0;
+    const double secs = prog_now() - a.report.t0;
     printf("shipped: files=%llu unchanged=%llu bytes=%llu chunks=%llu chunks_new=%llu chunks_dedup=%llu chunk_bytes=%llu "
            "wire_bytes=%llu batches=%llu seconds=%.3f MB/s=%.1f cpu_seconds=%.3f throttle_wait_seconds=%.3f "
            "chunk_raw_bytes=%llu wait_build_seconds=%.3f wait_want_seconds=%.3f send_seconds=%.3f "
            "wait_ack_seconds=%.3f latency_p50_seconds=%.3f latency_p99_seconds=%.3f chunk_groups=%llu "
            "record_seconds=%.3f\n",
-           (unsigned long long)a.t.ship.files, (unsigned long long)a.t.unchanged, (unsigned long long)a.t.ship.bytes,
-           (unsigned long long)a.t.ship.chunks,
-           (unsigned long long)a.t.ship.chunks_sent, (unsigned long long)a.t.ship.chunks_dedup,
-           (unsigned long long)a.t.ship.chunk_bytes_sent, (unsigned long long)(a.t.ship.wire_out + a.t.ship.wire_in),
-           (unsigned long long)a.t.ship.batches_acked, secs, secs > 0 ? (double)a.t.ship.bytes / 1e6 / secs : 0.0,
-           prog_cpu_seconds() - cpu0, (double)a.throttle_wait_ms / 1000.0,
-           (unsigned long long)a.t.ship.chunk_bytes_raw, a.t.wait_build_s, a.t.ship.wait_want_s, a.t.ship.send_s, a.t.ship.wait_ack_s,
-           latency_quantile(&a, 0.50), latency_quantile(&a, 0.99), (unsigned long long)a.t.ship.groups_sent, a.t.record_s);
+           (unsigned long long)a.report.t.ship.files, (unsigned long long)a.report.t.unchanged, (unsigned long long)a.report.t.ship.bytes,
+           (unsigned long long)a.report.t.ship.chunks,
+           (unsigned long long)a.report.t.ship.chunks_sent, (unsigned long long)a.report.t.ship.chunks_dedup,
+           (unsigned long long)a.report.t.ship.chunk_bytes_sent, (unsigned long long)(a.report.t.ship.wire_out + a.report.t.ship.wire_in),
+           (unsigned long long)a.report.t.ship.batches_acked, secs, secs > 0 ? (double)a.report.t.ship.bytes / 1e6 / secs : 0.0,
+           prog_cpu_seconds() - cpu0, (double)a.thr.throttle_wait_ms / 1000.0,
+           (unsigned long long)a.report.t.ship.chunk_bytes_raw, a.report.t.wait_build_s, a.report.t.ship.wait_want_s, a.report.t.ship.send_s, a.report.t.ship.wait_ack_s,
+           latency_quantile(&a, 0.50), latency_quantile(&a, 0.99), (unsigned long long)a.report.t.ship.groups_sent, a.report.t.record_s);
     fflush(stdout);
     if (rc == 0) {
         status = 0;
-    } else if (rc == -2 || a.t.ship.batches_failed) {
+    } else if (rc == -2 || a.report.t.ship.batches_failed) {
         fprintf(stderr, "ingest-agent: %llu batch(es) were refused by the receiver; see the log above\n",
-                (unsigned long long)a.t.ship.batches_failed);
+                (unsigned long long)a.report.t.ship.batches_failed);
     } else if (rc > 0) {
         fprintf(stderr, "ingest-agent: files kept changing while they were shipped; not everything was acknowledged\n");
     } else {
@@ -891,19 +891,19 @@ out:
     stats_logger_stop(slog);
     metrics_http_stop(mh);
     free(src);
-    free(a.lat);
+    free(a.report.lat);
     disconnect_core(&a);
-    ingest_edge_destroy(a.edge); /* before the codec it borrows */
-    ingest_session_destroy(a.ss);
-    ingest_filetable_close(a.ft);
-    ingest_havecache_close(a.have);
-    ingest_store_close(a.st);
+    ingest_edge_destroy(a.net.edge); /* before the codec it borrows */
+    ingest_session_destroy(a.net.ss);
+    ingest_filetable_close(a.state.ft);
+    ingest_havecache_close(a.state.have);
+    ingest_store_close(a.state.st);
     ingest_codec_destroy(a.codec);
     free(a.dict);
-    ingest_throttle_destroy(a.throttle);
+    ingest_throttle_destroy(a.thr.throttle);
     ingest_secret_key_wipe(&a.key);
     ingest_agent_config_free(a.cfg);
-    ingest_metrics_destroy(a.metrics);
+    ingest_metrics_destroy(a.report.metrics);
     ingest_ctx_destroy(a.ctx);
     return status;
 }
