@@ -40,7 +40,11 @@
 extern "C" {
 #endif
 
-#define INGEST_CORE_READQ_MAX (16u * 1024u * 1024u) /* bytes a reader holds ahead of the landing */
+/* Bytes a link's reader holds ahead of the landing (8 chunks of the default
+ * chunking.max; one larger chunk is always taken): the landing, under one
+ * lock for all devices, is the slower stage, so a deeper queue only holds
+ * memory.  16 MiB before: a shipping device cost the receiver ~15 MiB. */
+#define INGEST_CORE_READQ_MAX (2u * 1024u * 1024u)
 #define INGEST_CORE_MANIFEST_MAX (64u * 1024u * 1024u) /* bytes of one batch manifest (~800k chunks) */
 #define INGEST_CORE_DEVICE_WAIT_S 30 /* a device's new link waits this long for its previous one to end */
 #define INGEST_CORE_SESSION_DICTS_MAX 8 /* dictionaries one link may offer */
