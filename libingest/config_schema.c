@@ -394,6 +394,10 @@ static const cfg_row receiver_rows[] = {
       .min = 1, .max = 4096, .desc = "The same, from one source address" },
     { .name = "idle_timeout", .type = T_DURATION, .def = "60s", FIELD(R, idle_timeout_ms),
       .min = SEC, .max = 24 * HOUR, .desc = "Close a device session silent this long" },
+    { .name = "memory.queue_budget", .type = T_SIZE, .def = "64MiB", FIELD(R, queue_budget), .min = 1 * MiB,
+      .max = 64 * GiB,
+      .desc = "Decoded chunks all device sessions together may hold ahead of the landing; past it a session stops "
+              "reading from its device until landing drains some (each session always moves)" },
     { .name = "direct_io", .type = T_BOOL, .def = "true", FIELD(R, direct_io),
       .desc = "Write landed files (4 KiB or more) with O_DIRECT, past the page cache, where the filesystem allows" },
     { .name = "index.flush_interval", .type = T_DURATION, .def = "30s", FIELD(R, index_flush_interval_ms),

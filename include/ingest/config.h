@@ -128,6 +128,7 @@ typedef struct ingest_receiver_config {
     uint32_t handshake_max_pending;  /* handshake.max_pending */
     uint32_t handshake_max_per_address; /* handshake.max_pending_per_address */
     uint64_t idle_timeout_ms;        /* idle_timeout, milliseconds */
+    uint64_t queue_budget;            /* memory.queue_budget, bytes */
     bool direct_io;                   /* direct_io */
     uint64_t index_flush_interval_ms; /* index.flush_interval, milliseconds */
     uint32_t index_flush_entries;     /* index.flush_entries */

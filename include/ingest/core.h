@@ -46,7 +46,8 @@ extern "C" {
  * memory.  16 MiB before: a shipping device cost the receiver ~15 MiB. */
 #define INGEST_CORE_READQ_MAX (2u * 1024u * 1024u)
 #define INGEST_CORE_MANIFEST_MAX (64u * 1024u * 1024u) /* bytes of one batch manifest (~800k chunks) */
-#define INGEST_CORE_DEVICE_WAIT_S 30 /* a device's new link waits this long for its previous one to end */
+#define INGEST_CORE_DEVICE_WAIT_S 30 /* a device's new link waits this long for the one it replaces to end */
+#define INGEST_CORE_QUEUE_BUDGET_DEFAULT (64u * 1024u * 1024u) /* bytes queued by all readers together */
 #define INGEST_CORE_SESSION_DICTS_MAX 8 /* dictionaries one link may offer */
 
 typedef struct ingest_core ingest_core;
@@ -73,6 +74,12 @@ typedef struct ingest_core_opts {
     int direct_io;        /* lander direct I/O (lander.h) */
     int idle_timeout_ms;  /* a link silent this long is closed; 0: never */
     unsigned features;    /* INGEST_SESSION_FEATURE_* the core supports (what it offered in handshakes) */
+    /* Bytes of decoded chunks all links' readers may hold ahead of the
+     * landing together (0: INGEST_CORE_QUEUE_BUDGET_DEFAULT); past it a
+     * reader waits (back-pressure on its device) until landing drains some,
+     * but a reader with nothing queued always takes one message, so every
+     * link moves. */
+    size_t queue_budget;
     /* Log lines (device connected, batch landed, why a batch failed) at
      * most at log_level; the library's own detail goes to contexts at
      * lib_log_level.  log may be NULL. */
@@ -97,8 +104,9 @@ INGEST_API void ingest_core_destroy(ingest_core *core);
  * or the link stays silent past idle_timeout_ms.  A batch is acknowledged
  * only once durable; a batch cut off is simply sent again later (batch
  * ids make that a no-op when it had landed).  One link per device at a
- * time: a second waits up to INGEST_CORE_DEVICE_WAIT_S for the first to
- * end.  Returns 0 when the device closed between batches (or was idle), or
+ * time: an authenticated new link of a device replaces its old one (which
+ * is shut down; its batch in flight is re-sent by the device).  Returns 0
+ * when the device closed between batches (or was idle), or
  * the INGEST_E* code of why the link ended (logged).  The link is the
  * caller's to destroy afterwards.
  */

@@ -40,6 +40,8 @@ int ingest_core_create(ingest_ctx *ctx, const ingest_core_opts *opts, ingest_cor
         pthread_mutex_init(&s->land_lock, NULL);
         pthread_mutex_init(&s->dev_lock, NULL);
         pthread_cond_init(&s->dev_cond, NULL);
+        pthread_mutex_init(&s->budget_lock, NULL);
+        pthread_cond_init(&s->budget_cond, NULL);
     }
     if (s == NULL || (s->bronze = strdup(opts->bronze)) == NULL || (s->layout = strdup(opts->layout != NULL ? opts->layout : INGEST_LANDER_LAYOUT_DEFAULT)) == NULL) {
         ingest_core_destroy(s);
@@ -53,6 +55,8 @@ int ingest_core_create(ingest_ctx *ctx, const ingest_core_opts *opts, ingest_cor
     if (opts->metrics != NULL)
         s->m = *opts->metrics;
     s->o.metrics = &s->m;
+    if (s->o.queue_budget == 0)
+        s->o.queue_budget = INGEST_CORE_QUEUE_BUDGET_DEFAULT;
     *out = s;
     return 0;
 }
@@ -61,6 +65,8 @@ void ingest_core_destroy(ingest_core *s)
 {
     if (s == NULL)
         return;
+    pthread_cond_destroy(&s->budget_cond);
+    pthread_mutex_destroy(&s->budget_lock);
     pthread_cond_destroy(&s->dev_cond);
     pthread_mutex_destroy(&s->dev_lock);
     pthread_mutex_destroy(&s->land_lock);
@@ -74,6 +80,9 @@ void ingest_core_destroy(ingest_core *s)
 void ingest_core_stop(ingest_core *s)
 {
     s->stopping = 1;
+    pthread_mutex_lock(&s->budget_lock);
+    pthread_cond_broadcast(&s->budget_cond);
+    pthread_mutex_unlock(&s->budget_lock);
     pthread_mutex_lock(&s->dev_lock);
     pthread_cond_broadcast(&s->dev_cond);
     pthread_mutex_unlock(&s->dev_lock);
@@ -103,18 +112,25 @@ void ingest_core_unlock(ingest_core *s)
     pthread_mutex_unlock(&s->land_lock);
 }
 
-int core_device_claim(ingest_core *s, const char *device)
+int core_device_claim(ingest_core *s, const char *device, ingest_link *link)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += INGEST_CORE_DEVICE_WAIT_S;
     pthread_mutex_lock(&s->dev_lock);
+    ingest_link *ended = NULL;
     for (;;) {
         size_t i = 0;
-        while (i < s->nactive && strcmp(s->active[i], device) != 0)
+        while (i < s->nactive && strcmp(s->active[i].id, device) != 0)
             i++;
         if (i == s->nactive)
             break;
+        if (s->active[i].link != ended) {
+            ended = s->active[i].link;
+            core_log(s, INGEST_LOG_WARN, "device %s: a new session from %s replaces the one from %s", device,
+                     link->peer, ended->peer);
+            ingest_link_shutdown(ended); /* its batch in flight is not acknowledged: the device re-sends it */
+        }
         if (s->stopping || pthread_cond_timedwait(&s->dev_cond, &s->dev_lock, &until) == ETIMEDOUT) {
             pthread_mutex_unlock(&s->dev_lock);
             return -1;
@@ -130,7 +146,8 @@ int core_device_claim(ingest_core *s, const char *device)
         s->active = p;
         s->capactive = cap;
     }
-    snprintf(s->active[s->nactive++], sizeof(s->active[0]), "%s", device);
+    snprintf(s->active[s->nactive].id, sizeof(s->active[0].id), "%s", device);
+    s->active[s->nactive++].link = link;
     pthread_mutex_unlock(&s->dev_lock);
     return 0;
 }
@@ -139,8 +156,8 @@ void core_device_release(ingest_core *s, const char *device)
 {
     pthread_mutex_lock(&s->dev_lock);
     for (size_t i = 0; i < s->nactive; i++)
-        if (strcmp(s->active[i], device) == 0) {
-            memmove(s->active[i], s->active[i + 1], (s->nactive - i - 1) * sizeof(s->active[0]));
+        if (strcmp(s->active[i].id, device) == 0) {
+            memmove(&s->active[i], &s->active[i + 1], (s->nactive - i - 1) * sizeof(s->active[0]));
             s->nactive--;
             break;
         }

@@ -29,11 +29,22 @@ struct ingest_core {
     atomic_int stopping;
     /* Devices with a link being served: one link per device at a time, so
      * a batch replayed on a new link never meets the old link still landing
-     * or finishing it (same temporary names). */
+     * or finishing it (same temporary names).  A new authenticated link of
+     * a device replaces its old one (core_device_claim). */
     pthread_mutex_t dev_lock;
     pthread_cond_t dev_cond;
-    char (*active)[INGEST_DEVICE_ID_MAX + 1];
+    struct active_dev {
+        char id[INGEST_DEVICE_ID_MAX + 1];
+        ingest_link *link; /* valid while the entry is (under dev_lock) */
+    } *active;
     size_t nactive, capactive;
+    /* Bytes queued by every link's reader (decoded chunks waiting to land),
+     * bounded by opts.queue_budget: a reader with something queued waits
+     * while the sum is over it (budget_lock, budget_cond). */
+    pthread_mutex_t budget_lock;
+    pthread_cond_t budget_cond;
+    size_t queued;
+    unsigned budget_waiters;
     atomic_ullong batches_landed, batches_failed, chunks_received, bytes_received;
     atomic_uint links;
 };
@@ -42,8 +53,14 @@ struct ingest_core {
 void core_log(ingest_core *s, int level, const char *fmt, ...) INGEST__PRINTF(3, 4);
 /* Monotonic seconds. */
 double core_now(void);
-/* Wait (at most INGEST_CORE_DEVICE_WAIT_S) until no other link serves device, then claim it: 0, or -1. */
-int core_device_claim(ingest_core *s, const char *device);
+/*
+ * Claim device for link: when another link serves it, that link is shut
+ * down (a new authenticated session replaces a stale one, e.g. after a
+ * NAT dropped the old connection) and this waits, at most
+ * INGEST_CORE_DEVICE_WAIT_S, for it to finish its step and let go.  0, or
+ * -1 (stopping, or the old link did not end in time).
+ */
+int core_device_claim(ingest_core *s, const char *device, ingest_link *link);
 void core_device_release(ingest_core *s, const char *device);
 
 /* ---- the reader thread of a link (reader.c) ------------------------------ */
@@ -89,6 +106,7 @@ typedef struct readq {
     int decoding;               /* the reader is decoding with codec (dictionaries are added only when not) */
     const uint8_t *key;
     ingest_metric *stage;       /* verify seconds */
+    ingest_core *core;          /* its queue budget */
 } readq;
 
 void *core_reader_main(void *arg);

@@ -10,8 +10,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * The core's queue budget (opts.queue_budget): wait while every reader
+ * together holds more, unless this one holds nothing (so every link moves)
+ * or it is quitting; then count n bytes in.
+ */
+static void budget_take(readq *q, size_t n)
+{
+    ingest_core *c = q->core;
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->budget_lock);
+    for (;;) {
+        pthread_mutex_lock(&q->lock);
+        const size_t mine = q->bytes;
+        const int quit = q->quit;
+        pthread_mutex_unlock(&q->lock);
+        if (mine == 0 || quit || c->stopping || c->queued <= c->o.queue_budget)
+            break;
+        c->budget_waiters++;
+        pthread_cond_wait(&c->budget_cond, &c->budget_lock);
+        c->budget_waiters--;
+    }
+    c->queued += n;
+    pthread_mutex_unlock(&c->budget_lock);
+}
+
+static void budget_give(readq *q, size_t n)
+{
+    ingest_core *c = q->core;
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&c->budget_lock);
+    c->queued -= n;
+    if (c->budget_waiters > 0)
+        pthread_cond_broadcast(&c->budget_cond);
+    pthread_mutex_unlock(&c->budget_lock);
+}
+
 static void readq_push(readq *q, qitem *it)
 {
+    budget_take(q, it->len + sizeof(*it));
     pthread_mutex_lock(&q->lock);
     while (q->bytes > INGEST_CORE_READQ_MAX && !q->quit)
         pthread_cond_wait(&q->cond, &q->lock);
@@ -38,6 +77,7 @@ qitem *core_readq_pop(readq *q)
     q->bytes -= it->len + sizeof(*it);
     pthread_cond_broadcast(&q->cond);
     pthread_mutex_unlock(&q->lock);
+    budget_give(q, it->len + sizeof(*it));
     return it;
 }
 

@@ -473,8 +473,8 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     ingest_ctx_set_log(ctx, s->o.log, s->o.log_userdata, s->o.lib_log_level);
     snprintf(device, sizeof(device), "%s", device_id);
     int rc;
-    if (core_device_claim(s, device) != 0) {
-        core_log(s, INGEST_LOG_WARN, "device %s from %s: its previous connection is still being served after %d s; closing",
+    if (core_device_claim(s, device, link) != 0) {
+        core_log(s, INGEST_LOG_WARN, "device %s from %s: its previous session did not end within %d s; closing",
                  device, link->peer, INGEST_CORE_DEVICE_WAIT_S);
         result = INGEST_EBUSY;
         goto out;
@@ -506,6 +506,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     }
     const int idle = s->o.idle_timeout_ms > 0 ? s->o.idle_timeout_ms : -1;
     q.link = link;
+    q.core = s;
     q.idle_ms = idle;
     q.key = s->dedup;
     q.stage = s->m.stage;
@@ -816,6 +817,9 @@ out:
         q.quit = 1;
         pthread_cond_broadcast(&q.cond);
         pthread_mutex_unlock(&q.lock);
+        pthread_mutex_lock(&s->budget_lock); /* a reader waiting for the budget sees quit */
+        pthread_cond_broadcast(&s->budget_cond);
+        pthread_mutex_unlock(&s->budget_lock);
         ingest_link_shutdown(link);
         while (!reader_done) { /* drain until the reader's end marker */
             qitem *d = core_readq_pop(&q);

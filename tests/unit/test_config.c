@@ -1014,7 +1014,7 @@ static void test_keys_docs_and_help(void **state)
     assert_int_equal(kc.keys, 38);
     kc = (key_check){ doc, receiver, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_RECEIVER, check_key, &kc), 0);
-    assert_int_equal(kc.keys, 20); /* with dedup.scope and layout_shared */
+    assert_int_equal(kc.keys, 21); /* with dedup.scope, layout_shared and memory.queue_budget */
     int n = 0;
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_AGENT, stop_at_third, &n), 42);
     assert_int_equal(ingest_config_keys(99, stop_at_third, &n), INGEST_EINVAL);

@@ -68,6 +68,8 @@ static void *serve_main(void *arg)
 }
 
 /* A core over a fresh bronze tree, serving one mem link with these features; 3 source files. */
+static size_t g_budget; /* queue_budget of the next env_new (0: the default) */
+
 static env *env_new(unsigned features, int idle_ms)
 {
     env *e = calloc(1, sizeof(*e));
@@ -94,6 +96,7 @@ static env *env_new(unsigned features, int idle_ms)
         .dedup_key = ingest_default_dedup_key(),
         .idle_timeout_ms = idle_ms,
         .features = INGEST_SESSION_FEATURES_ALL,
+        .queue_budget = g_budget,
     };
     assert_int_equal(ingest_core_create(e->ctx, &o, &e->core), 0);
     assert_int_equal(ingest_link_mem_pair(e->ctx, features, &e->dev, &e->srv), 0);
@@ -272,7 +275,8 @@ static int g_equal, g_files;
 static int count_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
-    if (flag != FTW_F || strstr(p, "/_manifests/") != NULL)
+    /* temporary files of a batch being dropped (".{name}.ingest-tmp-...") are not landed files */
+    if (flag != FTW_F || strstr(p, "/_manifests/") != NULL || p[ftw->base] == '.')
         return 0;
     g_files++;
     if (strcmp(p + ftw->base, g_name) != 0)
@@ -522,6 +526,66 @@ static void test_device_error_ends_the_link(void **state)
     env_free(e);
 }
 
+static void test_tiny_queue_budget_still_moves(void **state)
+{
+    (void)state;
+    g_budget = 1; /* every reader waits as soon as it holds anything: one message at a time */
+    env *e = env_new(INGEST_SESSION_FEATURE_PIPELINE, 10000);
+    g_budget = 0;
+    ingest_sender_batch *b = next_batch(e);
+    assert_int_equal(ship(e, b, NULL), INGEST_ACK_LANDED);
+    ingest_sender_batch_destroy(b);
+    assert_all_landed(e, 1);
+    env_free(e);
+}
+
+typedef struct second {
+    ingest_core *core;
+    ingest_link *srv;
+    int rc;
+} second;
+
+static void *serve_second(void *arg)
+{
+    second *x = arg;
+    x->rc = ingest_core_serve(x->core, x->srv, DEVICE);
+    return NULL;
+}
+
+static void test_new_session_replaces_the_old(void **state)
+{
+    (void)state;
+    /* the first link stays idle far longer than the test waits for an answer on the second */
+    env *e = env_new(0, 120000);
+    ingest_sender_batch *b = next_batch(e);
+    assert_int_equal(ship(e, b, NULL), INGEST_ACK_LANDED);
+    ingest_sender_batch_destroy(b);
+    /* the same device connects again (its old connection is stale but still served) */
+    ingest_link *dev2, *srv2;
+    assert_int_equal(ingest_link_mem_pair(e->ctx, 0, &dev2, &srv2), 0);
+    second x = { e->core, srv2, 1 };
+    pthread_t t2;
+    assert_int_equal(pthread_create(&t2, NULL, serve_second, &x), 0);
+    /* the old link is ended at once: its serve returns (it was between batches) */
+    assert_int_equal(pthread_join(e->thread, NULL), 0);
+    e->serving = 0;
+    assert_int_equal(e->serve_rc, 0);
+    /* and the new one serves: a batch over it lands (answers within recv_msg's 10 s) */
+    ingest_link *old = e->dev;
+    e->dev = dev2;
+    b = next_batch(e);
+    size_t wanted = 1;
+    assert_int_equal(ship(e, b, &wanted), INGEST_ACK_LANDED);
+    assert_int_equal(wanted, 0);
+    ingest_sender_batch_destroy(b);
+    ingest_link_shutdown(dev2);
+    assert_int_equal(pthread_join(t2, NULL), 0);
+    assert_int_equal(x.rc, 0);
+    ingest_link_destroy(srv2);
+    ingest_link_destroy(old);
+    env_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -535,6 +599,8 @@ int main(void)
         cmocka_unit_test(test_malformed_message_is_named),
         cmocka_unit_test(test_out_of_order_protocol_is_refused),
         cmocka_unit_test(test_device_error_ends_the_link),
+        cmocka_unit_test(test_tiny_queue_budget_still_moves),
+        cmocka_unit_test(test_new_session_replaces_the_old),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -187,7 +187,8 @@ static int g_equal, g_files;
 static int count_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
-    if (flag != FTW_F || strstr(p, "/_manifests/") != NULL)
+    /* temporary files of a batch being dropped (".{name}.ingest-tmp-...") are not landed files */
+    if (flag != FTW_F || strstr(p, "/_manifests/") != NULL || p[ftw->base] == '.')
         return 0;
     g_files++;
     char sp[800];
