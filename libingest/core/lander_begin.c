@@ -260,6 +260,14 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
                           (unsigned long long)rec.nfiles, l->max_files);
         goto out;
     }
+    /* Sized from the bytes received, not from what the header claims: a file
+     * line holds at least MANIFEST_FILE_LINE_MIN bytes. */
+    if (rec.nfiles > len / MANIFEST_FILE_LINE_MIN) {
+        rc = ingest__fail(b->ctx, INGEST_ECORRUPT,
+                          "lander: batch %s announces %llu files, but its manifest of %zu bytes holds at most %zu",
+                          b->name, (unsigned long long)rec.nfiles, len, len / MANIFEST_FILE_LINE_MIN);
+        goto out;
+    }
     b->nfiles = (uint32_t)rec.nfiles;
     b->files = ingest__calloc(b->ctx, b->nfiles ? b->nfiles : 1, sizeof *b->files);
     if (!b->files) {

@@ -44,6 +44,8 @@
 #define LANDED_MAX 4096      /* bytes of a landed path, NUL included */
 #define NAME_MAX_BYTES 255   /* bytes of one path component */
 #define MANIFEST_FLUSH (1u << 20)
+/* The shortest file line a manifest can hold ({"type":"file","path":"x",...} with its required keys). */
+#define MANIFEST_FILE_LINE_MIN 40u
 /*
  * Temporary files are named ".{name}.ingest-tmp-{tag}.{batch}" (or
  * ".ingest-tmp-{tag}.{batch}.{n}" when that is too long), where {tag} is

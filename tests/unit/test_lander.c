@@ -796,6 +796,32 @@ static void refused_raw(env *e, const char *path, const char *msg_part)
     free(tb.manifest);
 }
 
+/* A header announcing more files than its bytes can hold is refused before anything is sized from it. */
+static void test_header_claims_bounded_by_bytes(void **state)
+{
+    env *e = *state;
+    uint8_t d[10] = "0123456789";
+    const tfile f[] = {{"a.bin", d, 10, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "bclaim", f, 1, &tb);
+    const char *at = strstr((char *)tb.manifest, "\"files\":1,");
+    assert_non_null(at);
+    /* "files":999 in a manifest of a few hundred bytes: at most len / 40 file lines fit */
+    const size_t pre = (size_t)(at - (char *)tb.manifest) + 8, len = tb.mlen + 2;
+    uint8_t *m2 = malloc(len);
+    assert_non_null(m2);
+    memcpy(m2, tb.manifest, pre);
+    memcpy(m2 + pre, "999", 3);
+    memcpy(m2 + pre + 3, tb.manifest + pre + 1, tb.mlen - pre - 1);
+    assert_true(len / 40 < 999);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", m2, len, &b), INGEST_ECORRUPT);
+    assert_null(b);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "announces 999 files, but its manifest of"));
+    free(m2);
+    free(tb.manifest);
+}
+
 static void test_traversal(void **state)
 {
     env *e = *state;
@@ -1895,6 +1921,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_verified, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rename_blocked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_header_claims_bounded_by_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_traversal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlink_in_bronze, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_misc, setup, teardown),
