@@ -95,8 +95,8 @@ $(UNIT_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TESTLIB_OBJ) $(BUI
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libingest.a $(TEST_LIBS) $(LIBS)
 
-# test_prog tests the programs' shared helpers.
-$(BUILD)/tests/test_prog: $(PROG_COMMON_OBJ)
+# test_prog, test_notify and test_fsmove test the programs' shared helpers.
+$(BUILD)/tests/test_prog $(BUILD)/tests/test_notify $(BUILD)/tests/test_fsmove: $(PROG_COMMON_OBJ)
 
 $(BUILD)/obj/tests/unit/%.o: tests/unit/%.c
 	@mkdir -p $(dir $@)
