@@ -20,6 +20,7 @@
  * Nothing per file is held in RAM beyond the open batch.
  */
 #include "agent.h"
+#include "../common/fsmove.h"
 #include "../common/status.h"
 
 #include <dirent.h>
@@ -1081,7 +1082,7 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
         } else {
             char dst[PATH_MAX];
             snprintf(dst, sizeof(dst), "%s/%s", s->move_dir, rel);
-            if (mkdirs(dst) == 0 && rename(full, dst) == 0) {
+            if (mkdirs(dst) == 0 && prog_move_file(full, fd, dst) == 0) { /* across filesystems too */
                 d->moved++;
                 if (quiet)
                     prog_log(INGEST_LOG_INFO, "after_ship: %s moved to %s (no process has it open any more)",
