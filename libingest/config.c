@@ -22,6 +22,7 @@
 #include "ingest/config.h"
 #include "ingest/filter.h"
 #include "ingest/index.h"
+#include "ingest/sender.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -368,6 +369,9 @@ static int finish_agent(cfg_parser *p, cfg_inst *inst);
 #define SEC ((int64_t)1000)
 #define HOUR (3600 * SEC)
 #define PiB (1024ll * TiB)
+
+_Static_assert(INGEST_CONFIG_MAX_SOURCES == INGEST_SENDER_MAX_SOURCES,
+               "a config the loader takes must not be refused by the sender at start");
 
 #define A ingest_agent_config
 #define S ingest_source_config
