@@ -16,7 +16,8 @@
 # command to run when something is missing.
 set -u
 
-build_pkgs="build-essential pkg-config librdkafka-dev libzstd-dev libsodium-dev libssl-dev libyaml-dev liblmdb-dev libcmocka-dev"
+# groff-base and man-db: tests/integration/test_man.sh renders the man pages.
+build_pkgs="build-essential pkg-config librdkafka-dev libzstd-dev libsodium-dev libssl-dev libyaml-dev liblmdb-dev libcmocka-dev groff-base man-db"
 # Keep in step with BENCH_DEBS in the Makefile (make bench-deps).  iproute2
 # gives ss(8), which the driver uses to find free ports.
 bench_pkgs="rsync socat zstd time restic casync iproute2"
