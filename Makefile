@@ -140,6 +140,16 @@ $(LIBFUZZER_BINS): $(BUILD)/libfuzzer/%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/li
 deps:
 	@sh packaging/install-deps.sh
 
+# Debian packages (dpkg-buildpackage, debhelper compat 13) into $(BUILD)/deb:
+# ingest-agent, ingest-receiver, ingestctl, libingest0, libingest-dev; then
+# lintian, which must find no error.  packaging/deb/build.sh builds in a
+# staging copy of the tree with packaging/deb/debian as its debian/.
+.PHONY: deb
+deb:
+	@sh packaging/install-deps.sh build deb
+	@sh packaging/deb/build.sh $(BUILD)/deb
+	lintian --fail-on error $(BUILD)/deb/ingest_*.changes
+
 check: deps
 	@$(MAKE) --no-print-directory all tests
 	@sh tests/run-tests.sh $(BUILD)
