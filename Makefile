@@ -150,6 +150,15 @@ deb:
 	@sh packaging/deb/build.sh $(BUILD)/deb
 	lintian --fail-on error $(BUILD)/deb/ingest_*.changes
 
+# RPM packages (rpmbuild; Debian's rpm package provides it) into
+# $(BUILD)/rpm/RPMS from packaging/rpm/ingest.spec, their file lists checked
+# against packaging/rpm/files.expected; then rpmlint, for information.
+.PHONY: rpm
+rpm:
+	@sh packaging/install-deps.sh build rpm
+	@sh packaging/rpm/build.sh $(BUILD)/rpm
+	-rpmlint $(BUILD)/rpm/RPMS/*/*.rpm | tail -1
+
 check: deps
 	@$(MAKE) --no-print-directory all tests
 	@sh tests/run-tests.sh $(BUILD)
