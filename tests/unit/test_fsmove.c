@@ -70,14 +70,14 @@ static void make_file(const char *path, size_t n)
     assert_int_equal(utimensat(AT_FDCWD, path, t, 0), 0);
 }
 
-static long checksum(const char *path)
+static unsigned long checksum(const char *path)
 {
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
-    long s = 0;
+    unsigned long s = 0;
     int c;
     while ((c = fgetc(f)) != EOF)
-        s = s * 31 + c;
+        s = s * 31u + (unsigned char)c;
     fclose(f);
     return s;
 }
@@ -94,7 +94,7 @@ static void no_temp_left(const char *dir)
     closedir(d);
 }
 
-static void check_moved(const char *src, const char *dst, long sum, size_t n)
+static void check_moved(const char *src, const char *dst, unsigned long sum, size_t n)
 {
     struct stat st;
     assert_int_equal(lstat(src, &st), -1);
@@ -114,7 +114,7 @@ static void test_same_filesystem(void **state)
     snprintf(a, sizeof(a), "%s/a", src_dir);
     snprintf(b, sizeof(b), "%s/b", src_dir);
     make_file(a, 1000);
-    const long sum = checksum(a);
+    const unsigned long sum = checksum(a);
     struct stat before, after;
     assert_int_equal(stat(a, &before), 0);
     assert_int_equal(prog_move_file(a, -1, b), 0);
@@ -136,7 +136,7 @@ static void test_across_filesystems(void **state)
         snprintf(a, sizeof(a), "%s/big-%d", src_dir, with_fd);
         snprintf(b, sizeof(b), "%s/moved-%d", shm_dir, with_fd);
         make_file(a, n);
-        const long sum = checksum(a);
+        const unsigned long sum = checksum(a);
         const int fd = with_fd ? open(a, O_RDONLY) : -1;
         assert_int_equal(prog_move_file(a, fd, b), 0);
         if (fd >= 0)
@@ -152,7 +152,7 @@ static void test_failures_keep_the_source(void **state)
     char a[128], b[128], l[128];
     snprintf(a, sizeof(a), "%s/keep", src_dir);
     make_file(a, 5000);
-    const long sum = checksum(a);
+    const unsigned long sum = checksum(a);
     /* the destination directory does not exist: on one filesystem, and across */
     snprintf(b, sizeof(b), "%s/no-such-dir/keep", src_dir);
     assert_int_equal(prog_move_file(a, -1, b), -1);
