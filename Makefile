@@ -56,15 +56,29 @@ TOOL_BINS := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
-.PHONY: all lib programs tests check asan valgrind deps demo install uninstall \
-        install-shared install-static install-includes install-pc install-programs \
+.PHONY: all lib programs man tests check asan valgrind deps demo install uninstall \
+        install-shared install-static install-includes install-pc install-programs install-man \
         clean fuzz soak bench bench-scan bench-deps bench-gateway bench-small
 
-all: lib programs
+all: lib programs man
 
 lib: $(BUILD)/libingest.a $(BUILD)/libingest.so.$(SOVERSION) $(BUILD)/libingest.pc
 programs: $(PROG_BINS)
 tests: $(UNIT_BINS) $(FUZZ_BINS) $(TOOL_BINS)
+
+# Man pages: docs/man/*.[158] as they are; ingest.yaml(5) from its template,
+# its key entries written by docs/man/mankeys.c from the config tables.
+MAN_STATIC := $(wildcard docs/man/*.1 docs/man/*.5 docs/man/*.8)
+MAN_PAGES := $(MAN_STATIC:docs/man/%=$(BUILD)/man/%) $(BUILD)/man/ingest.yaml.5
+man: $(MAN_PAGES)
+$(BUILD)/man/%: docs/man/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+$(BUILD)/mankeys: $(BUILD)/obj/docs/man/mankeys.o $(BUILD)/libingest.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libingest.a $(LIBS)
+$(BUILD)/man/ingest.yaml.5: docs/man/ingest.yaml.5.in $(BUILD)/mankeys
+	@mkdir -p $(dir $@)
+	$(BUILD)/mankeys < $< > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -95,8 +109,8 @@ $(UNIT_BINS): $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TESTLIB_OBJ) $(BUI
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libingest.a $(TEST_LIBS) $(LIBS)
 
-# test_prog tests the programs' shared helpers.
-$(BUILD)/tests/test_prog: $(PROG_COMMON_OBJ)
+# test_prog, test_notify and test_fsmove test the programs' shared helpers.
+$(BUILD)/tests/test_prog $(BUILD)/tests/test_notify $(BUILD)/tests/test_fsmove: $(PROG_COMMON_OBJ)
 
 $(BUILD)/obj/tests/unit/%.o: tests/unit/%.c
 	@mkdir -p $(dir $@)
@@ -125,6 +139,25 @@ $(LIBFUZZER_BINS): $(BUILD)/libfuzzer/%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/li
 
 deps:
 	@sh packaging/install-deps.sh
+
+# Debian packages (dpkg-buildpackage, debhelper compat 13) into $(BUILD)/deb:
+# ingest-agent, ingest-receiver, ingestctl, libingest0, libingest-dev; then
+# lintian, which must find no error.  packaging/deb/build.sh builds in a
+# staging copy of the tree with packaging/deb/debian as its debian/.
+.PHONY: deb
+deb:
+	@sh packaging/install-deps.sh build deb
+	@sh packaging/deb/build.sh $(BUILD)/deb
+	lintian --fail-on error $(BUILD)/deb/ingest_*.changes
+
+# RPM packages (rpmbuild; Debian's rpm package provides it) into
+# $(BUILD)/rpm/RPMS from packaging/rpm/ingest.spec, their file lists checked
+# against packaging/rpm/files.expected; then rpmlint, for information.
+.PHONY: rpm
+rpm:
+	@sh packaging/install-deps.sh build rpm
+	@sh packaging/rpm/build.sh $(BUILD)/rpm
+	-rpmlint $(BUILD)/rpm/RPMS/*/*.rpm | tail -1
 
 check: deps
 	@$(MAKE) --no-print-directory all tests
@@ -177,7 +210,7 @@ bench-deps:
 	@DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(BENCH_DEBS) || \
 	 { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(BENCH_DEBS); }
 
-install: install-programs install-shared install-static install-includes install-pc
+install: install-programs install-shared install-static install-includes install-pc install-man
 
 install-programs: programs
 	install -d $(DESTDIR)$(BINDIR)
@@ -205,8 +238,13 @@ install-pc: libingest.pc.in
 	    -e 's|@VERSION@|$(SOVERSION)|' $< > $(DESTDIR)$(PKGCONFIGDIR)/libingest.pc
 	chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/libingest.pc
 
+install-man: man
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	for m in $(notdir $(MAN_PAGES)); do s=$${m##*.}; install -m 0644 $(BUILD)/man/$$m $(DESTDIR)$(MANDIR)/man$$s/$$m; done
+
 uninstall:
 	for p in $(PROGRAMS); do rm -f $(DESTDIR)$(BINDIR)/$$p; done
+	for m in $(notdir $(MAN_PAGES)); do rm -f $(DESTDIR)$(MANDIR)/man$${m##*.}/$$m; done
 	rm -f $(DESTDIR)$(LIBDIR)/libingest.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libingest.so.$(SOMAJOR) \
 	      $(DESTDIR)$(LIBDIR)/libingest.so $(DESTDIR)$(LIBDIR)/libingest.a \
 	      $(DESTDIR)$(PKGCONFIGDIR)/libingest.pc $(DESTDIR)$(INCLUDEDIR)/ingest.h

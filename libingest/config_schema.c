@@ -1,5 +1,6 @@
 /* The configuration's schema: value validators and the two programs' key tables (config_int.h). */
 #include "config_int.h"
+#include "ingest/sender.h"
 
 /* ---- validators ---------------------------------------------------------- */
 
@@ -264,6 +265,9 @@ static const cfg_enum dedup_scope_enum[] = { { "fleet", INGEST_DEDUP_FLEET },
 
 
 #define PiB (1024ll * TiB)
+
+_Static_assert(INGEST_CONFIG_MAX_SOURCES == INGEST_SENDER_MAX_SOURCES,
+               "a config the loader takes must not be refused by the sender at start");
 
 #define A ingest_agent_config
 #define S ingest_source_config

@@ -1,14 +1,16 @@
 #!/bin/sh
 # Run every test binary and script; print one summary line per suite and a
 # final "N passed, N failed".  Usage: run-tests.sh BUILD [unit|fuzz|integration]...
-# VALGRIND=1 runs the unit tests under valgrind --error-exitcode.
+# VALGRIND=1 runs the unit tests under valgrind --error-exitcode.  Logs go to
+# BUILD/test-logs/KIND/NAME.log (a unit test and an integration test may share
+# a name: test_throttle).
 set -u
 build=${1:-build}
 shift 2>/dev/null || true
 kinds=${*:-unit fuzz integration}
 top=$(cd "$(dirname "$0")/.." && pwd)
 logdir="$build/test-logs"
-mkdir -p "$logdir"
+mkdir -p "$logdir/unit" "$logdir/fuzz" "$logdir/integration"
 passed=0
 failed=0
 failures=""
@@ -25,7 +27,7 @@ unit)
     for t in "$build"/tests/test_*; do
         [ -x "$t" ] || continue
         name=$(basename "$t")
-        log="$logdir/$name.log"
+        log="$logdir/unit/$name.log"
         if [ "${VALGRIND:-0}" = 1 ]; then
             INGEST_TEST_QUICK=1 valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
                 "$t" > "$log" 2>&1
@@ -45,7 +47,7 @@ fuzz)
         [ -x "$t" ] || continue
         name=$(basename "$t")
         corpus="$top/tests/fuzz/corpus/${name#fuzz_}"
-        log="$logdir/$name.log"
+        log="$logdir/fuzz/$name.log"
         if "$t" "$corpus" > "$log" 2>&1; then count 1 0 "$name (corpus replay)"
         else echo "--- $name:"; tail -20 "$log"; count 0 1 "$name (corpus replay)"; fi
     done ;;
@@ -53,7 +55,7 @@ integration)
     for t in "$top"/tests/integration/test_*.sh; do
         [ -f "$t" ] || continue
         name=$(basename "$t" .sh)
-        log="$logdir/$name.log"
+        log="$logdir/integration/$name.log"
         if BUILD="$(cd "$build" && pwd)" timeout 600 sh "$t" > "$log" 2>&1; then count 1 0 "$name"
         else echo "--- $name, last lines of $log:"; tail -40 "$log"; count 0 1 "$name"; fi
     done ;;

@@ -1,5 +1,6 @@
 /* The edge daemon's spool copies and after-ship actions (daemon_int.h). */
 #include "daemon_int.h"
+#include "../common/fsmove.h"
 
 /* ---- spool ------------------------------------------------------------------ */
 
@@ -312,7 +313,7 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
         } else {
             char dst[PATH_MAX];
             snprintf(dst, sizeof(dst), "%s/%s", s->move_dir, rel);
-            if (mkdirs(dst) == 0 && rename(full, dst) == 0) {
+            if (mkdirs(dst) == 0 && prog_move_file(full, fd, dst) == 0) { /* across filesystems too */
                 d->moved++;
                 if (quiet)
                     prog_log(INGEST_LOG_INFO, "after_ship: %s moved to %s (no process has it open any more)",

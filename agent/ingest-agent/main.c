@@ -13,6 +13,7 @@
  */
 #include "agent.h"
 #include "../common/http.h"
+#include "../common/notify.h"
 #include "../common/statslog.h"
 
 #include <errno.h>
@@ -845,6 +846,7 @@ int main(int argc, char **argv)
     /* The receiver re-derives every chunk id; a stat check here saves a hash pass. */
     so.recheck = INGEST_SENDER_RECHECK_STAT;
     so.userdata = &a;
+    prog_notify("READY=1"); /* state open: a Type=notify unit is started (docs/operations.md) */
     a.report.t0 = prog_now();
     if (!once) {
         a.daemon = 1;

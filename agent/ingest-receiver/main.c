@@ -14,6 +14,7 @@
  * the index are shared with the core: used here only under its land lock.
  */
 #include "../common/http.h"
+#include "../common/notify.h"
 #include "../common/statslog.h"
 #include "../common/prog.h"
 #include "admit.h"
@@ -857,6 +858,7 @@ int main(int argc, char **argv)
             ready_failed = 1;
         }
     }
+    prog_notify("READY=1"); /* listening: a Type=notify unit is started (docs/operations.md) */
     while (!stopping) {
         struct pollfd p[2] = { { lfd, POLLIN, 0 }, { stop_pipe[0], POLLIN, 0 } };
         const int pr = poll(p, 2, 1000);

@@ -1,4 +1,4 @@
-/* ingestctl: keys, status, verify, restore, chunking and the benchmark hooks. */
+/* ingestctl: keys, the daemon's status, index checks, dictionaries, chunking and the benchmark hooks. */
 #include "ingestctl.h"
 
 #include <ingest.h>

@@ -43,7 +43,9 @@ extern "C" {
 #define INGEST_CONFIG_MAX_FILE (1024u * 1024u) /* bytes */
 #define INGEST_CONFIG_MAX_DEPTH 16             /* nested mappings/sequences */
 #define INGEST_CONFIG_MAX_VALUE 4096           /* bytes in one scalar */
-#define INGEST_CONFIG_MAX_SOURCES 1024
+/* The agent's sources: the sender's limit (INGEST_SENDER_MAX_SOURCES, ingest/sender.h), so a config that
+   loads can start. */
+#define INGEST_CONFIG_MAX_SOURCES 256
 
 /* Values of ingest_agent_config.transport. */
 enum { INGEST_TRANSPORT_TCP = 0, INGEST_TRANSPORT_KAFKA = 1 };

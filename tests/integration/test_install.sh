@@ -7,7 +7,9 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 root="$T/root"
 make -s -C "$top" BUILD="$BUILD" install PREFIX=/usr DESTDIR="$root" > "$T/install.log" 2>&1 || { cat "$T/install.log"; fail "make install"; }
 for f in usr/bin/ingest-agent usr/bin/ingest-receiver usr/bin/ingestctl usr/include/ingest.h \
-         usr/include/ingest/common.h usr/lib/libingest.a usr/lib/libingest.so.0 usr/lib/pkgconfig/libingest.pc; do
+         usr/include/ingest/common.h usr/lib/libingest.a usr/lib/libingest.so.0 usr/lib/pkgconfig/libingest.pc \
+         usr/share/man/man8/ingest-agent.8 usr/share/man/man8/ingest-receiver.8 usr/share/man/man1/ingestctl.1 \
+         usr/share/man/man5/ingest.yaml.5; do
     [ -e "$root/$f" ] || fail "not installed: $f"
 done
 grep -q '^prefix=/usr$' "$root/usr/lib/pkgconfig/libingest.pc" || fail "libingest.pc does not say prefix=/usr"

@@ -670,7 +670,7 @@ static void test_errors_required_and_sources(void **state)
     strcat(big, "sources:\n");
     for (int i = 0; i <= INGEST_CONFIG_MAX_SOURCES; i++)
         sprintf(big + strlen(big), "  - path: /s%d\n", i);
-    agent_err(big, "key 'sources' has more than 1024 entries");
+    agent_err(big, "key 'sources' has more than 256 entries");
     free(big);
 }
 
