@@ -18,6 +18,7 @@
  * copied range is read into memory and hashed before it is written, so the
  * id check and the copy see the same bytes.
  */
+#include "ingest/catalog.h"
 #include "ingest/lander.h"
 #include "ingest/manifest.h"
 #include "internal.h"
@@ -77,6 +78,7 @@ struct ingest_lander_s {
     bool vdb_open;
     ingest_lander_batch *busy;
     char tmp_mark[TMP_MARK_MAX]; /* ".ingest-tmp-{tag}." : in every temporary file's name */
+    ingest_catalog *catalog;     /* batches are added to it once durable (ingest_lander_set_catalog), or NULL */
 };
 
 typedef struct lfile {
@@ -664,6 +666,12 @@ void ingest_lander_destroy(ingest_lander *l)
     ingest__free(l->ctx, l->layout);
     sodium_memzero(l->key, sizeof l->key);
     ingest__free(l->ctx, l);
+}
+
+void ingest_lander_set_catalog(ingest_lander *l, ingest_catalog *cat)
+{
+    if (l != NULL)
+        l->catalog = cat;
 }
 
 int ingest_lander_set_direct_io(ingest_lander *l, int on)
@@ -2288,6 +2296,8 @@ static int do_commit(ingest_lander_batch *b, const ingest_lander_lock *lk)
     INGEST__FORWARD(place_files(b, lk != NULL));
     lk_unlock(lk);
     rc = sync_landed(b);
+    if (rc == 0 && b->l->catalog != NULL) /* the manifest is durable; the catalog locks itself */
+        (void)ingest_catalog_add_batch(b->l->catalog, b->device, b->name);
     lk_lock(lk);
     if (rc < 0)
         return rc;

@@ -15,6 +15,7 @@
 #include "../common/prog.h"
 #include "admit.h"
 #include "dicts.h"
+#include "rcatalog.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -57,6 +58,7 @@ typedef struct server {
     ingest_store *st;
     ingest_index *idx;
     dictstore *dicts; /* trained dictionaries devices sent (dicts.h) */
+    ingest_catalog *cat; /* landed files, kept current by the landers (rcatalog.h), or NULL */
     pthread_mutex_t land_lock;
     atomic_int nconn; /* connection threads, authenticated or not */
     pthread_mutex_t conns_lock;
@@ -1443,6 +1445,8 @@ static void serve(conn *c)
                                       &landers[i]);
         if (rc == 0)
             rc = ingest_lander_set_direct_io(landers[i], s->cfg->direct_io);
+        if (rc == 0)
+            ingest_lander_set_catalog(landers[i], s->cat);
         pthread_mutex_unlock(&s->land_lock);
         if (rc < 0) {
             prog_log(INGEST_LOG_ERROR, "device %s: cannot start landing: %s", device, ingest_ctx_errmsg(lctx[i]));
@@ -1974,6 +1978,7 @@ int main(int argc, char **argv)
     const int crashed = sweep_after_crash(&s);
     if (crashed < 0 || (crashed && catch_up_index(&s) != 0))
         goto out;
+    s.cat = rcatalog_open(s.cfg->bronze);
     if (running_marker(&s, 1) != 0)
         goto out;
     char bound[300], err[512];
@@ -2121,6 +2126,7 @@ out:
     if (s.nconn == 0) {
         ingest_index_close(s.idx);
         ingest_store_close(s.st);
+        rcatalog_close(s.cat);
         dictstore_close(s.dicts);
         ingest_metrics_destroy(s.metrics);
         auth_put(&s, s.auth);
