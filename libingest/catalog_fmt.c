@@ -557,10 +557,10 @@ int ingest_parse_time(ingest_ctx *ctx, const char *s, int64_t now_ns, int64_t *o
     t.i++;
     INGEST__FORWARD(tdigits(&t, 2, &d, "expected a day of 2 digits"));
     static const unsigned mdays[12] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
-    if (y < 1970 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] ||
+    if (y < 1970 || y > 2261 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] ||
         (mo == 2 && d == 29 && !(y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)))) {
         t.i -= 2;
-        return tfail(&t, "no such date (from 1970)");
+        return tfail(&t, "no such date (1970 to 2261)");
     }
     if (t.i < t.n && (s[t.i] == 'T' || s[t.i] == ' ')) {
         t.i++;
