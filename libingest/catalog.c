@@ -181,10 +181,7 @@ static int env_open(ingest_catalog *cat)
         mdb_txn_abort(txn);
         return ret;
     }
-    if (ro) {
-        mdb_txn_abort(txn);
-        return 0;
-    }
+    /* committed even when read-only: the table handles of an aborted transaction are closed */
     if ((rc = mdb_txn_commit(txn)) != 0)
         return ingest__cat_mdb(cat, rc, "commit");
     return 0;

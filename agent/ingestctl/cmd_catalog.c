@@ -50,19 +50,37 @@ static char *out_room(out *o)
     return o->buf + o->len;
 }
 
-static char *put_str(char *p, const char *s) { size_t n = strlen(s); memcpy(p, s, n); return p + n; }
+static char *put_str(char *p, const char *s)
+{
+    const size_t n = strlen(s);
+    memcpy(p, s, n);
+    return p + n;
+}
+/* A string literal, its length known at compile time. */
+#define PUT_LIT(p, lit) (memcpy((p), (lit), sizeof(lit) - 1), (p) + sizeof(lit) - 1)
+
+static const char digits2[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                 "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                 "8081828384858687888990919293949596979899";
 
 static char *put_u64(char *p, uint64_t v)
 {
     char t[24];
-    int n = 0;
-    do {
-        t[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (n > 0)
-        *p++ = t[--n];
-    return p;
+    char *e = t + sizeof(t), *q = e;
+    while (v >= 100) {
+        const unsigned d = (unsigned)(v % 100);
+        v /= 100;
+        q -= 2;
+        memcpy(q, digits2 + 2 * d, 2);
+    }
+    if (v >= 10) {
+        q -= 2;
+        memcpy(q, digits2 + 2 * v, 2);
+    } else {
+        *--q = (char)('0' + v);
+    }
+    memcpy(p, q, (size_t)(e - q));
+    return p + (e - q);
 }
 
 static char *put_i64(char *p, int64_t v)
@@ -74,14 +92,31 @@ static char *put_i64(char *p, int64_t v)
     return put_u64(p, (uint64_t)v);
 }
 
-static char *put_hex(char *p, const uint8_t *b, size_t n)
+static char hexpairs[512];
+
+static void hexpairs_init(void)
 {
     static const char hx[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        *p++ = hx[b[i] >> 4];
-        *p++ = hx[b[i] & 15];
+    for (int i = 0; i < 256; i++) {
+        hexpairs[2 * i] = hx[i >> 4];
+        hexpairs[2 * i + 1] = hx[i & 15];
     }
+}
+
+static char *put_hex(char *p, const uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++, p += 2)
+        memcpy(p, hexpairs + 2 * b[i], 2);
     return p;
+}
+
+/* Bytes a JSON string carries as they are: printable ASCII but '"' and '\\'. */
+static unsigned char json_plain[256];
+
+static void json_plain_init(void)
+{
+    for (int c = 0x20; c < 0x80; c++)
+        json_plain[c] = c != '"' && c != '\\';
 }
 
 /* Length of the valid UTF-8 sequence at s (s[0] >= 0x80), or 0. */
@@ -122,12 +157,17 @@ static char *put_json(char *p, const char *str, size_t n)
     *p++ = '"';
     size_t i = 0;
     while (i < n) {
-        const unsigned char c = s[i];
-        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-            *p++ = (char)c;
-            i++;
-            continue;
+        size_t j = i;
+        while (j < n && json_plain[s[j]])
+            j++;
+        if (j > i) {
+            memcpy(p, s + i, j - i);
+            p += j - i;
+            i = j;
+            if (i == n)
+                break;
         }
+        const unsigned char c = s[i];
         if (c >= 0x80) {
             const size_t l = utf8_len(s + i, n - i);
             if (l > 0) {
@@ -243,7 +283,7 @@ static int print_entry(void *ud, const ingest_catalog_entry *e)
         p = put_json(p, e->batch, strlen(e->batch));
         p = put_str(p, ",\"landed_ns\":");
         p = put_i64(p, e->landed_ns);
-        p = put_str(p, e->replaced ? ",\"replaced\":true}" : ",\"replaced\":false}");
+        p = e->replaced ? PUT_LIT(p, ",\"replaced\":true}") : PUT_LIT(p, ",\"replaced\":false}");
         break;
     case F_CSV:
         p = put_csv(p, e->device, strlen(e->device));
@@ -265,7 +305,7 @@ static int print_entry(void *ud, const ingest_catalog_entry *e)
         p = put_csv(p, e->batch, strlen(e->batch));
         *p++ = ',';
         p = put_i64(p, e->landed_ns);
-        p = put_str(p, e->replaced ? ",true" : ",false");
+        p = e->replaced ? PUT_LIT(p, ",true") : PUT_LIT(p, ",false");
         break;
     default: {
         p = put_time(p, e->landed_ns);
@@ -276,7 +316,7 @@ static int print_entry(void *ud, const ingest_catalog_entry *e)
             *p++ = ' ';
         memcpy(p, num, nl);
         p += nl;
-        p = put_str(p, "  v");
+        p = PUT_LIT(p, "  v");
         p = put_u64(p, e->version);
         *p++ = ' ';
         p = put_hex(p, e->hash, 6);
@@ -285,7 +325,7 @@ static int print_entry(void *ud, const ingest_catalog_entry *e)
         *p++ = ' ';
         p = put_plain(p, e->landed, e->landed_len);
         if (e->replaced)
-            p = put_str(p, "  (replaced)");
+            p = PUT_LIT(p, "  (replaced)");
         break;
     }
     }
@@ -509,6 +549,8 @@ int cmd_catalog(int argc, char **argv)
         catalog_usage(stdout);
         return 0;
     }
+    hexpairs_init();
+    json_plain_init();
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     if (ctx == NULL)
         return 1;
@@ -561,8 +603,9 @@ int cmd_catalog(int argc, char **argv)
     f.until_ns = c.until;
     f.flags = (c.all_versions ? INGEST_CATALOG_ALL_VERSIONS : 0) | (c.format == F_PATHS ? INGEST_CATALOG_NO_BATCH : 0);
     if (c.format == F_CSV) {
-        memcpy(L.o.buf, "device,path,landed,size,mtime_ns,mode,hash,version,batch,landed_ns,replaced\n", 77);
-        L.o.len = 77;
+        static const char head[] = "device,path,landed,size,mtime_ns,mode,hash,version,batch,landed_ns,replaced\n";
+        memcpy(L.o.buf, head, sizeof(head) - 1);
+        L.o.len = sizeof(head) - 1;
     }
     int rc;
     if (c.feed) {
@@ -700,6 +743,8 @@ int cmd_verify(int argc, char **argv)
         verify_usage(stdout);
         return 0;
     }
+    hexpairs_init();
+    json_plain_init();
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     if (ctx == NULL)
         return 1;
