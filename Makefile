@@ -259,3 +259,12 @@ clean:
 soak: programs
 	BUILD=$(abspath $(BUILD)) SOAK_KILLS=$${SOAK_KILLS:-24} sh tests/integration/test_daemon_kill.sh
 .PHONY: soak
+
+# The catalog benchmark (issue 13): FILES (1,000,000) synthesized landed
+# files and manifests in DIR (default $(BUILD)/bench-catalog; best a fresh
+# filesystem), then the catalog against find, RUNS (5) interleaved rounds,
+# medians; one JSON line.  See bench/results-catalog.md.
+.PHONY: bench-catalog
+bench-catalog: all
+	@mkdir -p $${DIR:-$(BUILD)/bench-catalog}
+	@$(BUILD)/ingestctl bench catalog --files $${FILES:-1000000} --runs $${RUNS:-5} $${DIR:-$(BUILD)/bench-catalog}

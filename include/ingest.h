@@ -36,5 +36,6 @@
 #include "ingest/journal.h"
 #include "ingest/throttle.h"
 #include "ingest/metrics.h"
+#include "ingest/catalog.h"
 
 #endif

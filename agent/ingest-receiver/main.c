@@ -18,6 +18,7 @@
 #include "../common/statslog.h"
 #include "../common/prog.h"
 #include "admit.h"
+#include "rcatalog.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -65,6 +66,7 @@ typedef struct server {
     ingest_ctx *dicts_ctx; /* of dicts: its log lines at the configured level */
     ingest_dictstore *dicts; /* trained dictionaries devices sent */
     ingest_core *core;
+    ingest_catalog *cat; /* landed files, kept current by the landers (rcatalog.h), or NULL */
     atomic_int nconn; /* connection threads, authenticated or not */
     pthread_mutex_t conns_lock;
     struct conn *conns; /* every connection thread's, so a stop can end their sessions */
@@ -705,6 +707,7 @@ static int make_core(server *s)
         .store = s->st,
         .index = s->idx,
         .dicts = s->dicts,
+        .catalog = s->cat,
         .bronze = s->cfg->bronze,
         .layout = s->cfg->layout,
         .dedup_key = s->dedup,
@@ -809,7 +812,7 @@ int main(int argc, char **argv)
         prog_log(INGEST_LOG_ERROR, "bronze %s: not a directory", s.cfg->bronze);
         goto out;
     }
-    if (define_metrics(&s) != 0 || open_index(&s, rebuild) != 0 || open_dicts(&s) != 0 || make_core(&s) != 0)
+    if (define_metrics(&s) != 0 || open_index(&s, rebuild) != 0 || open_dicts(&s) != 0)
         goto out;
     metrics_http *mh = NULL;
     if (s.cfg->metrics_listen[0] != '\0') {
@@ -829,7 +832,8 @@ int main(int argc, char **argv)
     const int crashed = sweep_after_crash(&s);
     if (crashed < 0 || (crashed && catch_up_index(&s) != 0))
         goto out;
-    if (running_marker(&s, 1) != 0)
+    s.cat = rcatalog_open(s.cfg->bronze);
+    if (make_core(&s) != 0 || running_marker(&s, 1) != 0)
         goto out;
     char bound[300], err[512];
     lfd = prog_listen(s.cfg->listen, bound, sizeof(bound), err, sizeof(err));
@@ -981,6 +985,7 @@ out:
         ingest_index_close(s.idx);
         ingest_store_close(s.st);
         ingest_core_destroy(s.core);
+        rcatalog_close(s.cat);
         ingest_dictstore_close(s.dicts);
         ingest_ctx_destroy(s.dicts_ctx);
         ingest_metrics_destroy(s.metrics);

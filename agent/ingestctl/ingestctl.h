@@ -8,6 +8,9 @@
 int cmd_chunk(int argc, char **argv);       /* cmd_chunk.c */
 int cmd_dict(int argc, char **argv);        /* cmd_dict.c */
 int cmd_index(int argc, char **argv);       /* cmd_index.c */
+int cmd_catalog(int argc, char **argv);     /* cmd_catalog.c */
+int cmd_verify(int argc, char **argv);      /* cmd_catalog.c */
+int cmd_bench_catalog(int argc, char **argv); /* bench_catalog.c */
 int cmd_bench_chunk(int argc, char **argv); /* bench_chunk.c */
 int cmd_bench_index(int argc, char **argv); /* bench_index.c */
 int cmd_bench_gen(int argc, char **argv);   /* bench_gen.c */

@@ -19,6 +19,7 @@ static const struct command bench_commands[] = {
     { "fleet", cmd_bench_fleet, "bench fleet --devices N [--size SIZE] [--shared PCT] [--stagger DURATION] [--keep] [DIR]" },
     { "stages", cmd_bench_stages, "bench stages [--level N] [--runs N] [--batch-files N] [--land DIR] TREE" },
     { "crypto", cmd_bench_crypto, "bench crypto [--size BYTES] [--small BYTES] [--runs N]" },
+    { "catalog", cmd_bench_catalog, "bench catalog [--files N] [--runs N] [--per-batch N] [--keep] DIR" },
     { "gen", cmd_bench_gen, "bench gen [--profile default|gateway|small|empty] [--size BYTES] [--files N] [--seed N] [--evolve] DIR (--help)" },
 };
 
@@ -28,9 +29,11 @@ static const struct command commands[] = {
     { "chunk", cmd_chunk, "chunk [--min N --avg N --max N] FILE..." },
     { "dict", cmd_dict, "dict train --out FILE [--size BYTES] [--force] SAMPLE... | dict info FILE" },
     { "index", cmd_index, "index check DIR [--bronze DIR]" },
+    { "catalog", cmd_catalog, "catalog --bronze DIR [--device D] [--prefix P] [--since T] [--until T] [--format jsonl|csv|table|paths] [--after CURSOR | --cursor-file F] (--help)" },
+    { "verify", cmd_verify, "verify (--config RECEIVER.yaml | --bronze DIR --dedup-key FILE) [--device D] [--since T] [--threads N] (--help)" },
     { "keygen", cmd_keygen, "keygen NAME | keygen --dedup FILE" },
     { "status", cmd_status, "status [--json] [--socket PATH | --config AGENT.yaml]" },
-    { "bench", cmd_bench, "bench chunk|index|scan|pipeline|fleet|stages|crypto|gen ..." },
+    { "bench", cmd_bench, "bench chunk|index|scan|pipeline|fleet|stages|crypto|catalog|gen ..." },
 };
 
 static void usage(FILE *f)
@@ -50,7 +53,7 @@ static int cmd_bench(int argc, char **argv)
         for (size_t i = 0; i < sizeof(bench_commands) / sizeof(bench_commands[0]); i++)
             if (strcmp(argv[1], bench_commands[i].name) == 0)
                 return bench_commands[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "ingestctl bench: expected one of: chunk, index, gen, scan, pipeline, fleet, stages, crypto\n");
+    fprintf(stderr, "ingestctl bench: expected one of: chunk, index, gen, scan, pipeline, fleet, stages, crypto, catalog\n");
     return 2;
 }
 

@@ -30,6 +30,7 @@
 #define INGEST_CORE_H
 
 #include "ingest/common.h"
+#include "ingest/catalog.h"
 #include "ingest/codec.h"
 #include "ingest/hash.h"
 #include "ingest/index.h"
@@ -68,6 +69,7 @@ typedef struct ingest_core_opts {
     ingest_store *store;  /* of index; shared, used under the land lock */
     ingest_index *index;
     ingest_dictstore *dicts; /* dictionaries devices sent; NULL: none are kept */
+    ingest_catalog *catalog; /* each batch is added once durable (catalog.h); NULL: none */
     const char *bronze;   /* root of the landed tree */
     const char *layout;   /* lander layout template (lander.h); NULL: the default */
     const uint8_t *dedup_key; /* INGEST_KEY_BYTES */

@@ -300,6 +300,12 @@ void ingest_lander_destroy(ingest_lander *l)
     ingest__free(l->ctx, l);
 }
 
+void ingest_lander_set_catalog(ingest_lander *l, ingest_catalog *cat)
+{
+    if (l != NULL)
+        l->catalog = cat;
+}
+
 int ingest_lander_set_direct_io(ingest_lander *l, int on)
 {
     if (l == NULL)

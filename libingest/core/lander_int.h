@@ -23,6 +23,7 @@
  * copied range is read into memory and hashed before it is written, so the
  * id check and the copy see the same bytes.
  */
+#include "ingest/catalog.h"
 #include "ingest/lander.h"
 #include "ingest/manifest.h"
 #include "../internal.h"
@@ -85,6 +86,7 @@ struct ingest_lander_s {
     bool vdb_open;
     ingest_lander_batch *busy;
     char tmp_mark[TMP_MARK_MAX]; /* ".ingest-tmp-{tag}." : in every temporary file's name */
+    ingest_catalog *catalog;     /* batches are added to it once durable (ingest_lander_set_catalog), or NULL */
 };
 
 typedef struct lfile {

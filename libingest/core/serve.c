@@ -497,6 +497,8 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                                       &landers[i]);
         if (rc == 0)
             rc = ingest_lander_set_direct_io(landers[i], s->o.direct_io);
+        if (rc == 0)
+            ingest_lander_set_catalog(landers[i], s->o.catalog);
         pthread_mutex_unlock(&s->land_lock);
         if (rc < 0) {
             core_log(s, INGEST_LOG_ERROR, "device %s: cannot start landing: %s", device, ingest_ctx_errmsg(lctx[i]));

@@ -25,7 +25,8 @@ printf 'second file\n' > "$T/src/data/sub/b.txt"
 
 # files_under DIR: regular files under DIR (symlinks not followed), but the
 # bronze tree's temporary-file tag (_manifests/.tmp-tag, made by the first lander)
-files_under() { [ -d "$1" ] && find "$1" -type f ! -path '*/_manifests/.tmp-tag' | wc -l || echo 0; }
+# and the catalog's LMDB files (_manifests/.catalog/, made by the receiver's start)
+files_under() { [ -d "$1" ] && find "$1" -type f ! -path '*/_manifests/.tmp-tag' ! -path '*/_manifests/.catalog/*' | wc -l || echo 0; }
 # nothing_landed WHAT: no file at all under bronze (manifests included), none outside
 nothing_landed() {
     n=$(files_under "$T/bronze")
