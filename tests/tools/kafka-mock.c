@@ -27,7 +27,14 @@
  * consume while producing; it holds a Fetch for the client's
  * fetch.wait.max.ms (use ~10 ms in tests); a consumer group's first join
  * takes ~3 s.  Topics named by clients are also auto-created, with 4
- * partitions.
+ * partitions.  The brokers listen ~15 ms after start; stopping takes ~1 s
+ * (rd_kafka_mock_cluster_destroy waits out its thread's 1 s poll).  A broker
+ * that is down keeps leading its partitions: they take and give nothing
+ * until it is up again, and clients see "Connection refused" on its port.
+ *
+ * It is what the Kafka transport's integration tests (issue 11) run
+ * instead of a real cluster: test_kafka_mock.sh shows the way, with
+ * tests/tools/kafka-probe as the client.
  */
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
