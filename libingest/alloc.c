@@ -77,3 +77,14 @@ char *ingest__strdup(ingest_ctx *ctx, const char *s)
     return p;
 }
 
+void *ingest__realloc(ingest_ctx *ctx, void *ptr, size_t old_size, size_t new_size)
+{
+    void *p = ingest__malloc(ctx, new_size);
+    if (p == NULL)
+        return NULL;
+    if (ptr != NULL) {
+        memcpy(p, ptr, old_size < new_size ? old_size : new_size);
+        ingest__free(ctx, ptr);
+    }
+    return p;
+}

@@ -32,6 +32,9 @@ void *ingest__malloc(ingest_ctx *ctx, size_t size);
 void *ingest__calloc(ingest_ctx *ctx, size_t n, size_t size);
 void ingest__free(ingest_ctx *ctx, void *ptr);
 char *ingest__strdup(ingest_ctx *ctx, const char *s);
+/* Grow or shrink ptr (old_size bytes) to new_size: a new block, the bytes copied, the old one freed.
+ * NULL (ptr untouched) when out of memory; ptr may be NULL. */
+void *ingest__realloc(ingest_ctx *ctx, void *ptr, size_t old_size, size_t new_size);
 
 /*
  * Record a failure's detail in the context and return code, so that

@@ -23,6 +23,9 @@
  *
  * THREAD SAFETY: ingest_core_serve may run in any number of threads at
  * once (one per link); ingest_core_lock, _stop and _stats from any thread.
+ * Every allocation of the core, its links and their threads goes through
+ * the context given to ingest_core_create (which must outlive the core):
+ * with a custom allocator, that allocator must be thread-safe.
  * The opts' store, index and metrics are shared by them: use the store
  * and index elsewhere only under ingest_core_lock.
  */

@@ -81,6 +81,7 @@ typedef struct ingest_edge_opts {
 
 typedef struct ingest_edge ingest_edge;
 
+/* ctx (errors, every allocation, made on the caller's thread) must outlive the edge. */
 INGEST_API int ingest_edge_create(ingest_ctx *ctx, const ingest_edge_opts *opts, ingest_edge **out) INGEST_WUR;
 /* Ends the encoder thread; a pending batch is destroyed (not acknowledged: shipped again later).  NULL accepted. */
 INGEST_API void ingest_edge_destroy(ingest_edge *e);

@@ -35,15 +35,16 @@ int ingest_core_create(ingest_ctx *ctx, const ingest_core_opts *opts, ingest_cor
     if (opts->features & ~INGEST_SESSION_FEATURES_ALL)
         return ingest__fail(ctx, INGEST_EINVAL, "core: unknown feature bits 0x%x",
                             opts->features & ~INGEST_SESSION_FEATURES_ALL);
-    ingest_core *s = calloc(1, sizeof(*s));
+    ingest_core *s = ingest__calloc(ctx, 1, sizeof(*s));
     if (s != NULL) {
+        s->ctx = ctx;
         pthread_mutex_init(&s->land_lock, NULL);
         pthread_mutex_init(&s->dev_lock, NULL);
         pthread_cond_init(&s->dev_cond, NULL);
         pthread_mutex_init(&s->budget_lock, NULL);
         pthread_cond_init(&s->budget_cond, NULL);
     }
-    if (s == NULL || (s->bronze = strdup(opts->bronze)) == NULL || (s->layout = strdup(opts->layout != NULL ? opts->layout : INGEST_LANDER_LAYOUT_DEFAULT)) == NULL) {
+    if (s == NULL || (s->bronze = ingest__strdup(ctx, opts->bronze)) == NULL || (s->layout = ingest__strdup(ctx, opts->layout != NULL ? opts->layout : INGEST_LANDER_LAYOUT_DEFAULT)) == NULL) {
         ingest_core_destroy(s);
         return ingest__fail(ctx, INGEST_ENOMEM, "core: out of memory");
     }
@@ -70,11 +71,11 @@ void ingest_core_destroy(ingest_core *s)
     pthread_cond_destroy(&s->dev_cond);
     pthread_mutex_destroy(&s->dev_lock);
     pthread_mutex_destroy(&s->land_lock);
-    free(s->active);
-    free(s->bronze);
-    free(s->layout);
+    ingest__free(s->ctx, s->active);
+    ingest__free(s->ctx, s->bronze);
+    ingest__free(s->ctx, s->layout);
     explicit_bzero(s->dedup, sizeof(s->dedup));
-    free(s);
+    ingest__free(s->ctx, s);
 }
 
 void ingest_core_stop(ingest_core *s)
@@ -138,7 +139,7 @@ int core_device_claim(ingest_core *s, const char *device, ingest_link *link)
     }
     if (s->nactive == s->capactive) {
         const size_t cap = s->capactive ? s->capactive * 2 : 16;
-        void *p = realloc(s->active, cap * sizeof(*s->active));
+        void *p = ingest__realloc(s->ctx, s->active, s->capactive * sizeof(*s->active), cap * sizeof(*s->active));
         if (p == NULL) {
             pthread_mutex_unlock(&s->dev_lock);
             return -1;

@@ -3,9 +3,10 @@
  * and the reader thread each served link has.  The core side includes the
  * shared helpers and the transport seam, never the edge side.
  *
- * Memory: the core runs threads of its own and keeps per-link buffers
- * that live across them, so it allocates with the C allocator, not
- * through a context's (which belongs to one thread).
+ * Memory: the core runs threads of its own, and every one of them
+ * allocates through the context given at create (core->ctx): its
+ * allocator must be thread-safe (the default is); nothing else of that
+ * context is used off the caller's thread.
  */
 #ifndef INGEST_CORE_INT_H
 #define INGEST_CORE_INT_H
@@ -21,6 +22,7 @@
 #include <stdatomic.h>
 
 struct ingest_core {
+    ingest_ctx *ctx; /* every allocation of the core and its links (a thread-safe allocator) */
     ingest_core_opts o;
     ingest_core_metrics m; /* all NULL when opts gave none */
     char *bronze, *layout;

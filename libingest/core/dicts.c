@@ -102,7 +102,7 @@ static int load_one(ingest_dictstore *ds, const char *name, const uint8_t hash[I
                  INGEST_DICTSTORE_MAX_BYTES);
         goto skip;
     }
-    if ((buf = malloc(len)) == NULL) {
+    if ((buf = ingest__malloc(ds->ctx, len)) == NULL) {
         snprintf(why, sizeof(why), "out of memory");
         goto skip;
     }
@@ -136,7 +136,7 @@ skip:
     ingest__log(ds->ctx, INGEST_LOG_WARN, "dictionary %s skipped: %s", path, why);
     if (fd >= 0)
         close(fd);
-    free(buf);
+    ingest__free(ds->ctx, buf);
     return -1;
 }
 
@@ -147,7 +147,7 @@ int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **o
     *out = NULL;
     if (strlen(dir) >= sizeof(((ingest_dictstore *)0)->dir))
         return ingest__fail(ctx, INGEST_EINVAL, "dictionary store %s: path too long", dir);
-    ingest_dictstore *ds = calloc(1, sizeof(*ds));
+    ingest_dictstore *ds = ingest__calloc(ctx, 1, sizeof(*ds));
     if (ds == NULL)
         return ingest__fail(ctx, INGEST_ENOMEM, "dictionary store: out of memory");
     ds->ctx = ctx;
@@ -186,12 +186,12 @@ int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **o
         }
         if (n == cap) {
             cap = cap ? cap * 2 : 64;
-            char **p = realloc(names, cap * sizeof(*p));
+            char **p = ingest__realloc(ctx, names, n * sizeof(*p), cap * sizeof(*p));
             if (p == NULL)
                 break;
             names = p;
         }
-        if ((names[n] = strdup(nm)) == NULL)
+        if ((names[n] = ingest__strdup(ctx, nm)) == NULL)
             break;
         n++;
     }
@@ -202,9 +202,9 @@ int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **o
         uint8_t h[INGEST_DICT_HASH_BYTES];
         if (parse_name(names[i], h) && load_one(ds, names[i], h) != 0)
             skipped++;
-        free(names[i]);
+        ingest__free(ctx, names[i]);
     }
-    free(names);
+    ingest__free(ctx, names);
     ingest__log(ctx, INGEST_LOG_INFO, "dictionaries: %u loaded from %s (%zu bytes)%s", ds->n, ds->dir, ds->bytes,
                 skipped ? "; some files were skipped, see above" : "");
     *out = ds;
@@ -216,9 +216,9 @@ void ingest_dictstore_close(ingest_dictstore *ds)
     if (ds == NULL)
         return;
     for (unsigned i = 0; i < ds->n; i++)
-        free(ds->e[i].bytes);
+        ingest__free(ds->ctx, ds->e[i].bytes);
     pthread_mutex_destroy(&ds->lock);
-    free(ds);
+    ingest__free(ds->ctx, ds);
 }
 
 unsigned ingest_dictstore_count(ingest_dictstore *ds)
@@ -298,7 +298,7 @@ int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HA
                  INGEST_DICTSTORE_MAX, INGEST_DICTSTORE_MAX_BYTES);
         goto out;
     }
-    if ((copy = malloc(len)) == NULL) {
+    if ((copy = ingest__malloc(ds->ctx, len)) == NULL) {
         snprintf(why, whycap, "out of memory");
         goto out;
     }
@@ -317,6 +317,6 @@ int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HA
     rc = 0;
 out:
     pthread_mutex_unlock(&ds->lock);
-    free(copy);
+    ingest__free(ds->ctx, copy);
     return rc;
 }

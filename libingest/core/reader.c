@@ -97,9 +97,9 @@ uint64_t core_readq_set_batch(readq *q, ingest_lander_batch *b)
     return g;
 }
 
-static qitem *item_new(size_t len)
+static qitem *item_new(readq *q, size_t len)
 {
-    qitem *it = malloc(sizeof(*it) + len);
+    qitem *it = ingest__malloc(q->core->ctx, sizeof(*it) + len);
     if (it != NULL) {
         memset(it, 0, sizeof(*it));
         it->len = len;
@@ -171,7 +171,7 @@ static int read_group(readq *q, const ingest_wire_msg *m)
         }
     }
     if (!ok) {
-        qitem *it = item_new(0);
+        qitem *it = item_new(q, 0);
         if (it == NULL)
             return -1;
         it->m.type = INGEST_MSG_CHUNK_GROUP;
@@ -186,7 +186,7 @@ static int read_group(readq *q, const ingest_wire_msg *m)
     size_t enc_left = g->len;
     at = 0;
     for (uint32_t i = 0; i < g->count; at += q->glens[i], i++) {
-        qitem *it = item_new(q->glens[i]);
+        qitem *it = item_new(q, q->glens[i]);
         if (it == NULL)
             return -1;
         memcpy(it->data, q->gbuf + at, q->glens[i]);
@@ -211,7 +211,7 @@ void *core_reader_main(void *arg)
         const int rc = ingest_link_recv(q->link, &m, q->idle_ms);
         qitem *it = NULL;
         if (rc < 0) {
-            it = item_new(0);
+            it = item_new(q, 0);
             if (it == NULL)
                 break;
             it->rc = rc;
@@ -226,7 +226,7 @@ void *core_reader_main(void *arg)
             pthread_mutex_unlock(&q->lock);
             size_t got = 0;
             const double t0 = core_now();
-            const int ok = known && (it = item_new(len)) != NULL &&
+            const int ok = known && (it = item_new(q, len)) != NULL &&
                            ingest_codec_decode(q->codec, m.u.chunk.data, m.u.chunk.len, it->data, len, &got, q->key,
                                                id) == 0 &&
                            got == len;
@@ -242,8 +242,8 @@ void *core_reader_main(void *arg)
                 ingest_metric_add_seconds(q->stage, "verify", core_now() - t0);
             } else {
                 /* Not verifiable here: the lander decodes it and names what is wrong. */
-                free(it);
-                if ((it = item_new(m.u.chunk.len)) == NULL)
+                ingest__free(q->core->ctx, it);
+                if ((it = item_new(q, m.u.chunk.len)) == NULL)
                     break;
                 memcpy(it->data, m.u.chunk.data, m.u.chunk.len);
             }
@@ -266,7 +266,7 @@ void *core_reader_main(void *arg)
                 snprintf(why, sizeof(why), "MANIFEST_PART: decodes to %" PRIu32 " bytes, more than %u", raw,
                          INGEST_WIRE_MANIFEST_PART_MAX_RAW);
             }
-            if (drc == 0 && (it = item_new(raw)) == NULL)
+            if (drc == 0 && (it = item_new(q, raw)) == NULL)
                 break;
             if (drc == 0) {
                 reader_decoding(q, 1);
@@ -278,8 +278,8 @@ void *core_reader_main(void *arg)
                 reader_decoding(q, 0);
             }
             if (drc < 0) {
-                free(it);
-                if ((it = item_new(0)) == NULL)
+                ingest__free(q->core->ctx, it);
+                if ((it = item_new(q, 0)) == NULL)
                     break;
                 it->rc = INGEST_ECORRUPT;
                 snprintf(it->why, sizeof(it->why), "%s", why);
@@ -289,19 +289,19 @@ void *core_reader_main(void *arg)
                 it->m.u.manifest_part.len = raw;
             }
         } else if (m.type == INGEST_MSG_MANIFEST_PART) {
-            if ((it = item_new(m.u.manifest_part.len)) == NULL)
+            if ((it = item_new(q, m.u.manifest_part.len)) == NULL)
                 break;
             memcpy(it->data, m.u.manifest_part.data, m.u.manifest_part.len);
             it->m = m;
             it->m.u.manifest_part.data = it->data;
         } else if (m.type == INGEST_MSG_DICT_DATA) {
-            if ((it = item_new(m.u.dict_data.len)) == NULL)
+            if ((it = item_new(q, m.u.dict_data.len)) == NULL)
                 break;
             memcpy(it->data, m.u.dict_data.data, m.u.dict_data.len);
             it->m = m;
             it->m.u.dict_data.data = it->data;
         } else {
-            if ((it = item_new(0)) == NULL)
+            if ((it = item_new(q, 0)) == NULL)
                 break;
             it->m = m;
         }
@@ -313,7 +313,7 @@ void *core_reader_main(void *arg)
     q->ended = 1;
     pthread_mutex_unlock(&q->lock);
     /* An end marker, so the lander thread never waits on a queue nobody fills. */
-    qitem *end = item_new(0);
+    qitem *end = item_new(q, 0);
     if (end != NULL) {
         end->rc = INGEST_ECLOSED;
         end->last = 1;

@@ -18,6 +18,7 @@
 typedef struct u32vec {
     uint32_t *v;
     size_t n, cap;
+    ingest_ctx *ctx; /* v's allocator */
 } u32vec;
 
 static int u32vec_push(u32vec *a, const uint32_t *v, size_t n)
@@ -28,7 +29,7 @@ static int u32vec_push(u32vec *a, const uint32_t *v, size_t n)
         size_t cap = a->cap ? a->cap : 1024;
         while (cap < a->n + n)
             cap *= 2;
-        uint32_t *p = realloc(a->v, cap * sizeof(*p));
+        uint32_t *p = ingest__realloc(a->ctx, a->v, a->cap * sizeof(*p), cap * sizeof(*p));
         if (p == NULL)
             return -1;
         a->v = p;
@@ -376,7 +377,7 @@ static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *con
                  d->len, (unsigned)d->offset);
         return INGEST_EPROTO;
     }
-    uint8_t *p = realloc(cd->buf, cd->got + d->len); /* grows with what came, never to a declared size */
+    uint8_t *p = ingest__realloc(s->ctx, cd->buf, cd->got, cd->got + d->len); /* grows with what came, never to a declared size */
     if (p == NULL) {
         snprintf(why, cap, "out of memory for dictionary %u", (unsigned)o->dict_id);
         return INGEST_ENOMEM;
@@ -395,12 +396,12 @@ static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *con
     if (ingest_dict_id(bytes, o->size) != o->dict_id) {
         snprintf(why, cap, "the dictionary sent has id %u, offered as %u", ingest_dict_id(bytes, o->size),
                  (unsigned)o->dict_id);
-        free(bytes);
+        ingest__free(s->ctx, bytes);
         return INGEST_EMISMATCH;
     }
     if (memcmp(h, o->hash, sizeof(h)) != 0) {
         snprintf(why, cap, "the bytes of dictionary %u do not have the offered hash", (unsigned)o->dict_id);
-        free(bytes);
+        ingest__free(s->ctx, bytes);
         return INGEST_EMISMATCH;
     }
     cd->own[cd->nown++] = bytes; /* from here the codecs may refer to them */
@@ -448,7 +449,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     memset(&cm, 0, sizeof(cm));
     uint8_t *manifest = NULL;
     size_t mlen = 0, mcap = 0;
-    u32vec wants = { 0 };
+    u32vec wants = { NULL, 0, 0, s->ctx };
     char batch[INGEST_WIRE_BATCH_ID_MAX + 1] = "";
     char device[INGEST_DEVICE_ID_MAX + 1] = "";
     uint32_t parts = 0;
@@ -514,9 +515,9 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     q.stage = s->m.stage;
     q.ctx = ctx;
     q.pack = (link->features & INGEST_SESSION_FEATURE_PACK) != 0;
-    if (q.pack && ((q.gbuf = malloc(INGEST_WIRE_GROUP_MAX_RAW)) == NULL ||
-                   (q.gids = malloc((size_t)INGEST_WIRE_GROUP_MAX_CHUNKS * INGEST_ID_BYTES)) == NULL ||
-                   (q.glens = malloc(INGEST_WIRE_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL)) {
+    if (q.pack && ((q.gbuf = ingest__malloc(s->ctx, INGEST_WIRE_GROUP_MAX_RAW)) == NULL ||
+                   (q.gids = ingest__malloc(s->ctx, (size_t)INGEST_WIRE_GROUP_MAX_CHUNKS * INGEST_ID_BYTES)) == NULL ||
+                   (q.glens = ingest__malloc(s->ctx, INGEST_WIRE_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL)) {
         core_log(s, INGEST_LOG_ERROR, "device %s: out of memory for its reader", device);
         goto out;
     }
@@ -527,7 +528,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     result = 0;
     reader_started = 1;
     for (;;) {
-        free(it);
+        ingest__free(s->ctx, it);
         it = core_readq_pop(&q);
         reader_done |= it->last;
         rc = it->rc;
@@ -600,7 +601,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 size_t cap = mcap ? mcap : 1 << 16;
                 while (cap < mlen + m.u.manifest_part.len)
                     cap *= 2;
-                uint8_t *p = realloc(manifest, cap);
+                uint8_t *p = ingest__realloc(s->ctx, manifest, mcap, cap);
                 if (p == NULL) {
                     rc = INGEST_ENOMEM;
                     break;
@@ -812,7 +813,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
 out:
     committer_stop(&cm); /* its batch is made durable and acked first */
     ingest_metric_add(s->m.conns, NULL, (uint64_t)-1);
-    free(it);
+    ingest__free(s->ctx, it);
     if (reader_started) {
         /* Stop the reader: nothing more is read once the link is shut down. */
         pthread_mutex_lock(&q.lock);
@@ -826,15 +827,15 @@ out:
         while (!reader_done) { /* drain until the reader's end marker */
             qitem *d = core_readq_pop(&q);
             reader_done = d->last;
-            free(d);
+            ingest__free(s->ctx, d);
         }
         pthread_join(reader, NULL);
     }
     core_readq_set_batch(&q, NULL);
     ingest_codec_destroy(q.codec);
-    free(q.gbuf);
-    free(q.gids);
-    free(q.glens);
+    ingest__free(s->ctx, q.gbuf);
+    ingest__free(s->ctx, q.gids);
+    ingest__free(s->ctx, q.glens);
     pthread_cond_destroy(&q.cond);
     pthread_mutex_destroy(&q.lock);
     if (b != NULL) {
@@ -852,10 +853,10 @@ out:
         ingest_ctx_destroy(lctx[i]);
     }
     for (unsigned i = 0; i < cd.nown; i++)
-        free(cd.own[i]);
-    free(cd.buf);
-    free(manifest);
-    free(wants.v);
+        ingest__free(s->ctx, cd.own[i]);
+    ingest__free(s->ctx, cd.buf);
+    ingest__free(s->ctx, manifest);
+    ingest__free(s->ctx, wants.v);
     ingest_ctx_destroy(ctx);
     if (claimed)
         core_device_release(s, device);

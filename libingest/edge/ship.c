@@ -8,8 +8,8 @@
  * the next batch ships.
  *
  * The edge side includes the shared helpers and the transport seam, never
- * the core side.  Like the core, it runs a thread of its own and allocates
- * its buffers with the C allocator.
+ * the core side.  It runs a thread of its own; every allocation is made on
+ * the caller's thread, through the context given at create.
  */
 #include "../internal.h"
 #include "ingest/edge.h"
@@ -98,9 +98,9 @@ int ingest_edge_create(ingest_ctx *ctx, const ingest_edge_opts *opts, ingest_edg
         return ingest__fail(ctx, INGEST_EINVAL, "edge: a codec and a chunk bound are required");
     if (opts->dict != NULL && (opts->dict_len == 0 || opts->dict_len > INGEST_WIRE_DICT_MAX))
         return ingest__fail(ctx, INGEST_EINVAL, "edge: a dictionary of 1..%u bytes", INGEST_WIRE_DICT_MAX);
-    ingest_edge *a = calloc(1, sizeof(*a));
-    if (a == NULL || (a->chunkbuf = malloc(opts->chunk_cap)) == NULL) {
-        free(a);
+    ingest_edge *a = ingest__calloc(ctx, 1, sizeof(*a));
+    if (a == NULL || (a->chunkbuf = ingest__malloc(ctx, opts->chunk_cap)) == NULL) {
+        ingest__free(ctx, a);
         return ingest__fail(ctx, INGEST_ENOMEM, "edge: out of memory");
     }
     a->o = *opts;
@@ -122,9 +122,9 @@ void ingest_edge_destroy(ingest_edge *a)
     encoder_stop(a);
     drop_pending(a);
     ingest_codec_destroy(a->mcodec);
-    free(a->mbuf);
-    free(a->chunkbuf);
-    free(a);
+    ingest__free(a->ctx, a->mbuf);
+    ingest__free(a->ctx, a->chunkbuf);
+    ingest__free(a->ctx, a);
 }
 
 int ingest_edge_attach(ingest_edge *a, ingest_link *link)
@@ -136,7 +136,7 @@ int ingest_edge_attach(ingest_edge *a, ingest_link *link)
     if (a->pack && a->mcodec == NULL) {
         /* The manifest's own codec (level 3: a manifest is small and mostly hex) and buffer. */
         if (ingest_codec_create(a->ctx, 3, &a->mcodec) < 0 ||
-            (a->mbuf = malloc(ingest_codec_bound(INGEST_EDGE_MANIFEST_PART_MAX))) == NULL)
+            (a->mbuf = ingest__malloc(a->ctx, ingest_codec_bound(INGEST_EDGE_MANIFEST_PART_MAX))) == NULL)
             return ingest__fail(a->ctx, INGEST_ENOMEM, "out of memory for the manifest's compression");
     }
     /* no chunk is being encoded while attaching: batches restart on a new link */
@@ -340,26 +340,26 @@ static void *encoder_main(void *arg)
     return NULL;
 }
 
-static void encoder_free(encoder *e)
+static void encoder_free(ingest_ctx *ctx, encoder *e)
 {
     for (int i = 0; i < ENC_SLOTS; i++) {
-        free(e->slot[i].buf);
-        free(e->slot[i].idx);
+        ingest__free(ctx, e->slot[i].buf);
+        ingest__free(ctx, e->slot[i].idx);
     }
-    free(e);
+    ingest__free(ctx, e);
 }
 
 static int encoder_start(ingest_edge *a)
 {
     if (a->enc != NULL)
         return 0;
-    encoder *e = calloc(1, sizeof(*e));
+    encoder *e = ingest__calloc(a->ctx, 1, sizeof(*e));
     if (e == NULL)
         return INGEST_ENOMEM;
     for (int i = 0; i < ENC_SLOTS; i++)
-        if ((e->slot[i].buf = malloc(a->o.chunk_cap)) == NULL ||
-            (e->slot[i].idx = malloc(INGEST_SENDER_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL) {
-            encoder_free(e);
+        if ((e->slot[i].buf = ingest__malloc(a->ctx, a->o.chunk_cap)) == NULL ||
+            (e->slot[i].idx = ingest__malloc(a->ctx, INGEST_SENDER_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL) {
+            encoder_free(a->ctx, e);
             return INGEST_ENOMEM;
         }
     pthread_mutex_init(&e->mu, NULL);
@@ -369,7 +369,7 @@ static int encoder_start(ingest_edge *a)
         a->enc = NULL;
         pthread_cond_destroy(&e->cv);
         pthread_mutex_destroy(&e->mu);
-        encoder_free(e);
+        encoder_free(a->ctx, e);
         return INGEST_ENOMEM;
     }
     e->started = 1;
@@ -388,7 +388,7 @@ static void encoder_stop(ingest_edge *a)
     pthread_join(e->thread, NULL);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
-    encoder_free(e);
+    encoder_free(a->ctx, e);
     a->enc = NULL;
 }
 
