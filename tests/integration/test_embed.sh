@@ -11,10 +11,8 @@ write_receiver_config 'layout: "{device}/{path}"'
 start_receiver
 "$CTL" bench gen --size 3MiB --seed 7 "$T/src" > /dev/null
 addr=$(cat "$T/receiver.addr")
-host=${addr%:*}
-port=${addr##*:}
 run() {
-    (cd "$T" && "$EMBED" dev1 keys/dev1.key keys/receiver.pub keys/fleet.dedup "$host" "$port" "$T/src") \
+    (cd "$T" && "$EMBED" dev1 keys/dev1.key keys/receiver.pub keys/fleet.dedup "$addr" "$T/src") \
         > "$T/embed.out" 2> "$T/embed.err" || { cat "$T/embed.err"; tail -20 "$T/receiver.log"; fail "embed-ship failed"; }
     cat "$T/embed.out"
 }

@@ -5,16 +5,18 @@
  * link, and the edge side of the protocol.  tests/integration/test_embed.sh
  * runs it against the real receiver; docs/architecture.md points here.
  *
- * usage: embed-ship DEVICE DEVICE.key RECEIVER.pub DEDUP.key HOST PORT DIR
+ * usage: embed-ship DEVICE DEVICE.key RECEIVER.pub DEDUP.key HOST:PORT DIR
+ * (the socket comes from the programs' own prog_connect: an embedder
+ * brings its own)
  * Prints "shipped: batches=N files=N chunks_sent=N" and exits 0 when every
  * batch was acknowledged.
  */
+#include "../../agent/common/prog.h"
+
 #include <ingest.h>
 
-#include <netdb.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 static void log_line(void *ud, int level, const char *msg)
@@ -23,29 +25,10 @@ static void log_line(void *ud, int level, const char *msg)
     fprintf(stderr, "embed-ship[%d]: %s\n", level, msg);
 }
 
-static int dial(const char *host, const char *port)
-{
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, port, &hints, &res) != 0)
-        return -1;
-    int fd = -1;
-    for (const struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(res);
-    return fd;
-}
-
 int main(int argc, char **argv)
 {
-    if (argc != 8) {
-        fprintf(stderr, "usage: embed-ship DEVICE DEVICE.key RECEIVER.pub DEDUP.key HOST PORT DIR\n");
+    if (argc != 7) {
+        fprintf(stderr, "usage: embed-ship DEVICE DEVICE.key RECEIVER.pub DEDUP.key HOST:PORT DIR\n");
         return 2;
     }
     const char *device = argv[1];
@@ -64,12 +47,13 @@ int main(int argc, char **argv)
     if (ingest_secret_key_load(ctx, argv[2], &key) < 0 || ingest_public_key_load(ctx, argv[3], receiver_pub) < 0 ||
         ingest_dedup_key_load(ctx, argv[4], dedup) < 0)
         goto out;
-    const ingest_sender_source src = { "data", argv[7] };
+    const ingest_sender_source src = { "data", argv[6] };
     const ingest_sender_opts so = { .device = device, .dedup_key = dedup, .sources = &src, .nsources = 1 };
     if (ingest_sender_create(ctx, &so, &snd) < 0 || ingest_sender_scan(snd) < 0 || ingest_codec_create(ctx, 1, &codec) < 0)
         goto out;
-    if ((fd = dial(argv[5], argv[6])) < 0) {
-        fprintf(stderr, "embed-ship: cannot connect to %s:%s\n", argv[5], argv[6]);
+    char err[512];
+    if ((fd = prog_connect(argv[5], 10000, err, sizeof(err))) < 0) {
+        fprintf(stderr, "embed-ship: %s\n", err);
         goto out;
     }
     if (ingest_session_client_create(ctx, device, &key, receiver_pub, &ss) < 0 ||

@@ -3,67 +3,48 @@
  * receiver from one process, to measure what an idle session costs the
  * core (a fleet's gateways are connected far more than they ship).
  *
- * usage: idle-sessions HOST PORT RECEIVER.pub KEYDIR N
+ * usage: idle-sessions HOST:PORT RECEIVER.pub KEYDIR N
  * Device i (1..N) is "d{i}" with its key in KEYDIR/d{i}.key.  Prints
  * "connected=N" once every handshake succeeded (or "failed at d{i}: why"
  * and exits 1), then holds the sessions, answering nothing, until stdin
  * closes; then closes them and exits 0.
  */
+#include "../../agent/common/prog.h"
+
 #include <ingest.h>
 
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
-
-static int dial(const char *host, const char *port)
-{
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, port, &hints, &res) != 0)
-        return -1;
-    int fd = -1;
-    for (const struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(res);
-    return fd;
-}
 
 int main(int argc, char **argv)
 {
-    if (argc != 6 || atoi(argv[5]) < 1) {
-        fprintf(stderr, "usage: idle-sessions HOST PORT RECEIVER.pub KEYDIR N\n");
+    if (argc != 5 || atoi(argv[4]) < 1) {
+        fprintf(stderr, "usage: idle-sessions HOST:PORT RECEIVER.pub KEYDIR N\n");
         return 2;
     }
-    const int n = atoi(argv[5]);
+    const int n = atoi(argv[4]);
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     uint8_t pub[INGEST_PUBKEY_BYTES];
     int *fds = calloc((size_t)n, sizeof(*fds));
     ingest_session **ss = calloc((size_t)n, sizeof(*ss));
-    if (ctx == NULL || fds == NULL || ss == NULL || ingest_public_key_load(ctx, argv[3], pub) < 0) {
+    if (ctx == NULL || fds == NULL || ss == NULL || ingest_public_key_load(ctx, argv[2], pub) < 0) {
         fprintf(stderr, "idle-sessions: %s\n", ctx ? ingest_ctx_errmsg(ctx) : "out of memory");
         return 1;
     }
     int status = 0, i;
     for (i = 0; i < n; i++) {
-        char id[32], path[4200];
+        char id[32], path[4200], err[512] = "";
         snprintf(id, sizeof(id), "d%d", i + 1);
-        snprintf(path, sizeof(path), "%s/%s.key", argv[4], id);
+        snprintf(path, sizeof(path), "%s/%s.key", argv[3], id);
         ingest_secret_key k;
         fds[i] = -1;
-        if (ingest_secret_key_load(ctx, path, &k) < 0 || (fds[i] = dial(argv[1], argv[2])) < 0 ||
+        if (ingest_secret_key_load(ctx, path, &k) < 0 || (fds[i] = prog_connect(argv[1], 10000, err, sizeof(err))) < 0 ||
             ingest_session_client_create(ctx, id, &k, pub, &ss[i]) < 0 ||
             ingest_session_set_features(ss[i], INGEST_SESSION_FEATURES_ALL & ~INGEST_SESSION_FEATURE_DICT) < 0 ||
             ingest_session_handshake_fd(ss[i], fds[i], 15000) < 0) {
-            printf("failed at %s: %s\n", id, fds[i] < 0 ? "cannot connect" : ingest_ctx_errmsg(ctx));
+            printf("failed at %s: %s\n", id, fds[i] < 0 ? err : ingest_ctx_errmsg(ctx));
             ingest_secret_key_wipe(&k);
             status = 1;
             i++;

@@ -38,28 +38,6 @@ typedef struct env {
     size_t chunkcap;
 } env;
 
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void write_file(const char *dir, const char *name, size_t n, uint64_t seed)
-{
-    char p[512];
-    snprintf(p, sizeof(p), "%s/%s", dir, name);
-    uint8_t *buf = malloc(n ? n : 1);
-    assert_non_null(buf);
-    gen_random(buf, n, seed);
-    FILE *f = fopen(p, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(buf, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-    free(buf);
-}
-
 static void *serve_main(void *arg)
 {
     env *e = arg;
@@ -81,9 +59,9 @@ static env *env_new(unsigned features, int idle_ms)
     snprintf(e->state, sizeof(e->state), "%s/state", e->dir);
     assert_int_equal(mkdir(e->src, 0755), 0);
     assert_int_equal(mkdir(e->bronze, 0755), 0);
-    write_file(e->src, "big.bin", 300 * 1024, 1);
-    write_file(e->src, "small.bin", 5000, 2);
-    write_file(e->src, "tiny.bin", 10, 3);
+    write_random_file(e->src, "big.bin", 300 * 1024, 1);
+    write_random_file(e->src, "small.bin", 5000, 2);
+    write_random_file(e->src, "tiny.bin", 10, 3);
     assert_non_null(e->ctx = ingest_ctx_create(NULL));
     assert_non_null(e->sctx = ingest_ctx_create(NULL));
     const ingest_store_opts so = { .map_size = 1ull << 28 };
@@ -136,7 +114,7 @@ static void env_free(env *e)
     ingest_ctx_destroy(e->sctx);
     ingest_ctx_destroy(e->ctx);
     free(e->chunk);
-    nftw(e->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    remove_tree(e->dir);
     free(e);
 }
 

@@ -41,28 +41,6 @@ typedef struct env {
     uint64_t acked_files;
 } env;
 
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void write_file(const char *dir, const char *name, size_t n, uint64_t seed)
-{
-    char p[512];
-    snprintf(p, sizeof(p), "%s/%s", dir, name);
-    uint8_t *buf = malloc(n ? n : 1);
-    assert_non_null(buf);
-    gen_random(buf, n, seed);
-    FILE *f = fopen(p, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(buf, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-    free(buf);
-}
-
 static void *serve_main(void *arg)
 {
     env *e = arg;
@@ -96,12 +74,12 @@ static env *env_new(unsigned features, int with_core, unsigned nsmall, int reply
     snprintf(e->state, sizeof(e->state), "%s/state", e->dir);
     assert_int_equal(mkdir(e->src, 0755), 0);
     assert_int_equal(mkdir(e->bronze, 0755), 0);
-    write_file(e->src, "big.bin", 700 * 1024, 11);
-    write_file(e->src, "small.bin", 5000, 12);
+    write_random_file(e->src, "big.bin", 700 * 1024, 11);
+    write_random_file(e->src, "small.bin", 5000, 12);
     for (unsigned i = 0; i < nsmall; i++) {
         char name[32];
         snprintf(name, sizeof(name), "s%03u.json", i);
-        write_file(e->src, name, 700, 100 + i);
+        write_random_file(e->src, name, 700, 100 + i);
     }
     assert_non_null(e->ctx = ingest_ctx_create(NULL));
     assert_non_null(e->ectx = ingest_ctx_create(NULL));
@@ -158,7 +136,7 @@ static void env_free(env *e)
     ingest_store_close(e->st);
     ingest_ctx_destroy(e->ectx);
     ingest_ctx_destroy(e->ctx);
-    nftw(e->dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    remove_tree(e->dir);
     free(e);
 }
 
@@ -267,7 +245,7 @@ static void test_changed_file_abandons_the_batch(void **state)
     (void)state;
     env *e = env_new(0, 1, 0, 0);
     ingest_sender_batch *b = next_batch(e);
-    write_file(e->src, "big.bin", 700 * 1024, 99); /* changed after it was chunked: its chunks are stale */
+    write_random_file(e->src, "big.bin", 700 * 1024, 99); /* changed after it was chunked: its chunks are stale */
     assert_int_equal(ship(e, b), 1);
     ingest_edge_stats st;
     ingest_edge_stats_get(e->edge, &st);

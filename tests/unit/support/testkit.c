@@ -8,6 +8,11 @@
 
 #include "testkit.h"
 
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
 static void *fa_alloc(void *opaque, size_t size)
 {
     struct failing *f = opaque;
@@ -47,4 +52,31 @@ void gen_random(uint8_t *p, size_t n, uint64_t seed)
     uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
     for (size_t i = 0; i < n; i++)
         p[i] = (uint8_t)(rng_next(&s) >> 24);
+}
+
+void write_random_file(const char *dir, const char *name, size_t n, uint64_t seed)
+{
+    char p[4200];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    uint8_t *buf = malloc(n ? n : 1);
+    assert_non_null(buf);
+    gen_random(buf, n, seed);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+    free(buf);
+}
+
+static int remove_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+void remove_tree(const char *dir)
+{
+    nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -21,4 +21,9 @@ ingest_ctx *make_ctx(struct failing *f);
 uint64_t rng_next(uint64_t *s);
 void gen_random(uint8_t *p, size_t n, uint64_t seed);
 
+/* dir/name holding n pseudo-random bytes of seed (asserts it was written). */
+void write_random_file(const char *dir, const char *name, size_t n, uint64_t seed);
+/* Remove dir and everything under it (symbolic links not followed). */
+void remove_tree(const char *dir);
+
 #endif
