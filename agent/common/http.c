@@ -19,7 +19,6 @@
 struct metrics_http {
     prog_server *srv;
     ingest_metrics *m;
-    char *body;
 };
 
 static void answer(void *ud, int c)
@@ -48,7 +47,11 @@ static void answer(void *ud, int c)
         prog_write_all(c, nf, sizeof(nf) - 1);
         return;
     }
-    const size_t blen = ingest_metrics_render(h->m, h->body, BODY_MAX);
+    /* clients are answered concurrently (prog_server): a body each */
+    char *body = malloc(BODY_MAX);
+    if (body == NULL)
+        return;
+    const size_t blen = ingest_metrics_render(h->m, body, BODY_MAX);
     const size_t n = blen < BODY_MAX ? blen : BODY_MAX - 1;
     char head[256];
     const int hl = snprintf(head, sizeof(head),
@@ -56,22 +59,21 @@ static void answer(void *ud, int c)
                             "Connection: close\r\n\r\n",
                             n);
     prog_write_all(c, head, (size_t)hl);
-    prog_write_all(c, h->body, n);
+    prog_write_all(c, body, n);
+    free(body);
 }
 
 metrics_http *metrics_http_start(const char *address, ingest_metrics *m, char *bound, size_t bound_cap, char *err,
                                  size_t errcap)
 {
     metrics_http *h = calloc(1, sizeof(*h));
-    if (h == NULL || (h->body = malloc(BODY_MAX)) == NULL) {
-        free(h);
+    if (h == NULL) {
         snprintf(err, errcap, "out of memory");
         return NULL;
     }
     h->m = m;
     const int fd = prog_listen(address, bound, bound_cap, err, errcap);
     if (fd < 0 || (h->srv = prog_server_start(fd, answer, h, err, errcap)) == NULL) {
-        free(h->body);
         free(h);
         return NULL;
     }
@@ -83,6 +85,5 @@ void metrics_http_stop(metrics_http *h)
     if (h == NULL)
         return;
     prog_server_stop(h->srv);
-    free(h->body);
     free(h);
 }

@@ -355,13 +355,73 @@ void prog_print_config_keys(int program, const char *title)
     ingest_config_keys(program, print_key, NULL);
 }
 
+/* Clients answered at once; one more is closed at once (a scraper retries). */
+#define SERVER_CLIENTS_MAX 8
+/* A client that does not take its answer is given up after this. */
+#define SERVER_SEND_TIMEOUT_S 2
+
 struct prog_server {
     int fd;
     int stop_pipe[2];
     pthread_t thread;
     void (*answer)(void *, int);
     void *ud;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    unsigned active; /* client threads running, under mu */
 };
+
+typedef struct server_client {
+    prog_server *s;
+    int fd;
+} server_client;
+
+static void *client_main(void *arg)
+{
+    server_client *c = arg;
+    prog_server *s = c->s;
+    s->answer(s->ud, c->fd);
+    close(c->fd);
+    free(c);
+    pthread_mutex_lock(&s->mu);
+    s->active--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Each client in a thread of its own, so one slow client never holds up the others. */
+static void serve_client(prog_server *s, int fd)
+{
+    const struct timeval tv = { SERVER_SEND_TIMEOUT_S, 0 };
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    pthread_mutex_lock(&s->mu);
+    const int room = s->active < SERVER_CLIENTS_MAX;
+    if (room)
+        s->active++;
+    pthread_mutex_unlock(&s->mu);
+    server_client *c = room ? malloc(sizeof(*c)) : NULL;
+    pthread_attr_t attr;
+    pthread_t t;
+    int started = 0;
+    if (c != NULL) {
+        c->s = s;
+        c->fd = fd;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        started = pthread_create(&t, &attr, client_main, c) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (started)
+        return;
+    free(c);
+    close(fd);
+    if (room) {
+        pthread_mutex_lock(&s->mu);
+        s->active--;
+        pthread_mutex_unlock(&s->mu);
+    }
+}
 
 static void *server_main(void *arg)
 {
@@ -378,8 +438,7 @@ static void *server_main(void *arg)
         const int c = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC);
         if (c < 0)
             continue;
-        s->answer(s->ud, c);
-        close(c);
+        serve_client(s, c);
     }
     return NULL;
 }
@@ -396,6 +455,8 @@ prog_server *prog_server_start(int listen_fd, void (*answer)(void *userdata, int
     s->fd = listen_fd;
     s->answer = answer;
     s->ud = userdata;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
     if (pipe2(s->stop_pipe, O_CLOEXEC) != 0) {
         snprintf(err, errcap, "pipe: %s", strerror(errno));
         close(listen_fd);
@@ -422,6 +483,13 @@ void prog_server_stop(prog_server *s)
         /* closing the pipe below ends the thread too */
     }
     pthread_join(s->thread, NULL);
+    /* Clients still being answered end by their deadlines: wait for them. */
+    pthread_mutex_lock(&s->mu);
+    while (s->active > 0)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
     close(s->fd);
     close(s->stop_pipe[0]);
     close(s->stop_pipe[1]);

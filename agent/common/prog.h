@@ -79,9 +79,11 @@ int prog_listen(const char *address, char *bound, size_t bound_cap, char *errmsg
 void prog_print_config_keys(int program, const char *title);
 
 /*
- * A listening socket served by a thread of its own, one connection at a
- * time: answer(userdata, fd) handles each accepted connection, which is
- * closed after it.  prog_server_start takes over listen_fd (closed on
+ * A listening socket served by a thread of its own: answer(userdata, fd)
+ * handles each accepted connection in a thread of its own (at most 8 at
+ * once; more are closed at once; a client that does not take its answer
+ * is given up after 2 s), and the connection is closed after it.  answer
+ * may run concurrently with itself.  prog_server_start takes over listen_fd (closed on
  * failure too); prog_server_stop ends the thread and closes it.
  */
 typedef struct prog_server prog_server;

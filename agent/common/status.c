@@ -21,7 +21,6 @@ struct status_server {
     status_render_fn fn;
     void *ud;
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    char *buf;
 };
 
 static void answer(void *ud, int c)
@@ -35,9 +34,13 @@ static void answer(void *ud, int c)
         req[n > 0 ? n : 0] = '\0';
     }
     const int json = strncmp(req, "json", 4) == 0;
-    s->buf[0] = '\0';
-    s->fn(s->ud, json, s->buf, STATUS_MAX);
-    prog_write_all(c, s->buf, strlen(s->buf));
+    char *buf = malloc(STATUS_MAX); /* clients are answered concurrently (prog_server): a buffer each */
+    if (buf == NULL)
+        return;
+    buf[0] = '\0';
+    s->fn(s->ud, json, buf, STATUS_MAX);
+    prog_write_all(c, buf, strlen(buf));
+    free(buf);
 }
 
 status_server *status_server_start(const char *path, status_render_fn fn, void *userdata, char *err, size_t errcap)
@@ -50,8 +53,7 @@ status_server *status_server_start(const char *path, status_render_fn fn, void *
         return NULL;
     }
     status_server *s = calloc(1, sizeof(*s));
-    if (s == NULL || (s->buf = malloc(STATUS_MAX)) == NULL) {
-        free(s);
+    if (s == NULL) {
         snprintf(err, errcap, "out of memory");
         return NULL;
     }
@@ -72,13 +74,11 @@ status_server *status_server_start(const char *path, status_render_fn fn, void *
         snprintf(err, errcap, "status socket %s: %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
-        free(s->buf);
         free(s);
         return NULL;
     }
     if ((s->srv = prog_server_start(fd, answer, s, err, errcap)) == NULL) {
         unlink(path);
-        free(s->buf);
         free(s);
         return NULL;
     }
@@ -91,7 +91,6 @@ void status_server_stop(status_server *s)
         return;
     prog_server_stop(s->srv);
     unlink(s->path);
-    free(s->buf);
     free(s);
 }
 

@@ -22,6 +22,23 @@ ship dev1
 scrape /metrics > "$T/m1.txt"
 head -1 "$T/m1.txt" | grep -q '^HTTP/1.0 200' || { head -5 "$T/m1.txt"; fail "GET /metrics did not answer 200"; }
 sed '1,/^\r*$/d' "$T/m1.txt" | tr -d '\r' > "$T/m1"
+
+# Clients are answered concurrently: with 4 connections open that send
+# nothing (each held by the responder up to its 2 s request deadline), a
+# scrape is still answered at once, not after them (hardening finding 7).
+FLOOD="$BUILD/tools/conn-flood"
+"$FLOOD" --address "$maddr" --idle 4 --rate 0 --seconds 6 --status "$T/mflood.status" > "$T/mflood.out" 2>&1 &
+MFLOOD=$!
+i=0
+until [ -s "$T/mflood.status" ] && [ "$(sed -n 's/.*opened=\([0-9]*\).*/\1/p' "$T/mflood.status")" -ge 4 ] 2>/dev/null; do
+    i=$((i + 1)); [ $i -gt 100 ] && { cat "$T/mflood.out"; fail "the silent clients did not connect"; }
+    sleep 0.05
+done
+timeout 1.5 bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\n\r\n" >&3; cat <&3' "$maddr" \
+    > "$T/m-busy.txt" || fail "a scrape waited behind 4 silent clients"
+head -1 "$T/m-busy.txt" | grep -q '^HTTP/1.0 200' || fail "a scrape beside 4 silent clients did not answer 200"
+wait "$MFLOOD"
+pass "a scrape is answered at once beside 4 silent clients"
 val() { awk -v k="$1" '$1 == k { print $2 }' "$T/m1"; }
 [ "$(val 'ingest_receiver_files_landed_total{device="dev1"}')" = "$(field dev1 files)" ] || fail "files_landed_total differs from what was shipped"
 [ "$(val 'ingest_receiver_bytes_landed_total{device="dev1"}')" = "$(field dev1 bytes)" ] || fail "bytes_landed_total differs"
