@@ -1,6 +1,7 @@
 /* The configuration's schema: value validators and the two programs' key tables (config_int.h). */
 #include "config_int.h"
 #include "ingest/sender.h"
+#include "ingest/wire.h"
 
 /* ---- validators ---------------------------------------------------------- */
 
@@ -33,6 +34,17 @@ bool cfg__valid_name(const char *s)
         if (!is_name_char(s[i]))
             return false;
     return true;
+}
+
+/* device.id: a name that is also a wire id (ingest_wire_id_valid), so what the config takes travels. */
+static int check_device_id(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
+{
+    if (!cfg__valid_name(value) || !ingest_wire_id_valid(value, strlen(value)))
+        return cfg__perr(p, at,
+                         "key '%s': '%s' is not a valid device id (1 to 64 of A-Z a-z 0-9 . _ -, starting with a "
+                         "letter or digit)",
+                         shown, value);
+    return INGEST_OK;
 }
 
 static int check_name(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
@@ -273,7 +285,8 @@ _Static_assert(INGEST_CONFIG_MAX_SOURCES == INGEST_SENDER_MAX_SOURCES,
 #define S ingest_source_config
 static const cfg_row agent_rows[] = {
     { .name = "device.id", .type = T_STRING, .flags = F_REQUIRED, FIELD(A, device_id),
-      .check = check_name, .desc = "Identity of this device: 1 to 64 of A-Z a-z 0-9 . _ -" },
+      .check = check_device_id,
+      .desc = "Identity of this device: 1 to 64 of A-Z a-z 0-9 . _ -, starting with a letter or digit" },
     { .name = "device.key", .type = T_PATH, .flags = F_REQUIRED, FIELD(A, device_key),
       .desc = "File holding this device's secret key (ingestctl keygen)" },
     { .name = "core.address", .type = T_STRING, .flags = F_REQUIRED, FIELD(A, core_address),

@@ -4,6 +4,7 @@
  * docs/manifest.md.
  */
 #include "ingest/manifest.h"
+#include "ingest/wire.h"
 
 #include "internal.h"
 #include "json.h"
@@ -57,14 +58,9 @@ static const char *check_name(const char *s, size_t len)
         return "empty name";
     if (len > INGEST_MANIFEST_NAME_MAX)
         return "name longer than INGEST_MANIFEST_NAME_MAX (128) bytes";
-    if (s[0] == '.')
-        return "name starts with '.'";
-    for (size_t i = 0; i < len; i++) {
-        const char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-              c == '-' || c == '.'))
-            return "name has a character outside [A-Za-z0-9._-]";
-    }
+    /* the device and batch id rule of the wire (ingest_wire_id_valid): one rule everywhere */
+    if (!ingest_wire_id_valid(s, len))
+        return "name is not [A-Za-z0-9._-] starting with a letter or digit";
     return NULL;
 }
 

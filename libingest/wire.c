@@ -66,8 +66,9 @@ int ingest_wire_id_valid(const char *s, size_t len)
     for (size_t i = 0; i < len; i++) {
         const unsigned char c = (unsigned char)s[i];
         const int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-        /* The first byte is alphanumeric so "." and ".." can never be ids. */
-        if (!alnum && (i == 0 || (c != '.' && c != '_' && c != ':' && c != '-')))
+        /* The first byte is alphanumeric so "." and ".." can never be ids.  One rule for
+         * device and batch ids everywhere: the wire, authorized_devices, manifests, landing. */
+        if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '-')))
             return 0;
     }
     return 1;
@@ -135,7 +136,7 @@ static int check_id(ingest_ctx *ctx, const char *what, const char *id, size_t *n
 {
     *n = strnlen(id, INGEST_WIRE_BATCH_ID_MAX + 1);
     if (!ingest_wire_id_valid(id, *n))
-        return ingest__fail(ctx, INGEST_EINVAL, "wire: %s: invalid batch id (1..%d bytes of [A-Za-z0-9._:-])",
+        return ingest__fail(ctx, INGEST_EINVAL, "wire: %s: invalid batch id (1..%d bytes of [A-Za-z0-9._-])",
                             what, INGEST_WIRE_BATCH_ID_MAX);
     return 0;
 }
@@ -392,7 +393,7 @@ static int r_str(rd *r, const char *field, char *out, size_t max, int is_id)
     const char *s = (const char *)r->p + r->pos;
     if (is_id && !ingest_wire_id_valid(s, n))
         return ingest__fail(r->ctx, INGEST_ECORRUPT,
-                            "wire: %s: %s at offset %zu is not 1..%d bytes of [A-Za-z0-9._:-]", r->what, field,
+                            "wire: %s: %s at offset %zu is not 1..%d bytes of [A-Za-z0-9._-]", r->what, field,
                             at, INGEST_WIRE_BATCH_ID_MAX);
     if (!is_id && memchr(s, 0, n) != NULL)
         return ingest__fail(r->ctx, INGEST_ECORRUPT, "wire: %s: %s at offset %zu contains a NUL byte", r->what,

@@ -16,7 +16,7 @@
  *   4       1     type (INGEST_KREC_*)
  *   5       1     flags (0)
  *   6       1     d = length of the device id (1..INGEST_DEVICE_ID_MAX)
- *   7       d     device id ([A-Za-z0-9._:-], ingest_wire_id_valid)
+ *   7       d     device id ([A-Za-z0-9._-], ingest_wire_id_valid)
  *   7+d     1     b = length of the batch id (1..INGEST_WIRE_BATCH_ID_MAX)
  *   8+d     b     batch id
  *   8+d+b   4     record number, little-endian (per batch and direction)

@@ -39,7 +39,7 @@ extern "C" {
 
 #define INGEST_PUBKEY_BYTES 32
 #define INGEST_SECKEY_BYTES 32
-/* Device ids follow the batch id rule: 1..128 bytes of [A-Za-z0-9._:-],
+/* Device ids follow the batch id rule: 1..128 bytes of [A-Za-z0-9._-],
  * starting with a letter or digit (ingest_wire_id_valid). */
 #define INGEST_DEVICE_ID_MAX 128
 /* Bounds of an authorized-devices file. */

@@ -38,7 +38,7 @@ extern "C" {
 #define INGEST_WIRE_MAX_PAYLOAD (4u * 1024u * 1024u)
 /* Highest bound a session may be configured with (a 64 MiB chunk, encoded). */
 #define INGEST_WIRE_MAX_PAYLOAD_HIGHEST (80u * 1024u * 1024u)
-#define INGEST_WIRE_BATCH_ID_MAX 128  /* bytes; [A-Za-z0-9._:-] */
+#define INGEST_WIRE_BATCH_ID_MAX 128  /* bytes; [A-Za-z0-9._-] */
 #define INGEST_WIRE_MESSAGE_MAX 1024  /* bytes of an ACK/ERROR message */
 
 /* Message types.  0 is never valid. */
@@ -264,7 +264,7 @@ INGEST_API int ingest_wire_encode_head(ingest_ctx *ctx, const ingest_wire_msg *m
 INGEST_API int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, size_t len,
                                   ingest_wire_msg *m);
 
-/* A batch or device id is 1..128 bytes of [A-Za-z0-9._:-]: 1 if valid. */
+/* A batch or device id is 1..128 bytes of [A-Za-z0-9._-]: 1 if valid. */
 INGEST_API int ingest_wire_id_valid(const char *s, size_t len);
 
 #ifdef __cplusplus

@@ -66,16 +66,11 @@ int lander__check_name(ingest_ctx *ctx, const char *what, const char *s)
     if (n == 0 || n > INGEST_MANIFEST_NAME_MAX)
         return ingest__fail(ctx, INGEST_EINVAL, "lander: %s name has %zu bytes (1..%u)", what, n,
                             INGEST_MANIFEST_NAME_MAX);
-    if (s[0] == '.')
-        return ingest__fail(ctx, INGEST_EINVAL, "lander: %s name \"%s\" starts with '.'", what, s);
-    for (size_t i = 0; i < n; i++) {
-        const unsigned char c = (unsigned char)s[i];
-        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                        c == '.' || c == '_' || c == '-' || c == ':' || c == '@' || c == '+' || c == '=';
-        if (!ok)
+    /* the device and batch id rule of the wire (ingest_wire_id_valid): one rule everywhere */
+    for (size_t i = 0; i < n; i++)
+        if (!ingest_wire_id_valid(s, i + 1))
             return ingest__fail(ctx, INGEST_EINVAL, "lander: %s name \"%.*s\": byte 0x%02x at %zu not allowed",
-                                what, (int)n, s, c, i);
-    }
+                                what, (int)n, s, (unsigned char)s[i], i);
     return 0;
 }
 

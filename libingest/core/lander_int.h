@@ -25,6 +25,7 @@
  */
 #include "ingest/catalog.h"
 #include "ingest/lander.h"
+#include "ingest/wire.h"
 #include "ingest/manifest.h"
 #include "../internal.h"
 #include "../store.h"

@@ -412,7 +412,7 @@ int ingest_authset_add(ingest_authset *set, const char *device_id, const uint8_t
     const size_t len = strnlen(device_id, INGEST_DEVICE_ID_MAX + 1);
     int found;
     if (!ingest_wire_id_valid(device_id, len))
-        return ingest__fail(set->ctx, INGEST_EINVAL, "authset: invalid device id (1..%d bytes of [A-Za-z0-9._:-])",
+        return ingest__fail(set->ctx, INGEST_EINVAL, "authset: invalid device id (1..%d bytes of [A-Za-z0-9._-])",
                             INGEST_DEVICE_ID_MAX);
     const size_t at = find(set, device_id, len, &found);
     if (found)
@@ -474,7 +474,7 @@ static int parse_auth_line(ingest_authset *set, const char *path, uint32_t linen
                             (unsigned)lineno);
     if (!ingest_wire_id_valid(id, id_len))
         return ingest__fail(ctx, INGEST_ECORRUPT,
-                            "%s:%u: invalid device id (1..%d bytes of [A-Za-z0-9._:-], starting alphanumeric)",
+                            "%s:%u: invalid device id (1..%d bytes of [A-Za-z0-9._-], starting alphanumeric)",
                             path, (unsigned)lineno, INGEST_DEVICE_ID_MAX);
     INGEST__FORWARD(grow(set));
     auth_entry *e = &set->v[set->n];

@@ -231,7 +231,7 @@ int ingest_session_client_create(ingest_ctx *ctx, const char *device_id, const i
     const size_t n = device_id ? strnlen(device_id, INGEST_DEVICE_ID_MAX + 1) : 0;
     if (!ingest_wire_id_valid(device_id ? device_id : "", n))
         return ingest__fail(ctx, INGEST_EINVAL,
-                            "session: invalid device id (1..%d bytes of [A-Za-z0-9._:-], starting alphanumeric)",
+                            "session: invalid device id (1..%d bytes of [A-Za-z0-9._-], starting alphanumeric)",
                             INGEST_DEVICE_ID_MAX);
     ingest_session *s;
     INGEST__FORWARD(session_new(ctx, device_key, 0, &s));

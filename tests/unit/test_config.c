@@ -595,7 +595,7 @@ static void test_errors_agent(void **state)
     agent_err("just text\n", "agent.yaml:1:1: the top level must be a mapping of keys");
     agent_err("log: {level: info}\n---\nb: 2\n", "agent.yaml:2:1: only one YAML document is allowed");
     agent_err("device: {id: \"a\\0b\"}\n", "agent.yaml:1:14: key 'device.id': value contains a NUL byte");
-    agent_err("device: {id: \"\\xff\"}\n", "agent.yaml:1:14: key 'device.id': '\xc3\xbf' is not a valid name");
+    agent_err("device: {id: \"\\xff\"}\n", "agent.yaml:1:14: key 'device.id': '\xc3\xbf' is not a valid device id");
     agent_err("log: \xff\xfe\n", "agent.yaml:1:6: malformed YAML");
     {
         char deep[512] = "x: ";
@@ -626,9 +626,12 @@ static void test_errors_required_and_sources(void **state)
     agent_err("device: {id: gw, key: k}\ncore: {address: 'h:1', receiver_key: r}\ndedup_key: d\n",
               "agent.yaml:1:1: missing required key 'sources'");
     agent_err("device:\n  id:\n", "agent.yaml:2:6: key 'device.id' needs a value");
-    agent_err("device: {id: 'bad id!'}\n", "agent.yaml:1:14: key 'device.id': 'bad id!' is not a valid name");
-    agent_err("device: {id: '..'}\n", "key 'device.id': '..' is not a valid name");
-    agent_err("device: {id: ''}\n", "key 'device.id': '' is not a valid name");
+    agent_err("device: {id: 'bad id!'}\n", "agent.yaml:1:14: key 'device.id': 'bad id!' is not a valid device id");
+    agent_err("device: {id: '..'}\n", "key 'device.id': '..' is not a valid device id");
+    agent_err("device: {id: ''}\n", "key 'device.id': '' is not a valid device id");
+    /* one id rule everywhere: what the config takes, the wire and the manifests take */
+    agent_err("device: {id: '-gw'}\n", "key 'device.id': '-gw' is not a valid device id");
+    agent_err("device: {id: '_gw'}\n", "key 'device.id': '_gw' is not a valid device id");
     agent_err("core: {address: 'host'}\n", "agent.yaml:1:17: key 'core.address': bad address 'host': expected host:port");
     agent_err("core: {address: 'host:0'}\n", "key 'core.address': bad address 'host:0': the port must be a number from 1 to 65535");
     agent_err("core: {address: 'host:65536'}\n", "the port must be a number from 1 to 65535");

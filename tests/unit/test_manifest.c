@@ -448,10 +448,10 @@ static const bad_case bad_cases[] = {
       INGEST_ECORRUPT, 2, "\"landed\": absolute path" },
     { "bad device name", "{\"type\":\"batch\",\"format\":2,\"device\":\"a/b\",\"batch\":\"b\",\"files\":0,"
                          "\"bytes\":0,\"created_ns\":0}\n",
-      INGEST_ECORRUPT, 1, "\"device\": name has a character" },
+      INGEST_ECORRUPT, 1, "\"device\": name is not [A-Za-z0-9._-]" },
     { "dot batch name", "{\"type\":\"batch\",\"format\":2,\"device\":\"a\",\"batch\":\"..\",\"files\":0,"
                         "\"bytes\":0,\"created_ns\":0}\n",
-      INGEST_ECORRUPT, 1, "\"batch\": name starts with '.'" },
+      INGEST_ECORRUPT, 1, "\"batch\": name is not [A-Za-z0-9._-] starting with a letter or digit" },
     { "format 1", "{\"type\":\"batch\",\"format\":1,\"device\":\"a\",\"batch\":\"b\",\"files\":0,"
                   "\"bytes\":0,\"created_ns\":0}\n",
       INGEST_EVERSION, 1, "unsupported manifest format" },

@@ -1350,14 +1350,14 @@ static void test_authset_file(void **state)
              "\n"
              "pump-7 %s\n"
              "   \t\n"
-             "  gw.north:1\t%s   # trailing comment\r\n",
+             "  gw.north_1\t%s   # trailing comment\r\n",
              ka, kb);
     write_text(p, text);
     assert_int_equal(ingest_authset_load(ctx, p, &set), 0);
     assert_int_equal(ingest_authset_count(set), 2);
     assert_int_equal(ingest_authset_lookup(set, "pump-7", 6, pk), 0);
     assert_memory_equal(pk, a.pk, 32);
-    assert_int_equal(ingest_authset_lookup(set, "gw.north:1", 10, pk), 0);
+    assert_int_equal(ingest_authset_lookup(set, "gw.north_1", 10, pk), 0);
     assert_memory_equal(pk, b.pk, 32);
     assert_int_equal(ingest_authset_lookup(set, "pump-", 5, pk), INGEST_ENOTFOUND);
     assert_int_equal(ingest_authset_lookup(set, "pump-77", 7, pk), INGEST_ENOTFOUND);
@@ -1366,7 +1366,7 @@ static void test_authset_file(void **state)
     assert_int_equal(ingest_authset_add(set, "aaa", b.pk), 0);
     assert_int_equal(ingest_authset_lookup(set, "aaa", 3, NULL), 0);
     /* Entries in id order, for comparing two sets. */
-    static const char *const order[] = { "aaa", "gw.north:1", "pump-7" };
+    static const char *const order[] = { "aaa", "gw.north_1", "pump-7" };
     const char *id = NULL;
     for (size_t i = 0; i < 3; i++) {
         memset(pk, 0, sizeof(pk));
@@ -1388,6 +1388,7 @@ static void test_authset_file(void **state)
         { "\n\n.hidden %s\n", ":3: invalid device id" },
         { "pump-7 %s\n\npump-7 %s\n", ":3: device 'pump-7' already listed on line 1" },
         { "p/q %s\n", ":1: invalid device id" },
+        { "gw:1 %s\n", ":1: invalid device id" }, /* one id rule with manifests: no ':' */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         snprintf(text, sizeof(text), bad[i].fmt, ka, ka);

@@ -323,15 +323,15 @@ static void test_commit_ack_error_ping(void **state)
 
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_BATCH_COMMIT;
-    strcpy(m.u.commit.batch_id, "b:1");
+    strcpy(m.u.commit.batch_id, "b.1");
     m.u.commit.chunks_sent = 42;
     round_trip(&m, &r, buf, sizeof(buf));
-    assert_string_equal(r.u.commit.batch_id, "b:1");
+    assert_string_equal(r.u.commit.batch_id, "b.1");
     assert_int_equal(r.u.commit.chunks_sent, 42);
 
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_ACK;
-    strcpy(m.u.ack.batch_id, "b:1");
+    strcpy(m.u.ack.batch_id, "b.1");
     m.u.ack.status = INGEST_ENOSPC;
     strcpy(m.u.ack.message, "bronze: disk full (ünïcode ok)");
     round_trip(&m, &r, buf, sizeof(buf));
@@ -612,7 +612,9 @@ static void test_id_rule(void **state)
 {
     (void)state;
     assert_true(ingest_wire_id_valid("a", 1));
-    assert_true(ingest_wire_id_valid("Pump-7.north:2_x", 16));
+    assert_true(ingest_wire_id_valid("Pump-7.north_2-x", 16));
+    /* one rule with manifests and landing: no ':' (a device id becomes a path component) */
+    assert_false(ingest_wire_id_valid("Pump-7.north:2", 14));
     assert_false(ingest_wire_id_valid("", 0));
     assert_false(ingest_wire_id_valid(".", 1));
     assert_false(ingest_wire_id_valid("..", 2));
