@@ -290,14 +290,21 @@ static void core_send(env *e, const ingest_wire_msg *m)
     assert_int_equal(ingest_link_send(e->srv, m), 0);
 }
 
+/* The edge sends the next batch's manifest; the test, as the core, reads it: the batch, its id in id. */
+static ingest_sender_batch *manifest_out(env *e, char *id, size_t cap)
+{
+    ingest_sender_batch *b = next_batch(e);
+    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
+    core_take_manifest(e, id, cap);
+    return b;
+}
+
 static void test_want_past_the_batch(void **state)
 {
     (void)state;
     env *e = env_new(0, 0, 0, 2000);
-    ingest_sender_batch *b = next_batch(e);
-    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
     char id[INGEST_WIRE_BATCH_ID_MAX + 1];
-    core_take_manifest(e, id, sizeof(id));
+    ingest_sender_batch *b = manifest_out(e, id, sizeof(id));
     const uint32_t idx[2] = { 0, 1000000 };
     ingest_wire_msg m;
     memset(&m, 0, sizeof(m));
@@ -317,10 +324,8 @@ static void test_ack_for_another_batch(void **state)
 {
     (void)state;
     env *e = env_new(0, 0, 0, 2000);
-    ingest_sender_batch *b = next_batch(e);
-    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
     char id[INGEST_WIRE_BATCH_ID_MAX + 1];
-    core_take_manifest(e, id, sizeof(id));
+    ingest_sender_batch *b = manifest_out(e, id, sizeof(id));
     ingest_wire_msg m;
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_ACK;
@@ -336,10 +341,8 @@ static void test_received_without_pipelining(void **state)
 {
     (void)state;
     env *e = env_new(0, 0, 0, 2000);
-    ingest_sender_batch *b = next_batch(e);
-    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
     char id[INGEST_WIRE_BATCH_ID_MAX + 1];
-    core_take_manifest(e, id, sizeof(id));
+    ingest_sender_batch *b = manifest_out(e, id, sizeof(id));
     ingest_wire_msg m;
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_RECEIVED;
@@ -356,10 +359,8 @@ static void test_refused_and_error(void **state)
     (void)state;
     env *e = env_new(0, 0, 0, 2000);
     /* an ACK that refuses the batch: 2, counted, nothing recorded */
-    ingest_sender_batch *b = next_batch(e);
-    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
     char id[INGEST_WIRE_BATCH_ID_MAX + 1];
-    core_take_manifest(e, id, sizeof(id));
+    ingest_sender_batch *b = manifest_out(e, id, sizeof(id));
     ingest_wire_msg m;
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_ACK;
@@ -383,9 +384,7 @@ static void test_refused_and_error(void **state)
     assert_int_equal(ingest_edge_finish_batch(e->edge, b, 0), INGEST_EBUSY);
     ingest_sender_batch_destroy(b);
     /* garbage instead of a WANT: the decoder's error, named */
-    b = next_batch(e);
-    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
-    core_take_manifest(e, id, sizeof(id));
+    b = manifest_out(e, id, sizeof(id));
     static const uint8_t junk[] = { 9, 9 };
     assert_int_equal(ingest_link_mem_send_raw(e->srv, INGEST_MSG_WANT, junk, sizeof(junk)), 0);
     assert_int_equal(ingest_edge_finish_batch(e->edge, b, 0), INGEST_ECORRUPT);
