@@ -53,9 +53,9 @@ extern "C" {
 #define INGEST_KREC_PAYLOAD_MAX (INGEST_KREC_MAX - INGEST_KREC_OVERHEAD_MAX)
 
 enum {
-    INGEST_KREC_MANIFEST = 1, /* device -> core: a piece of the batch's manifest */
-    INGEST_KREC_CHUNK = 2,    /* device -> core: a piece of an encoded chunk */
-    INGEST_KREC_END = 3,      /* device -> core: the batch's records are all out */
+    INGEST_KREC_MANIFEST = 1, /* device -> core: the batch's begin, manifest parts and manifest end */
+    INGEST_KREC_CHUNK = 2,    /* device -> core: a chunk or a chunk group */
+    INGEST_KREC_END = 3,      /* device -> core: the batch's commit (or its abandonment) */
     INGEST_KREC_LANDED = 4,   /* core -> device: the batch is durable (or refused) */
     INGEST_KREC_NEEDED = 5,   /* core -> device: chunks still needed to land it */
     INGEST_KREC_TYPE_LAST = 5,
@@ -109,11 +109,14 @@ INGEST_API int ingest_krec_open(ingest_ctx *ctx, const uint8_t key[INGEST_KREC_K
 
 /*
  * Payloads, little-endian:
- *   MANIFEST  u32 part, u32 parts, u64 manifest bytes, the piece
- *   CHUNK     u32 chunk index, u32 offset, u32 encoded size, the piece
- *             (offset + piece <= encoded size <= INGEST_WIRE_MAX_PAYLOAD_HIGHEST)
- *   END       u32 manifest parts, u32 chunk records, u32 round (0, then one
- *             more per re-send of needed chunks)
+ *   MANIFEST, CHUNK, END   a piece of one protocol message (wire.h), as the
+ *             TCP transport would send it: u8 message type, 3 bytes 0,
+ *             u32 offset of the piece, u32 total bytes of the message's
+ *             payload, the piece (offset + piece <= total <=
+ *             INGEST_WIRE_MAX_PAYLOAD_HIGHEST; a piece is empty only when
+ *             the message is).  MANIFEST carries BATCH_BEGIN, MANIFEST_PART
+ *             and MANIFEST_END; CHUNK carries CHUNK and CHUNK_GROUP; END
+ *             carries BATCH_COMMIT, or ERROR when the device gave the batch up.
  *   LANDED    i32 status (INGEST_ACK_* or an INGEST_E* code), u16 n, message[n]
  *   NEEDED    u32 round, u32 n, u32 chunk index[n] (ascending, n >= 1)
  */
@@ -121,19 +124,11 @@ typedef struct ingest_krec_body {
     unsigned type;
     union {
         struct {
-            uint32_t part, parts;
-            uint64_t total;
+            unsigned wtype;         /* INGEST_MSG_* */
+            uint32_t offset, total; /* of the piece in the message's payload */
             const uint8_t *data;
             size_t len;
-        } manifest;
-        struct {
-            uint32_t index, offset, size;
-            const uint8_t *data;
-            size_t len;
-        } chunk;
-        struct {
-            uint32_t parts, chunks, round;
-        } end;
+        } msg; /* MANIFEST, CHUNK, END */
         struct {
             int32_t status;
             char message[INGEST_WIRE_MESSAGE_MAX + 1];
@@ -151,6 +146,9 @@ INGEST_API int ingest_krec_body_encode(ingest_ctx *ctx, const ingest_krec_body *
 /* Decode a payload of type (views point into it): 0, or INGEST_ECORRUPT naming the field and offset. */
 INGEST_API int ingest_krec_body_decode(ingest_ctx *ctx, unsigned type, const uint8_t *p, size_t len,
                                        ingest_krec_body *b);
+/* The device-to-core record type that carries protocol messages of type wtype (0: none does). */
+INGEST_API int ingest_krec_msg_type(unsigned wtype);
+
 /* The i-th index of a NEEDED body (i < count). */
 INGEST_API uint32_t ingest_krec_needed_index(const ingest_krec_body *b, uint32_t i);
 

@@ -600,13 +600,21 @@ int ingest_edge_finish_batch(ingest_edge *a, ingest_sender_batch *b, double t0)
 
 /*
  * Account for the ACK m of batch b (sent: chunks sent for it; t0: when its
- * building began): 0 landed (or landed before), 2 refused by the receiver.
+ * building began): 0 landed (or landed before), 1 to be shipped again
+ * (INGEST_ESTALE: the core lacks chunks it was thought to hold), 2 refused
+ * by the receiver.
  */
 static int batch_acked(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_msg *m, uint32_t sent, double t0)
 {
     const char *id = ingest_sender_batch_id(b);
     ingest_sender_batch_stats bs;
     ingest_sender_batch_stats_get(b, &bs);
+    if (m->u.ack.status == INGEST_ESTALE) {
+        /* the core lacks chunks it was thought to hold (Kafka's NEEDED, docs/kafka.md): ship it again */
+        edge_log(a, INGEST_LOG_WARN, "batch %s not landed: %s", id, edge_esc(m->u.ack.message));
+        a->st->batches_abandoned++;
+        return 1;
+    }
     if (m->u.ack.status < 0) {
         edge_log(a, INGEST_LOG_ERROR, "batch %s refused by the receiver: %s: %s", id, ingest_strerror(m->u.ack.status),
                  edge_esc(m->u.ack.message));

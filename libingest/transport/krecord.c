@@ -23,16 +23,7 @@ static uint32_t get32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static void put64(uint8_t *p, uint64_t v)
-{
-    put32(p, (uint32_t)v);
-    put32(p + 4, (uint32_t)(v >> 32));
-}
 
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 /* Each kx key becomes a record key through a keyed BLAKE2b of the label. */
 static int derive(const uint8_t rx[crypto_kx_SESSIONKEYBYTES], const uint8_t tx[crypto_kx_SESSIONKEYBYTES],
@@ -171,6 +162,35 @@ int ingest_krec_open(ingest_ctx *ctx, const uint8_t key[INGEST_KREC_KEY_BYTES], 
 
 /* ---- payloads ------------------------------------------------------------------ */
 
+static const char *krec_type_name(unsigned type)
+{
+    static const char *const names[] = { "?", "MANIFEST", "CHUNK", "END", "LANDED", "NEEDED" };
+    return type <= INGEST_KREC_TYPE_LAST ? names[type] : "?";
+}
+
+/* The protocol messages a device-to-core record of type may carry. */
+static int krec_msg_allowed(unsigned type, unsigned wtype)
+{
+    switch (type) {
+    case INGEST_KREC_MANIFEST:
+        return wtype == INGEST_MSG_BATCH_BEGIN || wtype == INGEST_MSG_MANIFEST_PART || wtype == INGEST_MSG_MANIFEST_END;
+    case INGEST_KREC_CHUNK:
+        return wtype == INGEST_MSG_CHUNK || wtype == INGEST_MSG_CHUNK_GROUP;
+    case INGEST_KREC_END:
+        return wtype == INGEST_MSG_BATCH_COMMIT || wtype == INGEST_MSG_ERROR;
+    default:
+        return 0;
+    }
+}
+
+int ingest_krec_msg_type(unsigned wtype)
+{
+    for (unsigned t = INGEST_KREC_MANIFEST; t <= INGEST_KREC_END; t++)
+        if (krec_msg_allowed(t, wtype))
+            return (int)t;
+    return 0;
+}
+
 int ingest_krec_body_encode(ingest_ctx *ctx, const ingest_krec_body *b, const uint32_t *needed_idx, uint8_t *out,
                             size_t cap, size_t *len)
 {
@@ -178,43 +198,25 @@ int ingest_krec_body_encode(ingest_ctx *ctx, const ingest_krec_body *b, const ui
     size_t need;
     switch (b->type) {
     case INGEST_KREC_MANIFEST:
-        if (b->u.manifest.parts == 0 || b->u.manifest.part >= b->u.manifest.parts ||
-            b->u.manifest.len > b->u.manifest.total)
-            return ingest__fail(ctx, INGEST_EINVAL, "MANIFEST record: part %u of %u, %zu of %llu bytes",
-                                b->u.manifest.part, b->u.manifest.parts, b->u.manifest.len,
-                                (unsigned long long)b->u.manifest.total);
-        need = 16 + b->u.manifest.len;
-        if (need > cap)
-            break;
-        put32(out, b->u.manifest.part);
-        put32(out + 4, b->u.manifest.parts);
-        put64(out + 8, b->u.manifest.total);
-        if (b->u.manifest.len > 0)
-            memcpy(out + 16, b->u.manifest.data, b->u.manifest.len);
-        *len = need;
-        return 0;
     case INGEST_KREC_CHUNK:
-        if (b->u.chunk.size == 0 || b->u.chunk.size > INGEST_WIRE_MAX_PAYLOAD_HIGHEST ||
-            b->u.chunk.offset > b->u.chunk.size || b->u.chunk.len > b->u.chunk.size - b->u.chunk.offset ||
-            b->u.chunk.len == 0)
-            return ingest__fail(ctx, INGEST_EINVAL, "CHUNK record: %zu bytes at %u of a chunk of %u", b->u.chunk.len,
-                                b->u.chunk.offset, b->u.chunk.size);
-        need = 12 + b->u.chunk.len;
-        if (need > cap)
-            break;
-        put32(out, b->u.chunk.index);
-        put32(out + 4, b->u.chunk.offset);
-        put32(out + 8, b->u.chunk.size);
-        memcpy(out + 12, b->u.chunk.data, b->u.chunk.len);
-        *len = need;
-        return 0;
     case INGEST_KREC_END:
-        need = 12;
+        if (!krec_msg_allowed(b->type, b->u.msg.wtype) || b->u.msg.total > INGEST_WIRE_MAX_PAYLOAD_HIGHEST ||
+            b->u.msg.offset > b->u.msg.total || b->u.msg.len > b->u.msg.total - b->u.msg.offset ||
+            (b->u.msg.len == 0 && b->u.msg.total != 0))
+            return ingest__fail(ctx, INGEST_EINVAL, "%s record: %s piece of %zu bytes at %u of %u",
+                                krec_type_name(b->type), ingest_wire_type_name(b->u.msg.wtype), b->u.msg.len,
+                                b->u.msg.offset, b->u.msg.total);
+        need = 12 + b->u.msg.len;
         if (need > cap)
             break;
-        put32(out, b->u.end.parts);
-        put32(out + 4, b->u.end.chunks);
-        put32(out + 8, b->u.end.round);
+        out[0] = (uint8_t)b->u.msg.wtype;
+        out[1] = 0;
+        out[2] = 0;
+        out[3] = 0;
+        put32(out + 4, b->u.msg.offset);
+        put32(out + 8, b->u.msg.total);
+        if (b->u.msg.len > 0)
+            memcpy(out + 12, b->u.msg.data, b->u.msg.len);
         *len = need;
         return 0;
     case INGEST_KREC_LANDED: {
@@ -260,42 +262,31 @@ int ingest_krec_body_decode(ingest_ctx *ctx, unsigned type, const uint8_t *p, si
     b->type = type;
     switch (type) {
     case INGEST_KREC_MANIFEST:
-        if (len < 16)
-            return ingest__fail(ctx, INGEST_ECORRUPT, "MANIFEST record: %zu bytes, shorter than its 16-byte head", len);
-        b->u.manifest.part = get32(p);
-        b->u.manifest.parts = get32(p + 4);
-        b->u.manifest.total = get64(p + 8);
-        b->u.manifest.data = p + 16;
-        b->u.manifest.len = len - 16;
-        if (b->u.manifest.parts == 0 || b->u.manifest.part >= b->u.manifest.parts)
-            return ingest__fail(ctx, INGEST_ECORRUPT, "MANIFEST record: part %u of %u at offset 0", b->u.manifest.part,
-                                b->u.manifest.parts);
-        if (b->u.manifest.len > b->u.manifest.total)
-            return ingest__fail(ctx, INGEST_ECORRUPT, "MANIFEST record: a %zu-byte piece of a %llu-byte manifest",
-                                b->u.manifest.len, (unsigned long long)b->u.manifest.total);
-        return 0;
     case INGEST_KREC_CHUNK:
-        if (len < 13)
-            return ingest__fail(ctx, INGEST_ECORRUPT, "CHUNK record: %zu bytes, no piece after its 12-byte head", len);
-        b->u.chunk.index = get32(p);
-        b->u.chunk.offset = get32(p + 4);
-        b->u.chunk.size = get32(p + 8);
-        b->u.chunk.data = p + 12;
-        b->u.chunk.len = len - 12;
-        if (b->u.chunk.size == 0 || b->u.chunk.size > INGEST_WIRE_MAX_PAYLOAD_HIGHEST)
-            return ingest__fail(ctx, INGEST_ECORRUPT, "CHUNK record: chunk size %u at offset 8 (1..%u)",
-                                b->u.chunk.size, INGEST_WIRE_MAX_PAYLOAD_HIGHEST);
-        if (b->u.chunk.offset > b->u.chunk.size || b->u.chunk.len > b->u.chunk.size - b->u.chunk.offset)
-            return ingest__fail(ctx, INGEST_ECORRUPT, "CHUNK record: %zu bytes at offset %u run past its chunk of %u",
-                                b->u.chunk.len, b->u.chunk.offset, b->u.chunk.size);
+    case INGEST_KREC_END: {
+        const char *tn = krec_type_name(type);
+        if (len < 12)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "%s record: %zu bytes, shorter than its 12-byte head", tn, len);
+        b->u.msg.wtype = p[0];
+        if (!krec_msg_allowed(type, p[0]))
+            return ingest__fail(ctx, INGEST_ECORRUPT, "%s record: message type %u at offset 0 does not belong in it",
+                                tn, (unsigned)p[0]);
+        if (p[1] != 0 || p[2] != 0 || p[3] != 0)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "%s record: reserved bytes at offset 1 are not zero", tn);
+        b->u.msg.offset = get32(p + 4);
+        b->u.msg.total = get32(p + 8);
+        b->u.msg.data = p + 12;
+        b->u.msg.len = len - 12;
+        if (b->u.msg.total > INGEST_WIRE_MAX_PAYLOAD_HIGHEST)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "%s record: message of %u bytes at offset 8 (at most %u)", tn,
+                                b->u.msg.total, INGEST_WIRE_MAX_PAYLOAD_HIGHEST);
+        if (b->u.msg.offset > b->u.msg.total || b->u.msg.len > b->u.msg.total - b->u.msg.offset ||
+            (b->u.msg.len == 0 && b->u.msg.total != 0))
+            return ingest__fail(ctx, INGEST_ECORRUPT,
+                                "%s record: a piece of %zu bytes at %u (offset 4) does not fit its message of %u", tn,
+                                b->u.msg.len, b->u.msg.offset, b->u.msg.total);
         return 0;
-    case INGEST_KREC_END:
-        if (len != 12)
-            return ingest__fail(ctx, INGEST_ECORRUPT, "END record: %zu bytes, 12 expected", len);
-        b->u.end.parts = get32(p);
-        b->u.end.chunks = get32(p + 4);
-        b->u.end.round = get32(p + 8);
-        return 0;
+    }
     case INGEST_KREC_LANDED: {
         if (len < 6)
             return ingest__fail(ctx, INGEST_ECORRUPT, "LANDED record: %zu bytes, shorter than its 6-byte head", len);

@@ -182,49 +182,43 @@ static void test_bodies(void **state)
     size_t n = 0;
     ingest_krec_body b, d;
     static const uint8_t piece[5] = { 1, 2, 3, 4, 5 };
-    /* MANIFEST */
+    /* MANIFEST, CHUNK, END: pieces of protocol messages */
     memset(&b, 0, sizeof(b));
     b.type = INGEST_KREC_MANIFEST;
-    b.u.manifest.part = 1;
-    b.u.manifest.parts = 3;
-    b.u.manifest.total = 5000000000ull;
-    b.u.manifest.data = piece;
-    b.u.manifest.len = sizeof(piece);
+    b.u.msg.wtype = INGEST_MSG_MANIFEST_PART;
+    b.u.msg.offset = 10;
+    b.u.msg.total = 15;
+    b.u.msg.data = piece;
+    b.u.msg.len = sizeof(piece);
     assert_int_equal(ingest_krec_body_encode(ctx, &b, NULL, buf, sizeof(buf), &n), 0);
     assert_int_equal(ingest_krec_body_decode(ctx, INGEST_KREC_MANIFEST, buf, n, &d), 0);
-    assert_int_equal(d.u.manifest.parts, 3);
-    assert_int_equal(d.u.manifest.total, 5000000000ull);
-    assert_memory_equal(d.u.manifest.data, piece, sizeof(piece));
-    buf[0] = 3; /* part 3 of 3 */
+    assert_int_equal(d.u.msg.wtype, INGEST_MSG_MANIFEST_PART);
+    assert_int_equal(d.u.msg.offset, 10);
+    assert_int_equal(d.u.msg.total, 15);
+    assert_memory_equal(d.u.msg.data, piece, sizeof(piece));
+    buf[8] = 14; /* the piece now runs past its message */
     assert_int_equal(ingest_krec_body_decode(ctx, INGEST_KREC_MANIFEST, buf, n, &d), INGEST_ECORRUPT);
-    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "part 3 of 3"));
-    /* CHUNK */
-    memset(&b, 0, sizeof(b));
-    b.type = INGEST_KREC_CHUNK;
-    b.u.chunk.index = 77;
-    b.u.chunk.offset = 10;
-    b.u.chunk.size = 15;
-    b.u.chunk.data = piece;
-    b.u.chunk.len = sizeof(piece);
-    assert_int_equal(ingest_krec_body_encode(ctx, &b, NULL, buf, sizeof(buf), &n), 0);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "does not fit its message of 14"));
+    buf[8] = 15;
+    buf[0] = INGEST_MSG_CHUNK; /* a chunk does not travel in a MANIFEST record */
+    assert_int_equal(ingest_krec_body_decode(ctx, INGEST_KREC_MANIFEST, buf, n, &d), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "message type 5 at offset 0"));
     assert_int_equal(ingest_krec_body_decode(ctx, INGEST_KREC_CHUNK, buf, n, &d), 0);
-    assert_int_equal(d.u.chunk.index, 77);
-    assert_int_equal(d.u.chunk.len, 5);
-    buf[8] = 14; /* the piece now runs past the chunk */
+    buf[2] = 1;
     assert_int_equal(ingest_krec_body_decode(ctx, INGEST_KREC_CHUNK, buf, n, &d), INGEST_ECORRUPT);
-    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "run past its chunk of 14"));
-    b.u.chunk.offset = 11;
+    assert_int_equal(ingest_krec_body_decode(ctx, INGEST_KREC_CHUNK, buf, 11, &d), INGEST_ECORRUPT);
+    b.u.msg.offset = 11;
     assert_int_equal(ingest_krec_body_encode(ctx, &b, NULL, buf, sizeof(buf), &n), INGEST_EINVAL);
-    /* END */
-    memset(&b, 0, sizeof(b));
     b.type = INGEST_KREC_END;
-    b.u.end.parts = 2;
-    b.u.end.chunks = 900;
-    b.u.end.round = 1;
+    b.u.msg.wtype = INGEST_MSG_BATCH_COMMIT;
+    b.u.msg.offset = 0;
+    b.u.msg.total = 5;
     assert_int_equal(ingest_krec_body_encode(ctx, &b, NULL, buf, sizeof(buf), &n), 0);
     assert_int_equal(ingest_krec_body_decode(ctx, INGEST_KREC_END, buf, n, &d), 0);
-    assert_int_equal(d.u.end.chunks, 900);
     assert_int_equal(ingest_krec_body_decode(ctx, INGEST_KREC_END, buf, n - 1, &d), INGEST_ECORRUPT);
+    assert_int_equal(ingest_krec_msg_type(INGEST_MSG_CHUNK_GROUP), INGEST_KREC_CHUNK);
+    assert_int_equal(ingest_krec_msg_type(INGEST_MSG_ERROR), INGEST_KREC_END);
+    assert_int_equal(ingest_krec_msg_type(INGEST_MSG_WANT), 0);
     /* LANDED */
     memset(&b, 0, sizeof(b));
     b.type = INGEST_KREC_LANDED;
