@@ -37,6 +37,7 @@
 #include "ingest/codec.h"
 #include "ingest/hash.h"
 #include "ingest/index.h"
+#include "ingest/kafka.h"
 #include "ingest/link.h"
 #include "ingest/metrics.h"
 
@@ -125,6 +126,54 @@ INGEST_API void ingest_core_lock(ingest_core *core);
 /* 0 when taken, else INGEST_EBUSY. */
 INGEST_API int ingest_core_trylock(ingest_core *core);
 INGEST_API void ingest_core_unlock(ingest_core *core);
+
+/* ---- Kafka: the receivers' consumer group (docs/kafka.md) ---------------- */
+/*
+ * A member of the receivers' consumer group on kc.topic: each device's
+ * records (in its partition's order) are opened with the keys of the
+ * device and the core, and served by ingest_core_serve over a Kafka core
+ * link (klink.h) per device, in a thread of its own while records come;
+ * replies go to the reply topic.  A partition's offset is committed (by
+ * hand, after the replies are flushed) up to the first record of the
+ * oldest batch not yet landed or given up, so a redelivery after a crash
+ * or a rebalance starts with that batch's beginning (landed batches come
+ * again and are answered as already landed).  Records that cannot be
+ * opened, from devices not authorized, or malformed, are dropped with a
+ * log line and a count; they never stop a partition.
+ *
+ *   ingest_core_kafka_create(core, &opts, &k);
+ *   ingest_core_kafka_run(k);        in a thread: until ingest_core_kafka_stop
+ *   ingest_core_kafka_destroy(k);
+ */
+typedef struct ingest_core_kafka ingest_core_kafka;
+
+typedef struct ingest_core_kafka_opts {
+    ingest_kafka_conf kc;
+    const ingest_secret_key *key; /* the core's (every receiver of the fleet holds it) */
+    /* A device's public key: 0, or < 0 when it is not authorized (called from the consumer's thread). */
+    int (*device_key)(void *ud, const char *device, uint8_t pk[INGEST_PUBKEY_BYTES]);
+    void *ud;
+    size_t queue_max;       /* bytes of records queued per device ahead of its serve (0: 8 MiB) */
+    ingest_metric *records; /* records by outcome: ok, forged, unknown_device, malformed (may be NULL) */
+} ingest_core_kafka_opts;
+
+typedef struct ingest_core_kafka_stats {
+    uint64_t records, bytes;                  /* consumed */
+    uint64_t forged, unknown_device, malformed; /* dropped */
+    uint64_t batches_begun, batches_done;     /* BATCH_BEGIN records fed; batches over (landed, refused, given up) */
+    uint64_t commits, rebalances;
+    unsigned sessions;                        /* devices served now */
+} ingest_core_kafka_stats;
+
+/* The core must outlive it.  INGEST_EINVAL names a bad property or missing option. */
+INGEST_API int ingest_core_kafka_create(ingest_core *core, const ingest_core_kafka_opts *opts,
+                                        ingest_core_kafka **out) INGEST_WUR;
+/* Consume until ingest_core_kafka_stop: 0, or < 0 when the group could not be joined. */
+INGEST_API int ingest_core_kafka_run(ingest_core_kafka *k);
+/* From any thread (a signal handler must not): run ends its batches' serves, commits and returns. */
+INGEST_API void ingest_core_kafka_stop(ingest_core_kafka *k);
+INGEST_API void ingest_core_kafka_destroy(ingest_core_kafka *k);
+INGEST_API void ingest_core_kafka_stats_get(ingest_core_kafka *k, ingest_core_kafka_stats *st);
 
 /* ---- the dictionary store ---------------------------------------------- */
 

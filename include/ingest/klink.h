@@ -34,6 +34,7 @@
 #define INGEST_KLINK_H
 
 #include "ingest/common.h"
+#include "ingest/hash.h"
 #include "ingest/krecord.h"
 #include "ingest/link.h"
 

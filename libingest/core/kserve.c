@@ -1,0 +1,547 @@
+/*
+ * The receivers' consumer group (include/ingest/core.h, "Kafka"): consume
+ * the device records of a topic, open each with its device's keys, and
+ * feed it to that device's Kafka core link (klink.h), which a thread of
+ * the device's serves with ingest_core_serve; commit offsets by hand, never
+ * past the first record of a batch that is not over.
+ */
+#include "core_int.h"
+#include "ingest/klink.h"
+#include "ingest/session.h"
+#include "../transport/kafka_int.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define KSERVE_COMMIT_S 0.2 /* at most this long between commits while batches end */
+
+typedef struct ksess {
+    struct ksess *next;
+    struct ingest_core_kafka *k;
+    char device[INGEST_DEVICE_ID_MAX + 1];
+    ingest_krec_keys keys;
+    ingest_link *link; /* NULL while no serve runs */
+    pthread_t thread;
+    atomic_int ended;  /* the serve loop returned (the link retired) */
+} ksess;
+
+/* A partition's offsets: the next one to read, and the first records of batches not over yet. */
+typedef struct kpart {
+    int32_t part;
+    int64_t next, committed;
+    int64_t *open;
+    size_t nopen, capopen;
+} kpart;
+
+struct ingest_core_kafka {
+    ingest__kafka_logto logto; /* first: the clients' opaque */
+    ingest_core *core;
+    ingest_ctx *ctx, *kctx;    /* the core's allocator; the consumer thread's details */
+    ingest_core_kafka_opts o;
+    char topic[256], reply_topic[256];
+    rd_kafka_t *cons, *prod;
+    rd_kafka_topic_t *rkt_reply;
+    int32_t reply_parts;
+    pthread_mutex_t mu; /* parts, dirty */
+    kpart *parts;
+    size_t nparts, capparts;
+    int dirty;
+    ksess *sessions;   /* the consumer thread's */
+    atomic_int stop;
+    uint8_t *plain;    /* INGEST_KREC_MAX */
+    double last_commit;
+    atomic_ullong records, bytes, forged, unknown, malformed, begun, done, commits, rebalances;
+    atomic_uint nsessions;
+};
+
+static void klog_limited(ingest_core_kafka *k, const char *what, const char *fmt, ...) INGEST__PRINTF(3, 4);
+/* Dropped records are logged, the first ten of each kind and then one in a thousand. */
+static void klog_limited(ingest_core_kafka *k, const char *what, const char *fmt, ...)
+{
+    (void)what;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    core_log(k->core, INGEST_LOG_WARN, "%s", line);
+}
+
+/* ---- offsets ---------------------------------------------------------------------- */
+
+static kpart *part_get(ingest_core_kafka *k, int32_t p)
+{
+    for (size_t i = 0; i < k->nparts; i++)
+        if (k->parts[i].part == p)
+            return &k->parts[i];
+    if (k->nparts == k->capparts) {
+        const size_t cap = k->capparts ? k->capparts * 2 : 16;
+        kpart *n = ingest__realloc(k->ctx, k->parts, k->capparts * sizeof(*n), cap * sizeof(*n));
+        if (n == NULL)
+            return NULL;
+        k->parts = n;
+        k->capparts = cap;
+    }
+    kpart *t = &k->parts[k->nparts++];
+    memset(t, 0, sizeof(*t));
+    t->part = p;
+    t->next = t->committed = -1;
+    return t;
+}
+
+static void parts_clear(ingest_core_kafka *k)
+{
+    for (size_t i = 0; i < k->nparts; i++)
+        ingest__free(k->ctx, k->parts[i].open);
+    k->nparts = 0;
+}
+
+static uint64_t token_of(int32_t p, int64_t off)
+{
+    return (uint64_t)(uint32_t)p << 48 | ((uint64_t)off & ((1ull << 48) - 1));
+}
+
+static void batch_done(void *ud, uint64_t token)
+{
+    ksess *s = ud;
+    ingest_core_kafka *k = s->k;
+    const int32_t p = (int32_t)(token >> 48);
+    const int64_t off = (int64_t)(token & ((1ull << 48) - 1));
+    pthread_mutex_lock(&k->mu);
+    kpart *t = NULL;
+    for (size_t i = 0; i < k->nparts && t == NULL; i++)
+        if (k->parts[i].part == p)
+            t = &k->parts[i];
+    for (size_t i = 0; t != NULL && i < t->nopen; i++)
+        if (t->open[i] == off) {
+            t->open[i] = t->open[--t->nopen];
+            k->dirty = 1;
+            atomic_fetch_add(&k->done, 1);
+            break;
+        }
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Commit each partition up to its oldest open batch (or all it read), after the replies are out. */
+static void commit_offsets(ingest_core_kafka *k)
+{
+    rd_kafka_flush(k->prod, 10000);
+    pthread_mutex_lock(&k->mu);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)(k->nparts ? k->nparts : 1));
+    for (size_t i = 0; l != NULL && i < k->nparts; i++) {
+        const kpart *t = &k->parts[i];
+        int64_t off = t->next;
+        for (size_t j = 0; j < t->nopen; j++)
+            if (t->open[j] < off)
+                off = t->open[j];
+        if (off >= 0 && off > t->committed)
+            rd_kafka_topic_partition_list_add(l, k->topic, t->part)->offset = off;
+    }
+    k->dirty = 0;
+    pthread_mutex_unlock(&k->mu);
+    if (l == NULL)
+        return;
+    if (l->cnt > 0) {
+        const rd_kafka_resp_err_t err = rd_kafka_commit(k->cons, l, 0);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            atomic_fetch_add(&k->commits, 1);
+            pthread_mutex_lock(&k->mu);
+            for (int i = 0; i < l->cnt; i++) {
+                kpart *t = part_get(k, l->elems[i].partition);
+                if (t != NULL)
+                    t->committed = l->elems[i].offset;
+            }
+            pthread_mutex_unlock(&k->mu);
+        } else {
+            core_log(k->core, INGEST_LOG_WARN, "kafka: committing offsets: %s (records are read again)",
+                     rd_kafka_err2str(err));
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    k->last_commit = core_now();
+}
+
+/* ---- sessions ---------------------------------------------------------------------- */
+
+static int reply_produce(void *ud, const char *key, const uint8_t *rec, size_t len, uint64_t token, char *why,
+                         size_t whycap)
+{
+    ingest_core_kafka *k = ud;
+    (void)token;
+    const int32_t part = ingest_kafka_reply_partition(key, k->reply_parts);
+    for (;;) {
+        const rd_kafka_resp_err_t err = rd_kafka_producev(
+            k->prod, RD_KAFKA_V_TOPIC(k->reply_topic), RD_KAFKA_V_PARTITION(part), RD_KAFKA_V_KEY(key, strlen(key)),
+            RD_KAFKA_V_VALUE((void *)rec, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            return 0;
+        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            snprintf(why, whycap, "%s", rd_kafka_err2str(err));
+            return INGEST_EIO;
+        }
+        rd_kafka_poll(k->prod, 50);
+    }
+}
+
+/* Before a NEEDED reply: learn from the manifests what the group's other receivers landed. */
+static void before_needed(void *ud)
+{
+    ksess *s = ud;
+    ingest_core *core = s->k->core;
+    ingest_core_lock(core);
+    ingest_index_stats st;
+    if (ingest_index_catch_up(core->o.index, &st) == 0 && st.batches > 0)
+        core_log(core, INGEST_LOG_INFO, "kafka: caught up with %llu batches other receivers landed",
+                 (unsigned long long)st.batches);
+    ingest_core_unlock(core);
+}
+
+static void *sess_main(void *arg)
+{
+    ksess *s = arg;
+    do
+        (void)ingest_core_serve(s->k->core, s->link, s->device);
+    while (ingest_klink_core_rearm(s->link) == 1);
+    atomic_store(&s->ended, 1);
+    return NULL;
+}
+
+/* End s's serve (stop: for good, now; else it has ended by itself) and free its link. */
+static void sess_join(ksess *s, int stop)
+{
+    if (s->link == NULL)
+        return;
+    if (stop)
+        ingest_klink_core_stop(s->link);
+    pthread_join(s->thread, NULL);
+    ingest_link_destroy(s->link);
+    s->link = NULL;
+    atomic_fetch_sub(&s->k->nsessions, 1);
+}
+
+static int sess_start(ingest_core_kafka *k, ksess *s)
+{
+    const ingest_klink_core_opts o = {
+        .device = s->device, .keys = &s->keys, .bus = { reply_produce, k }, .queue_max = k->o.queue_max,
+        .batch_done = batch_done, .before_needed = before_needed, .ud = s,
+    };
+    INGEST__FORWARD(ingest_klink_core_create(k->ctx, &o, &s->link));
+    atomic_store(&s->ended, 0);
+    if (pthread_create(&s->thread, NULL, sess_main, s) != 0) {
+        ingest_link_destroy(s->link);
+        s->link = NULL;
+        return INGEST_ENOMEM;
+    }
+    atomic_fetch_add(&k->nsessions, 1);
+    return 0;
+}
+
+static void sessions_stop(ingest_core_kafka *k)
+{
+    for (ksess *s = k->sessions; s != NULL; s = s->next)
+        if (s->link != NULL)
+            ingest_klink_core_stop(s->link);
+    for (ksess *s = k->sessions; s != NULL; s = s->next)
+        sess_join(s, 0);
+}
+
+/* The session of device (made, with its keys, on first sight): NULL when the device is not authorized. */
+static ksess *sess_find(ingest_core_kafka *k, const char *device)
+{
+    for (ksess *s = k->sessions; s != NULL; s = s->next)
+        if (strcmp(s->device, device) == 0)
+            return s;
+    uint8_t pk[INGEST_PUBKEY_BYTES];
+    if (k->o.device_key(k->o.ud, device, pk) != 0)
+        return NULL;
+    ksess *s = ingest__calloc(k->ctx, 1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    if (ingest_krec_keys_core(k->o.key, pk, &s->keys) != 0) {
+        ingest__free(k->ctx, s);
+        return NULL;
+    }
+    s->k = k;
+    snprintf(s->device, sizeof(s->device), "%s", device);
+    s->next = k->sessions;
+    k->sessions = s;
+    return s;
+}
+
+/* ---- records ---------------------------------------------------------------------- */
+
+static void count(ingest_core_kafka *k, atomic_ullong *c, const char *label)
+{
+    atomic_fetch_add(c, 1);
+    ingest_metric_add(k->o.records, label, 1);
+}
+
+/* A batch a peer receiver landed (its manifest is in bronze) that this index has not seen: catch up. */
+static void peer_landed(ingest_core_kafka *k, const char *device, const char *batch)
+{
+    char path[4096];
+    const int n = snprintf(path, sizeof(path), "%s/_manifests/%s/%s.jsonl", k->core->bronze, device, batch);
+    struct stat st;
+    if (n < 0 || (size_t)n >= sizeof(path) || stat(path, &st) != 0)
+        return;
+    ingest_core_lock(k->core);
+    if (ingest_index_batch_landed(k->core->o.index, device, batch) == 0) {
+        ingest_index_stats is;
+        if (ingest_index_catch_up(k->core->o.index, &is) == 0)
+            core_log(k->core, INGEST_LOG_INFO, "kafka: batch %s of %s was landed by another receiver; caught up "
+                     "with %llu batches", batch, device, (unsigned long long)is.batches);
+    }
+    ingest_core_unlock(k->core);
+}
+
+static void handle(ingest_core_kafka *k, const rd_kafka_message_t *m)
+{
+    atomic_fetch_add(&k->records, 1);
+    atomic_fetch_add(&k->bytes, m->len);
+    pthread_mutex_lock(&k->mu);
+    kpart *t = part_get(k, m->partition);
+    if (t != NULL && m->offset + 1 > t->next) {
+        t->next = m->offset + 1;
+        k->dirty = 1;
+    }
+    pthread_mutex_unlock(&k->mu);
+    ingest_krec_hdr h;
+    if (ingest_krec_peek(k->kctx, m->payload, m->len, &h) != 0 || h.type < INGEST_KREC_MANIFEST ||
+        h.type > INGEST_KREC_END) {
+        count(k, &k->malformed, "malformed");
+        klog_limited(k, "malformed", "kafka: %s [%d] offset %lld: not a device record (%s); skipped", k->topic,
+                     (int)m->partition, (long long)m->offset, ingest_ctx_errmsg(k->kctx));
+        return;
+    }
+    ksess *s = sess_find(k, h.device);
+    if (s == NULL) {
+        count(k, &k->unknown, "unknown_device");
+        klog_limited(k, "unknown", "kafka: %s [%d] offset %lld: a record of device %s, which is not authorized; "
+                     "skipped", k->topic, (int)m->partition, (long long)m->offset, h.device);
+        return;
+    }
+    size_t n = 0;
+    ingest_krec_body b;
+    int rc = ingest_krec_open(k->kctx, s->keys.open, m->payload, m->len, &h, k->plain, INGEST_KREC_MAX, &n);
+    if (rc != 0) {
+        count(k, &k->forged, "forged");
+        klog_limited(k, "forged", "kafka: %s [%d] offset %lld: a record claiming device %s does not open under its "
+                     "key (forged or altered: %s); skipped", k->topic, (int)m->partition, (long long)m->offset,
+                     h.device, ingest_ctx_errmsg(k->kctx));
+        return;
+    }
+    if (ingest_krec_body_decode(k->kctx, h.type, k->plain, n, &b) != 0) {
+        count(k, &k->malformed, "malformed");
+        klog_limited(k, "malformed", "kafka: %s [%d] offset %lld: device %s: %s; skipped", k->topic,
+                     (int)m->partition, (long long)m->offset, h.device, ingest_ctx_errmsg(k->kctx));
+        return;
+    }
+    ingest_metric_add(k->o.records, "ok", 1);
+    const uint64_t token = token_of(m->partition, m->offset);
+    if (b.u.msg.wtype == INGEST_MSG_BATCH_BEGIN && b.u.msg.offset == 0 && h.seq == 0) {
+        peer_landed(k, h.device, h.batch);
+        pthread_mutex_lock(&k->mu);
+        if (t != NULL && t->nopen == t->capopen) {
+            const size_t cap = t->capopen ? t->capopen * 2 : 8;
+            int64_t *o = ingest__realloc(k->ctx, t->open, t->capopen * sizeof(*o), cap * sizeof(*o));
+            if (o != NULL) {
+                t->open = o;
+                t->capopen = cap;
+            }
+        }
+        if (t != NULL && t->nopen < t->capopen)
+            t->open[t->nopen++] = m->offset;
+        pthread_mutex_unlock(&k->mu);
+        atomic_fetch_add(&k->begun, 1);
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (s->link != NULL && atomic_load(&s->ended))
+            sess_join(s, 0);
+        if (s->link == NULL && (rc = sess_start(k, s)) < 0)
+            break;
+        if ((rc = ingest_klink_core_feed(s->link, &h, &b, token)) != INGEST_ECLOSED)
+            break;
+        sess_join(s, 0); /* it retired as the record came: a new serve */
+    }
+    if (rc < 0)
+        core_log(k->core, INGEST_LOG_ERROR, "kafka: device %s: a record could not be served: %s; it is read again "
+                 "after a restart", h.device, ingest_strerror(rc));
+}
+
+/* ---- the group ---------------------------------------------------------------------- */
+
+static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    ingest_core_kafka *k = opaque;
+    const int coop = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+    atomic_fetch_add(&k->rebalances, 1);
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        core_log(k->core, INGEST_LOG_INFO, "kafka: %d partitions of %s assigned", parts->cnt, k->topic);
+        if (coop)
+            rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
+        else
+            rd_kafka_assign(rk, parts);
+        return;
+    }
+    /* Revoked: every serve ends (a batch being made durable first), offsets go as far as batches ended,
+     * and the next owner reads on from there. */
+    core_log(k->core, INGEST_LOG_INFO, "kafka: %d partitions of %s revoked", parts->cnt, k->topic);
+    sessions_stop(k);
+    commit_offsets(k);
+    pthread_mutex_lock(&k->mu);
+    parts_clear(k);
+    pthread_mutex_unlock(&k->mu);
+    if (coop)
+        rd_kafka_error_destroy(rd_kafka_incremental_unassign(rk, parts));
+    else
+        rd_kafka_assign(rk, NULL);
+}
+
+static void kfree(ingest_core_kafka *k)
+{
+    for (ksess *s = k->sessions, *n; s != NULL; s = n) {
+        n = s->next;
+        sess_join(s, 1);
+        ingest_krec_keys_wipe(&s->keys);
+        ingest__free(k->ctx, s);
+    }
+    if (k->rkt_reply)
+        rd_kafka_topic_destroy(k->rkt_reply);
+    if (k->cons)
+        rd_kafka_destroy(k->cons);
+    if (k->prod) {
+        rd_kafka_flush(k->prod, 5000);
+        rd_kafka_destroy(k->prod);
+    }
+    parts_clear(k);
+    ingest__free(k->ctx, k->parts);
+    ingest__free(k->ctx, k->plain);
+    ingest_ctx_destroy(k->kctx);
+    pthread_mutex_destroy(&k->mu);
+    ingest__free(k->ctx, k);
+}
+
+int ingest_core_kafka_create(ingest_core *core, const ingest_core_kafka_opts *opts, ingest_core_kafka **out)
+{
+    *out = NULL;
+    ingest_ctx *ctx = core->ctx;
+    if (opts->key == NULL || opts->device_key == NULL)
+        return ingest__fail(ctx, INGEST_EINVAL, "kafka: the core's key and a device key lookup are needed");
+    ingest_core_kafka *k = ingest__calloc(ctx, 1, sizeof(*k));
+    if (k == NULL)
+        return ingest__fail(ctx, INGEST_ENOMEM, "kafka: out of memory");
+    k->core = core;
+    k->ctx = ctx;
+    k->o = *opts;
+    k->logto = (ingest__kafka_logto){ core->o.log, core->o.log_userdata, core->o.log_level };
+    pthread_mutex_init(&k->mu, NULL);
+    snprintf(k->topic, sizeof(k->topic), "%s",
+             opts->kc.topic && opts->kc.topic[0] ? opts->kc.topic : INGEST_KAFKA_TOPIC_DEFAULT);
+    char err[512];
+    int rc = ingest_kafka_reply_topic(&opts->kc, k->reply_topic, sizeof(k->reply_topic));
+    if (rc == 0 && ((k->kctx = ingest_ctx_create(NULL)) == NULL || (k->plain = ingest__malloc(ctx, INGEST_KREC_MAX)) == NULL))
+        rc = ingest__fail(ctx, INGEST_ENOMEM, "kafka: out of memory");
+    rd_kafka_conf_t *c = rc == 0 ? ingest__kafka_conf(ctx, &opts->kc, KAFKA_GROUP, k) : NULL;
+    if (rc == 0 && c == NULL)
+        rc = INGEST_EINVAL;
+    if (rc == 0) {
+        rd_kafka_conf_set_rebalance_cb(c, rebalance);
+        if ((k->cons = rd_kafka_new(RD_KAFKA_CONSUMER, c, err, sizeof(err))) == NULL) {
+            rd_kafka_conf_destroy(c);
+            rc = ingest__fail(ctx, INGEST_EINVAL, "kafka: consumer: %s", err);
+        }
+    }
+    rd_kafka_conf_t *pc = rc == 0 ? ingest__kafka_conf(ctx, &opts->kc, KAFKA_PRODUCER, k) : NULL;
+    if (rc == 0 && pc == NULL)
+        rc = INGEST_EINVAL;
+    if (rc == 0 && (k->prod = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, sizeof(err))) == NULL) {
+        rd_kafka_conf_destroy(pc);
+        rc = ingest__fail(ctx, INGEST_EINVAL, "kafka: reply producer: %s", err);
+    }
+    if (rc < 0) {
+        kfree(k);
+        return rc;
+    }
+    rd_kafka_poll_set_consumer(k->cons);
+    *out = k;
+    return 0;
+}
+
+int ingest_core_kafka_run(ingest_core_kafka *k)
+{
+    /* the reply topic's partitions, once: replies to a device always go to the same one */
+    while (k->reply_parts <= 0 && !atomic_load(&k->stop)) {
+        if (k->rkt_reply == NULL)
+            k->rkt_reply = rd_kafka_topic_new(k->prod, k->reply_topic, NULL);
+        if (k->rkt_reply != NULL)
+            k->reply_parts = ingest__kafka_partitions(k->kctx, k->prod, k->rkt_reply, 2000);
+        if (k->reply_parts <= 0) {
+            core_log(k->core, INGEST_LOG_WARN, "kafka: waiting for the reply topic %s: %s", k->reply_topic,
+                     ingest_ctx_errmsg(k->kctx));
+            struct timespec ts = { 1, 0 };
+            nanosleep(&ts, NULL);
+        }
+    }
+    rd_kafka_topic_partition_list_t *sub = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(sub, k->topic, RD_KAFKA_PARTITION_UA);
+    const rd_kafka_resp_err_t err = rd_kafka_subscribe(k->cons, sub);
+    rd_kafka_topic_partition_list_destroy(sub);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        core_log(k->core, INGEST_LOG_ERROR, "kafka: cannot subscribe to %s: %s", k->topic, rd_kafka_err2str(err));
+        return INGEST_EIO;
+    }
+    core_log(k->core, INGEST_LOG_INFO, "kafka: consuming %s in group %s; replies to %s (%d partitions)", k->topic,
+             k->o.kc.group && k->o.kc.group[0] ? k->o.kc.group : INGEST_KAFKA_GROUP_DEFAULT, k->reply_topic,
+             (int)k->reply_parts);
+    k->last_commit = core_now();
+    while (!atomic_load(&k->stop)) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(k->cons, 100);
+        if (m != NULL) {
+            if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+                handle(k, m);
+            else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                core_log(k->core, INGEST_LOG_WARN, "kafka: %s", rd_kafka_message_errstr(m));
+            rd_kafka_message_destroy(m);
+        }
+        rd_kafka_poll(k->prod, 0);
+        for (ksess *s = k->sessions; s != NULL; s = s->next)
+            if (s->link != NULL && atomic_load(&s->ended))
+                sess_join(s, 0);
+        pthread_mutex_lock(&k->mu);
+        const int dirty = k->dirty;
+        pthread_mutex_unlock(&k->mu);
+        if (dirty && core_now() - k->last_commit >= KSERVE_COMMIT_S)
+            commit_offsets(k);
+    }
+    sessions_stop(k);
+    commit_offsets(k);
+    rd_kafka_consumer_close(k->cons);
+    return 0;
+}
+
+void ingest_core_kafka_stop(ingest_core_kafka *k)
+{
+    atomic_store(&k->stop, 1);
+}
+
+void ingest_core_kafka_destroy(ingest_core_kafka *k)
+{
+    if (k != NULL)
+        kfree(k);
+}
+
+void ingest_core_kafka_stats_get(ingest_core_kafka *k, ingest_core_kafka_stats *st)
+{
+    st->records = atomic_load(&k->records);
+    st->bytes = atomic_load(&k->bytes);
+    st->forged = atomic_load(&k->forged);
+    st->unknown_device = atomic_load(&k->unknown);
+    st->malformed = atomic_load(&k->malformed);
+    st->batches_begun = atomic_load(&k->begun);
+    st->batches_done = atomic_load(&k->done);
+    st->commits = atomic_load(&k->commits);
+    st->rebalances = atomic_load(&k->rebalances);
+    st->sessions = atomic_load(&k->nsessions);
+}
