@@ -154,6 +154,7 @@ int ingest_config_keys(int program, ingest_config_key_fn fn, void *userdata)
             break;
         case T_LIST:
         case T_STRLIST:
+        case T_MAP:
             snprintf(bounds, sizeof(bounds), "%" PRId64 "..%" PRId64 " entries", row->min, row->max);
             break;
         default:

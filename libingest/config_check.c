@@ -105,6 +105,12 @@ int cfg__finish_receiver(cfg_parser *p, cfg_inst *inst)
 int cfg__finish_agent(cfg_parser *p, cfg_inst *inst)
 {
     ingest_agent_config *cfg = inst->base;
+    if (cfg->transport == INGEST_TRANSPORT_TCP && cfg->core_address[0] == '\0')
+        return cfg__perr(p, cfg__mark_of(p, inst, "core.address"),
+                         "key 'core.address' is required with transport: tcp");
+    if (cfg->transport == INGEST_TRANSPORT_KAFKA && cfg->kafka_brokers[0] == '\0')
+        return cfg__perr(p, cfg__mark_of(p, inst, "kafka.brokers"),
+                         "key 'kafka.brokers' is required with transport: kafka");
     cfg->throttle_window_start = cfg->throttle_window_end = -1;
     if (cfg->throttle_window[0] != '\0' &&
         cfg__parse_window(cfg->throttle_window, &cfg->throttle_window_start, &cfg->throttle_window_end) != 0)

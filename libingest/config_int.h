@@ -19,6 +19,9 @@
  * field is a char ** with a count beside it (count_off); row->max bounds
  * the entries and row->check runs on each entry.
  *
+ * A mapping of names to scalars (T_MAP: `kafka.properties`) is stored as
+ * a T_STRLIST is, each entry "name=value"; row->check runs on each.
+ *
  * A list of mappings (the agent's `sources`) is one row of type T_LIST;
  * the keys of its entries are rows named "sources[].KEY" whose offsets are
  * into the entry struct, so adding a per-source key is adding one row.
@@ -42,7 +45,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
-enum { T_STRING, T_PATH, T_BOOL, T_INT, T_SIZE, T_DURATION, T_ENUM, T_LIST, T_STRLIST, T_RATE };
+enum { T_STRING, T_PATH, T_BOOL, T_INT, T_SIZE, T_DURATION, T_ENUM, T_LIST, T_STRLIST, T_RATE, T_MAP };
 
 #define F_REQUIRED 1u
 

@@ -74,7 +74,7 @@ void cfg__free_obj(ingest_ctx *ctx, const cfg_schema *schema, const char *prefix
             ingest__free(ctx, *arr);
             *arr = NULL;
             *count = 0;
-        } else if (row->type == T_STRLIST) {
+        } else if (row->type == T_STRLIST || row->type == T_MAP) {
             char ***arr = (char ***)(void *)((char *)base + row->off);
             size_t *count = (size_t *)((char *)base + row->count_off);
             for (size_t k = 0; *arr != NULL && k < *count; k++)
@@ -361,8 +361,8 @@ static bool scalar_is_null(const yaml_event_t *ev)
 const char *cfg__type_name(int type)
 {
     static const char *const names[] = { "string", "path", "bool", "int", "size",
-                                         "duration", "enum", "list", "strings", "rate" };
-    return type >= 0 && type <= T_RATE ? names[type] : "?";
+                                         "duration", "enum", "list", "strings", "rate", "map" };
+    return type >= 0 && type <= T_MAP ? names[type] : "?";
 }
 
 static int parse_mapping(cfg_parser *p, cfg_inst *inst, const char *path);
@@ -463,6 +463,63 @@ static int parse_strlist(cfg_parser *p, cfg_inst *inst, const cfg_row *row, cons
     }
 }
 
+/* A mapping of names to scalar values, at most row->max: each stored as "name=value". */
+static int parse_map(cfg_parser *p, cfg_inst *inst, const cfg_row *row, const char *shown)
+{
+    char ***arr = (char ***)(void *)((char *)inst->base + row->off);
+    size_t *count = (size_t *)((char *)inst->base + row->count_off);
+    char entry_shown[CFG_NAME_MAX * 3 + 300];
+
+    if (p->ev.type == YAML_SCALAR_EVENT && scalar_is_null(&p->ev))
+        return INGEST_OK; /* no entries */
+    if (p->ev.type != YAML_MAPPING_START_EVENT)
+        return cfg__perr(p, ev_mark(&p->ev), "key '%s' must be a mapping of names to values", shown);
+    for (;;) {
+        INGEST__FORWARD(next_event(p));
+        if (p->ev.type == YAML_MAPPING_END_EVENT)
+            return INGEST_OK;
+        const cfg_mark at = ev_mark(&p->ev);
+        if (p->ev.type != YAML_SCALAR_EVENT)
+            return cfg__perr(p, at, "key '%s': a name must be a plain string", shown);
+        const size_t klen = p->ev.data.scalar.length;
+        const char *k = (const char *)p->ev.data.scalar.value;
+        if (klen == 0 || klen > 128 || strlen(k) != klen || strchr(k, '=') != NULL)
+            return cfg__perr(p, at, "key '%s': a name of 1..128 bytes without '=' is needed", shown);
+        char name[129];
+        memcpy(name, k, klen + 1);
+        snprintf(entry_shown, sizeof(entry_shown), "%s.%s", shown, name);
+        if (*count >= (size_t)row->max)
+            return cfg__perr(p, at, "key '%s' has more than %" PRId64 " entries", shown, row->max);
+        for (size_t i = 0; i < *count; i++)
+            if (strncmp((*arr)[i], name, klen) == 0 && (*arr)[i][klen] == '=')
+                return cfg__perr(p, at, "duplicate key '%s'", entry_shown);
+        INGEST__FORWARD(next_event(p));
+        const cfg_mark vat = ev_mark(&p->ev);
+        if (p->ev.type != YAML_SCALAR_EVENT)
+            return cfg__perr(p, vat, "key '%s' must be a string, not a %s", entry_shown,
+                             p->ev.type == YAML_MAPPING_START_EVENT ? "mapping" : "list");
+        const char *v = (const char *)p->ev.data.scalar.value;
+        const size_t n = p->ev.data.scalar.length;
+        if (n > INGEST_CONFIG_MAX_VALUE || strlen(v) != n)
+            return cfg__perr(p, vat, "key '%s': a value of at most %d bytes without NUL is needed", entry_shown,
+                             INGEST_CONFIG_MAX_VALUE);
+        if (*arr == NULL) {
+            *arr = ingest__calloc(p->ctx, (size_t)row->max, sizeof(char *));
+            if (*arr == NULL)
+                return ingest__fail(p->ctx, INGEST_ENOMEM, "%s: out of memory", p->file);
+        }
+        char *e = ingest__malloc(p->ctx, klen + 1 + n + 1);
+        if (e == NULL)
+            return ingest__fail(p->ctx, INGEST_ENOMEM, "%s: out of memory", p->file);
+        memcpy(e, name, klen);
+        e[klen] = '=';
+        memcpy(e + klen + 1, v, n + 1);
+        (*arr)[(*count)++] = e;
+        if (row->check != NULL)
+            INGEST__FORWARD(row->check(p, entry_shown, e, vat));
+    }
+}
+
 /* The current event is the value of row (key at keymark). */
 static int parse_value(cfg_parser *p, cfg_inst *inst, const cfg_row *row, const char *shown)
 {
@@ -470,6 +527,8 @@ static int parse_value(cfg_parser *p, cfg_inst *inst, const cfg_row *row, const 
         return parse_list(p, inst, row, shown);
     if (row->type == T_STRLIST)
         return parse_strlist(p, inst, row, shown);
+    if (row->type == T_MAP)
+        return parse_map(p, inst, row, shown);
     const yaml_event_t *ev = &p->ev;
     const cfg_mark at = ev_mark(ev);
     if (ev->type == YAML_MAPPING_START_EVENT || ev->type == YAML_SEQUENCE_START_EVENT)

@@ -1,5 +1,6 @@
 /* The configuration's schema: value validators and the two programs' key tables (config_int.h). */
 #include "config_int.h"
+#include "ingest/kafka.h"
 #include "ingest/sender.h"
 #include "ingest/wire.h"
 
@@ -248,18 +249,29 @@ static int check_window(cfg_parser *p, const char *shown, const char *value, cfg
     return INGEST_OK;
 }
 
-/* transport: kafka is named in the schema but not built yet: an error, never a silent fallback to tcp. */
-static int check_transport(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
+/* A Kafka topic or group name: 1..249 of [A-Za-z0-9._-]. */
+static int check_kafka_topic(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
 {
-    if (strcmp(value, "kafka") == 0)
-        return cfg__perr(p, at,
-                    "key '%s': 'kafka' is not available yet (this version ships over tcp only; see "
-                    "docs/architecture.md, \"Transports\"); use tcp",
-                    shown);
+    const size_t n = strlen(value);
+    if (n == 0)
+        return INGEST_OK;
+    if (n > 249 || strspn(value, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != n)
+        return cfg__perr(p, at, "key '%s': '%.60s' is not a topic or group name (1 to 249 of A-Z a-z 0-9 . _ -)",
+                         shown, value);
     return INGEST_OK;
 }
 
-/* ---- the tables ---------------------------------------------------------- */
+/* kafka.properties: each entry as librdkafka takes it (named, with librdkafka's reason). */
+static int check_kafka_property(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
+{
+    const char *const one[1] = { value };
+    if (ingest_kafka_check_properties(p->ctx, one, 1) != INGEST_OK) {
+        char why[INGEST__ERRMSG_MAX];
+        snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(p->ctx));
+        return cfg__perr(p, at, "key '%s': librdkafka refuses it: %s", shown, why);
+    }
+    return INGEST_OK;
+}
 
 static const cfg_enum transport_enum[] = { { "tcp", INGEST_TRANSPORT_TCP },
                                            { "kafka", INGEST_TRANSPORT_KAFKA },
@@ -289,13 +301,26 @@ static const cfg_row agent_rows[] = {
       .desc = "Identity of this device: 1 to 64 of A-Z a-z 0-9 . _ -, starting with a letter or digit" },
     { .name = "device.key", .type = T_PATH, .flags = F_REQUIRED, FIELD(A, device_key),
       .desc = "File holding this device's secret key (ingestctl keygen)" },
-    { .name = "core.address", .type = T_STRING, .flags = F_REQUIRED, FIELD(A, core_address),
-      .check = check_hostport, .desc = "Receiver to ship to, host:port ([v6addr]:port)" },
+    { .name = "core.address", .type = T_STRING, .def = "", FIELD(A, core_address),
+      .check = check_hostport,
+      .desc = "Receiver to ship to, host:port ([v6addr]:port); required with transport: tcp" },
     { .name = "core.receiver_key", .type = T_PATH, .flags = F_REQUIRED, FIELD(A, core_receiver_key),
       .desc = "The receiver's public key file (.pub), pinned" },
     { .name = "transport", .type = T_ENUM, .def = "tcp", FIELD(A, transport),
-      .enums = transport_enum, .check = check_transport,
-      .desc = "How batches travel: tcp (direct session); kafka is reserved and refused until it is built" },
+      .enums = transport_enum,
+      .desc = "How batches travel: tcp (a session with core.address) or kafka (records to kafka.topic, "
+              "docs/kafka.md)" },
+    { .name = "kafka.brokers", .type = T_STRING, .def = "", FIELD(A, kafka_brokers),
+      .desc = "Kafka bootstrap servers, host:port,...; required with transport: kafka" },
+    { .name = "kafka.topic", .type = T_STRING, .def = "ingest", FIELD(A, kafka_topic), .check = check_kafka_topic,
+      .desc = "Topic the device's records go to, keyed by device id" },
+    { .name = "kafka.reply_topic", .type = T_STRING, .def = "", FIELD(A, kafka_reply_topic),
+      .check = check_kafka_topic, .def_doc = "{topic}-replies",
+      .desc = "Topic the receivers answer on (landed, or chunks still needed)" },
+    { .name = "kafka.properties", .type = T_MAP, FIELD(A, kafka_properties),
+      .count_off = offsetof(A, kafka_properties_count), .max = INGEST_KAFKA_PROPERTIES_MAX,
+      .check = check_kafka_property, .def_doc = "{}",
+      .desc = "librdkafka properties passed verbatim (TLS, SASL, tuning); idempotence and acks=all are kept" },
     { .name = "dedup_key", .type = T_PATH, .flags = F_REQUIRED, FIELD(A, dedup_key),
       .desc = "The fleet's chunk-id key file, the same on every device and the receiver" },
     { .name = "sources", .type = T_LIST, .flags = F_REQUIRED, FIELD(A, sources),
@@ -429,6 +454,18 @@ static const cfg_row receiver_rows[] = {
       .desc = "Least severe messages logged: error, warn, info or debug" },
     { .name = "metrics.listen", .type = T_STRING, .def = "", FIELD(R, metrics_listen),
       .check = check_listen_or_empty, .desc = "Prometheus endpoint host:port (\"\" = off; port 0: any free port)" },
+    { .name = "kafka.brokers", .type = T_STRING, .def = "", FIELD(R, kafka_brokers),
+      .desc = "Kafka bootstrap servers, host:port,...: consume devices' records as well as TCP (\"\" = off)" },
+    { .name = "kafka.topic", .type = T_STRING, .def = "ingest", FIELD(R, kafka_topic), .check = check_kafka_topic,
+      .desc = "Topic of the devices' records" },
+    { .name = "kafka.reply_topic", .type = T_STRING, .def = "", FIELD(R, kafka_reply_topic),
+      .check = check_kafka_topic, .def_doc = "{topic}-replies", .desc = "Topic the receiver answers devices on" },
+    { .name = "kafka.group", .type = T_STRING, .def = "ingest-receivers", FIELD(R, kafka_group),
+      .check = check_kafka_topic, .desc = "Consumer group of the receivers sharing one bronze tree" },
+    { .name = "kafka.properties", .type = T_MAP, FIELD(R, kafka_properties),
+      .count_off = offsetof(R, kafka_properties_count), .max = INGEST_KAFKA_PROPERTIES_MAX,
+      .check = check_kafka_property, .def_doc = "{}",
+      .desc = "librdkafka properties passed verbatim (TLS, SASL, tuning); manual offset commits are kept" },
 };
 #undef R
 

@@ -52,12 +52,13 @@ typedef struct latency_rec {
 
 typedef struct agent agent;
 
-/* The connection to the core, while there is one (fd >= 0). */
+/* The connection to the core, while there is one (link != NULL). */
 typedef struct agent_net {
     ingest_session *ss;
     int fd;
-    ingest_link *link; /* over ss and fd while connected */
+    ingest_link *link; /* over ss and fd, or over kafka, while connected */
     ingest_edge *edge; /* the protocol's edge side, made on the first connection */
+    ingest_kafka_edge *kafka; /* transport: kafka: the producer and reply reader, made on the first connection */
 } agent_net;
 
 /* What the agent keeps in state_dir: the file table, have-cache, batch sequence, instance. */

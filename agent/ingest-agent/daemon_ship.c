@@ -293,7 +293,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
         ingest_journal_batch_free(d->j, jb);
         return rc;
     }
-    if (a->net.fd < 0) {
+    if (a->net.link == NULL) {
         if (d->now < d->next_connect) {
             ingest_journal_batch_free(d->j, jb);
             return 1;

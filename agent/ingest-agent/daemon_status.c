@@ -60,7 +60,7 @@ void dmn_publish(daemon_t *d)
     }
     pthread_mutex_lock(&d->slock);
     snap *sn = &d->sn;
-    sn->connected = a->net.fd >= 0;
+    sn->connected = a->net.link != NULL;
     sn->watching = d->ino >= 0 && !d->ino_full;
     sn->backpressure = d->backpressure;
     sn->spool_full = d->spool_full;

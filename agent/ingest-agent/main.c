@@ -424,11 +424,89 @@ static double latency_quantile(agent *a, double q)
     return a->report.lat[a->report.nlat - 1].s;
 }
 
+/* The have-cache as the Kafka link sees it (docs/kafka.md): what the core is known to hold. */
+static int kafka_have(void *ud, const uint8_t id[INGEST_ID_BYTES])
+{
+    agent *a = ud;
+    pthread_mutex_lock(&a->state.store_lock);
+    const int r = ingest_havecache_has(a->state.have, id);
+    pthread_mutex_unlock(&a->state.store_lock);
+    return r;
+}
+
+static void kafka_held(void *ud, const uint8_t id[INGEST_ID_BYTES])
+{
+    agent *a = ud;
+    pthread_mutex_lock(&a->state.store_lock);
+    if (ingest_havecache_add(a->state.have, id) < 0 || ingest_store_commit(a->state.st) < 0)
+        a->report.t.err_store++;
+    pthread_mutex_unlock(&a->state.store_lock);
+}
+
+static void kafka_unheld(void *ud, const uint8_t id[INGEST_ID_BYTES])
+{
+    agent *a = ud;
+    pthread_mutex_lock(&a->state.store_lock);
+    if (ingest_havecache_del(a->state.have, id) < 0 || ingest_store_commit(a->state.st) < 0)
+        a->report.t.err_store++;
+    pthread_mutex_unlock(&a->state.store_lock);
+}
+
+/* transport: kafka: the producer (made once) and a link over it. */
+static int connect_kafka(agent *a)
+{
+    if (a->net.kafka == NULL) {
+        const ingest_kafka_edge_opts ko = {
+            .kc = { .brokers = a->cfg->kafka_brokers, .topic = a->cfg->kafka_topic,
+                    .reply_topic = a->cfg->kafka_reply_topic,
+                    .props = (const char *const *)a->cfg->kafka_properties,
+                    .nprops = a->cfg->kafka_properties_count },
+            .device = a->cfg->device_id,
+            .log = prog_lib_log,
+            .log_level = prog_log_level(),
+        };
+        if (ingest_kafka_edge_open(a->ctx, &ko, &a->net.kafka) < 0) {
+            prog_log(INGEST_LOG_ERROR, "cannot reach Kafka at %s: %s", a->cfg->kafka_brokers,
+                     ingest_ctx_errmsg(a->ctx));
+            a->report.t.err_connect++;
+            return -1;
+        }
+    }
+    ingest_krec_keys keys;
+    if (ingest_krec_keys_device(&a->key, a->receiver_pub, &keys) < 0) {
+        prog_log(INGEST_LOG_ERROR, "kafka: the device and receiver keys do not make record keys");
+        return -1;
+    }
+    const ingest_klink_edge_opts lo = {
+        .device = a->cfg->device_id,
+        .keys = &keys,
+        /* the daemon ships one batch at a time from its journal; --once pipelines */
+        .features = a->daemon ? 0u : INGEST_SESSION_FEATURE_PIPELINE,
+        .have = kafka_have,
+        .held = kafka_held,
+        .unheld = kafka_unheld,
+        .ud = a,
+    };
+    const int rc = ingest_kafka_edge_link(a->net.kafka, &lo, &a->net.link);
+    ingest_krec_keys_wipe(&keys);
+    if (rc < 0 || ingest_edge_attach(a->net.edge, a->net.link) < 0) {
+        prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
+        disconnect_core(a);
+        return -1;
+    }
+    if (a->dict != NULL)
+        (void)ingest_edge_offer_dict(a->net.edge); /* no dict feature over Kafka: says why, once */
+    prog_log(INGEST_LOG_DEBUG, "shipping through Kafka at %s, topic %s", a->cfg->kafka_brokers, a->cfg->kafka_topic);
+    return 0;
+}
+
 int connect_core(agent *a)
 {
     char err[512];
     if (make_edge(a) != 0)
         return -1;
+    if (a->cfg->transport == INGEST_TRANSPORT_KAFKA)
+        return connect_kafka(a);
     a->net.fd = prog_connect(a->cfg->core_address, 10000, err, sizeof(err));
     if (a->net.fd < 0) {
         prog_log(INGEST_LOG_ERROR, "cannot reach the core: %s", err);
@@ -473,6 +551,7 @@ void disconnect_core(agent *a)
 {
     if (a->net.edge != NULL)
         ingest_edge_detach(a->net.edge);
+    ingest_kafka_edge_unlink(a->net.kafka);
     ingest_link_destroy(a->net.link);
     a->net.link = NULL;
     if (a->net.fd >= 0)
@@ -589,6 +668,7 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     }
     int again = 0, failed = 0;
     const uint64_t failed_before = a->report.t.ship.batches_failed;
+    const uint64_t abandoned_before = a->report.t.ship.batches_abandoned;
     for (;;) {
         ingest_sender_batch *b = NULL;
         const double t0 = prog_now();
@@ -598,7 +678,7 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
             rc = took;
             break;
         }
-        if (stopping || throttle_wait_window(a) != 0 || (a->net.fd < 0 && connect_core(a) != 0)) {
+        if (stopping || throttle_wait_window(a) != 0 || (a->net.link == NULL && connect_core(a) != 0)) {
             rc = INGEST_ECLOSED;
             ingest_sender_batch_destroy(b);
             break;
@@ -641,6 +721,8 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     }
     if (a->report.t.ship.batches_failed > failed_before) /* refused, pipelined ones included */
         failed = 1;
+    if (a->report.t.ship.batches_abandoned > abandoned_before) /* to ship again: a file changed, or chunks needed */
+        again = 1;
     builder_stop(&bl);
     pthread_cond_destroy(&bl.cond);
     pthread_mutex_destroy(&bl.lock);
@@ -896,6 +978,7 @@ out:
     free(a.report.lat);
     disconnect_core(&a);
     ingest_edge_destroy(a.net.edge); /* before the codec it borrows */
+    ingest_kafka_edge_close(a.net.kafka); /* waits for records still queued */
     ingest_session_destroy(a.net.ss);
     ingest_filetable_close(a.state.ft);
     ingest_havecache_close(a.state.have);

@@ -77,7 +77,11 @@ typedef struct server {
     /* Prometheus metrics (docs/operations.md): labelled by device. */
     ingest_metrics *metrics;
     ingest_metric *m_conns, *m_refused, *m_dropped, *m_landed, *m_failed, *m_files, *m_bytes, *m_new, *m_known, *m_rewanted,
-        *m_wire, *m_written, *m_latency, *m_stage, *m_errors, *m_dicts;
+        *m_wire, *m_written, *m_latency, *m_stage, *m_errors, *m_dicts, *m_krecords;
+    /* kafka.brokers: the consumer group member, in a thread of its own */
+    ingest_core_kafka *kafka;
+    pthread_t kafka_thread;
+    int kafka_running;
 } server;
 
 static int define_metrics(server *s)
@@ -113,6 +117,10 @@ static int define_metrics(server *s)
           "Encoded chunk bytes received", "device" },
         { &s->m_written, INGEST_METRIC_COUNTER, "ingest_receiver_bytes_written_total",
           "Bytes written under the bronze root (files and manifests)", "device" },
+        { &s->m_krecords, INGEST_METRIC_COUNTER, "ingest_receiver_kafka_records_total",
+          "Kafka records consumed, by outcome: ok, forged (does not open under its device's key), unknown_device "
+          "(not in authorized_devices), malformed",
+          "outcome" },
         { &s->m_dicts, INGEST_METRIC_COUNTER, "ingest_receiver_dictionaries_total",
           "Dictionaries devices offered, by result: held (the receiver had it), received (sent, verified and "
           "loaded), refused (bounds)",
@@ -694,6 +702,63 @@ static int open_dicts(server *s)
     return 0;
 }
 
+/* The consumer group's lookup of a device's key in the current authorized devices. */
+static int kafka_device_key(void *ud, const char *device, uint8_t pk[INGEST_PUBKEY_BYTES])
+{
+    server *s = ud;
+    authref *r = auth_get(s);
+    const int rc = ingest_authset_lookup(r->set, device, strlen(device), pk);
+    auth_put(s, r);
+    return rc == 0 ? 0 : -1;
+}
+
+static void *kafka_main(void *arg)
+{
+    server *s = arg;
+    if (ingest_core_kafka_run(s->kafka) < 0)
+        prog_log(INGEST_LOG_ERROR, "kafka: the consumer stopped; devices shipping through Kafka are not served");
+    return NULL;
+}
+
+/* kafka.brokers: join the receivers' group (docs/kafka.md): 0, or -1 logged. */
+static int start_kafka(server *s)
+{
+    if (s->cfg->kafka_brokers[0] == '\0')
+        return 0;
+    const ingest_core_kafka_opts o = {
+        .kc = { .brokers = s->cfg->kafka_brokers, .topic = s->cfg->kafka_topic,
+                .reply_topic = s->cfg->kafka_reply_topic, .group = s->cfg->kafka_group,
+                .props = (const char *const *)s->cfg->kafka_properties,
+                .nprops = s->cfg->kafka_properties_count },
+        .key = &s->key,
+        .device_key = kafka_device_key,
+        .ud = s,
+        .records = s->m_krecords,
+    };
+    if (ingest_core_kafka_create(s->core, &o, &s->kafka) < 0) {
+        prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(s->ctx));
+        return -1;
+    }
+    if (pthread_create(&s->kafka_thread, NULL, kafka_main, s) != 0) {
+        prog_log(INGEST_LOG_ERROR, "kafka: cannot start its thread");
+        return -1;
+    }
+    s->kafka_running = 1;
+    return 0;
+}
+
+/* End the group membership: batches being landed finish, offsets are committed. */
+static void stop_kafka(server *s)
+{
+    if (s->kafka_running) {
+        ingest_core_kafka_stop(s->kafka);
+        pthread_join(s->kafka_thread, NULL);
+        s->kafka_running = 0;
+    }
+    ingest_core_kafka_destroy(s->kafka);
+    s->kafka = NULL;
+}
+
 /* The core side that serves every authenticated device: 0, or -1 logged. */
 static int make_core(server *s)
 {
@@ -833,7 +898,7 @@ int main(int argc, char **argv)
     if (crashed < 0 || (crashed && catch_up_index(&s) != 0))
         goto out;
     s.cat = rcatalog_open(s.cfg->bronze);
-    if (make_core(&s) != 0 || running_marker(&s, 1) != 0)
+    if (make_core(&s) != 0 || running_marker(&s, 1) != 0 || start_kafka(&s) != 0)
         goto out;
     char bound[300], err[512];
     lfd = prog_listen(s.cfg->listen, bound, sizeof(bound), err, sizeof(err));
@@ -949,6 +1014,7 @@ int main(int argc, char **argv)
         }
         pthread_attr_destroy(&attr);
     }
+    stop_kafka(&s); /* its serves end first: a batch being made durable is finished */
     ingest_core_stop(s.core);
     ingest_core_stats cst;
     ingest_core_stats_get(s.core, &cst);
@@ -979,6 +1045,7 @@ int main(int argc, char **argv)
     status = ready_failed ? 1 : 0;
 out:
     stats_logger_stop(slog);
+    stop_kafka(&s);
     if (lfd >= 0)
         close(lfd);
     if (s.nconn == 0) {

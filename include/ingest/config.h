@@ -112,6 +112,12 @@ typedef struct ingest_agent_config {
     int throttle_window_start;       /* its start, minutes after local midnight; -1 when "" */
     int throttle_window_end;         /* its end (may be < start: wraps midnight); -1 when "" */
     char *status_socket;             /* status.socket (path); default {state_dir}/agent.sock */
+    /* transport: kafka (docs/kafka.md) */
+    char *kafka_brokers;             /* kafka.brokers, "host:port,..." ("" unless transport is kafka) */
+    char *kafka_topic;               /* kafka.topic */
+    char *kafka_reply_topic;         /* kafka.reply_topic ("" = "{topic}-replies") */
+    char **kafka_properties;         /* kafka.properties, "name=value" each, passed to librdkafka */
+    size_t kafka_properties_count;
 } ingest_agent_config;
 
 /* The receiver's configuration; see ingest_agent_config. */
@@ -137,6 +143,13 @@ typedef struct ingest_receiver_config {
     int log_level;                   /* log.level: INGEST_LOG_* */
     char *metrics_listen;            /* metrics.listen, "host:port" or "" = off */
     int dedup_scope;                 /* dedup.scope: INGEST_DEDUP_* (include/ingest/index.h) */
+    /* Kafka (docs/kafka.md): consumed as well as TCP when kafka.brokers is set */
+    char *kafka_brokers;             /* kafka.brokers ("" = off) */
+    char *kafka_topic;               /* kafka.topic */
+    char *kafka_reply_topic;         /* kafka.reply_topic ("" = "{topic}-replies") */
+    char *kafka_group;               /* kafka.group */
+    char **kafka_properties;         /* kafka.properties, "name=value" each */
+    size_t kafka_properties_count;
 } ingest_receiver_config;
 
 /*

@@ -218,6 +218,8 @@ INGEST_API void ingest_havecache_close(ingest_havecache *hc);
 INGEST_API int ingest_havecache_has(ingest_havecache *hc, const uint8_t id[INGEST_ID_BYTES]);
 /* Remember id (refreshing its age); prunes the oldest past max_entries. */
 INGEST_API int ingest_havecache_add(ingest_havecache *hc, const uint8_t id[INGEST_ID_BYTES]);
+/* Forget id (the core said it does not hold it): 1 removed, 0 not there, or < 0. */
+INGEST_API int ingest_havecache_del(ingest_havecache *hc, const uint8_t id[INGEST_ID_BYTES]);
 INGEST_API uint64_t ingest_havecache_count(ingest_havecache *hc);
 
 /* ---- edge: file table (what was acknowledged, per manifest path) ---- */

@@ -112,6 +112,24 @@ int ingest_havecache_has(ingest_havecache *hc, const uint8_t id[INGEST_ID_BYTES]
     return lookup(hc, id, &seq);
 }
 
+int ingest_havecache_del(ingest_havecache *hc, const uint8_t id[INGEST_ID_BYTES])
+{
+    if (hc == NULL || id == NULL)
+        return INGEST_EINVAL;
+    uint64_t old = 0;
+    INGEST__FORWARD(ingest__store_write_begin(hc->st, 2));
+    const int found = lookup(hc, id, &old);
+    if (found <= 0)
+        return found;
+    uint8_t skey[8];
+    ingest__put_be64(skey, old);
+    int rc = ingest__store_del(hc->st, hc->seqs, skey, 8);
+    if (rc < 0 && rc != INGEST_ENOTFOUND)
+        return rc;
+    rc = ingest__store_del(hc->st, hc->ids, id, INGEST_ID_BYTES);
+    return rc < 0 && rc != INGEST_ENOTFOUND ? rc : 1;
+}
+
 int ingest_havecache_add(ingest_havecache *hc, const uint8_t id[INGEST_ID_BYTES])
 {
     if (hc == NULL || id == NULL)
