@@ -8,7 +8,8 @@
 . "$(dirname "$0")/kafka_lib.sh"
 setup_keys
 start_mock 1 4
-write_kafka_receiver_config r1
+write_kafka_receiver_config r1 'metrics:
+  listen: 127.0.0.1:0'
 start_kafka_receiver r1
 wait_file_log "$T/r1.log" "partitions of ingest assigned"
 
@@ -29,3 +30,31 @@ ship_with dev1 --all
 [ "$(field dev1 chunk_bytes)" = 0 ] || fail "chunk data travelled for an unchanged tree: $(field dev1 chunk_bytes)"
 [ "$(field dev1 chunks_dedup)" -gt 0 ] || fail "no chunk was known"
 pass "the same tree again sends no chunk data (the have-cache, filled from landed replies)"
+
+# Records no device sent: one claiming dev1 whose seal does not open (forged),
+# one of a device not authorized, bytes that are no record at all.  Each is
+# counted and skipped, and dev1's next batch lands: the partition moves on.
+PUT="$BUILD/tools/kafka-put"
+record() { # record DEVICE: a record header with DEVICE, then a nonce and a "sealed" payload of garbage
+    printf 'IKR1\001\000\004%s\005b-bad\000\000\000\000' "$1"
+    head -c 80 /dev/urandom
+}
+record dev1 | "$PUT" --bootstrap "$BOOT" --topic ingest --key dev1 || fail "kafka-put failed"
+record dev9 | "$PUT" --bootstrap "$BOOT" --topic ingest --key dev9 || fail "kafka-put failed"
+printf 'hello' | "$PUT" --bootstrap "$BOOT" --topic ingest --key dev1 || fail "kafka-put failed"
+wait_file_log "$T/r1.log" "does not open under its key"
+wait_file_log "$T/r1.log" "device dev9, which is not authorized"
+wait_file_log "$T/r1.log" "not a device record"
+gen_log "$T/src/after.txt" 50000 77
+ship dev1
+[ "$(field dev1 files)" = 1 ] || fail "the file written after the bad records was not acknowledged"
+cmp "$T/src/after.txt" "$T/bronze/dev1/src/after.txt" || fail "after.txt did not land"
+maddr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$T/r1.log" | tail -1)
+[ -n "$maddr" ] || fail "the receiver did not report its metrics address"
+bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n" >&3; cat <&3' "$maddr" |
+    tr -d '\r' > "$T/metrics"
+for o in forged unknown_device malformed; do
+    grep -q "^ingest_receiver_kafka_records_total{outcome=\"$o\"} 1\$" "$T/metrics" ||
+        { grep kafka "$T/metrics"; fail "$o records are not counted once"; }
+done
+pass "a forged record, one of an unknown device and a malformed one are skipped with a log line; the next batch lands"
