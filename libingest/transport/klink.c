@@ -1008,8 +1008,9 @@ static int core_recv(ingest_link *l, ingest_wire_msg *out, int timeout_ms)
             pthread_mutex_unlock(&c->mu);
             return ingest__fail(c->p.rctx, INGEST_ECLOSED, "the link is closed");
         }
-        if (c->state == KS_WAIT_WANT || c->head == NULL) {
-            /* the core's WANT decides what the next chunks are for */
+        if (c->state == KS_WAIT_WANT || c->state == KS_COMMITTED || c->head == NULL) {
+            /* the core's WANT decides what the next chunks are for; after a commit, its ACK (or a WANT
+             * of stale chunks) comes before anything of the next batch is read */
             if (deadline_wait(&c->cv, &c->mu, until)) {
                 pthread_mutex_unlock(&c->mu);
                 return ingest__fail(c->p.rctx, INGEST_ETIMEDOUT, "no record within %d ms", timeout_ms);
