@@ -267,7 +267,8 @@ static int check_kafka_property(cfg_parser *p, const char *shown, const char *va
     const char *const one[1] = { value };
     if (ingest_kafka_check_properties(p->ctx, one, 1) != INGEST_OK) {
         char why[INGEST__ERRMSG_MAX];
-        snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(p->ctx));
+        const char *m = ingest_ctx_errmsg(p->ctx), *r = strstr(m, ": "); /* after the property's name */
+        snprintf(why, sizeof(why), "%s", r != NULL ? r + 2 : m);
         return cfg__perr(p, at, "key '%s': librdkafka refuses it: %s", shown, why);
     }
     return INGEST_OK;

@@ -35,7 +35,7 @@ static int conf_set(ingest_ctx *ctx, rd_kafka_conf_t *c, const char *name, const
 {
     char err[512];
     if (rd_kafka_conf_set(c, name, value, err, sizeof(err)) != RD_KAFKA_CONF_OK)
-        return ingest__fail(ctx, INGEST_EINVAL, "%s %s: %s", what, name, err);
+        return ingest__fail(ctx, INGEST_EINVAL, "%s%s: %s", what, name, err);
     return 0;
 }
 
@@ -98,29 +98,29 @@ rd_kafka_conf_t *ingest__kafka_conf(ingest_ctx *ctx, const ingest_kafka_conf *kc
         { "fetch.wait.max.ms", "50", "c" },            { "queued.max.messages.kbytes", "16384", "c" },
         { "socket.keepalive.enable", "true", "pc" },
     };
-    int rc = kc->brokers && kc->brokers[0] ? conf_set(ctx, c, "bootstrap.servers", kc->brokers, "kafka.brokers:")
+    int rc = kc->brokers && kc->brokers[0] ? conf_set(ctx, c, "bootstrap.servers", kc->brokers, "kafka.brokers ")
                                            : ingest__fail(ctx, INGEST_EINVAL, "kafka.brokers is empty");
     for (size_t i = 0; rc == 0 && i < sizeof(defaults) / sizeof(defaults[0]); i++)
         if (strchr(defaults[i][2], role == KAFKA_PRODUCER ? 'p' : 'c') && !props_set(kc, defaults[i][0]))
-            rc = conf_set(ctx, c, defaults[i][0], defaults[i][1], "kafka default");
+            rc = conf_set(ctx, c, defaults[i][0], defaults[i][1], "kafka default ");
     if (rc == 0)
         rc = apply_props(ctx, c, kc->props, kc->nprops);
     if (rc == 0 && role == KAFKA_PRODUCER) {
         /* what the transport's guarantee rests on: no loss, no duplicate, order per partition */
-        rc = conf_set(ctx, c, "enable.idempotence", "true", "kafka");
+        rc = conf_set(ctx, c, "enable.idempotence", "true", "kafka ");
         if (rc == 0)
-            rc = conf_set(ctx, c, "acks", "all", "kafka");
+            rc = conf_set(ctx, c, "acks", "all", "kafka ");
     }
     if (rc == 0 && role == KAFKA_GROUP) {
         rc = conf_set(ctx, c, "group.id", kc->group && kc->group[0] ? kc->group : INGEST_KAFKA_GROUP_DEFAULT,
-                      "kafka.group:");
+                      "kafka.group ");
         if (rc == 0)
-            rc = conf_set(ctx, c, "enable.auto.commit", "false", "kafka");
+            rc = conf_set(ctx, c, "enable.auto.commit", "false", "kafka ");
         if (rc == 0)
-            rc = conf_set(ctx, c, "auto.offset.reset", "earliest", "kafka");
+            rc = conf_set(ctx, c, "auto.offset.reset", "earliest", "kafka ");
     }
     if (rc == 0 && role == KAFKA_CONSUMER)
-        rc = conf_set(ctx, c, "enable.auto.commit", "false", "kafka");
+        rc = conf_set(ctx, c, "enable.auto.commit", "false", "kafka ");
     if (rc < 0) {
         rd_kafka_conf_destroy(c);
         return NULL;

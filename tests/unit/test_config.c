@@ -542,13 +542,62 @@ static void test_error_positions(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* transport: kafka needs kafka.brokers, not core.address; properties reach the config as name=value. */
+static void test_agent_kafka(void **state)
+{
+    (void)state;
+    static const char yaml[] = "device: {id: gw-1, key: k}\n"
+                               "core: {receiver_key: r}\n"
+                               "transport: kafka\n"
+                               "kafka:\n"
+                               "  brokers: k1:9092,k2:9092\n"
+                               "  properties:\n"
+                               "    security.protocol: ssl\n"
+                               "    linger.ms: 20\n"
+                               "dedup_key: d\n"
+                               "sources: [{path: /s}]\n"
+                               "state_dir: /st\n";
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_agent_config *cfg = agent_ok(ctx, yaml);
+    assert_int_equal(cfg->transport, INGEST_TRANSPORT_KAFKA);
+    assert_string_equal(cfg->kafka_brokers, "k1:9092,k2:9092");
+    assert_string_equal(cfg->kafka_topic, "ingest");
+    assert_string_equal(cfg->kafka_reply_topic, "");
+    assert_int_equal(cfg->kafka_properties_count, 2);
+    assert_string_equal(cfg->kafka_properties[0], "security.protocol=ssl");
+    assert_string_equal(cfg->kafka_properties[1], "linger.ms=20");
+    ingest_agent_config_free(cfg);
+    /* tcp (the default) still needs core.address */
+    agent_err("device: {id: gw-1, key: k}\ncore: {receiver_key: r}\ndedup_key: d\nsources: [{path: /s}]\n"
+              "state_dir: /st\n",
+              "key 'core.address' is required with transport: tcp");
+    receiver_err("key: k\nauthorized_devices: a\ndedup_key: d\nstate_dir: s\nbronze: b\n"
+                 "kafka:\n  brokers: k:1\n  properties:\n    linger.ms: soon\n",
+                 "key 'kafka.properties.linger.ms': librdkafka refuses it");
+    ingest_receiver_config *rc = NULL;
+    static const char ryaml[] = "key: k\nauthorized_devices: a\ndedup_key: d\nstate_dir: s\nbronze: b\n"
+                                "kafka:\n  brokers: k:1\n  group: fleet-a\n";
+    assert_int_equal(ingest_receiver_config_parse(ctx, "r.yaml", ryaml, strlen(ryaml), &rc), 0);
+    assert_string_equal(rc->kafka_brokers, "k:1");
+    assert_string_equal(rc->kafka_group, "fleet-a");
+    assert_int_equal(rc->kafka_properties_count, 0);
+    ingest_receiver_config_free(rc);
+    ingest_ctx_destroy(ctx);
+}
+
 static void test_errors_agent(void **state)
 {
     (void)state;
     /* unknown keys */
     agent_err_plus("bogus: 1\n", "agent.yaml:11:1: unknown key 'bogus'");
     agent_err_plus("batch:\n  max_filez: 10\n", "agent.yaml:12:3: unknown key 'batch.max_filez'");
-    agent_err_plus("transport: kafka\n", "agent.yaml:11:12: key 'transport': 'kafka' is not available yet");
+    agent_err_plus("transport: kafka\n", "key 'kafka.brokers' is required with transport: kafka");
+    agent_err_plus("transport: kafka\nkafka:\n  brokers: b:9092\n  properties:\n    no.such.thing: 1\n",
+                   "agent.yaml:15:20: key 'kafka.properties.no.such.thing': librdkafka refuses it: "
+                   "No such configuration property: \"no.such.thing\"");
+    agent_err_plus("transport: kafka\nkafka:\n  brokers: b:9092\n  properties:\n    acks: [all]\n",
+                   "key 'kafka.properties.acks' must be a string, not a list");
+    agent_err_plus("kafka:\n  topic: a/b\n", "key 'kafka.topic': 'a/b' is not a topic or group name");
     agent_err_plus("bogus:\n  x: 1\n", "agent.yaml:11:1: unknown key 'bogus'");
     agent_err_plus("sources[].path: /x\n", "agent.yaml:11:1: unknown key 'sources[].path'");
     agent_err_plus("batch.max_filez: 3\n", "agent.yaml:11:1: unknown key 'batch.max_filez'");
@@ -1014,10 +1063,10 @@ static void test_keys_docs_and_help(void **state)
     assert_non_null(receiver);
     key_check kc = { doc, agent, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_AGENT, check_key, &kc), 0);
-    assert_int_equal(kc.keys, 38);
+    assert_int_equal(kc.keys, 42); /* with the kafka keys */
     kc = (key_check){ doc, receiver, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_RECEIVER, check_key, &kc), 0);
-    assert_int_equal(kc.keys, 21); /* with dedup.scope, layout_shared and memory.queue_budget */
+    assert_int_equal(kc.keys, 26); /* with dedup.scope, layout_shared, memory.queue_budget and the kafka keys */
     int n = 0;
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_AGENT, stop_at_third, &n), 42);
     assert_int_equal(ingest_config_keys(99, stop_at_third, &n), INGEST_EINVAL);
@@ -1130,6 +1179,7 @@ int main(void)
         cmocka_unit_test(test_receiver_full_and_defaults),
         cmocka_unit_test(test_relative_to_config_dir),
         cmocka_unit_test(test_error_positions),
+        cmocka_unit_test(test_agent_kafka),
         cmocka_unit_test(test_errors_agent),
         cmocka_unit_test(test_errors_required_and_sources),
         cmocka_unit_test(test_errors_receiver),
