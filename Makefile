@@ -191,6 +191,11 @@ bench bench-ship: all
 	@bash bench/ship.sh $(BUILD)
 bench-gateway: all
 	@PROFILE=gateway bash bench/ship.sh $(BUILD)
+# The Kafka transport through the mock cluster against TCP: bench/kafka.sh,
+# into bench/results-kafka.md.  SIZE=64MiB RUNS=1 for a smoke run.
+.PHONY: bench-kafka
+bench-kafka: all tests
+	@bash bench/kafka.sh $(BUILD)
 bench-small: all
 	@PROFILE=small bash bench/ship.sh $(BUILD)
 

@@ -978,6 +978,13 @@ out:
     free(a.report.lat);
     disconnect_core(&a);
     ingest_edge_destroy(a.net.edge); /* before the codec it borrows */
+    if (a.net.kafka != NULL) {
+        ingest_kafka_edge_stats ks;
+        ingest_kafka_edge_stats_get(a.net.kafka, &ks);
+        prog_log(INGEST_LOG_INFO, "kafka: %llu records produced, %llu delivered, %llu failed; %llu replies",
+                 (unsigned long long)ks.produced, (unsigned long long)ks.delivered, (unsigned long long)ks.failed,
+                 (unsigned long long)ks.replies);
+    }
     ingest_kafka_edge_close(a.net.kafka); /* waits for records still queued */
     ingest_session_destroy(a.net.ss);
     ingest_filetable_close(a.state.ft);
