@@ -58,3 +58,27 @@ for o in forged unknown_device malformed; do
         { grep kafka "$T/metrics"; fail "$o records are not counted once"; }
 done
 pass "a forged record, one of an unknown device and a malformed one are skipped with a log line; the next batch lands"
+
+# The daemon through Kafka, with after_ship: delete: a file is deleted from
+# the source only once the core's LANDED reply came, and it landed.
+mkdir -p "$T/dsrc"
+write_kafka_agent_config dev2 "$T/dsrc" 'batch:
+  max_wait: 200ms
+rescan_interval: 500ms'
+sed -i 's|^  - path: .*|&\n    settle: 300ms\n    after_ship: delete|' "$T/dev2.yaml"
+"$AGENT" --config "$T/dev2.yaml" > "$T/dev2.out" 2> "$T/dev2.err" &
+DPID=$!
+EXTRA_PIDS="$EXTRA_PIDS $DPID"
+wait_file_log "$T/dev2.err" "running: "
+gen_log "$T/dsrc/x.log" 300000 9
+cp "$T/dsrc/x.log" "$T/x.expect"
+i=0
+while [ -e "$T/dsrc/x.log" ]; do
+    i=$((i + 1)); [ $i -gt 400 ] && { grep -v CONFWARN "$T/dev2.err" | tail; fail "x.log was not deleted after it shipped"; }
+    sleep 0.05
+done
+cmp "$T/x.expect" "$T/bronze/dev2/dsrc/x.log" || fail "x.log was deleted but did not land"
+grep -q "batch .* landed: 1 files" "$T/r1.log" || fail "the receiver did not land dev2's batch"
+kill "$DPID"
+wait "$DPID" 2>/dev/null || true
+pass "the daemon ships through Kafka; after_ship: delete acts on the landed reply"
