@@ -114,6 +114,9 @@ one() {
                 # the group settles when both hold two partitions
                 wait_for "$d/r1.log" "2 partitions of ingest assigned"
                 wait_for "$d/r2.log" "2 partitions of ingest assigned"
+                # and their fetchers run: the mock keeps ~5 MiB a partition, and records produced before
+                # anyone fetches are dropped (the receivers then answer ESTALE and the agent ships again)
+                sleep 2
             fi ;;
     esac
     mkdir -p "$d/astate"

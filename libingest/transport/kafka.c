@@ -94,7 +94,7 @@ rd_kafka_conf_t *ingest__kafka_conf(ingest_ctx *ctx, const ingest_kafka_conf *kc
     }
     /* defaults a property may change: small queues (a gateway's memory), short fetch waits (latency) */
     static const char *const defaults[][3] = {
-        { "queue.buffering.max.kbytes", "16384", "p" }, { "linger.ms", "2", "p" },
+        { "queue.buffering.max.kbytes", "8192", "p" }, { "linger.ms", "2", "p" },
         { "fetch.wait.max.ms", "50", "c" },            { "queued.max.messages.kbytes", "16384", "c" },
         { "socket.keepalive.enable", "true", "pc" },
     };

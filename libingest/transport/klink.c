@@ -707,7 +707,7 @@ typedef struct kitem {
 } kitem;
 
 enum { KS_NONE, KS_MANIFEST, KS_WAIT_WANT, KS_CHUNKS, KS_COMMITTED, KS_DONE };
-enum { KA_NONE, KA_SILENT, KA_STALE, KA_NEEDED };
+enum { KA_NONE, KA_STALE, KA_NEEDED };
 
 typedef struct kcore {
     ingest_link base;
@@ -875,8 +875,18 @@ static int core_take(kcore *c, kitem *it)
     const int begin = it->wtype == INGEST_MSG_BATCH_BEGIN && it->seq == 0 && it->offset == 0;
     const int open = c->state != KS_NONE && c->state != KS_DONE;
     if (begin && open) {
-        /* the device began again (a restart): this batch ends here, and the beginning is read again */
-        core_abort(c, KA_SILENT, "batch %s was cut off by a new beginning of batch %s", c->batch, it->batch);
+        /* a batch began while this one waits for the rest of its records: the device began again (a
+         * restart), or the rest was lost on the way while the device pipelined; this batch ends here
+         * (the device is told, in case it waits for it) and the beginning is read again */
+        core_abort(c, KA_STALE, "batch %s was cut off at record %u by the beginning of batch %s", c->batch,
+                   c->next_seq, it->batch);
+        return -2;
+    }
+    if (!begin && open && strcmp(it->batch, c->batch) != 0) {
+        /* another batch's records while this one waits for its own: the rest of it is lost (a topic
+         * that dropped records); the device ships it again, and this record is judged after that */
+        core_abort(c, KA_STALE, "batch %s stopped at record %u (records of batch %s follow)", c->batch,
+                   c->next_seq, it->batch);
         return -2;
     }
     if (begin) {
