@@ -911,14 +911,15 @@ static int core_take(kcore *c, kitem *it)
                        it->seq, c->batch, it->total);
             return -1;
         }
-        if (it->total > c->mcap) {
-            uint8_t *n = ingest__realloc(c->p.ctx, c->mb, 0, it->total);
+        if (it->total > c->mcap || c->mb == NULL) {
+            const size_t cap = it->total > 64 ? it->total : 64; /* never NULL, even for an empty message */
+            uint8_t *n = ingest__realloc(c->p.ctx, c->mb, 0, cap);
             if (n == NULL) {
                 core_abort(c, KA_STALE, "out of memory");
                 return -1;
             }
             c->mb = n;
-            c->mcap = it->total;
+            c->mcap = cap;
         }
         c->mtype = it->wtype;
         c->mtotal = it->total;
@@ -928,7 +929,8 @@ static int core_take(kcore *c, kitem *it)
         core_abort(c, KA_STALE, "record %u of batch %s does not continue its message", it->seq, c->batch);
         return -1;
     }
-    memcpy(c->mb + c->mlen, it->data, it->len);
+    if (it->len > 0)
+        memcpy(c->mb + c->mlen, it->data, it->len);
     c->mlen += it->len;
     if (c->mlen < c->mtotal)
         return 0;
