@@ -58,11 +58,11 @@ echo "bench-kafka: generating $SIZE"
 BYTES=$(du -sb "$W/src" | awk '{ print $1 }')
 (cd "$W/src" && find . -type f | sort | xargs sha256sum) > "$W/sums"
 
-# wait_for FILE PATTERN: up to 30 s
+# wait_for FILE PATTERN [TRIES]: up to TRIES x 50 ms (default 30 s)
 wait_for() {
     local i=0
     until grep -q -- "$2" "$1" 2>/dev/null; do
-        i=$((i + 1)); [ $i -gt 600 ] && die "no '$2' in $1"; sleep 0.05
+        i=$((i + 1)); [ $i -gt "${3:-600}" ] && die "no '$2' in $1"; sleep 0.05
     done
 }
 
@@ -112,8 +112,8 @@ one() {
                 receiver r1 "$d" "$boot" nowait
                 receiver r2 "$d" "$boot" nowait
                 # the group settles when both hold two partitions
-                wait_for "$d/r1.log" "2 partitions of ingest assigned"
-                wait_for "$d/r2.log" "2 partitions of ingest assigned"
+                wait_for "$d/r1.log" "2 partitions of ingest assigned" 2400
+                wait_for "$d/r2.log" "2 partitions of ingest assigned" 2400
                 # and their fetchers run: the mock keeps ~5 MiB a partition, and records produced before
                 # anyone fetches are dropped (the receivers then answer ESTALE and the agent ships again)
                 sleep 2

@@ -4,7 +4,7 @@
 MOCK="$BUILD/tools/kafka-mock"
 [ -x "$MOCK" ] || fail "kafka-mock not built (make tests)"
 MOCK_PID=""
-trap '[ -n "$MOCK_PID" ] && kill "$MOCK_PID" 2>/dev/null; for p in ${EXTRA_PIDS:-}; do kill "$p" 2>/dev/null; done; cleanup' EXIT
+trap '[ -n "$MOCK_PID" ] && kill "$MOCK_PID" 2>/dev/null; for p in ${EXTRA_PIDS:-}; do kill "$p" 2>/dev/null || true; done; cleanup' EXIT
 
 # start_mock BROKERS PARTITIONS: the cluster with topics ingest and ingest-replies; $BOOT
 start_mock() {

@@ -124,6 +124,12 @@ check_exposition "$T/a1" || fail "the agent's exposition does not parse"
 pass "agent /metrics: files, bytes, chunks and latency count match what was shipped; the exposition parses"
 
 # The same figures in ingestctl status --json, and as JSON log lines (--stats-interval).
+# A stats line is written every interval: wait for one written after the files shipped.
+i=0
+until grep ']: stats {' "$T/dev2.err" | tail -1 | grep -q '"ingest_agent_files_shipped_total":'"$nfiles"'[,}]'; do
+    i=$((i + 1)); [ $i -gt 200 ] && { grep ']: stats {' "$T/dev2.err" | tail -2; fail "no stats line shows $nfiles files shipped"; }
+    sleep 0.05
+done
 "$CTL" status --json --socket "$T/astate-dev2/agent.sock" > "$T/st.json" || fail "ingestctl status --json failed"
 if command -v python3 >/dev/null 2>&1; then
     python3 - "$T/st.json" "$T/dev2.err" "$nfiles" <<'PY' || fail "status --json metrics or the stats log lines are wrong"
