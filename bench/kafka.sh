@@ -80,6 +80,7 @@ receiver() {
         echo 'layout: "{device}/{path}"'
         if [ -n "$boot" ]; then
             printf 'kafka:\n  brokers: %s\n  properties:\n    fetch.wait.max.ms: "5"\n' "$boot"
+            printf '    session.timeout.ms: "6000"\n    heartbeat.interval.ms: "500"\n'
         fi
     } > "$d/$n.yaml"
     "$RECEIVER" --config "$d/$n.yaml" --ready-file "$d/$n.addr" > "$d/$n.log" 2>&1 &
@@ -130,6 +131,7 @@ one() {
         fi
         printf 'dedup_key: %s\nsources:\n  - path: %s\nstate_dir: %s\n' "$W/keys/fleet.dedup" "$W/src" "$d/astate"
         [ -z "$batch" ] || printf 'batch:\n  max_bytes: %s\n' "$batch"
+        [ -z "${AGENT_LOG:-}" ] || printf 'log:\n  level: %s\n' "$AGENT_LOG"
     } > "$d/agent.yaml"
     /usr/bin/time -v -o "$d/time" "$AGENT" --config "$d/agent.yaml" --once > "$d/agent.out" 2> "$d/agent.err" &
     local tpid=$! apid="" peak=0 a

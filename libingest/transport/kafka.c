@@ -96,6 +96,7 @@ rd_kafka_conf_t *ingest__kafka_conf(ingest_ctx *ctx, const ingest_kafka_conf *kc
     static const char *const defaults[][3] = {
         { "queue.buffering.max.kbytes", "8192", "p" }, { "linger.ms", "2", "p" },
         { "fetch.wait.max.ms", "50", "c" },            { "queued.max.messages.kbytes", "16384", "c" },
+        { "max.partition.fetch.bytes", "8388608", "c" }, /* a device's records come in 1 MB: fetch many at once */
         { "socket.keepalive.enable", "true", "pc" },
     };
     int rc = kc->brokers && kc->brokers[0] ? conf_set(ctx, c, "bootstrap.servers", kc->brokers, "kafka.brokers ")

@@ -158,6 +158,9 @@ typedef struct kbatch {
     uint64_t nrec, ndelivered;
     int committed, received_sent;
     int answered;           /* the core replied before the commit was sent */
+    int wants_out;          /* its WANT was given to the edge */
+    int early;              /* answered before that: early_ack follows the WANT */
+    ingest_wire_msg early_ack;
     uint8_t (*ids)[INGEST_ID_BYTES];
     uint32_t nids;
     uint8_t *mbuf;          /* the manifest's bytes, until MANIFEST_END */
@@ -366,6 +369,9 @@ static int edge_wants(kedge *e, kbatch *b)
         rc = edge_put(e, &m);
         off += k;
     } while (rc == 0 && off < n);
+    b->wants_out = 1;
+    if (rc == 0 && b->early)
+        rc = edge_put(e, &b->early_ack); /* the answer that came first goes after the WANT it ends */
     pthread_mutex_unlock(&e->mu);
     ingest__free(e->p.ctx, w);
     return rc;
@@ -554,8 +560,7 @@ int ingest_klink_edge_reply(ingest_link *l, const uint8_t *rec, size_t len)
     while (*pp != NULL && strcmp((*pp)->h.batch, h.batch) != 0)
         pp = &(*pp)->next;
     kbatch *b = *pp, *keep = NULL;
-    if (b == NULL && e->cur != NULL && !e->cur->answered && e->cur->ids != NULL &&
-        strcmp(e->cur->h.batch, h.batch) == 0) {
+    if (b == NULL && e->cur != NULL && !e->cur->answered && strcmp(e->cur->h.batch, h.batch) == 0) {
         /* answered while still being sent (landed before, refused, or given up): the edge reads the
          * answer after its commit; the batch stays the sender's until then */
         b = keep = e->cur;
@@ -585,17 +590,18 @@ int ingest_klink_edge_reply(ingest_link *l, const uint8_t *rec, size_t len)
     if (h.type == INGEST_KREC_LANDED) {
         m.u.ack.status = body.u.landed.status;
         snprintf(m.u.ack.message, sizeof(m.u.ack.message), "%s", body.u.landed.message);
-        if (m.u.ack.status == INGEST_ESTALE)
+        if (m.u.ack.status == INGEST_ESTALE && (keep == NULL || b->wants_out))
             for (uint32_t k = 0; e->o.unheld != NULL && k < b->nids; k++)
                 e->o.unheld(e->o.ud, b->ids[k]); /* no list: the whole batch goes again */
     } else {
         /* The core lacks these: out of the have-cache; the batch's other chunks it holds. */
         e->p.st.batches_needed++;
-        uint8_t *need = ingest__calloc(e->p.ctx, b->nids ? b->nids : 1, 1);
+        /* (the chunk list is still being read while the manifest goes out: then no id is touched) */
+        uint8_t *need = keep == NULL || b->wants_out ? ingest__calloc(e->p.ctx, b->nids ? b->nids : 1, 1) : NULL;
         uint32_t named = 0;
         for (uint32_t i = 0; i < body.u.needed.count; i++) {
             const uint32_t k = ingest_krec_needed_index(&body, i);
-            if (k < b->nids && need != NULL) {
+            if (need != NULL && k < b->nids) {
                 need[k] = 1;
                 named++;
                 if (e->o.unheld)
@@ -610,7 +616,13 @@ int ingest_klink_edge_reply(ingest_link *l, const uint8_t *rec, size_t len)
         snprintf(m.u.ack.message, sizeof(m.u.ack.message),
                  "the core needs %u chunks of it that it was thought to hold; shipping it again", named);
     }
-    rc = edge_put(e, &m);
+    if (keep != NULL && !keep->wants_out) {
+        keep->early = 1; /* given after the WANT the edge is about to read */
+        keep->early_ack = m;
+        rc = 0;
+    } else {
+        rc = edge_put(e, &m);
+    }
     pthread_mutex_unlock(&e->mu);
     if (keep == NULL)
         kbatch_free(e->p.ctx, b);
@@ -730,6 +742,8 @@ typedef struct kcore {
     int abort;               /* KA_*: end the serve at the next receive */
     char abort_why[320];
     int recv_closed, recv_rc;
+    char orphan_told[INGEST_WIRE_BATCH_ID_MAX + 1]; /* the last batch told its beginning never came */
+    int orphan_pending;                              /* ... and the telling is still to be done */
     /* reassembly of a message (the receiving thread only) */
     uint8_t *mb;
     size_t mlen, mcap;
@@ -898,6 +912,12 @@ static int core_take(kcore *c, kitem *it)
         c->in_msg = 0;
     } else if (!open || strcmp(it->batch, c->batch) != 0) {
         c->p.st.orphans++;
+        /* A batch whose beginning never came (lost on the way; the tail of the batch just answered is
+         * no such batch): its device may wait for it, so it is told, once, to ship it again. */
+        if (strcmp(it->batch, c->batch) != 0 && strcmp(it->batch, c->orphan_told) != 0) {
+            snprintf(c->orphan_told, sizeof(c->orphan_told), "%s", it->batch);
+            c->orphan_pending = 1;
+        }
         return 0;
     }
     if (it->seq != c->next_seq) {
@@ -1045,6 +1065,14 @@ static int core_recv(ingest_link *l, ingest_wire_msg *out, int timeout_ms)
             continue;
         }
         ingest__free(c->p.ctx, it);
+        if (c->orphan_pending) {
+            char batch[sizeof(c->orphan_told)];
+            snprintf(batch, sizeof(batch), "%s", c->orphan_told);
+            c->orphan_pending = 0;
+            pthread_mutex_unlock(&c->mu);
+            (void)core_reply_landed(c, batch, INGEST_ESTALE, "the beginning of this batch never came");
+            pthread_mutex_lock(&c->mu);
+        }
         if (t <= 0)
             continue;
         memset(out, 0, sizeof(*out));

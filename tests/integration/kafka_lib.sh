@@ -38,6 +38,10 @@ bronze: bronze
 layout: "{device}/{path}"
 kafka:
   brokers: $BOOT
+  properties:
+    # a member that joins or dies is noticed within seconds (the mock waits out the session timeout)
+    session.timeout.ms: "6000"
+    heartbeat.interval.ms: "500"
 log:
   level: info
 ${2:-}

@@ -46,8 +46,8 @@ typedef struct env {
     pthread_mutex_t mu;
     uint64_t records, chunk_records, bad;
     unsigned drop_chunk_records; /* the first n CHUNK records are lost */
-    char drop_batch[64];         /* ...and every record of this batch from record drop_from on */
-    uint32_t drop_from;
+    char drop_batch[64];         /* ...and every record of this batch from record drop_from on, */
+    uint32_t drop_from, drop_until; /* or before record drop_until */
     unsigned done;               /* batch_done calls */
     unsigned needed;             /* NEEDED replies */
     /* the have-cache */
@@ -122,7 +122,8 @@ static int bus_edge(void *ud, const char *key, const uint8_t *rec, size_t len, u
     pthread_mutex_lock(&e->mu);
     const uint64_t r = ++e->records;
     int lose = 0;
-    if (e->drop_batch[0] != '\0' && strcmp(h.batch, e->drop_batch) == 0 && h.seq >= e->drop_from)
+    if (e->drop_batch[0] != '\0' && strcmp(h.batch, e->drop_batch) == 0 &&
+        (e->drop_until ? h.seq < e->drop_until : h.seq >= e->drop_from))
         lose = 1;
     if (h.type == INGEST_KREC_CHUNK) {
         e->chunk_records++;
@@ -523,6 +524,23 @@ static void test_lost_tail_pipelined(void **state)
     env_free(e);
 }
 
+/* The beginning of a batch lost on the way: its other records tell the core which batch it was; the
+ * device is answered ESTALE (it would wait for an answer), ships it again, and it lands. */
+static void test_lost_beginning(void **state)
+{
+    (void)state;
+    env *e = env_new(0, 3);
+    ingest_sender_batch *b = next_batch(e);
+    snprintf(e->drop_batch, sizeof(e->drop_batch), "%s", ingest_sender_batch_id(b));
+    e->drop_until = 2;
+    assert_int_equal(ship(e, b), 1);
+    assert_landed(e, 0);
+    e->drop_batch[0] = '\0';
+    assert_int_equal(ship(e, next_batch(e)), 0);
+    assert_landed(e, 5);
+    env_free(e);
+}
+
 /* A batch cut off (a device that restarted) ends (ESTALE, to nobody now), and the next batch lands. */
 static void test_cut_off_batch(void **state)
 {
@@ -556,6 +574,7 @@ int main(void)
         cmocka_unit_test(test_needed_then_lands),
         cmocka_unit_test(test_lost_chunk_records),
         cmocka_unit_test(test_lost_tail_pipelined),
+        cmocka_unit_test(test_lost_beginning),
         cmocka_unit_test(test_cut_off_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
