@@ -749,12 +749,21 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
             wants.n = 0;
             core_readq_set_batch(&q, NULL);
             if (rc == 0 && pipelined) {
-                /* Everything is in: the committer makes it durable and acks it while the next batch comes. */
+                /* Everything is in: the committer makes it durable and acks it while the next batch comes.
+                 * RECEIVED goes out first: handed over first, the committer could ack the batch before
+                 * it, and the device would read the RECEIVED while its next batch is open. */
                 committer_wait_idle(&cm);
+                if ((rc = send_received(link, batch)) < 0) {
+                    pthread_mutex_lock(&s->land_lock);
+                    ingest_lander_batch_destroy(b); /* not acknowledged: the device sends it again */
+                    pthread_mutex_unlock(&s->land_lock);
+                    b = NULL;
+                    batch[0] = '\0';
+                    break;
+                }
                 if (committer_give(&cm, b, lctx[k], batch, batch_t0) == 0) {
                     b = NULL;
                     k ^= 1;
-                    rc = send_received(link, batch);
                     batch[0] = '\0';
                     break;
                 }
