@@ -301,6 +301,51 @@ void ingest_lander_set_catalog(ingest_lander *l, ingest_catalog *cat)
         l->catalog = cat;
 }
 
+int ingest_lander_set_lock(ingest_lander *l, const ingest_lander_lock *lk)
+{
+    if (l == NULL || (lk != NULL && (lk->lock == NULL || lk->unlock == NULL)))
+        return INGEST_EINVAL;
+    if (l->busy != NULL)
+        return ingest__fail(l->ctx, INGEST_EBUSY, "lander: set_lock with batch %s open", l->busy->name);
+    l->own_lock = lk != NULL;
+    if (lk != NULL)
+        l->lk = *lk;
+    return 0;
+}
+
+void ingest__lander_set_hook(ingest_lander *l, ingest__lander_hook_fn fn, void *ud)
+{
+    l->hook = fn;
+    l->hook_ud = ud;
+}
+
+void lander__hook(ingest_lander_batch *b, int phase)
+{
+    if (b->l->hook != NULL)
+        b->l->hook(b->l->hook_ud, b->device, phase);
+}
+
+/*
+ * What the lock serialises: the store (one LMDB write transaction at a
+ * time, tied to its thread; the store's one read handle and its deferred
+ * writes) and the index over it, and the path versions together with the
+ * renames they order.  Nothing of the lander's own files needs it.
+ */
+void lander__enter(ingest_lander *l)
+{
+    if (l->own_lock)
+        l->lk.lock(l->lk.ud);
+}
+
+int lander__leave(ingest_lander_batch *b, int rc)
+{
+    if (!b->l->own_lock)
+        return rc;
+    rc = lander__settle(b, rc); /* no write transaction outlives the lock */
+    b->l->lk.unlock(b->l->lk.ud);
+    return rc;
+}
+
 int ingest_lander_set_direct_io(ingest_lander *l, int on)
 {
     if (l == NULL)
@@ -392,8 +437,8 @@ static void remove_temps(ingest_lander_batch *b)
 /* A call the batch's state does not allow: INGEST_EINVAL, the batch untouched. */
 int lander__bad_state(ingest_lander_batch *b)
 {
-    static const char *const names[] = {"active", "aborted", "committed", "prepared"};
-    return ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch is %s", names[b->state & 3]);
+    static const char *const names[] = {"active", "aborted", "committed", "prepared", "parsed"};
+    return ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch is %s", names[(unsigned)b->state % 5u]);
 }
 
 /*

@@ -29,6 +29,7 @@
 #include "ingest/manifest.h"
 #include "../internal.h"
 #include "../store.h"
+#include "lander_hook.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -65,11 +66,13 @@
 enum { K_RECV = 0, K_KNOWN = 1, K_DUP = 2, K_MASK = 3 };
 enum { F_ARRIVED = 4, F_INBUF = 8, F_DONE = 16 };
 /*
- * Batch states.  ACTIVE: landing, may still ask the device for chunks.
+ * Batch states.  PARSED (ingest_lander_parse done): the manifest is read
+ * and checked, the index not consulted yet; only lookup or destroy remain.
+ * ACTIVE: landing, may still ask the device for chunks.
  * PREPARED (commit_prepare done): every file complete under its temporary
  * name, only commit_finish or destroy remain.  DEAD: aborted.
  */
-enum { B_ACTIVE = 0, B_DEAD = 1, B_COMMITTED = 2, B_PREPARED = 3 };
+enum { B_ACTIVE = 0, B_DEAD = 1, B_COMMITTED = 2, B_PREPARED = 3, B_PARSED = 4 };
 
 struct ingest_lander_s {
     ingest_ctx *ctx;
@@ -88,6 +91,13 @@ struct ingest_lander_s {
     ingest_lander_batch *busy;
     char tmp_mark[TMP_MARK_MAX]; /* ".ingest-tmp-{tag}." : in every temporary file's name */
     ingest_catalog *catalog;     /* batches are added to it once durable (ingest_lander_set_catalog), or NULL */
+    /* The lock of the store and index, taken by the lander itself around
+     * its work on them (ingest_lander_set_lock); own_lock false: the
+     * caller holds its lock around the calls instead. */
+    ingest_lander_lock lk;
+    bool own_lock;
+    ingest__lander_hook_fn hook; /* tests: called at points of the landing (ingest__lander_set_hook), or NULL */
+    void *hook_ud;
 };
 
 typedef struct lfile {
@@ -153,6 +163,8 @@ struct ingest_lander_batch_s {
     char **dirs;
     size_t ndirs, dirs_cap;
     ingest_lander_stats stats;
+    /* from the manifest's header, for the replay check of lookup */
+    uint64_t hdr_files, hdr_bytes;
 };
 
 
@@ -186,5 +198,17 @@ int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, 
 int lander__enter_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create);
 
 int lander__cmp_strp(const void *a, const void *b);
+
+/*
+ * The store and index are used only between lander__enter and
+ * lander__leave.  With the lander's own lock (ingest_lander_set_lock),
+ * enter takes it and leave commits the store writes made meanwhile (see
+ * lander__settle) and lets it go, keeping rc unless the commit fails; with
+ * the caller's lock (held around every call), both do nothing.
+ */
+void lander__enter(ingest_lander *l);
+int lander__leave(ingest_lander_batch *b, int rc);
+/* Call the test hook, if any. */
+void lander__hook(ingest_lander_batch *b, int phase);
 
 #endif
