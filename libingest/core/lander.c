@@ -120,12 +120,26 @@ void lander__split_path(const char *p, char *dir, size_t cap, const char **name)
     *name = s + 1;
 }
 
-void lander__tmp_name(const ingest_lander *l, const char *name, const char *batch, uint32_t fi, char *out,
-                     size_t cap)
+/*
+ * The temporary name of file fi of batch b (name: its final name):
+ * ".{name}{mark}{devtag}.{batch}", or "{mark}{devtag}.{batch}.{fi}" past
+ * 255 bytes.  {devtag} stands for the device, so two devices landing the
+ * same path at once (a layout without {device}) under the same batch id
+ * never share a temporary file.
+ */
+void lander__tmp_name(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap)
 {
-    const int n = snprintf(out, cap, ".%s%s%s", name, l->tmp_mark, batch);
+    const int n = snprintf(out, cap, ".%s%s%s.%s", name, b->l->tmp_mark, b->devtag, b->name);
     if (n < 0 || (size_t)n > NAME_MAX_BYTES)
-        snprintf(out, cap, "%s%s.%u", l->tmp_mark, batch, fi);
+        snprintf(out, cap, "%s%s.%s.%u", b->l->tmp_mark, b->devtag, b->name, fi);
+}
+
+void lander__dev_tag(const char *device, char tag[DEV_TAG_HEX + 1])
+{
+    uint8_t h[DEV_TAG_HEX / 2];
+    crypto_generichash(h, sizeof h, (const uint8_t *)device, strlen(device), NULL, 0);
+    ingest_to_hex(h, sizeof h, tag);
+    tag[DEV_TAG_HEX] = '\0';
 }
 
 static bool is_hex_tag(const char *s, size_t n)
@@ -418,7 +432,7 @@ static void remove_temps(ingest_lander_batch *b)
             continue;
         const char *name;
         lander__split_path(f->landed, dir, sizeof dir, &name);
-        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        lander__tmp_name(b, name, i, tn, sizeof tn);
         int dfd = -1;
         const int saved_state = b->state;
         /* walk_dir may record an error detail: keep the original one */

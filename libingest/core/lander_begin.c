@@ -394,6 +394,7 @@ int ingest_lander_parse(ingest_lander *l, const char *device, const void *manife
         rc = ingest__fail(l->ctx, INGEST_ENOMEM, "lander: out of memory");
         goto fail;
     }
+    lander__dev_tag(device, b->devtag);
     rc = read_manifest(b, device, manifest, len);
     if (rc < 0)
         goto fail;

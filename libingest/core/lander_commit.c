@@ -148,7 +148,7 @@ static int sync_temps(ingest_lander_batch *b)
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         lander__split_path(f->landed, dir, sizeof dir, &name);
-        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        lander__tmp_name(b, name, i, tn, sizeof tn);
         INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
         struct stat sb;
         if (fstatat(b->dirfd, tn, &sb, AT_SYMLINK_NOFOLLOW) < 0)
@@ -164,7 +164,7 @@ static int sync_temps(ingest_lander_batch *b)
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         lander__split_path(f->landed, dir, sizeof dir, &name);
-        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        lander__tmp_name(b, name, i, tn, sizeof tn);
         INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
         const int fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
@@ -252,7 +252,7 @@ static void undo_renames(ingest_lander_batch *b)
                         f->landed);
             continue;
         }
-        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        lander__tmp_name(b, name, i, tn, sizeof tn);
         if (lander__enter_dir(b, f->path, dir, false) == 0 && renameat(b->dirfd, name, b->dirfd, tn) == 0)
             f->renamed = false; /* a temporary again: removed with the others */
     }
@@ -285,7 +285,7 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
             goto fail;
         }
         lander__split_path(f->landed, dir, sizeof dir, &name);
-        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        lander__tmp_name(b, name, i, tn, sizeof tn);
         if ((r = lander__enter_dir(b, f->path, dir, false)) < 0)
             goto fail;
         if (renameat(b->dirfd, tn, b->dirfd, name) < 0) {

@@ -50,8 +50,9 @@
 /* The shortest file line a manifest can hold ({"type":"file","path":"x",...} with its required keys). */
 #define MANIFEST_FILE_LINE_MIN 40u
 /*
- * Temporary files are named ".{name}.ingest-tmp-{tag}.{batch}" (or
- * ".ingest-tmp-{tag}.{batch}.{n}" when that is too long), where {tag} is
+ * Temporary files are named ".{name}.ingest-tmp-{tag}.{devtag}.{batch}" (or
+ * ".ingest-tmp-{tag}.{devtag}.{batch}.{n}" when that is too long; {devtag}:
+ * lander__dev_tag), where {tag} is
  * TMP_TAG_HEX random hex digits kept in {bronze}/_manifests/TMP_TAG_FILE,
  * made once per bronze tree.  A device cannot guess it, so no name a device
  * sends is ever taken for a temporary file: neither truncated by one, nor
@@ -60,6 +61,8 @@
 #define TMP_TAG_FILE ".tmp-tag"
 #define TMP_TAG_HEX 16
 #define TMP_MARK_MAX (sizeof ".ingest-tmp-." + TMP_TAG_HEX)
+/* Hex digits of the device's tag in temporary names (an unkeyed BLAKE2b of its id). */
+#define DEV_TAG_HEX 16
 /* Batches of at least this many files are made durable with syncfs(). */
 #define INGEST_LANDER_SYNCFS_MIN 16u
 
@@ -120,6 +123,7 @@ struct ingest_lander_batch_s {
     ingest_ctx *ctx;
     int state;
     char *device;
+    char devtag[DEV_TAG_HEX + 1]; /* the device in temporary names (lander__tmp_name) */
     char *name;
     lfile *files;
     uint32_t nfiles, nfiles_read;
@@ -183,7 +187,8 @@ void lander__close_fd(int *fd);
 int lander__check_name(ingest_ctx *ctx, const char *what, const char *s);
 int lander__check_relpath(ingest_ctx *ctx, const char *what, const char *p);
 void lander__split_path(const char *p, char *dir, size_t cap, const char **name);
-void lander__tmp_name(const ingest_lander *l, const char *name, const char *batch, uint32_t fi, char *out, size_t cap);
+void lander__tmp_name(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap);
+void lander__dev_tag(const char *device, char tag[DEV_TAG_HEX + 1]);
 int lander__tmp_tag(ingest_ctx *ctx, int rootfd, const char *root, bool create, char mark[TMP_MARK_MAX]);
 int lander__bufs_reserve(ingest_lander_batch *b, size_t n);
 int lander__chunks_grow(ingest_lander_batch *b, uint32_t need);

@@ -11,7 +11,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     lander__split_path(f->landed, dir, sizeof dir, &name);
     INGEST__FORWARD(lander__enter_dir(b, f->path, dir, true));
     INGEST__FORWARD(lander__add_dir(b, dir));
-    lander__tmp_name(b->l, name, b->name, fi, tn, sizeof tn);
+    lander__tmp_name(b, name, fi, tn, sizeof tn);
     const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC;
     b->direct = false;
     if (b->l->direct_io && f->size >= DIO_ALIGN) {
@@ -316,13 +316,13 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
             char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
             const char *name;
             lander__split_path(sf->landed, dir, sizeof dir, &name);
-            lander__tmp_name(b->l, name, b->name, lo, tn, sizeof tn);
+            lander__tmp_name(b, name, lo, tn, sizeof tn);
             fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         } else {
             char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
             const char *name;
             lander__split_path(sf->landed, dir, sizeof dir, &name);
-            lander__tmp_name(b->l, name, b->name, lo, tn, sizeof tn);
+            lander__tmp_name(b, name, lo, tn, sizeof tn);
             int dfd = -1;
             INGEST__FORWARD(lander__walk_dir(b, sf->path, dir, false, &dfd));
             if (dfd >= 0) {

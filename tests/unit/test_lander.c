@@ -1636,6 +1636,71 @@ static uint64_t landed_version(const env *e, const char *batch, const char *land
     return v;
 }
 
+static uint64_t device_version(const env *e, const char *device, const char *batch, const char *landed)
+{
+    char mp[256];
+    snprintf(mp, sizeof mp, "%s/_manifests/%s/%s.jsonl", e->bronze, device, batch);
+    ingest_manifest_reader *r = NULL;
+    assert_int_equal(ingest_manifest_reader_open(e->ctx, mp, &r), 0);
+    ingest_manifest_rec rec;
+    uint64_t v = 0;
+    while (ingest_manifest_reader_next(r, &rec) == 1)
+        if (rec.type == INGEST_MREC_FILE && strcmp(rec.landed, landed) == 0)
+            v = rec.version;
+    ingest_manifest_reader_close(r);
+    return v;
+}
+
+static void mutex_unlock_cb(void *ud) { pthread_mutex_unlock(ud); }
+static void mutex_lock_cb(void *ud) { pthread_mutex_lock(ud); }
+
+/*
+ * Two devices land the same path at once under the same batch id (a
+ * layout without {device}), each on its own lander with its own lock, their
+ * chunks interleaved: each keeps its own temporary file, they get versions
+ * 1 and 2 in the order they finish, and the newest is the one in place.
+ */
+static void test_shared_layout_interleaved(void **state)
+{
+    env *e = *state;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    const ingest_lander_lock lk = {mutex_unlock_cb, mutex_lock_cb, &mu};
+    ingest_ctx *c[2];
+    ingest_lander *l[2];
+    for (int i = 0; i < 2; i++) {
+        assert_non_null(c[i] = ingest_ctx_create(NULL));
+        assert_int_equal(ingest_lander_create(c[i], e->st, e->idx, e->bronze, "{path}", e->key, e->codec, &l[i]), 0);
+        assert_int_equal(ingest_lander_set_lock(l[i], &lk), 0);
+    }
+    uint8_t *d[2] = {pattern(2 * CH + 5, 801), pattern(2 * CH + 5, 802)};
+    tbatch t[2];
+    ingest_lander_batch *b[2];
+    for (int i = 0; i < 2; i++) {
+        const tfile f[] = {{"p/x.bin", d[i], 2 * CH + 5, T2024, 0644}};
+        make_batch(e, i ? "dev2" : "dev1", "b1", f, 1, &t[i]);
+        assert_int_equal(ingest_lander_parse(l[i], i ? "dev2" : "dev1", t[i].manifest, t[i].mlen, &b[i]), 0);
+        assert_int_equal(ingest_lander_lookup(b[i]), 0);
+    }
+    for (uint32_t k = 0; k < t[0].nchunks; k++)
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(put(e, b[i], &t[i], k), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(ingest_lander_commit_prepare(b[i]), 0);
+    assert_int_equal(ingest_lander_commit_finish(b[1], NULL), 0); /* dev2 first */
+    assert_int_equal(ingest_lander_commit_finish(b[0], NULL), 0);
+    assert_int_equal(device_version(e, "dev2", "b1", "p/x.bin"), 1);
+    assert_int_equal(device_version(e, "dev1", "b1", "p/x.bin"), 2);
+    assert_file(e, "p/x.bin", d[0], 2 * CH + 5, T2024, 0644); /* the newest, dev1's */
+    assert_int_equal(count_files(e), 1);
+    for (int i = 0; i < 2; i++) {
+        ingest_lander_batch_destroy(b[i]);
+        ingest_lander_destroy(l[i]);
+        ingest_ctx_destroy(c[i]);
+        free(t[i].manifest);
+        free(d[i]);
+    }
+}
+
 static void same_path_case(env *e, int window)
 {
     uint8_t *px = pattern(2 * CH, 111), *py = pattern(CH + 3, 112), *q = pattern(CH, 113);
@@ -2001,6 +2066,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_finish_lock_fsync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finish_lock_syncfs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_own_lock, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_layout_interleaved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prepare_rewants, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prepared_refuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_landers, setup, teardown),
