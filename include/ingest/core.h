@@ -18,8 +18,11 @@
  * INGEST_CORE_READQ_MAX bytes), and, with the pipeline feature, a
  * committer that makes one batch durable and acknowledges it while the
  * next one arrives.  The store, the chunk index and the landers share one
- * LMDB environment, so every call into landing holds the core's land lock
- * (ingest_core_lock); waits on the link never do.
+ * LMDB environment, guarded by the core's land lock (ingest_core_lock):
+ * the landers take it themselves only around their short steps on the
+ * store and index (lookups, versions with renames, index updates and
+ * store commits; ingest_lander_set_lock), so devices parse, write, hash
+ * and sync in parallel; waits on the link never hold it.
  *
  * THREAD SAFETY: ingest_core_serve may run in any number of threads at
  * once (one per link); ingest_core_lock, _stop and _stats from any thread.
@@ -46,9 +49,8 @@ extern "C" {
 #endif
 
 /* Bytes a link's reader holds ahead of the landing (8 chunks of the default
- * chunking.max; one larger chunk is always taken): the landing, under one
- * lock for all devices, is the slower stage, so a deeper queue only holds
- * memory.  16 MiB before: a shipping device cost the receiver ~15 MiB. */
+ * chunking.max; one larger chunk is always taken): the landing is the
+ * slower stage, so a deeper queue only holds memory.  16 MiB before: a shipping device cost the receiver ~15 MiB. */
 #define INGEST_CORE_READQ_MAX (2u * 1024u * 1024u)
 #define INGEST_CORE_MANIFEST_MAX (64u * 1024u * 1024u) /* bytes of one batch manifest (~800k chunks) */
 #define INGEST_CORE_DEVICE_WAIT_S 30 /* a device's new link waits this long for the one it replaces to end */

@@ -7,7 +7,9 @@
  * Use, for one batch:
  *
  *   ingest_lander_begin()        parse and validate the manifest; 1 = the
- *                                batch was landed before (ack at once)
+ *                                batch was landed before (ack at once);
+ *                                or in two phases: ingest_lander_parse()
+ *                                (no lock) then ingest_lander_lookup()
  *   ingest_lander_wants()        chunk indexes to request from the device
  *   ingest_lander_put_chunk()    for each chunk received (any order)
  *   ingest_lander_rewants()      after each put/advance: more chunks to
@@ -39,22 +41,28 @@
  * and every chunk is verified against its id before its bytes are used.
  *
  * THREAD SAFETY: a lander and its batch are used by one thread at a time,
- * one batch at a time per lander.  The store, index and codec given to a
- * lander may be shared by several landers (each created with its own
- * ingest_ctx) when every call that can touch them is serialised by one
- * lock of the caller's ("the caller's lock"): begin, put_chunk,
- * put_verified, advance, commit, commit_prepare, and commit_finish, which
- * is called with the lock held and releases it itself around its disk
- * waits.  The other calls (wants, rewants, chunk_expect, awaited,
- * batch_name/_chunks, batch_stats, abort, batch_destroy, lander_destroy)
- * touch only the lander, the batch and its files, not the store or index.
+ * one batch at a time per lander.  The store and index given to a lander
+ * may be shared by several landers (each created with its own ingest_ctx
+ * and codec) when every use of them is serialised by one lock, in one of
+ * two ways:
+ *   - the lander's own lock (ingest_lander_set_lock, what the core does):
+ *     the lander takes it itself, only around its work on the store and
+ *     index; callers hold no lock, and landers of different devices write,
+ *     copy, hash and sync their files in parallel.
+ *   - the caller's lock: held around every call that can touch them
+ *     (begin, lookup, put_chunk, put_verified, advance, commit,
+ *     commit_prepare, and commit_finish, which is called with the lock held
+ *     and releases it itself around its disk waits).
+ * ingest_lander_parse and the other calls (wants, rewants, chunk_expect,
+ * awaited, batch_name/_chunks, batch_stats, abort, batch_destroy,
+ * lander_destroy) touch only the lander, the batch and its files, not the
+ * store or index.
  *
  * Pipelining.  A PREPARED batch may be finished on another thread than
  * the one that landed it, while the owner lands the NEXT batch on a SECOND
  * lander (its own ingest_ctx) over the same store and index: finish
  * touches only its batch, its lander (and that lander's ctx, which nobody
- * else may use meanwhile) and, under the caller's lock, the store and
- * index.  The library keeps no other shared state (no statics beyond
+ * else may use meanwhile) and, under the lock, the store and index.  The library keeps no other shared state (no statics beyond
  * one-time initialisation).  The lander never leaves a store write
  * transaction open when it returns or releases the lock: LMDB ties a write
  * transaction to its thread (see docs/landing.md).  Other users of the
@@ -87,6 +95,17 @@ extern "C" {
 
 typedef struct ingest_lander_s ingest_lander;
 typedef struct ingest_lander_batch_s ingest_lander_batch;
+
+/*
+ * The lock that serialises the store and index: unlock(ud) releases it,
+ * lock(ud) takes it.  Both set.  Given to commit_finish (the caller's lock,
+ * held around the calls) or to ingest_lander_set_lock (the lander's own).
+ */
+typedef struct ingest_lander_lock {
+    void (*unlock)(void *ud);
+    void (*lock)(void *ud);
+    void *ud;
+} ingest_lander_lock;
 
 /*
  * Create a lander writing under bronze_root (an existing directory).
@@ -124,6 +143,21 @@ INGEST_API int ingest_lander_sweep(ingest_ctx *ctx, const char *bronze_root, uin
 INGEST_API void ingest_lander_destroy(ingest_lander *l);
 
 /*
+ * Let the lander take the lock of the store and index itself (lk copied;
+ * NULL: back to the caller's lock), only around its short work on them:
+ * the replay check and index lookups of ingest_lander_lookup, the lookups
+ * and forgets of known chunks while landing, and in commit the versions
+ * together with the renames, then the index, the batch mark and the store
+ * commit.  Everything else (parsing, path checks, writing, copying and
+ * hashing chunks, spilling, every fsync) runs unlocked, so landers of
+ * different devices land in parallel.  With a lock set, call the lander
+ * WITHOUT holding it (it is not recursive) and pass NULL to commit_finish;
+ * the store write transaction is committed before each release.  Set it
+ * before the first batch.
+ */
+INGEST_API int ingest_lander_set_lock(ingest_lander *l, const ingest_lander_lock *lk);
+
+/*
  * Bounds of one batch: at most max_files files and max_chunks chunks
  * (0 keeps the current value).  Memory of a batch is about 49 bytes per
  * chunk plus the paths of its files, so the default 4M chunks is ~200 MB at
@@ -150,6 +184,32 @@ INGEST_API int ingest_lander_landed_path(ingest_lander *l, const char *device, c
                                          const char *relpath, int64_t mtime_ns, char *out, size_t cap);
 
 /*
+ * begin in two phases, so that the costly part holds no lock.
+ *
+ * ingest_lander_parse: everything begin checks that needs no shared state:
+ * the manifest parsed and bounded (as begin, below), the landed paths
+ * made and checked against the bronze tree (distinct, no symlink or
+ * non-directory on the way), duplicate chunks within the batch found.  It
+ * touches neither the store nor the index: call it without any lock (with
+ * the caller's lock model too).  Returns 0 with *out set to a PARSED batch,
+ * on which only ingest_lander_lookup, _batch_name and _batch_destroy may
+ * be called; the lander is busy with it until it is destroyed.  Codes as
+ * ingest_lander_begin's, *out NULL.
+ *
+ * ingest_lander_lookup: the part that reads the index, under the lock of
+ * the store and index (the caller's, or the lander's own, which it takes
+ * itself): was (device, batch) landed before (INGEST_LANDER_ALREADY: a
+ * replay of the same batch, ack it; INGEST_EEXIST: the id was used for
+ * other data), and which chunks the index holds (the want list).  0: the
+ * batch is landing (as after begin).  On any other return the batch can
+ * only be destroyed.  A replay is recognised only once its manifest parses
+ * under the current limits.
+ */
+INGEST_API int ingest_lander_parse(ingest_lander *l, const char *device, const void *manifest, size_t len,
+                                   ingest_lander_batch **out) INGEST_WUR;
+INGEST_API int ingest_lander_lookup(ingest_lander_batch *b) INGEST_WUR;
+
+/*
  * Start landing the batch of manifest (JSON-lines bytes, parsed while
  * begin runs; not kept) from device (the authenticated peer: the
  * manifest's header must name the same device).  Validates all of it
@@ -159,6 +219,9 @@ INGEST_API int ingest_lander_landed_path(ingest_lander *l, const char *device, c
  * to its size, INGEST_EINVAL for a refused path (detail names the file).
  * Returns 0 with *out set, or INGEST_LANDER_ALREADY with *out NULL when
  * (device, batch) was landed before (a replay: ack it, nothing to do).
+ * Equals ingest_lander_parse then ingest_lander_lookup (the batch
+ * destroyed unless 0), with the caller's lock held around it all, or, with
+ * the lander's own lock, taken only for the lookup.
  */
 INGEST_API int ingest_lander_begin(ingest_lander *l, const char *device, const void *manifest, size_t len,
                                    ingest_lander_batch **out) INGEST_WUR;
@@ -248,19 +311,10 @@ INGEST_API int ingest_lander_commit(ingest_lander_batch *b);
  * its sources and chunk buffers are released, and it can only be finished
  * or destroyed (put_chunk, put_verified and advance on it: INGEST_EINVAL,
  * the batch untouched; prepare again: 0).  Other codes: the batch failed
- * and is aborted.  Call it under the caller's lock.
+ * and is aborted.  Call it under the caller's lock (none with the
+ * lander's own).
  */
 INGEST_API int ingest_lander_commit_prepare(ingest_lander_batch *b);
-
-/*
- * The caller's lock, as commit_finish sees it: unlock(ud) releases it,
- * lock(ud) takes it again.  Both set.
- */
-typedef struct ingest_lander_lock {
-    void (*unlock)(void *ud);
-    void (*lock)(void *ud);
-    void *ud;
-} ingest_lander_lock;
 
 /*
  * Phase 2 of commit, the durable part, on a PREPARED batch: sync the
@@ -284,6 +338,11 @@ typedef struct ingest_lander_lock {
  * leaves a gap in its paths' version numbers.  A file whose path another
  * batch landed again in between is left out of the index (it was
  * replaced on disk); the batch still lands.
+ *
+ * With the lander's own lock (ingest_lander_set_lock) pass lk NULL and
+ * hold no lock: it takes its lock for the versions and renames, and again
+ * for the index, the mark and the store commit; INGEST_EINVAL (the batch
+ * untouched) for a non-NULL lk then.
  */
 INGEST_API int ingest_lander_commit_finish(ingest_lander_batch *b, const ingest_lander_lock *lk);
 

@@ -17,6 +17,7 @@
 #include "ingest/lander.h"
 #include "ingest/link.h"
 #include "ingest/wire.h"
+#include "lander_hook.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,7 +28,15 @@ struct ingest_core {
     ingest_core_metrics m; /* all NULL when opts gave none */
     char *bronze, *layout;
     uint8_t dedup[INGEST_KEY_BYTES];
+    /* The land lock: serialises the shared store and index (one LMDB
+     * write transaction at a time, the store's read handle and deferred
+     * writes) and the path versions with the renames they order.  The
+     * landers take it themselves, around those short steps only
+     * (ingest_lander_set_lock); ingest_core_lock gives it to other users
+     * of the store (the receiver's index flush). */
     pthread_mutex_t land_lock;
+    ingest__lander_hook_fn land_hook; /* tests: set on every lander (lander_hook.h), or NULL */
+    void *land_hook_ud;
     atomic_int stopping;
     /* Devices with a link being served: one link per device at a time, so
      * a batch replayed on a new link never meets the old link still landing

@@ -120,12 +120,26 @@ void lander__split_path(const char *p, char *dir, size_t cap, const char **name)
     *name = s + 1;
 }
 
-void lander__tmp_name(const ingest_lander *l, const char *name, const char *batch, uint32_t fi, char *out,
-                     size_t cap)
+/*
+ * The temporary name of file fi of batch b (name: its final name):
+ * ".{name}{mark}{devtag}.{batch}", or "{mark}{devtag}.{batch}.{fi}" past
+ * 255 bytes.  {devtag} stands for the device, so two devices landing the
+ * same path at once (a layout without {device}) under the same batch id
+ * never share a temporary file.
+ */
+void lander__tmp_name(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap)
 {
-    const int n = snprintf(out, cap, ".%s%s%s", name, l->tmp_mark, batch);
+    const int n = snprintf(out, cap, ".%s%s%s.%s", name, b->l->tmp_mark, b->devtag, b->name);
     if (n < 0 || (size_t)n > NAME_MAX_BYTES)
-        snprintf(out, cap, "%s%s.%u", l->tmp_mark, batch, fi);
+        snprintf(out, cap, "%s%s.%s.%u", b->l->tmp_mark, b->devtag, b->name, fi);
+}
+
+void lander__dev_tag(const char *device, char tag[DEV_TAG_HEX + 1])
+{
+    uint8_t h[DEV_TAG_HEX / 2];
+    crypto_generichash(h, sizeof h, (const uint8_t *)device, strlen(device), NULL, 0);
+    ingest_to_hex(h, sizeof h, tag);
+    tag[DEV_TAG_HEX] = '\0';
 }
 
 static bool is_hex_tag(const char *s, size_t n)
@@ -301,6 +315,51 @@ void ingest_lander_set_catalog(ingest_lander *l, ingest_catalog *cat)
         l->catalog = cat;
 }
 
+int ingest_lander_set_lock(ingest_lander *l, const ingest_lander_lock *lk)
+{
+    if (l == NULL || (lk != NULL && (lk->lock == NULL || lk->unlock == NULL)))
+        return INGEST_EINVAL;
+    if (l->busy != NULL)
+        return ingest__fail(l->ctx, INGEST_EBUSY, "lander: set_lock with batch %s open", l->busy->name);
+    l->own_lock = lk != NULL;
+    if (lk != NULL)
+        l->lk = *lk;
+    return 0;
+}
+
+void ingest__lander_set_hook(ingest_lander *l, ingest__lander_hook_fn fn, void *ud)
+{
+    l->hook = fn;
+    l->hook_ud = ud;
+}
+
+void lander__hook(ingest_lander_batch *b, int phase)
+{
+    if (b->l->hook != NULL)
+        b->l->hook(b->l->hook_ud, b->device, phase);
+}
+
+/*
+ * What the lock serialises: the store (one LMDB write transaction at a
+ * time, tied to its thread; the store's one read handle and its deferred
+ * writes) and the index over it, and the path versions together with the
+ * renames they order.  Nothing of the lander's own files needs it.
+ */
+void lander__enter(ingest_lander *l)
+{
+    if (l->own_lock)
+        l->lk.lock(l->lk.ud);
+}
+
+int lander__leave(ingest_lander_batch *b, int rc)
+{
+    if (!b->l->own_lock)
+        return rc;
+    rc = lander__settle(b, rc); /* no write transaction outlives the lock */
+    b->l->lk.unlock(b->l->lk.ud);
+    return rc;
+}
+
 int ingest_lander_set_direct_io(ingest_lander *l, int on)
 {
     if (l == NULL)
@@ -373,7 +432,7 @@ static void remove_temps(ingest_lander_batch *b)
             continue;
         const char *name;
         lander__split_path(f->landed, dir, sizeof dir, &name);
-        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        lander__tmp_name(b, name, i, tn, sizeof tn);
         int dfd = -1;
         const int saved_state = b->state;
         /* walk_dir may record an error detail: keep the original one */
@@ -392,8 +451,8 @@ static void remove_temps(ingest_lander_batch *b)
 /* A call the batch's state does not allow: INGEST_EINVAL, the batch untouched. */
 int lander__bad_state(ingest_lander_batch *b)
 {
-    static const char *const names[] = {"active", "aborted", "committed", "prepared"};
-    return ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch is %s", names[b->state & 3]);
+    static const char *const names[] = {"active", "aborted", "committed", "prepared", "parsed"};
+    return ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch is %s", names[(unsigned)b->state % 5u]);
 }
 
 /*

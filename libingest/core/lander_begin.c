@@ -1,4 +1,9 @@
-/* The lander's begin: read a batch manifest, check its paths, classify its chunks, build the want list. */
+/*
+ * The lander's begin, in two phases: parse (no lock: read and bound the
+ * manifest, make and check the landed paths, find the chunks the batch
+ * repeats) and lookup (under the store's lock: the replay check, the index
+ * lookups, the want list).
+ */
 #include "lander_int.h"
 
 /* ----------------------------------------------------------------- begin */
@@ -84,8 +89,12 @@ static uint64_t tab_hash(const ingest_lander *l, const uint8_t *id)
     return v;
 }
 
-/* Classify each chunk (recv / known / dup) and build the want list. */
-static int compute_wants(ingest_lander_batch *b)
+/*
+ * Parse phase: find the chunks the batch repeats (dup, landed by copying
+ * their first occurrence) and allocate the per-chunk state.  Every other
+ * chunk is left to receive until lookup_known asks the index.
+ */
+static int classify_dups(ingest_lander_batch *b)
 {
     ingest_lander *l = b->l;
     int rc = 0;
@@ -104,8 +113,6 @@ static int compute_wants(ingest_lander_batch *b)
         rc = ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory for %u chunks", n);
         goto out;
     }
-    uint64_t last_no = UINT64_MAX;
-    bool last_ok = false;
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *id = b->mc[i].id;
         uint64_t s = tab_hash(l, id) & (tcap - 1);
@@ -126,24 +133,46 @@ static int compute_wants(ingest_lander_batch *b)
             }
             s = (s + 1) & (tcap - 1);
         }
-        if (dup)
+        if (!dup) {
+            tab[s] = i + 1;
+            b->cst[i] = K_RECV;
+        }
+    }
+out:
+    ingest__free(b->ctx, tab);
+    return rc;
+}
+
+/*
+ * Lookup phase (the store's lock held): each first occurrence the index
+ * holds in a valid landed file is known (copied from there); the others
+ * make the want list.
+ */
+static int lookup_known(ingest_lander_batch *b)
+{
+    ingest_lander *l = b->l;
+    int rc = 0;
+    uint64_t last_no = UINT64_MAX;
+    bool last_ok = false;
+    b->nwants = 0;
+    for (uint32_t i = 0; i < b->nchunks; i++) {
+        if ((b->cst[i] & K_MASK) == K_DUP)
             continue;
-        tab[s] = i + 1;
         ingest_chunk_loc loc;
-        rc = ingest_index_find_for(l->idx, b->device, id, &loc);
+        rc = ingest_index_find_for(l->idx, b->device, b->mc[i].id, &loc);
         bool known = false;
         if (rc == 0 && loc.length == b->mc[i].len) {
             if (loc.file_no != last_no) {
                 char p[LANDED_MAX + 512];
                 rc = ingest_index_file_path(l->idx, loc.file_no, p, sizeof p);
                 if (rc < 0 && rc != INGEST_ESTALE && rc != INGEST_ENOTFOUND)
-                    goto out;
+                    return rc;
                 last_no = loc.file_no;
                 last_ok = rc == 0;
             }
             known = last_ok;
         } else if (rc < 0 && rc != INGEST_ENOTFOUND) {
-            goto out;
+            return rc;
         }
         rc = 0;
         if (known) {
@@ -154,9 +183,7 @@ static int compute_wants(ingest_lander_batch *b)
         }
     }
     b->awaited = (uint32_t)b->nwants;
-out:
-    ingest__free(b->ctx, tab);
-    return rc;
+    return 0;
 }
 
 /*
@@ -164,13 +191,13 @@ out:
  * describes the same batch (file count, bytes, first file's path and hash)
  * before calling this a replay.  INGEST_EEXIST when the id was reused for
  * other data; a missing landed manifest cannot be compared and is taken as
- * the same batch.
+ * the same batch.  The batch is parsed whole: its first file's hash is
+ * known (derived from its chunk ids when the wire manifest left it out).
  */
-static int same_landed_batch(ingest_lander_batch *b, const char *device, uint64_t nfiles, uint64_t bytes,
-                             const ingest_manifest_rec *first)
+static int same_landed_batch(ingest_lander_batch *b)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/_manifests/%s/%s.jsonl", b->l->root, device, b->name);
+    snprintf(path, sizeof path, "%s/_manifests/%s/%s.jsonl", b->l->root, b->device, b->name);
     ingest_manifest_reader *r = NULL;
     ingest_manifest_rec rec;
     if (access(path, F_OK) != 0)
@@ -178,33 +205,23 @@ static int same_landed_batch(ingest_lander_batch *b, const char *device, uint64_
     int rc = ingest_manifest_reader_open(b->ctx, path, &r);
     if (rc == 0)
         rc = ingest_manifest_reader_next(r, &rec);
-    int same = rc == 1 && rec.type == INGEST_MREC_HEADER && rec.nfiles == nfiles && rec.total_bytes == bytes;
-    if (same && first != NULL) {
-        /* A wire manifest may leave the hash out: derive it when the first line holds all its chunks. */
-        uint8_t h[INGEST_ID_BYTES];
-        int have = !first->omit_hash;
-        memcpy(h, first->hash, sizeof h);
-        if (!have && first->nchunks == first->nchunks_total) {
-            ingest_filehash fh;
-            ingest_filehash_init(&fh, b->l->key);
-            for (uint32_t k = 0; k < first->nchunks; k++)
-                ingest_filehash_update(&fh, first->chunks[k].id, INGEST_ID_BYTES);
-            ingest_filehash_final(&fh, h);
-            have = 1;
-        }
+    int same = rc == 1 && rec.type == INGEST_MREC_HEADER && rec.nfiles == b->hdr_files &&
+               rec.total_bytes == b->hdr_bytes;
+    if (same && b->nfiles > 0) {
+        const lfile *first = &b->files[0];
         rc = ingest_manifest_reader_next(r, &rec);
         same = rc == 1 && rec.type == INGEST_MREC_FILE && strcmp(rec.path, first->path) == 0 &&
-               (!have || memcmp(rec.hash, h, INGEST_ID_BYTES) == 0);
+               memcmp(rec.hash, first->hash, INGEST_ID_BYTES) == 0;
     }
     ingest_manifest_reader_close(r);
     if (!same)
         return ingest__fail(b->ctx, INGEST_EEXIST,
                             "lander: batch id %s of device %s was already used for other data; refusing to treat "
-                            "it as a replay (the device must use a new batch id)", b->name, device);
+                            "it as a replay (the device must use a new batch id)", b->name, b->device);
     return 0;
 }
 
-static int read_manifest(ingest_lander_batch *b, const char *device, const void *buf, size_t len, bool *already)
+static int read_manifest(ingest_lander_batch *b, const char *device, const void *buf, size_t len)
 {
     ingest_lander *l = b->l;
     ingest_manifest_reader *r = NULL;
@@ -239,22 +256,9 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
         rc = ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
         goto out;
     }
-    rc = ingest_index_batch_landed(l->idx, device, b->name);
-    if (rc < 0)
-        goto out;
-    if (rc == 1) {
-        /* A replay carries the same batch; a device that lost its state may reuse an id for new data. */
-        const uint64_t nfiles = rec.nfiles, bytes = rec.total_bytes;
-        rc = ingest_manifest_reader_next(r, &rec);
-        if (rc < 0)
-            goto out;
-        rc = same_landed_batch(b, device, nfiles, bytes, rc == 1 && rec.type == INGEST_MREC_FILE ? &rec : NULL);
-        if (rc < 0)
-            goto out;
-        *already = true;
-        rc = 0;
-        goto out;
-    }
+    b->hdr_files = rec.nfiles;
+    b->hdr_bytes = rec.total_bytes;
+    lander__hook(b, INGEST__LANDER_HOOK_PARSE);
     if (rec.nfiles > l->max_files) {
         rc = ingest__fail(b->ctx, INGEST_ETOOBIG, "lander: batch %s announces %llu files (at most %u)", b->name,
                           (unsigned long long)rec.nfiles, l->max_files);
@@ -366,7 +370,7 @@ out:
     return rc;
 }
 
-int ingest_lander_begin(ingest_lander *l, const char *device, const void *manifest, size_t len,
+int ingest_lander_parse(ingest_lander *l, const char *device, const void *manifest, size_t len,
                         ingest_lander_batch **out)
 {
     if (out)
@@ -384,21 +388,16 @@ int ingest_lander_begin(ingest_lander *l, const char *device, const void *manife
     b->fd = b->dirfd = b->srcfd = b->spillfd = -1;
     b->src_no = UINT64_MAX;
     b->state = B_DEAD; /* nothing to remove until landing starts */
-    bool already = false;
     int rc;
     b->device = ingest__strdup(l->ctx, device);
     if (!b->device) {
         rc = ingest__fail(l->ctx, INGEST_ENOMEM, "lander: out of memory");
         goto fail;
     }
-    rc = read_manifest(b, device, manifest, len, &already);
+    lander__dev_tag(device, b->devtag);
+    rc = read_manifest(b, device, manifest, len);
     if (rc < 0)
         goto fail;
-    if (already) {
-        ingest__log(l->ctx, INGEST_LOG_INFO, "lander: batch %s of %s already landed", b->name, device);
-        ingest_lander_batch_destroy(b);
-        return INGEST_LANDER_ALREADY;
-    }
     uint32_t maxlen = 0;
     for (uint32_t i = 0; i < b->nchunks; i++)
         if (b->mc[i].len > maxlen)
@@ -418,13 +417,13 @@ int ingest_lander_begin(ingest_lander *l, const char *device, const void *manife
     }
     if ((rc = check_paths(b)) < 0)
         goto fail;
-    if ((rc = compute_wants(b)) < 0)
+    if ((rc = classify_dups(b)) < 0)
         goto fail;
     if ((rc = lander__bufs_reserve(b, maxlen ? maxlen : 1)) < 0)
         goto fail;
     b->stats.files = b->nfiles;
     b->stats.chunks = b->nchunks;
-    b->state = B_ACTIVE;
+    b->state = B_PARSED;
     l->busy = b;
     *out = b;
     return 0;
@@ -433,3 +432,46 @@ fail:
     return rc;
 }
 
+int ingest_lander_lookup(ingest_lander_batch *b)
+{
+    if (!b)
+        return INGEST_EINVAL;
+    if (b->state != B_PARSED)
+        return lander__bad_state(b);
+    b->state = B_DEAD; /* unless it comes out landing */
+    lander__enter(b->l);
+    lander__hook(b, INGEST__LANDER_HOOK_LOOKUP);
+    int rc = ingest_index_batch_landed(b->l->idx, b->device, b->name);
+    if (rc == 1) {
+        /* A replay carries the same batch; a device that lost its state may reuse an id for new data. */
+        rc = same_landed_batch(b);
+        if (rc == 0)
+            rc = INGEST_LANDER_ALREADY;
+    } else if (rc == 0) {
+        rc = lookup_known(b);
+    }
+    rc = lander__leave(b, rc);
+    if (rc == INGEST_LANDER_ALREADY)
+        ingest__log(b->ctx, INGEST_LOG_INFO, "lander: batch %s of %s already landed", b->name, b->device);
+    if (rc == 0)
+        b->state = B_ACTIVE;
+    return rc;
+}
+
+int ingest_lander_begin(ingest_lander *l, const char *device, const void *manifest, size_t len,
+                        ingest_lander_batch **out)
+{
+    if (out == NULL)
+        return INGEST_EINVAL;
+    *out = NULL;
+    ingest_lander_batch *b = NULL;
+    int rc = ingest_lander_parse(l, device, manifest, len, &b);
+    if (rc == 0)
+        rc = ingest_lander_lookup(b);
+    if (rc != 0) {
+        ingest_lander_batch_destroy(b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}

@@ -148,7 +148,7 @@ static int sync_temps(ingest_lander_batch *b)
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         lander__split_path(f->landed, dir, sizeof dir, &name);
-        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        lander__tmp_name(b, name, i, tn, sizeof tn);
         INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
         struct stat sb;
         if (fstatat(b->dirfd, tn, &sb, AT_SYMLINK_NOFOLLOW) < 0)
@@ -164,7 +164,7 @@ static int sync_temps(ingest_lander_batch *b)
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         lander__split_path(f->landed, dir, sizeof dir, &name);
-        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        lander__tmp_name(b, name, i, tn, sizeof tn);
         INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
         const int fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
@@ -252,7 +252,7 @@ static void undo_renames(ingest_lander_batch *b)
                         f->landed);
             continue;
         }
-        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        lander__tmp_name(b, name, i, tn, sizeof tn);
         if (lander__enter_dir(b, f->path, dir, false) == 0 && renameat(b->dirfd, name, b->dirfd, tn) == 0)
             f->renamed = false; /* a temporary again: removed with the others */
     }
@@ -285,7 +285,7 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
             goto fail;
         }
         lander__split_path(f->landed, dir, sizeof dir, &name);
-        lander__tmp_name(b->l, name, b->name, i, tn, sizeof tn);
+        lander__tmp_name(b, name, i, tn, sizeof tn);
         if ((r = lander__enter_dir(b, f->path, dir, false)) < 0)
             goto fail;
         if (renameat(b->dirfd, tn, b->dirfd, name) < 0) {
@@ -370,7 +370,11 @@ static void lk_lock(const ingest_lander_lock *lk)
         lk->lock(lk->ud);
 }
 
-/* Called and returns with the caller's lock held; drops it around the disk waits. */
+/*
+ * With the caller's lock (lk): called and returns with it held, drops it
+ * around the disk waits.  With the lander's own lock: called without it,
+ * takes it around steps 2 and 4 only.
+ */
 static int do_commit(ingest_lander_batch *b, const ingest_lander_lock *lk)
 {
     lk_unlock(lk);
@@ -378,7 +382,10 @@ static int do_commit(ingest_lander_batch *b, const ingest_lander_lock *lk)
     lk_lock(lk);
     if (rc < 0)
         return rc;
-    INGEST__FORWARD(place_files(b, lk != NULL));
+    lander__enter(b->l);
+    rc = lander__leave(b, place_files(b, lk != NULL));
+    if (rc < 0)
+        return rc;
     lk_unlock(lk);
     rc = sync_landed(b);
     if (rc == 0 && b->l->catalog != NULL) /* the manifest is durable; the catalog locks itself */
@@ -386,7 +393,8 @@ static int do_commit(ingest_lander_batch *b, const ingest_lander_lock *lk)
     lk_lock(lk);
     if (rc < 0)
         return rc;
-    return index_batch(b);
+    lander__enter(b->l);
+    return lander__leave(b, index_batch(b));
 }
 
 int ingest_lander_commit_prepare(ingest_lander_batch *b)
@@ -421,6 +429,8 @@ int ingest_lander_commit_finish(ingest_lander_batch *b, const ingest_lander_lock
         return lander__bad_state(b);
     if (lk && (!lk->lock || !lk->unlock))
         return ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch %s: lock without its callbacks", b->name);
+    if (lk && b->l->own_lock)
+        return ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch %s: the lander takes its own lock", b->name);
     const int rc = lander__settle(b, do_commit(b, lk));
     lander__close_fd(&b->dirfd);
     if (rc < 0)

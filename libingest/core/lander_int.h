@@ -29,6 +29,7 @@
 #include "ingest/manifest.h"
 #include "../internal.h"
 #include "../store.h"
+#include "lander_hook.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,8 +50,9 @@
 /* The shortest file line a manifest can hold ({"type":"file","path":"x",...} with its required keys). */
 #define MANIFEST_FILE_LINE_MIN 40u
 /*
- * Temporary files are named ".{name}.ingest-tmp-{tag}.{batch}" (or
- * ".ingest-tmp-{tag}.{batch}.{n}" when that is too long), where {tag} is
+ * Temporary files are named ".{name}.ingest-tmp-{tag}.{devtag}.{batch}" (or
+ * ".ingest-tmp-{tag}.{devtag}.{batch}.{n}" when that is too long; {devtag}:
+ * lander__dev_tag), where {tag} is
  * TMP_TAG_HEX random hex digits kept in {bronze}/_manifests/TMP_TAG_FILE,
  * made once per bronze tree.  A device cannot guess it, so no name a device
  * sends is ever taken for a temporary file: neither truncated by one, nor
@@ -59,17 +61,21 @@
 #define TMP_TAG_FILE ".tmp-tag"
 #define TMP_TAG_HEX 16
 #define TMP_MARK_MAX (sizeof ".ingest-tmp-." + TMP_TAG_HEX)
+/* Hex digits of the device's tag in temporary names (an unkeyed BLAKE2b of its id). */
+#define DEV_TAG_HEX 16
 /* Batches of at least this many files are made durable with syncfs(). */
 #define INGEST_LANDER_SYNCFS_MIN 16u
 
 enum { K_RECV = 0, K_KNOWN = 1, K_DUP = 2, K_MASK = 3 };
 enum { F_ARRIVED = 4, F_INBUF = 8, F_DONE = 16 };
 /*
- * Batch states.  ACTIVE: landing, may still ask the device for chunks.
+ * Batch states.  PARSED (ingest_lander_parse done): the manifest is read
+ * and checked, the index not consulted yet; only lookup or destroy remain.
+ * ACTIVE: landing, may still ask the device for chunks.
  * PREPARED (commit_prepare done): every file complete under its temporary
  * name, only commit_finish or destroy remain.  DEAD: aborted.
  */
-enum { B_ACTIVE = 0, B_DEAD = 1, B_COMMITTED = 2, B_PREPARED = 3 };
+enum { B_ACTIVE = 0, B_DEAD = 1, B_COMMITTED = 2, B_PREPARED = 3, B_PARSED = 4 };
 
 struct ingest_lander_s {
     ingest_ctx *ctx;
@@ -88,6 +94,13 @@ struct ingest_lander_s {
     ingest_lander_batch *busy;
     char tmp_mark[TMP_MARK_MAX]; /* ".ingest-tmp-{tag}." : in every temporary file's name */
     ingest_catalog *catalog;     /* batches are added to it once durable (ingest_lander_set_catalog), or NULL */
+    /* The lock of the store and index, taken by the lander itself around
+     * its work on them (ingest_lander_set_lock); own_lock false: the
+     * caller holds its lock around the calls instead. */
+    ingest_lander_lock lk;
+    bool own_lock;
+    ingest__lander_hook_fn hook; /* tests: called at points of the landing (ingest__lander_set_hook), or NULL */
+    void *hook_ud;
 };
 
 typedef struct lfile {
@@ -110,6 +123,7 @@ struct ingest_lander_batch_s {
     ingest_ctx *ctx;
     int state;
     char *device;
+    char devtag[DEV_TAG_HEX + 1]; /* the device in temporary names (lander__tmp_name) */
     char *name;
     lfile *files;
     uint32_t nfiles, nfiles_read;
@@ -153,6 +167,8 @@ struct ingest_lander_batch_s {
     char **dirs;
     size_t ndirs, dirs_cap;
     ingest_lander_stats stats;
+    /* from the manifest's header, for the replay check of lookup */
+    uint64_t hdr_files, hdr_bytes;
 };
 
 
@@ -171,7 +187,8 @@ void lander__close_fd(int *fd);
 int lander__check_name(ingest_ctx *ctx, const char *what, const char *s);
 int lander__check_relpath(ingest_ctx *ctx, const char *what, const char *p);
 void lander__split_path(const char *p, char *dir, size_t cap, const char **name);
-void lander__tmp_name(const ingest_lander *l, const char *name, const char *batch, uint32_t fi, char *out, size_t cap);
+void lander__tmp_name(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap);
+void lander__dev_tag(const char *device, char tag[DEV_TAG_HEX + 1]);
 int lander__tmp_tag(ingest_ctx *ctx, int rootfd, const char *root, bool create, char mark[TMP_MARK_MAX]);
 int lander__bufs_reserve(ingest_lander_batch *b, size_t n);
 int lander__chunks_grow(ingest_lander_batch *b, uint32_t need);
@@ -186,5 +203,17 @@ int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, 
 int lander__enter_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create);
 
 int lander__cmp_strp(const void *a, const void *b);
+
+/*
+ * The store and index are used only between lander__enter and
+ * lander__leave.  With the lander's own lock (ingest_lander_set_lock),
+ * enter takes it and leave commits the store writes made meanwhile (see
+ * lander__settle) and lets it go, keeping rc unless the commit fails; with
+ * the caller's lock (held around every call), both do nothing.
+ */
+void lander__enter(ingest_lander *l);
+int lander__leave(ingest_lander_batch *b, int rc);
+/* Call the test hook, if any. */
+void lander__hook(ingest_lander_batch *b, int phase);
 
 #endif

@@ -11,7 +11,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     lander__split_path(f->landed, dir, sizeof dir, &name);
     INGEST__FORWARD(lander__enter_dir(b, f->path, dir, true));
     INGEST__FORWARD(lander__add_dir(b, dir));
-    lander__tmp_name(b->l, name, b->name, fi, tn, sizeof tn);
+    lander__tmp_name(b, name, fi, tn, sizeof tn);
     const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC;
     b->direct = false;
     if (b->l->direct_io && f->size >= DIO_ALIGN) {
@@ -155,6 +155,7 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
 static int write_chunk(ingest_lander_batch *b, uint32_t i, const uint8_t *data)
 {
     const uint32_t n = b->mc[i].len;
+    lander__hook(b, INGEST__LANDER_HOOK_WRITE);
     if (file_append(b, data, n) < 0)
         return lander__sys_fail(b->ctx, errno, "write", b->files[b->cur_file].landed);
     /* data was checked against its id: the file hash covers the ids in order (docs/manifest.md) */
@@ -173,6 +174,7 @@ static bool id_matches(const ingest_lander_batch *b, uint32_t i, const uint8_t *
     return sodium_memcmp(id, b->mc[i].id, INGEST_ID_BYTES) == 0;
 }
 
+/* Under the store's lock: known chunk i is stale; forget it in the index and ask for it. */
 static int rewant(ingest_lander_batch *b, uint32_t i, const char *why)
 {
     char hex[2 * INGEST_ID_BYTES + 1];
@@ -192,9 +194,9 @@ static int rewant(ingest_lander_batch *b, uint32_t i, const char *why)
 
 /*
  * Check where a known chunk lives without reading it: 1 usable, 0 stale
- * (already re-wanted), < 0 error.
+ * (already re-wanted), < 0 error.  Under the store's lock.
  */
-static int known_source(ingest_lander_batch *b, uint32_t i, ingest_chunk_loc *loc)
+static int known_source_locked(ingest_lander_batch *b, uint32_t i, ingest_chunk_loc *loc)
 {
     int rc = ingest_index_find_for(b->l->idx, b->device, b->mc[i].id, loc);
     if (rc == INGEST_ENOTFOUND || (rc == 0 && loc->length != b->mc[i].len)) {
@@ -228,8 +230,17 @@ static int known_source(ingest_lander_batch *b, uint32_t i, ingest_chunk_loc *lo
     return 1;
 }
 
-/* Once per batch, after a first stale chunk: re-want every later stale one now, in one round. */
-static int lookahead(ingest_lander_batch *b, uint32_t from)
+static int known_source(ingest_lander_batch *b, uint32_t i, ingest_chunk_loc *loc)
+{
+    lander__enter(b->l);
+    return lander__leave(b, known_source_locked(b, i, loc));
+}
+
+/*
+ * Once per batch, after a first stale chunk: re-want every later stale one
+ * now, in one round.  Under the store's lock.
+ */
+static int lookahead_locked(ingest_lander_batch *b, uint32_t from)
 {
     b->lookahead_done = true;
     uint64_t last_no = UINT64_MAX;
@@ -257,6 +268,12 @@ static int lookahead(ingest_lander_batch *b, uint32_t from)
             INGEST__FORWARD(rewant(b, j, "has a missing or changed landed file"));
     }
     return 0;
+}
+
+static int lookahead(ingest_lander_batch *b, uint32_t from)
+{
+    lander__enter(b->l);
+    return lander__leave(b, lookahead_locked(b, from));
 }
 
 /* Land chunk i at the cursor: 0 landed, 1 blocked (awaited), < 0 error. */
@@ -299,13 +316,13 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
             char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
             const char *name;
             lander__split_path(sf->landed, dir, sizeof dir, &name);
-            lander__tmp_name(b->l, name, b->name, lo, tn, sizeof tn);
+            lander__tmp_name(b, name, lo, tn, sizeof tn);
             fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         } else {
             char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
             const char *name;
             lander__split_path(sf->landed, dir, sizeof dir, &name);
-            lander__tmp_name(b->l, name, b->name, lo, tn, sizeof tn);
+            lander__tmp_name(b, name, lo, tn, sizeof tn);
             int dfd = -1;
             INGEST__FORWARD(lander__walk_dir(b, sf->path, dir, false, &dfd));
             if (dfd >= 0) {
@@ -346,7 +363,9 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
         }
         lander__close_fd(&b->srcfd);
         b->src_no = UINT64_MAX;
-        INGEST__FORWARD(rewant(b, i, r ? "is past the end of its landed file" : "does not match its landed bytes"));
+        lander__enter(b->l);
+        INGEST__FORWARD(lander__leave(
+            b, rewant(b, i, r ? "is past the end of its landed file" : "does not match its landed bytes")));
     }
     if (!b->lookahead_done)
         INGEST__FORWARD(lookahead(b, i + 1));

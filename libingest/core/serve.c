@@ -105,7 +105,7 @@ static int send_error(ingest_link *lk, int code, const char *msg)
     return ingest_link_send(lk, &m);
 }
 
-/* Collect the lander's re-wants into w (caller holds land_lock). */
+/* Collect the lander's re-wants into w. */
 static int collect_rewants(ingest_lander_batch *b, u32vec *w)
 {
     const uint32_t *idx;
@@ -116,20 +116,26 @@ static int collect_rewants(ingest_lander_batch *b, u32vec *w)
 
 /* ---- making batches durable ------------------------------------------------ */
 
-/* The land_lock is let go while the lander waits for the disk. */
+/*
+ * The land lock, as the landers take it themselves (ingest_lander_set_lock)
+ * around their short work on the shared store and index: the replay check
+ * and index lookups of a new batch, the lookups of known chunks, the path
+ * versions with the renames they order, the index update and the store
+ * commit.  Parsing manifests, writing, copying and hashing chunks and
+ * every fsync run outside it, so devices land in parallel.
+ */
 static void land_unlock(void *ud) { pthread_mutex_unlock(&((ingest_core *)ud)->land_lock); }
 static void land_lock(void *ud) { pthread_mutex_lock(&((ingest_core *)ud)->land_lock); }
 
 /*
- * Finish a prepared batch (called with land_lock held; returns with it
- * held): make it durable, count it, log it, and fill ack/why for the ACK.
+ * Finish a prepared batch (without the land lock: the lander takes it):
+ * make it durable, count it, log it, and fill ack/why for the ACK.
  */
 static int finish_batch(ingest_core *s, ingest_lander_batch *b, ingest_ctx *lctx, const char *device, const char *batch,
                         double batch_t0, char *why, size_t whycap)
 {
     const double t0 = core_now();
-    const ingest_lander_lock lk = { land_unlock, land_lock, s };
-    const int rc = ingest_lander_commit_finish(b, &lk);
+    const int rc = ingest_lander_commit_finish(b, NULL);
     snprintf(why, whycap, "%s", ingest_ctx_errmsg(lctx));
     ingest_lander_stats st;
     ingest_lander_batch_stats(b, &st);
@@ -194,14 +200,10 @@ static void *committer_main(void *arg)
             break;
         pthread_mutex_unlock(&cm->mu);
         char why[INGEST_WIRE_MESSAGE_MAX];
-        pthread_mutex_lock(&s->land_lock);
         const int rc = finish_batch(s, cm->b, cm->lctx, cm->device, cm->batch, cm->t0, why, sizeof(why));
-        pthread_mutex_unlock(&s->land_lock);
         /* A lost connection loses only the ACK: the batch is durable, a resend is acked as a duplicate. */
         (void)send_ack(cm->lk, cm->batch, rc < 0 ? rc : INGEST_ACK_LANDED, rc < 0 ? why : "landed");
-        pthread_mutex_lock(&s->land_lock);
         ingest_lander_batch_destroy(cm->b);
-        pthread_mutex_unlock(&s->land_lock);
         pthread_mutex_lock(&cm->mu);
         cm->b = NULL;
         cm->busy = 0;
@@ -429,9 +431,7 @@ static void drop_failed_batch(ingest_core *s, readq *q, ingest_lander_batch **b,
     s->batches_failed++;
     ingest_metric_add(s->m.failed, device, 1);
     core_readq_set_batch(q, NULL);
-    pthread_mutex_lock(&s->land_lock);
     ingest_lander_batch_destroy(*b);
-    pthread_mutex_unlock(&s->land_lock);
     *b = NULL;
 }
 
@@ -484,6 +484,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     const int pipelined = (link->features & INGEST_SESSION_FEATURE_PIPELINE) != 0;
     core_log(s, INGEST_LOG_INFO, "device %s connected from %s (%s%s)", device, link->peer, link->detail,
              pipelined ? ", pipelined" : "");
+    const ingest_lander_lock land_lk = { land_unlock, land_lock, s };
     cm.s = s;
     cm.lk = link;
     cm.device = device;
@@ -492,15 +493,18 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
             goto out;
         ingest_ctx_set_log(lctx[i], s->o.log, s->o.log_userdata, s->o.lib_log_level);
         rc = ingest_codec_create(lctx[i], 1, &lcodec[i]);
-        pthread_mutex_lock(&s->land_lock);
         if (rc == 0)
             rc = ingest_lander_create(lctx[i], s->o.store, s->o.index, s->o.bronze, s->o.layout, s->dedup, lcodec[i],
                                       &landers[i]);
         if (rc == 0)
             rc = ingest_lander_set_direct_io(landers[i], s->o.direct_io);
         if (rc == 0)
+            rc = ingest_lander_set_lock(landers[i], &land_lk);
+        if (rc == 0) {
             ingest_lander_set_catalog(landers[i], s->o.catalog);
-        pthread_mutex_unlock(&s->land_lock);
+            if (s->land_hook != NULL)
+                ingest__lander_set_hook(landers[i], s->land_hook, s->land_hook_ud);
+        }
         if (rc < 0) {
             core_log(s, INGEST_LOG_ERROR, "device %s: cannot start landing: %s", device, ingest_ctx_errmsg(lctx[i]));
             result = rc;
@@ -620,10 +624,16 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 break;
             }
             batch_t0 = core_now();
-            pthread_mutex_lock(&s->land_lock);
-            rc = ingest_lander_begin(landers[k], device, manifest, mlen, &b);
+            /* parsed without the land lock; the lander takes it for the replay check and the lookups */
+            rc = ingest_lander_parse(landers[k], device, manifest, mlen, &b);
+            if (rc == 0)
+                rc = ingest_lander_lookup(b);
             char why[INGEST_WIRE_MESSAGE_MAX];
             snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
+            if (rc != 0) {
+                ingest_lander_batch_destroy(b);
+                b = NULL;
+            }
             wants.n = 0;
             if (rc == 0) {
                 const uint32_t *idx;
@@ -635,7 +645,6 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                     snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
                 }
             }
-            pthread_mutex_unlock(&s->land_lock);
             mlen = 0;
             if (rc == INGEST_LANDER_ALREADY) {
                 core_log(s, INGEST_LOG_INFO, "device %s batch %s was landed before; acknowledged again", device, batch);
@@ -680,14 +689,12 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 goto out;
             }
             const double tl = core_now();
-            pthread_mutex_lock(&s->land_lock);
             rc = it->verified ? ingest_lander_put_verified(b, m.u.chunk.index, it->data, it->len, it->enc_len, it->id)
                               : ingest_lander_put_chunk(b, m.u.chunk.index, it->data, it->enc_len);
             if (rc == 0)
                 rc = collect_rewants(b, &wants) == 0 ? 0 : INGEST_ENOMEM;
             char why[INGEST_WIRE_MESSAGE_MAX];
             snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
-            pthread_mutex_unlock(&s->land_lock);
             ingest_metric_add_seconds(s->m.stage, "land", core_now() - tl);
             s->chunks_received++;
             s->bytes_received += it->enc_len;
@@ -725,7 +732,6 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 break;
             }
             const double t0 = core_now();
-            pthread_mutex_lock(&s->land_lock);
             /* wants holds the re-wants collected while chunks arrived: they were not sent yet */
             rc = ingest_lander_commit_prepare(b);
             if (rc == INGEST_EBUSY && collect_rewants(b, &wants) != 0)
@@ -738,7 +744,6 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 rc = finish_batch(s, b, lctx[k], device, batch, batch_t0, why, sizeof(why));
                 finished = 1;
             }
-            pthread_mutex_unlock(&s->land_lock);
             if (rc == INGEST_EBUSY && wants.n > 0) {
                 core_log(s, INGEST_LOG_INFO, "device %s batch %s: %zu known chunks were stale; asking for them",
                          device, batch, wants.n);
@@ -767,9 +772,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                     batch[0] = '\0';
                     break;
                 }
-                pthread_mutex_lock(&s->land_lock);
                 rc = finish_batch(s, b, lctx[k], device, batch, batch_t0, why, sizeof(why));
-                pthread_mutex_unlock(&s->land_lock);
                 finished = 1;
             }
             if (rc < 0) {
@@ -786,9 +789,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 committer_wait_idle(&cm);
                 rc = send_ack(link, batch, INGEST_ACK_LANDED, "landed");
             }
-            pthread_mutex_lock(&s->land_lock);
             ingest_lander_batch_destroy(b);
-            pthread_mutex_unlock(&s->land_lock);
             b = NULL;
             batch[0] = '\0';
             break;
@@ -847,17 +848,9 @@ out:
     ingest__free(s->ctx, q.glens);
     pthread_cond_destroy(&q.cond);
     pthread_mutex_destroy(&q.lock);
-    if (b != NULL) {
-        pthread_mutex_lock(&s->land_lock);
-        ingest_lander_batch_destroy(b);
-        pthread_mutex_unlock(&s->land_lock);
-    }
+    ingest_lander_batch_destroy(b);
     for (int i = 0; i < 2; i++) {
-        if (landers[i] != NULL) {
-            pthread_mutex_lock(&s->land_lock);
-            ingest_lander_destroy(landers[i]);
-            pthread_mutex_unlock(&s->land_lock);
-        }
+        ingest_lander_destroy(landers[i]);
         ingest_codec_destroy(lcodec[i]); /* after its lander; before its context and the dictionary bytes */
         ingest_ctx_destroy(lctx[i]);
     }

@@ -13,9 +13,12 @@
 
 #include "ingest.h"
 #include "support/testkit.h"
+#include "core/core_int.h" /* the landers' test hook (core/lander_hook.h) */
 
+#include <errno.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,17 +39,21 @@ typedef struct env {
     ingest_sender *snd;
     uint8_t *chunk;
     size_t chunkcap;
+    const char *device; /* served as (DEVICE unless set) */
+    struct env *owner;  /* a second device of owner's core (env_peer): the core, store and trees are owner's */
 } env;
 
 static void *serve_main(void *arg)
 {
     env *e = arg;
-    e->serve_rc = ingest_core_serve(e->core, e->srv, DEVICE);
+    e->serve_rc = ingest_core_serve(e->core, e->srv, e->device != NULL ? e->device : DEVICE);
     return NULL;
 }
 
 /* A core over a fresh bronze tree, serving one mem link with these features; 3 source files. */
 static size_t g_budget; /* queue_budget of the next env_new (0: the default) */
+static ingest__lander_hook_fn g_hook; /* the landers' test hook of the next env_new (NULL: none) */
+static void *g_hook_ud;
 
 static env *env_new(unsigned features, int idle_ms)
 {
@@ -77,6 +84,8 @@ static env *env_new(unsigned features, int idle_ms)
         .queue_budget = g_budget,
     };
     assert_int_equal(ingest_core_create(e->ctx, &o, &e->core), 0);
+    e->core->land_hook = g_hook;
+    e->core->land_hook_ud = g_hook_ud;
     assert_int_equal(ingest_link_mem_pair(e->ctx, features, &e->dev, &e->srv), 0);
     assert_int_equal(pthread_create(&e->thread, NULL, serve_main, e), 0);
     e->serving = 1;
@@ -102,12 +111,41 @@ static int env_end_serve(env *e)
     return e->serve_rc;
 }
 
+/* A second device, named device, served by e's core over a link of its own; it ships e's source tree. */
+static env *env_peer(env *e, const char *device)
+{
+    env *p = calloc(1, sizeof(*p));
+    assert_non_null(p);
+    *p = *e;
+    p->owner = e;
+    p->device = device;
+    assert_non_null(p->sctx = ingest_ctx_create(NULL));
+    assert_int_equal(ingest_link_mem_pair(e->ctx, 0, &p->dev, &p->srv), 0);
+    assert_int_equal(pthread_create(&p->thread, NULL, serve_main, p), 0);
+    p->serving = 1;
+    const ingest_sender_source src = { "s", e->src };
+    const ingest_sender_opts sopts = {
+        .device = device, .dedup_key = ingest_default_dedup_key(), .sources = &src, .nsources = 1,
+        .batch_prefix = "b-", .threads = 1,
+    };
+    assert_int_equal(ingest_sender_create(p->sctx, &sopts, &p->snd), 0);
+    p->chunkcap = ingest_sender_chunk_bound(p->snd);
+    assert_non_null(p->chunk = malloc(p->chunkcap));
+    return p;
+}
+
 static void env_free(env *e)
 {
     env_end_serve(e);
     ingest_link_destroy(e->dev);
     ingest_link_destroy(e->srv);
     ingest_sender_destroy(e->snd);
+    if (e->owner != NULL) { /* a peer: the rest is its owner's */
+        ingest_ctx_destroy(e->sctx);
+        free(e->chunk);
+        free(e);
+        return;
+    }
     ingest_core_destroy(e->core);
     ingest_index_close(e->idx);
     ingest_store_close(e->st);
@@ -564,6 +602,171 @@ static void test_new_session_replaces_the_old(void **state)
     env_free(e);
 }
 
+/* ---- landing in parallel: one device held mid-landing, another lands ------ */
+
+/*
+ * The hook holds the first batch of device "dev1" at one point of its
+ * landing (a disk that stalls, a big manifest being parsed) until the test
+ * says the other device's batch was acknowledged, or 8 s passed; it
+ * records which came first.  With one lock over all landing, the other
+ * device waited behind the held one: its ACK came only after the hold.
+ */
+typedef struct hold {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int phase;           /* where to hold dev1 */
+    int held, done;      /* dev1 is held now; the hold is over */
+    int other_acked;     /* the test saw the other device's ACK */
+    int acked_while_held;
+    ingest_core *core;   /* for the lock checks of test_manifest_parse_holds_no_lock */
+    int parse_lock_free, parse_calls, lookup_lock_held, lookup_calls;
+} hold;
+
+static void hold_hook(void *ud, const char *device, int phase)
+{
+    hold *h = ud;
+    if (strcmp(device, "dev1") != 0 || phase != h->phase)
+        return;
+    pthread_mutex_lock(&h->mu);
+    if (h->held || h->done) { /* once */
+        pthread_mutex_unlock(&h->mu);
+        return;
+    }
+    h->held = 1;
+    pthread_cond_broadcast(&h->cv);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 8;
+    while (!h->other_acked && pthread_cond_timedwait(&h->cv, &h->mu, &until) != ETIMEDOUT)
+        ;
+    h->acked_while_held = h->other_acked;
+    h->held = 0;
+    h->done = 1;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+typedef struct shipper {
+    env *e;
+    int status;
+} shipper;
+
+static void *ship_main(void *arg)
+{
+    shipper *x = arg;
+    ingest_sender_batch *b = next_batch(x->e);
+    x->status = ship(x->e, b, NULL);
+    ingest_sender_batch_destroy(b);
+    return NULL;
+}
+
+static void held_device_does_not_stop_another(int phase)
+{
+    hold h;
+    memset(&h, 0, sizeof(h));
+    pthread_mutex_init(&h.mu, NULL);
+    pthread_cond_init(&h.cv, NULL);
+    h.phase = phase;
+    g_hook = hold_hook;
+    g_hook_ud = &h;
+    env *e = env_new(0, 30000); /* DEVICE, "dev1" */
+    g_hook = NULL;
+    g_hook_ud = NULL;
+    env *d2 = env_peer(e, "dev2");
+    shipper x = { e, -1 };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, ship_main, &x), 0);
+    pthread_mutex_lock(&h.mu);
+    while (!h.held && !h.done)
+        pthread_cond_wait(&h.cv, &h.mu);
+    pthread_mutex_unlock(&h.mu);
+    /* dev1 is held inside its landing: dev2 ships a whole batch meanwhile */
+    ingest_sender_batch *b = next_batch(d2);
+    const int st = ship(d2, b, NULL);
+    ingest_sender_batch_destroy(b);
+    pthread_mutex_lock(&h.mu);
+    h.other_acked = 1;
+    pthread_cond_broadcast(&h.cv);
+    pthread_mutex_unlock(&h.mu);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(st, INGEST_ACK_LANDED);
+    assert_int_equal(x.status, INGEST_ACK_LANDED);
+    assert_true(h.acked_while_held); /* dev2 was acknowledged while dev1 was held, not after */
+    assert_all_landed(e, 2);         /* each device's tree, byte for byte */
+    env_free(d2);
+    env_free(e);
+    pthread_cond_destroy(&h.cv);
+    pthread_mutex_destroy(&h.mu);
+}
+
+/* dev1's chunks stall on their way to the disk: dev2's batch lands and is acked meanwhile. */
+static void test_device_held_writing_does_not_stop_another(void **state)
+{
+    (void)state;
+    held_device_does_not_stop_another(INGEST__LANDER_HOOK_WRITE);
+}
+
+/* dev1's manifest is being parsed: dev2's batch lands and is acked meanwhile. */
+static void test_device_held_parsing_does_not_stop_another(void **state)
+{
+    (void)state;
+    held_device_does_not_stop_another(INGEST__LANDER_HOOK_PARSE);
+}
+
+/* Where the land lock is, seen from the lander: free while a manifest is parsed, held for the lookups. */
+static void lock_hook(void *ud, const char *device, int phase)
+{
+    hold *h = ud;
+    (void)device;
+    const int free_now = ingest_core_trylock(h->core) == 0;
+    if (free_now)
+        ingest_core_unlock(h->core);
+    if (phase == INGEST__LANDER_HOOK_PARSE) {
+        h->parse_calls++;
+        h->parse_lock_free += free_now;
+    } else if (phase == INGEST__LANDER_HOOK_LOOKUP) {
+        h->lookup_calls++;
+        h->lookup_lock_held += !free_now;
+    }
+}
+
+/* A big manifest (3,000 files) is parsed and its paths checked without the land lock. */
+static void test_manifest_parse_holds_no_lock(void **state)
+{
+    (void)state;
+    hold h;
+    memset(&h, 0, sizeof(h));
+    g_hook = lock_hook;
+    g_hook_ud = &h;
+    env *e = env_new(0, 30000);
+    g_hook = NULL;
+    g_hook_ud = NULL;
+    h.core = e->core;
+    char dir[400];
+    snprintf(dir, sizeof(dir), "%s/many", e->src);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    for (int i = 0; i < 3000; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "f%04d.json", i);
+        write_random_file(dir, name, 64, (uint64_t)i + 10);
+    }
+    ingest_sender_batch *b = next_batch(e);
+    const void *mp;
+    size_t mlen;
+    assert_int_equal(ingest_sender_batch_manifest(b, &mp, &mlen), 0);
+    assert_true(mlen > 300 * 1000); /* a big manifest */
+    assert_int_equal(ship(e, b, NULL), INGEST_ACK_LANDED);
+    ingest_sender_batch_destroy(b);
+    int files = 0;
+    assert_int_equal(landed(e, "big.bin", &files), 1);
+    assert_int_equal(files, 3003);
+    assert_int_equal(h.parse_calls, 1);
+    assert_int_equal(h.parse_lock_free, 1);  /* parsed with the lock free */
+    assert_int_equal(h.lookup_calls, 1);
+    assert_int_equal(h.lookup_lock_held, 1); /* looked up under it */
+    env_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -579,6 +782,9 @@ int main(void)
         cmocka_unit_test(test_device_error_ends_the_link),
         cmocka_unit_test(test_tiny_queue_budget_still_moves),
         cmocka_unit_test(test_new_session_replaces_the_old),
+        cmocka_unit_test(test_device_held_writing_does_not_stop_another),
+        cmocka_unit_test(test_device_held_parsing_does_not_stop_another),
+        cmocka_unit_test(test_manifest_parse_holds_no_lock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

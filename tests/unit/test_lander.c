@@ -1338,6 +1338,72 @@ static void lock_case(env *e, int nf)
 static void test_finish_lock_fsync(void **state) { lock_case(*state, 3); }
 static void test_finish_lock_syncfs(void **state) { lock_case(*state, 20); }
 
+/*
+ * The lander's own lock (ingest_lander_set_lock): parse takes it never,
+ * lookup once, landing only for the lookups of known chunks, finish for
+ * the versions with the renames and for the index; never held on return;
+ * a replay is found by lookup.
+ */
+static void test_own_lock(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(3 * CH + 7, 700), *c = pattern(CH, 701);
+    const tfile fa[] = {{"x/a.bin", a, 3 * CH + 7, T2024, 0644}, {"x/c.bin", c, CH, T2024, 0644}};
+    const tfile fb[] = {{"y/a-again.bin", a, 3 * CH + 7, T2024, 0644}};
+    tbatch ta, tb;
+    make_batch(e, "dev1", "own-a", fa, 2, &ta);
+    make_batch(e, "dev1", "own-b", fb, 1, &tb);
+    lockrec r = {.e = e, .locked = false};
+    const ingest_lander_lock lk = {rec_unlock, rec_lock, &r};
+    assert_int_equal(ingest_lander_set_lock(e->l, &lk), 0);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_parse(e->l, "dev1", ta.manifest, ta.mlen, &b), 0);
+    assert_int_equal(r.locks, 0); /* parsed without it */
+    assert_int_equal(ingest_lander_set_lock(e->l, NULL), INGEST_EBUSY); /* not with a batch open */
+    assert_int_equal(put(e, b, &ta, 0), INGEST_EINVAL); /* parsed, not looked up: nothing to put yet */
+    assert_int_equal(ingest_lander_lookup(b), 0);
+    assert_int_equal(r.locks, 1);
+    assert_int_equal(r.unlocks, 1);
+    assert_int_equal(ingest_lander_lookup(b), INGEST_EINVAL); /* once */
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, ta.nchunks);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, b, &ta, w[k]), 0);
+    assert_int_equal(r.locks, 1); /* new chunks are written without it */
+    assert_int_equal(ingest_lander_commit_prepare(b), 0);
+    assert_int_equal(ingest_lander_commit_finish(b, &lk), INGEST_EINVAL); /* it takes its own */
+    assert_int_equal(ingest_lander_commit_finish(b, NULL), 0);
+    assert_int_equal(r.locks, 3); /* versions with the renames; the index, mark and commit */
+    ingest_lander_batch_destroy(b);
+    /* a batch of known chunks: their lookups while landing take it */
+    assert_int_equal(ingest_lander_parse(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_int_equal(ingest_lander_lookup(b), 0);
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, 0);
+    const int before = r.locks;
+    assert_int_equal(ingest_lander_commit(b), 0);
+    assert_true(r.locks > before + 2);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/y/a-again.bin", a, 3 * CH + 7, T2024, 0644);
+    /* a replay: parsed, then found by lookup */
+    assert_int_equal(ingest_lander_parse(e->l, "dev1", ta.manifest, ta.mlen, &b), 0);
+    assert_int_equal(ingest_lander_lookup(b), INGEST_LANDER_ALREADY);
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", ta.manifest, ta.mlen, &b), INGEST_LANDER_ALREADY);
+    assert_null(b);
+    assert_false(r.locked);
+    assert_int_equal(r.misuse, 0);
+    assert_int_equal(r.locks, r.unlocks);
+    assert_int_equal(probe_store(e, "dev1/2024/02/29/x/a.bin", "own-a"), 3); /* no write transaction left open */
+    assert_int_equal(ingest_lander_set_lock(e->l, NULL), 0);
+    free(a);
+    free(c);
+    free(ta.manifest);
+    free(tb.manifest);
+}
+
 /* A stale known chunk: prepare says EBUSY with the re-wants; once they are put, prepare and finish land. */
 static void test_prepare_rewants(void **state)
 {
@@ -1568,6 +1634,71 @@ static uint64_t landed_version(const env *e, const char *batch, const char *land
             v = rec.version;
     ingest_manifest_reader_close(r);
     return v;
+}
+
+static uint64_t device_version(const env *e, const char *device, const char *batch, const char *landed)
+{
+    char mp[256];
+    snprintf(mp, sizeof mp, "%s/_manifests/%s/%s.jsonl", e->bronze, device, batch);
+    ingest_manifest_reader *r = NULL;
+    assert_int_equal(ingest_manifest_reader_open(e->ctx, mp, &r), 0);
+    ingest_manifest_rec rec;
+    uint64_t v = 0;
+    while (ingest_manifest_reader_next(r, &rec) == 1)
+        if (rec.type == INGEST_MREC_FILE && strcmp(rec.landed, landed) == 0)
+            v = rec.version;
+    ingest_manifest_reader_close(r);
+    return v;
+}
+
+static void mutex_unlock_cb(void *ud) { pthread_mutex_unlock(ud); }
+static void mutex_lock_cb(void *ud) { pthread_mutex_lock(ud); }
+
+/*
+ * Two devices land the same path at once under the same batch id (a
+ * layout without {device}), each on its own lander with its own lock, their
+ * chunks interleaved: each keeps its own temporary file, they get versions
+ * 1 and 2 in the order they finish, and the newest is the one in place.
+ */
+static void test_shared_layout_interleaved(void **state)
+{
+    env *e = *state;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    const ingest_lander_lock lk = {mutex_unlock_cb, mutex_lock_cb, &mu};
+    ingest_ctx *c[2];
+    ingest_lander *l[2];
+    for (int i = 0; i < 2; i++) {
+        assert_non_null(c[i] = ingest_ctx_create(NULL));
+        assert_int_equal(ingest_lander_create(c[i], e->st, e->idx, e->bronze, "{path}", e->key, e->codec, &l[i]), 0);
+        assert_int_equal(ingest_lander_set_lock(l[i], &lk), 0);
+    }
+    uint8_t *d[2] = {pattern(2 * CH + 5, 801), pattern(2 * CH + 5, 802)};
+    tbatch t[2];
+    ingest_lander_batch *b[2];
+    for (int i = 0; i < 2; i++) {
+        const tfile f[] = {{"p/x.bin", d[i], 2 * CH + 5, T2024, 0644}};
+        make_batch(e, i ? "dev2" : "dev1", "b1", f, 1, &t[i]);
+        assert_int_equal(ingest_lander_parse(l[i], i ? "dev2" : "dev1", t[i].manifest, t[i].mlen, &b[i]), 0);
+        assert_int_equal(ingest_lander_lookup(b[i]), 0);
+    }
+    for (uint32_t k = 0; k < t[0].nchunks; k++)
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(put(e, b[i], &t[i], k), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(ingest_lander_commit_prepare(b[i]), 0);
+    assert_int_equal(ingest_lander_commit_finish(b[1], NULL), 0); /* dev2 first */
+    assert_int_equal(ingest_lander_commit_finish(b[0], NULL), 0);
+    assert_int_equal(device_version(e, "dev2", "b1", "p/x.bin"), 1);
+    assert_int_equal(device_version(e, "dev1", "b1", "p/x.bin"), 2);
+    assert_file(e, "p/x.bin", d[0], 2 * CH + 5, T2024, 0644); /* the newest, dev1's */
+    assert_int_equal(count_files(e), 1);
+    for (int i = 0; i < 2; i++) {
+        ingest_lander_batch_destroy(b[i]);
+        ingest_lander_destroy(l[i]);
+        ingest_ctx_destroy(c[i]);
+        free(t[i].manifest);
+        free(d[i]);
+    }
 }
 
 static void same_path_case(env *e, int window)
@@ -1934,6 +2065,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_phase_equals_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finish_lock_fsync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finish_lock_syncfs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_own_lock, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_layout_interleaved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prepare_rewants, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prepared_refuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_landers, setup, teardown),

@@ -1,0 +1,23 @@
+/*
+ * Inside the core side: a test seam of the lander.  A hook set on a lander
+ * is called at fixed points of its work, on the thread doing it, with the
+ * batch's device: tests hold a batch there (a slow disk, a big manifest)
+ * and look at what the others can do meanwhile, or at the core's lock.
+ * Never set outside tests; NULL costs one branch.
+ */
+#ifndef INGEST_LANDER_HOOK_H
+#define INGEST_LANDER_HOOK_H
+
+#include "ingest/lander.h"
+
+enum {
+    INGEST__LANDER_HOOK_PARSE = 1, /* ingest_lander_parse, the header read, the files not yet */
+    INGEST__LANDER_HOOK_LOOKUP = 2, /* ingest_lander_lookup, with the store's lock held */
+    INGEST__LANDER_HOOK_WRITE = 3, /* a chunk is about to be written to its file */
+};
+
+typedef void (*ingest__lander_hook_fn)(void *ud, const char *device, int phase);
+
+void ingest__lander_set_hook(ingest_lander *l, ingest__lander_hook_fn fn, void *ud);
+
+#endif
