@@ -198,7 +198,7 @@ tcp=$(awk '$1 == "tcp" { print $2 }' "$W/all" | median)
         rec=$(awk -v m="$m" '$1 == m { print $3 }' "$W/all" | median)
         anon=$(awk -v m="$m" '$1 == m { print $4 }' "$W/all" | median)
         rss=$(awk -v m="$m" '$1 == m { print $5 }' "$W/all" | median)
-        ratio=$(awk -v a="$mb" -v b="$tcp" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }')
+        ratio=$(awk -v a="$mb" -v b="$tcp" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
         [ "$rec" = 0 ] && rec=-
         echo "| $m | $mb | ${ratio}x | $rec | $(awk -v k="$anon" 'BEGIN { printf "%.1f MiB", k / 1024 }') | $(awk -v k="$rss" 'BEGIN { printf "%.1f MiB", k / 1024 }') |"
     done

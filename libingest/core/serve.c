@@ -759,9 +759,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                  * it, and the device would read the RECEIVED while its next batch is open. */
                 committer_wait_idle(&cm);
                 if ((rc = send_received(link, batch)) < 0) {
-                    pthread_mutex_lock(&s->land_lock);
                     ingest_lander_batch_destroy(b); /* not acknowledged: the device sends it again */
-                    pthread_mutex_unlock(&s->land_lock);
                     b = NULL;
                     batch[0] = '\0';
                     break;
