@@ -124,9 +124,11 @@ check_exposition "$T/a1" || fail "the agent's exposition does not parse"
 pass "agent /metrics: files, bytes, chunks and latency count match what was shipped; the exposition parses"
 
 # The same figures in ingestctl status --json, and as JSON log lines (--stats-interval).
-# A stats line is written every interval: wait for one written after the files shipped.
+# A stats line is written every interval: wait for one written after the files shipped and their
+# latency was observed (just after they are counted).
 i=0
-until grep ']: stats {' "$T/dev2.err" | tail -1 | grep -q '"ingest_agent_files_shipped_total":'"$nfiles"'[,}]'; do
+until grep ']: stats {' "$T/dev2.err" | tail -1 | grep '"ingest_agent_files_shipped_total":'"$nfiles"'[,}]' |
+    grep -q '"ingest_agent_file_latency_seconds":{.*"count":'"$nfiles"'[,}]'; do
     i=$((i + 1)); [ $i -gt 200 ] && { grep ']: stats {' "$T/dev2.err" | tail -2; fail "no stats line shows $nfiles files shipped"; }
     sleep 0.05
 done
