@@ -161,7 +161,8 @@ one() {
     [ -z "$n" ] || per=$(awk -v n="$n" -v s="$secs" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
     local l1 l2
     l1=$(grep -c ' landed: ' "$d/r1.log" || true)
-    l2=$( [ -f "$d/r2.log" ] && grep -c ' landed: ' "$d/r2.log" || echo -)
+    l2=-
+    [ ! -f "$d/r2.log" ] || l2=$(grep -c ' landed: ' "$d/r2.log" || true)
     for p in $PIDS; do kill "$p" 2>/dev/null || true; done
     exec 8>&- 2>/dev/null || true
     wait 2>/dev/null || true
