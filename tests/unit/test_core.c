@@ -285,43 +285,10 @@ static int ship(env *e, ingest_sender_batch *b, size_t *nwanted)
     return recv_ack(e, ingest_sender_batch_id(b));
 }
 
-/* Count the regular files under bronze whose name is name and whose bytes equal src/name. */
-static char g_name[64], g_src[512];
-static int g_equal, g_files;
-static int count_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    /* temporary files of a batch being dropped (".{name}.ingest-tmp-...") are not landed files */
-    if (flag != FTW_F || strstr(p, "/_manifests/") != NULL || p[ftw->base] == '.')
-        return 0;
-    g_files++;
-    if (strcmp(p + ftw->base, g_name) != 0)
-        return 0;
-    FILE *a = fopen(p, "rb"), *b = fopen(g_src, "rb");
-    assert_non_null(a);
-    assert_non_null(b);
-    int same = 1, ca, cb;
-    do {
-        ca = fgetc(a);
-        cb = fgetc(b);
-        same &= ca == cb;
-    } while (ca != EOF && cb != EOF);
-    fclose(a);
-    fclose(b);
-    g_equal += same;
-    return 0;
-}
-
 /* How many landed copies of src/name match it; *files: every landed file. */
 static int landed(env *e, const char *name, int *files)
 {
-    snprintf(g_name, sizeof(g_name), "%s", name);
-    snprintf(g_src, sizeof(g_src), "%s/%s", e->src, name);
-    g_equal = g_files = 0;
-    assert_int_equal(nftw(e->bronze, count_cb, 16, FTW_PHYS), 0);
-    if (files != NULL)
-        *files = g_files;
-    return g_equal;
+    return count_landed(e->bronze, e->src, name, files);
 }
 
 static void assert_all_landed(env *e, int copies)

@@ -159,42 +159,11 @@ static int ship(env *e, ingest_sender_batch *b)
     return rc;
 }
 
-/* Landed regular files under bronze (manifests aside) whose bytes equal some file of src with their name. */
-static char g_src[512];
-static int g_equal, g_files;
-static int count_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    /* temporary files of a batch being dropped (".{name}.ingest-tmp-...") are not landed files */
-    if (flag != FTW_F || strstr(p, "/_manifests/") != NULL || p[ftw->base] == '.')
-        return 0;
-    g_files++;
-    char sp[800];
-    snprintf(sp, sizeof(sp), "%s/%s", g_src, p + ftw->base);
-    FILE *a = fopen(p, "rb"), *b = fopen(sp, "rb");
-    int same = a != NULL && b != NULL, ca, cb;
-    while (same) {
-        ca = fgetc(a);
-        cb = fgetc(b);
-        same &= ca == cb;
-        if (ca == EOF || cb == EOF)
-            break;
-    }
-    if (a)
-        fclose(a);
-    if (b)
-        fclose(b);
-    g_equal += same;
-    return 0;
-}
-
 static void assert_landed(env *e, int files)
 {
-    snprintf(g_src, sizeof(g_src), "%s", e->src);
-    g_equal = g_files = 0;
-    assert_int_equal(nftw(e->bronze, count_cb, 16, FTW_PHYS), 0);
-    assert_int_equal(g_files, files);
-    assert_int_equal(g_equal, files);
+    int n = 0;
+    assert_int_equal(count_landed(e->bronze, e->src, NULL, &n), files);
+    assert_int_equal(n, files);
 }
 
 /* ---- against the real core ---------------------------------------------------- */

@@ -11,6 +11,7 @@
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 static void *fa_alloc(void *opaque, size_t size)
@@ -79,4 +80,46 @@ static int remove_one(const char *p, const struct stat *sb, int flag, struct FTW
 void remove_tree(const char *dir)
 {
     nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static const char *landed_src, *landed_name;
+static int landed_equal, landed_files;
+
+static int landed_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    /* temporary files of a batch being dropped (".{name}.ingest-tmp-...") are not landed files */
+    if (flag != FTW_F || strstr(p, "/_manifests/") != NULL || p[ftw->base] == '.')
+        return 0;
+    landed_files++;
+    if (landed_name != NULL && strcmp(p + ftw->base, landed_name) != 0)
+        return 0;
+    char sp[1024];
+    snprintf(sp, sizeof(sp), "%s/%s", landed_src, p + ftw->base);
+    FILE *a = fopen(p, "rb"), *b = fopen(sp, "rb");
+    int same = a != NULL && b != NULL, ca, cb;
+    while (same) {
+        ca = fgetc(a);
+        cb = fgetc(b);
+        same &= ca == cb;
+        if (ca == EOF || cb == EOF)
+            break;
+    }
+    if (a)
+        fclose(a);
+    if (b)
+        fclose(b);
+    landed_equal += same;
+    return 0;
+}
+
+int count_landed(const char *bronze, const char *src, const char *name, int *files)
+{
+    landed_src = src;
+    landed_name = name;
+    landed_equal = landed_files = 0;
+    assert_int_equal(nftw(bronze, landed_cb, 16, FTW_PHYS), 0);
+    if (files != NULL)
+        *files = landed_files;
+    return landed_equal;
 }

@@ -25,5 +25,12 @@ void gen_random(uint8_t *p, size_t n, uint64_t seed);
 void write_random_file(const char *dir, const char *name, size_t n, uint64_t seed);
 /* Remove dir and everything under it (symbolic links not followed). */
 void remove_tree(const char *dir);
+/*
+ * Landed files under bronze: regular files outside _manifests/ that are not
+ * temporary (dot) files.  *files (may be NULL) gets how many there are; the
+ * result is how many have the bytes of src/NAME, NAME being the landed
+ * file's own name (only files named name are compared when name is not NULL).
+ */
+int count_landed(const char *bronze, const char *src, const char *name, int *files);
 
 #endif
