@@ -192,16 +192,19 @@ tcp=$(awk '$1 == "tcp" { print $2 }' "$W/all" | median)
     echo "medians of $RUNS runs. Kafka goes through librdkafka's mock cluster (1 broker, 4 partitions) on"
     echo "loopback; the mock keeps ~5 MiB per partition, so Kafka batches are $BATCH (see the script)."
     echo
-    echo "| mode | MB/s | vs tcp | records/s | agent peak RssAnon | agent peak RSS |"
-    echo "|---|---|---|---|---|---|"
+    echo "| mode | MB/s | vs tcp | vs tcp, median of per-run ratios | records/s | agent peak RssAnon (median, max) | agent peak RSS |"
+    echo "|---|---|---|---|---|---|---|"
     for m in $MODES; do
         mb=$(awk -v m="$m" '$1 == m { print $2 }' "$W/all" | median)
         rec=$(awk -v m="$m" '$1 == m { print $3 }' "$W/all" | median)
         anon=$(awk -v m="$m" '$1 == m { print $4 }' "$W/all" | median)
         rss=$(awk -v m="$m" '$1 == m { print $5 }' "$W/all" | median)
         ratio=$(awk -v a="$mb" -v b="$tcp" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+        # each run's mode against that run's tcp (the machine's load changes between runs, less within one)
+        rr=$(awk -v m="$m" '$1 == "tcp" { t[++nt] = $2 } $1 == m { v[++nv] = $2 } END { for (i = 1; i <= nv; i++) if (t[i] > 0) printf "%.3f\n", v[i] / t[i] }' "$W/all" | median)
+        amax=$(awk -v m="$m" '$1 == m && $4 > x { x = $4 } END { print x + 0 }' "$W/all")
         [ "$rec" = 0 ] && rec=-
-        echo "| $m | $mb | ${ratio}x | $rec | $(awk -v k="$anon" 'BEGIN { printf "%.1f MiB", k / 1024 }') | $(awk -v k="$rss" 'BEGIN { printf "%.1f MiB", k / 1024 }') |"
+        echo "| $m | $mb | ${ratio}x | ${rr}x | $rec | $(awk -v k="$anon" -v x="$amax" 'BEGIN { printf "%.1f MiB, %.1f MiB", k / 1024, x / 1024 }') | $(awk -v k="$rss" 'BEGIN { printf "%.1f MiB", k / 1024 }') |"
     done
     echo
     echo "Batches landed by each receiver of kafka2, per run: $(awk '$1 == "kafka2" { printf "%s+%s ", $6, $7 }' "$W/all")"

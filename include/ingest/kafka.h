@@ -27,7 +27,7 @@ extern "C" {
 #define INGEST_KAFKA_TOPIC_DEFAULT "ingest"
 #define INGEST_KAFKA_GROUP_DEFAULT "ingest-receivers"
 #define INGEST_KAFKA_RECORD_MAX 990000u              /* a record, under librdkafka's message.max.bytes default */
-#define INGEST_KAFKA_QUEUE_KBYTES_DEFAULT 8192      /* queue.buffering.max.kbytes, unless properties set it */
+#define INGEST_KAFKA_QUEUE_KBYTES_DEFAULT 4096      /* queue.buffering.max.kbytes, unless properties set it */
 #define INGEST_KAFKA_PROPERTIES_MAX 64
 
 typedef struct ingest_kafka_conf {

@@ -93,16 +93,21 @@ rd_kafka_conf_t *ingest__kafka_conf(ingest_ctx *ctx, const ingest_kafka_conf *kc
         return NULL;
     }
     /* defaults a property may change: small queues (a gateway's memory), short fetch waits (latency) */
+    /* roles: p producer, r the agent's reader of its replies, g a receiver of the group */
     static const char *const defaults[][3] = {
-        { "queue.buffering.max.kbytes", "8192", "p" }, { "linger.ms", "2", "p" },
-        { "fetch.wait.max.ms", "50", "c" },            { "queued.max.messages.kbytes", "16384", "c" },
-        { "max.partition.fetch.bytes", "8388608", "c" }, /* a device's records come in 1 MB: fetch many at once */
-        { "socket.keepalive.enable", "true", "pc" },
+        { "queue.buffering.max.kbytes", "4096", "p" }, { "linger.ms", "2", "p" },
+        { "fetch.wait.max.ms", "50", "rg" },
+        /* a device's records come in 1 MB: the group fetches many at once, and holds up to 16 MiB */
+        { "queued.max.messages.kbytes", "16384", "g" }, { "max.partition.fetch.bytes", "8388608", "g" },
+        /* replies are a few hundred bytes: the agent's reader keeps little */
+        { "queued.max.messages.kbytes", "1024", "r" },  { "max.partition.fetch.bytes", "65536", "r" },
+        { "socket.keepalive.enable", "true", "prg" },
     };
     int rc = kc->brokers && kc->brokers[0] ? conf_set(ctx, c, "bootstrap.servers", kc->brokers, "kafka.brokers ")
                                            : ingest__fail(ctx, INGEST_EINVAL, "kafka.brokers is empty");
     for (size_t i = 0; rc == 0 && i < sizeof(defaults) / sizeof(defaults[0]); i++)
-        if (strchr(defaults[i][2], role == KAFKA_PRODUCER ? 'p' : 'c') && !props_set(kc, defaults[i][0]))
+        if (strchr(defaults[i][2], role == KAFKA_PRODUCER ? 'p' : role == KAFKA_CONSUMER ? 'r' : 'g') &&
+            !props_set(kc, defaults[i][0]))
             rc = conf_set(ctx, c, defaults[i][0], defaults[i][1], "kafka default ");
     if (rc == 0)
         rc = apply_props(ctx, c, kc->props, kc->nprops);
