@@ -16,7 +16,10 @@
  *     gives its status; NEEDED (the core lacks chunks the have-cache said it
  *     held) gives INGEST_ESTALE, after the chunks the core named are taken
  *     out of the have-cache (opts.unheld) and the batch's others put in
- *     (opts.held), so the batch shipped again sends exactly what is needed.
+ *     (opts.held), so the batch shipped again sends exactly what is needed;
+ *     batches committed before an answered one and never answered themselves
+ *     (their records were lost) get INGEST_ESTALE too, first, as the core
+ *     answers a device's batches in order.
  *
  * The core link (one per device) takes the device's opened records in
  * partition order (ingest_klink_core_feed) and gives the core the messages
@@ -62,6 +65,7 @@ typedef struct ingest_klink_stats {
     uint64_t chunks_dropped;            /* core: chunk messages the core did not want */
     uint64_t orphans;                   /* core: records of a batch whose beginning was not seen */
     uint64_t batches_needed;            /* NEEDED replies: sent (core), received (edge) */
+    uint64_t batches_lost;              /* edge: batches never answered, found lost by a later answer */
 } ingest_klink_stats;
 
 typedef struct ingest_klink_edge_opts {

@@ -556,10 +556,9 @@ int ingest_klink_edge_reply(ingest_link *l, const uint8_t *rec, size_t len)
         return rc;
     }
     pthread_mutex_lock(&e->mu);
-    kbatch **pp = &e->wait;
-    while (*pp != NULL && strcmp((*pp)->h.batch, h.batch) != 0)
-        pp = &(*pp)->next;
-    kbatch *b = *pp, *keep = NULL;
+    kbatch *b = e->wait, *keep = NULL;
+    while (b != NULL && strcmp(b->h.batch, h.batch) != 0)
+        b = b->next;
     if (b == NULL && e->cur != NULL && !e->cur->answered && strcmp(e->cur->h.batch, h.batch) == 0) {
         /* answered while still being sent (landed before, refused, or given up): the edge reads the
          * answer after its commit; the batch stays the sender's until then */
@@ -572,8 +571,41 @@ int ingest_klink_edge_reply(ingest_link *l, const uint8_t *rec, size_t len)
         ingest__free(e->p.ctx, plain);
         return 1;
     }
-    if (keep == NULL)
-        *pp = b->next;
+    /* The core answers a device's batches in their order: the batches committed before this one that
+     * it never answered never reached it (their records were lost on the way); they go again. */
+    kbatch *older = NULL;
+    if (keep == NULL) {
+        if (e->wait != b) {
+            older = e->wait;
+            kbatch *t = older;
+            while (t->next != b)
+                t = t->next;
+            t->next = NULL;
+        }
+        e->wait = b->next;
+    } else {
+        older = e->wait;
+        e->wait = NULL;
+    }
+    for (kbatch *a = older, *an; a != NULL; a = an) {
+        an = a->next;
+        ingest_wire_msg lm;
+        memset(&lm, 0, sizeof(lm));
+        if ((e->base.features & INGEST_SESSION_FEATURE_PIPELINE) && !a->received_sent) {
+            lm.type = INGEST_MSG_RECEIVED;
+            snprintf(lm.u.received.batch_id, sizeof(lm.u.received.batch_id), "%s", a->h.batch);
+            (void)edge_put(e, &lm);
+            memset(&lm, 0, sizeof(lm));
+        }
+        lm.type = INGEST_MSG_ACK;
+        snprintf(lm.u.ack.batch_id, sizeof(lm.u.ack.batch_id), "%s", a->h.batch);
+        lm.u.ack.status = INGEST_ESTALE;
+        snprintf(lm.u.ack.message, sizeof(lm.u.ack.message),
+                 "its records never reached the core (batch %s after it was answered); shipping it again", b->h.batch);
+        (void)edge_put(e, &lm);
+        e->p.st.batches_lost++;
+        kbatch_free(e->p.ctx, a);
+    }
     e->p.st.replies++;
     if (keep == NULL && (e->base.features & INGEST_SESSION_FEATURE_PIPELINE) && !b->received_sent) {
         /* the reply came before the last delivery report: the records are in, whatever the report says */

@@ -494,6 +494,39 @@ static void test_lost_tail_pipelined(void **state)
     env_free(e);
 }
 
+/* A whole pipelined batch lost on the way: the core never hears of it; the answer to the next one tells the
+ * edge, which ships the lost one again (ESTALE) instead of waiting for an answer that cannot come. */
+static void test_lost_whole_batch(void **state)
+{
+    (void)state;
+    env *e = env_new(INGEST_SESSION_FEATURE_PIPELINE, 8);
+    ingest_sender_destroy(e->snd);
+    const ingest_sender_source src = { "s", e->src };
+    const ingest_sender_opts sopts = {
+        .device = DEVICE, .dedup_key = ingest_default_dedup_key(), .sources = &src, .nsources = 1,
+        .batch_prefix = "w-", .threads = 1, .max_files = 5,
+    };
+    assert_int_equal(ingest_sender_create(e->ectx, &sopts, &e->snd), 0);
+    assert_int_equal(ingest_sender_scan(e->snd), 0);
+    ingest_sender_batch *b1 = NULL, *b2 = NULL;
+    assert_int_equal(ingest_sender_next_batch(e->snd, &b1), 1);
+    snprintf(e->drop_batch, sizeof(e->drop_batch), "%s", ingest_sender_batch_id(b1));
+    e->drop_from = 0; /* every record of it */
+    assert_int_equal(ship(e, b1), 3);
+    assert_int_equal(ingest_sender_next_batch(e->snd, &b2), 1);
+    const int rc = ship(e, b2);
+    assert_true(rc == 0 || rc == 3);
+    assert_int_equal(ingest_edge_wait_pending(e->edge), 0);
+    ingest_edge_stats st;
+    ingest_edge_stats_get(e->edge, &st);
+    assert_int_equal(st.batches_abandoned, 1); /* b1, to ship again */
+    assert_int_equal(st.batches_acked, 1);     /* b2 */
+    ingest_klink_stats ks;
+    ingest_klink_stats_get(e->edge_link, &ks);
+    assert_int_equal(ks.batches_lost, 1);
+    env_free(e);
+}
+
 /* The beginning of a batch lost on the way: its other records tell the core which batch it was; the
  * device is answered ESTALE (it would wait for an answer), ships it again, and it lands. */
 static void test_lost_beginning(void **state)
@@ -545,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_lost_chunk_records),
         cmocka_unit_test(test_lost_tail_pipelined),
         cmocka_unit_test(test_lost_beginning),
+        cmocka_unit_test(test_lost_whole_batch),
         cmocka_unit_test(test_cut_off_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
