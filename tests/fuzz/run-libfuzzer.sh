@@ -30,8 +30,9 @@ fb=$build/fuzz-clang
 
 case $seconds in ''|*[!0-9]*) echo "run-libfuzzer.sh: SECONDS must be a whole number, got '$seconds'" >&2; exit 2 ;; esac
 
-# clang and its libFuzzer runtime: installed as root, else the command to run.
-sh "$top/packaging/install-deps.sh" fuzz || exit 1
+# The build libraries, clang and its libFuzzer runtime: installed as root,
+# else the command to run.
+sh "$top/packaging/install-deps.sh" build fuzz || exit 1
 command -v "$cc" >/dev/null 2>&1 || { echo "run-libfuzzer.sh: $cc not found" >&2; exit 1; }
 
 targets=${FUZZ_TARGETS:-}
