@@ -57,6 +57,7 @@ struct ingest_codec_s {
     ZSTD_CCtx *cctx;
     ZSTD_DCtx *dctx;
     const struct dict_entry *cur; /* compression dictionary, or NULL */
+    const ZSTD_DDict *last_ddict; /* the dictionary of the last decode that used one (see warm_dctx) */
     unsigned ndicts;
     struct dict_entry dicts[CODEC_MAX_DICTS];
 };
@@ -478,6 +479,30 @@ static int check_frame(ingest_ctx *ctx, const struct header *h, const uint8_t *z
     return 0;
 }
 
+/*
+ * Put dctx in the same state before every decode, so that one chunk always
+ * decodes the same way whatever was decoded before.  zstd 1.5.4 remembers
+ * whether the last frame used the same dictionary ("ddictIsCold") and
+ * decodes the first compressed block of a frame with its prefetching
+ * sequence decoder when it did not, else with the plain one; on a malformed
+ * frame the two can disagree (fuzz_codec found one that decoded in a cold
+ * context and was refused in a warm one).  Beginning with the frame's
+ * dictionary makes the decode's own begin find it warm; a decode without
+ * a dictionary after one with finds the flag cleared by two begins with
+ * that dictionary.  Both are a few stores.
+ */
+static void warm_dctx(ingest_codec *c, const ZSTD_DDict *ddict)
+{
+    if (ddict != NULL) {
+        (void)ZSTD_decompressBegin_usingDDict(c->dctx, ddict);
+        c->last_ddict = ddict;
+    } else if (c->last_ddict != NULL) {
+        (void)ZSTD_decompressBegin_usingDDict(c->dctx, c->last_ddict);
+        (void)ZSTD_decompressBegin_usingDDict(c->dctx, c->last_ddict);
+        c->last_ddict = NULL;
+    }
+}
+
 int ingest_codec_decode(ingest_codec *c, const void *src, size_t n, void *dst, size_t cap,
                         size_t *out_len, const uint8_t *key, const uint8_t *expect_id)
 {
@@ -514,6 +539,7 @@ int ingest_codec_decode(ingest_codec *c, const void *src, size_t n, void *dst, s
             INGEST__FORWARD(scratch_reserve(c, &c->scratch, &c->scratch_cap, h.raw_len));
             out = c->scratch;
         }
+        warm_dctx(c, e != NULL ? e->ddict : NULL);
         const size_t r = e != NULL ? ZSTD_decompress_usingDDict(c->dctx, out, h.raw_len, z, zn, e->ddict)
                                    : ZSTD_decompressDCtx(c->dctx, out, h.raw_len, z, zn);
         if (ZSTD_isError(r)) {

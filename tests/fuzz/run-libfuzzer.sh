@@ -101,8 +101,12 @@ for t in $targets; do
     if [ "$crashes" -gt 0 ]; then
         status=1
         total_crashes=$((total_crashes + crashes))
-        echo "--- fuzz_$t: $log, last lines:"
-        grep -E '^(==[0-9]+==|SUMMARY|.*runtime error)' "$log" | head -5
+        # The report and the input, so a crash on a CI machine can be
+        # reproduced from its log alone (the target's own message, the
+        # sanitizer's first lines, libFuzzer's Base64 of the input).
+        echo "--- fuzz_$t: $log, the report:"
+        grep -E "^(==[0-9]+==|SUMMARY|fuzz_$t: |.*runtime error|Base64: )" "$log" | cut -c1-2000 | head -12
+        echo "--- last lines:"
         tail -5 "$log"
         for c in $saved; do echo "--- reproduce: $bin $c"; done
         continue
