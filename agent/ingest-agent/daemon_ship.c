@@ -313,7 +313,8 @@ static int ship_one(daemon_t *d, uint64_t seq)
     char **spooled = calloc(d->nsrc, sizeof(*spooled));
     ingest_sender *s = NULL;
     ingest_sender_batch *b = NULL;
-    size_t ngot = 0;
+    size_t ngot = 0, nafter_files = 0;
+    ingest_journal_file *after = NULL; /* with files refused: the after-ship list without them */
     int acked = 0;
     if (paths == NULL || got == NULL || bsrc == NULL || spooled == NULL) {
         rc = INGEST_ENOMEM;
@@ -401,8 +402,24 @@ static int ship_one(daemon_t *d, uint64_t seq)
         d->last_ack_ns = dmn_wall_now_ns();
         if (bs.refused > 0) {
             /* A file the core refused alone stays where it is (no after-ship action) and counts as
-             * shipped: it is not sent again until it changes.  got[i] is file i of the batch. */
-            size_t keep = 0;
+             * shipped: it is not sent again until it changes.  got[i] is file i of the batch; the
+             * after-ship list (jb's files, whose paths outlive the batch) leaves them out too. */
+            size_t keep = 0, nafter = 0;
+            after = calloc(jb->nfiles ? jb->nfiles : 1, sizeof(*after));
+            if (after == NULL) {
+                rc = INGEST_ENOMEM;
+                goto out;
+            }
+            for (size_t k = 0; k < jb->nfiles; k++) {
+                int refused = 0;
+                for (size_t i = 0; i < ngot && !refused; i++) {
+                    ingest_sender_file_info fi;
+                    refused = ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL &&
+                              strcmp(fi.path, jb->files[k].path) == 0;
+                }
+                if (!refused)
+                    after[nafter++] = jb->files[k];
+            }
             for (size_t i = 0; i < ngot; i++) {
                 ingest_sender_file_info fi;
                 if (ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL)
@@ -410,6 +427,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
                 got[keep++] = got[i];
             }
             ngot = keep;
+            nafter_files = nafter;
             d->files_refused += bs.refused;
         }
         if ((rc = ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_ACKED, got, ngot)) < 0) {
@@ -448,7 +466,8 @@ out:
     /* After the batch closed its files: a lease is refused while any descriptor is open, ours too.  The
      * journaled versions are those shipped (a file that changed left the batch), or files now gone. */
     if (acked)
-        rc = finish_acked(d, jb, got, ngot);
+        rc = after != NULL ? finish_acked(d, jb, after, nafter_files) : finish_acked(d, jb, jb->files, jb->nfiles);
+    free(after);
     for (size_t i = 0; spooled != NULL && i < d->nsrc; i++)
         free(spooled[i]);
     free(spooled);
