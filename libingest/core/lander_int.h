@@ -160,7 +160,7 @@ struct ingest_lander_batch_s {
     char *cur_dir;    /* relative directory cached in dirfd */
     uint64_t file_off;
     /* a zero chunk was skipped (a hole) and nothing written past it yet: the
-     * file's size may be short of the bytes landed (see lander__fill_holes) */
+     * file's size may be short of the bytes landed (fill_holes in lander_land.c) */
     bool size_short;
     ingest_filehash fh;
     /* known-chunk source cache */

@@ -107,7 +107,7 @@ static int file_append(ingest_lander_batch *b, const uint8_t *data, size_t n)
  * without writing.  With direct I/O the blocks wholly inside the run are
  * skipped and its unaligned ends go through the buffer as zeros.  The file's
  * size then ends before the hole until something is written past it
- * (size_short): lander__fill_holes sets it where it matters.
+ * (size_short): fill_holes sets it before the file is read back, finish_file at its end.
  */
 static int file_skip(ingest_lander_batch *b, size_t n)
 {
