@@ -38,7 +38,7 @@ typedef struct totals {
 
 /* The agent's metrics (ametrics.c); all NULL when metrics are off. */
 typedef struct agent_metrics {
-    ingest_metric *info, *files_seen, *files_unchanged, *files_skipped, *files_shipped, *bytes_shipped, *bytes_read,
+    ingest_metric *info, *files_seen, *files_unchanged, *files_skipped, *files_shipped, *files_refused, *bytes_shipped, *bytes_read,
         *chunks, *chunks_new, *chunks_dedup, *bytes_raw, *bytes_comp, *wire, *batches, *errors, *stage, *queue_files,
         *queue_bytes, *queue_batches, *backpressure, *spool_bytes, *latency, *special;
 } agent_metrics;

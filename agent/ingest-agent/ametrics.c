@@ -27,6 +27,10 @@ int agent_metrics_init(agent *a)
           "Files skipped by a filter rule (never deleted or moved)", "reason" },
         { &m->files_shipped, INGEST_METRIC_COUNTER, "ingest_agent_files_shipped_total",
           "Files of acknowledged batches", NULL },
+        { &m->files_refused, INGEST_METRIC_COUNTER, "ingest_agent_files_refused_total",
+          "Files of acknowledged batches the core refused alone (its reason is logged; not sent again until they "
+          "change)",
+          NULL },
         { &m->bytes_shipped, INGEST_METRIC_COUNTER, "ingest_agent_bytes_shipped_total",
           "Bytes of the files of acknowledged batches", NULL },
         { &m->bytes_read, INGEST_METRIC_COUNTER, "ingest_agent_bytes_read_total",
@@ -96,6 +100,7 @@ void agent_metrics_sync(agent *a)
     if (a->report.metrics == NULL)
         return;
     SYNC(ship.files, files_shipped, NULL);
+    SYNC(ship.files_refused, files_refused, NULL);
     SYNC(ship.bytes, bytes_shipped, NULL);
     SYNC(bytes_read, bytes_read, NULL);
     SYNC(ship.chunks, chunks, NULL);

@@ -93,7 +93,7 @@ typedef struct snap {
     uint64_t spool_bytes, spool_files, spool_quota;
     char inflight[INGEST_JOURNAL_ID_MAX + 1];
     int64_t last_ack_ns; /* wall clock; 0: none yet */
-    uint64_t files_seen, files_taken, bytes_taken, files_shipped, bytes_shipped, bytes_read;
+    uint64_t files_seen, files_taken, bytes_taken, files_shipped, files_refused, bytes_shipped, bytes_read;
     uint64_t walks;
     double walk_seconds; /* of the last walk */
     uint64_t special[SPECIAL_KINDS]; /* not regular files the last walk skipped, by kind */
@@ -168,7 +168,7 @@ typedef struct daemon {
 
     /* counters (logged at shutdown) */
     uint64_t skipped[INGEST_FILTER_NREASONS];
-    uint64_t shipped_files, shipped_bytes, batches_acked, batches_replayed, deleted, moved, not_stable;
+    uint64_t shipped_files, files_refused, shipped_bytes, batches_acked, batches_replayed, deleted, moved, not_stable;
     double now;          /* monotonic, refreshed per loop and per walk */
     int64_t wall_ns;
 } daemon_t;

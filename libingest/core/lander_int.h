@@ -59,6 +59,8 @@
  * removed by the sweep after a crash.
  */
 #define TMP_TAG_FILE ".tmp-tag"
+/* Where the bytes of refused files are written while their batch lands. */
+#define REFUSED_DIR "_manifests/.refused"
 #define TMP_TAG_HEX 16
 #define TMP_MARK_MAX (sizeof ".ingest-tmp-." + TMP_TAG_HEX)
 /* Hex digits of the device's tag in temporary names (an unkeyed BLAKE2b of its id). */
@@ -121,6 +123,11 @@ typedef struct lfile {
     bool created; /* its temporary file exists */
     bool renamed; /* moved to its final name */
     bool fresh;   /* nothing was at its final name when the renames began */
+    /* Refused (ingest_lander_refused): why, and the code; landed is then a
+     * scratch place under _manifests/.refused where its bytes are written
+     * (later files may copy chunks from them) and removed at commit. */
+    char *refused;
+    int refused_code;
 } lfile;
 
 struct ingest_lander_batch_s {
@@ -132,6 +139,8 @@ struct ingest_lander_batch_s {
     char *name;
     lfile *files;
     uint32_t nfiles, nfiles_read;
+    uint32_t *refused_idx; /* files refused one by one, ascending */
+    uint32_t nrefused;
     ingest_manifest_chunk *mc;
     uint64_t *pos;
     uint32_t *src;
@@ -208,6 +217,8 @@ int lander__settle(ingest_lander_batch *b, int rc);
 int lander__store_fail(ingest_lander_batch *b, int rc, const char *what, const char *path);
 int lander__fail_batch(ingest_lander_batch *b, int rc);
 int lander__pump(ingest_lander_batch *b);
+void lander__remove_temps(ingest_lander_batch *b);
+int lander__refuse_file(ingest_lander_batch *b, uint32_t i, int code);
 int lander__landed_path(ingest_lander *l, const char *device, const char *batch, const char *relpath, int64_t mtime_ns, char *out, size_t cap);
 int lander__add_dir(ingest_lander_batch *b, const char *dir);
 int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create, int *fd);

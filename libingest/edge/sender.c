@@ -150,6 +150,12 @@ struct ingest_sender_batch_s {
     uint64_t bytes, unique;
     bdrop *drops;
     size_t ndrops, capdrops;
+    /* files the core refused alone (ingest_sender_batch_refuse): per file, NULL until the first */
+    struct brefusal {
+        char *why;
+        int code;
+    } *refusals;
+    size_t nrefused;
     int *rootfd; /* per source, dup of the sender's, -1 when unused */
     /* chunk access */
     int cur_fd;
@@ -1180,6 +1186,10 @@ void ingest_sender_batch_destroy(ingest_sender_batch *b)
         for (size_t i = 0; i < b->s->nsrc; i++)
             close_fd(&b->rootfd[i]);
     ingest__free(ctx, b->rootfd);
+    if (b->refusals != NULL)
+        for (size_t i = 0; i < b->nfiles; i++)
+            ingest__free(ctx, b->refusals[i].why);
+    ingest__free(ctx, b->refusals);
     ingest__free(ctx, b->files);
     ingest__free(ctx, b->chunks);
     ingest__free(ctx, b->offs);
@@ -1319,6 +1329,29 @@ void ingest_sender_batch_stats_get(const ingest_sender_batch *b, ingest_sender_b
     st->chunks = b->nchunks;
     st->unique_chunks = b->unique;
     st->dropped = b->ndrops;
+    st->refused = b->nrefused;
+}
+
+int ingest_sender_batch_refuse(ingest_sender_batch *b, uint64_t i, int code, const char *reason)
+{
+    if (b == NULL || reason == NULL)
+        return INGEST_EINVAL;
+    if (i >= b->nfiles)
+        return ingest__fail(b->ctx, INGEST_EINVAL, "sender: batch %s has no file %" PRIu64 " (it has %zu)", b->id, i,
+                            b->nfiles);
+    if (b->refusals == NULL) {
+        b->refusals = ingest__calloc(b->ctx, b->nfiles, sizeof(*b->refusals));
+        if (b->refusals == NULL)
+            return ingest__fail(b->ctx, INGEST_ENOMEM, "sender: out of memory");
+    }
+    if (b->refusals[i].why != NULL)
+        return ingest__fail(b->ctx, INGEST_EINVAL, "sender: batch %s: file %" PRIu64 " was refused already", b->id, i);
+    b->refusals[i].why = ingest__strdup(b->ctx, reason[0] != '\0' ? reason : "refused");
+    if (b->refusals[i].why == NULL)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "sender: out of memory");
+    b->refusals[i].code = code < 0 ? code : INGEST_EINVAL;
+    b->nrefused++;
+    return 0;
 }
 
 int ingest_sender_batch_file(const ingest_sender_batch *b, uint64_t i, ingest_sender_file_info *info)
@@ -1336,6 +1369,8 @@ int ingest_sender_batch_file(const ingest_sender_batch *b, uint64_t i, ingest_se
     info->nchunks = f->nchunks;
     info->dev = (uint64_t)f->dev;
     info->ino = (uint64_t)f->ino;
+    info->refused = b->refusals != NULL ? b->refusals[i].why : NULL;
+    info->refused_code = b->refusals != NULL ? b->refusals[i].code : 0;
     return 0;
 }
 

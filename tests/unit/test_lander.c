@@ -901,25 +901,82 @@ static void test_traversal(void **state)
     refused_raw(e, "/abs", "abs");
 }
 
+/*
+ * File 0 of a two-file batch cannot land where the bronze tree stands: it is
+ * refused alone, with a reason naming msg_part; file 1 ("ok", the same bytes,
+ * so its chunk is copied from the refused file's scratch copy) lands; the
+ * manifest records the refusal and no scratch copy is left.
+ */
+static void refused_alone(env *e, const char *batch, const char *path, int code, const char *msg_part)
+{
+    uint8_t d[10] = "0123456789";
+    const tfile f[] = {{path, d, 10, T2024, 0644}, {"ok", d, 10, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", batch, f, 2, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_int_equal(ingest_lander_refused_count(b), 1);
+    uint32_t fi = 9;
+    int rc = 0;
+    const char *why = NULL;
+    assert_int_equal(ingest_lander_refused(b, 0, &fi, &rc, &why), 0);
+    assert_int_equal(ingest_lander_refused(b, 1, &fi, &rc, &why), INGEST_EINVAL);
+    assert_int_equal(ingest_lander_refused(b, 0, &fi, &rc, &why), 0);
+    assert_int_equal(fi, 0);
+    assert_int_equal(rc, code);
+    if (strstr(why, msg_part) == NULL)
+        fail_msg("reason \"%s\" lacks \"%s\"", why, msg_part);
+    land_all(e, b, &tb);
+    ingest_lander_stats st;
+    ingest_lander_batch_stats(b, &st);
+    assert_int_equal(st.chunks_new, 1); /* the copy for "ok" came from the refused file's scratch copy */
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/ok", d, 10, T2024, 0644);
+    char p[512], line[4096];
+    snprintf(p, sizeof p, "%s/_manifests/dev1/%s.jsonl", e->bronze, batch);
+    FILE *mf = fopen(p, "r");
+    assert_non_null(mf);
+    int found = 0;
+    while (fgets(line, sizeof line, mf) != NULL)
+        found += strstr(line, "\"landed\":\"\"") != NULL && strstr(line, "\"refused\":\"file ") != NULL &&
+                 strstr(line, msg_part) != NULL;
+    fclose(mf);
+    assert_int_equal(found, 1);
+    snprintf(p, sizeof p, "%s/_manifests/.refused", e->bronze);
+    DIR *sd = opendir(p);
+    assert_non_null(sd);
+    for (struct dirent *de; (de = readdir(sd)) != NULL;)
+        if (de->d_name[0] != '.' || (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0))
+            fail_msg("scratch copy %s left", de->d_name);
+    closedir(sd);
+    /* the index knows the landed copy only */
+    assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", batch), 1);
+    free(tb.manifest);
+}
+
 static void test_symlink_in_bronze(void **state)
 {
     env *e = *state;
     char outside[128], lnk[256];
     snprintf(outside, sizeof outside, "%s/outside", e->dir);
     assert_int_equal(mkdir(outside, 0755), 0);
-    /* dev1/2024 -> outside */
-    snprintf(lnk, sizeof lnk, "%s/dev1", e->bronze);
-    assert_int_equal(mkdir(lnk, 0755), 0);
-    snprintf(lnk, sizeof lnk, "%s/dev1/2024", e->bronze);
-    assert_int_equal(symlink(outside, lnk), 0);
-    refused(e, "x", "symlink");
-    /* a symlink at the final name's place is refused too */
-    assert_int_equal(unlink(lnk), 0);
+    /* dev1/2024/02/29/sub -> outside: x/... under it is refused, "ok" lands */
     snprintf(lnk, sizeof lnk, "%s/dev1/2024/02/29", e->bronze);
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s && ln -s %s/target %s/x", lnk, outside, lnk);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && ln -s %s %s/sub", lnk, outside, lnk);
     assert_int_equal(system(cmd), 0);
-    refused(e, "x", "not a regular file");
+    refused_alone(e, "bsym1", "sub/x", INGEST_EINVAL, "symlink or not a directory");
+    /* a symlink at the final name's place is refused too */
+    snprintf(cmd, sizeof cmd, "ln -s %s/target %s/x", outside, lnk);
+    assert_int_equal(system(cmd), 0);
+    refused_alone(e, "bsym2", "x", INGEST_EEXIST, "a symlink is there");
+    /* and a landed path past 4095 bytes with the layout */
+    char longp[4100];
+    memset(longp, 'a', sizeof longp);
+    for (size_t k = 200; k < 4090; k += 201)
+        longp[k] = '/';
+    longp[4089] = '\0';
+    refused_alone(e, "blong", longp, INGEST_ETOOBIG, "the bronze tree takes at most 4095");
     DIR *d = opendir(outside);
     assert_non_null(d);
     int n = 0;
