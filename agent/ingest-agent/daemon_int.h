@@ -96,6 +96,7 @@ typedef struct snap {
     uint64_t files_seen, files_taken, bytes_taken, files_shipped, files_refused, bytes_shipped, bytes_read;
     uint64_t walks;
     double walk_seconds; /* of the last walk */
+    uint64_t special[SPECIAL_KINDS]; /* not regular files the last walk skipped, by kind */
     uint64_t chunks_new, chunks_dedup, chunk_bytes_sent, wire_out, wire_in;
     uint64_t batches_acked, batches_replayed, deleted, moved;
     uint64_t skipped[INGEST_FILTER_NREASONS];

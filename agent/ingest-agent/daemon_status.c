@@ -75,6 +75,7 @@ void dmn_publish(daemon_t *d)
     sn->files_seen = d->files_seen;
     sn->walks = d->walks;
     sn->walk_seconds = d->walk_seconds;
+    memcpy(sn->special, a->report.special, sizeof(sn->special));
     sn->files_taken = d->files_taken;
     sn->bytes_taken = d->bytes_taken;
     sn->files_shipped = d->shipped_files;
@@ -214,7 +215,11 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
         (unsigned long long)sn->chunk_bytes_sent, (unsigned long long)sn->wire_out, (unsigned long long)sn->wire_in,
         (unsigned long long)sn->batches_acked, (unsigned long long)sn->batches_replayed,
         (unsigned long long)sn->deleted, (unsigned long long)sn->moved, (unsigned long long)sn->files_refused);
-    put(o, ",\"walks\":{\"count\":%llu,\"last_seconds\":%.3f}", (unsigned long long)sn->walks, sn->walk_seconds);
+    put(o, ",\"walks\":{\"count\":%llu,\"last_seconds\":%.3f,\"not_regular\":{", (unsigned long long)sn->walks,
+        sn->walk_seconds);
+    for (int k = 0; k < SPECIAL_KINDS; k++)
+        put(o, "%s\"%s\":%llu", k ? "," : "", agent_special_name(k), (unsigned long long)sn->special[k]);
+    put(o, "}}");
     put(o, ",\"skipped\":{");
     for (int r = 1; r < INGEST_FILTER_NREASONS; r++)
         put(o, "%s\"%s\":%llu", r > 1 ? "," : "", skip_names[r], (unsigned long long)sn->skipped[r]);
@@ -257,6 +262,10 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
         sn->window_closed ? "CLOSED" : "open", (double)sn->throttle_wait_ms / 1000.0);
     put(o, "%-20s %.0f B/s (last %.0f s)\n", "wire rate", wire_rate(sn, now), RATE_WINDOW_S);
     put(o, "%-20s %llu, the last took %.3f s\n", "walks", (unsigned long long)sn->walks, sn->walk_seconds);
+    put(o, "%-20s", "not regular files");
+    for (int k = 0; k < SPECIAL_KINDS; k++)
+        put(o, " %s=%llu", agent_special_name(k), (unsigned long long)sn->special[k]);
+    put(o, " (last walk; skipped, never shipped)\n");
     put(o, "\n%-20s %14s %16s\n", "STAGE", "FILES", "BYTES");
     put(o, "%-20s %14llu %16s\n", "seen (last walk)", (unsigned long long)sn->files_seen, "-");
     put(o, "%-20s %14llu %16llu\n", "taken", (unsigned long long)sn->files_taken,

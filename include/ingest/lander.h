@@ -380,6 +380,7 @@ typedef struct ingest_lander_stats {
     uint64_t bytes_written;  /* bytes written under the bronze root (files + manifest) */
     uint64_t copies;         /* ranges copied from landed files */
     uint64_t syncs;          /* fsync calls */
+    uint64_t bytes_sparse;   /* bytes of all-zero chunks left as holes (not written, not in bytes_written) */
 } ingest_lander_stats;
 
 INGEST_API void ingest_lander_batch_stats(const ingest_lander_batch *b, ingest_lander_stats *st);

@@ -149,6 +149,11 @@ typedef struct ingest_sender_stats {
     uint64_t dropped_changed;
     uint64_t skipped_toobig;
     uint64_t files_unchanged;    /* passed over by want_file */
+    /* skipped_special by kind (their sum is skipped_special): never shipped, never opened */
+    uint64_t skipped_symlinks;
+    uint64_t skipped_fifos;
+    uint64_t skipped_sockets;
+    uint64_t skipped_devices;    /* character and block devices */
 } ingest_sender_stats;
 
 typedef struct ingest_sender_s ingest_sender;

@@ -103,6 +103,11 @@ struct ingest_lander_s {
     bool own_lock;
     ingest__lander_hook_fn hook; /* tests: called at points of the landing (ingest__lander_set_hook), or NULL */
     void *hook_ud;
+    /* The id of the all-zero chunk of zero_len bytes, learnt from the last
+     * verified chunk found all zero (0: none yet): a known or repeated chunk
+     * with this id and length is a hole, landed without reading it. */
+    uint32_t zero_len;
+    uint8_t zero_id[INGEST_ID_BYTES];
 };
 
 typedef struct lfile {
@@ -158,10 +163,14 @@ struct ingest_lander_batch_s {
     uint8_t *dio;     /* DIO_BUF bytes aligned to DIO_ALIGN inside dio_mem, or NULL */
     void *dio_mem;    /* the allocation (context's allocator) dio lies in */
     size_t dio_fill;
+    size_t dio_zeros; /* bytes at the end of dio[0, dio_fill) known to be zeros (added by a hole) */
     uint64_t dio_base;
     int dirfd;        /* directory of cur_dir, -1 */
     char *cur_dir;    /* relative directory cached in dirfd */
     uint64_t file_off;
+    /* a zero chunk was skipped (a hole) and nothing written past it yet: the
+     * file's size may be short of the bytes landed (fill_holes in lander_land.c) */
+    bool size_short;
     ingest_filehash fh;
     /* known-chunk source cache */
     int srcfd;
@@ -183,6 +192,8 @@ struct ingest_lander_batch_s {
 
 #define DIO_ALIGN 4096u
 #define DIO_BUF (256u * 1024u)
+/* A chunk of at least this many bytes that is all zero is left as a hole in its file (docs/landing.md, "Holes"). */
+#define HOLE_MIN 4096u
 
 /*
  * Shared by the parts of the lander: lander.c defines the helpers and the

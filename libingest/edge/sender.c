@@ -254,6 +254,20 @@ static void report(ingest_sender *s, const char *path, int reason, int err)
         s->on_skip(s->ud, path, reason);
 }
 
+/* A symlink, FIFO, socket or device (its st_mode): counted by kind, and reported as INGEST_SKIP_SPECIAL. */
+static void report_special(ingest_sender *s, const char *path, mode_t mode)
+{
+    if (S_ISLNK(mode))
+        s->st.skipped_symlinks++;
+    else if (S_ISFIFO(mode))
+        s->st.skipped_fifos++;
+    else if (S_ISSOCK(mode))
+        s->st.skipped_sockets++;
+    else if (S_ISCHR(mode) || S_ISBLK(mode))
+        s->st.skipped_devices++;
+    report(s, path, INGEST_SKIP_SPECIAL, 0);
+}
+
 /* ------------------------------------------------------------------ */
 /* Sender */
 
@@ -762,7 +776,7 @@ static int walk_peek(ingest_sender *s)
         }
         if (!S_ISREG(st.st_mode)) {
             f->i++;
-            report(s, s->path, INGEST_SKIP_SPECIAL, 0);
+            report_special(s, s->path, st.st_mode);
             continue;
         }
         s->st.files_seen++;
@@ -839,7 +853,7 @@ static int list_peek(ingest_sender *s)
         }
         if (!S_ISREG(st.st_mode)) {
             s->ilist++;
-            report(s, p, INGEST_SKIP_SPECIAL, 0);
+            report_special(s, p, st.st_mode);
             continue;
         }
         s->st.files_seen++;
@@ -1045,8 +1059,10 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
     int fd = openat(s->peek_dirfd, s->peek_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         const int e = errno;
-        report(s, path,
-               e == ENOENT ? INGEST_SKIP_VANISHED : e == ELOOP ? INGEST_SKIP_SPECIAL : INGEST_SKIP_UNREADABLE, e);
+        if (e == ELOOP) /* replaced by a symlink since the walk saw it */
+            report_special(s, path, S_IFLNK);
+        else
+            report(s, path, e == ENOENT ? INGEST_SKIP_VANISHED : INGEST_SKIP_UNREADABLE, e);
         return 0;
     }
     struct stat st0, st1;
@@ -1056,7 +1072,7 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
         goto out;
     }
     if (!S_ISREG(st0.st_mode)) {
-        report(s, path, INGEST_SKIP_SPECIAL, 0);
+        report_special(s, path, st0.st_mode);
         goto out;
     }
     if (b->nfiles > 0 && b->bytes + (uint64_t)st0.st_size > s->max_bytes) {

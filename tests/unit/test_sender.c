@@ -261,6 +261,9 @@ static void test_walk_order_and_skips(void **state)
     assert_int_equal(st.bytes_batched, 4 + 300 * 1024 + 10 + 1 + 1 + 1);
     assert_int_equal(st.batches, 1);
     assert_int_equal(st.skipped_special, 3);
+    assert_int_equal(st.skipped_symlinks, 2); /* by kind */
+    assert_int_equal(st.skipped_fifos, 1);
+    assert_int_equal(st.skipped_sockets + st.skipped_devices, 0);
     assert_int_equal(st.skipped_name, 0);
     assert_int_equal(st.skipped_unreadable, 0);
     snprintf(t, sizeof(t), "%d:s/dlink\n%d:s/fifo\n%d:s/link\n", INGEST_SKIP_SPECIAL, INGEST_SKIP_SPECIAL,
