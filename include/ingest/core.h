@@ -72,6 +72,8 @@ typedef struct ingest_core_metrics {
     ingest_metric *files_refused; /* files refused one by one (FILE_REFUSED), by device */
 } ingest_core_metrics;
 
+#define INGEST_CORE_PEER_WAIT_DEFAULT_MS 2000
+
 typedef struct ingest_core_opts {
     ingest_store *store;  /* of index; shared, used under the land lock */
     ingest_index *index;
@@ -89,6 +91,12 @@ typedef struct ingest_core_opts {
      * but a reader with nothing queued always takes one message, so every
      * link moves. */
     size_t queue_budget;
+    /* Chunks in flight (docs/landing.md): a chunk another device's batch is
+     * receiving is not asked for again; the batch that needs it copies it
+     * once that batch landed, waiting at its commit at most this long
+     * (0: INGEST_CORE_PEER_WAIT_DEFAULT_MS; negative: no sharing).  Never
+     * over a link whose device sends every chunk anyway (sends_unwanted). */
+    int peer_wait_ms;
     /* Log lines (device connected, batch landed, why a batch failed) at
      * most at log_level; the library's own detail goes to contexts at
      * lib_log_level.  log may be NULL. */

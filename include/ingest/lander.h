@@ -175,6 +175,20 @@ INGEST_API int ingest_lander_set_limits(ingest_lander *l, uint32_t max_files, ui
 INGEST_API int ingest_lander_set_direct_io(ingest_lander *l, int on);
 
 /*
+ * Chunks in flight (docs/landing.md): with on, a chunk this lander's batch
+ * needs that another lander of the same index is receiving right now (a
+ * batch that looked it up earlier and has not landed yet) is not asked for;
+ * it is copied once that batch has landed it.  At commit a batch whose
+ * landing waits for such a chunk waits at most wait_ms for it, then asks
+ * its device for every one still missing (INGEST_EBUSY and re-wants, as for
+ * stale known chunks), so a stalled or failed peer costs one round trip,
+ * never the batch.  Needs the lander's own lock (ingest_lander_set_lock;
+ * INGEST_EINVAL without it); off by default.  A transport that sends every
+ * chunk whatever was asked (Kafka) should leave it off.
+ */
+INGEST_API int ingest_lander_set_share_inflight(ingest_lander *l, int on, int wait_ms);
+
+/*
  * Expand the layout for one file: device, batch, relpath (checked as a
  * manifest path) and mtime (ns since the epoch, UTC).  out gets a path
  * relative to the bronze root.  INGEST_EINVAL for a bad path (detail names
@@ -381,6 +395,8 @@ typedef struct ingest_lander_stats {
     uint64_t copies;         /* ranges copied from landed files */
     uint64_t syncs;          /* fsync calls */
     uint64_t bytes_sparse;   /* bytes of all-zero chunks left as holes (not written, not in bytes_written) */
+    uint64_t chunks_peer;    /* chunks another batch was receiving at lookup, copied once it landed them (not asked
+                              * for; in chunks_known too) */
 } ingest_lander_stats;
 
 INGEST_API void ingest_lander_batch_stats(const ingest_lander_batch *b, ingest_lander_stats *st);

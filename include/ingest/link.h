@@ -58,6 +58,9 @@ struct ingest_link {
     size_t peer_max_payload; /* the largest payload the peer accepts per message */
     char peer[160];          /* who is at the other end, for log lines ("10.0.0.7:40112") */
     char detail[48];         /* how it is protected, for log lines ("AES-256-GCM") */
+    /* The device sends chunks whether the core asked for them or not (Kafka: it
+     * publishes before any answer), so the core gains nothing by not asking. */
+    unsigned char sends_unwanted;
 };
 
 INGEST_API int ingest_link_send(ingest_link *l, const ingest_wire_msg *m);

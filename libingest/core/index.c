@@ -4,6 +4,7 @@
  */
 #include "ingest/manifest.h"
 #include "../store.h"
+#include "inflight.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -47,7 +48,131 @@ struct ingest_index_s {
     ingest__dbi meta, chunks, files, paths, batches;
     ingest__dbi versions; /* the lander's table (landed path -> last version), kept with the index */
     int scope;            /* INGEST_DEDUP_*, from the index format */
+    struct inflight *inf; /* chunks being received (inflight.h), made on first use */
 };
+
+/* ---- chunks in flight (inflight.h) ---- */
+
+/* Linear probing, deletion by backward shift; an empty slot has owner NULL. */
+struct inflight_slot {
+    uint8_t id[INGEST_ID_BYTES];
+    uint64_t dev; /* the device's tag with scope device, else 0 */
+    const void *owner;
+};
+
+struct inflight {
+    struct inflight_slot *slots;
+    size_t cap, n; /* cap a power of two, n <= cap / 2 */
+};
+
+static uint64_t inflight_dev(const ingest_index *idx, const char *device)
+{
+    if (idx->scope != INGEST_DEDUP_DEVICE || device == NULL)
+        return 0;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a: the id is the hash, this only separates devices */
+    for (const char *p = device; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    return h | 1;
+}
+
+static size_t inflight_home(const struct inflight *f, const uint8_t *id, uint64_t dev)
+{
+    uint64_t v; /* chunk ids are keyed hashes: their bytes are uniform */
+    memcpy(&v, id, sizeof(v));
+    return (size_t)((v ^ dev) & (f->cap - 1));
+}
+
+static struct inflight_slot *inflight_find(const struct inflight *f, const uint8_t *id, uint64_t dev)
+{
+    if (f == NULL || f->n == 0)
+        return NULL;
+    for (size_t s = inflight_home(f, id, dev);; s = (s + 1) & (f->cap - 1)) {
+        struct inflight_slot *e = &f->slots[s];
+        if (e->owner == NULL)
+            return NULL;
+        if (e->dev == dev && memcmp(e->id, id, INGEST_ID_BYTES) == 0)
+            return e;
+    }
+}
+
+static int inflight_grow(ingest_index *idx)
+{
+    struct inflight *f = idx->inf;
+    const size_t nc = f->cap ? f->cap * 2 : 1024;
+    struct inflight_slot *ns = ingest__calloc(idx->ctx, nc, sizeof(*ns));
+    if (ns == NULL)
+        return ingest__fail(idx->ctx, INGEST_ENOMEM, "index: out of memory for chunks in flight");
+    struct inflight_slot *old = f->slots;
+    const size_t oc = f->cap;
+    f->slots = ns;
+    f->cap = nc;
+    for (size_t i = 0; i < oc; i++) {
+        if (old[i].owner == NULL)
+            continue;
+        size_t s = inflight_home(f, old[i].id, old[i].dev);
+        while (ns[s].owner != NULL)
+            s = (s + 1) & (nc - 1);
+        ns[s] = old[i];
+    }
+    ingest__free(idx->ctx, old);
+    return 0;
+}
+
+const void *ingest__inflight_owner(ingest_index *idx, const char *device, const uint8_t id[INGEST_ID_BYTES])
+{
+    const struct inflight_slot *e = idx != NULL ? inflight_find(idx->inf, id, inflight_dev(idx, device)) : NULL;
+    return e != NULL ? e->owner : NULL;
+}
+
+int ingest__inflight_add(ingest_index *idx, const char *device, const uint8_t id[INGEST_ID_BYTES], const void *owner)
+{
+    if (idx == NULL || owner == NULL)
+        return INGEST_EINVAL;
+    if (idx->inf == NULL && (idx->inf = ingest__calloc(idx->ctx, 1, sizeof(*idx->inf))) == NULL)
+        return ingest__fail(idx->ctx, INGEST_ENOMEM, "index: out of memory for chunks in flight");
+    struct inflight *f = idx->inf;
+    const uint64_t dev = inflight_dev(idx, device);
+    if (inflight_find(f, id, dev) != NULL || f->n >= INGEST__INFLIGHT_MAX)
+        return 0;
+    if ((f->n + 1) * 2 > f->cap)
+        INGEST__FORWARD(inflight_grow(idx));
+    size_t s = inflight_home(f, id, dev);
+    while (f->slots[s].owner != NULL)
+        s = (s + 1) & (f->cap - 1);
+    memcpy(f->slots[s].id, id, INGEST_ID_BYTES);
+    f->slots[s].dev = dev;
+    f->slots[s].owner = owner;
+    f->n++;
+    return 1;
+}
+
+void ingest__inflight_del(ingest_index *idx, const char *device, const uint8_t id[INGEST_ID_BYTES], const void *owner)
+{
+    if (idx == NULL)
+        return;
+    struct inflight *f = idx->inf;
+    struct inflight_slot *e = inflight_find(f, id, inflight_dev(idx, device));
+    if (e == NULL || e->owner != owner)
+        return;
+    /* backward shift: pull later entries of the run into the gap so every lookup still finds them */
+    size_t hole = (size_t)(e - f->slots);
+    for (size_t s = (hole + 1) & (f->cap - 1); f->slots[s].owner != NULL; s = (s + 1) & (f->cap - 1)) {
+        const size_t home = inflight_home(f, f->slots[s].id, f->slots[s].dev);
+        /* the entry at s may fill the hole when its home is not cyclically within (hole, s] */
+        const int movable = hole <= s ? (home <= hole || home > s) : (home <= hole && home > s);
+        if (movable) {
+            f->slots[hole] = f->slots[s];
+            hole = s;
+        }
+    }
+    memset(&f->slots[hole], 0, sizeof(f->slots[hole]));
+    f->n--;
+}
+
+size_t ingest__inflight_count(const ingest_index *idx)
+{
+    return idx != NULL && idx->inf != NULL ? idx->inf->n : 0;
+}
 
 /* ---- encodings ---- */
 
@@ -300,6 +425,10 @@ void ingest_index_close(ingest_index *idx)
 {
     if (idx == NULL)
         return;
+    if (idx->inf != NULL) {
+        ingest__free(idx->ctx, idx->inf->slots);
+        ingest__free(idx->ctx, idx->inf);
+    }
     ingest__free(idx->ctx, idx->bronze);
     ingest__free(idx->ctx, idx);
 }

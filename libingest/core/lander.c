@@ -360,6 +360,36 @@ int lander__leave(ingest_lander_batch *b, int rc)
     return rc;
 }
 
+int ingest_lander_set_share_inflight(ingest_lander *l, int on, int wait_ms)
+{
+    if (l == NULL || wait_ms < 0)
+        return INGEST_EINVAL;
+    if (l->busy)
+        return ingest__fail(l->ctx, INGEST_EBUSY, "lander: set_share_inflight with batch %s open", l->busy->name);
+    if (on && !l->own_lock)
+        return ingest__fail(l->ctx, INGEST_EINVAL, "lander: sharing chunks in flight needs the lander's own lock");
+    l->share_inflight = on != 0;
+    l->peer_wait_ms = wait_ms;
+    return 0;
+}
+
+/*
+ * The batch's wanted chunks leave the in-flight table (landed, or the batch
+ * ended): locked says whether the caller holds the land lock already.
+ */
+void lander__inflight_release(ingest_lander_batch *b, bool locked)
+{
+    if (!b->registered)
+        return;
+    if (!locked)
+        b->l->lk.lock(b->l->lk.ud);
+    for (size_t k = 0; k < b->nwants; k++)
+        ingest__inflight_del(b->l->idx, b->device, b->mc[b->wants[k]].id, b);
+    b->registered = false;
+    if (!locked)
+        b->l->lk.unlock(b->l->lk.ud);
+}
+
 int ingest_lander_set_direct_io(ingest_lander *l, int on)
 {
     if (l == NULL)
@@ -490,6 +520,7 @@ int lander__store_fail(ingest_lander_batch *b, int rc, const char *what, const c
 /* Abort on failure: returns rc so callers can `return lander__fail_batch(b, rc)`. */
 int lander__fail_batch(ingest_lander_batch *b, int rc)
 {
+    lander__inflight_release(b, false);
     if (b->state == B_ACTIVE || b->state == B_PREPARED) {
         lander__remove_temps(b);
         b->state = B_DEAD;
@@ -499,7 +530,10 @@ int lander__fail_batch(ingest_lander_batch *b, int rc)
 
 void ingest_lander_abort(ingest_lander_batch *b)
 {
-    if (!b || b->state == B_COMMITTED)
+    if (!b)
+        return;
+    lander__inflight_release(b, false);
+    if (b->state == B_COMMITTED)
         return;
     lander__remove_temps(b);
     b->state = B_DEAD;

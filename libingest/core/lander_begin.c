@@ -163,6 +163,7 @@ out:
 static int lookup_known(ingest_lander_batch *b)
 {
     ingest_lander *l = b->l;
+    const bool share = l->share_inflight && l->own_lock;
     int rc = 0;
     uint64_t last_no = UINT64_MAX;
     bool last_ok = false;
@@ -189,9 +190,16 @@ static int lookup_known(ingest_lander_batch *b)
         rc = 0;
         if (known) {
             b->cst[i] = K_KNOWN;
+        } else if (share && ingest__inflight_owner(l->idx, b->device, b->mc[i].id) != NULL) {
+            /* another batch is receiving it: copied once it landed it (land_one) */
+            b->cst[i] = K_PEER;
+            b->npeer++;
         } else {
             b->cst[i] = K_RECV;
             b->wants[b->nwants++] = i;
+            /* best effort: a full table or no memory only means the chunk is not shared */
+            if (share && ingest__inflight_add(l->idx, b->device, b->mc[i].id, b) == 1)
+                b->registered = true;
         }
     }
     b->awaited = (uint32_t)b->nwants;

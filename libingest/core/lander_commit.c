@@ -366,6 +366,7 @@ static int index_batch(ingest_lander_batch *b)
         }
     }
     INGEST__FORWARD(ingest_index_batch_mark(l->idx, b->device, b->name));
+    lander__inflight_release(b, true); /* indexed: later batches find them there now */
     return lander__settle(b, 0);
 }
 
@@ -414,7 +415,9 @@ int ingest_lander_commit_prepare(ingest_lander_batch *b)
         return 0;
     if (!b || b->state != B_ACTIVE)
         return b ? lander__bad_state(b) : INGEST_EINVAL;
-    const int rc = lander__settle(b, lander__pump(b));
+    int rc = lander__settle(b, lander__pump(b));
+    if (rc == 0 && b->awaited == 0 && b->cur_file < b->nfiles)
+        rc = lander__settle(b, lander__peer_wait(b));
     if (rc < 0)
         return lander__fail_batch(b, rc);
     if (b->awaited > 0 || b->cur_file < b->nfiles)

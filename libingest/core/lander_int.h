@@ -30,6 +30,7 @@
 #include "../internal.h"
 #include "../store.h"
 #include "lander_hook.h"
+#include "inflight.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -68,7 +69,8 @@
 /* Batches of at least this many files are made durable with syncfs(). */
 #define INGEST_LANDER_SYNCFS_MIN 16u
 
-enum { K_RECV = 0, K_KNOWN = 1, K_DUP = 2, K_MASK = 3 };
+/* K_PEER: another batch is receiving it (inflight.h); copied once that batch landed it, else asked for */
+enum { K_RECV = 0, K_KNOWN = 1, K_DUP = 2, K_PEER = 3, K_MASK = 3 };
 enum { F_ARRIVED = 4, F_INBUF = 8, F_DONE = 16 };
 /*
  * Batch states.  PARSED (ingest_lander_parse done): the manifest is read
@@ -108,6 +110,10 @@ struct ingest_lander_s {
      * with this id and length is a hole, landed without reading it. */
     uint32_t zero_len;
     uint8_t zero_id[INGEST_ID_BYTES];
+    /* Share chunks in flight with the other landers of the index (ingest_lander_set_share_inflight):
+     * only with the lander's own lock; wait at most peer_wait_ms at commit for their batches. */
+    bool share_inflight;
+    int peer_wait_ms;
 };
 
 typedef struct lfile {
@@ -139,6 +145,8 @@ struct ingest_lander_batch_s {
     char *name;
     lfile *files;
     uint32_t nfiles, nfiles_read;
+    uint32_t npeer;        /* chunks left to K_PEER at lookup */
+    bool registered;       /* its wanted chunks are in the index's in-flight table (released at the end) */
     uint32_t *refused_idx; /* files refused one by one, ascending */
     uint32_t nrefused;
     ingest_manifest_chunk *mc;
@@ -218,6 +226,8 @@ int lander__store_fail(ingest_lander_batch *b, int rc, const char *what, const c
 int lander__fail_batch(ingest_lander_batch *b, int rc);
 int lander__pump(ingest_lander_batch *b);
 void lander__remove_temps(ingest_lander_batch *b);
+void lander__inflight_release(ingest_lander_batch *b, bool locked);
+int lander__peer_wait(ingest_lander_batch *b);
 int lander__refuse_file(ingest_lander_batch *b, uint32_t i, int code);
 int lander__landed_path(ingest_lander *l, const char *device, const char *batch, const char *relpath, int64_t mtime_ns, char *out, size_t cap);
 int lander__add_dir(ingest_lander_batch *b, const char *dir);

@@ -393,10 +393,71 @@ static int lookahead(ingest_lander_batch *b, uint32_t from)
     return lander__leave(b, lookahead_locked(b, from));
 }
 
+/*
+ * Chunk i is K_PEER (another batch was receiving it at lookup), under the
+ * store's lock: known now (that batch landed it) -> K_KNOWN; no longer in
+ * flight and not landed (that batch failed) -> asked for; else still
+ * waiting.  0 resolved, 1 still waiting, < 0 error.
+ */
+static int peer_resolve_locked(ingest_lander_batch *b, uint32_t i)
+{
+    ingest_chunk_loc loc;
+    const int r = ingest_index_find_for(b->l->idx, b->device, b->mc[i].id, &loc);
+    if (r == 0 && loc.length == b->mc[i].len) {
+        b->cst[i] = (uint8_t)((b->cst[i] & ~K_MASK) | K_KNOWN);
+        b->stats.chunks_peer++;
+        return 0;
+    }
+    if (r < 0 && r != INGEST_ENOTFOUND)
+        return r;
+    if (ingest__inflight_owner(b->l->idx, b->device, b->mc[i].id) != NULL)
+        return 1;
+    INGEST__FORWARD(rewant(b, i, "was not landed by the batch that was receiving it"));
+    return 0;
+}
+
+static int peer_resolve(ingest_lander_batch *b, uint32_t i)
+{
+    lander__enter(b->l);
+    return lander__leave(b, peer_resolve_locked(b, i));
+}
+
+/*
+ * commit_prepare found the landing waiting for a chunk another batch is
+ * receiving: wait for that batch (peer_wait_ms at most, landing whatever
+ * becomes possible), then ask the device for every such chunk still
+ * missing.  Later batches only ever wait for earlier ones (a batch leaves
+ * K_PEER only chunks registered before its lookup), so there is no cycle.
+ */
+int lander__peer_wait(ingest_lander_batch *b)
+{
+    const int64_t step_ns = 10 * 1000000ll;
+    for (int64_t waited = 0; waited < (int64_t)b->l->peer_wait_ms * 1000000ll; waited += step_ns) {
+        const struct timespec ts = { 0, (long)step_ns };
+        nanosleep(&ts, NULL);
+        INGEST__FORWARD(lander__settle(b, lander__pump(b)));
+        if (b->awaited > 0 || b->cur_file >= b->nfiles)
+            return 0;
+    }
+    /* still waiting: ask for every chunk still in flight elsewhere */
+    lander__enter(b->l);
+    int rc = 0;
+    for (uint32_t j = b->cur_chunk; j < b->nchunks && rc == 0; j++)
+        if ((b->cst[j] & K_MASK) == K_PEER && !(b->cst[j] & F_DONE))
+            rc = rewant(b, j, "is still being received by another batch");
+    rc = lander__leave(b, rc);
+    return rc < 0 ? rc : lander__settle(b, lander__pump(b));
+}
+
 /* Land chunk i at the cursor: 0 landed, 1 blocked (awaited), < 0 error. */
 static int land_one(ingest_lander_batch *b, uint32_t i)
 {
     const uint32_t n = b->mc[i].len;
+    if ((b->cst[i] & K_MASK) == K_PEER) {
+        const int r = peer_resolve(b, i);
+        if (r != 0)
+            return r;
+    }
     const int kind = b->cst[i] & K_MASK;
     if (kind != K_RECV && is_zero_chunk(b, i)) {
         /* its bytes are known from its id: nothing to read or verify */

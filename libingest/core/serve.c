@@ -523,6 +523,9 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
             rc = ingest_lander_set_direct_io(landers[i], s->o.direct_io);
         if (rc == 0)
             rc = ingest_lander_set_lock(landers[i], &land_lk);
+        if (rc == 0 && s->o.peer_wait_ms >= 0 && !link->sends_unwanted)
+            rc = ingest_lander_set_share_inflight(
+                landers[i], 1, s->o.peer_wait_ms > 0 ? s->o.peer_wait_ms : INGEST_CORE_PEER_WAIT_DEFAULT_MS);
         if (rc == 0) {
             ingest_lander_set_catalog(landers[i], s->o.catalog);
             if (s->land_hook != NULL)

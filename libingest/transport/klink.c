@@ -1310,6 +1310,7 @@ int ingest_klink_core_create(ingest_ctx *ctx, const ingest_klink_core_opts *o, i
     pthread_cond_init(&c->cv, NULL);
     c->base.ops = &core_ops;
     c->base.features = INGEST_SESSION_FEATURE_PACK | INGEST_SESSION_FEATURE_SHUFFLE2;
+    c->base.sends_unwanted = 1;
     c->base.peer_max_payload = INGEST_WIRE_MAX_PAYLOAD;
     snprintf(c->base.peer, sizeof(c->base.peer), "kafka:%s", c->p.device);
     snprintf(c->base.detail, sizeof(c->base.detail), "sealed records, XChaCha20-Poly1305");

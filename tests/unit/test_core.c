@@ -14,6 +14,7 @@
 #include "ingest.h"
 #include "support/testkit.h"
 #include "core/core_int.h" /* the landers' test hook (core/lander_hook.h) */
+#include "core/inflight.h"
 
 #include <errno.h>
 #include <ftw.h>
@@ -271,18 +272,48 @@ static int recv_error(env *e, const char *expect)
     return m.u.error.code;
 }
 
-/* Ship batch b whole: manifest, the wanted chunks in order, commit; the ACK status. */
+/*
+ * Ship batch b whole: manifest, the wanted chunks in order, commit; the ACK
+ * status.  As a device does, it serves WANTs that come after its commit
+ * (chunks the core found stale, or that another batch was receiving and
+ * did not land in time) and commits again.
+ */
 static int ship(env *e, ingest_sender_batch *b, size_t *nwanted)
 {
     uint32_t w[4096];
+    const char *id = ingest_sender_batch_id(b);
     send_manifest(e, b, 1);
-    const size_t n = recv_wants(e, b, w, 4096);
-    for (size_t i = 0; i < n; i++)
-        assert_int_equal(send_chunk(e, b, w[i], w[i]), 0);
-    send_commit(e, ingest_sender_batch_id(b), (uint32_t)n);
-    if (nwanted != NULL)
-        *nwanted = n;
-    return recv_ack(e, ingest_sender_batch_id(b));
+    size_t n = recv_wants(e, b, w, 4096), total = n;
+    for (;;) {
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(send_chunk(e, b, w[i], w[i]), 0);
+        send_commit(e, id, (uint32_t)n);
+        ingest_wire_msg m;
+        recv_msg(e, &m);
+        if (m.type != INGEST_MSG_WANT) {
+            if (nwanted != NULL)
+                *nwanted = total;
+            if (m.type == INGEST_MSG_RECEIVED) {
+                assert_string_equal(m.u.received.batch_id, id);
+                recv_msg(e, &m);
+            }
+            if (m.type != INGEST_MSG_ACK)
+                fail_msg("expected ACK, got %s", ingest_wire_type_name(m.type));
+            assert_string_equal(m.u.ack.batch_id, id);
+            return m.u.ack.status;
+        }
+        n = 0;
+        for (;;) {
+            assert_string_equal(m.u.want.batch_id, id);
+            for (uint32_t i = 0; i < m.u.want.count; i++)
+                w[n++] = ingest_wire_want_index(&m.u.want, i);
+            if (!(m.u.want.flags & INGEST_WANT_MORE))
+                break;
+            recv_msg(e, &m);
+            assert_int_equal(m.type, INGEST_MSG_WANT);
+        }
+        total += n;
+    }
 }
 
 /* How many landed copies of src/name match it; *files: every landed file. */
@@ -736,6 +767,59 @@ static void held_device_does_not_stop_another(int phase)
     pthread_mutex_destroy(&h.mu);
 }
 
+/*
+ * Chunks in flight (issue 14): dev1's batch asked for every chunk of the
+ * tree and has not landed yet; dev2's batch of the same files is asked for
+ * none of them, and lands by copying them once dev1's batch landed.  If the
+ * batch receiving them does not land in time, dev2 is asked for them at
+ * its commit and lands all the same.
+ */
+static void test_chunks_in_flight_are_not_asked_twice(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 2; round++) {
+        env *e = env_new(0, 30000);
+        env *d2 = env_peer(e, "dev2");
+        ingest_sender_batch *b1 = next_batch(e), *b2 = next_batch(d2);
+        uint32_t w1[4096], w2[4096];
+        send_manifest(e, b1, 1);
+        const size_t n1 = recv_wants(e, b1, w1, 4096);
+        assert_true(n1 >= 3);
+        send_manifest(d2, b2, 1);
+        assert_int_equal(recv_wants(d2, b2, w2, 4096), 0); /* all of them in flight in dev1's batch */
+        const char *id1 = ingest_sender_batch_id(b1), *id2 = ingest_sender_batch_id(b2);
+        if (round == 0) {
+            /* dev1 lands first: dev2 copies every chunk, nothing crosses its link */
+            for (size_t i = 0; i < n1; i++)
+                assert_int_equal(send_chunk(e, b1, w1[i], w1[i]), 0);
+            send_commit(e, id1, (uint32_t)n1);
+            assert_int_equal(recv_ack(e, id1), INGEST_ACK_LANDED);
+            send_commit(d2, id2, 0);
+            assert_int_equal(recv_ack(d2, id2), INGEST_ACK_LANDED);
+        } else {
+            /* dev1 stalls: dev2's commit waits, then asks for them, and lands */
+            send_commit(d2, id2, 0);
+            const size_t n2 = recv_wants(d2, b2, w2, 4096);
+            assert_int_equal(n2, n1);
+            for (size_t i = 0; i < n2; i++)
+                assert_int_equal(send_chunk(d2, b2, w2[i], w2[i]), 0);
+            send_commit(d2, id2, (uint32_t)n2);
+            assert_int_equal(recv_ack(d2, id2), INGEST_ACK_LANDED);
+            /* and dev1's batch, late, lands too */
+            for (size_t i = 0; i < n1; i++)
+                assert_int_equal(send_chunk(e, b1, w1[i], w1[i]), 0);
+            send_commit(e, id1, (uint32_t)n1);
+            assert_int_equal(recv_ack(e, id1), INGEST_ACK_LANDED);
+        }
+        assert_all_landed(e, 2);
+        assert_int_equal(ingest__inflight_count(e->idx), 0);
+        ingest_sender_batch_destroy(b1);
+        ingest_sender_batch_destroy(b2);
+        env_free(d2);
+        env_free(e);
+    }
+}
+
 /* dev1's chunks stall on their way to the disk: dev2's batch lands and is acked meanwhile. */
 static void test_device_held_writing_does_not_stop_another(void **state)
 {
@@ -810,6 +894,7 @@ int main(void)
         cmocka_unit_test(test_lands_then_duplicate_then_dedup),
         cmocka_unit_test(test_pipelined),
         cmocka_unit_test(test_file_refused_alone),
+        cmocka_unit_test(test_chunks_in_flight_are_not_asked_twice),
         cmocka_unit_test(test_lost_chunk_refuses_the_batch),
         cmocka_unit_test(test_duplicated_chunk_fails_the_batch),
         cmocka_unit_test(test_reordered_chunks_land),
