@@ -10,7 +10,10 @@
 # root, else in a fresh directory under BENCH_DIR.  Prints one line per run
 # and then, per build and device count, the medians of the aggregate MB/s
 # (source bytes / wall seconds), the receiver's CPU seconds and its CPU
-# seconds per GB of source (10^9 bytes).
+# seconds per GB of source (10^9 bytes), the wire bytes of all devices and
+# the cross-device dedup (chunks a device did not send because the core
+# held them or, with chunks in flight shared, another device was sending
+# them), as `bench fleet` reports them.
 #
 # Then the medians of the per-round ratios B/A (each round runs A and B back
 # to back, so a ratio is less exposed to the machine's load than either
@@ -63,7 +66,7 @@ field() { sed -e 's/,"per_device":.*//' -e "s/.*\"$1\":\([0-9.eE+-]*\).*/\1/" <<
 RES=$W/results
 : >"$RES"
 echo "# fleet-ab: A=$A B=$B devices=[$DEVICES] runs=$RUNS size=$SIZE shared=$SHARED% args=[$FLEET_ARGS] loop=$use_loop"
-printf '%-3s %-7s %-4s %8s %8s %8s %10s\n' run build devs MBps rcv_cpu seconds cpu_s/GB
+printf '%-3s %-7s %-4s %8s %8s %8s %10s %12s %8s\n' run build devs MBps rcv_cpu seconds cpu_s/GB wire_bytes xdedup
 for r in $(seq 1 "$RUNS"); do
     for n in $DEVICES; do
         order="A B"
@@ -82,27 +85,31 @@ for r in $(seq 1 "$RUNS"); do
             secs=$(field seconds "$out")
             bytes=$(field source_bytes "$out")
             cpugb=$(awk -v c="$cpu" -v b="$bytes" 'BEGIN { printf "%.3f", c / (b / 1e9) }')
-            printf '%-3s %-7s %-4s %8s %8s %8s %10s\n' "$r" "$which" "$n" "$mbps" "$cpu" "$secs" "$cpugb"
-            echo "$which $n $mbps $cpu $cpugb $r" >>"$RES"
+            wire=$(field wire_bytes "$out")
+            xd=$(field cross_device_dedup "$out")
+            printf '%-3s %-7s %-4s %8s %8s %8s %10s %12s %8s\n' "$r" "$which" "$n" "$mbps" "$cpu" "$secs" "$cpugb" "$wire" "$xd"
+            echo "$which $n $mbps $cpu $cpugb $r $wire $xd" >>"$RES"
         done
     done
 done
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo "# medians of $RUNS runs"
-printf '%-7s %-4s %8s %8s %10s\n' build devs MBps rcv_cpu cpu_s/GB
+printf '%-7s %-4s %8s %8s %10s %12s %8s\n' build devs MBps rcv_cpu cpu_s/GB wire_bytes xdedup
 for n in $DEVICES; do
     for which in A B; do
         m=$(awk -v w="$which" -v n="$n" '$1 == w && $2 == n { print $3 }' "$RES" | median)
         c=$(awk -v w="$which" -v n="$n" '$1 == w && $2 == n { print $4 }' "$RES" | median)
         g=$(awk -v w="$which" -v n="$n" '$1 == w && $2 == n { print $5 }' "$RES" | median)
-        printf '%-7s %-4s %8s %8s %10s\n' "$which" "$n" "$m" "$c" "$g"
+        wb=$(awk -v w="$which" -v n="$n" '$1 == w && $2 == n { print $7 }' "$RES" | median)
+        xd=$(awk -v w="$which" -v n="$n" '$1 == w && $2 == n { print $8 }' "$RES" | median)
+        printf '%-7s %-4s %8s %8s %10s %12s %8s\n' "$which" "$n" "$m" "$c" "$g" "$wb" "$xd"
     done
 done
 echo "# medians of the per-round ratios B/A"
-printf '%-4s %10s %10s\n' devs MBps cpu_s/GB
+printf '%-4s %10s %10s %10s\n' devs MBps cpu_s/GB wire_bytes
 for n in $DEVICES; do
     ratios() { # ratios COLUMN: B/A per round
         awk -v n="$n" -v k="$1" '$2 == n { v[$1 " " $6] = $k } END { for (r = 1; (("A " r) in v); r++) if (("B " r) in v) printf "%.4f\n", v["B " r] / v["A " r] }' "$RES"
     }
-    printf '%-4s %10s %10s\n' "$n" "$(ratios 3 | median)" "$(ratios 5 | median)"
+    printf '%-4s %10s %10s %10s\n' "$n" "$(ratios 3 | median)" "$(ratios 5 | median)" "$(ratios 7 | median)"
 done
