@@ -476,6 +476,7 @@ void lander__remove_temps(ingest_lander_batch *b)
         b->state = saved_state;
         f->created = false;
     }
+    lander__remove_made_dirs(b);
 }
 
 /* A call the batch's state does not allow: INGEST_EINVAL, the batch untouched. */
@@ -559,6 +560,9 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
     }
     for (size_t i = 0; i < b->ndirs; i++)
         ingest__free(ctx, b->dirs[i]);
+    for (size_t i = 0; i < b->nmade; i++)
+        ingest__free(ctx, b->made[i]);
+    ingest__free(ctx, b->made);
     ingest__free(ctx, b->dirs);
     ingest__free(ctx, b->files);
     ingest__free(ctx, b->refused_idx);

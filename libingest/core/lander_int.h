@@ -192,6 +192,9 @@ struct ingest_lander_batch_s {
     /* directories to fsync at commit (relative, "" = root) */
     char **dirs;
     size_t ndirs, dirs_cap;
+    /* directories this batch created, in order (removed again, when empty, with its temporary files) */
+    char **made;
+    size_t nmade, made_cap;
     ingest_lander_stats stats;
     /* from the manifest's header, for the replay check of lookup */
     uint64_t hdr_files, hdr_bytes;
@@ -226,6 +229,7 @@ int lander__store_fail(ingest_lander_batch *b, int rc, const char *what, const c
 int lander__fail_batch(ingest_lander_batch *b, int rc);
 int lander__pump(ingest_lander_batch *b);
 void lander__remove_temps(ingest_lander_batch *b);
+void lander__remove_made_dirs(ingest_lander_batch *b);
 void lander__inflight_release(ingest_lander_batch *b, bool locked);
 int lander__peer_wait(ingest_lander_batch *b);
 int lander__refuse_file(ingest_lander_batch *b, uint32_t i, int code);

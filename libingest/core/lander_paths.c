@@ -250,6 +250,53 @@ int ingest_lander_sweep(ingest_ctx *ctx, const char *bronze_root, uint64_t *remo
 
 /* ---------------------------------------------------------- directories */
 
+/* Remember dir[0, n), created by this batch. */
+static int made_dir(ingest_lander_batch *b, const char *dir, size_t n)
+{
+    if (b->nmade == b->made_cap) {
+        const size_t nc = b->made_cap ? b->made_cap * 2 : 8;
+        char **nm = ingest__malloc(b->ctx, nc * sizeof *nm);
+        if (!nm)
+            return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+        if (b->nmade)
+            memcpy(nm, b->made, b->nmade * sizeof *nm);
+        ingest__free(b->ctx, b->made);
+        b->made = nm;
+        b->made_cap = nc;
+    }
+    char *s = ingest__malloc(b->ctx, n + 1);
+    if (!s)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    memcpy(s, dir, n);
+    s[n] = '\0';
+    b->made[b->nmade++] = s;
+    return 0;
+}
+
+/*
+ * Remove the directories this batch created that are empty now (its
+ * temporary files gone), deepest first; one another batch uses is not
+ * empty and stays.  Nothing is reported: an empty directory left is harmless.
+ */
+void lander__remove_made_dirs(ingest_lander_batch *b)
+{
+    while (b->nmade > 0) {
+        char *d = b->made[--b->nmade];
+        char parent[LANDED_MAX];
+        const char *name;
+        lander__split_path(d, parent, sizeof parent, &name);
+        int pfd = -1;
+        char keep[INGEST__ERRMSG_MAX];
+        memcpy(keep, b->ctx->errmsg, sizeof keep);
+        if (lander__walk_dir(b, d, parent, false, &pfd) == 0 && pfd >= 0) {
+            (void)unlinkat(pfd, name, AT_REMOVEDIR);
+            close(pfd);
+        }
+        memcpy(b->ctx->errmsg, keep, sizeof keep);
+        ingest__free(b->ctx, d);
+    }
+}
+
 int lander__add_dir(ingest_lander_batch *b, const char *dir)
 {
     if (b->ndirs > 0 && strcmp(b->dirs[b->ndirs - 1], dir) == 0)
@@ -298,7 +345,8 @@ int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, 
             *e = '\0';
         int nfd = openat(cur, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (nfd < 0 && errno == ENOENT && create) {
-            if (mkdirat(cur, c, 0755) < 0 && errno != EEXIST) {
+            const int made = mkdirat(cur, c, 0755) == 0;
+            if (!made && errno != EEXIST) {
                 const int err = errno;
                 close(cur);
                 return lander__sys_fail(b->ctx, err, "mkdir under bronze root:", dir);
@@ -308,7 +356,9 @@ int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, 
             const size_t pl = (size_t)(c - part) > 0 ? (size_t)(c - part) - 1 : 0;
             memcpy(parent, dir, pl);
             parent[pl] = '\0';
-            const int rc = lander__add_dir(b, parent);
+            int rc = lander__add_dir(b, parent);
+            if (rc == 0 && made)
+                rc = made_dir(b, dir, (size_t)(c - part) + strlen(c));
             if (rc < 0) {
                 close(cur);
                 return rc;

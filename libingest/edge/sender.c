@@ -1435,8 +1435,11 @@ static int batch_open(ingest_sender_batch *b, size_t fi)
     const int fd = openat(b->rootfd[f->src], rel, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         const int e = errno;
-        if (e == ENOENT || e == ELOOP || e == ENOTDIR)
-            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: %s", path, strerror(e));
+        if (e == ENOENT || e == ENOTDIR)
+            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: vanished since it was chunked (%s)", path,
+                                strerror(e));
+        if (e == ELOOP)
+            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: replaced by a symlink since it was chunked", path);
         return ingest__fail(b->ctx, ingest__errno(e), "sender: open %s: %s", path, strerror(e));
     }
     struct stat st;

@@ -437,16 +437,18 @@ static void encoder_end_job(encoder *e)
     pthread_mutex_unlock(&e->mu);
 }
 
-/* Log which file changed under chunk idx. */
-static void log_stale(ingest_edge *a, ingest_sender_batch *b, uint32_t idx)
+/* Log which file changed (or vanished) under chunk idx: why is the sender's detail. */
+static void log_stale(ingest_edge *a, ingest_sender_batch *b, uint32_t idx, const char *why)
 {
     uint64_t fi = 0;
     ingest_sender_file_info info;
     memset(&info, 0, sizeof(info));
     if (ingest_sender_batch_chunk_file(b, idx, &fi) == 0)
         ingest_sender_batch_file(b, fi, &info);
-    edge_log(a, INGEST_LOG_WARN, "batch %s: %s changed while it was being shipped; it will be shipped again",
-             ingest_sender_batch_id(b), info.path ? edge_esc(info.path) : "a file");
+    const int gone = why != NULL && strstr(why, "vanished") != NULL;
+    edge_log(a, INGEST_LOG_WARN, "batch %s: %s %s while it was being shipped; the batch will be shipped again%s",
+             ingest_sender_batch_id(b), info.path ? edge_esc(info.path) : "a file", gone ? "vanished" : "changed",
+             gone ? " without it" : "");
 }
 
 /*
@@ -529,7 +531,7 @@ static int send_wanted(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
             enc_slot *sl = &e->slot[u % ENC_SLOTS];
             pthread_mutex_unlock(&e->mu);
             if (sl->rc == INGEST_ESTALE) {
-                log_stale(a, b, sl->idx[0]);
+                log_stale(a, b, sl->idx[0], ingest_ctx_errmsg(a->ctx));
                 *stale = 1;
             } else if (sl->rc < 0) {
                 edge_log(a, INGEST_LOG_ERROR, "batch %s: chunk %u: %s", ingest_sender_batch_id(b), sl->idx[0],
@@ -555,7 +557,7 @@ static int send_wanted(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
         size_t n = 0;
         int rc = ingest_sender_batch_chunk(b, idx, a->chunkbuf, a->o.chunk_cap, &n);
         if (rc == INGEST_ESTALE) {
-            log_stale(a, b, idx);
+            log_stale(a, b, idx, ingest_ctx_errmsg(a->ctx));
             *stale = 1;
             return 0;
         }
