@@ -90,6 +90,7 @@ typedef struct snap {
     snap_source *src;
     size_t nsrc;
     uint64_t q_batches, q_files, q_bytes, queue_files, queue_bytes;
+    uint64_t settling;   /* files the last walk found still settling */
     uint64_t spool_bytes, spool_files, spool_quota;
     char inflight[INGEST_JOURNAL_ID_MAX + 1];
     int64_t last_ack_ns; /* wall clock; 0: none yet */
@@ -167,7 +168,9 @@ typedef struct daemon {
 
     /* counters (logged at shutdown) */
     uint64_t skipped[INGEST_FILTER_NREASONS];
-    uint64_t shipped_files, shipped_bytes, batches_acked, batches_replayed, deleted, moved, not_stable;
+    uint64_t shipped_files, shipped_bytes, batches_acked, batches_replayed, deleted, moved;
+    uint64_t not_stable; /* files found still settling by the walk under way */
+    uint64_t settling;   /* ... by the last walk that ended */
     double now;          /* monotonic, refreshed per loop and per walk */
     int64_t wall_ns;
 } daemon_t;

@@ -36,7 +36,10 @@ int dmn_open_close(daemon_t *d)
     if (d->open_seq != 0)
         prog_log(INGEST_LOG_DEBUG, "batch %s%06llu closed: %zu files, %llu bytes", d->a->state.prefix,
                  (unsigned long long)d->open_seq, d->nof, (unsigned long long)d->of_bytes);
+    const int journaled = d->open_seq != 0 && d->nof > 0 && rc == 0;
     dmn_open_reset(d);
+    if (journaled)
+        dmn_queue_recount(d); /* the status counts it among the queued batches from now on */
     return rc;
 }
 

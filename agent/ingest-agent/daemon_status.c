@@ -68,6 +68,7 @@ void dmn_publish(daemon_t *d)
     sn->q_batches = d->q_batches;
     sn->q_files = d->q_files;
     sn->q_bytes = d->q_bytes;
+    sn->settling = d->settling;
     sn->spool_bytes = d->spool_bytes;
     sn->spool_files = d->spool_files;
     memcpy(sn->inflight, d->inflight, sizeof(sn->inflight));
@@ -191,6 +192,7 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
     put(o, "],\"queue\":{\"batches\":%llu,\"files\":%llu,\"bytes\":%llu,\"max_files\":%llu,\"max_bytes\":%llu}",
         (unsigned long long)sn->q_batches, (unsigned long long)sn->q_files, (unsigned long long)sn->q_bytes,
         (unsigned long long)sn->queue_files, (unsigned long long)sn->queue_bytes);
+    put(o, ",\"settling\":{\"files\":%llu}", (unsigned long long)sn->settling);
     put(o, ",\"in_flight\":");
     if (sn->inflight[0])
         put_jstr(o, sn->inflight);
@@ -242,6 +244,8 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
     put(o, "\n%-20s %llu batches, %llu files, %llu bytes (limits %llu files, %llu bytes)\n", "queued",
         (unsigned long long)sn->q_batches, (unsigned long long)sn->q_files, (unsigned long long)sn->q_bytes,
         (unsigned long long)sn->queue_files, (unsigned long long)sn->queue_bytes);
+    put(o, "%-20s %llu files (not taken until unchanged for their settle time)\n", "settling",
+        (unsigned long long)sn->settling);
     put(o, "%-20s %s\n", "in flight", sn->inflight[0] ? sn->inflight : "-");
     if (sn->last_ack_ns)
         put(o, "%-20s %s (%.0f s ago)\n", "last ack", ts, (double)(wall - sn->last_ack_ns) / 1e9);

@@ -474,6 +474,7 @@ int dmn_walk(daemon_t *d)
     const double t0 = prog_now();
     d->scan_at = 0;
     d->last_full = d->now;
+    d->not_stable = 0;
     d->wall_ns = dmn_wall_now_ns();
     int rc = ingest_sender_create(d->a->ctx, &o, &s);
     if (rc == 0)
@@ -488,6 +489,7 @@ int dmn_walk(daemon_t *d)
         d->files_seen = ss.files_seen;
     }
     d->walks++;
+    d->settling = d->not_stable;
     d->walk_seconds = prog_now() - t0;
     d->a->report.t.walk_s += d->walk_seconds;
     /* The first walk after a start, and any slow one, is worth a line. */
@@ -500,6 +502,7 @@ int dmn_walk(daemon_t *d)
     if (dmn_open_journal(d) < 0)
         rc = -1;
     (void)ingest_journal_flush(d->j);
+    dmn_queue_recount(d); /* the batches closed and journaled by this walk */
     return rc < 0 ? rc : 0;
 }
 

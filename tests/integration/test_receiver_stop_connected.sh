@@ -1,0 +1,45 @@
+#!/bin/sh
+# A receiver stopped (SIGTERM) while an edge daemon is connected and idle
+# stops cleanly: it ends the session, flushes its index, removes its crash
+# marker and says so; the next start is not taken for a crash recovery,
+# and the daemon ships to it again.
+. "$(dirname "$0")/lib.sh"
+setup_keys
+write_receiver_config 'layout: "{device}/{path}"'
+start_receiver
+S="$T/src/data"
+mkdir -p "$S"
+gen_log "$S/a.log" 5000 1
+write_agent_config dev1 "$S" 'batch:
+  max_wait: 200ms
+rescan_interval: 500ms'
+sed -i 's|^  - path: .*|&\n    settle: 100ms|' "$T/dev1.yaml"
+"$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
+AGENT_PID=$!
+agent_log() { i=0; while ! grep -q -- "$1" "$T/dev1.err" 2>/dev/null; do i=$((i + 1)); [ $i -gt "${2:-300}" ] && { cat "$T/dev1.err"; fail "no '$1' in the agent log"; }; sleep 0.05; done; }
+agent_log "batch .* acked: 1 files"
+# the daemon stays connected (idle) to the receiver
+[ -e "$T/rstate/receiver.running" ] || fail "no crash marker while running"
+kill -TERM "$RECV_PID"
+rc=0; wait "$RECV_PID" || rc=$?
+RECV_PID=""
+[ "$rc" = 0 ] || { cat "$T/receiver.log"; fail "receiver exited $rc"; }
+[ ! -e "$T/rstate/receiver.running" ] || { cat "$T/receiver.log"; fail "the crash marker was left by a SIGTERM stop"; }
+pass "SIGTERM with a daemon connected: clean stop, crash marker removed"
+start_receiver
+grep -q "did not stop cleanly" "$T/receiver.log" && { cat "$T/receiver.log"; fail "the next start recovered as after a crash"; }
+# the receiver listens on a new port: point the daemon at it
+sed -i "s|^  address: .*|  address: $(cat "$T/receiver.addr")|" "$T/dev1.yaml"
+kill -HUP "$AGENT_PID"
+agent_log "configuration reloaded"
+gen_log "$S/b.log" 7000 2
+i=0
+while ! cmp -s "$S/b.log" "$(landed_root dev1)/data/b.log"; do
+    i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/dev1.err"; fail "b.log did not land after the restart"; }
+    sleep 0.05
+done
+kill -TERM "$AGENT_PID"
+rc=0; wait "$AGENT_PID" || rc=$?
+[ "$rc" = 0 ] || fail "agent exited $rc"
+same_tree "$S" "$(landed_root dev1)/data"
+pass "the next start is not a crash recovery; the daemon ships to it again"
