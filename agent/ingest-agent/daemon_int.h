@@ -62,6 +62,7 @@ typedef struct dsource {
     const char *move_dir;    /* AFTER_MOVE */
     ingest_filter *filter;   /* NULL: take everything */
     int spool;               /* spool: copy */
+    int missing;             /* its directory is not there: not walked nor watched, checked every walk */
 } dsource;
 
 typedef struct watch {
@@ -77,6 +78,7 @@ typedef struct watch {
 typedef struct snap_source {
     char *name, *path;
     int spool;
+    int missing;
 } snap_source;
 
 /*
@@ -184,6 +186,7 @@ int dmn_sources_make(daemon_t *d, const ingest_agent_config *cfg, dsource **out,
 dsource *dmn_source_of(daemon_t *d, const char *path, const char **rel);
 void dmn_watches_clear(daemon_t *d);
 void dmn_watches_setup(daemon_t *d);
+void dmn_sources_check(daemon_t *d);
 void dmn_inotify_drain(daemon_t *d);
 int dmn_walk(daemon_t *d);
 void dmn_spool_resume_check(daemon_t *d);

@@ -62,6 +62,8 @@ void dmn_publish(daemon_t *d)
     snap *sn = &d->sn;
     sn->connected = a->net.link != NULL;
     sn->watching = d->ino >= 0 && !d->ino_full;
+    for (size_t i = 0; i < sn->nsrc && i < d->nsrc; i++)
+        sn->src[i].missing = d->src[i].missing; /* sn->src mirrors d->src (dmn_publish_sources) */
     sn->backpressure = d->backpressure;
     sn->spool_full = d->spool_full;
     sn->window_closed = a->thr.window_closed;
@@ -174,6 +176,11 @@ static void fmt_time(int64_t ns, char *buf, size_t cap)
         snprintf(buf, cap, "-");
 }
 
+static const char *source_state(const snap *sn, size_t i)
+{
+    return sn->src[i].missing ? "missing" : sn->watching ? "watching" : "rescan-only";
+}
+
 static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
 {
     put(o, "{\"device\":");
@@ -186,7 +193,7 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
         put_jstr(o, sn->src[i].name);
         put(o, ",\"path\":");
         put_jstr(o, sn->src[i].path);
-        put(o, ",\"state\":\"%s\",\"spool\":\"%s\"}", sn->watching ? "watching" : "rescan-only",
+        put(o, ",\"state\":\"%s\",\"spool\":\"%s\"}", source_state(sn, i),
             sn->src[i].spool ? "copy" : "none");
     }
     put(o, "],\"queue\":{\"batches\":%llu,\"files\":%llu,\"bytes\":%llu,\"max_files\":%llu,\"max_bytes\":%llu}",
@@ -237,7 +244,7 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
         sn->connected ? "connected" : "not connected", now - sn->started);
     put(o, "\n%-20s %-12s %-6s %s\n", "SOURCE", "STATE", "SPOOL", "PATH");
     for (size_t i = 0; i < sn->nsrc; i++)
-        put(o, "%-20s %-12s %-6s %s\n", sn->src[i].name, sn->watching ? "watching" : "rescan-only",
+        put(o, "%-20s %-12s %-6s %s\n", sn->src[i].name, source_state(sn, i),
             sn->src[i].spool ? "copy" : "none", sn->src[i].path);
     char ts[40];
     fmt_time(sn->last_ack_ns, ts, sizeof(ts));

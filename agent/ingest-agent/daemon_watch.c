@@ -290,12 +290,52 @@ void dmn_watches_clear(daemon_t *d)
     d->nw = 0;
 }
 
+/* 0 when source s's directory is not there (absent, or not a directory), else 1 (unreadable: the walk says so). */
+static int source_present(const dsource *s)
+{
+    struct stat st;
+    if (stat(s->path, &st) != 0)
+        return errno == ENOENT || errno == ENOTDIR ? 0 : 1;
+    return S_ISDIR(st.st_mode) ? 1 : 0;
+}
+
+/*
+ * A source whose directory is not there is neither walked nor watched
+ * (said once, when it goes missing); every walk looks again, and one that
+ * is back is watched and walked at once, without a restart.
+ */
+void dmn_sources_check(daemon_t *d)
+{
+    for (size_t i = 0; i < d->nsrc; i++) {
+        dsource *s = &d->src[i];
+        const int present = source_present(s);
+        if (!present && !s->missing) {
+            prog_log(INGEST_LOG_WARN,
+                     "source %s: %s does not exist: not walked; it is watched as soon as it appears "
+                     "(checked at every walk, rescan_interval at the latest)",
+                     s->name, prog_esc(s->path));
+            s->missing = 1;
+        } else if (present && s->missing) {
+            prog_log(INGEST_LOG_INFO, "source %s: %s is here now: watching and walking it", s->name,
+                     prog_esc(s->path));
+            s->missing = 0;
+            if (!d->ino_full)
+                watch_tree(d, i, "");
+            dmn_schedule_scan(d, d->now);
+        }
+    }
+}
+
 void dmn_watches_setup(daemon_t *d)
 {
     dmn_watches_clear(d);
     d->ino_full = 0;
+    for (size_t i = 0; i < d->nsrc; i++)
+        d->src[i].missing = 0;
+    dmn_sources_check(d); /* says each missing source once, and marks it */
     for (size_t i = 0; i < d->nsrc && !d->ino_full; i++)
-        watch_tree(d, i, "");
+        if (!d->src[i].missing)
+            watch_tree(d, i, "");
 }
 
 static watch *watch_find(daemon_t *d, int wd)
@@ -466,6 +506,17 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
 int dmn_walk(daemon_t *d)
 {
     ingest_sender_opts o = d->base;
+    dmn_sources_check(d);
+    /* the sources that are there (a missing one would be said twice per walk) */
+    ingest_sender_source *present = calloc(d->nsrc ? d->nsrc : 1, sizeof(*present));
+    if (present == NULL)
+        return INGEST_ENOMEM;
+    size_t np = 0;
+    for (size_t i = 0; i < d->nsrc; i++)
+        if (!d->src[i].missing)
+            present[np++] = d->ssrc[i];
+    o.sources = present;
+    o.nsources = np;
     o.want_file = select_file;
     o.on_skip = daemon_on_skip;
     o.batch_seq = 1;
@@ -476,13 +527,14 @@ int dmn_walk(daemon_t *d)
     d->last_full = d->now;
     d->not_stable = 0;
     d->wall_ns = dmn_wall_now_ns();
-    int rc = ingest_sender_create(d->a->ctx, &o, &s);
-    if (rc == 0)
+    int rc = np > 0 ? ingest_sender_create(d->a->ctx, &o, &s) : 0;
+    if (rc == 0 && s != NULL)
         rc = ingest_sender_scan(s);
     ingest_sender_batch *b = NULL;
-    if (rc == 0)
+    if (rc == 0 && s != NULL)
         rc = ingest_sender_next_batch(s, &b); /* select_file takes nothing: the walk runs to its end */
     ingest_sender_batch_destroy(b);
+    d->files_seen = 0;
     if (s != NULL) {
         ingest_sender_stats ss;
         ingest_sender_get_stats(s, &ss);
@@ -497,6 +549,7 @@ int dmn_walk(daemon_t *d)
              "walk %llu: %llu files seen in %.3f s", (unsigned long long)d->walks, (unsigned long long)d->files_seen,
              d->walk_seconds);
     ingest_sender_destroy(s);
+    free(present);
     if (rc < 0)
         prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(d->a->ctx));
     if (dmn_open_journal(d) < 0)
