@@ -99,6 +99,7 @@ typedef struct snap {
     uint64_t files_seen, files_taken, bytes_taken, files_shipped, bytes_shipped, bytes_read;
     uint64_t walks;
     double walk_seconds; /* of the last walk */
+    uint64_t file_records, seen_records, pruned;
     uint64_t chunks_new, chunks_dedup, chunk_bytes_sent, wire_out, wire_in;
     uint64_t batches_acked, batches_replayed, deleted, moved;
     uint64_t skipped[INGEST_FILTER_NREASONS];
@@ -160,6 +161,9 @@ typedef struct daemon {
     double walk_seconds; /* of the last walk */
     char inflight[INGEST_JOURNAL_ID_MAX + 1];
     int64_t last_ack_ns;
+    uint64_t file_records, seen_records; /* in the store, counted after each walk */
+    double prune_next;   /* records of files gone are dropped after the first walk from then on */
+    uint64_t pruned;     /* records dropped so far */
 
     /* after-ship actions deferred while a file is open elsewhere (ACKED batches kept in the journal) */
     double defer_next;   /* retry them from then on */

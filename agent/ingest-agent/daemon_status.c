@@ -78,6 +78,9 @@ void dmn_publish(daemon_t *d)
     sn->files_seen = d->files_seen;
     sn->walks = d->walks;
     sn->walk_seconds = d->walk_seconds;
+    sn->file_records = d->file_records;
+    sn->seen_records = d->seen_records;
+    sn->pruned = d->pruned;
     sn->files_taken = d->files_taken;
     sn->bytes_taken = d->bytes_taken;
     sn->files_shipped = d->shipped_files;
@@ -223,6 +226,8 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
         (unsigned long long)sn->batches_acked, (unsigned long long)sn->batches_replayed,
         (unsigned long long)sn->deleted, (unsigned long long)sn->moved);
     put(o, ",\"walks\":{\"count\":%llu,\"last_seconds\":%.3f}", (unsigned long long)sn->walks, sn->walk_seconds);
+    put(o, ",\"records\":{\"shipped\":%llu,\"settle_filter\":%llu,\"dropped\":%llu}",
+        (unsigned long long)sn->file_records, (unsigned long long)sn->seen_records, (unsigned long long)sn->pruned);
     put(o, ",\"skipped\":{");
     for (int r = 1; r < INGEST_FILTER_NREASONS; r++)
         put(o, "%s\"%s\":%llu", r > 1 ? "," : "", skip_names[r], (unsigned long long)sn->skipped[r]);
@@ -267,6 +272,8 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
         sn->window_closed ? "CLOSED" : "open", (double)sn->throttle_wait_ms / 1000.0);
     put(o, "%-20s %.0f B/s (last %.0f s)\n", "wire rate", wire_rate(sn, now), RATE_WINDOW_S);
     put(o, "%-20s %llu, the last took %.3f s\n", "walks", (unsigned long long)sn->walks, sn->walk_seconds);
+    put(o, "%-20s %llu shipped, %llu settling or filtered; %llu of files gone dropped\n", "file records",
+        (unsigned long long)sn->file_records, (unsigned long long)sn->seen_records, (unsigned long long)sn->pruned);
     put(o, "\n%-20s %14s %16s\n", "STAGE", "FILES", "BYTES");
     put(o, "%-20s %14llu %16s\n", "seen (last walk)", (unsigned long long)sn->files_seen, "-");
     put(o, "%-20s %14llu %16llu\n", "taken", (unsigned long long)sn->files_taken,

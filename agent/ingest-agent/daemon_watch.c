@@ -503,6 +503,46 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     return dmn_open_add(d, s, rel, path, st) < 0 ? INGEST_ENOMEM : 0;
 }
 
+/* Prune callback: 1 when the file of manifest path no longer exists (a source missing or no longer configured: 0). */
+static int file_gone(void *ud, const char *path)
+{
+    daemon_t *d = ud;
+    const char *rel = NULL;
+    const dsource *s = dmn_source_of(d, path, &rel);
+    if (s == NULL || s->missing || rel[0] == '\0')
+        return 0;
+    char full[PATH_MAX];
+    if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full))
+        return 0;
+    struct stat st;
+    if (lstat(full, &st) == 0)
+        return 0;
+    return errno == ENOENT || errno == ENOTDIR;
+}
+
+/*
+ * The records of files that no longer exist go, once per rescan_interval:
+ * stability and filter records (a file renamed or deleted before it
+ * settled, a temporary file passed over by a filter), and shipped states
+ * (a file deleted or moved after its ack, by after_ship or anyone).  None
+ * of them matters to a file that is gone; one that comes back is a new
+ * file.  A file in a journaled batch keeps its in-flight mark (the batch
+ * drops it when it is rebuilt); a missing source keeps its records.
+ */
+static void prune(daemon_t *d)
+{
+    uint64_t seen = 0, files = 0;
+    const double t0 = prog_now();
+    if (ingest_journal_prune_seen(d->j, file_gone, d, &seen) < 0 ||
+        ingest_filetable_prune(d->a->state.ft, file_gone, d, &files) < 0) {
+        prog_log(INGEST_LOG_WARN, "state store: dropping the records of files gone: %s", ingest_ctx_errmsg(d->a->ctx));
+        return;
+    }
+    d->pruned += seen + files;
+    prog_log(INGEST_LOG_DEBUG, "records of files gone dropped: %llu settle/filter, %llu shipped, in %.3f s",
+             (unsigned long long)seen, (unsigned long long)files, prog_now() - t0);
+}
+
 int dmn_walk(daemon_t *d)
 {
     ingest_sender_opts o = d->base;
@@ -556,6 +596,12 @@ int dmn_walk(daemon_t *d)
         rc = -1;
     (void)ingest_journal_flush(d->j);
     dmn_queue_recount(d); /* the batches closed and journaled by this walk */
+    if (d->now >= d->prune_next && !stopping) {
+        prune(d);
+        d->prune_next = prog_now() + d->rescan_ms / 1000.0;
+    }
+    d->seen_records = ingest_journal_seen_count(d->j);
+    d->file_records = ingest_filetable_count(d->a->state.ft);
     return rc < 0 ? rc : 0;
 }
 

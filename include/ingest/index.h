@@ -248,6 +248,16 @@ INGEST_API int ingest_filetable_get(ingest_filetable *ft, const char *path, inge
 INGEST_API int ingest_filetable_put(ingest_filetable *ft, const char *path, const ingest_file_state *state);
 INGEST_API int ingest_filetable_del(ingest_filetable *ft, const char *path);
 INGEST_API uint64_t ingest_filetable_count(ingest_filetable *ft);
+/*
+ * Drop the records of files that no longer exist: those whose path
+ * gone(ud, path) answers 1 for (0 keeps a record, < 0 stops with that
+ * code).  A file that comes back is then a new file (shipped once it
+ * settled).  Records of paths over 440 bytes (hashed keys) are kept.
+ * Committed; *removed (may be NULL) gets how many went.  requires v0.1+
+ * (unstable).
+ */
+INGEST_API int ingest_filetable_prune(ingest_filetable *ft, int (*gone)(void *ud, const char *path), void *ud,
+                                      uint64_t *removed);
 
 #ifdef __cplusplus
 }

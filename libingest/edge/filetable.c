@@ -87,3 +87,9 @@ uint64_t ingest_filetable_count(ingest_filetable *ft)
     uint64_t n = 0;
     return ingest__store_count(ft->st, ft->db, &n) == 0 ? n : 0;
 }
+
+int ingest_filetable_prune(ingest_filetable *ft, int (*gone)(void *ud, const char *path), void *ud, uint64_t *removed)
+{
+    INGEST__FORWARD(ingest_store_commit(ft->st));
+    return ingest__store_prune_paths(ft->st, ft->db, gone, ud, removed);
+}
