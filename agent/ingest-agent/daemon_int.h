@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sodium.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,7 +102,7 @@ typedef struct snap {
     double walk_seconds; /* of the last walk */
     uint64_t file_records, seen_records, pruned;
     uint64_t chunks_new, chunks_dedup, chunk_bytes_sent, wire_out, wire_in;
-    uint64_t batches_acked, batches_replayed, deleted, moved;
+    uint64_t batches_acked, batches_replayed, deleted, moved, same_bytes;
     uint64_t skipped[INGEST_FILTER_NREASONS];
     uint64_t throttle_rate, throttle_wait_ms;
     double started;
@@ -175,6 +176,7 @@ typedef struct daemon {
     /* counters (logged at shutdown) */
     uint64_t skipped[INGEST_FILTER_NREASONS];
     uint64_t shipped_files, shipped_bytes, batches_acked, batches_replayed, deleted, moved;
+    uint64_t same_bytes; /* versions with a new ctime alone and the bytes shipped: recorded, not shipped */
     uint64_t not_stable; /* files found still settling by the walk under way */
     uint64_t settling;   /* ... by the last walk that ended */
     double now;          /* monotonic, refreshed per loop and per walk */

@@ -406,6 +406,12 @@ static int ship_one(daemon_t *d, uint64_t seq)
             prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
             goto out;
         }
+        /* the shipped versions' whole-file hashes: a later change of ctime alone is compared against them */
+        for (uint64_t i = 0; i < bs.files; i++) {
+            ingest_sender_file_info info;
+            if (ingest_sender_batch_file(b, i, &info) == 0)
+                (void)ingest_filetable_set_hash(a->state.ft, info.path, info.hash);
+        }
         for (uint64_t i = 0; i < bs.chunks; i++) {
             uint8_t id[INGEST_ID_BYTES];
             uint32_t len;

@@ -95,6 +95,7 @@ void dmn_publish(daemon_t *d)
     sn->batches_replayed = d->batches_replayed;
     sn->deleted = d->deleted;
     sn->moved = d->moved;
+    sn->same_bytes = d->same_bytes;
     memcpy(sn->skipped, d->skipped, sizeof(sn->skipped));
     sn->throttle_wait_ms = a->thr.throttle_wait_ms;
     const size_t last = (sn->rate_head + RATE_SAMPLES - 1) % RATE_SAMPLES;
@@ -218,13 +219,13 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
         ",\"totals\":{\"files_seen\":%llu,\"files_taken\":%llu,\"bytes_taken\":%llu,\"files_shipped\":%llu,"
         "\"bytes_shipped\":%llu,\"bytes_read\":%llu,\"chunks_new\":%llu,\"chunks_dedup\":%llu,"
         "\"chunk_bytes_sent\":%llu,\"wire_bytes_out\":%llu,\"wire_bytes_in\":%llu,\"batches_acked\":%llu,"
-        "\"batches_replayed\":%llu,\"after_ship_deleted\":%llu,\"after_ship_moved\":%llu}",
+        "\"batches_replayed\":%llu,\"after_ship_deleted\":%llu,\"after_ship_moved\":%llu,\"files_same_bytes\":%llu}",
         (unsigned long long)sn->files_seen, (unsigned long long)sn->files_taken, (unsigned long long)sn->bytes_taken,
         (unsigned long long)sn->files_shipped, (unsigned long long)sn->bytes_shipped,
         (unsigned long long)sn->bytes_read, (unsigned long long)sn->chunks_new, (unsigned long long)sn->chunks_dedup,
         (unsigned long long)sn->chunk_bytes_sent, (unsigned long long)sn->wire_out, (unsigned long long)sn->wire_in,
         (unsigned long long)sn->batches_acked, (unsigned long long)sn->batches_replayed,
-        (unsigned long long)sn->deleted, (unsigned long long)sn->moved);
+        (unsigned long long)sn->deleted, (unsigned long long)sn->moved, (unsigned long long)sn->same_bytes);
     put(o, ",\"walks\":{\"count\":%llu,\"last_seconds\":%.3f}", (unsigned long long)sn->walks, sn->walk_seconds);
     put(o, ",\"records\":{\"shipped\":%llu,\"settle_filter\":%llu,\"dropped\":%llu}",
         (unsigned long long)sn->file_records, (unsigned long long)sn->seen_records, (unsigned long long)sn->pruned);
@@ -288,6 +289,8 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
     put(o, "%-20s %llu acked, %llu replayed; after_ship %llu deleted, %llu moved\n", "batches",
         (unsigned long long)sn->batches_acked, (unsigned long long)sn->batches_replayed,
         (unsigned long long)sn->deleted, (unsigned long long)sn->moved);
+    put(o, "%-20s %llu (ctime changed alone, bytes as shipped: recorded, not shipped)\n", "same bytes",
+        (unsigned long long)sn->same_bytes);
     put(o, "%-20s", "skipped");
     for (int r = 1; r < INGEST_FILTER_NREASONS; r++)
         put(o, " %s=%llu", skip_names[r], (unsigned long long)sn->skipped[r]);

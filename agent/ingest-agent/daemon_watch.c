@@ -419,6 +419,78 @@ static int read_head(const dsource *s, const char *rel, uint8_t *buf, size_t cap
     return 0;
 }
 
+typedef struct fhash_ud {
+    ingest_filehash fh;
+} fhash_ud;
+
+static int fhash_chunk(void *ud, const ingest_chunk_info *c)
+{
+    ingest_filehash_update(&((fhash_ud *)ud)->fh, c->id, INGEST_ID_BYTES);
+    return 0;
+}
+
+/*
+ * The whole-file hash of file rel of source s, as its manifest would carry
+ * it (the dedup key's HMAC over its chunk ids): 0, or -1 when it cannot be
+ * read or is not the version st any more.
+ */
+static int file_hash(daemon_t *d, const dsource *s, const char *rel, const ingest_sender_stat *st,
+                     uint8_t out[INGEST_ID_BYTES])
+{
+    char full[PATH_MAX];
+    if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full))
+        return -1;
+    const int fd = open(full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -1;
+    ingest_chunk_params params = d->base.chunking;
+    if (params.min == 0 && params.avg == 0 && params.max == 0)
+        ingest_chunk_params_default(&params);
+    const ingest_chunkhash_opts o = { &params, d->base.dedup_key, 0, 1 };
+    fhash_ud u;
+    ingest_filehash_init(&u.fh, d->base.dedup_key);
+    ingest_chunkhash *ch = NULL;
+    struct stat a, b;
+    int rc = -1;
+    if (fstat(fd, &a) == 0 && S_ISREG(a.st_mode) && (uint64_t)a.st_size == st->size &&
+        (int64_t)a.st_mtim.tv_sec * 1000000000 + a.st_mtim.tv_nsec == st->mtime_ns &&
+        ingest_chunkhash_create(d->a->ctx, &o, fhash_chunk, &u, &ch) == 0 && ingest_chunkhash_fd(ch, fd) == 0 &&
+        fstat(fd, &b) == 0 && b.st_size == a.st_size && b.st_mtim.tv_sec == a.st_mtim.tv_sec &&
+        b.st_mtim.tv_nsec == a.st_mtim.tv_nsec && b.st_ctim.tv_sec == a.st_ctim.tv_sec &&
+        b.st_ctim.tv_nsec == a.st_ctim.tv_nsec) {
+        ingest_filehash_final(&u.fh, out);
+        rc = 0;
+    }
+    ingest_chunkhash_destroy(ch);
+    close(fd);
+    return rc;
+}
+
+/*
+ * A file whose size and mtime are those of the version shipped and whose
+ * ctime alone changed (chmod, chown, a new hard link, a copy with the same
+ * times renamed over it): when its whole-file hash is that of the version
+ * shipped, the new ctime is recorded and nothing is shipped (1); else 0
+ * (a new version, or the version shipped has no hash recorded).  The mode
+ * in the manifests stays that of the version shipped.
+ */
+static int same_bytes(daemon_t *d, const dsource *s, const char *rel, const char *path, const ingest_sender_stat *st,
+                      ingest_file_state *fs)
+{
+    ingest_filetable *ft = d->a->state.ft;
+    uint8_t was[INGEST_ID_BYTES], now[INGEST_ID_BYTES];
+    if (ingest_filetable_get_hash(ft, path, was) != 0 || file_hash(d, s, rel, st, now) != 0 ||
+        sodium_memcmp(was, now, INGEST_ID_BYTES) != 0)
+        return 0;
+    fs->ctime_ns = st->ctime_ns;
+    if (ingest_filetable_put(ft, path, fs) < 0 || ingest_filetable_set_hash(ft, path, now) < 0)
+        return 0;
+    d->same_bytes++;
+    prog_log(INGEST_LOG_DEBUG, "%s: only its ctime changed, same bytes as the version shipped: recorded, not shipped",
+             prog_esc(path));
+    return 1;
+}
+
 /* The walk's want_file: choose files for the open batch; never let the sender chunk. */
 static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
 {
@@ -431,8 +503,9 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     if (a->report.metrics != NULL)
         ingest_metric_add(a->report.m.files_seen, s->name, 1);
     ingest_file_state fs;
-    if (ingest_filetable_get(d->a->state.ft, path, &fs) == 0 && fs.size == st->size && fs.mtime_ns == st->mtime_ns &&
-        fs.ctime_ns == st->ctime_ns) {
+    const int shipped = ingest_filetable_get(d->a->state.ft, path, &fs) == 0 && fs.size == st->size &&
+                        fs.mtime_ns == st->mtime_ns;
+    if (shipped && fs.ctime_ns == st->ctime_ns) {
         if (a->report.metrics != NULL)
             ingest_metric_add(a->report.m.files_unchanged, NULL, 1);
         return 0; /* unchanged since its ack */
@@ -440,6 +513,11 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     int rc = ingest_journal_inflight(d->j, path, NULL);
     if (rc != 0)
         return rc < 0 ? rc : 0;
+    if (shipped && same_bytes(d, s, rel, path, st, &fs)) {
+        if (a->report.metrics != NULL)
+            ingest_metric_add(a->report.m.files_unchanged, NULL, 1);
+        return 0;
+    }
     if (s->filter != NULL) {
         if (ingest_journal_skipped(d->j, path, st->size, st->mtime_ns) > 0)
             return 0; /* this version was counted already */

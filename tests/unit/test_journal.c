@@ -246,6 +246,32 @@ static void test_prune(void **state)
     assert_int_equal(ingest_journal_prune_seen(f->j, odd_gone, &asked, &removed), INGEST_EIO);
 }
 
+/* The whole-file hash of a file table record: set, read, dropped by a new put; version 1 records read. */
+static void test_filetable_hash(void **state)
+{
+    fixture *f = *state;
+    uint8_t h[INGEST_ID_BYTES], got[INGEST_ID_BYTES];
+    memset(h, 0xab, sizeof(h));
+    assert_int_equal(ingest_filetable_set_hash(f->ft, "src/none", h), INGEST_ENOTFOUND);
+    const ingest_file_state fs = { 10, 20, 30, 0, 0 };
+    assert_int_equal(ingest_filetable_put(f->ft, "src/a", &fs), 0);
+    assert_int_equal(ingest_filetable_get_hash(f->ft, "src/a", got), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_filetable_set_hash(f->ft, "src/a", h), 0);
+    assert_int_equal(ingest_filetable_get_hash(f->ft, "src/a", got), 0);
+    assert_memory_equal(got, h, sizeof(h));
+    ingest_file_state out;
+    assert_int_equal(ingest_filetable_get(f->ft, "src/a", &out), 0);
+    assert_int_equal(out.size, 10);
+    assert_int_equal(out.mtime_ns, 20);
+    assert_int_equal(out.ctime_ns, 30);
+    close_all(f);
+    open_all(f); /* committed at close, read back */
+    assert_int_equal(ingest_filetable_get_hash(f->ft, "src/a", got), 0);
+    assert_memory_equal(got, h, sizeof(h));
+    assert_int_equal(ingest_filetable_put(f->ft, "src/a", &fs), 0);
+    assert_int_equal(ingest_filetable_get_hash(f->ft, "src/a", got), INGEST_ENOTFOUND);
+}
+
 /* A batch record of format 1 (no inodes, 26-byte file heads), as journaled before: read with ino 0. */
 static void test_format1_record(void **state)
 {
@@ -302,6 +328,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stability, setup, teardown),
         cmocka_unit_test_setup_teardown(test_format1_record, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prune, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_filetable_hash, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
