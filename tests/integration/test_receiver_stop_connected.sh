@@ -1,8 +1,9 @@
 #!/bin/sh
 # A receiver stopped (SIGTERM) while an edge daemon is connected and idle
-# stops cleanly: it ends the session, flushes its index, removes its crash
-# marker and says so; the next start is not taken for a crash recovery,
-# and the daemon ships to it again.
+# stops cleanly: it closes the session itself (it does not wait for the
+# device), flushes its index, removes its crash marker and says so; the
+# next start is not taken for a crash recovery, and the daemon ships to it
+# again.
 . "$(dirname "$0")/lib.sh"
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
@@ -25,7 +26,12 @@ rc=0; wait "$RECV_PID" || rc=$?
 RECV_PID=""
 [ "$rc" = 0 ] || { cat "$T/receiver.log"; fail "receiver exited $rc"; }
 [ ! -e "$T/rstate/receiver.running" ] || { cat "$T/receiver.log"; fail "the crash marker was left by a SIGTERM stop"; }
-pass "SIGTERM with a daemon connected: clean stop, crash marker removed"
+# the stop closed the daemon's session itself (it did not wait for the device), then flushed and removed the marker
+grep -q "stopped cleanly: device connections closed: 1; chunk index flushed, crash marker removed" "$T/receiver.log" ||
+    { cat "$T/receiver.log"; fail "the stop did not say it closed the session, flushed and removed the marker"; }
+sed -n '/stopping: /,$p' "$T/receiver.log" | grep -q "device dev1 disconnected" ||
+    { cat "$T/receiver.log"; fail "the session did not end after the stop"; }
+pass "SIGTERM with a daemon connected: its session closed, index flushed, crash marker removed"
 start_receiver
 grep -q "did not stop cleanly" "$T/receiver.log" && { cat "$T/receiver.log"; fail "the next start recovered as after a crash"; }
 # the receiver listens on a new port: point the daemon at it
