@@ -412,7 +412,7 @@ run_ours() {
         untrack "$tp"; untrack "$sp"
         recv_down
         local syncs; syncs=$(sync_fs "$fs")
-        local fields wire bytes acpu rcpu du_b rw rk
+        local fields wire bytes acpu rcpu du_b rw rk br_b br_a
         fields=$(summary_fields "$d/out-$phase")
         wire=$(echo "$fields" | tr ' ' '\n' | sed -n 's/^agent_wire_bytes=//p')
         [ -n "$wire" ] || { cat "$d/out-$phase" >&2; die "no wire_bytes in the agent's summary line"; }
@@ -424,6 +424,9 @@ run_ours() {
         rk=$(tv "$d/rtime-$phase" 'Maximum resident set size (kbytes)')
         [ "$rk" -gt "$rpeak" ] && rpeak=$rk
         du_b=$(du -sb "$fs/bronze" "$fs/rstate" | awk '{ s += $1 } END { printf "%.0f", s }')
+        # the landed tree: its bytes (apparent sizes) and the bytes allocated to it (holes are not)
+        br_b=$(du -sb "$fs/bronze" | cut -f1)
+        br_a=$(du -s --block-size=1 "$fs/bronze" | cut -f1)
         # shellcheck disable=SC2086  # $fields: key=value words
         record "$tool" "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" \
             wire_bytes="$wire" cpu_s="$(awk -v a="$acpu" -v b="$rcpu" 'BEGIN { printf "%.2f", a + b }')" \
@@ -432,6 +435,7 @@ run_ours() {
             rssanon_kb="$(cut -d' ' -f1 "$d/rssanon-$phase")" rssanon_samples="$(cut -d' ' -f2 "$d/rssanon-$phase")" \
             recv_write_bytes=$rw wamp_io="$(fdiv "$rw" "$bytes")" \
             du_bytes="$du_b" wamp_du="$(fdiv "$du_b" "$bytes")" sync_after_s="$syncs" \
+            bronze_bytes="$br_b" bronze_alloc_bytes="$br_a" \
             $fields
         if should_verify "$run"; then verify "$tool" "$run" $phase "$sums" "$fs/bronze/dev1/src"; fi
     done
@@ -968,7 +972,7 @@ write_svg "$SVG_TMP"
         echo
     fi
     if has ours; then
-        echo "Receiver write amplification (initial ship; the receiver runs for one phase and is stopped cleanly before the figures are read, so they include the index entries it writes at its stop): the receiver's write_bytes less cancelled_write_bytes (/usr/bin/time's File system outputs x 512) / bytes landed = $(med ours initial wamp_io); du -sb of bronze + state_dir / bytes landed = $(med ours initial wamp_du). Incremental: receiver write_bytes $(med ours incremental recv_write_bytes), bytes of generation 1 $GEN1_BYTES."
+        echo "Receiver write amplification (initial ship; the receiver runs for one phase and is stopped cleanly before the figures are read, so they include the index entries it writes at its stop): the receiver's write_bytes less cancelled_write_bytes (/usr/bin/time's File system outputs x 512) / bytes landed = $(med ours initial wamp_io); du -sb of bronze + state_dir / bytes landed = $(med ours initial wamp_du). The landed tree after both phases: $(med ours incremental bronze_bytes) bytes, $(med ours incremental bronze_alloc_bytes) allocated (\`du -s --block-size=1\`; all-zero chunks land as holes, docs/landing.md). Incremental: receiver write_bytes $(med ours incremental recv_write_bytes), bytes of generation 1 $GEN1_BYTES."
         echo
         echo "## Where ours spends its time"
         echo

@@ -256,12 +256,12 @@ static int next_line(ingest_manifest_reader *r, const char **line, size_t *len)
 /* Keys of each record type, with a bit each. */
 enum {
     K_TYPE, K_FORMAT, K_DEVICE, K_BATCH, K_FILES, K_BYTES, K_CREATED,
-    K_PATH, K_LANDED, K_SIZE, K_MTIME, K_MODE, K_VERSION, K_HASH, K_NCHUNKS, K_CHUNKS,
+    K_PATH, K_LANDED, K_SIZE, K_MTIME, K_MODE, K_VERSION, K_HASH, K_NCHUNKS, K_CHUNKS, K_REFUSED,
     K_COUNT
 };
 static const char *const key_names[K_COUNT] = {
     "type", "format", "device", "batch", "files", "bytes", "created_ns",
-    "path", "landed", "size", "mtime_ns", "mode", "version", "hash", "nchunks", "chunks",
+    "path", "landed", "size", "mtime_ns", "mode", "version", "hash", "nchunks", "chunks", "refused",
 };
 #define BIT(k) (1u << (k))
 static const unsigned keys_header =
@@ -502,6 +502,19 @@ static int parse_line(ingest_manifest_reader *r, const char *line, size_t len, i
         else
             rec->omit_hash = 1; /* allowed by INGEST_MANIFEST_READ_HASH_OPTIONAL (the need check above) */
         INGEST__FORWARD(get_u64(r, at[K_NCHUNKS], K_NCHUNKS, UINT64_MAX, &rec->nchunks_total));
+        if (seen & BIT(K_REFUSED)) {
+            /* A file the core did not land: the reason, never empty; nothing landed, no version. */
+            const char *why = NULL;
+            size_t wl = 0;
+            INGEST__FORWARD(get_str(r, at[K_REFUSED], K_REFUSED, &why, &wl));
+            if (wl == 0 || wl > INGEST_MANIFEST_REFUSED_MAX || memchr(why, '\0', wl) != NULL)
+                return badf(r, INGEST_ECORRUPT, j->toks[at[K_REFUSED]].pos,
+                            "a refusal reason must be 1..1024 bytes without NUL", "refused");
+            if (rec->landed[0] != '\0' || rec->version != 0)
+                return badf(r, INGEST_ECORRUPT, j->toks[at[K_REFUSED]].pos,
+                            "a refused file has landed \"\" and version 0", "refused");
+            rec->refused = why;
+        }
         /* Every chunk holds at least one byte. */
         if (rec->nchunks_total > rec->size)
             return badf(r, INGEST_ECORRUPT, j->toks[at[K_NCHUNKS]].pos, "more chunks than bytes", "nchunks");
@@ -681,6 +694,10 @@ static int write_file(ingest__buf *b, const ingest_manifest_rec *rec, const char
         INGEST__FORWARD(put(b, ",\"hash\":"));
         INGEST__FORWARD(put_hex(b, rec->hash));
     }
+    if (rec->refused != NULL) {
+        INGEST__FORWARD(put(b, ",\"refused\":"));
+        INGEST__FORWARD(ingest__json_put_str(b, rec->refused, strlen(rec->refused)));
+    }
     INGEST__FORWARD(put(b, ",\"nchunks\":"));
     INGEST__FORWARD(ingest__json_put_u64(b, rec->nchunks));
     INGEST__FORWARD(put(b, ","));
@@ -737,6 +754,12 @@ int ingest_manifest_writer_add(ingest_manifest_writer *w, const ingest_manifest_
     const char *landed = rec->landed ? rec->landed : "";
     if ((what = check_relpath(landed, strlen(landed), 1)) != NULL)
         return ingest__fail(ctx, INGEST_EINVAL, "manifest writer: landed: %s", what);
+    if (rec->refused != NULL &&
+        (rec->refused[0] == '\0' || strlen(rec->refused) > INGEST_MANIFEST_REFUSED_MAX || landed[0] != '\0' ||
+         rec->version != 0))
+        return ingest__fail(ctx, INGEST_EINVAL,
+                            "manifest writer: a refused file needs a reason of 1..%u bytes, landed \"\" and version 0",
+                            INGEST_MANIFEST_REFUSED_MAX);
     if (rec->nchunks_total != 0 && rec->nchunks_total != rec->nchunks)
         return ingest__fail(ctx, INGEST_EINVAL,
                             "manifest writer: nchunks_total %llu differs from the %u chunks given",

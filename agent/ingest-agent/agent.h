@@ -38,10 +38,13 @@ typedef struct totals {
 
 /* The agent's metrics (ametrics.c); all NULL when metrics are off. */
 typedef struct agent_metrics {
-    ingest_metric *info, *files_seen, *files_unchanged, *files_skipped, *files_shipped, *bytes_shipped, *bytes_read,
+    ingest_metric *info, *files_seen, *files_unchanged, *files_skipped, *files_shipped, *files_refused, *bytes_shipped, *bytes_read,
         *chunks, *chunks_new, *chunks_dedup, *bytes_raw, *bytes_comp, *wire, *batches, *errors, *stage, *queue_files,
-        *queue_bytes, *queue_batches, *backpressure, *spool_bytes, *latency;
+        *queue_bytes, *queue_batches, *backpressure, *spool_bytes, *latency, *special;
 } agent_metrics;
+
+/* Kinds of entries a walk skips because they are neither regular files nor directories. */
+enum { SPECIAL_SYMLINK, SPECIAL_FIFO, SPECIAL_SOCKET, SPECIAL_DEVICE, SPECIAL_KINDS };
 
 /* Seconds from a batch's building started to its ack, with its file count:
  * the latency of each of its files (--once summary percentiles). */
@@ -86,6 +89,8 @@ typedef struct agent_report {
     /* Called by the shipping steps after each chunk and while waiting (the
      * daemon publishes its status figures); may be NULL. */
     void (*publish)(agent *a);
+    /* what the last walk of the sources skipped as not regular files, by SPECIAL_* kind */
+    uint64_t special[SPECIAL_KINDS];
 } agent_report;
 
 /* throttle.rate and throttle.window. */
@@ -123,6 +128,11 @@ extern volatile sig_atomic_t reload_requested;
 int agent_metrics_init(agent *a);
 void agent_metrics_sync(agent *a);
 void agent_metrics_latency(agent *a, double seconds, uint64_t files);
+/* After a walk of the sources (its sender's stats): keep, log once when they
+ * change, and publish the counts of symlinks, FIFOs, sockets and devices it skipped. */
+void agent_walk_special(agent *a, const ingest_sender_stats *ss);
+/* The name of a SPECIAL_* kind (metrics label, status). */
+const char *agent_special_name(int kind);
 
 uint64_t load_seq(const char *state_dir);
 int save_seq(const char *state_dir, uint64_t seq);

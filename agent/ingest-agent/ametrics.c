@@ -27,6 +27,10 @@ int agent_metrics_init(agent *a)
           "Files skipped by a filter rule (never deleted or moved)", "reason" },
         { &m->files_shipped, INGEST_METRIC_COUNTER, "ingest_agent_files_shipped_total",
           "Files of acknowledged batches", NULL },
+        { &m->files_refused, INGEST_METRIC_COUNTER, "ingest_agent_files_refused_total",
+          "Files of acknowledged batches the core refused alone (its reason is logged; not sent again until they "
+          "change)",
+          NULL },
         { &m->bytes_shipped, INGEST_METRIC_COUNTER, "ingest_agent_bytes_shipped_total",
           "Bytes of the files of acknowledged batches", NULL },
         { &m->bytes_read, INGEST_METRIC_COUNTER, "ingest_agent_bytes_read_total",
@@ -57,6 +61,10 @@ int agent_metrics_init(agent *a)
         { &m->backpressure, INGEST_METRIC_GAUGE, "ingest_agent_backpressure",
           "1 while the agent takes no new files (queue or spool full)", NULL },
         { &m->spool_bytes, INGEST_METRIC_GAUGE, "ingest_agent_spool_bytes", "Bytes held in the spool", NULL },
+        { &m->special, INGEST_METRIC_GAUGE, "ingest_agent_special_files",
+          "Entries under the sources that are not regular files or directories, found by the last walk and "
+          "skipped (never opened, never shipped): symlink, fifo, socket, device",
+          "kind" },
     };
     if (ingest_metrics_create(a->ctx, &a->report.metrics) != 0)
         return -1;
@@ -70,6 +78,8 @@ int agent_metrics_init(agent *a)
                              &m->latency) != 0)
         return -1;
     ingest_metric_set(m->info, a->cfg->device_id, 1);
+    for (int k = 0; k < SPECIAL_KINDS; k++)
+        ingest_metric_set(m->special, agent_special_name(k), 0);
     return 0;
 }
 
@@ -90,6 +100,7 @@ void agent_metrics_sync(agent *a)
     if (a->report.metrics == NULL)
         return;
     SYNC(ship.files, files_shipped, NULL);
+    SYNC(ship.files_refused, files_refused, NULL);
     SYNC(ship.bytes, bytes_shipped, NULL);
     SYNC(bytes_read, bytes_read, NULL);
     SYNC(ship.chunks, chunks, NULL);
@@ -121,4 +132,27 @@ void agent_metrics_latency(agent *a, double seconds, uint64_t files)
         return;
     for (uint64_t i = 0; i < files; i++)
         ingest_metric_observe(a->report.m.latency, NULL, seconds);
+}
+
+const char *agent_special_name(int kind)
+{
+    static const char *const names[SPECIAL_KINDS] = { "symlink", "fifo", "socket", "device" };
+    return kind >= 0 && kind < SPECIAL_KINDS ? names[kind] : "?";
+}
+
+void agent_walk_special(agent *a, const ingest_sender_stats *ss)
+{
+    const uint64_t n[SPECIAL_KINDS] = { ss->skipped_symlinks, ss->skipped_fifos, ss->skipped_sockets,
+                                        ss->skipped_devices };
+    /* said once, not on every rescan: when the counts change */
+    if (memcmp(n, a->report.special, sizeof n) != 0 && (n[0] | n[1] | n[2] | n[3]) != 0)
+        prog_log(INGEST_LOG_INFO,
+                 "walk: skipped %llu symlinks, %llu FIFOs, %llu sockets and %llu devices under the sources (only "
+                 "regular files ship)",
+                 (unsigned long long)n[SPECIAL_SYMLINK], (unsigned long long)n[SPECIAL_FIFO],
+                 (unsigned long long)n[SPECIAL_SOCKET], (unsigned long long)n[SPECIAL_DEVICE]);
+    memcpy(a->report.special, n, sizeof n);
+    if (a->report.metrics != NULL)
+        for (int k = 0; k < SPECIAL_KINDS; k++)
+            ingest_metric_set(a->report.m.special, agent_special_name(k), (int64_t)n[k]);
 }

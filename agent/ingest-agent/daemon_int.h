@@ -97,10 +97,11 @@ typedef struct snap {
     uint64_t spool_bytes, spool_files, spool_quota;
     char inflight[INGEST_JOURNAL_ID_MAX + 1];
     int64_t last_ack_ns; /* wall clock; 0: none yet */
-    uint64_t files_seen, files_taken, bytes_taken, files_shipped, bytes_shipped, bytes_read;
+    uint64_t files_seen, files_taken, bytes_taken, files_shipped, files_refused, bytes_shipped, bytes_read;
     uint64_t walks;
     double walk_seconds; /* of the last walk */
     uint64_t file_records, seen_records, pruned;
+    uint64_t special[SPECIAL_KINDS]; /* not regular files the last walk skipped, by kind */
     uint64_t chunks_new, chunks_dedup, chunk_bytes_sent, wire_out, wire_in;
     uint64_t batches_acked, batches_replayed, deleted, moved, same_bytes;
     uint64_t skipped[INGEST_FILTER_NREASONS];
@@ -175,7 +176,7 @@ typedef struct daemon {
 
     /* counters (logged at shutdown) */
     uint64_t skipped[INGEST_FILTER_NREASONS];
-    uint64_t shipped_files, shipped_bytes, batches_acked, batches_replayed, deleted, moved;
+    uint64_t shipped_files, files_refused, shipped_bytes, batches_acked, batches_replayed, deleted, moved;
     uint64_t same_bytes; /* versions with a new ctime alone and the bytes shipped: recorded, not shipped */
     uint64_t not_stable; /* files found still settling by the walk under way */
     uint64_t settling;   /* ... by the last walk that ended */

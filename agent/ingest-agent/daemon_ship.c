@@ -265,9 +265,9 @@ static void resettle_missing(daemon_t *d, const ingest_journal_batch *jb, const 
  * stays in the journal and is retried (ship_queue, at most once a second,
  * and after a restart); its spool copies go at once.
  */
-static int finish_acked(daemon_t *d, const ingest_journal_batch *jb)
+static int finish_acked(daemon_t *d, const ingest_journal_batch *jb, const ingest_journal_file *files, size_t n)
 {
-    if (dmn_after_ship(d, jb->seq, jb->files, jb->nfiles) == 0) {
+    if (dmn_after_ship(d, jb->seq, files, n) == 0) {
         dmn_defer_log_drop(d, jb->seq);
         return forget(d, jb->seq);
     }
@@ -292,7 +292,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
     }
     if (jb->state == INGEST_JOURNAL_ACKED) {
         /* acked before a restart, or a file's after-ship action deferred: (re)try, at most once a second */
-        rc = d->now >= d->defer_next ? finish_acked(d, jb) : 0;
+        rc = d->now >= d->defer_next ? finish_acked(d, jb, jb->files, jb->nfiles) : 0;
         ingest_journal_batch_free(d->j, jb);
         return rc;
     }
@@ -316,7 +316,8 @@ static int ship_one(daemon_t *d, uint64_t seq)
     char **spooled = calloc(d->nsrc, sizeof(*spooled));
     ingest_sender *s = NULL;
     ingest_sender_batch *b = NULL;
-    size_t ngot = 0;
+    size_t ngot = 0, nafter_files = 0;
+    ingest_journal_file *after = NULL; /* with files refused: the after-ship list without them */
     int acked = 0;
     if (paths == NULL || got == NULL || bsrc == NULL || spooled == NULL) {
         rc = INGEST_ENOMEM;
@@ -402,6 +403,36 @@ static int ship_one(daemon_t *d, uint64_t seq)
     d->inflight[0] = '\0';
     if (rc == 0) {
         d->last_ack_ns = dmn_wall_now_ns();
+        if (bs.refused > 0) {
+            /* A file the core refused alone stays where it is (no after-ship action) and counts as
+             * shipped: it is not sent again until it changes.  got[i] is file i of the batch; the
+             * after-ship list (jb's files, whose paths outlive the batch) leaves them out too. */
+            size_t keep = 0, nafter = 0;
+            after = calloc(jb->nfiles ? jb->nfiles : 1, sizeof(*after));
+            if (after == NULL) {
+                rc = INGEST_ENOMEM;
+                goto out;
+            }
+            for (size_t k = 0; k < jb->nfiles; k++) {
+                int refused = 0;
+                for (size_t i = 0; i < ngot && !refused; i++) {
+                    ingest_sender_file_info fi;
+                    refused = ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL &&
+                              strcmp(fi.path, jb->files[k].path) == 0;
+                }
+                if (!refused)
+                    after[nafter++] = jb->files[k];
+            }
+            for (size_t i = 0; i < ngot; i++) {
+                ingest_sender_file_info fi;
+                if (ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL)
+                    continue;
+                got[keep++] = got[i];
+            }
+            ngot = keep;
+            nafter_files = nafter;
+            d->files_refused += bs.refused;
+        }
         if ((rc = ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_ACKED, got, ngot)) < 0) {
             prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
             goto out;
@@ -444,7 +475,8 @@ out:
     /* After the batch closed its files: a lease is refused while any descriptor is open, ours too.  The
      * journaled versions are those shipped (a file that changed left the batch), or files now gone. */
     if (acked)
-        rc = finish_acked(d, jb);
+        rc = after != NULL ? finish_acked(d, jb, after, nafter_files) : finish_acked(d, jb, jb->files, jb->nfiles);
+    free(after);
     for (size_t i = 0; spooled != NULL && i < d->nsrc; i++)
         free(spooled[i]);
     free(spooled);

@@ -81,9 +81,11 @@ void dmn_publish(daemon_t *d)
     sn->file_records = d->file_records;
     sn->seen_records = d->seen_records;
     sn->pruned = d->pruned;
+    memcpy(sn->special, a->report.special, sizeof(sn->special));
     sn->files_taken = d->files_taken;
     sn->bytes_taken = d->bytes_taken;
     sn->files_shipped = d->shipped_files;
+    sn->files_refused = d->files_refused;
     sn->bytes_shipped = d->shipped_bytes;
     sn->bytes_read = d->bytes_read;
     sn->chunks_new = a->report.t.ship.chunks_sent;
@@ -219,14 +221,20 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
         ",\"totals\":{\"files_seen\":%llu,\"files_taken\":%llu,\"bytes_taken\":%llu,\"files_shipped\":%llu,"
         "\"bytes_shipped\":%llu,\"bytes_read\":%llu,\"chunks_new\":%llu,\"chunks_dedup\":%llu,"
         "\"chunk_bytes_sent\":%llu,\"wire_bytes_out\":%llu,\"wire_bytes_in\":%llu,\"batches_acked\":%llu,"
-        "\"batches_replayed\":%llu,\"after_ship_deleted\":%llu,\"after_ship_moved\":%llu,\"files_same_bytes\":%llu}",
+        "\"batches_replayed\":%llu,\"after_ship_deleted\":%llu,\"after_ship_moved\":%llu,\"files_refused\":%llu,"
+        "\"files_same_bytes\":%llu}",
         (unsigned long long)sn->files_seen, (unsigned long long)sn->files_taken, (unsigned long long)sn->bytes_taken,
         (unsigned long long)sn->files_shipped, (unsigned long long)sn->bytes_shipped,
         (unsigned long long)sn->bytes_read, (unsigned long long)sn->chunks_new, (unsigned long long)sn->chunks_dedup,
         (unsigned long long)sn->chunk_bytes_sent, (unsigned long long)sn->wire_out, (unsigned long long)sn->wire_in,
         (unsigned long long)sn->batches_acked, (unsigned long long)sn->batches_replayed,
-        (unsigned long long)sn->deleted, (unsigned long long)sn->moved, (unsigned long long)sn->same_bytes);
-    put(o, ",\"walks\":{\"count\":%llu,\"last_seconds\":%.3f}", (unsigned long long)sn->walks, sn->walk_seconds);
+        (unsigned long long)sn->deleted, (unsigned long long)sn->moved, (unsigned long long)sn->files_refused,
+        (unsigned long long)sn->same_bytes);
+    put(o, ",\"walks\":{\"count\":%llu,\"last_seconds\":%.3f,\"not_regular\":{", (unsigned long long)sn->walks,
+        sn->walk_seconds);
+    for (int k = 0; k < SPECIAL_KINDS; k++)
+        put(o, "%s\"%s\":%llu", k ? "," : "", agent_special_name(k), (unsigned long long)sn->special[k]);
+    put(o, "}}");
     put(o, ",\"records\":{\"shipped\":%llu,\"settle_filter\":%llu,\"dropped\":%llu}",
         (unsigned long long)sn->file_records, (unsigned long long)sn->seen_records, (unsigned long long)sn->pruned);
     put(o, ",\"skipped\":{");
@@ -275,6 +283,10 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
     put(o, "%-20s %llu, the last took %.3f s\n", "walks", (unsigned long long)sn->walks, sn->walk_seconds);
     put(o, "%-20s %llu shipped, %llu settling or filtered; %llu of files gone dropped\n", "file records",
         (unsigned long long)sn->file_records, (unsigned long long)sn->seen_records, (unsigned long long)sn->pruned);
+    put(o, "%-20s", "not regular files");
+    for (int k = 0; k < SPECIAL_KINDS; k++)
+        put(o, " %s=%llu", agent_special_name(k), (unsigned long long)sn->special[k]);
+    put(o, " (last walk; skipped, never shipped)\n");
     put(o, "\n%-20s %14s %16s\n", "STAGE", "FILES", "BYTES");
     put(o, "%-20s %14llu %16s\n", "seen (last walk)", (unsigned long long)sn->files_seen, "-");
     put(o, "%-20s %14llu %16llu\n", "taken", (unsigned long long)sn->files_taken,
@@ -282,6 +294,7 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
     put(o, "%-20s %14s %16llu\n", "read", "-", (unsigned long long)sn->bytes_read);
     put(o, "%-20s %14llu %16llu\n", "shipped (acked)", (unsigned long long)sn->files_shipped,
         (unsigned long long)sn->bytes_shipped);
+    put(o, "%-20s %14llu %16s\n", "refused by core", (unsigned long long)sn->files_refused, "-");
     put(o, "%-20s %14s %16llu\n", "wire out", "-", (unsigned long long)sn->wire_out);
     put(o, "%-20s %14s %16llu\n", "wire in", "-", (unsigned long long)sn->wire_in);
     put(o, "%-20s %llu new (%llu bytes sent), %llu dedup\n", "chunks", (unsigned long long)sn->chunks_new,

@@ -657,6 +657,8 @@ int dmn_walk(daemon_t *d)
         ingest_sender_stats ss;
         ingest_sender_get_stats(s, &ss);
         d->files_seen = ss.files_seen;
+        if (rc == 0)
+            agent_walk_special(d->a, &ss); /* a whole walk's counts */
     }
     d->walks++;
     d->settling = d->not_stable;

@@ -518,6 +518,7 @@ int connect_core(agent *a)
     if (ingest_session_client_create(a->ctx, a->cfg->device_id, &a->key, a->receiver_pub, &a->net.ss) < 0 ||
         /* --once pipelines batches across acks; the daemon ships one batch at a time from its journal */
         ingest_session_set_features(a->net.ss, INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK |
+                                               INGEST_SESSION_FEATURE_REFUSE |
                                                (a->daemon ? 0u : INGEST_SESSION_FEATURE_PIPELINE) |
                                                (a->dict != NULL ? INGEST_SESSION_FEATURE_DICT : 0u)) < 0) {
         disconnect_core(a);
@@ -728,6 +729,7 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     pthread_mutex_destroy(&bl.lock);
     ingest_sender_stats ss;
     ingest_sender_get_stats(bl.snd, &ss);
+    agent_walk_special(a, &ss);
     if (ss.dropped_changed > 0)
         again = 1;
     a->state.seq = ingest_sender_next_seq(bl.snd);
@@ -950,7 +952,8 @@ int main(int argc, char **argv)
            "wire_bytes=%llu batches=%llu seconds=%.3f MB/s=%.1f cpu_seconds=%.3f throttle_wait_seconds=%.3f "
            "chunk_raw_bytes=%llu wait_build_seconds=%.3f wait_want_seconds=%.3f send_seconds=%.3f "
            "wait_ack_seconds=%.3f latency_p50_seconds=%.3f latency_p99_seconds=%.3f chunk_groups=%llu "
-           "record_seconds=%.3f\n",
+           "record_seconds=%.3f files_refused=%llu skipped_symlinks=%llu skipped_fifos=%llu skipped_sockets=%llu "
+           "skipped_devices=%llu\n",
            (unsigned long long)a.report.t.ship.files, (unsigned long long)a.report.t.unchanged, (unsigned long long)a.report.t.ship.bytes,
            (unsigned long long)a.report.t.ship.chunks,
            (unsigned long long)a.report.t.ship.chunks_sent, (unsigned long long)a.report.t.ship.chunks_dedup,
@@ -958,9 +961,18 @@ int main(int argc, char **argv)
            (unsigned long long)a.report.t.ship.batches_acked, secs, secs > 0 ? (double)a.report.t.ship.bytes / 1e6 / secs : 0.0,
            prog_cpu_seconds() - cpu0, (double)a.thr.throttle_wait_ms / 1000.0,
            (unsigned long long)a.report.t.ship.chunk_bytes_raw, a.report.t.wait_build_s, a.report.t.ship.wait_want_s, a.report.t.ship.send_s, a.report.t.ship.wait_ack_s,
-           latency_quantile(&a, 0.50), latency_quantile(&a, 0.99), (unsigned long long)a.report.t.ship.groups_sent, a.report.t.record_s);
+           latency_quantile(&a, 0.50), latency_quantile(&a, 0.99), (unsigned long long)a.report.t.ship.groups_sent, a.report.t.record_s,
+           (unsigned long long)a.report.t.ship.files_refused,
+           (unsigned long long)a.report.special[SPECIAL_SYMLINK], (unsigned long long)a.report.special[SPECIAL_FIFO],
+           (unsigned long long)a.report.special[SPECIAL_SOCKET], (unsigned long long)a.report.special[SPECIAL_DEVICE]);
     fflush(stdout);
-    if (rc == 0) {
+    if (rc == 0 && a.report.t.ship.files_refused > 0) {
+        fprintf(stderr,
+                "ingest-agent: %llu file(s) were refused by the receiver one by one (logged above); the rest landed; "
+                "they are not sent again until they change\n",
+                (unsigned long long)a.report.t.ship.files_refused);
+        status = 3;
+    } else if (rc == 0) {
         status = 0;
     } else if (rc == -2 || a.report.t.ship.batches_failed) {
         fprintf(stderr, "ingest-agent: %llu batch(es) were refused by the receiver; see the log above\n",

@@ -42,7 +42,7 @@
 /* What the receiver supports, offered in every handshake. */
 #define CORE_FEATURES                                                                                  \
     (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK | \
-     INGEST_SESSION_FEATURE_DICT)
+     INGEST_SESSION_FEATURE_DICT | INGEST_SESSION_FEATURE_REFUSE)
 
 /*
  * An authorized-devices set and the connections using it: SIGHUP swaps in a
@@ -78,7 +78,7 @@ typedef struct server {
     /* Prometheus metrics (docs/operations.md): labelled by device. */
     ingest_metrics *metrics;
     ingest_metric *m_conns, *m_refused, *m_dropped, *m_landed, *m_failed, *m_files, *m_bytes, *m_new, *m_known, *m_rewanted,
-        *m_wire, *m_written, *m_latency, *m_stage, *m_errors, *m_dicts, *m_krecords;
+        *m_wire, *m_written, *m_latency, *m_stage, *m_errors, *m_dicts, *m_krecords, *m_files_refused;
     /* kafka.brokers: the consumer group member, in a thread of its own */
     ingest_core_kafka *kafka;
     pthread_t kafka_thread;
@@ -106,6 +106,9 @@ static int define_metrics(server *s)
         { &s->m_failed, INGEST_METRIC_COUNTER, "ingest_receiver_batches_failed_total",
           "Batches refused or failed", "device" },
         { &s->m_files, INGEST_METRIC_COUNTER, "ingest_receiver_files_landed_total", "Files landed", "device" },
+        { &s->m_files_refused, INGEST_METRIC_COUNTER, "ingest_receiver_files_refused_total",
+          "Files refused one by one (their path or their place in the bronze tree); the rest of their batch landed",
+          "device" },
         { &s->m_bytes, INGEST_METRIC_COUNTER, "ingest_receiver_bytes_landed_total", "Bytes of files landed",
           "device" },
         { &s->m_new, INGEST_METRIC_COUNTER, "ingest_receiver_chunks_received_total",
@@ -785,7 +788,7 @@ static int make_core(server *s)
         .conns = s->m_conns, .landed = s->m_landed, .failed = s->m_failed, .files = s->m_files,
         .bytes = s->m_bytes, .chunks_new = s->m_new, .chunks_known = s->m_known, .rewanted = s->m_rewanted,
         .wire = s->m_wire, .written = s->m_written, .latency = s->m_latency, .stage = s->m_stage,
-        .errors = s->m_errors, .dicts = s->m_dicts,
+        .errors = s->m_errors, .dicts = s->m_dicts, .files_refused = s->m_files_refused,
     };
     const ingest_core_opts o = {
         .store = s->st,

@@ -69,6 +69,7 @@ typedef struct ingest_dictstore ingest_dictstore;
 typedef struct ingest_core_metrics {
     ingest_metric *conns, *landed, *failed, *files, *bytes, *chunks_new, *chunks_known, *rewanted, *wire, *written,
         *latency, *stage, *errors, *dicts;
+    ingest_metric *files_refused; /* files refused one by one (FILE_REFUSED), by device */
 } ingest_core_metrics;
 
 typedef struct ingest_core_opts {

@@ -47,7 +47,8 @@ typedef struct ingest_edge_stats {
     uint64_t wire_out, wire_in;  /* bytes of messages, with INGEST_EDGE_FRAME_OVERHEAD each */
     uint64_t chunks_sent, chunk_bytes_raw, chunk_bytes_sent, groups_sent;
     uint64_t batches_acked, batches_failed, batches_abandoned;
-    uint64_t files, bytes, chunks, chunks_dedup; /* of acknowledged batches */
+    uint64_t files, bytes, chunks, chunks_dedup; /* of acknowledged batches (refused files included) */
+    uint64_t files_refused; /* files of acknowledged batches the core refused alone (FILE_REFUSED) */
     /* wall seconds: waiting for the WANT after a manifest, sending chunks
      * (read, compress, encrypt, write), waiting for the ACK after COMMIT */
     double wait_want_s, send_s, wait_ack_s;

@@ -351,6 +351,23 @@ INGEST_API void ingest_lander_abort(ingest_lander_batch *b);
 /* Free a batch (aborting it unless committed); NULL accepted. */
 INGEST_API void ingest_lander_batch_destroy(ingest_lander_batch *b);
 
+/*
+ * Files refused one by one (docs/landing.md, "Refused files"): a file
+ * whose landed path is refused (too long with the layout, a name the
+ * bronze tree cannot take) or whose place in the bronze tree is blocked (a
+ * symlink or non-directory on the way, a directory or special file at its
+ * final name) is found by parse and refused alone; the rest of the batch
+ * lands.  Its chunks are still received and checked (later files may
+ * share them), its bytes never reach a final name, and the batch manifest
+ * records it with "refused" and the reason.  Count, then the k-th (0 ..
+ * count-1, ascending file index): its index in the manifest, an INGEST_E*
+ * code and the reason (valid with the batch).  A caller whose peer cannot
+ * be told (no per-file refusal in its protocol) fails the batch instead.
+ */
+INGEST_API uint32_t ingest_lander_refused_count(const ingest_lander_batch *b);
+INGEST_API int ingest_lander_refused(const ingest_lander_batch *b, uint32_t k, uint32_t *file_index, int *code,
+                                     const char **reason);
+
 typedef struct ingest_lander_stats {
     uint64_t files;          /* files of the batch */
     uint64_t bytes;          /* their total size */
@@ -363,6 +380,7 @@ typedef struct ingest_lander_stats {
     uint64_t bytes_written;  /* bytes written under the bronze root (files + manifest) */
     uint64_t copies;         /* ranges copied from landed files */
     uint64_t syncs;          /* fsync calls */
+    uint64_t bytes_sparse;   /* bytes of all-zero chunks left as holes (not written, not in bytes_written) */
 } ingest_lander_stats;
 
 INGEST_API void ingest_lander_batch_stats(const ingest_lander_batch *b, ingest_lander_stats *st);

@@ -29,6 +29,7 @@ extern "C" {
 #define INGEST_MANIFEST_NAME_MAX 128         /* device and batch names */
 #define INGEST_MANIFEST_CHUNKS_PER_LINE 1024 /* chunks on one line */
 #define INGEST_MANIFEST_LINE_MAX (256u * 1024u)
+#define INGEST_MANIFEST_REFUSED_MAX 1024      /* bytes of a refusal reason */
 
 typedef struct ingest_manifest_chunk {
     uint8_t id[INGEST_ID_BYTES];
@@ -64,6 +65,10 @@ typedef struct ingest_manifest_rec {
      * derives it from the chunk ids and lands it in full. */
     int omit_hash;
     uint64_t nchunks_total;        /* chunks of the whole file */
+    /* A file of the batch the core did not land (written by the core only):
+     * why, 1..INGEST_MANIFEST_REFUSED_MAX bytes; landed is "" and version 0.
+     * NULL for a landed file.  Readers of landed files skip these. */
+    const char *refused;
     /* INGEST_MREC_FILE and INGEST_MREC_CHUNKS */
     const ingest_manifest_chunk *chunks;
     uint32_t nchunks;      /* on this line */

@@ -149,6 +149,11 @@ typedef struct ingest_sender_stats {
     uint64_t dropped_changed;
     uint64_t skipped_toobig;
     uint64_t files_unchanged;    /* passed over by want_file */
+    /* skipped_special by kind (their sum is skipped_special): never shipped, never opened */
+    uint64_t skipped_symlinks;
+    uint64_t skipped_fifos;
+    uint64_t skipped_sockets;
+    uint64_t skipped_devices;    /* character and block devices */
 } ingest_sender_stats;
 
 typedef struct ingest_sender_s ingest_sender;
@@ -223,6 +228,7 @@ typedef struct ingest_sender_batch_stats {
     uint64_t chunks;         /* chunk list length (manifest order) */
     uint64_t unique_chunks;  /* distinct chunk ids among them */
     uint64_t dropped;        /* files left out because they changed */
+    uint64_t refused;        /* files the core refused alone (ingest_sender_batch_refuse) */
 } ingest_sender_batch_stats;
 INGEST_API void ingest_sender_batch_stats_get(const ingest_sender_batch *b, ingest_sender_batch_stats *st);
 
@@ -237,7 +243,15 @@ typedef struct ingest_sender_file_info {
     uint64_t nchunks;
     uint64_t dev;            /* st_dev and st_ino of the file chunked */
     uint64_t ino;
+    const char *refused;     /* the core's reason when it refused this file alone, else NULL */
+    int refused_code;        /* its INGEST_E* code (0 when not refused) */
 } ingest_sender_file_info;
+/*
+ * The core refused file i alone (FILE_REFUSED, docs/protocol.md): keep its
+ * code and reason (copied) with the batch, for ingest_sender_batch_file.
+ * 0; INGEST_EINVAL for no such file or one refused already; INGEST_ENOMEM.
+ */
+INGEST_API int ingest_sender_batch_refuse(ingest_sender_batch *b, uint64_t i, int code, const char *reason);
 /* File file_index (0..files-1, manifest order); pointers valid with the batch. */
 INGEST_API int ingest_sender_batch_file(const ingest_sender_batch *b, uint64_t file_index,
                                         ingest_sender_file_info *info);

@@ -160,9 +160,15 @@ enum {
  */
 #define INGEST_SESSION_FEATURE_DICT 0x08u
 /* Every feature this library knows. */
+/*
+ * INGEST_SESSION_FEATURE_REFUSE: the receiver refuses a file it cannot land
+ * (its path, its place in the bronze tree) with FILE_REFUSED and lands the
+ * rest of its batch; without it such a file fails the whole batch.
+ */
+#define INGEST_SESSION_FEATURE_REFUSE 0x10u
 #define INGEST_SESSION_FEATURES_ALL                                                                    \
     (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK | \
-     INGEST_SESSION_FEATURE_DICT)
+     INGEST_SESSION_FEATURE_DICT | INGEST_SESSION_FEATURE_REFUSE)
 
 /* A piece of a frame's payload for ingest_session_sendv. */
 typedef struct ingest_iov {

@@ -58,7 +58,8 @@ enum {
     INGEST_MSG_DICT_OFFER = 13,   /* agent -> receiver; only with INGEST_SESSION_FEATURE_DICT */
     INGEST_MSG_DICT_WANT = 14,    /* receiver -> agent; answer to DICT_OFFER */
     INGEST_MSG_DICT_DATA = 15,    /* agent -> receiver; a slice of a dictionary the receiver asked for */
-    INGEST_MSG_TYPE_LAST = 15,
+    INGEST_MSG_FILE_REFUSED = 16, /* receiver -> agent; only with INGEST_SESSION_FEATURE_REFUSE */
+    INGEST_MSG_TYPE_LAST = 16,
 };
 
 /* CHUNK_GROUP bounds: chunks in one group, and bytes they hold decoded. */
@@ -176,6 +177,19 @@ typedef struct ingest_wire_received {
     char batch_id[INGEST_WIRE_BATCH_ID_MAX + 1];
 } ingest_wire_received;
 
+/*
+ * FILE_REFUSED: one file of the batch the receiver does not land (the rest
+ * of the batch does), sent before the batch's ACK.  file_index is its
+ * position in the batch manifest (0-based); code a negative INGEST_E*
+ * code; message says why (never empty).
+ */
+typedef struct ingest_wire_file_refused {
+    char batch_id[INGEST_WIRE_BATCH_ID_MAX + 1];
+    uint32_t file_index;
+    int32_t code;
+    char message[INGEST_WIRE_MESSAGE_MAX + 1];
+} ingest_wire_file_refused;
+
 /* DICT_OFFER: a dictionary the device wants to compress chunks with. */
 typedef struct ingest_wire_dict_offer {
     uint32_t dict_id; /* the id in its header (ingest_dict_id), non-zero */
@@ -225,6 +239,7 @@ typedef struct ingest_wire_msg {
         ingest_wire_dict_offer dict_offer;
         ingest_wire_dict_want dict_want;
         ingest_wire_dict_data dict_data;
+        ingest_wire_file_refused refused;
     } u;
 } ingest_wire_msg;
 

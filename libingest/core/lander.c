@@ -422,7 +422,7 @@ int lander__chunks_grow(ingest_lander_batch *b, uint32_t need)
     return 0;
 }
 
-static void remove_temps(ingest_lander_batch *b)
+void lander__remove_temps(ingest_lander_batch *b)
 {
     char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
     lander__close_fd(&b->fd);
@@ -491,7 +491,7 @@ int lander__store_fail(ingest_lander_batch *b, int rc, const char *what, const c
 int lander__fail_batch(ingest_lander_batch *b, int rc)
 {
     if (b->state == B_ACTIVE || b->state == B_PREPARED) {
-        remove_temps(b);
+        lander__remove_temps(b);
         b->state = B_DEAD;
     }
     return rc;
@@ -501,7 +501,7 @@ void ingest_lander_abort(ingest_lander_batch *b)
 {
     if (!b || b->state == B_COMMITTED)
         return;
-    remove_temps(b);
+    lander__remove_temps(b);
     b->state = B_DEAD;
 }
 
@@ -520,12 +520,14 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
         for (uint32_t i = 0; i < b->nfiles; i++) {
             ingest__free(ctx, b->files[i].path);
             ingest__free(ctx, b->files[i].landed);
+            ingest__free(ctx, b->files[i].refused);
         }
     }
     for (size_t i = 0; i < b->ndirs; i++)
         ingest__free(ctx, b->dirs[i]);
     ingest__free(ctx, b->dirs);
     ingest__free(ctx, b->files);
+    ingest__free(ctx, b->refused_idx);
     ingest__free(ctx, b->mc);
     ingest__free(ctx, b->pos);
     ingest__free(ctx, b->src);
@@ -572,3 +574,72 @@ void ingest_lander_batch_stats(const ingest_lander_batch *b, ingest_lander_stats
         memset(st, 0, sizeof *st);
 }
 
+
+/* ----------------------------------------------------- refused files */
+
+/*
+ * File i cannot land (its path, or its place in the bronze tree: the
+ * detail is the context's errmsg): refuse it alone.  Its bytes are still
+ * received and checked, written under REFUSED_DIR (a later file of the
+ * batch may copy a chunk from them) and removed at commit; the batch's
+ * manifest records it with the reason.  ENOMEM only.
+ */
+int lander__refuse_file(ingest_lander_batch *b, uint32_t i, int code)
+{
+    lfile *f = &b->files[i];
+    if (f->refused != NULL)
+        return 0;
+    char why[INGEST__ERRMSG_MAX];
+    const char *msg = ingest_ctx_errmsg(b->ctx);
+    if (strncmp(msg, "lander: ", 8) == 0)
+        msg += 8;
+    snprintf(why, sizeof why, "%s", msg[0] != '\0' ? msg : "refused by the receiver");
+    if (b->refused_idx == NULL) {
+        b->refused_idx = ingest__malloc(b->ctx, (size_t)b->nfiles * sizeof *b->refused_idx);
+        if (b->refused_idx == NULL)
+            return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    }
+    char scratch[64];
+    snprintf(scratch, sizeof scratch, REFUSED_DIR "/f%u", i);
+    char *landed = ingest__strdup(b->ctx, scratch);
+    char *r = ingest__strdup(b->ctx, why);
+    if (landed == NULL || r == NULL) {
+        ingest__free(b->ctx, landed);
+        ingest__free(b->ctx, r);
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    }
+    ingest__free(b->ctx, f->landed);
+    f->landed = landed;
+    f->refused = r;
+    f->refused_code = code < 0 ? code : INGEST_EINVAL;
+    /* files are refused in manifest order, except by check_paths after landed_path: keep the list sorted */
+    uint32_t k = b->nrefused;
+    while (k > 0 && b->refused_idx[k - 1] > i) {
+        b->refused_idx[k] = b->refused_idx[k - 1];
+        k--;
+    }
+    b->refused_idx[k] = i;
+    b->nrefused++;
+    ingest__log(b->ctx, INGEST_LOG_WARN, "lander: batch %s of %s: file refused: %s", b->name, b->device, why);
+    return 0;
+}
+
+uint32_t ingest_lander_refused_count(const ingest_lander_batch *b)
+{
+    return b ? b->nrefused : 0;
+}
+
+int ingest_lander_refused(const ingest_lander_batch *b, uint32_t k, uint32_t *file_index, int *code,
+                          const char **reason)
+{
+    if (!b || k >= b->nrefused)
+        return INGEST_EINVAL;
+    const lfile *f = &b->files[b->refused_idx[k]];
+    if (file_index)
+        *file_index = b->refused_idx[k];
+    if (code)
+        *code = f->refused_code;
+    if (reason)
+        *reason = f->refused;
+    return 0;
+}

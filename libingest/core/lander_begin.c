@@ -49,8 +49,11 @@ static int check_paths(ingest_lander_batch *b)
             *s = '/';
         }
     }
+    /* The bronze tree on the way: what blocks a file refuses that file alone. */
     for (uint32_t i = 0; i < b->nfiles; i++) {
         const lfile *f = &b->files[i];
+        if (f->refused != NULL)
+            continue;
         char dir[LANDED_MAX];
         const char *name;
         lander__split_path(f->landed, dir, sizeof dir, &name);
@@ -58,18 +61,27 @@ static int check_paths(ingest_lander_batch *b)
             if (lastfd >= 0)
                 close(lastfd);
             lastfd = -2;
+            snprintf(lastdir, sizeof lastdir, "%s", dir);
             rc = lander__walk_dir(b, f->path, dir, false, &lastfd);
+            if (rc == INGEST_EINVAL || rc == INGEST_ETOOBIG) {
+                /* a symlink or non-directory on the way (the next file of this directory finds it again) */
+                lastfd = -2;
+                if ((rc = lander__refuse_file(b, i, rc)) < 0)
+                    goto out;
+                continue;
+            }
             if (rc < 0)
                 goto out;
-            snprintf(lastdir, sizeof lastdir, "%s", dir);
         }
         if (lastfd >= 0) {
             struct stat sb;
             if (fstatat(lastfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode)) {
-                rc = ingest__fail(b->ctx, INGEST_EINVAL,
-                                  "lander: file %s: %s exists in the bronze tree and is not a regular file",
-                                  f->path, f->landed);
-                goto out;
+                rc = ingest__fail(b->ctx, INGEST_EEXIST,
+                                  "lander: file %.200s: cannot land at %.200s: a %s is there in the bronze tree",
+                                  f->path, f->landed,
+                                  S_ISDIR(sb.st_mode) ? "directory" : S_ISLNK(sb.st_mode) ? "symlink" : "special file");
+                if ((rc = lander__refuse_file(b, i, rc)) < 0)
+                    goto out;
             }
         }
     }
@@ -406,14 +418,20 @@ int ingest_lander_parse(ingest_lander *l, const char *device, const void *manife
         lfile *f = &b->files[i];
         char p[LANDED_MAX];
         rc = lander__landed_path(l, device, b->name, f->path, f->mtime_ns, p, sizeof p);
-        if (rc < 0)
+        if (rc == INGEST_ENOMEM)
             goto fail;
+        b->stats.bytes += f->size;
+        if (rc < 0) {
+            /* its path: about this file alone */
+            if ((rc = lander__refuse_file(b, i, rc)) < 0)
+                goto fail;
+            continue;
+        }
         f->landed = ingest__strdup(l->ctx, p);
         if (!f->landed) {
             rc = ingest__fail(l->ctx, INGEST_ENOMEM, "lander: out of memory");
             goto fail;
         }
-        b->stats.bytes += f->size;
     }
     if ((rc = check_paths(b)) < 0)
         goto fail;

@@ -53,7 +53,8 @@ static int write_manifest(ingest_lander_batch *b)
         memset(&rec, 0, sizeof rec);
         rec.type = INGEST_MREC_FILE;
         rec.path = f->path;
-        rec.landed = f->landed;
+        rec.landed = f->refused != NULL ? "" : f->landed;
+        rec.refused = f->refused;
         rec.size = f->size;
         rec.mtime_ns = f->mtime_ns;
         rec.mode = f->mode;
@@ -147,6 +148,8 @@ static int sync_temps(ingest_lander_batch *b)
     bool use_syncfs = b->nfiles >= INGEST_LANDER_SYNCFS_MIN;
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
+        if (f->refused != NULL)
+            continue;
         lander__split_path(f->landed, dir, sizeof dir, &name);
         lander__tmp_name(b, name, i, tn, sizeof tn);
         INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
@@ -163,6 +166,8 @@ static int sync_temps(ingest_lander_batch *b)
     b->syncfs = use_syncfs;
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
+        if (f->refused != NULL)
+            continue;
         lander__split_path(f->landed, dir, sizeof dir, &name);
         lander__tmp_name(b, name, i, tn, sizeof tn);
         INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
@@ -207,6 +212,8 @@ static int check_final_names(ingest_lander_batch *b)
     const char *name;
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
+        if (f->refused != NULL)
+            continue;
         lander__split_path(f->landed, dir, sizeof dir, &name);
         INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
         struct stat sb;
@@ -268,6 +275,8 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
     INGEST__FORWARD(check_final_names(b));
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
+        if (f->refused != NULL)
+            continue; /* no version, no final name */
         uint8_t v[8];
         size_t vl = 0;
         uint8_t key[INGEST__PATH_KEY_MAX];
@@ -332,6 +341,8 @@ static int index_batch(ingest_lander_batch *b)
     b->wrote = true;
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
+        if (f->refused != NULL)
+            continue; /* nothing of it stays */
         uint8_t v[8];
         size_t vl = 0;
         uint8_t key[INGEST__PATH_KEY_MAX];
@@ -436,8 +447,10 @@ int ingest_lander_commit_finish(ingest_lander_batch *b, const ingest_lander_lock
     if (rc < 0)
         return lander__fail_batch(b, rc);
     b->state = B_COMMITTED;
-    ingest__log(b->ctx, INGEST_LOG_INFO, "lander: batch %s of %s landed: %u files, %llu bytes", b->name, b->device,
-                b->nfiles, (unsigned long long)b->stats.bytes);
+    if (b->nrefused > 0)
+        lander__remove_temps(b); /* the refused files' scratch copies: every other file was renamed */
+    ingest__log(b->ctx, INGEST_LOG_INFO, "lander: batch %s of %s landed: %u files, %llu bytes%s", b->name, b->device,
+                b->nfiles - b->nrefused, (unsigned long long)b->stats.bytes, b->nrefused ? " (files refused)" : "");
     return 0;
 }
 

@@ -59,6 +59,8 @@
  * removed by the sweep after a crash.
  */
 #define TMP_TAG_FILE ".tmp-tag"
+/* Where the bytes of refused files are written while their batch lands. */
+#define REFUSED_DIR "_manifests/.refused"
 #define TMP_TAG_HEX 16
 #define TMP_MARK_MAX (sizeof ".ingest-tmp-." + TMP_TAG_HEX)
 /* Hex digits of the device's tag in temporary names (an unkeyed BLAKE2b of its id). */
@@ -101,6 +103,11 @@ struct ingest_lander_s {
     bool own_lock;
     ingest__lander_hook_fn hook; /* tests: called at points of the landing (ingest__lander_set_hook), or NULL */
     void *hook_ud;
+    /* The id of the all-zero chunk of zero_len bytes, learnt from the last
+     * verified chunk found all zero (0: none yet): a known or repeated chunk
+     * with this id and length is a hole, landed without reading it. */
+    uint32_t zero_len;
+    uint8_t zero_id[INGEST_ID_BYTES];
 };
 
 typedef struct lfile {
@@ -116,6 +123,11 @@ typedef struct lfile {
     bool created; /* its temporary file exists */
     bool renamed; /* moved to its final name */
     bool fresh;   /* nothing was at its final name when the renames began */
+    /* Refused (ingest_lander_refused): why, and the code; landed is then a
+     * scratch place under _manifests/.refused where its bytes are written
+     * (later files may copy chunks from them) and removed at commit. */
+    char *refused;
+    int refused_code;
 } lfile;
 
 struct ingest_lander_batch_s {
@@ -127,6 +139,8 @@ struct ingest_lander_batch_s {
     char *name;
     lfile *files;
     uint32_t nfiles, nfiles_read;
+    uint32_t *refused_idx; /* files refused one by one, ascending */
+    uint32_t nrefused;
     ingest_manifest_chunk *mc;
     uint64_t *pos;
     uint32_t *src;
@@ -149,10 +163,14 @@ struct ingest_lander_batch_s {
     uint8_t *dio;     /* DIO_BUF bytes aligned to DIO_ALIGN inside dio_mem, or NULL */
     void *dio_mem;    /* the allocation (context's allocator) dio lies in */
     size_t dio_fill;
+    size_t dio_zeros; /* bytes at the end of dio[0, dio_fill) known to be zeros (added by a hole) */
     uint64_t dio_base;
     int dirfd;        /* directory of cur_dir, -1 */
     char *cur_dir;    /* relative directory cached in dirfd */
     uint64_t file_off;
+    /* a zero chunk was skipped (a hole) and nothing written past it yet: the
+     * file's size may be short of the bytes landed (fill_holes in lander_land.c) */
+    bool size_short;
     ingest_filehash fh;
     /* known-chunk source cache */
     int srcfd;
@@ -174,6 +192,8 @@ struct ingest_lander_batch_s {
 
 #define DIO_ALIGN 4096u
 #define DIO_BUF (256u * 1024u)
+/* A chunk of at least this many bytes that is all zero is left as a hole in its file (docs/landing.md, "Holes"). */
+#define HOLE_MIN 4096u
 
 /*
  * Shared by the parts of the lander: lander.c defines the helpers and the
@@ -197,6 +217,8 @@ int lander__settle(ingest_lander_batch *b, int rc);
 int lander__store_fail(ingest_lander_batch *b, int rc, const char *what, const char *path);
 int lander__fail_batch(ingest_lander_batch *b, int rc);
 int lander__pump(ingest_lander_batch *b);
+void lander__remove_temps(ingest_lander_batch *b);
+int lander__refuse_file(ingest_lander_batch *b, uint32_t i, int code);
 int lander__landed_path(ingest_lander *l, const char *device, const char *batch, const char *relpath, int64_t mtime_ns, char *out, size_t cap);
 int lander__add_dir(ingest_lander_batch *b, const char *dir);
 int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create, int *fd);

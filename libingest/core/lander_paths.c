@@ -39,9 +39,28 @@ static int expand(ingest_ctx *ctx, const char *layout, const char *device, const
                                     layout, (size_t)(p - layout));
         }
         const size_t vl = v ? strlen(v) : 1;
-        if (o + vl >= cap)
-            return ingest__fail(ctx, INGEST_ETOOBIG, "lander: file %s: landed path longer than %zu bytes",
-                                relpath, cap - 1);
+        if (o + vl >= cap) {
+            /* say how long it would be: the rest of the layout expanded, counted only */
+            size_t total = o + vl;
+            for (const char *q = p + skip; *q;) {
+                size_t qs = 1, ql = 1;
+                for (size_t k = 0; *q == '{' && k < sizeof PLACEHOLDERS / sizeof PLACEHOLDERS[0]; k++) {
+                    const size_t pl = strlen(PLACEHOLDERS[k]);
+                    if (strncmp(q, PLACEHOLDERS[k], pl) == 0) {
+                        qs = pl;
+                        ql = strlen(vals[k]);
+                        break;
+                    }
+                }
+                total += ql;
+                q += qs;
+            }
+            return ingest__fail(ctx, INGEST_ETOOBIG,
+                                "lander: file %.200s%s: its landed path would be %zu bytes (the path is %zu, the "
+                                "layout adds %zu); the bronze tree takes at most %zu",
+                                relpath, strlen(relpath) > 200 ? "..." : "", total, strlen(relpath),
+                                total - strlen(relpath), cap - 1);
+        }
         memcpy(out + o, v ? v : p, vl);
         o += vl;
         p += skip;
@@ -303,8 +322,9 @@ int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, 
                 return 0;
             if (err == ELOOP || err == ENOTDIR)
                 return ingest__fail(b->ctx, INGEST_EINVAL,
-                                    "lander: file %s: \"%s\" in the bronze tree is a symlink or not a directory",
-                                    file, c);
+                                    "lander: file %.200s%s: \"%.200s\" on its way in the bronze tree is a symlink or "
+                                    "not a directory",
+                                    file, strlen(file) > 200 ? "..." : "", c);
             return lander__sys_fail(b->ctx, err, "open directory", dir);
         }
         close(cur);

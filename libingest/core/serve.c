@@ -86,6 +86,28 @@ static int send_ack(ingest_link *lk, const char *batch, int status, const char *
     return ingest_link_send(lk, &m);
 }
 
+/* FILE_REFUSED for each file of b the lander refused, before the batch's ACK. */
+static int send_refusals(ingest_core *s, ingest_link *lk, const char *device, const char *batch,
+                         const ingest_lander_batch *b)
+{
+    const uint32_t n = ingest_lander_refused_count(b);
+    for (uint32_t k = 0; k < n; k++) {
+        ingest_wire_msg m;
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_FILE_REFUSED;
+        const char *why = NULL;
+        int code = 0;
+        (void)ingest_lander_refused(b, k, &m.u.refused.file_index, &code, &why);
+        snprintf(m.u.refused.batch_id, sizeof(m.u.refused.batch_id), "%s", batch);
+        m.u.refused.code = code < 0 ? code : INGEST_EINVAL;
+        snprintf(m.u.refused.message, sizeof(m.u.refused.message), "%s", why != NULL && why[0] ? why : "refused");
+        INGEST__FORWARD(ingest_link_send(lk, &m));
+    }
+    if (n > 0)
+        ingest_metric_add(s->m.files_refused, device, n);
+    return 0;
+}
+
 static int send_received(ingest_link *lk, const char *batch)
 {
     ingest_wire_msg m;
@@ -202,7 +224,8 @@ static void *committer_main(void *arg)
         char why[INGEST_WIRE_MESSAGE_MAX];
         const int rc = finish_batch(s, cm->b, cm->lctx, cm->device, cm->batch, cm->t0, why, sizeof(why));
         /* A lost connection loses only the ACK: the batch is durable, a resend is acked as a duplicate. */
-        (void)send_ack(cm->lk, cm->batch, rc < 0 ? rc : INGEST_ACK_LANDED, rc < 0 ? why : "landed");
+        if (rc < 0 || send_refusals(s, cm->lk, cm->device, cm->batch, cm->b) == 0)
+            (void)send_ack(cm->lk, cm->batch, rc < 0 ? rc : INGEST_ACK_LANDED, rc < 0 ? why : "landed");
         ingest_lander_batch_destroy(cm->b);
         pthread_mutex_lock(&cm->mu);
         cm->b = NULL;
@@ -630,6 +653,14 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 rc = ingest_lander_lookup(b);
             char why[INGEST_WIRE_MESSAGE_MAX];
             snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
+            if (rc == 0 && ingest_lander_refused_count(b) > 0 && !(link->features & INGEST_SESSION_FEATURE_REFUSE)) {
+                /* a device that cannot be told of one file's refusal gets its batch refused, with the first reason */
+                const char *r1 = NULL;
+                (void)ingest_lander_refused(b, 0, NULL, &rc, &r1);
+                snprintf(why, sizeof(why), "%s", r1 != NULL ? r1 : "a file was refused");
+                if (rc >= 0)
+                    rc = INGEST_EINVAL;
+            }
             if (rc != 0) {
                 ingest_lander_batch_destroy(b);
                 b = NULL;
@@ -785,7 +816,9 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 rc = send_ack(link, batch, rc, why);
             } else {
                 committer_wait_idle(&cm);
-                rc = send_ack(link, batch, INGEST_ACK_LANDED, "landed");
+                rc = send_refusals(s, link, device, batch, b);
+                if (rc == 0)
+                    rc = send_ack(link, batch, INGEST_ACK_LANDED, "landed");
             }
             ingest_lander_batch_destroy(b);
             b = NULL;

@@ -150,6 +150,12 @@ struct ingest_sender_batch_s {
     uint64_t bytes, unique;
     bdrop *drops;
     size_t ndrops, capdrops;
+    /* files the core refused alone (ingest_sender_batch_refuse): per file, NULL until the first */
+    struct brefusal {
+        char *why;
+        int code;
+    } *refusals;
+    size_t nrefused;
     int *rootfd; /* per source, dup of the sender's, -1 when unused */
     /* chunk access */
     int cur_fd;
@@ -246,6 +252,20 @@ static void report(ingest_sender *s, const char *path, int reason, int err)
         ingest__log(s->ctx, level, "sender: %s: %s", path, what);
     if (s->on_skip)
         s->on_skip(s->ud, path, reason);
+}
+
+/* A symlink, FIFO, socket or device (its st_mode): counted by kind, and reported as INGEST_SKIP_SPECIAL. */
+static void report_special(ingest_sender *s, const char *path, mode_t mode)
+{
+    if (S_ISLNK(mode))
+        s->st.skipped_symlinks++;
+    else if (S_ISFIFO(mode))
+        s->st.skipped_fifos++;
+    else if (S_ISSOCK(mode))
+        s->st.skipped_sockets++;
+    else if (S_ISCHR(mode) || S_ISBLK(mode))
+        s->st.skipped_devices++;
+    report(s, path, INGEST_SKIP_SPECIAL, 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -756,7 +776,7 @@ static int walk_peek(ingest_sender *s)
         }
         if (!S_ISREG(st.st_mode)) {
             f->i++;
-            report(s, s->path, INGEST_SKIP_SPECIAL, 0);
+            report_special(s, s->path, st.st_mode);
             continue;
         }
         s->st.files_seen++;
@@ -833,7 +853,7 @@ static int list_peek(ingest_sender *s)
         }
         if (!S_ISREG(st.st_mode)) {
             s->ilist++;
-            report(s, p, INGEST_SKIP_SPECIAL, 0);
+            report_special(s, p, st.st_mode);
             continue;
         }
         s->st.files_seen++;
@@ -1039,8 +1059,10 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
     int fd = openat(s->peek_dirfd, s->peek_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         const int e = errno;
-        report(s, path,
-               e == ENOENT ? INGEST_SKIP_VANISHED : e == ELOOP ? INGEST_SKIP_SPECIAL : INGEST_SKIP_UNREADABLE, e);
+        if (e == ELOOP) /* replaced by a symlink since the walk saw it */
+            report_special(s, path, S_IFLNK);
+        else
+            report(s, path, e == ENOENT ? INGEST_SKIP_VANISHED : INGEST_SKIP_UNREADABLE, e);
         return 0;
     }
     struct stat st0, st1;
@@ -1050,7 +1072,7 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
         goto out;
     }
     if (!S_ISREG(st0.st_mode)) {
-        report(s, path, INGEST_SKIP_SPECIAL, 0);
+        report_special(s, path, st0.st_mode);
         goto out;
     }
     if (b->nfiles > 0 && b->bytes + (uint64_t)st0.st_size > s->max_bytes) {
@@ -1164,6 +1186,10 @@ void ingest_sender_batch_destroy(ingest_sender_batch *b)
         for (size_t i = 0; i < b->s->nsrc; i++)
             close_fd(&b->rootfd[i]);
     ingest__free(ctx, b->rootfd);
+    if (b->refusals != NULL)
+        for (size_t i = 0; i < b->nfiles; i++)
+            ingest__free(ctx, b->refusals[i].why);
+    ingest__free(ctx, b->refusals);
     ingest__free(ctx, b->files);
     ingest__free(ctx, b->chunks);
     ingest__free(ctx, b->offs);
@@ -1303,6 +1329,29 @@ void ingest_sender_batch_stats_get(const ingest_sender_batch *b, ingest_sender_b
     st->chunks = b->nchunks;
     st->unique_chunks = b->unique;
     st->dropped = b->ndrops;
+    st->refused = b->nrefused;
+}
+
+int ingest_sender_batch_refuse(ingest_sender_batch *b, uint64_t i, int code, const char *reason)
+{
+    if (b == NULL || reason == NULL)
+        return INGEST_EINVAL;
+    if (i >= b->nfiles)
+        return ingest__fail(b->ctx, INGEST_EINVAL, "sender: batch %s has no file %" PRIu64 " (it has %zu)", b->id, i,
+                            b->nfiles);
+    if (b->refusals == NULL) {
+        b->refusals = ingest__calloc(b->ctx, b->nfiles, sizeof(*b->refusals));
+        if (b->refusals == NULL)
+            return ingest__fail(b->ctx, INGEST_ENOMEM, "sender: out of memory");
+    }
+    if (b->refusals[i].why != NULL)
+        return ingest__fail(b->ctx, INGEST_EINVAL, "sender: batch %s: file %" PRIu64 " was refused already", b->id, i);
+    b->refusals[i].why = ingest__strdup(b->ctx, reason[0] != '\0' ? reason : "refused");
+    if (b->refusals[i].why == NULL)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "sender: out of memory");
+    b->refusals[i].code = code < 0 ? code : INGEST_EINVAL;
+    b->nrefused++;
+    return 0;
 }
 
 int ingest_sender_batch_file(const ingest_sender_batch *b, uint64_t i, ingest_sender_file_info *info)
@@ -1320,6 +1369,8 @@ int ingest_sender_batch_file(const ingest_sender_batch *b, uint64_t i, ingest_se
     info->nchunks = f->nchunks;
     info->dev = (uint64_t)f->dev;
     info->ino = (uint64_t)f->ino;
+    info->refused = b->refusals != NULL ? b->refusals[i].why : NULL;
+    info->refused_code = b->refusals != NULL ? b->refusals[i].code : 0;
     return 0;
 }
 

@@ -40,6 +40,7 @@ struct ingest_edge {
     uint32_t pending_sent;
     double pending_t0;
     unsigned pending_refused;
+    ingest_sender_batch *cur; /* the batch being shipped (finish_batch), for its FILE_REFUSED */
     encoder *enc;
     uint8_t *chunkbuf;
 };
@@ -177,14 +178,47 @@ static int send_msg(ingest_edge *a, ingest_wire_msg *m, size_t extra)
     return 0;
 }
 
+/*
+ * FILE_REFUSED: the core does not land one file of the batch being shipped
+ * or of the pending one (it comes before that batch's ACK); it is kept with
+ * the batch, and batch_acked reports it.
+ */
+static int take_refusal(ingest_edge *a, const ingest_wire_file_refused *r)
+{
+    ingest_sender_batch *b = NULL;
+    if (a->pending != NULL && strcmp(ingest_sender_batch_id(a->pending), r->batch_id) == 0)
+        b = a->pending;
+    else if (a->cur != NULL && strcmp(ingest_sender_batch_id(a->cur), r->batch_id) == 0)
+        b = a->cur;
+    if (!(a->link->features & INGEST_SESSION_FEATURE_REFUSE) || b == NULL) {
+        edge_log(a, INGEST_LOG_ERROR, "unexpected FILE_REFUSED for batch %s%s", r->batch_id,
+                 (a->link->features & INGEST_SESSION_FEATURE_REFUSE) ? ", which is not open"
+                                                                    : " (per-file refusal was not agreed)");
+        return INGEST_EPROTO;
+    }
+    const int rc = ingest_sender_batch_refuse(b, r->file_index, r->code, r->message);
+    if (rc < 0)
+        edge_log(a, INGEST_LOG_ERROR, "FILE_REFUSED for batch %s: %s", r->batch_id, ingest_ctx_errmsg(a->ctx));
+    return rc == INGEST_ENOMEM ? rc : rc < 0 ? INGEST_EPROTO : 0;
+}
+
 static int recv_msg(ingest_edge *a, ingest_wire_msg *m, int timeout_ms)
 {
-    const int rc = ingest_link_recv(a->link, m, timeout_ms);
+    int rc;
+    for (;;) {
+        rc = ingest_link_recv(a->link, m, timeout_ms);
+        if (rc < 0)
+            break;
+        a->st->wire_in += ingest_wire_encoded_size(m) + INGEST_EDGE_FRAME_OVERHEAD;
+        if (m->type != INGEST_MSG_FILE_REFUSED)
+            break;
+        if ((rc = take_refusal(a, &m->u.refused)) < 0)
+            return rc;
+    }
     if (rc < 0) {
         edge_log(a, INGEST_LOG_ERROR, "receive: %s: %s", ingest_strerror(rc), ingest_link_recv_errmsg(a->link));
         return rc;
     }
-    a->st->wire_in += ingest_wire_encoded_size(m) + INGEST_EDGE_FRAME_OVERHEAD;
     if (m->type == INGEST_MSG_ERROR) {
         edge_log(a, INGEST_LOG_ERROR, "receiver reported: %s: %s", ingest_strerror(m->u.error.code),
                  edge_esc(m->u.error.message));
@@ -594,7 +628,9 @@ int ingest_edge_finish_batch(ingest_edge *a, ingest_sender_batch *b, double t0)
 {
     if (a->link == NULL)
         return ingest__fail(a->ctx, INGEST_ECLOSED, "no link attached");
+    a->cur = b;
     const int rc = finish_batch_once(a, b, t0);
+    a->cur = NULL;
     return rc < 0 ? batch_failure(a, b, rc) : rc;
 }
 
@@ -622,6 +658,19 @@ static int batch_acked(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
         return 2;
     }
     a->st->batches_acked++;
+    if (bs.refused > 0 && m->u.ack.status == INGEST_ACK_LANDED) {
+        /* each once, with the core's reason; the caller records them as shipped (not sent again until changed) */
+        for (uint64_t i = 0; i < bs.files; i++) {
+            ingest_sender_file_info fi;
+            if (ingest_sender_batch_file(b, i, &fi) != 0 || fi.refused == NULL)
+                continue;
+            char shown[224]; /* a path may take 4 KiB: the reason must still fit the line */
+            snprintf(shown, sizeof(shown), "%.200s%s", fi.path, strlen(fi.path) > 200 ? "..." : "");
+            edge_log(a, INGEST_LOG_WARN, "file %s refused by the receiver (the rest of batch %s landed): %s",
+                     edge_esc(shown), id, edge_esc(fi.refused));
+        }
+        a->st->files_refused += bs.refused;
+    }
     a->st->files += bs.files;
     a->st->bytes += bs.bytes;
     a->st->chunks += bs.chunks;

@@ -490,8 +490,10 @@ static int client_handshake(ingest_session *s, int fd, int64_t deadline)
     derive(dh, h, c2s, s2c, mac_s, mac_c);
     if (sodium_memcmp(mac_s, reply + HS_REPLY - HS_MAC, HS_MAC) != 0) {
         rc = ingest__fail(s->ctx, INGEST_ECRYPTO,
-                          "handshake: the receiver failed to prove its key: it does not hold the pinned receiver "
-                          "public key (wrong key pinned, or the exchange was tampered with)");
+                          "handshake: the key exchange did not verify: this device is not in the receiver's "
+                          "authorized_devices or is listed there with another key, or the receiver does not hold "
+                          "the pinned receiver public key (wrong key pinned, or the exchange was tampered with); "
+                          "the receiver's log says which");
         goto out;
     }
     rc = write_full(fd, mac_c, HS_MAC, deadline, &n, &err);
@@ -523,6 +525,23 @@ static void refuse(int fd, int64_t deadline, uint8_t status)
     size_t n;
     int err;
     (void)write_full(fd, r, sizeof(r), deadline, &n, &err);
+}
+
+/*
+ * The stand-in public key of a device id not in the authorized set: a
+ * point derived from our secret key and the id, the same for the same id.
+ */
+static void unknown_id_key(const ingest_session *s, const char *id, size_t id_len, uint8_t pk[INGEST_PUBKEY_BYTES])
+{
+    uint8_t sk[crypto_scalarmult_SCALARBYTES];
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, s->self.sk, sizeof(s->self.sk), sizeof(sk));
+    crypto_generichash_update(&st, (const uint8_t *)"ingest unknown device", 21);
+    crypto_generichash_update(&st, (const uint8_t *)id, id_len);
+    crypto_generichash_final(&st, sk, sizeof(sk));
+    crypto_scalarmult_base(pk, sk);
+    sodium_memzero(sk, sizeof(sk));
+    sodium_memzero(&st, sizeof(st));
 }
 
 static int server_handshake(ingest_session *s, int fd, int64_t deadline)
@@ -576,12 +595,18 @@ static int server_handshake(ingest_session *s, int fd, int64_t deadline)
     }
     memcpy(s->peer_id, id, id_len);
     s->peer_id[id_len] = '\0';
-    /* The device must be known before anything more is read from it. */
-    if (ingest_authset_lookup(s->auth, id, id_len, dev_pk) != 0) {
-        refuse(fd, deadline, ST_UNKNOWN_DEVICE);
-        rc = ingest__fail(s->ctx, INGEST_EAUTH, "handshake: device '%s' is not authorized", s->peer_id);
-        goto out;
-    }
+    /*
+     * An unknown id is answered exactly as a known one (no enumeration of
+     * the fleet before any proof): the exchange goes on with a stand-in key
+     * of that id (derived from ours, so each id always gets the same one,
+     * and made for every id so the work does not differ), which no device
+     * can prove; it fails at the confirmation, as a wrong key does.
+     */
+    uint8_t fake_pk[INGEST_PUBKEY_BYTES];
+    unknown_id_key(s, id, id_len, fake_pk);
+    const int unknown = ingest_authset_lookup(s->auth, id, id_len, dev_pk) != 0;
+    if (unknown)
+        memcpy(dev_pk, fake_pk, sizeof(dev_pk));
     uint8_t cipher = 0;
     const int aes_ok = ingest__aead_aes_available() && (offer & OFFER_AES);
     if (s->cipher_pref == INGEST_CIPHER_AUTO)
@@ -625,6 +650,11 @@ static int server_handshake(ingest_session *s, int fd, int64_t deadline)
         goto out;
     }
     rc = read_full(fd, got_mac, HS_MAC, deadline, &n, &err);
+    if (unknown) {
+        /* whatever came (nothing proves a key no device holds): the real reason, for our log */
+        rc = ingest__fail(s->ctx, INGEST_EAUTH, "handshake: device '%s' is not authorized", s->peer_id);
+        goto out;
+    }
     if (rc != 0) {
         rc = hs_io_fail(s, "reading the device's confirmation", rc, err);
         goto out;

@@ -348,6 +348,76 @@ static void test_pipelined(void **state)
     env_free(e);
 }
 
+/*
+ * A directory in the way of one file at the core: with the refuse feature
+ * agreed, that file alone is refused (FILE_REFUSED naming it and why,
+ * before the ACK) and the rest of the batch lands; without it (an older
+ * device), the batch is refused with the same reason and nothing lands.
+ */
+static void test_file_refused_alone(void **state)
+{
+    (void)state;
+    for (int with = 0; with < 2; with++) {
+        env *e = env_new(with ? INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_PIPELINE : 0, 10000);
+        char p[1024];
+        struct stat sb;
+        snprintf(p, sizeof(p), "%s/tiny.bin", e->src);
+        assert_int_equal(stat(p, &sb), 0);
+        struct tm tm;
+        assert_non_null(gmtime_r(&sb.st_mtime, &tm));
+        snprintf(p, sizeof(p), "%s/" DEVICE "/%04d/%02d/%02d/s/tiny.bin/in-the-way", e->bronze, tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday);
+        char cmd[1200];
+        snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", p);
+        assert_int_equal(system(cmd), 0);
+        ingest_sender_batch *b = next_batch(e);
+        uint64_t tiny = UINT64_MAX;
+        ingest_sender_batch_stats bs;
+        ingest_sender_batch_stats_get(b, &bs);
+        for (uint64_t i = 0; i < bs.files; i++) {
+            ingest_sender_file_info fi;
+            assert_int_equal(ingest_sender_batch_file(b, i, &fi), 0);
+            if (strcmp(fi.path, "s/tiny.bin") == 0)
+                tiny = i;
+        }
+        assert_true(tiny < bs.files);
+        const char *id = ingest_sender_batch_id(b);
+        ingest_wire_msg m;
+        send_manifest(e, b, 1);
+        if (!with) {
+            recv_msg(e, &m);
+            assert_int_equal(m.type, INGEST_MSG_ACK);
+            assert_true(m.u.ack.status < 0);
+            if (strstr(m.u.ack.message, "a directory is there") == NULL)
+                fail_msg("the refusal says [%s]", m.u.ack.message);
+            assert_nothing_landed(e);
+        } else {
+            uint32_t w[4096];
+            const size_t n = recv_wants(e, b, w, 4096);
+            for (size_t i = 0; i < n; i++)
+                assert_int_equal(send_chunk(e, b, w[i], w[i]), 0);
+            send_commit(e, id, (uint32_t)n);
+            recv_msg(e, &m);
+            assert_int_equal(m.type, INGEST_MSG_RECEIVED);
+            recv_msg(e, &m);
+            assert_int_equal(m.type, INGEST_MSG_FILE_REFUSED);
+            assert_string_equal(m.u.refused.batch_id, id);
+            assert_int_equal(m.u.refused.file_index, tiny);
+            assert_int_equal(m.u.refused.code, INGEST_EEXIST);
+            if (strstr(m.u.refused.message, "s/tiny.bin") == NULL ||
+                strstr(m.u.refused.message, "a directory is there") == NULL)
+                fail_msg("FILE_REFUSED says [%s]", m.u.refused.message);
+            assert_int_equal(recv_ack(e, id), INGEST_ACK_LANDED);
+            int files = 0;
+            assert_int_equal(landed(e, "big.bin", &files), 1);
+            assert_int_equal(landed(e, "small.bin", NULL), 1);
+            assert_int_equal(files, 2);
+        }
+        ingest_sender_batch_destroy(b);
+        env_free(e);
+    }
+}
+
 static void test_lost_chunk_refuses_the_batch(void **state)
 {
     (void)state;
@@ -739,6 +809,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lands_then_duplicate_then_dedup),
         cmocka_unit_test(test_pipelined),
+        cmocka_unit_test(test_file_refused_alone),
         cmocka_unit_test(test_lost_chunk_refuses_the_batch),
         cmocka_unit_test(test_duplicated_chunk_fails_the_batch),
         cmocka_unit_test(test_reordered_chunks_land),

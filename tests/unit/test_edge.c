@@ -39,6 +39,8 @@ typedef struct env {
     ingest_edge *edge;
     unsigned acked;        /* on_acked calls */
     uint64_t acked_files;
+    uint64_t acked_refused; /* files on_acked saw refused */
+    char refused_why[256];  /* the last reason it saw */
 } env;
 
 static void *serve_main(void *arg)
@@ -57,6 +59,15 @@ static void on_acked(void *ud, ingest_sender_batch *b, uint32_t sent, double t0)
     ingest_sender_batch_stats_get(b, &bs);
     e->acked++;
     e->acked_files += bs.files;
+    for (uint64_t i = 0; i < bs.files; i++) {
+        ingest_sender_file_info fi;
+        assert_int_equal(ingest_sender_batch_file(b, i, &fi), 0);
+        if (fi.refused != NULL) {
+            e->acked_refused++;
+            snprintf(e->refused_why, sizeof(e->refused_why), "%s", fi.refused);
+        }
+    }
+    assert_int_equal(bs.refused, e->acked_refused);
 }
 
 /*
@@ -323,6 +334,69 @@ static void test_received_without_pipelining(void **state)
     env_free(e);
 }
 
+static void send_refusal(env *e, const char *id, uint32_t file_index)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_FILE_REFUSED;
+    snprintf(m.u.refused.batch_id, sizeof(m.u.refused.batch_id), "%s", id);
+    m.u.refused.file_index = file_index;
+    m.u.refused.code = INGEST_EEXIST;
+    snprintf(m.u.refused.message, sizeof(m.u.refused.message), "file x: a directory is there");
+    core_send(e, &m);
+}
+
+/*
+ * FILE_REFUSED before the ACK (refuse feature agreed): the file is marked
+ * refused for on_acked and counted; the batch is acknowledged.  Without
+ * the feature, for a batch that is not open, or for a file past the
+ * batch, it is a protocol error.
+ */
+static void test_file_refused(void **state)
+{
+    (void)state;
+    env *e = env_new(INGEST_SESSION_FEATURE_REFUSE, 0, 0, 2000);
+    char id[INGEST_WIRE_BATCH_ID_MAX + 1];
+    ingest_sender_batch *b = manifest_out(e, id, sizeof(id));
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_WANT;
+    snprintf(m.u.want.batch_id, sizeof(m.u.want.batch_id), "%s", id);
+    core_send(e, &m); /* an empty WANT: the core has every chunk */
+    send_refusal(e, id, 1);
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_ACK;
+    snprintf(m.u.ack.batch_id, sizeof(m.u.ack.batch_id), "%s", id);
+    core_send(e, &m);
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b, 0), 0);
+    core_recv(e, &m, INGEST_MSG_BATCH_COMMIT);
+    assert_int_equal(e->acked, 1);
+    assert_int_equal(e->acked_refused, 1);
+    assert_string_equal(e->refused_why, "file x: a directory is there");
+    ingest_edge_stats st;
+    ingest_edge_stats_get(e->edge, &st);
+    assert_int_equal(st.files_refused, 1);
+    ingest_sender_batch_destroy(b);
+    /* for another batch, and for a file past the batch: protocol errors */
+    b = manifest_out(e, id, sizeof(id));
+    send_refusal(e, "someone-else", 0);
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b, 0), INGEST_EPROTO);
+    ingest_sender_batch_destroy(b);
+    b = manifest_out(e, id, sizeof(id));
+    send_refusal(e, id, 1000000);
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b, 0), INGEST_EPROTO);
+    ingest_sender_batch_destroy(b);
+    env_free(e);
+    /* without the feature agreed */
+    e = env_new(0, 0, 0, 2000);
+    b = manifest_out(e, id, sizeof(id));
+    send_refusal(e, id, 0);
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b, 0), INGEST_EPROTO);
+    assert_int_equal(e->acked, 0);
+    ingest_sender_batch_destroy(b);
+    env_free(e);
+}
+
 static void test_refused_and_error(void **state)
 {
     (void)state;
@@ -373,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_ack_for_another_batch),
         cmocka_unit_test(test_received_without_pipelining),
         cmocka_unit_test(test_refused_and_error),
+        cmocka_unit_test(test_file_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

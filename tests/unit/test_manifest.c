@@ -343,6 +343,86 @@ static void test_hash_omitted(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* A file the core refused: "refused" round-trips; it needs landed "" and version 0, and a reason of 1..1024 bytes. */
+static void test_refused_record(void **state)
+{
+    (void)state;
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    assert_non_null(ctx);
+    file_spec f;
+    memset(&f, 0, sizeof(f));
+    f.path = "deep/x.bin";
+    f.landed = "";
+    f.mode = 0100644;
+    make_chunks(&f, 1, 5);
+    ingest_manifest_writer *w = NULL;
+    assert_int_equal(ingest_manifest_writer_create(ctx, &w), 0);
+    const ingest_manifest_rec hdr = header_rec("dev-01", "b1", 1, f.size);
+    assert_int_equal(ingest_manifest_writer_add(w, &hdr), 0);
+    ingest_manifest_rec fr = file_rec(&f);
+    fr.refused = "file deep/x.bin: a directory is there\n(quoted \"so\")";
+    assert_int_equal(ingest_manifest_writer_add(w, &fr), 0);
+    size_t len;
+    const char *data = ingest_manifest_writer_data(w, &len);
+    ingest_manifest_reader *r = NULL;
+    ingest_manifest_rec rec;
+    assert_int_equal(ingest_manifest_reader_mem(ctx, data, len, &r), 0);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_null(rec.refused);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_string_equal(rec.refused, fr.refused);
+    assert_string_equal(rec.landed, "");
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 0);
+    ingest_manifest_reader_close(r);
+    ingest_manifest_writer_destroy(w);
+    /* the writer refuses a refusal with a landed path, a version or no reason */
+    const char *bad_why[] = { "", NULL };
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(ingest_manifest_writer_create(ctx, &w), 0);
+        assert_int_equal(ingest_manifest_writer_add(w, &hdr), 0);
+        ingest_manifest_rec b2 = fr;
+        if (k == 0)
+            b2.refused = bad_why[0];
+        else if (k == 1)
+            b2.landed = "dev-01/deep/x.bin";
+        else
+            b2.version = 3;
+        assert_int_equal(ingest_manifest_writer_add(w, &b2), INGEST_EINVAL);
+        assert_non_null(strstr(ingest_ctx_errmsg(ctx), "a refused file needs"));
+        ingest_manifest_writer_destroy(w);
+    }
+    /* the reader refuses the same, naming the key */
+    static const char *const bad[] = {
+        "\"refused\":\"\"", "\"refused\":7",
+    };
+    for (size_t k = 0; k < 2; k++) {
+        char m[1024];
+        snprintf(m, sizeof(m),
+                 "{\"type\":\"batch\",\"format\":2,\"device\":\"d\",\"batch\":\"b\",\"files\":1,\"bytes\":0,\"created_ns\":1}\n"
+                 "{\"type\":\"file\",\"path\":\"a\",\"landed\":\"\",\"size\":0,\"mtime_ns\":0,\"mode\":0,\"version\":0,"
+                 "\"hash\":\"%064d\",\"nchunks\":0,\"chunks\":[],%s}\n",
+                 0, bad[k]);
+        assert_int_equal(ingest_manifest_reader_mem(ctx, m, strlen(m), &r), 0);
+        assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+        assert_int_equal(ingest_manifest_reader_next(r, &rec), INGEST_ECORRUPT);
+        assert_non_null(strstr(ingest_ctx_errmsg(ctx), "refused"));
+        ingest_manifest_reader_close(r);
+    }
+    char m[1024];
+    snprintf(m, sizeof(m),
+             "{\"type\":\"batch\",\"format\":2,\"device\":\"d\",\"batch\":\"b\",\"files\":1,\"bytes\":0,\"created_ns\":1}\n"
+             "{\"type\":\"file\",\"path\":\"a\",\"landed\":\"d/a\",\"size\":0,\"mtime_ns\":0,\"mode\":0,\"version\":1,"
+             "\"hash\":\"%064d\",\"nchunks\":0,\"chunks\":[],\"refused\":\"why\"}\n",
+             0);
+    assert_int_equal(ingest_manifest_reader_mem(ctx, m, strlen(m), &r), 0);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "a refused file has landed \"\" and version 0"));
+    ingest_manifest_reader_close(r);
+    free(f.chunks);
+    ingest_ctx_destroy(ctx);
+}
+
 /* Keys in any order, unknown keys ignored, CRLF and spaces tolerated. */
 static void test_reader_lenient_parts(void **state)
 {
@@ -830,6 +910,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_hash_omitted),
+        cmocka_unit_test(test_refused_record),
         cmocka_unit_test(test_reader_lenient_parts),
         cmocka_unit_test(test_malformed_mem),
         cmocka_unit_test(test_malformed_file),

@@ -261,6 +261,9 @@ static void test_walk_order_and_skips(void **state)
     assert_int_equal(st.bytes_batched, 4 + 300 * 1024 + 10 + 1 + 1 + 1);
     assert_int_equal(st.batches, 1);
     assert_int_equal(st.skipped_special, 3);
+    assert_int_equal(st.skipped_symlinks, 2); /* by kind */
+    assert_int_equal(st.skipped_fifos, 1);
+    assert_int_equal(st.skipped_sockets + st.skipped_devices, 0);
     assert_int_equal(st.skipped_name, 0);
     assert_int_equal(st.skipped_unreadable, 0);
     snprintf(t, sizeof(t), "%d:s/dlink\n%d:s/fifo\n%d:s/link\n", INGEST_SKIP_SPECIAL, INGEST_SKIP_SPECIAL,
@@ -1229,6 +1232,93 @@ static void test_stale_after_chunking(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/*
+ * Between the walk (its stat, where want_file runs) and the read: a file
+ * that vanished is named (INGEST_SKIP_VANISHED) and left out; one that
+ * shrank, and one replaced by another file, ship as they are when read
+ * (the file is stat'ed again once open, and the manifest gives that
+ * version's size, time and hash); the others ship whole.
+ */
+struct race {
+    struct rec r; /* first: on_skip and on_read take the userdata as a struct rec */
+    char dir[4096];
+};
+
+static int race_want(void *ud, const char *path, const ingest_sender_stat *st)
+{
+    struct race *x = ud;
+    (void)st;
+    char q[4096], q2[4096];
+    if (strcmp(path, "s/gone") == 0) {
+        join(q, sizeof(q), x->dir, "gone");
+        assert_int_equal(unlink(q), 0);
+    } else if (strcmp(path, "s/shrink") == 0) {
+        join(q, sizeof(q), x->dir, "shrink");
+        assert_int_equal(truncate(q, 100), 0);
+    } else if (strcmp(path, "s/swap") == 0) {
+        join(q, sizeof(q), x->dir, "swap.new");
+        join(q2, sizeof(q2), x->dir, "swap");
+        const int fd = open(q, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, "another file", 12), 12);
+        close(fd);
+        assert_int_equal(rename(q, q2), 0);
+    }
+    return 1;
+}
+
+static void test_vanish_shrink_replace_before_read(void **state)
+{
+    (void)state;
+    for (int threads = 1; threads <= 2; threads++) {
+        struct failing fa = { 0 };
+        ingest_ctx *ctx = make_ctx(&fa);
+        char *d = mk_tmpdir();
+        mkdirs(d, "src");
+        put_random(d, "src/a", 10000, 61);
+        put_random(d, "src/gone", 20000, 62);
+        put_random(d, "src/shrink", 64 * 1024, 63);
+        put_random(d, "src/swap", 30000, 64);
+        put_random(d, "src/z", 10000, 65);
+        struct race x;
+        memset(&x, 0, sizeof(x));
+        join(x.dir, sizeof(x.dir), d, "src");
+        const ingest_sender_source src[] = { { "s", x.dir } };
+        ingest_sender_opts o = base_opts(src, 1, &x.r);
+        o.userdata = &x;
+        o.want_file = race_want;
+        o.threads = threads;
+        ingest_sender *s = NULL;
+        assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+        assert_int_equal(ingest_sender_scan(s), 0);
+        ingest_sender_batch *b = NULL;
+        assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+        ingest_sender_batch_stats bs;
+        ingest_sender_batch_stats_get(b, &bs);
+        char got[512] = "";
+        for (uint64_t i = 0; i < bs.files; i++) {
+            ingest_sender_file_info fi;
+            assert_int_equal(ingest_sender_batch_file(b, i, &fi), 0);
+            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s:%llu ", fi.path, (unsigned long long)fi.size);
+        }
+        assert_string_equal(got, "s/a:10000 s/shrink:100 s/swap:12 s/z:10000 ");
+        char want[256];
+        snprintf(want, sizeof(want), "%d:s/gone\n", INGEST_SKIP_VANISHED);
+        assert_string_equal(x.r.skips, want);
+        ingest_sender_stats st;
+        ingest_sender_get_stats(s, &st);
+        assert_int_equal(st.skipped_vanished, 1);
+        assert_int_equal(st.dropped_changed, 0);
+        uint64_t nfiles = 0;
+        check_manifest(ctx, b, x.dir, "s", &nfiles); /* every file's chunks and hash are what is on disk now */
+        assert_int_equal(nfiles, 4);
+        ingest_sender_batch_destroy(b);
+        ingest_sender_destroy(s);
+        rm_tree(d);
+        ingest_ctx_destroy(ctx);
+    }
+}
+
 static void changed_mode(int threads)
 {
     struct failing fa = { 0 };
@@ -1471,6 +1561,7 @@ int main(void)
         cmocka_unit_test(test_chunk_groups),
         cmocka_unit_test(test_stale_after_chunking),
         cmocka_unit_test(test_changed_while_chunking),
+        cmocka_unit_test(test_vanish_shrink_replace_before_read),
         cmocka_unit_test(test_memory_bounded),
         cmocka_unit_test(test_alloc_failures),
     };

@@ -256,18 +256,26 @@ static void test_unknown_device(void **state)
     assert_int_equal(src, INGEST_EAUTH);
     assert_non_null(strstr(ingest_ctx_errmsg(f->sctx), "'intruder-7' is not authorized"));
     assert_string_equal(ingest_session_peer_id(f->s), "intruder-7");
-    assert_int_equal(crc, INGEST_EAUTH);
-    assert_non_null(strstr(ingest_ctx_errmsg(f->cctx), "refused device 'intruder-7'"));
+    /* the device cannot tell "unknown" from "listed with another key" (no enumeration): the exchange fails */
+    assert_int_equal(crc, INGEST_ECRYPTO);
+    assert_non_null(strstr(ingest_ctx_errmsg(f->cctx), "not in the receiver's authorized_devices"));
     /* After the refusal nothing is usable. */
     assert_int_equal(ingest_session_send(f->c, f->cfd, INGEST_MSG_PING, "x", 1), INGEST_EINVAL);
 }
 
-static void test_server_reads_no_further_than_the_id(void **state)
+/*
+ * Hardening finding 7 (enumeration): before any proof, an unknown device id
+ * is answered exactly as a known one: the same reply (status 0, version,
+ * cipher, features, bound, an ephemeral key and a MAC: 72 bytes), read
+ * after the same bytes (prefix, id, ephemeral key); only the receiver's
+ * own result differs (EAUTH "not authorized" against ECRYPTO "failed to
+ * prove its key").  Before, an unknown id got a 2-byte refusal at once.
+ */
+static int raw_hello(fx *f, const char *id, uint8_t reply[80], size_t *got)
 {
-    fx *f = *state;
     assert_int_equal(ingest_session_server_create(f->sctx, &f->rcv, f->auth, &f->s), 0);
-    /* HELLO prefix + unknown id, then the ephemeral key bytes and more junk. */
-    uint8_t hello[13 + 5 + 32 + 100];
+    uint8_t hello[13 + 64 + 32 + 32];
+    const size_t il = strlen(id);
     memcpy(hello, "INGST", 5);
     hello[5] = 1;
     hello[6] = 3;
@@ -276,20 +284,37 @@ static void test_server_reads_no_further_than_the_id(void **state)
     hello[9] = 0;
     hello[10] = 0x40;
     hello[11] = 0;
-    hello[12] = 5;
-    memcpy(hello + 13, "ghost", 5);
-    memset(hello + 18, 0xAB, sizeof(hello) - 18);
-    write_all(f->cfd, hello, sizeof(hello));
-    assert_int_equal(ingest_session_handshake_fd(f->s, f->sfd, HS_TIMEOUT), INGEST_EAUTH);
-    /* Exactly 18 bytes were consumed: the remaining 132 are still queued. */
-    uint8_t rest[256];
-    const ssize_t n = recv(f->sfd, rest, sizeof(rest), MSG_DONTWAIT);
-    assert_int_equal(n, (ssize_t)(sizeof(hello) - 18));
-    /* And the client was told: status 1 (unknown device), version 1. */
-    uint8_t st[2];
-    assert_int_equal(read(f->cfd, st, 2), 2);
-    assert_int_equal(st[0], 1);
-    assert_int_equal(st[1], 1);
+    hello[12] = (uint8_t)il;
+    memcpy(hello + 13, id, il);
+    uint8_t esk[32];
+    randombytes_buf(esk, sizeof(esk));
+    crypto_scalarmult_base(hello + 13 + il, esk);
+    memset(hello + 13 + il + 32, 0xAB, 32); /* a confirmation nobody could compute */
+    write_all(f->cfd, hello, 13 + il + 64);
+    const int rc = ingest_session_handshake_fd(f->s, f->sfd, HS_TIMEOUT);
+    const ssize_t n = recv(f->cfd, reply, 80, MSG_DONTWAIT);
+    *got = n > 0 ? (size_t)n : 0;
+    ingest_session_destroy(f->s);
+    f->s = NULL;
+    return rc;
+}
+
+static void test_unknown_id_answered_as_a_known_one(void **state)
+{
+    fx *f = *state;
+    uint8_t r1[80], r2[80];
+    size_t n1 = 0, n2 = 0;
+    assert_int_equal(raw_hello(f, "ghost", r1, &n1), INGEST_EAUTH);
+    assert_non_null(strstr(ingest_ctx_errmsg(f->sctx), "device 'ghost' is not authorized"));
+    assert_int_equal(raw_hello(f, "dev-01", r2, &n2), INGEST_ECRYPTO);
+    assert_non_null(strstr(ingest_ctx_errmsg(f->sctx), "failed to prove its key"));
+    assert_int_equal(n1, 72);
+    assert_int_equal(n2, 72);
+    assert_memory_equal(r1, r2, 8); /* status 0, version, cipher, features, bound */
+    assert_int_equal(r1[0], 0);
+    /* every byte the server was sent was read, for both */
+    uint8_t rest[8];
+    assert_int_equal(recv(f->sfd, rest, sizeof(rest), MSG_DONTWAIT), -1);
 }
 
 static void test_wrong_receiver_key_pinned(void **state)
@@ -1421,7 +1446,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_handshake_echo_auto, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_server_forces_xchacha, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_unknown_device, fx_setup, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_server_reads_no_further_than_the_id, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_id_answered_as_a_known_one, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_wrong_receiver_key_pinned, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_device_with_wrong_key, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_bad_magic_and_version, fx_setup, fx_teardown),

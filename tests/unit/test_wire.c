@@ -100,9 +100,11 @@ static void test_header(void **state)
     assert_int_equal(r.type, 11);
     b[0] = INGEST_MSG_DICT_DATA;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
-    b[0] = 16;
+    b[0] = INGEST_MSG_FILE_REFUSED;
+    assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
+    b[0] = 17;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EPROTO);
-    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 16"));
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 17"));
     b[0] = 1;
     b[1] = 2;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EVERSION);
@@ -377,7 +379,7 @@ static void test_received(void **state)
     ingest_wire_msg m, r;
     uint8_t buf[512];
     assert_int_equal(INGEST_MSG_RECEIVED, 11);
-    assert_int_equal(INGEST_MSG_TYPE_LAST, INGEST_MSG_DICT_DATA);
+    assert_int_equal(INGEST_MSG_TYPE_LAST, INGEST_MSG_FILE_REFUSED);
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_RECEIVED;
     strcpy(m.u.received.batch_id, "20240101T000000-0007");
@@ -593,6 +595,51 @@ static void test_dict_data(void **state)
     free(p);
 }
 
+/* FILE_REFUSED: golden layout, bounds, and a non-negative code or an empty message refused both ways. */
+static void test_file_refused(void **state)
+{
+    (void)state;
+    ingest_wire_msg m, r;
+    uint8_t buf[1400];
+    assert_int_equal(INGEST_MSG_FILE_REFUSED, 16);
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_FILE_REFUSED;
+    strcpy(m.u.refused.batch_id, "b-7");
+    m.u.refused.file_index = 0x01020304;
+    m.u.refused.code = INGEST_EEXIST;
+    strcpy(m.u.refused.message, "file a\nb: a directory is there");
+    const size_t len = round_trip(&m, &r, buf, sizeof(buf));
+    assert_int_equal(len, 2 + 3 + 4 + 4 + 2 + strlen(m.u.refused.message));
+    assert_int_equal(buf[0], 3);
+    assert_memory_equal(buf + 2, "b-7", 3);
+    assert_int_equal(buf[5], 0x04); /* little-endian file index */
+    assert_int_equal(buf[8], 0x01);
+    assert_int_equal(r.u.refused.file_index, 0x01020304);
+    assert_int_equal(r.u.refused.code, INGEST_EEXIST);
+    assert_string_equal(r.u.refused.message, m.u.refused.message);
+    /* the encoder refuses what the decoder would */
+    size_t n = 0;
+    m.u.refused.code = 0;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &n), INGEST_EINVAL);
+    m.u.refused.code = INGEST_EEXIST;
+    m.u.refused.message[0] = '\0';
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &n), INGEST_EINVAL);
+    /* decoder: a code of 0, an empty message, a message past 1024 bytes */
+    strcpy(m.u.refused.message, "x");
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &n), 0);
+    uint8_t bad[1400];
+    memcpy(bad, buf, n);
+    memset(bad + 9, 0, 4);
+    expect_fail(INGEST_MSG_FILE_REFUSED, bad, n, INGEST_ECORRUPT, "code 0 is not negative (offset 9)");
+    memcpy(bad, buf, n);
+    bad[13] = 0;
+    expect_fail(INGEST_MSG_FILE_REFUSED, bad, n - 1, INGEST_ECORRUPT, "empty message (offset 13)");
+    memcpy(bad, buf, n);
+    bad[13] = 0x01;
+    bad[14] = 0x04; /* 1025 bytes */
+    expect_fail(INGEST_MSG_FILE_REFUSED, bad, n, INGEST_ECORRUPT, "exceeds 1024");
+}
+
 static void test_unknown_types(void **state)
 {
     (void)state;
@@ -600,7 +647,7 @@ static void test_unknown_types(void **state)
     uint8_t buf[16] = { 0 };
     expect_fail(0, buf, 8, INGEST_EPROTO, "unknown message type 0");
     expect_fail(200, buf, 8, INGEST_EPROTO, "unknown message type 200");
-    expect_fail(16, buf, 8, INGEST_EPROTO, "unknown message type 16");
+    expect_fail(17, buf, 8, INGEST_EPROTO, "unknown message type 17");
     expect_fail(255, buf, 8, INGEST_EPROTO, NULL);
     memset(&m, 0, sizeof(m));
     m.type = 42;
@@ -641,7 +688,7 @@ static void test_random_payloads(void **state)
         const size_t n = (size_t)(rand_r(&seed) % (int)sizeof(buf));
         for (size_t k = 0; k < n; k++)
             buf[k] = (uint8_t)rand_r(&seed);
-        const unsigned type = (unsigned)(rand_r(&seed) % 17); /* 0 and 16 are unknown */
+        const unsigned type = (unsigned)(rand_r(&seed) % 18); /* 0 and 17 are unknown */
         ingest_wire_msg m;
         if (ingest_wire_decode(ctx, type, buf, n, &m) == 0) {
             ok++;
@@ -669,6 +716,7 @@ int main(void)
         cmocka_unit_test(test_dict_offer),
         cmocka_unit_test(test_dict_want),
         cmocka_unit_test(test_dict_data),
+        cmocka_unit_test(test_file_refused),
         cmocka_unit_test(test_unknown_types),
         cmocka_unit_test(test_chunk_group),
         cmocka_unit_test(test_id_rule),

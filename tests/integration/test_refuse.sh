@@ -1,0 +1,93 @@
+#!/bin/sh
+# One file the receiver cannot land never blocks its batch (issue 15):
+#   - a file whose landed path would pass the bronze tree's 4,095 bytes once
+#     the layout prefix is added is refused alone: the 100 ordinary files of
+#     its batch land, the agent names it with the receiver's reason, counts
+#     it (summary line, exit status 3), the receiver counts it
+#     (ingest_receiver_files_refused_total) and the batch manifest records
+#     it; the next ship does not send it again;
+#   - a symlink planted on the way in bronze refuses the files under it and
+#     nothing is written through it; once the file changes and the way is
+#     clear it lands.
+. "$(dirname "$0")/lib.sh"
+setup_keys
+write_receiver_config 'metrics:
+  listen: 127.0.0.1:0'
+start_receiver
+maddr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$T/receiver.log" | tail -1)
+[ -n "$maddr" ] || { cat "$T/receiver.log"; fail "the receiver did not report its metrics address"; }
+scrape() {
+    bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n" >&3; cat <&3' "$maddr" |
+        tr -d '\r' | sed -n "s/^$1{device=\"dev1\"} //p"
+}
+
+S="$T/src/big"
+mkdir -p "$S"
+i=0
+while [ $i -lt 100 ]; do printf 'ordinary file %d\n' $i > "$S/f$i.txt"; i=$((i + 1)); done
+# 19 directories of 200 bytes and a 240-byte name: a 4,059-byte path under
+# the source, which the agent takes (its manifest path is 4,063 bytes), but
+# "dev1/yyyy/mm/dd/" makes it 4,079 at the core... so one more directory of
+# 20 bytes: 4,080 under the source, 4,100 landed.
+seg=$(printf '%0200d' 0 | tr 0 d)
+name=$(printf '%0240d' 0 | tr 0 n)
+(
+    cd "$S" || exit 1
+    i=0
+    while [ $i -lt 19 ]; do mkdir "$seg" && cd "$seg" || exit 1; i=$((i + 1)); done
+    mkdir twenty-bytes-of-name && cd twenty-bytes-of-name || exit 1
+    printf 'too deep to land\n' > "$name"
+) || fail "could not make the long path"
+write_agent_config dev1 "$S"
+rc=0
+"$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" || rc=$?
+[ "$rc" -eq 3 ] || { cat "$T/dev1.err"; fail "the agent exited $rc, expected 3 (files refused)"; }
+[ "$(field dev1 files)" -eq 101 ] || fail "acknowledged $(field dev1 files) files, expected 101"
+[ "$(field dev1 files_refused)" -eq 1 ] || fail "files_refused=$(field dev1 files_refused), expected 1"
+grep -q "refused by the receiver (the rest of batch .* landed): .*its landed path would be 4100 bytes (the path is 4084, the layout adds 16); the bronze tree takes at most 4095" "$T/dev1.err" ||
+    { cat "$T/dev1.err"; fail "the agent does not name the refused file with the receiver's reason"; }
+grep -q "1 file(s) were refused by the receiver" "$T/dev1.err" || fail "the agent's closing line does not count the refusal"
+i=0
+while [ $i -lt 100 ]; do
+    [ "$(cat "$(landed_root dev1)"/*/*/*/big/f$i.txt)" = "ordinary file $i" ] || fail "f$i.txt did not land"
+    i=$((i + 1))
+done
+[ "$(find "$(landed_root dev1)" -type f | wc -l)" -eq 100 ] || fail "not exactly the 100 ordinary files landed"
+m=$(grep -h '"refused":' "$T/bronze/_manifests/dev1/"*.jsonl)
+echo "$m" | grep -q '"landed":"",.*"version":0,.*"refused":"file big/d.*landed path would be 4100 bytes' ||
+    { echo "$m" | cut -c1-300; fail "the batch manifest does not record the refusal"; }
+[ "$(scrape ingest_receiver_files_refused_total)" = 1 ] || fail "ingest_receiver_files_refused_total is not 1"
+[ "$(find "$T/bronze/_manifests/.refused" -type f 2>/dev/null | wc -l)" -eq 0 ] || fail "the refused file's scratch copy was left"
+"$CTL" catalog --bronze "$T/bronze" --format paths > "$T/cat" || fail "ingestctl catalog failed"
+[ "$(wc -l < "$T/cat")" -eq 100 ] || fail "the catalog lists $(wc -l < "$T/cat") files, expected the 100 landed"
+pass "a 4,100-byte landed path is refused alone with its reason; its 100 neighbours land"
+
+ship dev1
+[ "$(field dev1 files)" -eq 0 ] || fail "the next ship sent $(field dev1 files) files (the refused one again?)"
+pass "the refused file is not sent again while it is unchanged"
+
+# A symlink on the way in bronze: the files under it are refused, nothing is written through it.
+L="$T/src/links"
+mkdir -p "$L/sub" "$T/elsewhere"
+printf 'one\n' > "$L/sub/a.txt"
+printf 'two\n' > "$L/sub/b.txt"
+printf 'three\n' > "$L/c.txt"
+day=$(date -u -r "$L/sub/a.txt" +%Y/%m/%d)
+mkdir -p "$(landed_root dev1)/$day/links"
+ln -s "$T/elsewhere" "$(landed_root dev1)/$day/links/sub"
+write_agent_config dev1 "$L"
+rc=0
+"$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" || rc=$?
+[ "$rc" -eq 3 ] || { cat "$T/dev1.err"; fail "the agent exited $rc, expected 3"; }
+[ "$(field dev1 files_refused)" -eq 2 ] || fail "files_refused=$(field dev1 files_refused), expected 2"
+grep -q 'links/sub/a.txt refused by the receiver.*"sub" on its way in the bronze tree is a symlink or not a directory' "$T/dev1.err" ||
+    { cat "$T/dev1.err"; fail "the symlink refusal does not say why"; }
+[ "$(cat "$(landed_root dev1)/$day/links/c.txt")" = three ] || fail "c.txt did not land"
+[ -z "$(ls -A "$T/elsewhere")" ] || fail "something was written through the symlink"
+[ "$(scrape ingest_receiver_files_refused_total)" = 3 ] || fail "ingest_receiver_files_refused_total is not 3"
+rm "$(landed_root dev1)/$day/links/sub"
+printf 'one, changed\n' > "$L/sub/a.txt"
+ship dev1
+[ "$(field dev1 files)" -eq 1 ] || fail "after the change $(field dev1 files) files were sent, expected a.txt alone"
+[ "$(cat "$(landed_root dev1)/$day/links/sub/a.txt")" = "one, changed" ] || fail "a.txt did not land once changed"
+pass "a symlink on the way refuses the files under it, nothing goes through it, and a changed file lands once the way is clear"
