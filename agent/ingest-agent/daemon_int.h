@@ -64,6 +64,7 @@ typedef struct dsource {
     ingest_filter *filter;   /* NULL: take everything */
     int spool;               /* spool: copy */
     int missing;             /* its directory is not there: not walked nor watched, checked every walk */
+    int root_watched;        /* its directory has an inotify watch */
 } dsource;
 
 typedef struct watch {
@@ -79,7 +80,7 @@ typedef struct watch {
 typedef struct snap_source {
     char *name, *path;
     int spool;
-    int missing;
+    int missing, watched;
 } snap_source;
 
 /*

@@ -62,8 +62,10 @@ void dmn_publish(daemon_t *d)
     snap *sn = &d->sn;
     sn->connected = a->net.link != NULL;
     sn->watching = d->ino >= 0 && !d->ino_full;
-    for (size_t i = 0; i < sn->nsrc && i < d->nsrc; i++)
-        sn->src[i].missing = d->src[i].missing; /* sn->src mirrors d->src (dmn_publish_sources) */
+    for (size_t i = 0; i < sn->nsrc && i < d->nsrc; i++) { /* sn->src mirrors d->src (dmn_publish_sources) */
+        sn->src[i].missing = d->src[i].missing;
+        sn->src[i].watched = d->src[i].root_watched;
+    }
     sn->backpressure = d->backpressure;
     sn->spool_full = d->spool_full;
     sn->window_closed = a->thr.window_closed;
@@ -184,7 +186,7 @@ static void fmt_time(int64_t ns, char *buf, size_t cap)
 
 static const char *source_state(const snap *sn, size_t i)
 {
-    return sn->src[i].missing ? "missing" : sn->watching ? "watching" : "rescan-only";
+    return sn->src[i].missing ? "missing" : sn->watching && sn->src[i].watched ? "watching" : "rescan-only";
 }
 
 static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)

@@ -156,6 +156,8 @@ static int watch_one(daemon_t *d, size_t si, const char *rel)
     if (d->w[d->nw].rel == NULL)
         return -1;
     d->nw++;
+    if (rel[0] == '\0')
+        d->src[si].root_watched = 1;
     return 0;
 }
 
@@ -288,6 +290,8 @@ void dmn_watches_clear(daemon_t *d)
         free(d->w[i].rel);
     }
     d->nw = 0;
+    for (size_t i = 0; i < d->nsrc; i++)
+        d->src[i].root_watched = 0;
 }
 
 /* 0 when source s's directory is not there (absent, or not a directory), else 1 (unreadable: the walk says so). */
@@ -302,13 +306,19 @@ static int source_present(const dsource *s)
 /*
  * A source whose directory is not there is neither walked nor watched
  * (said once, when it goes missing); every walk looks again, and one that
- * is back is watched and walked at once, without a restart.
+ * is back is watched and walked at once, without a restart.  A source
+ * directory removed and made again between two walks lost its watches
+ * (IN_IGNORED): it is watched again too.
  */
 void dmn_sources_check(daemon_t *d)
 {
     for (size_t i = 0; i < d->nsrc; i++) {
         dsource *s = &d->src[i];
         const int present = source_present(s);
+        if (present && !s->missing && d->ino >= 0 && !d->ino_full && !s->root_watched) {
+            watch_tree(d, i, "");
+            continue;
+        }
         if (!present && !s->missing) {
             prog_log(INGEST_LOG_WARN,
                      "source %s: %s does not exist: not walked; it is watched as soon as it appears "
@@ -332,10 +342,7 @@ void dmn_watches_setup(daemon_t *d)
     d->ino_full = 0;
     for (size_t i = 0; i < d->nsrc; i++)
         d->src[i].missing = 0;
-    dmn_sources_check(d); /* says each missing source once, and marks it */
-    for (size_t i = 0; i < d->nsrc && !d->ino_full; i++)
-        if (!d->src[i].missing)
-            watch_tree(d, i, "");
+    dmn_sources_check(d); /* says each missing source once and marks it; watches the others */
 }
 
 static watch *watch_find(daemon_t *d, int wd)
@@ -364,6 +371,8 @@ void dmn_inotify_drain(daemon_t *d)
             if (w == NULL)
                 continue;
             if (ev->mask & IN_IGNORED) {
+                if (w->rel[0] == '\0' && w->src < d->nsrc)
+                    d->src[w->src].root_watched = 0; /* the source directory went: watched again once back */
                 free(w->rel);
                 *w = d->w[--d->nw];
                 continue;

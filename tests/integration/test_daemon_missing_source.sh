@@ -5,7 +5,8 @@
 #   - when its directory appears it is watched without a restart: its
 #     files land, the status shows it `watching`, and a file written later
 #     (rescans every hour: only inotify can tell) lands too;
-#   - a source removed while running is `missing` again, said once.
+#   - a source removed while running is `missing` again, said once;
+#   - a source directory removed and made again at once is watched again.
 . "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null 2>&1 || { pass "skipped: python3 is needed to read the JSON"; exit 0; }
 setup_keys
@@ -75,8 +76,22 @@ wait_walks 4
 n=$(grep -c "source late: $L does not exist" "$T/dev1.err" || true)
 [ "$n" = 2 ] || { cat "$T/dev1.err"; fail "missing said $n times (once at start, once when removed: 2)"; }
 pass "removed while running: missing again, said once"
+# the other source's directory removed and made again at once: watched again (its watches went with it)
+cp -r "$S" "$T/data.copy"
+rm -rf "$S" && mkdir "$S"
+wait_walks 2
+[ "$(jget sources.0.state)" = watching ] || { cat "$T/status.json"; fail "the remade source is $(jget sources.0.state)"; }
+gen_log "$S/d.log" 2000 4
+i=0
+while ! cmp -s "$S/d.log" "$(landed_root dev1)/data/d.log"; do
+    i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/dev1.err"; fail "d.log of the remade source did not land"; }
+    sleep 0.05
+done
+pass "a source directory removed and made again: watching again, its new file landed"
+
 kill -TERM "$AGENT_PID"
 rc=0; wait "$AGENT_PID" || rc=$?
 [ "$rc" = 0 ] || fail "agent exited $rc"
-same_tree "$S" "$(landed_root dev1)/data"
+cp "$S/d.log" "$T/data.copy/"
+same_tree "$T/data.copy" "$(landed_root dev1)/data"
 same_tree "$T/late.copy" "$(landed_root dev1)/late"
