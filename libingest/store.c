@@ -860,3 +860,98 @@ size_t ingest__landed_key(const char *path, uint8_t key[INGEST__PATH_KEY_MAX])
     }
     return hashed_key(path, n, key);
 }
+
+/* ---- pruning path-keyed tables ------------------------------------------ */
+
+#define PRUNE_ROUND 256
+
+typedef struct prune_ud {
+    int (*gone)(void *ud, const char *path);
+    void *ud;
+    uint8_t *keys;        /* PRUNE_ROUND keys of INGEST__PATH_KEY_MAX bytes */
+    size_t klen[PRUNE_ROUND];
+    size_t n;
+    uint8_t last[INGEST__PATH_KEY_MAX]; /* the last key looked at: the next round starts after it */
+    size_t lastlen;
+    int have_last, full;
+    int err;
+} prune_ud;
+
+static int prune_cb(void *ud, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+    (void)val;
+    (void)vlen;
+    prune_ud *p = ud;
+    if (p->have_last && klen == p->lastlen && memcmp(key, p->last, klen) == 0)
+        return 0; /* where the previous round stopped */
+    if (p->n == PRUNE_ROUND) {
+        p->full = 1;
+        return 1;
+    }
+    memcpy(p->last, key, klen);
+    p->lastlen = klen;
+    p->have_last = 1;
+    /* a hashed key (ingest__path_key) or one that is no path: kept */
+    if (klen == 0 || klen > 440 || (klen == 401 + INGEST_ID_BYTES && key[400] == 0xff) || memchr(key, 0, klen))
+        return 0;
+    char path[INGEST__PATH_KEY_MAX + 1];
+    memcpy(path, key, klen);
+    path[klen] = '\0';
+    const int g = p->gone(p->ud, path);
+    if (g < 0) {
+        p->err = g;
+        return g;
+    }
+    if (g > 0) {
+        memcpy(p->keys + p->n * INGEST__PATH_KEY_MAX, key, klen);
+        p->klen[p->n++] = klen;
+    }
+    return 0;
+}
+
+int ingest__store_prune_paths(ingest_store *st, ingest__dbi db, int (*gone)(void *ud, const char *path), void *ud,
+                              uint64_t *removed)
+{
+    if (removed != NULL)
+        *removed = 0;
+    prune_ud *p = ingest__calloc(st->ctx, 1, sizeof(*p));
+    uint8_t *keys = ingest__malloc(st->ctx, (size_t)PRUNE_ROUND * INGEST__PATH_KEY_MAX);
+    int rc = 0;
+    if (p == NULL || keys == NULL) {
+        rc = ingest__fail(st->ctx, INGEST_ENOMEM, "store: out of memory");
+        goto out;
+    }
+    p->gone = gone;
+    p->ud = ud;
+    p->keys = keys;
+    for (;;) {
+        p->n = 0;
+        p->full = 0;
+        rc = ingest__store_iter(st, db, p->have_last ? p->last : NULL, p->have_last ? p->lastlen : 0, false,
+                                prune_cb, p);
+        if (rc < 0 || p->err < 0) {
+            rc = rc < 0 ? rc : p->err;
+            break;
+        }
+        if (p->n > 0) {
+            rc = ingest__store_write_begin(st, (unsigned)p->n);
+            for (size_t i = 0; i < p->n && rc == 0; i++) {
+                rc = ingest__store_del(st, db, keys + i * INGEST__PATH_KEY_MAX, p->klen[i]);
+                if (rc == INGEST_ENOTFOUND)
+                    rc = 0;
+            }
+            if (rc == 0)
+                rc = ingest_store_commit(st);
+            if (rc < 0)
+                break;
+            if (removed != NULL)
+                *removed += p->n;
+        }
+        if (!p->full)
+            break;
+    }
+out:
+    ingest__free(st->ctx, keys);
+    ingest__free(st->ctx, p);
+    return rc;
+}

@@ -121,6 +121,15 @@ static inline uint64_t ingest__get_be64(const uint8_t *p)
 #define INGEST__PATH_KEY_MAX 512
 size_t ingest__path_key(const char *path, uint8_t key[INGEST__PATH_KEY_MAX]);
 /*
+ * Delete the records of table db (keyed by ingest__path_key) whose path
+ * gone(ud, path) says no longer exists (1; 0 keeps it, < 0 fails).  A
+ * hashed key (a path over 440 bytes) cannot be turned back into its path:
+ * kept.  Deletions are committed in rounds of up to 256; *removed (may be
+ * NULL) gets how many went.  0 or < 0.
+ */
+int ingest__store_prune_paths(ingest_store *st, ingest__dbi db, int (*gone)(void *ud, const char *path), void *ud,
+                              uint64_t *removed);
+/*
  * A landed path as a key of the lander's version counters: the path itself
  * up to LMDB's bound (511 bytes; the keys written before long paths were
  * taken), the same hashed form as ingest__path_key past it.

@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sodium.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,6 +63,8 @@ typedef struct dsource {
     const char *move_dir;    /* AFTER_MOVE */
     ingest_filter *filter;   /* NULL: take everything */
     int spool;               /* spool: copy */
+    int missing;             /* its directory is not there: not walked nor watched, checked every walk */
+    int root_watched;        /* its directory has an inotify watch */
 } dsource;
 
 typedef struct watch {
@@ -77,6 +80,7 @@ typedef struct watch {
 typedef struct snap_source {
     char *name, *path;
     int spool;
+    int missing, watched;
 } snap_source;
 
 /*
@@ -90,15 +94,17 @@ typedef struct snap {
     snap_source *src;
     size_t nsrc;
     uint64_t q_batches, q_files, q_bytes, queue_files, queue_bytes;
+    uint64_t settling;   /* files the last walk found still settling */
     uint64_t spool_bytes, spool_files, spool_quota;
     char inflight[INGEST_JOURNAL_ID_MAX + 1];
     int64_t last_ack_ns; /* wall clock; 0: none yet */
     uint64_t files_seen, files_taken, bytes_taken, files_shipped, files_refused, bytes_shipped, bytes_read;
     uint64_t walks;
     double walk_seconds; /* of the last walk */
+    uint64_t file_records, seen_records, pruned;
     uint64_t special[SPECIAL_KINDS]; /* not regular files the last walk skipped, by kind */
     uint64_t chunks_new, chunks_dedup, chunk_bytes_sent, wire_out, wire_in;
-    uint64_t batches_acked, batches_replayed, deleted, moved;
+    uint64_t batches_acked, batches_replayed, deleted, moved, same_bytes;
     uint64_t skipped[INGEST_FILTER_NREASONS];
     uint64_t throttle_rate, throttle_wait_ms;
     double started;
@@ -158,6 +164,9 @@ typedef struct daemon {
     double walk_seconds; /* of the last walk */
     char inflight[INGEST_JOURNAL_ID_MAX + 1];
     int64_t last_ack_ns;
+    uint64_t file_records, seen_records; /* in the store, counted after each walk */
+    double prune_next;   /* records of files gone are dropped after the first walk from then on */
+    uint64_t pruned;     /* records dropped so far */
 
     /* after-ship actions deferred while a file is open elsewhere (ACKED batches kept in the journal) */
     double defer_next;   /* retry them from then on */
@@ -168,7 +177,10 @@ typedef struct daemon {
 
     /* counters (logged at shutdown) */
     uint64_t skipped[INGEST_FILTER_NREASONS];
-    uint64_t shipped_files, files_refused, shipped_bytes, batches_acked, batches_replayed, deleted, moved, not_stable;
+    uint64_t shipped_files, files_refused, shipped_bytes, batches_acked, batches_replayed, deleted, moved;
+    uint64_t same_bytes; /* versions with a new ctime alone and the bytes shipped: recorded, not shipped */
+    uint64_t not_stable; /* files found still settling by the walk under way */
+    uint64_t settling;   /* ... by the last walk that ended */
     double now;          /* monotonic, refreshed per loop and per walk */
     int64_t wall_ns;
 } daemon_t;
@@ -182,6 +194,7 @@ int dmn_sources_make(daemon_t *d, const ingest_agent_config *cfg, dsource **out,
 dsource *dmn_source_of(daemon_t *d, const char *path, const char **rel);
 void dmn_watches_clear(daemon_t *d);
 void dmn_watches_setup(daemon_t *d);
+void dmn_sources_check(daemon_t *d);
 void dmn_inotify_drain(daemon_t *d);
 int dmn_walk(daemon_t *d);
 void dmn_spool_resume_check(daemon_t *d);

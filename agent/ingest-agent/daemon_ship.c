@@ -36,7 +36,10 @@ int dmn_open_close(daemon_t *d)
     if (d->open_seq != 0)
         prog_log(INGEST_LOG_DEBUG, "batch %s%06llu closed: %zu files, %llu bytes", d->a->state.prefix,
                  (unsigned long long)d->open_seq, d->nof, (unsigned long long)d->of_bytes);
+    const int journaled = d->open_seq != 0 && d->nof > 0 && rc == 0;
     dmn_open_reset(d);
+    if (journaled)
+        dmn_queue_recount(d); /* the status counts it among the queued batches from now on */
     return rc;
 }
 
@@ -433,6 +436,12 @@ static int ship_one(daemon_t *d, uint64_t seq)
         if ((rc = ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_ACKED, got, ngot)) < 0) {
             prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
             goto out;
+        }
+        /* the shipped versions' whole-file hashes: a later change of ctime alone is compared against them */
+        for (uint64_t i = 0; i < bs.files; i++) {
+            ingest_sender_file_info info;
+            if (ingest_sender_batch_file(b, i, &info) == 0)
+                (void)ingest_filetable_set_hash(a->state.ft, info.path, info.hash);
         }
         for (uint64_t i = 0; i < bs.chunks; i++) {
             uint8_t id[INGEST_ID_BYTES];

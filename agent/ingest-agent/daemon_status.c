@@ -62,12 +62,17 @@ void dmn_publish(daemon_t *d)
     snap *sn = &d->sn;
     sn->connected = a->net.link != NULL;
     sn->watching = d->ino >= 0 && !d->ino_full;
+    for (size_t i = 0; i < sn->nsrc && i < d->nsrc; i++) { /* sn->src mirrors d->src (dmn_publish_sources) */
+        sn->src[i].missing = d->src[i].missing;
+        sn->src[i].watched = d->src[i].root_watched;
+    }
     sn->backpressure = d->backpressure;
     sn->spool_full = d->spool_full;
     sn->window_closed = a->thr.window_closed;
     sn->q_batches = d->q_batches;
     sn->q_files = d->q_files;
     sn->q_bytes = d->q_bytes;
+    sn->settling = d->settling;
     sn->spool_bytes = d->spool_bytes;
     sn->spool_files = d->spool_files;
     memcpy(sn->inflight, d->inflight, sizeof(sn->inflight));
@@ -75,6 +80,9 @@ void dmn_publish(daemon_t *d)
     sn->files_seen = d->files_seen;
     sn->walks = d->walks;
     sn->walk_seconds = d->walk_seconds;
+    sn->file_records = d->file_records;
+    sn->seen_records = d->seen_records;
+    sn->pruned = d->pruned;
     memcpy(sn->special, a->report.special, sizeof(sn->special));
     sn->files_taken = d->files_taken;
     sn->bytes_taken = d->bytes_taken;
@@ -91,6 +99,7 @@ void dmn_publish(daemon_t *d)
     sn->batches_replayed = d->batches_replayed;
     sn->deleted = d->deleted;
     sn->moved = d->moved;
+    sn->same_bytes = d->same_bytes;
     memcpy(sn->skipped, d->skipped, sizeof(sn->skipped));
     sn->throttle_wait_ms = a->thr.throttle_wait_ms;
     const size_t last = (sn->rate_head + RATE_SAMPLES - 1) % RATE_SAMPLES;
@@ -175,6 +184,11 @@ static void fmt_time(int64_t ns, char *buf, size_t cap)
         snprintf(buf, cap, "-");
 }
 
+static const char *source_state(const snap *sn, size_t i)
+{
+    return sn->src[i].missing ? "missing" : sn->watching && sn->src[i].watched ? "watching" : "rescan-only";
+}
+
 static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
 {
     put(o, "{\"device\":");
@@ -187,12 +201,13 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
         put_jstr(o, sn->src[i].name);
         put(o, ",\"path\":");
         put_jstr(o, sn->src[i].path);
-        put(o, ",\"state\":\"%s\",\"spool\":\"%s\"}", sn->watching ? "watching" : "rescan-only",
+        put(o, ",\"state\":\"%s\",\"spool\":\"%s\"}", source_state(sn, i),
             sn->src[i].spool ? "copy" : "none");
     }
     put(o, "],\"queue\":{\"batches\":%llu,\"files\":%llu,\"bytes\":%llu,\"max_files\":%llu,\"max_bytes\":%llu}",
         (unsigned long long)sn->q_batches, (unsigned long long)sn->q_files, (unsigned long long)sn->q_bytes,
         (unsigned long long)sn->queue_files, (unsigned long long)sn->queue_bytes);
+    put(o, ",\"settling\":{\"files\":%llu}", (unsigned long long)sn->settling);
     put(o, ",\"in_flight\":");
     if (sn->inflight[0])
         put_jstr(o, sn->inflight);
@@ -208,18 +223,22 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
         ",\"totals\":{\"files_seen\":%llu,\"files_taken\":%llu,\"bytes_taken\":%llu,\"files_shipped\":%llu,"
         "\"bytes_shipped\":%llu,\"bytes_read\":%llu,\"chunks_new\":%llu,\"chunks_dedup\":%llu,"
         "\"chunk_bytes_sent\":%llu,\"wire_bytes_out\":%llu,\"wire_bytes_in\":%llu,\"batches_acked\":%llu,"
-        "\"batches_replayed\":%llu,\"after_ship_deleted\":%llu,\"after_ship_moved\":%llu,\"files_refused\":%llu}",
+        "\"batches_replayed\":%llu,\"after_ship_deleted\":%llu,\"after_ship_moved\":%llu,\"files_refused\":%llu,"
+        "\"files_same_bytes\":%llu}",
         (unsigned long long)sn->files_seen, (unsigned long long)sn->files_taken, (unsigned long long)sn->bytes_taken,
         (unsigned long long)sn->files_shipped, (unsigned long long)sn->bytes_shipped,
         (unsigned long long)sn->bytes_read, (unsigned long long)sn->chunks_new, (unsigned long long)sn->chunks_dedup,
         (unsigned long long)sn->chunk_bytes_sent, (unsigned long long)sn->wire_out, (unsigned long long)sn->wire_in,
         (unsigned long long)sn->batches_acked, (unsigned long long)sn->batches_replayed,
-        (unsigned long long)sn->deleted, (unsigned long long)sn->moved, (unsigned long long)sn->files_refused);
+        (unsigned long long)sn->deleted, (unsigned long long)sn->moved, (unsigned long long)sn->files_refused,
+        (unsigned long long)sn->same_bytes);
     put(o, ",\"walks\":{\"count\":%llu,\"last_seconds\":%.3f,\"not_regular\":{", (unsigned long long)sn->walks,
         sn->walk_seconds);
     for (int k = 0; k < SPECIAL_KINDS; k++)
         put(o, "%s\"%s\":%llu", k ? "," : "", agent_special_name(k), (unsigned long long)sn->special[k]);
     put(o, "}}");
+    put(o, ",\"records\":{\"shipped\":%llu,\"settle_filter\":%llu,\"dropped\":%llu}",
+        (unsigned long long)sn->file_records, (unsigned long long)sn->seen_records, (unsigned long long)sn->pruned);
     put(o, ",\"skipped\":{");
     for (int r = 1; r < INGEST_FILTER_NREASONS; r++)
         put(o, "%s\"%s\":%llu", r > 1 ? "," : "", skip_names[r], (unsigned long long)sn->skipped[r]);
@@ -241,13 +260,15 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
         sn->connected ? "connected" : "not connected", now - sn->started);
     put(o, "\n%-20s %-12s %-6s %s\n", "SOURCE", "STATE", "SPOOL", "PATH");
     for (size_t i = 0; i < sn->nsrc; i++)
-        put(o, "%-20s %-12s %-6s %s\n", sn->src[i].name, sn->watching ? "watching" : "rescan-only",
+        put(o, "%-20s %-12s %-6s %s\n", sn->src[i].name, source_state(sn, i),
             sn->src[i].spool ? "copy" : "none", sn->src[i].path);
     char ts[40];
     fmt_time(sn->last_ack_ns, ts, sizeof(ts));
     put(o, "\n%-20s %llu batches, %llu files, %llu bytes (limits %llu files, %llu bytes)\n", "queued",
         (unsigned long long)sn->q_batches, (unsigned long long)sn->q_files, (unsigned long long)sn->q_bytes,
         (unsigned long long)sn->queue_files, (unsigned long long)sn->queue_bytes);
+    put(o, "%-20s %llu files (not taken until unchanged for their settle time)\n", "settling",
+        (unsigned long long)sn->settling);
     put(o, "%-20s %s\n", "in flight", sn->inflight[0] ? sn->inflight : "-");
     if (sn->last_ack_ns)
         put(o, "%-20s %s (%.0f s ago)\n", "last ack", ts, (double)(wall - sn->last_ack_ns) / 1e9);
@@ -262,6 +283,8 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
         sn->window_closed ? "CLOSED" : "open", (double)sn->throttle_wait_ms / 1000.0);
     put(o, "%-20s %.0f B/s (last %.0f s)\n", "wire rate", wire_rate(sn, now), RATE_WINDOW_S);
     put(o, "%-20s %llu, the last took %.3f s\n", "walks", (unsigned long long)sn->walks, sn->walk_seconds);
+    put(o, "%-20s %llu shipped, %llu settling or filtered; %llu of files gone dropped\n", "file records",
+        (unsigned long long)sn->file_records, (unsigned long long)sn->seen_records, (unsigned long long)sn->pruned);
     put(o, "%-20s", "not regular files");
     for (int k = 0; k < SPECIAL_KINDS; k++)
         put(o, " %s=%llu", agent_special_name(k), (unsigned long long)sn->special[k]);
@@ -281,6 +304,8 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
     put(o, "%-20s %llu acked, %llu replayed; after_ship %llu deleted, %llu moved\n", "batches",
         (unsigned long long)sn->batches_acked, (unsigned long long)sn->batches_replayed,
         (unsigned long long)sn->deleted, (unsigned long long)sn->moved);
+    put(o, "%-20s %llu (ctime changed alone, bytes as shipped: recorded, not shipped)\n", "same bytes",
+        (unsigned long long)sn->same_bytes);
     put(o, "%-20s", "skipped");
     for (int r = 1; r < INGEST_FILTER_NREASONS; r++)
         put(o, " %s=%llu", skip_names[r], (unsigned long long)sn->skipped[r]);

@@ -156,6 +156,8 @@ static int watch_one(daemon_t *d, size_t si, const char *rel)
     if (d->w[d->nw].rel == NULL)
         return -1;
     d->nw++;
+    if (rel[0] == '\0')
+        d->src[si].root_watched = 1;
     return 0;
 }
 
@@ -288,14 +290,59 @@ void dmn_watches_clear(daemon_t *d)
         free(d->w[i].rel);
     }
     d->nw = 0;
+    for (size_t i = 0; i < d->nsrc; i++)
+        d->src[i].root_watched = 0;
+}
+
+/* 0 when source s's directory is not there (absent, or not a directory), else 1 (unreadable: the walk says so). */
+static int source_present(const dsource *s)
+{
+    struct stat st;
+    if (stat(s->path, &st) != 0)
+        return errno == ENOENT || errno == ENOTDIR ? 0 : 1;
+    return S_ISDIR(st.st_mode) ? 1 : 0;
+}
+
+/*
+ * A source whose directory is not there is neither walked nor watched
+ * (said once, when it goes missing); every walk looks again, and one that
+ * is back is watched and walked at once, without a restart.  A source
+ * directory removed and made again between two walks lost its watches
+ * (IN_IGNORED): it is watched again too.
+ */
+void dmn_sources_check(daemon_t *d)
+{
+    for (size_t i = 0; i < d->nsrc; i++) {
+        dsource *s = &d->src[i];
+        const int present = source_present(s);
+        if (present && !s->missing && d->ino >= 0 && !d->ino_full && !s->root_watched) {
+            watch_tree(d, i, "");
+            continue;
+        }
+        if (!present && !s->missing) {
+            prog_log(INGEST_LOG_WARN,
+                     "source %s: %s does not exist: not walked; it is watched as soon as it appears "
+                     "(checked at every walk, rescan_interval at the latest)",
+                     s->name, prog_esc(s->path));
+            s->missing = 1;
+        } else if (present && s->missing) {
+            prog_log(INGEST_LOG_INFO, "source %s: %s is here now: watching and walking it", s->name,
+                     prog_esc(s->path));
+            s->missing = 0;
+            if (!d->ino_full)
+                watch_tree(d, i, "");
+            dmn_schedule_scan(d, d->now);
+        }
+    }
 }
 
 void dmn_watches_setup(daemon_t *d)
 {
     dmn_watches_clear(d);
     d->ino_full = 0;
-    for (size_t i = 0; i < d->nsrc && !d->ino_full; i++)
-        watch_tree(d, i, "");
+    for (size_t i = 0; i < d->nsrc; i++)
+        d->src[i].missing = 0;
+    dmn_sources_check(d); /* says each missing source once and marks it; watches the others */
 }
 
 static watch *watch_find(daemon_t *d, int wd)
@@ -324,6 +371,8 @@ void dmn_inotify_drain(daemon_t *d)
             if (w == NULL)
                 continue;
             if (ev->mask & IN_IGNORED) {
+                if (w->rel[0] == '\0' && w->src < d->nsrc)
+                    d->src[w->src].root_watched = 0; /* the source directory went: watched again once back */
                 free(w->rel);
                 *w = d->w[--d->nw];
                 continue;
@@ -379,6 +428,78 @@ static int read_head(const dsource *s, const char *rel, uint8_t *buf, size_t cap
     return 0;
 }
 
+typedef struct fhash_ud {
+    ingest_filehash fh;
+} fhash_ud;
+
+static int fhash_chunk(void *ud, const ingest_chunk_info *c)
+{
+    ingest_filehash_update(&((fhash_ud *)ud)->fh, c->id, INGEST_ID_BYTES);
+    return 0;
+}
+
+/*
+ * The whole-file hash of file rel of source s, as its manifest would carry
+ * it (the dedup key's HMAC over its chunk ids): 0, or -1 when it cannot be
+ * read or is not the version st any more.
+ */
+static int file_hash(daemon_t *d, const dsource *s, const char *rel, const ingest_sender_stat *st,
+                     uint8_t out[INGEST_ID_BYTES])
+{
+    char full[PATH_MAX];
+    if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full))
+        return -1;
+    const int fd = open(full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -1;
+    ingest_chunk_params params = d->base.chunking;
+    if (params.min == 0 && params.avg == 0 && params.max == 0)
+        ingest_chunk_params_default(&params);
+    const ingest_chunkhash_opts o = { &params, d->base.dedup_key, 0, 1 };
+    fhash_ud u;
+    ingest_filehash_init(&u.fh, d->base.dedup_key);
+    ingest_chunkhash *ch = NULL;
+    struct stat a, b;
+    int rc = -1;
+    if (fstat(fd, &a) == 0 && S_ISREG(a.st_mode) && (uint64_t)a.st_size == st->size &&
+        (int64_t)a.st_mtim.tv_sec * 1000000000 + a.st_mtim.tv_nsec == st->mtime_ns &&
+        ingest_chunkhash_create(d->a->ctx, &o, fhash_chunk, &u, &ch) == 0 && ingest_chunkhash_fd(ch, fd) == 0 &&
+        fstat(fd, &b) == 0 && b.st_size == a.st_size && b.st_mtim.tv_sec == a.st_mtim.tv_sec &&
+        b.st_mtim.tv_nsec == a.st_mtim.tv_nsec && b.st_ctim.tv_sec == a.st_ctim.tv_sec &&
+        b.st_ctim.tv_nsec == a.st_ctim.tv_nsec) {
+        ingest_filehash_final(&u.fh, out);
+        rc = 0;
+    }
+    ingest_chunkhash_destroy(ch);
+    close(fd);
+    return rc;
+}
+
+/*
+ * A file whose size and mtime are those of the version shipped and whose
+ * ctime alone changed (chmod, chown, a new hard link, a copy with the same
+ * times renamed over it): when its whole-file hash is that of the version
+ * shipped, the new ctime is recorded and nothing is shipped (1); else 0
+ * (a new version, or the version shipped has no hash recorded).  The mode
+ * in the manifests stays that of the version shipped.
+ */
+static int same_bytes(daemon_t *d, const dsource *s, const char *rel, const char *path, const ingest_sender_stat *st,
+                      ingest_file_state *fs)
+{
+    ingest_filetable *ft = d->a->state.ft;
+    uint8_t was[INGEST_ID_BYTES], now[INGEST_ID_BYTES];
+    if (ingest_filetable_get_hash(ft, path, was) != 0 || file_hash(d, s, rel, st, now) != 0 ||
+        sodium_memcmp(was, now, INGEST_ID_BYTES) != 0)
+        return 0;
+    fs->ctime_ns = st->ctime_ns;
+    if (ingest_filetable_put(ft, path, fs) < 0 || ingest_filetable_set_hash(ft, path, now) < 0)
+        return 0;
+    d->same_bytes++;
+    prog_log(INGEST_LOG_DEBUG, "%s: only its ctime changed, same bytes as the version shipped: recorded, not shipped",
+             prog_esc(path));
+    return 1;
+}
+
 /* The walk's want_file: choose files for the open batch; never let the sender chunk. */
 static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
 {
@@ -391,8 +512,9 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     if (a->report.metrics != NULL)
         ingest_metric_add(a->report.m.files_seen, s->name, 1);
     ingest_file_state fs;
-    if (ingest_filetable_get(d->a->state.ft, path, &fs) == 0 && fs.size == st->size && fs.mtime_ns == st->mtime_ns &&
-        fs.ctime_ns == st->ctime_ns) {
+    const int shipped = ingest_filetable_get(d->a->state.ft, path, &fs) == 0 && fs.size == st->size &&
+                        fs.mtime_ns == st->mtime_ns;
+    if (shipped && fs.ctime_ns == st->ctime_ns) {
         if (a->report.metrics != NULL)
             ingest_metric_add(a->report.m.files_unchanged, NULL, 1);
         return 0; /* unchanged since its ack */
@@ -400,6 +522,11 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     int rc = ingest_journal_inflight(d->j, path, NULL);
     if (rc != 0)
         return rc < 0 ? rc : 0;
+    if (shipped && same_bytes(d, s, rel, path, st, &fs)) {
+        if (a->report.metrics != NULL)
+            ingest_metric_add(a->report.m.files_unchanged, NULL, 1);
+        return 0;
+    }
     if (s->filter != NULL) {
         if (ingest_journal_skipped(d->j, path, st->size, st->mtime_ns) > 0)
             return 0; /* this version was counted already */
@@ -463,9 +590,60 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     return dmn_open_add(d, s, rel, path, st) < 0 ? INGEST_ENOMEM : 0;
 }
 
+/* Prune callback: 1 when the file of manifest path no longer exists (a source missing or no longer configured: 0). */
+static int file_gone(void *ud, const char *path)
+{
+    daemon_t *d = ud;
+    const char *rel = NULL;
+    const dsource *s = dmn_source_of(d, path, &rel);
+    if (s == NULL || s->missing || rel[0] == '\0')
+        return 0;
+    char full[PATH_MAX];
+    if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full))
+        return 0;
+    struct stat st;
+    if (lstat(full, &st) == 0)
+        return 0;
+    return errno == ENOENT || errno == ENOTDIR;
+}
+
+/*
+ * The records of files that no longer exist go, once per rescan_interval:
+ * stability and filter records (a file renamed or deleted before it
+ * settled, a temporary file passed over by a filter), and shipped states
+ * (a file deleted or moved after its ack, by after_ship or anyone).  None
+ * of them matters to a file that is gone; one that comes back is a new
+ * file.  A file in a journaled batch keeps its in-flight mark (the batch
+ * drops it when it is rebuilt); a missing source keeps its records.
+ */
+static void prune(daemon_t *d)
+{
+    uint64_t seen = 0, files = 0;
+    const double t0 = prog_now();
+    if (ingest_journal_prune_seen(d->j, file_gone, d, &seen) < 0 ||
+        ingest_filetable_prune(d->a->state.ft, file_gone, d, &files) < 0) {
+        prog_log(INGEST_LOG_WARN, "state store: dropping the records of files gone: %s", ingest_ctx_errmsg(d->a->ctx));
+        return;
+    }
+    d->pruned += seen + files;
+    prog_log(INGEST_LOG_DEBUG, "records of files gone dropped: %llu settle/filter, %llu shipped, in %.3f s",
+             (unsigned long long)seen, (unsigned long long)files, prog_now() - t0);
+}
+
 int dmn_walk(daemon_t *d)
 {
     ingest_sender_opts o = d->base;
+    dmn_sources_check(d);
+    /* the sources that are there (a missing one would be said twice per walk) */
+    ingest_sender_source *present = calloc(d->nsrc ? d->nsrc : 1, sizeof(*present));
+    if (present == NULL)
+        return INGEST_ENOMEM;
+    size_t np = 0;
+    for (size_t i = 0; i < d->nsrc; i++)
+        if (!d->src[i].missing)
+            present[np++] = d->ssrc[i];
+    o.sources = present;
+    o.nsources = np;
     o.want_file = select_file;
     o.on_skip = daemon_on_skip;
     o.batch_seq = 1;
@@ -474,14 +652,16 @@ int dmn_walk(daemon_t *d)
     const double t0 = prog_now();
     d->scan_at = 0;
     d->last_full = d->now;
+    d->not_stable = 0;
     d->wall_ns = dmn_wall_now_ns();
-    int rc = ingest_sender_create(d->a->ctx, &o, &s);
-    if (rc == 0)
+    int rc = np > 0 ? ingest_sender_create(d->a->ctx, &o, &s) : 0;
+    if (rc == 0 && s != NULL)
         rc = ingest_sender_scan(s);
     ingest_sender_batch *b = NULL;
-    if (rc == 0)
+    if (rc == 0 && s != NULL)
         rc = ingest_sender_next_batch(s, &b); /* select_file takes nothing: the walk runs to its end */
     ingest_sender_batch_destroy(b);
+    d->files_seen = 0;
     if (s != NULL) {
         ingest_sender_stats ss;
         ingest_sender_get_stats(s, &ss);
@@ -490,6 +670,7 @@ int dmn_walk(daemon_t *d)
             agent_walk_special(d->a, &ss); /* a whole walk's counts */
     }
     d->walks++;
+    d->settling = d->not_stable;
     d->walk_seconds = prog_now() - t0;
     d->a->report.t.walk_s += d->walk_seconds;
     /* The first walk after a start, and any slow one, is worth a line. */
@@ -497,11 +678,19 @@ int dmn_walk(daemon_t *d)
              "walk %llu: %llu files seen in %.3f s", (unsigned long long)d->walks, (unsigned long long)d->files_seen,
              d->walk_seconds);
     ingest_sender_destroy(s);
+    free(present);
     if (rc < 0)
         prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(d->a->ctx));
     if (dmn_open_journal(d) < 0)
         rc = -1;
     (void)ingest_journal_flush(d->j);
+    dmn_queue_recount(d); /* the batches closed and journaled by this walk */
+    if (d->now >= d->prune_next && !stopping) {
+        prune(d);
+        d->prune_next = prog_now() + d->rescan_ms / 1000.0;
+    }
+    d->seen_records = ingest_journal_seen_count(d->j);
+    d->file_records = ingest_filetable_count(d->a->state.ft);
     return rc < 0 ? rc : 0;
 }
 

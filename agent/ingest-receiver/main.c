@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #define SESSION_WAIT_S 10 /* an authenticated device waits this long for a max_connections slot */
+#define STOP_WAIT_S 10    /* a stop waits this long for the sessions it closed (a batch being made durable) */
 #define RECEIVER_TXN_WRITES 16384
 /* What the receiver supports, offered in every handshake. */
 #define CORE_FEATURES                                                                                  \
@@ -643,6 +644,24 @@ static void *conn_thread(void *arg)
 
 /* ---- main -------------------------------------------------------------- */
 
+/* Shut every connection's socket down (how: SHUT_RD or SHUT_RDWR); returns how many there were. */
+static unsigned close_conns(server *s, int how)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&s->conns_lock); /* a connection thread closes its fd only after leaving the list */
+    for (conn *c = s->conns; c != NULL; c = c->next, n++)
+        shutdown(c->fd, how);
+    pthread_mutex_unlock(&s->conns_lock);
+    return n;
+}
+
+/* Wait until every connection thread ended, at most seconds. */
+static void wait_conns(server *s, int seconds)
+{
+    for (int i = 0; i < seconds * 100 && s->nconn > 0; i++)
+        usleep(10000);
+}
+
 /*
  * Every connection costs descriptors: a waiting one its socket, a session
  * its socket and up to ~8 files of its two landers.  Raise the soft limit
@@ -1026,22 +1045,32 @@ int main(int argc, char **argv)
     close(lfd);
     lfd = -1;
     admit_drop_all(s.adm); /* nothing to finish before a session */
-    /* Let connections finish their current step; unacknowledged batches are simply re-sent. */
-    for (int i = 0; i < 100 && s.nconn > 0; i++)
-        usleep(20000);
-    /* Then end the sessions still open (idle devices): their readers see the
-     * end, a batch being made durable is finished and acked first. */
-    pthread_mutex_lock(&s.conns_lock);
-    for (conn *c = s.conns; c != NULL; c = c->next)
-        shutdown(c->fd, SHUT_RDWR);
-    pthread_mutex_unlock(&s.conns_lock);
-    for (int i = 0; i < 500 && s.nconn > 0; i++)
-        usleep(20000);
+    /* Close the sessions now, without waiting for their devices: their
+     * sockets are shut down for reading, so a session waiting for its
+     * device's next message ends at once and a batch still arriving is cut
+     * (its device sends it again); a batch being made durable is finished
+     * and its ack still goes out (the write side stays open).  A connection
+     * waiting for a session slot gives up. */
+    const unsigned closed = close_conns(&s, SHUT_RD);
+    pthread_mutex_lock(&s.sess_lock);
+    pthread_cond_broadcast(&s.sess_cond);
+    pthread_mutex_unlock(&s.sess_lock);
+    wait_conns(&s, STOP_WAIT_S);
+    if (s.nconn > 0) { /* one blocked on a write (a device that does not read): cut it */
+        (void)close_conns(&s, SHUT_RDWR);
+        wait_conns(&s, STOP_WAIT_S / 2);
+    }
     /* A batch still landing would leave temporary files, an index not
      * flushed would miss entries: keep the marker (the next start sweeps
      * and catches up). */
-    if (s.nconn == 0 && flush_index(&s, 1) == 0)
-        running_marker(&s, 0);
+    if (s.nconn == 0 && flush_index(&s, 1) == 0 && running_marker(&s, 0) == 0)
+        prog_log(INGEST_LOG_INFO,
+                 "stopped cleanly: device connections closed: %u; chunk index flushed, crash marker removed", closed);
+    else if (s.nconn > 0)
+        prog_log(INGEST_LOG_WARN,
+                 "%d connections did not end: the chunk index is not flushed and the crash marker stays (the next "
+                 "start recovers as after a crash)",
+                 (int)s.nconn);
     stats_logger_stop(slog);
     slog = NULL;
     metrics_http_stop(mh);

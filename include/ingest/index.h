@@ -247,7 +247,25 @@ INGEST_API int ingest_filetable_get(ingest_filetable *ft, const char *path, inge
 /* Record (replace) path's state; durable at the next ingest_store_commit. */
 INGEST_API int ingest_filetable_put(ingest_filetable *ft, const char *path, const ingest_file_state *state);
 INGEST_API int ingest_filetable_del(ingest_filetable *ft, const char *path);
+/*
+ * The whole-file hash (as in the manifest) of the version recorded for
+ * path: set_hash adds it to the record (INGEST_ENOTFOUND without one; a
+ * later ingest_filetable_put drops it), get_hash reads it (INGEST_ENOTFOUND
+ * when there is no record or it has no hash).  requires v0.1+ (unstable).
+ */
+INGEST_API int ingest_filetable_set_hash(ingest_filetable *ft, const char *path, const uint8_t hash[INGEST_ID_BYTES]);
+INGEST_API int ingest_filetable_get_hash(ingest_filetable *ft, const char *path, uint8_t hash[INGEST_ID_BYTES]);
 INGEST_API uint64_t ingest_filetable_count(ingest_filetable *ft);
+/*
+ * Drop the records of files that no longer exist: those whose path
+ * gone(ud, path) answers 1 for (0 keeps a record, < 0 stops with that
+ * code).  A file that comes back is then a new file (shipped once it
+ * settled).  Records of paths over 440 bytes (hashed keys) are kept.
+ * Committed; *removed (may be NULL) gets how many went.  requires v0.1+
+ * (unstable).
+ */
+INGEST_API int ingest_filetable_prune(ingest_filetable *ft, int (*gone)(void *ud, const char *path), void *ud,
+                                      uint64_t *removed);
 
 #ifdef __cplusplus
 }

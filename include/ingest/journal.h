@@ -126,6 +126,18 @@ INGEST_API int ingest_journal_mark_skipped(ingest_journal *j, const char *path, 
 INGEST_API int ingest_journal_skipped(ingest_journal *j, const char *path, uint64_t size, int64_t mtime_ns);
 /* Drop path's stability record (0 or ENOTFOUND is not an error: returns 0). */
 INGEST_API int ingest_journal_forget_seen(ingest_journal *j, const char *path);
+/*
+ * Drop the stability and filter records of files that no longer exist:
+ * those whose manifest path gone(ud, path) answers 1 for (0 keeps a
+ * record, < 0 stops with that code).  A file gone is not taken anyway; if
+ * it comes back it settles (or is filtered) afresh.  Records of paths over
+ * 440 bytes (hashed keys) are kept.  Committed; *removed (may be NULL)
+ * gets how many went.  requires v0.1+ (unstable).
+ */
+INGEST_API int ingest_journal_prune_seen(ingest_journal *j, int (*gone)(void *ud, const char *path), void *ud,
+                                         uint64_t *removed);
+/* Stability and filter records held (0 on error). */
+INGEST_API uint64_t ingest_journal_seen_count(ingest_journal *j);
 /* Commit the stability records written so far (they are not worth a commit each). */
 INGEST_API int ingest_journal_flush(ingest_journal *j);
 

@@ -515,3 +515,16 @@ int ingest_journal_skipped(ingest_journal *j, const char *path, uint64_t size, i
 int ingest_journal_forget_seen(ingest_journal *j, const char *path) { return seen_del(j, path); }
 
 int ingest_journal_flush(ingest_journal *j) { return ingest_store_commit(j->st); }
+
+int ingest_journal_prune_seen(ingest_journal *j, int (*gone)(void *ud, const char *path), void *ud,
+                              uint64_t *removed)
+{
+    INGEST__FORWARD(ingest_store_commit(j->st)); /* the records written so far, before they are looked at */
+    return ingest__store_prune_paths(j->st, j->seen, gone, ud, removed);
+}
+
+uint64_t ingest_journal_seen_count(ingest_journal *j)
+{
+    uint64_t n = 0;
+    return ingest__store_count(j->st, j->seen, &n) == 0 ? n : 0;
+}

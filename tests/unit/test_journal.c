@@ -190,6 +190,88 @@ static void test_stability(void **state)
     assert_int_equal(ingest_journal_flush(f->j), 0);
 }
 
+/* Prune callback: the paths whose last character is an odd digit are gone; "src/fail" fails. */
+static int odd_gone(void *ud, const char *path)
+{
+    (*(int *)ud)++;
+    if (strcmp(path, "src/fail") == 0)
+        return INGEST_EIO;
+    const char c = path[strlen(path) - 1];
+    return c >= '0' && c <= '9' && (c - '0') % 2 == 1;
+}
+
+/* Records of files gone are dropped (in rounds: more than one of 256 here); a hashed key is kept. */
+static void test_prune(void **state)
+{
+    fixture *f = *state;
+    const int64_t s = 1000000000;
+    char p[600];
+    for (int i = 0; i < 700; i++) {
+        snprintf(p, sizeof(p), "src/d%03d/f%d", i / 10, i);
+        assert_true(ingest_journal_stable(f->j, p, 1, 2, 100 * s, 2 * s, NULL) >= 0);
+        if (i % 3 == 0)
+            assert_int_equal(ingest_journal_mark_skipped(f->j, p, 1, 2, 2, 100 * s), 0);
+        const ingest_file_state fs = { 1, 2, 3, 0, 0 };
+        assert_int_equal(ingest_filetable_put(f->ft, p, &fs), 0);
+    }
+    /* a path over 440 bytes (hashed key) ending in an odd digit: kept, its key cannot be read back */
+    memset(p, 'x', 500);
+    memcpy(p, "src/", 4);
+    p[500] = '1';
+    p[501] = '\0';
+    assert_int_equal(ingest_journal_mark_renamed(f->j, p, 1, 2, 100 * s), 0);
+    assert_int_equal(ingest_journal_flush(f->j), 0);
+    assert_int_equal(ingest_journal_seen_count(f->j), 701);
+    assert_int_equal(ingest_filetable_count(f->ft), 700);
+    int asked = 0;
+    uint64_t removed = 0;
+    assert_int_equal(ingest_journal_prune_seen(f->j, odd_gone, &asked, &removed), 0);
+    assert_int_equal(asked, 700);
+    assert_int_equal(removed, 350);
+    assert_int_equal(ingest_journal_seen_count(f->j), 351);
+    assert_int_equal(ingest_journal_stable(f->j, p, 1, 2, 200 * s, 2 * s, NULL), 1); /* renamed: still there */
+    assert_int_equal(ingest_journal_skipped(f->j, "src/d000/f0", 1, 2), 2);
+    assert_int_equal(ingest_journal_skipped(f->j, "src/d000/f3", 1, 2), 0);
+    asked = 0;
+    assert_int_equal(ingest_filetable_prune(f->ft, odd_gone, &asked, &removed), 0);
+    assert_int_equal(removed, 350);
+    assert_int_equal(ingest_filetable_count(f->ft), 350);
+    ingest_file_state got;
+    assert_int_equal(ingest_filetable_get(f->ft, "src/d000/f2", &got), 0);
+    assert_int_equal(ingest_filetable_get(f->ft, "src/d000/f1", &got), INGEST_ENOTFOUND);
+    /* nothing more to drop; a failing callback stops the prune with its code */
+    assert_int_equal(ingest_journal_prune_seen(f->j, odd_gone, &asked, &removed), 0);
+    assert_int_equal(removed, 0);
+    assert_int_equal(ingest_journal_mark_skipped(f->j, "src/fail", 1, 2, 2, 100 * s), 0);
+    assert_int_equal(ingest_journal_prune_seen(f->j, odd_gone, &asked, &removed), INGEST_EIO);
+}
+
+/* The whole-file hash of a file table record: set, read, dropped by a new put; version 1 records read. */
+static void test_filetable_hash(void **state)
+{
+    fixture *f = *state;
+    uint8_t h[INGEST_ID_BYTES], got[INGEST_ID_BYTES];
+    memset(h, 0xab, sizeof(h));
+    assert_int_equal(ingest_filetable_set_hash(f->ft, "src/none", h), INGEST_ENOTFOUND);
+    const ingest_file_state fs = { 10, 20, 30, 0, 0 };
+    assert_int_equal(ingest_filetable_put(f->ft, "src/a", &fs), 0);
+    assert_int_equal(ingest_filetable_get_hash(f->ft, "src/a", got), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_filetable_set_hash(f->ft, "src/a", h), 0);
+    assert_int_equal(ingest_filetable_get_hash(f->ft, "src/a", got), 0);
+    assert_memory_equal(got, h, sizeof(h));
+    ingest_file_state out;
+    assert_int_equal(ingest_filetable_get(f->ft, "src/a", &out), 0);
+    assert_int_equal(out.size, 10);
+    assert_int_equal(out.mtime_ns, 20);
+    assert_int_equal(out.ctime_ns, 30);
+    close_all(f);
+    open_all(f); /* committed at close, read back */
+    assert_int_equal(ingest_filetable_get_hash(f->ft, "src/a", got), 0);
+    assert_memory_equal(got, h, sizeof(h));
+    assert_int_equal(ingest_filetable_put(f->ft, "src/a", &fs), 0);
+    assert_int_equal(ingest_filetable_get_hash(f->ft, "src/a", got), INGEST_ENOTFOUND);
+}
+
 /* A batch record of format 1 (no inodes, 26-byte file heads), as journaled before: read with ino 0. */
 static void test_format1_record(void **state)
 {
@@ -245,6 +327,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replace_and_remove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stability, setup, teardown),
         cmocka_unit_test_setup_teardown(test_format1_record, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prune, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_filetable_hash, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
