@@ -371,9 +371,10 @@ INGEST_API void ingest_lander_batch_destroy(ingest_lander_batch *b);
  * bronze tree cannot take) or whose place in the bronze tree is blocked (a
  * symlink or non-directory on the way, a directory or special file at its
  * final name) is found by parse and refused alone; the rest of the batch
- * lands.  Its chunks are still received and checked (later files may
- * share them), its bytes never reach a final name, and the batch manifest
- * records it with "refused" and the reason.  Count, then the k-th (0 ..
+ * lands.  Its chunks are not asked for unless a file that lands repeats
+ * one (then they are received, checked and kept in a scratch copy for it),
+ * its bytes never reach a final name, and the batch manifest records it
+ * with "refused" and the reason.  Count, then the k-th (0 ..
  * count-1, ascending file index): its index in the manifest, an INGEST_E*
  * code and the reason (valid with the batch).  A caller whose peer cannot
  * be told (no per-file refusal in its protocol) fails the batch instead.

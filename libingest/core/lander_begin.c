@@ -168,8 +168,39 @@ static int lookup_known(ingest_lander_batch *b)
     uint64_t last_no = UINT64_MAX;
     bool last_ok = false;
     b->nwants = 0;
-    for (uint32_t i = 0; i < b->nchunks; i++) {
-        if ((b->cst[i] & K_MASK) == K_DUP)
+    if (b->nrefused > 0) {
+        /* A refused file is written (to its scratch copy) only when a file that lands repeats one of its
+         * chunks; else none of its chunks is asked for and the landing passes it over (lander__pump). */
+        for (uint32_t fi = 0; fi < b->nfiles; fi++)
+            b->files[fi].skip = b->files[fi].refused != NULL;
+        for (uint32_t fi = 0; fi < b->nfiles; fi++) {
+            const lfile *f = &b->files[fi];
+            if (f->refused != NULL)
+                continue;
+            for (uint32_t k = f->first; k < f->first + f->nchunks; k++) {
+                if ((b->cst[k] & K_MASK) != K_DUP)
+                    continue;
+                uint32_t lo = 0, hi = b->nfiles; /* the file holding chunk src[k] */
+                while (hi - lo > 1) {
+                    const uint32_t mid = lo + (hi - lo) / 2;
+                    if (b->files[mid].first <= b->src[k])
+                        lo = mid;
+                    else
+                        hi = mid;
+                }
+                while (lo > 0 && b->files[lo].nchunks == 0)
+                    lo--;
+                b->files[lo].skip = false;
+            }
+        }
+    }
+    uint32_t skip_end = 0; /* chunks [.., skip_end) of the file being looked at are passed over */
+    for (uint32_t i = 0, fi = 0; i < b->nchunks; i++) {
+        while (fi < b->nfiles && b->files[fi].first + b->files[fi].nchunks <= i)
+            fi++;
+        if (b->nrefused > 0 && fi < b->nfiles && b->files[fi].skip)
+            skip_end = b->files[fi].first + b->files[fi].nchunks;
+        if (i < skip_end || (b->cst[i] & K_MASK) == K_DUP)
             continue;
         ingest_chunk_loc loc;
         rc = ingest_index_find_for(l->idx, b->device, b->mc[i].id, &loc);

@@ -134,6 +134,7 @@ typedef struct lfile {
      * (later files may copy chunks from them) and removed at commit. */
     char *refused;
     int refused_code;
+    bool skip; /* refused, and no other file of the batch copies a chunk from it: nothing of it is asked for or written */
 } lfile;
 
 struct ingest_lander_batch_s {

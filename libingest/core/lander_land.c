@@ -559,6 +559,12 @@ int lander__pump(ingest_lander_batch *b)
 {
     while (b->cur_file < b->nfiles) {
         const lfile *f = &b->files[b->cur_file];
+        if (f->skip) {
+            /* refused and copied from by no other file: nothing of it was asked for */
+            b->cur_chunk = f->first + f->nchunks;
+            b->cur_file++;
+            continue;
+        }
         if (b->fd < 0)
             INGEST__FORWARD(open_tmp(b, b->cur_file));
         while (b->cur_chunk < f->first + f->nchunks) {
