@@ -802,6 +802,7 @@ static int make_core(server *s)
         .idle_timeout_ms = (int)(s->cfg->idle_timeout_ms > 0x7fffffff ? 0x7fffffff : s->cfg->idle_timeout_ms),
         .features = CORE_FEATURES,
         .queue_budget = (size_t)s->cfg->queue_budget,
+        .test_ack_delay_ms = getenv("INGEST_TEST_ACK_DELAY_MS") ? atoi(getenv("INGEST_TEST_ACK_DELAY_MS")) : 0,
         .log = prog_lib_log,
         .log_level = s->cfg->log_level,
         .lib_log_level = s->cfg->log_level >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN,

@@ -97,6 +97,11 @@ typedef struct ingest_core_opts {
      * (0: INGEST_CORE_PEER_WAIT_DEFAULT_MS; negative: no sharing).  Never
      * over a link whose device sends every chunk anyway (sends_unwanted). */
     int peer_wait_ms;
+    /* Tests only: hold each "landed" ACK this long after its batch is durable,
+     * so a test can kill the device inside the window where a batch has
+     * landed and is not acknowledged yet (the receiver takes it from the
+     * environment variable INGEST_TEST_ACK_DELAY_MS).  0: none. */
+    int test_ack_delay_ms;
     /* Log lines (device connected, batch landed, why a batch failed) at
      * most at log_level; the library's own detail goes to contexts at
      * lib_log_level.  log may be NULL. */

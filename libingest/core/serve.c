@@ -86,6 +86,15 @@ static int send_ack(ingest_link *lk, const char *batch, int status, const char *
     return ingest_link_send(lk, &m);
 }
 
+/* Tests only (ingest_core_opts.test_ack_delay_ms): the window between durable and acknowledged, held open. */
+static void test_ack_delay(const ingest_core *s)
+{
+    if (s->o.test_ack_delay_ms <= 0)
+        return;
+    const struct timespec ts = { s->o.test_ack_delay_ms / 1000, (long)(s->o.test_ack_delay_ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
 /* FILE_REFUSED for each file of b the lander refused, before the batch's ACK. */
 static int send_refusals(ingest_core *s, ingest_link *lk, const char *device, const char *batch,
                          const ingest_lander_batch *b)
@@ -224,6 +233,8 @@ static void *committer_main(void *arg)
         char why[INGEST_WIRE_MESSAGE_MAX];
         const int rc = finish_batch(s, cm->b, cm->lctx, cm->device, cm->batch, cm->t0, why, sizeof(why));
         /* A lost connection loses only the ACK: the batch is durable, a resend is acked as a duplicate. */
+        if (rc >= 0)
+            test_ack_delay(s);
         if (rc < 0 || send_refusals(s, cm->lk, cm->device, cm->batch, cm->b) == 0)
             (void)send_ack(cm->lk, cm->batch, rc < 0 ? rc : INGEST_ACK_LANDED, rc < 0 ? why : "landed");
         ingest_lander_batch_destroy(cm->b);
@@ -819,6 +830,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 rc = send_ack(link, batch, rc, why);
             } else {
                 committer_wait_idle(&cm);
+                test_ack_delay(s);
                 rc = send_refusals(s, link, device, batch, b);
                 if (rc == 0)
                     rc = send_ack(link, batch, INGEST_ACK_LANDED, "landed");
