@@ -28,6 +28,7 @@ int dmn_sources_make(daemon_t *d, const ingest_agent_config *cfg, dsource **out,
         const ingest_source_config *c = &cfg->sources[i];
         s[i].name = ss[i].name = c->name;
         s[i].path = ss[i].path = c->path;
+        ss[i].symlinks = c->symlinks == INGEST_SYMLINKS_SHIP ? INGEST_SENDER_SYMLINKS_SHIP : INGEST_SENDER_SYMLINKS_SKIP;
         s[i].name_len = strlen(c->name);
         s[i].settle_ns = (int64_t)c->settle_ms * 1000000;
         s[i].after = c->after_ship_mode == INGEST_AFTER_SHIP_DELETE ? AFTER_DELETE

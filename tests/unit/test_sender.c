@@ -249,7 +249,7 @@ static void test_walk_order_and_skips(void **state)
 
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     const ingest_sender_opts o = base_opts(src, 1, &r);
     char paths[8192], counts[256];
     ingest_sender_stats st;
@@ -385,7 +385,7 @@ static void test_walk_listing_ahead(void **state)
 
     char p[4096];
     join(p, sizeof(p), d, "src");
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     for (int round = 0; round < 2; round++) {
         struct seen got = { 0 };
         ingest_sender_opts o;
@@ -446,7 +446,7 @@ static int unreadable_check(const char *srcpath)
         return __LINE__;
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", srcpath } };
+    const ingest_sender_source src[] = { { "s", srcpath, 0 } };
     const ingest_sender_opts o = base_opts(src, 1, &r);
     ingest_sender *s = NULL;
     int ret = 0;
@@ -547,7 +547,7 @@ static void test_batch_limits(void **state)
     join(p, sizeof(p), d, "src");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     char paths[8192], counts[256];
     const char *all = "s/f00\ns/f01\ns/f02\ns/f03\ns/f04\ns/f05\ns/f06\ns/f07\ns/f08\ns/f09\n";
@@ -626,7 +626,7 @@ static void test_multi_source(void **state)
     join(p3, sizeof(p3), d, "one");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "cam", p1 }, { "gone", p2 }, { "lidar", p3 } };
+    const ingest_sender_source src[] = { { "cam", p1, 0 }, { "gone", p2, 0 }, { "lidar", p3, 0 } };
     const ingest_sender_opts o = base_opts(src, 3, &r);
     char paths[4096], counts[64];
     ingest_sender_stats st;
@@ -670,7 +670,7 @@ static void test_depth_limit(void **state)
     join(p1, sizeof(p1), d, "src");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p1 } };
+    const ingest_sender_source src[] = { { "s", p1, 0 } };
     const ingest_sender_opts o = base_opts(src, 1, &r);
     char paths[8192], counts[64], want[8192];
     ingest_sender_stats st;
@@ -690,10 +690,10 @@ static void test_invalid_opts(void **state)
     ingest_ctx *ctx = make_ctx(&fa);
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source good[] = { { "s", "/tmp" } };
-    const ingest_sender_source slash[] = { { "a/b", "/tmp" } };
-    const ingest_sender_source dots[] = { { "..", "/tmp" } };
-    const ingest_sender_source dup[] = { { "s", "/tmp" }, { "s", "/var" } };
+    const ingest_sender_source good[] = { { "s", "/tmp", 0 } };
+    const ingest_sender_source slash[] = { { "a/b", "/tmp", 0 } };
+    const ingest_sender_source dots[] = { { "..", "/tmp", 0 } };
+    const ingest_sender_source dup[] = { { "s", "/tmp", 0 }, { "s", "/var", 0 } };
     ingest_sender *s = (ingest_sender *)&r;
     ingest_sender_opts o = base_opts(good, 1, &r);
     o.device = NULL;
@@ -857,7 +857,7 @@ static void manifest_mode(int threads, uint8_t **ids_out, size_t *nids_out)
     join(p, sizeof(p), d, "src");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     small_chunks(&o);
     o.threads = threads;
@@ -959,7 +959,7 @@ static void test_chunks_encode(void **state)
     join(p, sizeof(p), d, "src");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     small_chunks(&o);
     ingest_sender *s = NULL;
@@ -1043,7 +1043,7 @@ static void test_chunk_groups(void **state)
     join(p, sizeof(p), d, "src");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     ingest_sender *s = NULL;
     assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
@@ -1169,7 +1169,7 @@ static void test_stale_after_chunking(void **state)
     join(p, sizeof(p), d, "src");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     small_chunks(&o);
     ingest_sender *s = NULL;
@@ -1283,7 +1283,7 @@ static void test_vanish_shrink_replace_before_read(void **state)
         struct race x;
         memset(&x, 0, sizeof(x));
         join(x.dir, sizeof(x.dir), d, "src");
-        const ingest_sender_source src[] = { { "s", x.dir } };
+        const ingest_sender_source src[] = { { "s", x.dir, 0 } };
         ingest_sender_opts o = base_opts(src, 1, &x.r);
         o.userdata = &x;
         o.want_file = race_want;
@@ -1335,7 +1335,7 @@ static void changed_mode(int threads)
     memset(&r, 0, sizeof(r));
     r.grow_path = "s/grow";
     r.grow_file = g;
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     o.read_buffer = 64 * 1024; /* several reads per file */
     o.threads = threads;
@@ -1391,7 +1391,7 @@ static void changed_mode(int threads)
     put_random(d, "only/grow", 1000, 44);
     join(only, sizeof(only), d, "only");
     join(g, sizeof(g), d, "only/grow");
-    const ingest_sender_source src2[] = { { "s", only } };
+    const ingest_sender_source src2[] = { { "s", only, 0 } };
     o.sources = src2;
     memset(r.skips, 0, sizeof(r.skips));
     r.grown = 0;
@@ -1439,7 +1439,7 @@ static void memory_mode(int threads)
     memset(&r, 0, sizeof(r));
     r.sample_rss = 1;
     const long base = rss_anon_kb();
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     o.threads = threads;
     ingest_sender *s = NULL;
@@ -1502,7 +1502,7 @@ static void test_alloc_failures(void **state)
         ingest_ctx *ctx = make_ctx(&fa);
         struct rec r;
         memset(&r, 0, sizeof(r));
-        const ingest_sender_source src[] = { { "s", p } };
+        const ingest_sender_source src[] = { { "s", p, 0 } };
         ingest_sender_opts o = base_opts(src, 1, &r);
         small_chunks(&o);
         o.max_files = 2;
