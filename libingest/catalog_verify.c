@@ -21,6 +21,8 @@
 
 #define VERIFY_THREADS_MAX 256
 #define PROGRESS_NS 200000000ll
+/* The longest symlink target a landed symlink has (INGEST_LANDER_LINK_MAX). */
+#define INGEST__VERIFY_LINK_MAX 4095
 
 typedef struct vjob {
     struct vjob *next;
@@ -82,9 +84,94 @@ static int read_full(int fd, uint8_t *buf, size_t n, uint64_t off, size_t *got)
     return 0;
 }
 
+/*
+ * Hash j's chunks as its manifest cuts them, read from fd, or from
+ * mem[0, memlen) when mem is not NULL (a symlink's target); sets j->what
+ * and j->detail.
+ */
+static void check_chunks(vctx *v, vjob *j, int fd, const uint8_t *mem, size_t memlen)
+{
+    ingest_filehash fh;
+    ingest_filehash_init(&fh, v->key);
+    uint64_t off = 0;
+    for (uint64_t i = 0; i < j->nchunks; i++) {
+        const uint32_t len = j->chunks[i].len;
+        size_t got = 0;
+        int rc = 0;
+        if (mem != NULL) {
+            got = off >= memlen ? 0 : memlen - off < len ? (size_t)(memlen - off) : len;
+            memcpy(j->buf, mem + off, got);
+        } else {
+            rc = read_full(fd, j->buf, len, off, &got);
+            j->bytes_read += got;
+        }
+        if (rc < 0 || got != len) {
+            j->what = INGEST_VERIFY_CHANGED;
+            snprintf(j->detail, sizeof(j->detail), rc < 0 ? "read error at byte %llu: %s" : "shorter than its size "
+                     "at byte %llu%s", (unsigned long long)(off + got), rc < 0 ? strerror(-rc) : "");
+            return;
+        }
+        uint8_t id[INGEST_ID_BYTES];
+        ingest_chunk_id(v->key, j->buf, len, id);
+        if (memcmp(id, j->chunks[i].id, INGEST_ID_BYTES) != 0) {
+            j->what = INGEST_VERIFY_CORRUPT;
+            snprintf(j->detail, sizeof(j->detail), "chunk %llu of %llu (bytes %llu..%llu) does not match its id",
+                     (unsigned long long)i + 1, (unsigned long long)j->nchunks, (unsigned long long)off,
+                     (unsigned long long)(off + len));
+            return;
+        }
+        ingest_filehash_update(&fh, id, sizeof(id));
+        off += len;
+    }
+    uint8_t h[INGEST_ID_BYTES];
+    ingest_filehash_final(&fh, h);
+    if (memcmp(h, j->e.hash, INGEST_ID_BYTES) != 0) {
+        j->what = INGEST_VERIFY_CORRUPT;
+        snprintf(j->detail, sizeof(j->detail), "its chunks match, but the whole-file hash does not");
+    }
+}
+
+/*
+ * A file landed as a symlink (its manifest mode): its target, read with
+ * readlinkat (never followed), is its content, checked as a file's bytes.
+ */
+static void check_link(vctx *v, vjob *j)
+{
+    struct stat sb;
+    char target[INGEST__VERIFY_LINK_MAX + 1];
+    if (fstatat(v->rootfd, j->e.landed, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+        j->what = INGEST_VERIFY_MISSING;
+        snprintf(j->detail, sizeof(j->detail), "%s", errno == ENOENT ? "no such file" : strerror(errno));
+        return;
+    }
+    if (!S_ISLNK(sb.st_mode)) {
+        j->what = INGEST_VERIFY_MISSING;
+        snprintf(j->detail, sizeof(j->detail), "not a symlink (the manifest's mode is one)");
+        return;
+    }
+    const ssize_t n = readlinkat(v->rootfd, j->e.landed, target, sizeof(target));
+    if (n < 0) {
+        j->what = INGEST_VERIFY_MISSING;
+        snprintf(j->detail, sizeof(j->detail), "readlink: %s", strerror(errno));
+        return;
+    }
+    j->bytes_read += (uint64_t)n;
+    if ((uint64_t)n != j->e.size) {
+        j->what = INGEST_VERIFY_CHANGED;
+        snprintf(j->detail, sizeof(j->detail), "symlink target of %s%lld bytes, the manifest says %llu",
+                 (size_t)n > INGEST__VERIFY_LINK_MAX ? "more than " : "", (long long)n, (unsigned long long)j->e.size);
+        return;
+    }
+    check_chunks(v, j, -1, (const uint8_t *)target, (size_t)n);
+}
+
 /* Check one file; sets j->what and j->detail. */
 static void check_file(vctx *v, vjob *j)
 {
+    if (S_ISLNK(j->e.mode)) {
+        check_link(v, j);
+        return;
+    }
     const int fd = openat(v->rootfd, j->e.landed, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         j->what = INGEST_VERIFY_MISSING;
@@ -103,38 +190,7 @@ static void check_file(vctx *v, vjob *j)
                  (unsigned long long)j->e.size);
         goto out;
     }
-    ingest_filehash fh;
-    ingest_filehash_init(&fh, v->key);
-    uint64_t off = 0;
-    for (uint64_t i = 0; i < j->nchunks; i++) {
-        const uint32_t len = j->chunks[i].len;
-        size_t got = 0;
-        const int rc = read_full(fd, j->buf, len, off, &got);
-        j->bytes_read += got;
-        if (rc < 0 || got != len) {
-            j->what = INGEST_VERIFY_CHANGED;
-            snprintf(j->detail, sizeof(j->detail), rc < 0 ? "read error at byte %llu: %s" : "shorter than its size "
-                     "at byte %llu%s", (unsigned long long)(off + got), rc < 0 ? strerror(-rc) : "");
-            goto out;
-        }
-        uint8_t id[INGEST_ID_BYTES];
-        ingest_chunk_id(v->key, j->buf, len, id);
-        if (memcmp(id, j->chunks[i].id, INGEST_ID_BYTES) != 0) {
-            j->what = INGEST_VERIFY_CORRUPT;
-            snprintf(j->detail, sizeof(j->detail), "chunk %llu of %llu (bytes %llu..%llu) does not match its id",
-                     (unsigned long long)i + 1, (unsigned long long)j->nchunks, (unsigned long long)off,
-                     (unsigned long long)(off + len));
-            goto out;
-        }
-        ingest_filehash_update(&fh, id, sizeof(id));
-        off += len;
-    }
-    uint8_t h[INGEST_ID_BYTES];
-    ingest_filehash_final(&fh, h);
-    if (memcmp(h, j->e.hash, INGEST_ID_BYTES) != 0) {
-        j->what = INGEST_VERIFY_CORRUPT;
-        snprintf(j->detail, sizeof(j->detail), "its chunks match, but the whole-file hash does not");
-    }
+    check_chunks(v, j, fd, NULL, 0);
 out:
     close(fd);
 }
