@@ -402,16 +402,31 @@ static int sync_landed(ingest_lander_batch *b)
  * landed again since step 2 (its counter is past our version) was replaced
  * on disk: it is not indexed, lest its record replace the newer file's.
  */
+/* Is file i's data indexed by index_batch?  Not a refused file's (no final name), nor a symlink's. */
+static bool file_indexed(const lfile *f) { return f->refused == NULL && !f->link; }
+
+/* The file that holds chunk j (files in manifest order). */
+static const lfile *file_of_chunk(const ingest_lander_batch *b, uint32_t j)
+{
+    uint32_t lo = 0, hi = b->nfiles;
+    while (hi - lo > 1) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (b->files[mid].first <= j)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return &b->files[lo]; /* the last file starting at or before j: an empty one shares the next one's start */
+}
+
 static int index_batch(ingest_lander_batch *b)
 {
     ingest_lander *l = b->l;
     b->wrote = true;
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
-        if (f->refused != NULL)
-            continue; /* nothing of it stays */
-        if (f->link)
-            continue; /* a symlink is no source of chunks: reading it would follow it */
+        if (!file_indexed(f))
+            continue; /* refused: nothing of it stays; a symlink is no source of chunks (reading it would follow it) */
         uint8_t v[8];
         size_t vl = 0;
         uint8_t key[INGEST__PATH_KEY_MAX];
@@ -428,7 +443,8 @@ static int index_batch(ingest_lander_batch *b)
         uint64_t file_no = 0;
         INGEST__FORWARD(ingest_index_add_file(l->idx, f->landed, &f->ident, &file_no));
         for (uint32_t k = f->first; k < f->first + f->nchunks; k++) {
-            if ((b->cst[k] & K_MASK) == K_DUP)
+            /* a repeat is indexed where it first occurs, unless that is in a file left out */
+            if ((b->cst[k] & K_MASK) == K_DUP && file_indexed(file_of_chunk(b, b->src[k])))
                 continue;
             const ingest_chunk_loc loc = {file_no, b->pos[k], b->mc[k].len};
             INGEST__FORWARD(ingest_index_add_chunk_for(l->idx, b->device, b->mc[k].id, &loc));
