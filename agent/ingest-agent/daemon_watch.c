@@ -351,8 +351,16 @@ void dmn_inotify_drain(daemon_t *d)
                                                       (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
                                                       dmn_wall_now_ns());
             }
-            if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO))
+            if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO)) {
                 dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
+            } else if ((ev->mask & IN_CREATE) && d->ssrc[w->src].symlinks == INGEST_SENDER_SYMLINKS_SHIP) {
+                /* a symlink is made complete (no close_write follows): look at it now */
+                char full[PATH_MAX];
+                struct stat st;
+                if ((size_t)snprintf(full, sizeof(full), "%s/%s", d->src[w->src].path, rel) < sizeof(full) &&
+                    lstat(full, &st) == 0 && S_ISLNK(st.st_mode))
+                    dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
+            }
         }
     }
 }

@@ -14,6 +14,10 @@
 #    (never stat'ed through): `ingestctl index check` is clean.
 # 6. A directory where a landed symlink is (dirlink/f) is refused, not written
 #    through the link; a regular file replacing a link lands over it.
+# 7. The daemon, with spool: copy and after_ship: delete: a link present at
+#    start and one made while it runs (found by inotify: rescan_interval is
+#    1h) land as symlinks; the regular file is deleted after its ack, the
+#    links are left in the source.
 . "$(dirname "$0")/lib.sh"
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
@@ -126,3 +130,44 @@ outside_state "$T/outside.after"
 cmp -s "$T/outside.before" "$T/outside.after" || { diff "$T/outside.before" "$T/outside.after"; fail "something outside bronze changed"; }
 [ "$(sha256sum /etc/passwd)" = "$passwd_sum" ] || fail "/etc/passwd changed"
 pass "dirlink/f is refused (a symlink on the way), a regular file lands over a link; outside bronze unchanged"
+
+# 7. the daemon: spool copy, after_ship delete, a link made while it runs
+S2="$T/src/s2"
+mkdir -p "$S2"
+printf 'daemon file\n' > "$S2/a.txt"
+ln -s a.txt "$S2/l"
+cat > "$T/dev1d.yaml" <<EOT
+device:
+  id: dev1
+  key: keys/dev1.key
+core:
+  address: $(cat "$T/receiver.addr")
+  receiver_key: keys/receiver.pub
+dedup_key: keys/fleet.dedup
+sources:
+  - path: $S2
+    symlinks: ship
+    settle: 0
+    spool: copy
+    after_ship: delete
+state_dir: astate-dev1
+rescan_interval: 1h
+batch:
+  max_wait: 200ms
+EOT
+"$AGENT" --config "$T/dev1d.yaml" > "$T/dev1d.out" 2> "$T/dev1d.err" &
+AGENT_PID=$!
+trap 'kill "$AGENT_PID" 2>/dev/null || true; cleanup' EXIT
+D="$B/dev1/s2"
+wait_for() { i=0; while ! eval "$1"; do i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/dev1d.err"; fail "daemon: $2"; }; sleep 0.05; done; }
+wait_for '[ -L "$D/l" ] && [ -f "$D/a.txt" ]' "the link present at start did not land"
+[ "$(readlink "$D/l")" = a.txt ] || fail "daemon: l's target is '$(readlink "$D/l")'"
+wait_for '[ ! -e "$S2/a.txt" ]' "a.txt was not deleted after its ack"
+[ -L "$S2/l" ] || fail "daemon: after_ship touched the symlink"
+ln -s /etc/shadow "$S2/n"
+wait_for '[ -L "$D/n" ]' "the link made while it runs did not land (inotify)"
+[ "$(readlink "$D/n")" = /etc/shadow ] || fail "daemon: n's target is '$(readlink "$D/n")'"
+[ -L "$S2/n" ] || fail "daemon: after_ship touched the new symlink"
+kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null || true
+[ -z "$(find "$T/astate-dev1/spool" -mindepth 1 ! -type d 2>/dev/null)" ] || { find "$T/astate-dev1/spool"; fail "daemon: the spool was not emptied"; }
+pass "the daemon ships links through the spool as links (one found by inotify); after_ship deletes the file, leaves the links"
