@@ -131,6 +131,15 @@ static void check_chunks(vctx *v, vjob *j, int fd, const uint8_t *mem, size_t me
     }
 }
 
+/* Why a landed path could not be opened (or stat'ed) below the root, never through a symlink. */
+static const char *missing_why(int e)
+{
+    return e == ENOENT ? "no such file"
+           : e == ELOOP ? "a symlink is in its place or on its way (never followed)"
+           : e == ENOTDIR ? "a symlink or a file is on its way (never followed)"
+                         : strerror(e);
+}
+
 /*
  * A file landed as a symlink (its manifest mode): its target, read with
  * readlinkat (never followed), is its content, checked as a file's bytes.
@@ -139,20 +148,27 @@ static void check_link(vctx *v, vjob *j)
 {
     struct stat sb;
     char target[INGEST__VERIFY_LINK_MAX + 1];
-    if (fstatat(v->rootfd, j->e.landed, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+    const char *last = NULL;
+    const int pfd = ingest__open_parent_beneath(v->rootfd, j->e.landed, &last);
+    if (pfd < 0 || fstatat(pfd, last, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
         j->what = INGEST_VERIFY_MISSING;
-        snprintf(j->detail, sizeof(j->detail), "%s", errno == ENOENT ? "no such file" : strerror(errno));
+        snprintf(j->detail, sizeof(j->detail), "%s", missing_why(errno));
+        if (pfd >= 0)
+            close(pfd);
         return;
     }
     if (!S_ISLNK(sb.st_mode)) {
         j->what = INGEST_VERIFY_MISSING;
         snprintf(j->detail, sizeof(j->detail), "not a symlink (the manifest's mode is one)");
+        close(pfd);
         return;
     }
-    const ssize_t n = readlinkat(v->rootfd, j->e.landed, target, sizeof(target));
+    const ssize_t n = readlinkat(pfd, last, target, sizeof(target));
+    const int e = errno;
+    close(pfd);
     if (n < 0) {
         j->what = INGEST_VERIFY_MISSING;
-        snprintf(j->detail, sizeof(j->detail), "readlink: %s", strerror(errno));
+        snprintf(j->detail, sizeof(j->detail), "readlink: %s", strerror(e));
         return;
     }
     j->bytes_read += (uint64_t)n;
@@ -172,10 +188,15 @@ static void check_file(vctx *v, vjob *j)
         check_link(v, j);
         return;
     }
-    const int fd = openat(v->rootfd, j->e.landed, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    const char *last = NULL;
+    const int pfd = ingest__open_parent_beneath(v->rootfd, j->e.landed, &last);
+    const int fd = pfd >= 0 ? openat(pfd, last, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    const int e = errno;
+    if (pfd >= 0)
+        close(pfd);
     if (fd < 0) {
         j->what = INGEST_VERIFY_MISSING;
-        snprintf(j->detail, sizeof(j->detail), "%s", errno == ENOENT ? "no such file" : strerror(errno));
+        snprintf(j->detail, sizeof(j->detail), "%s", missing_why(e));
         return;
     }
     struct stat sb;

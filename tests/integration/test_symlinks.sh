@@ -18,6 +18,9 @@
 #    start and one made while it runs (found by inotify: rescan_interval is
 #    1h) land as symlinks; the regular file is deleted after its ack, the
 #    links are left in the source.
+# 8. A landed directory replaced by a symlink (say, by hand, to a copy outside
+#    bronze): the core never resolves a landed path through it: verify names
+#    the file under it missing, the index rebuild leaves it out.
 . "$(dirname "$0")/lib.sh"
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
@@ -171,3 +174,19 @@ wait_for '[ -L "$D/n" ]' "the link made while it runs did not land (inotify)"
 kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null || true
 [ -z "$(find "$T/astate-dev1/spool" -mindepth 1 ! -type d 2>/dev/null)" ] || { find "$T/astate-dev1/spool"; fail "daemon: the spool was not emptied"; }
 pass "the daemon ships links through the spool as links (one found by inotify); after_ship deletes the file, leaves the links"
+
+# 8. a symlink on the way of landed paths is never resolved through
+stop_receiver
+mv "$L/sub" "$T/sub-moved"
+ln -s "$T/sub-moved" "$L/sub"
+rc=0
+"$CTL" verify --bronze "$B" --dedup-key "$T/keys/fleet.dedup" > "$T/verify.out" 2> "$T/verify.err" || rc=$?
+[ "$rc" = 1 ] || { cat "$T/verify.out" "$T/verify.err"; fail "verify exit $rc with a symlink on the way, expected 1"; }
+grep -q '"problem":"missing","device":"dev2","landed":"dev2/sl/sub/abs".*symlink' "$T/verify.out" ||
+    { cat "$T/verify.out"; fail "verify does not name sub/abs missing through the symlink"; }
+: > "$T/receiver.log"
+RECV_ARGS=--rebuild-index start_receiver
+wait_log "index rebuilt from the manifests"
+"$CTL" index check "$T/rstate" --bronze "$B" > "$T/check.out" || { cat "$T/check.out"; fail "index check after the rebuild"; }
+grep -q "files 3," "$T/check.out" || fail "index check: $(cat "$T/check.out") (expected 3 files: sub/abs left out)"
+pass "a symlink on the way: verify says sub/abs is missing, the index rebuild leaves it out"
