@@ -21,6 +21,8 @@
 
 #define VERIFY_THREADS_MAX 256
 #define PROGRESS_NS 200000000ll
+/* The longest symlink target a landed symlink has (INGEST_LANDER_LINK_MAX). */
+#define INGEST__VERIFY_LINK_MAX 4095
 
 typedef struct vjob {
     struct vjob *next;
@@ -82,13 +84,119 @@ static int read_full(int fd, uint8_t *buf, size_t n, uint64_t off, size_t *got)
     return 0;
 }
 
+/*
+ * Hash j's chunks as its manifest cuts them, read from fd, or from
+ * mem[0, memlen) when mem is not NULL (a symlink's target); sets j->what
+ * and j->detail.
+ */
+static void check_chunks(vctx *v, vjob *j, int fd, const uint8_t *mem, size_t memlen)
+{
+    ingest_filehash fh;
+    ingest_filehash_init(&fh, v->key);
+    uint64_t off = 0;
+    for (uint64_t i = 0; i < j->nchunks; i++) {
+        const uint32_t len = j->chunks[i].len;
+        size_t got = 0;
+        int rc = 0;
+        if (mem != NULL) {
+            got = off >= memlen ? 0 : memlen - off < len ? (size_t)(memlen - off) : len;
+            memcpy(j->buf, mem + off, got);
+        } else {
+            rc = read_full(fd, j->buf, len, off, &got);
+            j->bytes_read += got;
+        }
+        if (rc < 0 || got != len) {
+            j->what = INGEST_VERIFY_CHANGED;
+            snprintf(j->detail, sizeof(j->detail), rc < 0 ? "read error at byte %llu: %s" : "shorter than its size "
+                     "at byte %llu%s", (unsigned long long)(off + got), rc < 0 ? strerror(-rc) : "");
+            return;
+        }
+        uint8_t id[INGEST_ID_BYTES];
+        ingest_chunk_id(v->key, j->buf, len, id);
+        if (memcmp(id, j->chunks[i].id, INGEST_ID_BYTES) != 0) {
+            j->what = INGEST_VERIFY_CORRUPT;
+            snprintf(j->detail, sizeof(j->detail), "chunk %llu of %llu (bytes %llu..%llu) does not match its id",
+                     (unsigned long long)i + 1, (unsigned long long)j->nchunks, (unsigned long long)off,
+                     (unsigned long long)(off + len));
+            return;
+        }
+        ingest_filehash_update(&fh, id, sizeof(id));
+        off += len;
+    }
+    uint8_t h[INGEST_ID_BYTES];
+    ingest_filehash_final(&fh, h);
+    if (memcmp(h, j->e.hash, INGEST_ID_BYTES) != 0) {
+        j->what = INGEST_VERIFY_CORRUPT;
+        snprintf(j->detail, sizeof(j->detail), "its chunks match, but the whole-file hash does not");
+    }
+}
+
+/* Why a landed path could not be opened (or stat'ed) below the root, never through a symlink. */
+static const char *missing_why(int e)
+{
+    return e == ENOENT ? "no such file"
+           : e == ELOOP ? "a symlink is in its place or on its way (never followed)"
+           : e == ENOTDIR ? "a symlink or a file is on its way (never followed)"
+                         : strerror(e);
+}
+
+/*
+ * A file landed as a symlink (its manifest mode): its target, read with
+ * readlinkat (never followed), is its content, checked as a file's bytes.
+ */
+static void check_link(vctx *v, vjob *j)
+{
+    struct stat sb;
+    char target[INGEST__VERIFY_LINK_MAX + 1];
+    const char *last = NULL;
+    const int pfd = ingest__open_parent_beneath(v->rootfd, j->e.landed, &last);
+    if (pfd < 0 || fstatat(pfd, last, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+        j->what = INGEST_VERIFY_MISSING;
+        snprintf(j->detail, sizeof(j->detail), "%s", missing_why(errno));
+        if (pfd >= 0)
+            close(pfd);
+        return;
+    }
+    if (!S_ISLNK(sb.st_mode)) {
+        j->what = INGEST_VERIFY_MISSING;
+        snprintf(j->detail, sizeof(j->detail), "not a symlink (the manifest's mode is one)");
+        close(pfd);
+        return;
+    }
+    const ssize_t n = readlinkat(pfd, last, target, sizeof(target));
+    const int e = errno;
+    close(pfd);
+    if (n < 0) {
+        j->what = INGEST_VERIFY_MISSING;
+        snprintf(j->detail, sizeof(j->detail), "readlink: %s", strerror(e));
+        return;
+    }
+    j->bytes_read += (uint64_t)n;
+    if ((uint64_t)n != j->e.size) {
+        j->what = INGEST_VERIFY_CHANGED;
+        snprintf(j->detail, sizeof(j->detail), "symlink target of %s%lld bytes, the manifest says %llu",
+                 (size_t)n > INGEST__VERIFY_LINK_MAX ? "more than " : "", (long long)n, (unsigned long long)j->e.size);
+        return;
+    }
+    check_chunks(v, j, -1, (const uint8_t *)target, (size_t)n);
+}
+
 /* Check one file; sets j->what and j->detail. */
 static void check_file(vctx *v, vjob *j)
 {
-    const int fd = openat(v->rootfd, j->e.landed, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (S_ISLNK(j->e.mode)) {
+        check_link(v, j);
+        return;
+    }
+    const char *last = NULL;
+    const int pfd = ingest__open_parent_beneath(v->rootfd, j->e.landed, &last);
+    const int fd = pfd >= 0 ? openat(pfd, last, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    const int e = errno;
+    if (pfd >= 0)
+        close(pfd);
     if (fd < 0) {
         j->what = INGEST_VERIFY_MISSING;
-        snprintf(j->detail, sizeof(j->detail), "%s", errno == ENOENT ? "no such file" : strerror(errno));
+        snprintf(j->detail, sizeof(j->detail), "%s", missing_why(e));
         return;
     }
     struct stat sb;
@@ -103,38 +211,7 @@ static void check_file(vctx *v, vjob *j)
                  (unsigned long long)j->e.size);
         goto out;
     }
-    ingest_filehash fh;
-    ingest_filehash_init(&fh, v->key);
-    uint64_t off = 0;
-    for (uint64_t i = 0; i < j->nchunks; i++) {
-        const uint32_t len = j->chunks[i].len;
-        size_t got = 0;
-        const int rc = read_full(fd, j->buf, len, off, &got);
-        j->bytes_read += got;
-        if (rc < 0 || got != len) {
-            j->what = INGEST_VERIFY_CHANGED;
-            snprintf(j->detail, sizeof(j->detail), rc < 0 ? "read error at byte %llu: %s" : "shorter than its size "
-                     "at byte %llu%s", (unsigned long long)(off + got), rc < 0 ? strerror(-rc) : "");
-            goto out;
-        }
-        uint8_t id[INGEST_ID_BYTES];
-        ingest_chunk_id(v->key, j->buf, len, id);
-        if (memcmp(id, j->chunks[i].id, INGEST_ID_BYTES) != 0) {
-            j->what = INGEST_VERIFY_CORRUPT;
-            snprintf(j->detail, sizeof(j->detail), "chunk %llu of %llu (bytes %llu..%llu) does not match its id",
-                     (unsigned long long)i + 1, (unsigned long long)j->nchunks, (unsigned long long)off,
-                     (unsigned long long)(off + len));
-            goto out;
-        }
-        ingest_filehash_update(&fh, id, sizeof(id));
-        off += len;
-    }
-    uint8_t h[INGEST_ID_BYTES];
-    ingest_filehash_final(&fh, h);
-    if (memcmp(h, j->e.hash, INGEST_ID_BYTES) != 0) {
-        j->what = INGEST_VERIFY_CORRUPT;
-        snprintf(j->detail, sizeof(j->detail), "its chunks match, but the whole-file hash does not");
-    }
+    check_chunks(v, j, fd, NULL, 0);
 out:
     close(fd);
 }

@@ -280,6 +280,9 @@ static const cfg_enum transport_enum[] = { { "tcp", INGEST_TRANSPORT_TCP },
 static const cfg_enum spool_enum[] = { { "none", INGEST_SPOOL_NONE },
                                        { "copy", INGEST_SPOOL_COPY },
                                        { NULL, 0 } };
+static const cfg_enum symlinks_enum[] = { { "skip", INGEST_SYMLINKS_SKIP },
+                                          { "ship", INGEST_SYMLINKS_SHIP },
+                                          { NULL, 0 } };
 static const cfg_enum log_enum[] = { { "error", INGEST_LOG_ERROR }, { "warn", INGEST_LOG_WARN },
                                      { "info", INGEST_LOG_INFO },   { "debug", INGEST_LOG_DEBUG },
                                      { NULL, 0 } };
@@ -357,6 +360,9 @@ static const cfg_row agent_rows[] = {
     { .name = "sources[].after_ship", .type = T_STRING, .def = "keep", FIELD(S, after_ship),
       .check = check_after_ship,
       .desc = "After the core acks a file: keep, delete or move:DIR (DIR outside the source)" },
+    { .name = "sources[].symlinks", .type = T_ENUM, .def = "skip", FIELD(S, symlinks), .enums = symlinks_enum,
+      .desc = "skip (count symlinks, ship nothing) or ship (a symlink lands as a symlink: its target is "
+              "data, never followed)" },
     { .name = "state_dir", .type = T_PATH, .flags = F_REQUIRED, FIELD(A, state_dir),
       .desc = "Directory of the agent's journal and caches (LMDB)" },
     { .name = "chunking.min", .type = T_SIZE, .def = "16KiB", FIELD(A, chunking.min), .min = 64,

@@ -58,6 +58,18 @@ int ingest__key_file_private(ingest_ctx *ctx, int fd, const char *path, const ch
 /* Log through the context's callback; formats only when the level is on. */
 void ingest__log(ingest_ctx *ctx, int level, const char *fmt, ...) INGEST__PRINTF(3, 4);
 
+/*
+ * libingest/beneath.c: the parent directory of rel (relative, no "." or ".."
+ * component) below dirfd, opened without following a symlink on the way
+ * (ELOOP then); *last is rel's last component, for openat(O_NOFOLLOW),
+ * fstatat(AT_SYMLINK_NOFOLLOW) or readlinkat.  -1 with errno on failure.
+ * ingest__lstat_beneath: fstatat(AT_SYMLINK_NOFOLLOW) of rel below the
+ * directory root so resolved (0, or -1 with errno).
+ */
+struct stat;
+int ingest__open_parent_beneath(int dirfd, const char *rel, const char **last);
+int ingest__lstat_beneath(const char *root, const char *rel, struct stat *sb);
+
 #define INGEST__FORWARD(expr)        \
     do {                             \
         const int rc__ = (expr);     \

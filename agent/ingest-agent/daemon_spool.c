@@ -29,7 +29,7 @@ static void tree_walk(int at, const char *name, int rm, uint64_t *bytes, uint64_
             prog_log(INGEST_LOG_WARN, "spool: cannot remove directory %s: %s", prog_esc(name), strerror(errno));
         return;
     }
-    if (S_ISREG(st.st_mode)) {
+    if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) { /* a spooled symlink counts its target */
         *bytes += (uint64_t)st.st_size;
         *files += 1;
     }
@@ -114,6 +114,40 @@ static int same_version(const struct stat *st, const ingest_sender_stat *w)
 }
 
 /*
+ * The spool copy of a symlink (symlinks: ship): a symlink with the same
+ * target (readlink, never followed) and mtime.  Returns as dmn_spool_copy.
+ */
+static int spool_copy_link(daemon_t *d, const char *src, char *dst, const ingest_sender_stat *st)
+{
+    char target[INGEST_SENDER_LINK_MAX + 1];
+    struct stat a, b;
+    if (lstat(src, &a) != 0 || !S_ISLNK(a.st_mode) || !same_version(&a, st))
+        return 1;
+    const ssize_t n = readlink(src, target, sizeof(target));
+    if (n < 0)
+        return errno == ENOENT || errno == EINVAL ? 1 : -1;
+    if ((size_t)n > INGEST_SENDER_LINK_MAX || lstat(src, &b) != 0 || !same_version(&b, st) ||
+        (uint64_t)n != st->size)
+        return 1; /* changed meanwhile (or unshippable: the walk of the spool reports it) */
+    target[n] = '\0';
+    if (mkdirs(dst) != 0) {
+        prog_log(INGEST_LOG_WARN, "spool: %s: %s", prog_esc(dst), strerror(errno));
+        return -1;
+    }
+    (void)unlink(dst); /* a copy left by an earlier try */
+    const struct timespec times[2] = { a.st_atim, a.st_mtim };
+    if (symlink(target, dst) != 0 || utimensat(AT_FDCWD, dst, times, AT_SYMLINK_NOFOLLOW) != 0) {
+        prog_log(INGEST_LOG_WARN, "spool: copying the symlink %s to %s: %s", prog_esc(src), prog_esc(dst),
+                 strerror(errno));
+        (void)unlink(dst);
+        return -1;
+    }
+    d->spool_bytes += (uint64_t)n;
+    d->spool_files++;
+    return 0;
+}
+
+/*
  * Copy source file rel (the version st) into the spool of batch seq, with
  * its mtime and permission bits, and fsync it.  0 copied; 1 the file
  * changed or vanished meanwhile (not taken: the next walk sees it again);
@@ -128,6 +162,11 @@ int dmn_spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *rel,
         prog_log(INGEST_LOG_WARN, "spool: path too long for %s/%s", s->name, prog_esc(rel));
         return -1;
     }
+    struct stat ls;
+    if (lstat(src, &ls) != 0)
+        return errno == ENOENT ? 1 : -1;
+    if (S_ISLNK(ls.st_mode)) /* a source with symlinks: ship: the link is spooled as a link, never followed */
+        return spool_copy_link(d, src, dst, st);
     const int in = open(src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (in < 0)
         return errno == ENOENT ? 1 : -1;
@@ -237,7 +276,8 @@ void dmn_defer_log_drop(daemon_t *d, uint64_t seq)
         }
 }
 
-/* st is the version f shipped (an inode of 0 in f is unknown). */
+/* st is the version f shipped (an inode of 0 in f is unknown).  A symlink never is: after_ship leaves
+ * shipped symlinks (symlinks: ship) where they are. */
 static int is_shipped_version(const struct stat *st, const ingest_journal_file *f)
 {
     return S_ISREG(st->st_mode) && (uint64_t)st->st_size == f->size &&

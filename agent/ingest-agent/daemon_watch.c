@@ -28,6 +28,7 @@ int dmn_sources_make(daemon_t *d, const ingest_agent_config *cfg, dsource **out,
         const ingest_source_config *c = &cfg->sources[i];
         s[i].name = ss[i].name = c->name;
         s[i].path = ss[i].path = c->path;
+        ss[i].symlinks = c->symlinks == INGEST_SYMLINKS_SHIP ? INGEST_SENDER_SYMLINKS_SHIP : INGEST_SENDER_SYMLINKS_SKIP;
         s[i].name_len = strlen(c->name);
         s[i].settle_ns = (int64_t)c->settle_ms * 1000000;
         s[i].after = c->after_ship_mode == INGEST_AFTER_SHIP_DELETE ? AFTER_DELETE
@@ -399,8 +400,16 @@ void dmn_inotify_drain(daemon_t *d)
                                                       (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
                                                       dmn_wall_now_ns());
             }
-            if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO))
+            if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO)) {
                 dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
+            } else if ((ev->mask & IN_CREATE) && d->ssrc[w->src].symlinks == INGEST_SENDER_SYMLINKS_SHIP) {
+                /* a symlink is made complete (no close_write follows): look at it now */
+                char full[PATH_MAX];
+                struct stat st;
+                if ((size_t)snprintf(full, sizeof(full), "%s/%s", d->src[w->src].path, rel) < sizeof(full) &&
+                    lstat(full, &st) == 0 && S_ISLNK(st.st_mode))
+                    dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
+            }
         }
     }
 }

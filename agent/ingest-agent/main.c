@@ -752,13 +752,14 @@ void on_skip(void *ud, const char *path, int reason)
 {
     (void)ud;
     static const char *const why[] = { "", "unreadable", "not a regular file", "vanished", "bad name",
-                                       "directory unreadable", "changed while chunked", "too many chunks" };
+                                       "directory unreadable", "changed while chunked", "too many chunks",
+                                       "directory too deep", "symlink target cannot be shipped" };
     if (reason == INGEST_SKIP_DEPTH) {
         say_too_deep(INGEST_LOG_WARN, path);
         return;
     }
     prog_log(reason == INGEST_SKIP_SPECIAL ? INGEST_LOG_DEBUG : INGEST_LOG_WARN, "skipped %s: %s", prog_esc(path),
-             reason >= 1 && reason <= 7 ? why[reason] : "?");
+             reason >= 1 && reason <= INGEST_SKIP_LINK ? why[reason] : "?");
 }
 
 int load_state(agent *a)
@@ -913,6 +914,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < a.cfg->sources_count; i++) {
         src[i].name = a.cfg->sources[i].name;
         src[i].path = a.cfg->sources[i].path;
+        src[i].symlinks = a.cfg->sources[i].symlinks == INGEST_SYMLINKS_SHIP ? INGEST_SENDER_SYMLINKS_SHIP
+                                                                             : INGEST_SENDER_SYMLINKS_SKIP;
     }
     ingest_sender_opts so;
     memset(&so, 0, sizeof(so));

@@ -54,7 +54,7 @@ int cmd_bench_scan(int argc, char **argv)
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     if (ctx == NULL)
         return 1;
-    ingest_sender_source src = { "bench", dir };
+    ingest_sender_source src = { "bench", dir, INGEST_SENDER_SYMLINKS_SKIP };
     ingest_sender_opts o;
     memset(&o, 0, sizeof(o));
     o.device = "bench";

@@ -56,6 +56,9 @@ enum { INGEST_SPOOL_NONE = 0, INGEST_SPOOL_COPY = 1 };
 /* Values of ingest_source_config.after_ship_mode. */
 enum { INGEST_AFTER_SHIP_KEEP = 0, INGEST_AFTER_SHIP_DELETE = 1, INGEST_AFTER_SHIP_MOVE = 2 };
 
+/* Values of ingest_source_config.symlinks. */
+enum { INGEST_SYMLINKS_SKIP = 0, INGEST_SYMLINKS_SHIP = 1 };
+
 /*
  * One entry of the agent's `sources` list.  The filter keys map one to one
  * onto ingest_filter_spec (include/ingest/filter.h); docs/config.md,
@@ -78,6 +81,7 @@ typedef struct ingest_source_config {
     char *after_ship;        /* "keep", "delete" or "move:DIR" with DIR resolved (absolute) */
     int after_ship_mode;     /* INGEST_AFTER_SHIP_*, parsed from after_ship */
     const char *after_ship_dir; /* MOVE: the directory (points into after_ship); else "" */
+    int symlinks;            /* INGEST_SYMLINKS_*: skip (count) or ship a symlink as a symlink */
 } ingest_source_config;
 
 /*

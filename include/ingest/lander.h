@@ -90,6 +90,16 @@ extern "C" {
 #define INGEST_LANDER_MAX_FILES_LIMIT (16u * 1024u * 1024u)
 #define INGEST_LANDER_MAX_CHUNKS_LIMIT (64u * 1024u * 1024u)
 
+/*
+ * A file whose manifest mode is a symlink (S_ISLNK) lands as a symlink: its
+ * bytes (the target, 1..INGEST_LANDER_LINK_MAX of them, no NUL) are received
+ * and verified like a file's, then at commit a symlink with that target
+ * replaces the temporary file and is renamed over the final name.  The
+ * target is data: the core never follows or resolves it, and never indexes
+ * a symlink as a source of known chunks.  Other sizes refuse the file alone.
+ */
+#define INGEST_LANDER_LINK_MAX 4095
+
 /* ingest_lander_begin: the batch was landed before; ack without landing. */
 #define INGEST_LANDER_ALREADY 1
 

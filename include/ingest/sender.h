@@ -16,7 +16,8 @@
  * inside a source, depth first, the entries of each directory in bytewise
  * (strcmp) order of their names, a subdirectory's contents visited where
  * its name sorts.  Symbolic links are never followed; only regular files
- * are taken.  Anything skipped is counted in ingest_sender_stats and
+ * are taken (and, from a source with symlinks INGEST_SENDER_SYMLINKS_SHIP,
+ * symlinks as symlinks: their target is their content).  Anything skipped is counted in ingest_sender_stats and
  * reported through opts.on_skip, never silently lost.
  *
  * Paths: a file's manifest path is "{source name}/{path under the source}"
@@ -66,7 +67,15 @@ enum {
     INGEST_SKIP_CHANGED = 6,    /* size/mtime/ctime changed while it was chunked */
     INGEST_SKIP_TOOBIG = 7,     /* more chunks than a manifest line count holds */
     INGEST_SKIP_DEPTH = 8,      /* a directory more than INGEST_SENDER_MAX_DEPTH levels below its source */
+    INGEST_SKIP_LINK = 9,       /* a symlink of a source that ships them whose target cannot be shipped:
+                                   empty, over INGEST_SENDER_LINK_MAX bytes, or not its lstat size */
 };
+
+/* Longest symlink target a source with symlinks INGEST_SENDER_SYMLINKS_SHIP ships (bytes, PATH_MAX - 1). */
+#define INGEST_SENDER_LINK_MAX 4095
+
+/* Values of ingest_sender_source.symlinks. */
+enum { INGEST_SENDER_SYMLINKS_SKIP = 0, INGEST_SENDER_SYMLINKS_SHIP = 1 };
 
 /* What the walk knows of a regular file before opening it (lstat). */
 typedef struct ingest_sender_stat {
@@ -83,6 +92,15 @@ enum { INGEST_SENDER_RECHECK_ID = 0, INGEST_SENDER_RECHECK_STAT = 1 };
 typedef struct ingest_sender_source {
     const char *name; /* 1..INGEST_SENDER_SOURCE_NAME_MAX of [A-Za-z0-9._-], not "." or "..", unique */
     const char *path; /* directory to walk */
+    /*
+     * INGEST_SENDER_SYMLINKS_SKIP (0): a symlink under the source is counted
+     * (skipped_symlinks) and passed over.  INGEST_SENDER_SYMLINKS_SHIP: it
+     * is a batch entry like a file, whose content is its target (readlinkat,
+     * 1..INGEST_SENDER_LINK_MAX bytes; others: INGEST_SKIP_LINK) and whose
+     * mode is its lstat mode (S_IFLNK|0777): chunked, hashed and re-read
+     * (readlinkat again) like a small file, never opened, never followed.
+     */
+    int symlinks;
 } ingest_sender_source;
 
 /*
@@ -121,8 +139,8 @@ typedef struct ingest_sender_opts {
     /* Called while chunking a file (after each read, or each chunk with
      * threads != 1) with the bytes done so far (metrics, progress; may be NULL). */
     void (*on_read)(void *userdata, const char *path, uint64_t bytes_done);
-    /* Optional: called for every regular file the walk finds, before it is
-     * opened, with its manifest path: return 1 to take it, 0 to pass it over
+    /* Optional: called for every regular file the walk finds (and symlink it
+     * ships: st is then its lstat), before it is opened, with its manifest path: return 1 to take it, 0 to pass it over
      * (counted in ingest_sender_stats.files_unchanged; the agent skips files
      * whose acknowledged version is unchanged), < 0 to fail the walk. */
     int (*want_file)(void *userdata, const char *path, const ingest_sender_stat *st);
@@ -137,7 +155,7 @@ typedef struct ingest_sender_opts {
 } ingest_sender_opts;
 
 typedef struct ingest_sender_stats {
-    uint64_t files_seen;         /* regular files found by the walk */
+    uint64_t files_seen;         /* regular files found by the walk (and symlinks of sources that ship them) */
     uint64_t files_batched;      /* files put in a batch */
     uint64_t bytes_batched;
     uint64_t batches;
@@ -154,6 +172,8 @@ typedef struct ingest_sender_stats {
     uint64_t skipped_fifos;
     uint64_t skipped_sockets;
     uint64_t skipped_devices;    /* character and block devices */
+    uint64_t skipped_links;      /* INGEST_SKIP_LINK: symlinks to ship whose target cannot be shipped */
+    uint64_t symlinks_batched;   /* symlinks put in a batch (counted in files_batched too) */
 } ingest_sender_stats;
 
 typedef struct ingest_sender_s ingest_sender;

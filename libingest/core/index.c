@@ -540,13 +540,19 @@ static int check_identity(ingest_index *idx, uint64_t file_no, const file_rec *f
         return ingest__fail(idx->ctx, INGEST_ETOOBIG, "index: file %llu: path does not fit",
                             (unsigned long long)file_no);
     struct stat sb;
-    if (stat(path, &sb) != 0) {
+    /* never through a symlink: one landed at this path since (a newer version), or on its way */
+    char rel[RELPATH_MAX + 1];
+    snprintf(rel, sizeof(rel), "%.*s", (int)f->pathlen, f->path);
+    if (ingest__lstat_beneath(idx->bronze, rel, &sb) != 0) {
         const int e = errno;
-        if (e == ENOENT || e == ENOTDIR)
-            return ingest__fail(idx->ctx, INGEST_ESTALE, "index: file %llu (%s): missing", (unsigned long long)file_no,
-                                path);
+        if (e == ENOENT || e == ENOTDIR || e == ELOOP || e == EXDEV)
+            return ingest__fail(idx->ctx, INGEST_ESTALE, "index: file %llu (%s): missing%s", (unsigned long long)file_no,
+                                path, e == ELOOP ? " (a symlink on its way)" : "");
         return ingest__fail(idx->ctx, ingest__errno(e), "index: stat %s: %s", path, strerror(e));
     }
+    if (!S_ISREG(sb.st_mode))
+        return ingest__fail(idx->ctx, INGEST_ESTALE, "index: file %llu (%s): no longer a regular file",
+                            (unsigned long long)file_no, path);
     const int64_t mt = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
     if ((uint64_t)sb.st_dev != f->id.dev || (uint64_t)sb.st_ino != f->id.ino || (uint64_t)sb.st_size != f->id.size ||
         mt != f->id.mtime_ns)
@@ -965,6 +971,14 @@ static int manifest_apply(rebuild_state *rs, const char *mpath)
             active = false;
             if (rec.landed == NULL || rec.landed[0] == '\0')
                 continue;
+            if (S_ISLNK(rec.mode)) {
+                /* landed as a symlink: no source of chunks (reading it would follow it); its version
+                 * still counts */
+                if (rec.version > 0 && !ingest__store_readonly(idx->st) && relpath_ok(rec.landed, strlen(rec.landed)) &&
+                    (rc = version_at_least(idx, rec.landed, rec.version)) < 0)
+                    goto out;
+                continue;
+            }
             if (!relpath_ok(rec.landed, strlen(rec.landed))) {
                 rs->stats->bad++;
                 ingest__log(idx->ctx, INGEST_LOG_WARN, "index rebuild: %s: landed path '%.200s' rejected", mpath,
@@ -974,9 +988,9 @@ static int manifest_apply(rebuild_state *rs, const char *mpath)
             if (rec.version > 0 && !ingest__store_readonly(idx->st) &&
                 (rc = version_at_least(idx, rec.landed, rec.version)) < 0)
                 goto out;
-            snprintf(rs->fpath, sizeof(rs->fpath), "%s/%s", idx->bronze, rec.landed);
             struct stat sb;
-            if (stat(rs->fpath, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != rec.size ||
+            if (ingest__lstat_beneath(idx->bronze, rec.landed, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+                (uint64_t)sb.st_size != rec.size ||
                 (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec != rec.mtime_ns) {
                 rs->stats->stale++;
                 ingest__log(idx->ctx, INGEST_LOG_INFO, "index rebuild: %s: %s missing or changed, left out", mpath,

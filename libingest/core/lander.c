@@ -134,6 +134,25 @@ void lander__tmp_name(const ingest_lander_batch *b, const char *name, uint32_t f
         snprintf(out, cap, "%s%s.%s.%u", b->l->tmp_mark, b->devtag, b->name, fi);
 }
 
+/*
+ * The temporary name of the symlink file fi becomes at commit:
+ * "{mark}{devtag}.{batch}.{fi}.l", never the name of a data temporary
+ * (those end in the batch or in a number), so a replay's O_TRUNC never
+ * meets a symlink.
+ */
+void lander__tmp_link_name(const ingest_lander_batch *b, uint32_t fi, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s%s.%s.%u.l", b->l->tmp_mark, b->devtag, b->name, fi);
+}
+
+void lander__tmp_of(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap)
+{
+    if (b->files[fi].linked)
+        lander__tmp_link_name(b, fi, out, cap);
+    else
+        lander__tmp_name(b, name, fi, out, cap);
+}
+
 void lander__dev_tag(const char *device, char tag[DEV_TAG_HEX + 1])
 {
     uint8_t h[DEV_TAG_HEX / 2];
@@ -470,6 +489,10 @@ void lander__remove_temps(ingest_lander_batch *b)
         memcpy(keep, b->ctx->errmsg, sizeof keep);
         if (lander__walk_dir(b, f->landed, dir, false, &dfd) == 0 && dfd >= 0) {
             unlinkat(dfd, tn, 0);
+            if (f->link) { /* its symlink, made at commit (or half made) */
+                lander__tmp_link_name(b, i, tn, sizeof tn);
+                unlinkat(dfd, tn, 0);
+            }
             close(dfd);
         }
         memcpy(b->ctx->errmsg, keep, sizeof keep);

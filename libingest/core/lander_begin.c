@@ -75,7 +75,9 @@ static int check_paths(ingest_lander_batch *b)
         }
         if (lastfd >= 0) {
             struct stat sb;
-            if (fstatat(lastfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode)) {
+            /* an earlier version (a file, or a symlink landed as one) is replaced by the rename, never followed */
+            if (fstatat(lastfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode) &&
+                !S_ISLNK(sb.st_mode)) {
                 rc = ingest__fail(b->ctx, INGEST_EEXIST,
                                   "lander: file %.200s: cannot land at %.200s: a %s is there in the bronze tree",
                                   f->path, f->landed,
@@ -470,6 +472,14 @@ int ingest_lander_parse(ingest_lander *l, const char *device, const void *manife
         if (!f->landed) {
             rc = ingest__fail(l->ctx, INGEST_ENOMEM, "lander: out of memory");
             goto fail;
+        }
+        f->link = S_ISLNK(f->mode);
+        if (f->link && (f->size == 0 || f->size > INGEST_LANDER_LINK_MAX)) {
+            rc = ingest__fail(l->ctx, INGEST_EINVAL,
+                              "lander: file %.200s: a symlink's target is 1..%d bytes; this one is %llu",
+                              f->path, INGEST_LANDER_LINK_MAX, (unsigned long long)f->size);
+            if ((rc = lander__refuse_file(b, i, rc)) < 0)
+                goto fail;
         }
     }
     if ((rc = check_paths(b)) < 0)

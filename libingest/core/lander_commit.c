@@ -124,6 +124,69 @@ static int versions_db(ingest_lander *l)
 }
 
 /*
+ * File i is a symlink (its manifest mode): its temporary data file tn, in
+ * b->dirfd, holds its target, verified against the manifest.  Make the
+ * symlink under its own temporary name (lander__tmp_link_name) with that
+ * target and the manifest's mtime, then remove the data file; the rename
+ * of step 2 puts the symlink in place.  The target is never followed.
+ */
+static int make_link(ingest_lander_batch *b, uint32_t i, const char *tn)
+{
+    lfile *f = &b->files[i];
+    char target[INGEST_LANDER_LINK_MAX + 1], ln[NAME_MAX_BYTES + 1];
+    const int fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return lander__sys_fail(b->ctx, errno, "open temporary file of", f->landed);
+    size_t got = 0;
+    while (got < sizeof target) {
+        const ssize_t n = pread(fd, target + got, sizeof target - got, (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            const int e = errno;
+            close(fd);
+            return lander__sys_fail(b->ctx, e, "read temporary file of", f->landed);
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    if (got != f->size || got == 0 || got > INGEST_LANDER_LINK_MAX)
+        return ingest__fail(b->ctx, INGEST_EIO, "lander: file %s: temporary file of %zu bytes, expected %llu",
+                            f->path, got, (unsigned long long)f->size);
+    if (memchr(target, '\0', got) != NULL)
+        return ingest__fail(b->ctx, INGEST_EINVAL,
+                            "lander: file %s: a symlink whose target holds a NUL byte cannot be made", f->path);
+    target[got] = '\0';
+    lander__tmp_link_name(b, i, ln, sizeof ln);
+    (void)unlinkat(b->dirfd, ln, 0); /* left by an earlier try of this batch */
+    if (symlinkat(target, b->dirfd, ln) < 0)
+        return lander__sys_fail(b->ctx, errno, "create the symlink of", f->landed);
+    f->linked = true;
+    int64_t sec = f->mtime_ns / 1000000000, ns = f->mtime_ns % 1000000000;
+    if (ns < 0) { /* floor, for times before 1970 */
+        sec -= 1;
+        ns += 1000000000;
+    }
+    struct timespec ts[2];
+    ts[0].tv_sec = ts[1].tv_sec = (time_t)sec;
+    ts[0].tv_nsec = ts[1].tv_nsec = (long)ns;
+    if (utimensat(b->dirfd, ln, ts, AT_SYMLINK_NOFOLLOW) < 0)
+        return lander__sys_fail(b->ctx, errno, "set the mtime of the symlink of", f->landed);
+    if (unlinkat(b->dirfd, tn, 0) < 0)
+        return lander__sys_fail(b->ctx, errno, "remove the temporary file of", f->landed);
+    struct stat sb;
+    if (fstatat(b->dirfd, ln, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+        return lander__sys_fail(b->ctx, errno, "stat the symlink of", f->landed);
+    f->ident.dev = (uint64_t)sb.st_dev;
+    f->ident.ino = (uint64_t)sb.st_ino;
+    f->ident.size = (uint64_t)sb.st_size;
+    f->ident.mtime_ns = f->mtime_ns;
+    return 0;
+}
+
+/*
  * Commit step 1, run with the caller's lock released: every file's data
  * on disk under its temporary name, and its identity (recorded in the
  * index).  Few files, or not all on the bronze root's filesystem: an fsync
@@ -171,6 +234,11 @@ static int sync_temps(ingest_lander_batch *b)
         lander__split_path(f->landed, dir, sizeof dir, &name);
         lander__tmp_name(b, name, i, tn, sizeof tn);
         INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
+        if (f->link) {
+            /* durable with its directory (the directory fsyncs of step 3, or the syncfs) */
+            INGEST__FORWARD(make_link(b, i, tn));
+            continue;
+        }
         const int fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
             return lander__sys_fail(b->ctx, errno, "open temporary file of", f->landed);
@@ -224,13 +292,12 @@ static int check_final_names(ingest_lander_batch *b)
             continue;
         }
         f->fresh = false;
-        if (!S_ISREG(sb.st_mode))
+        /* an earlier version: a file, or a symlink landed as one (rename replaces it, never follows it) */
+        if (!S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
             return ingest__fail(b->ctx, INGEST_EEXIST,
                                 "lander: file %s: cannot land at %s: a %s is there (nothing of batch %s was put in "
                                 "place)",
-                                f->path, f->landed, S_ISDIR(sb.st_mode) ? "directory" : S_ISLNK(sb.st_mode) ? "symlink"
-                                                                                                             : "special file",
-                                b->name);
+                                f->path, f->landed, S_ISDIR(sb.st_mode) ? "directory" : "special file", b->name);
     }
     return 0;
 }
@@ -259,7 +326,7 @@ static void undo_renames(ingest_lander_batch *b)
                         f->landed);
             continue;
         }
-        lander__tmp_name(b, name, i, tn, sizeof tn);
+        lander__tmp_of(b, name, i, tn, sizeof tn);
         if (lander__enter_dir(b, f->path, dir, false) == 0 && renameat(b->dirfd, name, b->dirfd, tn) == 0)
             f->renamed = false; /* a temporary again: removed with the others */
     }
@@ -294,7 +361,7 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
             goto fail;
         }
         lander__split_path(f->landed, dir, sizeof dir, &name);
-        lander__tmp_name(b, name, i, tn, sizeof tn);
+        lander__tmp_of(b, name, i, tn, sizeof tn);
         if ((r = lander__enter_dir(b, f->path, dir, false)) < 0)
             goto fail;
         if (renameat(b->dirfd, tn, b->dirfd, name) < 0) {
@@ -335,14 +402,31 @@ static int sync_landed(ingest_lander_batch *b)
  * landed again since step 2 (its counter is past our version) was replaced
  * on disk: it is not indexed, lest its record replace the newer file's.
  */
+/* Is file i's data indexed by index_batch?  Not a refused file's (no final name), nor a symlink's. */
+static bool file_indexed(const lfile *f) { return f->refused == NULL && !f->link; }
+
+/* The file that holds chunk j (files in manifest order). */
+static const lfile *file_of_chunk(const ingest_lander_batch *b, uint32_t j)
+{
+    uint32_t lo = 0, hi = b->nfiles;
+    while (hi - lo > 1) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (b->files[mid].first <= j)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return &b->files[lo]; /* the last file starting at or before j: an empty one shares the next one's start */
+}
+
 static int index_batch(ingest_lander_batch *b)
 {
     ingest_lander *l = b->l;
     b->wrote = true;
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
-        if (f->refused != NULL)
-            continue; /* nothing of it stays */
+        if (!file_indexed(f))
+            continue; /* refused: nothing of it stays; a symlink is no source of chunks (reading it would follow it) */
         uint8_t v[8];
         size_t vl = 0;
         uint8_t key[INGEST__PATH_KEY_MAX];
@@ -359,7 +443,8 @@ static int index_batch(ingest_lander_batch *b)
         uint64_t file_no = 0;
         INGEST__FORWARD(ingest_index_add_file(l->idx, f->landed, &f->ident, &file_no));
         for (uint32_t k = f->first; k < f->first + f->nchunks; k++) {
-            if ((b->cst[k] & K_MASK) == K_DUP)
+            /* a repeat is indexed where it first occurs, unless that is in a file left out */
+            if ((b->cst[k] & K_MASK) == K_DUP && file_indexed(file_of_chunk(b, b->src[k])))
                 continue;
             const ingest_chunk_loc loc = {file_no, b->pos[k], b->mc[k].len};
             INGEST__FORWARD(ingest_index_add_chunk_for(l->idx, b->device, b->mc[k].id, &loc));

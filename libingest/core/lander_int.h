@@ -129,6 +129,8 @@ typedef struct lfile {
     bool created; /* its temporary file exists */
     bool renamed; /* moved to its final name */
     bool fresh;   /* nothing was at its final name when the renames began */
+    bool link;    /* its manifest mode is a symlink: lands as a symlink (INGEST_LANDER_LINK_MAX) */
+    bool linked;  /* its temporary is now a symlink (lander__tmp_link_name), the data file removed */
     /* Refused (ingest_lander_refused): why, and the code; landed is then a
      * scratch place under _manifests/.refused where its bytes are written
      * (later files may copy chunks from them) and removed at commit. */
@@ -220,6 +222,9 @@ int lander__check_name(ingest_ctx *ctx, const char *what, const char *s);
 int lander__check_relpath(ingest_ctx *ctx, const char *what, const char *p);
 void lander__split_path(const char *p, char *dir, size_t cap, const char **name);
 void lander__tmp_name(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap);
+void lander__tmp_link_name(const ingest_lander_batch *b, uint32_t fi, char *out, size_t cap);
+/* The temporary under which file fi is now (its data file, or the symlink made at commit). */
+void lander__tmp_of(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap);
 void lander__dev_tag(const char *device, char tag[DEV_TAG_HEX + 1]);
 int lander__tmp_tag(ingest_ctx *ctx, int rootfd, const char *root, bool create, char mark[TMP_MARK_MAX]);
 int lander__bufs_reserve(ingest_lander_batch *b, size_t n);

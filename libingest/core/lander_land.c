@@ -334,7 +334,19 @@ static int known_source_locked(ingest_lander_batch *b, uint32_t i, ingest_chunk_
     }
     if (rc < 0)
         return rc;
-    b->srcfd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    /* below the lander's root (the index's root is the same tree): no symlink followed on the way */
+    const size_t rl = strlen(b->l->root);
+    if (strncmp(p, b->l->root, rl) == 0 && p[rl] == '/') {
+        const char *last = NULL;
+        const int pfd = ingest__open_parent_beneath(b->l->rootfd, p + rl + 1, &last);
+        b->srcfd = pfd >= 0 ? openat(pfd, last, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        const int e = errno;
+        if (pfd >= 0)
+            close(pfd);
+        errno = e;
+    } else {
+        b->srcfd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    }
     if (b->srcfd < 0) {
         const int e = errno;
         if (e == ENOENT || e == ELOOP || e == ENOTDIR) {

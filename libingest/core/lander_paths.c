@@ -180,12 +180,14 @@ static void sweep_dir(sweep *w, char *dir)
             struct stat sb;
             if (fstatat(dirfd(d), name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
                 continue;
-            type = S_ISDIR(sb.st_mode) ? DT_DIR : S_ISREG(sb.st_mode) ? DT_REG : DT_LNK;
+            type = S_ISDIR(sb.st_mode) ? DT_DIR : S_ISREG(sb.st_mode) ? DT_REG : S_ISLNK(sb.st_mode) ? DT_LNK
+                                                                                                  : DT_UNKNOWN;
         }
         if (type == DT_DIR) {
             if (sweep_push(w, dir, name) < 0)
                 w->failed++;
-        } else if (type == DT_REG && sweep_match(w, dir, depth, name)) {
+        } else if ((type == DT_REG || type == DT_LNK) && sweep_match(w, dir, depth, name)) {
+            /* a temporary file, or the temporary symlink of a file landing as one (its name holds the tag) */
             if (unlinkat(dirfd(d), name, 0) == 0) {
                 w->removed++;
             } else {

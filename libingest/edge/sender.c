@@ -36,6 +36,7 @@ typedef struct source {
     char *path;
     size_t name_len;
     int fd; /* root directory, open from the time the walk reaches it */
+    int ship_links; /* symlinks INGEST_SENDER_SYMLINKS_SHIP: a symlink is an entry, its target its content */
 } source;
 
 /* One open directory of the walk: its names, sorted, and a cursor. */
@@ -242,6 +243,7 @@ static void report(ingest_sender *s, const char *path, int reason, int err)
     case INGEST_SKIP_DEPTH: ctr = &s->st.skipped_dirs; what = "directory too deep, not walked"; level = INGEST_LOG_DEBUG; break;
     case INGEST_SKIP_CHANGED: ctr = &s->st.dropped_changed; what = "changed while chunked, retry later"; level = INGEST_LOG_INFO; break;
     case INGEST_SKIP_TOOBIG: ctr = &s->st.skipped_toobig; what = "too many chunks"; break;
+    case INGEST_SKIP_LINK: ctr = &s->st.skipped_links; what = "symlink target cannot be shipped (1..4095 bytes, its lstat size)"; break;
     default: break;
     }
     if (ctr)
@@ -363,6 +365,7 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
             goto fail;
         }
         s->srcs[i].name_len = strlen(s->srcs[i].name);
+        s->srcs[i].ship_links = o->sources[i].symlinks == INGEST_SENDER_SYMLINKS_SHIP;
     }
     s->cur_src = s->nsrc;
 
@@ -774,7 +777,7 @@ static int walk_peek(ingest_sender *s)
             INGEST__FORWARD(walk_enter(s, f, f->prefix_len + nlen + 1));
             continue;
         }
-        if (!S_ISREG(st.st_mode)) {
+        if (!S_ISREG(st.st_mode) && !(S_ISLNK(st.st_mode) && s->srcs[s->cur_src].ship_links)) {
             f->i++;
             report_special(s, s->path, st.st_mode);
             continue;
@@ -851,7 +854,7 @@ static int list_peek(ingest_sender *s)
             report(s, p, e == ENOENT || e == ENOTDIR ? INGEST_SKIP_VANISHED : INGEST_SKIP_UNREADABLE, e);
             continue;
         }
-        if (!S_ISREG(st.st_mode)) {
+        if (!S_ISREG(st.st_mode) && !(S_ISLNK(st.st_mode) && src->ship_links)) {
             s->ilist++;
             report_special(s, p, st.st_mode);
             continue;
@@ -1045,16 +1048,140 @@ static int same_stat(const struct stat *a, const struct stat *b)
 }
 
 /*
+ * Record the entry just chunked (chunks [first, b->nchunks), its version
+ * st) as file b->nfiles of the batch; keep, when not NULL, holds its bytes
+ * (st_size of them), kept for sending while the batch's budget allows.
+ * 0 or < 0 (fatal).
+ */
+static int batch_record(ingest_sender *s, ingest_sender_batch *b, const struct stat *st, ingest_filehash *fh,
+                        size_t first, const uint8_t *keep)
+{
+    ingest_ctx *ctx = s->ctx;
+    INGEST__FORWARD(grow(ctx, (void **)&b->files, &b->capfiles, b->nfiles, sizeof(*b->files)));
+    bfile *bf = &b->files[b->nfiles];
+    memset(bf, 0, sizeof(*bf));
+    INGEST__FORWARD(batch_add_path(b, s->path, &bf->path_off));
+    bf->src = s->cur_src;
+    if (b->rootfd[bf->src] < 0) {
+        b->rootfd[bf->src] = dup(s->srcs[bf->src].fd);
+        if (b->rootfd[bf->src] < 0)
+            return ingest__fail(ctx, ingest__errno(errno), "sender: dup: %s", strerror(errno));
+    }
+    bf->size = (uint64_t)st->st_size;
+    bf->mtime_ns = ts_ns(&st->st_mtim);
+    bf->ctime_ns = ts_ns(&st->st_ctim);
+    bf->mode = (uint32_t)st->st_mode;
+    bf->dev = st->st_dev;
+    bf->ino = st->st_ino;
+    ingest_filehash_final(fh, bf->hash);
+    bf->first_chunk = first;
+    bf->nchunks = b->nchunks - first;
+    bf->cache_off = -1;
+    if (keep != NULL && bf->size > 0 && b->small.len + bf->size <= SENDER_SMALL_CACHE) {
+        const size_t at = b->small.len;
+        if (ingest__buf_append(&b->small, keep, (size_t)bf->size) == 0)
+            bf->cache_off = (int64_t)at;
+    }
+    b->nfiles++;
+    b->bytes += bf->size;
+    s->st.files_batched++;
+    s->st.bytes_batched += bf->size;
+    if (S_ISLNK(st->st_mode))
+        s->st.symlinks_batched++;
+    return 0;
+}
+
+/* Chunk and hash data[0, len) held in memory (a symlink's target) into b, as chunk_serial would a file. */
+static int chunk_mem(ingest_sender *s, ingest_sender_batch *b, ingest_filehash *fh, const uint8_t *data, size_t len)
+{
+    ingest_chunker_reset(s->chunker);
+    size_t start = 0, scan = 0;
+    while (scan < len) {
+        size_t used = 0;
+        const int cut = ingest_chunker_scan(s->chunker, data + scan, len - scan, &used);
+        scan += used;
+        if (cut != 1)
+            break;
+        INGEST__FORWARD(batch_add_chunk(b, fh, data + start, scan - start, start));
+        start = scan;
+    }
+    const uint64_t tail = ingest_chunker_finish(s->chunker);
+    if (tail != len - start)
+        return ingest__fail(s->ctx, INGEST_EINVAL, "sender: %s: chunker left %" PRIu64 " bytes pending, expected %zu",
+                            s->path, tail, len - start);
+    if (tail > 0)
+        INGEST__FORWARD(batch_add_chunk(b, fh, data + start, len - start, start));
+    return 0;
+}
+
+/*
+ * The peeked entry is a symlink of a source that ships them: its target
+ * (readlinkat; never followed, never opened) is its content.  Returns as
+ * batch_add_file.
+ */
+static int batch_add_link(ingest_sender *s, ingest_sender_batch *b)
+{
+    const char *path = s->path;
+    const size_t first = b->nchunks;
+    struct stat st0, st1;
+    uint8_t target[INGEST_SENDER_LINK_MAX + 1];
+    if (fstatat(s->peek_dirfd, s->peek_name, &st0, AT_SYMLINK_NOFOLLOW) != 0) {
+        const int e = errno;
+        report(s, path, e == ENOENT ? INGEST_SKIP_VANISHED : INGEST_SKIP_UNREADABLE, e);
+        return 0;
+    }
+    if (!S_ISLNK(st0.st_mode)) {
+        /* replaced since the walk saw it: the next walk takes what is there now */
+        INGEST__FORWARD(batch_drop(b, path, INGEST_SKIP_CHANGED));
+        report(s, path, INGEST_SKIP_CHANGED, 0);
+        return 0;
+    }
+    if (b->nfiles > 0 && b->bytes + (uint64_t)st0.st_size > s->max_bytes)
+        return 1;
+    const ssize_t n = readlinkat(s->peek_dirfd, s->peek_name, (char *)target, sizeof(target));
+    if (n < 0) {
+        const int e = errno;
+        report(s, path, e == ENOENT ? INGEST_SKIP_VANISHED : INGEST_SKIP_UNREADABLE, e);
+        return 0;
+    }
+    if (fstatat(s->peek_dirfd, s->peek_name, &st1, AT_SYMLINK_NOFOLLOW) != 0 || !same_stat(&st0, &st1)) {
+        INGEST__FORWARD(batch_drop(b, path, INGEST_SKIP_CHANGED));
+        report(s, path, INGEST_SKIP_CHANGED, 0);
+        return 0;
+    }
+    if (n == 0 || (size_t)n > INGEST_SENDER_LINK_MAX || (uint64_t)n != (uint64_t)st0.st_size) {
+        if ((size_t)n > INGEST_SENDER_LINK_MAX)
+            ingest__log(s->ctx, INGEST_LOG_WARN, "sender: %s: symlink target of more than %d bytes (lstat size "
+                        "%lld): not shipped", path, INGEST_SENDER_LINK_MAX, (long long)st0.st_size);
+        else
+            ingest__log(s->ctx, INGEST_LOG_WARN, "sender: %s: symlink target of %zd bytes, lstat size %lld: not "
+                        "shipped (a target is 1..%d bytes, its lstat size)", path, n, (long long)st0.st_size,
+                        INGEST_SENDER_LINK_MAX);
+        report(s, path, INGEST_SKIP_LINK, 0);
+        return 0;
+    }
+    ingest_filehash fh;
+    ingest_filehash_init(&fh, s->key);
+    int rc = chunk_mem(s, b, &fh, target, (size_t)n);
+    if (rc == 0)
+        rc = batch_record(s, b, &st0, &fh, first, target);
+    if (rc < 0)
+        b->nchunks = first;
+    return rc;
+}
+
+/*
  * Chunk the peeked file into b.  Returns 0 when it was handled (added,
  * skipped or dropped: consume it), 1 when it no longer fits the batch
  * (leave it for the next), < 0 on a fatal failure.
  */
 static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
 {
-    ingest_ctx *ctx = s->ctx;
     const char *path = s->path;
     int rc = 0;
     const size_t first = b->nchunks;
+    if (S_ISLNK(s->peek_st.st_mode))
+        return batch_add_link(s, b); /* never opened */
 
     int fd = openat(s->peek_dirfd, s->peek_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
@@ -1108,44 +1235,14 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
         report(s, path, INGEST_SKIP_TOOBIG, 0);
         goto out;
     }
-    rc = grow(ctx, (void **)&b->files, &b->capfiles, b->nfiles, sizeof(*b->files));
-    if (rc < 0)
-        goto fatal;
-    bfile *bf = &b->files[b->nfiles];
-    memset(bf, 0, sizeof(*bf));
-    rc = batch_add_path(b, path, &bf->path_off);
-    if (rc < 0)
-        goto fatal;
-    bf->src = s->cur_src;
-    if (b->rootfd[bf->src] < 0) {
-        b->rootfd[bf->src] = dup(s->srcs[bf->src].fd);
-        if (b->rootfd[bf->src] < 0) {
-            rc = ingest__fail(ctx, ingest__errno(errno), "sender: dup: %s", strerror(errno));
+    {
+        /* chunk_serial read a small file whole into s->buf with one read: keep it for sending */
+        const uint64_t sz = (uint64_t)st0.st_size;
+        const int keep = sz <= INGEST_SENDER_GROUP_CHUNK_MAX && sz <= s->rbuf && !(s->pipe && sz > SENDER_SMALL_FILE);
+        rc = batch_record(s, b, &st0, &fh, first, keep ? s->buf : NULL);
+        if (rc < 0)
             goto fatal;
-        }
     }
-    bf->size = (uint64_t)st0.st_size;
-    bf->mtime_ns = ts_ns(&st0.st_mtim);
-    bf->ctime_ns = ts_ns(&st0.st_ctim);
-    bf->mode = (uint32_t)st0.st_mode;
-    bf->dev = st0.st_dev;
-    bf->ino = st0.st_ino;
-    ingest_filehash_final(&fh, bf->hash);
-    bf->first_chunk = first;
-    bf->nchunks = b->nchunks - first;
-    bf->cache_off = -1;
-    if (bf->size > 0 && bf->size <= INGEST_SENDER_GROUP_CHUNK_MAX && bf->size <= s->rbuf &&
-        !(s->pipe && bf->size > SENDER_SMALL_FILE) && b->small.len + bf->size <= SENDER_SMALL_CACHE) {
-        /* chunk_serial read it whole into s->buf with one read: keep it for sending */
-        const size_t at = b->small.len;
-        if (ingest__buf_append(&b->small, s->buf, (size_t)bf->size) == 0)
-            bf->cache_off = (int64_t)at;
-    }
-    b->nfiles++;
-    b->bytes += bf->size;
-    s->st.files_batched++;
-    s->st.bytes_batched += bf->size;
-    rc = 0;
 out:
     close(fd);
     return rc;
@@ -1458,6 +1555,47 @@ static int batch_open(ingest_sender_batch *b, size_t fi)
 }
 
 /*
+ * Chunk ci of symlink fi, re-read with readlinkat (never opened): the
+ * link must be the one chunked (device, inode, size, mtime, ctime) and the
+ * chunk's bytes must still hash to its id, else INGEST_ESTALE (a changed
+ * target ships later as a new version, as a changed file does).
+ */
+static int read_link_chunk(ingest_sender_batch *b, uint64_t ci, uint64_t fi, uint8_t *dst)
+{
+    const bfile *f = &b->files[fi];
+    const ingest_manifest_chunk *c = &b->chunks[ci];
+    const char *path = (const char *)b->paths.buf + f->path_off;
+    const char *rel = path + b->s->srcs[f->src].name_len + 1;
+    const int dfd = b->rootfd[f->src];
+    struct stat st;
+    char target[INGEST_SENDER_LINK_MAX + 1];
+    if (fstatat(dfd, rel, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        const int e = errno;
+        if (e == ENOENT || e == ENOTDIR)
+            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: %s", path, strerror(e));
+        return ingest__fail(b->ctx, ingest__errno(e), "sender: lstat %s: %s", path, strerror(e));
+    }
+    if (!S_ISLNK(st.st_mode) || st.st_dev != f->dev || st.st_ino != f->ino || (uint64_t)st.st_size != f->size ||
+        ts_ns(&st.st_mtim) != f->mtime_ns || ts_ns(&st.st_ctim) != f->ctime_ns)
+        return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: symlink replaced or changed since it was chunked",
+                            path);
+    const ssize_t n = readlinkat(dfd, rel, target, sizeof(target));
+    if (n < 0) {
+        const int e = errno;
+        return ingest__fail(b->ctx, e == ENOENT || e == EINVAL ? INGEST_ESTALE : ingest__errno(e),
+                            "sender: readlink %s: %s", path, strerror(e));
+    }
+    if ((uint64_t)n != f->size || b->offs[ci] + c->len > (uint64_t)n)
+        return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: symlink target changed since it was chunked", path);
+    memcpy(dst, target + b->offs[ci], c->len);
+    uint8_t id[INGEST_ID_BYTES];
+    ingest_chunk_id(b->s->key, dst, c->len, id);
+    if (memcmp(id, c->id, INGEST_ID_BYTES) != 0)
+        return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: symlink target changed since it was chunked", path);
+    return 0;
+}
+
+/*
  * Re-read chunk ci (of file fi) into dst and check it is still the chunk
  * of the manifest (INGEST_ESTALE otherwise).
  */
@@ -1469,6 +1607,8 @@ static int read_chunk(ingest_sender_batch *b, uint64_t ci, uint64_t fi, uint8_t 
         memcpy(dst, b->small.buf + b->files[fi].cache_off + (b->offs[ci]), c->len);
         return 0;
     }
+    if (S_ISLNK(b->files[fi].mode))
+        return read_link_chunk(b, ci, fi, dst);
     INGEST__FORWARD(batch_open(b, (size_t)fi));
     const char *path = (const char *)b->paths.buf + b->files[fi].path_off;
     size_t got = 0;

@@ -47,7 +47,7 @@ int main(int argc, char **argv)
     if (ingest_secret_key_load(ctx, argv[2], &key) < 0 || ingest_public_key_load(ctx, argv[3], receiver_pub) < 0 ||
         ingest_dedup_key_load(ctx, argv[4], dedup) < 0)
         goto out;
-    const ingest_sender_source src = { "data", argv[6] };
+    const ingest_sender_source src = { "data", argv[6], 0 };
     const ingest_sender_opts so = { .device = device, .dedup_key = dedup, .sources = &src, .nsources = 1 };
     if (ingest_sender_create(ctx, &so, &snd) < 0 || ingest_sender_scan(snd) < 0 || ingest_codec_create(ctx, 1, &codec) < 0)
         goto out;

@@ -218,6 +218,7 @@ static void test_agent_defaults(void **state)
     assert_string_equal(s->after_ship, "keep");
     assert_int_equal(s->after_ship_mode, INGEST_AFTER_SHIP_KEEP);
     assert_string_equal(s->after_ship_dir, "");
+    assert_int_equal(s->symlinks, INGEST_SYMLINKS_SKIP);
     assert_int_equal(c->rescan_interval_ms, 60000);
     assert_true(c->spool_quota == 1ull << 30);
     assert_int_equal(c->queue_max_files, 100000);
@@ -253,6 +254,7 @@ static void test_agent_filters_and_daemon_keys(void **state)
                                "    settle: 500ms\n"
                                "    spool: copy\n"
                                "    after_ship: delete\n"
+                               "    symlinks: ship\n"
                                "  - path: /data/plc\n"
                                "    include: []\n"
                                "    exclude:\n"
@@ -293,7 +295,9 @@ static void test_agent_filters_and_daemon_keys(void **state)
     assert_string_equal(s->after_ship, "delete");
     assert_int_equal(s->after_ship_mode, INGEST_AFTER_SHIP_DELETE);
     assert_string_equal(s->after_ship_dir, "");
+    assert_int_equal(s->symlinks, INGEST_SYMLINKS_SHIP);
     s = &c->sources[1];
+    assert_int_equal(s->symlinks, INGEST_SYMLINKS_SKIP);
     assert_int_equal(s->include_count, 0);
     assert_int_equal(s->exclude_count, 0);
     assert_string_equal(s->drop_if_prefix, "#DRAFT");
@@ -381,6 +385,7 @@ static void test_errors_filters_and_daemon_keys(void **state)
           "agent.yaml:7:21: key 'sources[0].drop_if_prefix': bad prefix 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...': 65 bytes, more than 64" },
         /* enums and after_ship */
         { "    spool: move\n", "agent.yaml:7:12: key 'sources[0].spool': 'move' is not one of none, copy" },
+        { "    symlinks: follow\n", "agent.yaml:7:15: key 'sources[0].symlinks': 'follow' is not one of skip, ship" },
         { "    after_ship: remove\n", "agent.yaml:7:17: key 'sources[0].after_ship': 'remove' is not keep, delete or move:DIR" },
         { "    after_ship: 'move:'\n", "agent.yaml:7:17: key 'sources[0].after_ship': 'move' needs a directory: move:DIR" },
         { "    after_ship: move\n", "agent.yaml:7:17: key 'sources[0].after_ship': 'move' needs a directory: move:DIR" },
@@ -1063,7 +1068,7 @@ static void test_keys_docs_and_help(void **state)
     assert_non_null(receiver);
     key_check kc = { doc, agent, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_AGENT, check_key, &kc), 0);
-    assert_int_equal(kc.keys, 42); /* with the kafka keys */
+    assert_int_equal(kc.keys, 43); /* with the kafka keys and sources[].symlinks */
     kc = (key_check){ doc, receiver, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_RECEIVER, check_key, &kc), 0);
     assert_int_equal(kc.keys, 26); /* with dedup.scope, layout_shared, memory.queue_budget and the kafka keys */

@@ -90,7 +90,7 @@ static env *env_new(unsigned features, int idle_ms)
     assert_int_equal(ingest_link_mem_pair(e->ctx, features, &e->dev, &e->srv), 0);
     assert_int_equal(pthread_create(&e->thread, NULL, serve_main, e), 0);
     e->serving = 1;
-    const ingest_sender_source src = { "s", e->src };
+    const ingest_sender_source src = { "s", e->src, 0 };
     const ingest_sender_opts sopts = {
         .device = DEVICE, .dedup_key = ingest_default_dedup_key(), .sources = &src, .nsources = 1,
         .batch_prefix = "b-", .threads = 1,
@@ -124,7 +124,7 @@ static env *env_peer(env *e, const char *device)
     assert_int_equal(ingest_link_mem_pair(e->ctx, 0, &p->dev, &p->srv), 0);
     assert_int_equal(pthread_create(&p->thread, NULL, serve_main, p), 0);
     p->serving = 1;
-    const ingest_sender_source src = { "s", e->src };
+    const ingest_sender_source src = { "s", e->src, 0 };
     const ingest_sender_opts sopts = {
         .device = device, .dedup_key = ingest_default_dedup_key(), .sources = &src, .nsources = 1,
         .batch_prefix = "b-", .threads = 1,

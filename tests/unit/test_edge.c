@@ -107,7 +107,7 @@ static env *env_new(unsigned features, int with_core, unsigned nsmall, int reply
         assert_int_equal(pthread_create(&e->thread, NULL, serve_main, e), 0);
         e->serving = 1;
     }
-    const ingest_sender_source src = { "s", e->src };
+    const ingest_sender_source src = { "s", e->src, 0 };
     const ingest_sender_opts sopts = {
         .device = DEVICE, .dedup_key = ingest_default_dedup_key(), .sources = &src, .nsources = 1,
         .batch_prefix = "b-", .threads = 1,

@@ -268,7 +268,7 @@ static env *env_new(unsigned features, unsigned nsmall)
         .have = cb_have, .held = cb_held, .unheld = cb_unheld, .ud = e,
     };
     assert_int_equal(ingest_klink_edge_create(e->ctx, &eo, &e->edge_link), 0);
-    const ingest_sender_source src = { "s", e->src };
+    const ingest_sender_source src = { "s", e->src, 0 };
     const ingest_sender_opts sopts = {
         .device = DEVICE, .dedup_key = ingest_default_dedup_key(), .sources = &src, .nsources = 1,
         .batch_prefix = "b-", .threads = 1,
@@ -348,7 +348,7 @@ static void test_lands_then_dedups(void **state)
     assert_true(chunk_records > st.chunks_sent); /* 64 KiB records: chunks went in pieces */
     /* again, with a fresh sender: the have-cache holds every chunk, so no chunk record travels */
     ingest_sender_destroy(e->snd);
-    const ingest_sender_source src = { "s", e->src };
+    const ingest_sender_source src = { "s", e->src, 0 };
     const ingest_sender_opts sopts = {
         .device = DEVICE, .dedup_key = ingest_default_dedup_key(), .sources = &src, .nsources = 1,
         .batch_prefix = "c-", .threads = 1,
@@ -389,7 +389,7 @@ static void test_many_batches_pipelined(void **state)
     (void)state;
     env *e = env_new(INGEST_SESSION_FEATURE_PIPELINE, 30);
     ingest_sender_destroy(e->snd);
-    const ingest_sender_source src = { "s", e->src };
+    const ingest_sender_source src = { "s", e->src, 0 };
     const ingest_sender_opts sopts = {
         .device = DEVICE, .dedup_key = ingest_default_dedup_key(), .sources = &src, .nsources = 1,
         .batch_prefix = "p-", .threads = 1, .max_files = 4,
@@ -460,7 +460,7 @@ static void test_lost_tail_pipelined(void **state)
     (void)state;
     env *e = env_new(INGEST_SESSION_FEATURE_PIPELINE, 8);
     ingest_sender_destroy(e->snd);
-    const ingest_sender_source src = { "s", e->src };
+    const ingest_sender_source src = { "s", e->src, 0 };
     const ingest_sender_opts sopts = {
         .device = DEVICE, .dedup_key = ingest_default_dedup_key(), .sources = &src, .nsources = 1,
         .batch_prefix = "t-", .threads = 1, .max_files = 5,
@@ -501,7 +501,7 @@ static void test_lost_whole_batch(void **state)
     (void)state;
     env *e = env_new(INGEST_SESSION_FEATURE_PIPELINE, 8);
     ingest_sender_destroy(e->snd);
-    const ingest_sender_source src = { "s", e->src };
+    const ingest_sender_source src = { "s", e->src, 0 };
     const ingest_sender_opts sopts = {
         .device = DEVICE, .dedup_key = ingest_default_dedup_key(), .sources = &src, .nsources = 1,
         .batch_prefix = "w-", .threads = 1, .max_files = 5,

@@ -737,14 +737,25 @@ static void test_sweep(void **state)
         touch(e, gone[i]);
     for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
         touch(e, kept[i]);
+    /* a temporary symlink (a file landing as a symlink, cut short at commit) goes too; a landed
+     * symlink without the tag stays; neither is followed */
+    char lp[512], lk[512];
+    snprintf(lp, sizeof lp, "%s/dev1/a/.ingest-tmp-%s.%s.b7.0.l", e->bronze, tag, "0123456789abcdef");
+    assert_int_equal(symlink("x.csv", lp), 0);
+    snprintf(lk, sizeof lk, "%s/dev1/a/link", e->bronze);
+    assert_int_equal(symlink("x.csv", lk), 0);
     /* a second lander of the same tree reads the same tag */
     ingest_lander *l2 = NULL;
     assert_int_equal(ingest_lander_create(e->ctx, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &l2), 0);
     ingest_lander_destroy(l2);
     uint64_t removed = 99, failed = 99;
     assert_int_equal(ingest_lander_sweep(e->ctx, e->bronze, &removed, &failed), 0);
-    assert_int_equal(removed, 4);
+    assert_int_equal(removed, 5);
     assert_int_equal(failed, 0);
+    struct stat lsb;
+    assert_int_equal(lstat(lp, &lsb), -1);
+    assert_int_equal(lstat(lk, &lsb), 0);
+    assert_true(exists(e, "dev1/a/x.csv"));
     for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
         assert_false(exists(e, gone[i]));
     for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
@@ -909,7 +920,10 @@ static void test_traversal(void **state)
  */
 static void refused_alone(env *e, const char *batch, const char *path, int code, const char *msg_part)
 {
-    uint8_t d[10] = "0123456789";
+    /* bytes of this batch only: new to the index (which knows the copies of earlier calls) */
+    char dc[11];
+    snprintf(dc, sizeof dc, "%-10.10s", batch);
+    const uint8_t *d = (const uint8_t *)dc;
     const tfile f[] = {{path, d, 10, T2024, 0644}, {"ok", d, 10, T2024, 0644}};
     tbatch tb;
     make_batch(e, "dev1", batch, f, 2, &tb);
@@ -966,10 +980,27 @@ static void test_symlink_in_bronze(void **state)
     snprintf(cmd, sizeof cmd, "mkdir -p %s && ln -s %s %s/sub", lnk, outside, lnk);
     assert_int_equal(system(cmd), 0);
     refused_alone(e, "bsym1", "sub/x", INGEST_EINVAL, "symlink or not a directory");
-    /* a symlink at the final name's place is refused too */
+    /* a symlink at the final name's place (an earlier version, as a device's landed symlink is) is
+     * replaced by the rename, never written through */
     snprintf(cmd, sizeof cmd, "ln -s %s/target %s/x", outside, lnk);
     assert_int_equal(system(cmd), 0);
-    refused_alone(e, "bsym2", "x", INGEST_EEXIST, "a symlink is there");
+    {
+        uint8_t d[10] = "abcdefghij"; /* not refused_alone's bytes, which must be new to the index */
+        const tfile f[] = {{"x", d, 10, T2024, 0644}};
+        tbatch tb;
+        make_batch(e, "dev1", "bsym2", f, 1, &tb);
+        ingest_lander_batch *b = NULL;
+        assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+        assert_int_equal(ingest_lander_refused_count(b), 0);
+        land_all(e, b, &tb);
+        ingest_lander_batch_destroy(b);
+        assert_file(e, "dev1/2024/02/29/x", d, 10, T2024, 0644);
+        free(tb.manifest);
+    }
+    /* a directory there still refuses the file alone */
+    snprintf(cmd, sizeof cmd, "mkdir %s/dir", lnk);
+    assert_int_equal(system(cmd), 0);
+    refused_alone(e, "bsym3", "dir", INGEST_EEXIST, "a directory is there");
     /* and a landed path past 4095 bytes with the layout */
     char longp[4100];
     memset(longp, 'a', sizeof longp);
@@ -984,6 +1015,157 @@ static void test_symlink_in_bronze(void **state)
         n += de->d_name[0] != '.';
     closedir(d);
     assert_int_equal(n, 0);
+}
+
+/* readlink of bronze/rel, which must be a symlink with mtime mtime_ns */
+static void assert_link(const env *e, const char *rel, const char *target, int64_t mtime_ns)
+{
+    char p[512], got[4096];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    struct stat sb;
+    assert_int_equal(lstat(p, &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+    assert_int_equal((int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec, mtime_ns);
+    const ssize_t n = readlink(p, got, sizeof got);
+    assert_int_equal(n, (ssize_t)strlen(target));
+    assert_memory_equal(got, target, (size_t)n);
+}
+
+/* Entries of directory bronze/rel (names not starting with '.', then those that do). */
+static void dir_entries(const env *e, const char *rel, int *plain, int *dotted)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    DIR *d = opendir(p);
+    assert_non_null(d);
+    *plain = *dotted = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        if (de->d_name[0] == '.')
+            (*dotted)++;
+        else
+            (*plain)++;
+    }
+    closedir(d);
+}
+
+/*
+ * A file whose manifest mode is a symlink lands as a symlink with its bytes
+ * as the target (never followed: it points outside bronze), is not indexed
+ * (a later regular file of the same bytes wants its chunk), a later file of
+ * the same batch copies its chunk from its temporary data file, a new
+ * version replaces it, and a target of 0 or more than 4095 bytes refuses the
+ * file alone.
+ */
+static void test_symlink_entry(void **state)
+{
+    env *e = *state;
+    char outside[128];
+    snprintf(outside, sizeof outside, "%s/outside", e->dir);
+    assert_int_equal(mkdir(outside, 0755), 0);
+    const char *t1 = "../../../../../outside/target";
+    const tfile f1[] = {{"l", (const uint8_t *)t1, strlen(t1), T2024, S_IFLNK | 0777},
+                        {"same", (const uint8_t *)t1, strlen(t1), T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "bl1", f1, 2, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_int_equal(ingest_lander_refused_count(b), 0);
+    land_all(e, b, &tb);
+    ingest_lander_stats st;
+    ingest_lander_batch_stats(b, &st);
+    assert_int_equal(st.chunks_new, 1); /* "same" copied the link's chunk from its temporary data file */
+    ingest_lander_batch_destroy(b);
+    assert_link(e, "dev1/2024/02/29/l", t1, T2024);
+    assert_file(e, "dev1/2024/02/29/same", (const uint8_t *)t1, strlen(t1), T2024, 0644);
+    int plain = 0, dotted = 0;
+    dir_entries(e, "dev1/2024/02/29", &plain, &dotted);
+    assert_int_equal(plain, 2);
+    assert_int_equal(dotted, 0); /* no temporary data file or symlink left */
+    /* the index names "same", never the link */
+    uint8_t id[INGEST_ID_BYTES];
+    ingest_chunk_id(e->key, (const uint8_t *)t1, strlen(t1), id);
+    ingest_chunk_loc loc;
+    assert_int_equal(ingest_index_find(e->idx, id, &loc), 0);
+    char p[512];
+    assert_int_equal(ingest_index_file_path(e->idx, loc.file_no, p, sizeof p), 0);
+    assert_non_null(strstr(p, "/same"));
+    free(tb.manifest);
+
+    /* a link alone: not indexed, so a regular file of the same bytes wants its chunk */
+    const char *t2 = "/etc/passwd";
+    const tfile f2[] = {{"l2", (const uint8_t *)t2, strlen(t2), T2024, S_IFLNK | 0777}};
+    make_batch(e, "dev1", "bl2", f2, 1, &tb);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    land_all(e, b, &tb);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+    assert_link(e, "dev1/2024/02/29/l2", t2, T2024);
+    ingest_chunk_id(e->key, (const uint8_t *)t2, strlen(t2), id);
+    assert_int_equal(ingest_index_find(e->idx, id, &loc), INGEST_ENOTFOUND);
+    const tfile f3[] = {{"r2", (const uint8_t *)t2, strlen(t2), T2024, 0644}};
+    make_batch(e, "dev1", "bl3", f3, 1, &tb);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    const uint32_t *w;
+    size_t nw;
+    ingest_lander_wants(b, &w, &nw);
+    assert_int_equal(nw, 1);
+    land_all(e, b, &tb);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+
+    /* a new version of the link replaces it; then a regular file replaces that */
+    const char *t4 = "elsewhere";
+    const tfile f4[] = {{"l", (const uint8_t *)t4, strlen(t4), T2024 + 5, S_IFLNK | 0777}};
+    make_batch(e, "dev1", "bl4", f4, 1, &tb);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    land_all(e, b, &tb);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+    assert_link(e, "dev1/2024/02/29/l", t4, T2024 + 5);
+    uint8_t d[10] = "0123456789";
+    const tfile f5[] = {{"l", d, 10, T2024, 0644}};
+    make_batch(e, "dev1", "bl5", f5, 1, &tb);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    land_all(e, b, &tb);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+    assert_file(e, "dev1/2024/02/29/l", d, 10, T2024, 0644);
+
+    /* an empty target, or one over 4095 bytes: refused alone */
+    uint8_t *big = pattern(4096, 7);
+    for (size_t k = 0; k < 4096; k++)
+        big[k] = (uint8_t)('a' + big[k] % 26);
+    const tfile f6[] = {{"empty", d, 0, T2024, S_IFLNK | 0777}, {"big", big, 4096, T2024, S_IFLNK | 0777},
+                        {"ok", d, 10, T2024, 0644}};
+    make_batch(e, "dev1", "bl6", f6, 3, &tb);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_int_equal(ingest_lander_refused_count(b), 2);
+    for (uint32_t k = 0; k < 2; k++) {
+        uint32_t fi = 9;
+        int rc = 0;
+        const char *why = NULL;
+        assert_int_equal(ingest_lander_refused(b, k, &fi, &rc, &why), 0);
+        assert_int_equal(fi, k);
+        assert_non_null(strstr(why, "a symlink's target is 1..4095 bytes"));
+    }
+    land_all(e, b, &tb);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+    free(big);
+    snprintf(p, sizeof p, "%s/dev1/2024/02/29/big", e->bronze);
+    struct stat sb;
+    assert_int_equal(lstat(p, &sb), -1);
+
+    /* nothing was written outside bronze */
+    plain = dotted = 0;
+    DIR *od = opendir(outside);
+    assert_non_null(od);
+    for (struct dirent *de; (de = readdir(od)) != NULL;)
+        plain += de->d_name[0] != '.';
+    closedir(od);
+    assert_int_equal(plain, 0);
 }
 
 static void test_refused_misc(void **state)
@@ -2195,6 +2377,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_header_claims_bounded_by_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_traversal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlink_in_bronze, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_symlink_entry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_misc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_abort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_order, setup, teardown),

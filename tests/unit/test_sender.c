@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -249,7 +250,7 @@ static void test_walk_order_and_skips(void **state)
 
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     const ingest_sender_opts o = base_opts(src, 1, &r);
     char paths[8192], counts[256];
     ingest_sender_stats st;
@@ -385,7 +386,7 @@ static void test_walk_listing_ahead(void **state)
 
     char p[4096];
     join(p, sizeof(p), d, "src");
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     for (int round = 0; round < 2; round++) {
         struct seen got = { 0 };
         ingest_sender_opts o;
@@ -446,7 +447,7 @@ static int unreadable_check(const char *srcpath)
         return __LINE__;
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", srcpath } };
+    const ingest_sender_source src[] = { { "s", srcpath, 0 } };
     const ingest_sender_opts o = base_opts(src, 1, &r);
     ingest_sender *s = NULL;
     int ret = 0;
@@ -547,7 +548,7 @@ static void test_batch_limits(void **state)
     join(p, sizeof(p), d, "src");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     char paths[8192], counts[256];
     const char *all = "s/f00\ns/f01\ns/f02\ns/f03\ns/f04\ns/f05\ns/f06\ns/f07\ns/f08\ns/f09\n";
@@ -626,7 +627,7 @@ static void test_multi_source(void **state)
     join(p3, sizeof(p3), d, "one");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "cam", p1 }, { "gone", p2 }, { "lidar", p3 } };
+    const ingest_sender_source src[] = { { "cam", p1, 0 }, { "gone", p2, 0 }, { "lidar", p3, 0 } };
     const ingest_sender_opts o = base_opts(src, 3, &r);
     char paths[4096], counts[64];
     ingest_sender_stats st;
@@ -670,7 +671,7 @@ static void test_depth_limit(void **state)
     join(p1, sizeof(p1), d, "src");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p1 } };
+    const ingest_sender_source src[] = { { "s", p1, 0 } };
     const ingest_sender_opts o = base_opts(src, 1, &r);
     char paths[8192], counts[64], want[8192];
     ingest_sender_stats st;
@@ -690,10 +691,10 @@ static void test_invalid_opts(void **state)
     ingest_ctx *ctx = make_ctx(&fa);
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source good[] = { { "s", "/tmp" } };
-    const ingest_sender_source slash[] = { { "a/b", "/tmp" } };
-    const ingest_sender_source dots[] = { { "..", "/tmp" } };
-    const ingest_sender_source dup[] = { { "s", "/tmp" }, { "s", "/var" } };
+    const ingest_sender_source good[] = { { "s", "/tmp", 0 } };
+    const ingest_sender_source slash[] = { { "a/b", "/tmp", 0 } };
+    const ingest_sender_source dots[] = { { "..", "/tmp", 0 } };
+    const ingest_sender_source dup[] = { { "s", "/tmp", 0 }, { "s", "/var", 0 } };
     ingest_sender *s = (ingest_sender *)&r;
     ingest_sender_opts o = base_opts(good, 1, &r);
     o.device = NULL;
@@ -857,7 +858,7 @@ static void manifest_mode(int threads, uint8_t **ids_out, size_t *nids_out)
     join(p, sizeof(p), d, "src");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     small_chunks(&o);
     o.threads = threads;
@@ -959,7 +960,7 @@ static void test_chunks_encode(void **state)
     join(p, sizeof(p), d, "src");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     small_chunks(&o);
     ingest_sender *s = NULL;
@@ -1043,7 +1044,7 @@ static void test_chunk_groups(void **state)
     join(p, sizeof(p), d, "src");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     ingest_sender *s = NULL;
     assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
@@ -1169,7 +1170,7 @@ static void test_stale_after_chunking(void **state)
     join(p, sizeof(p), d, "src");
     struct rec r;
     memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     small_chunks(&o);
     ingest_sender *s = NULL;
@@ -1283,7 +1284,7 @@ static void test_vanish_shrink_replace_before_read(void **state)
         struct race x;
         memset(&x, 0, sizeof(x));
         join(x.dir, sizeof(x.dir), d, "src");
-        const ingest_sender_source src[] = { { "s", x.dir } };
+        const ingest_sender_source src[] = { { "s", x.dir, 0 } };
         ingest_sender_opts o = base_opts(src, 1, &x.r);
         o.userdata = &x;
         o.want_file = race_want;
@@ -1335,7 +1336,7 @@ static void changed_mode(int threads)
     memset(&r, 0, sizeof(r));
     r.grow_path = "s/grow";
     r.grow_file = g;
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     o.read_buffer = 64 * 1024; /* several reads per file */
     o.threads = threads;
@@ -1391,7 +1392,7 @@ static void changed_mode(int threads)
     put_random(d, "only/grow", 1000, 44);
     join(only, sizeof(only), d, "only");
     join(g, sizeof(g), d, "only/grow");
-    const ingest_sender_source src2[] = { { "s", only } };
+    const ingest_sender_source src2[] = { { "s", only, 0 } };
     o.sources = src2;
     memset(r.skips, 0, sizeof(r.skips));
     r.grown = 0;
@@ -1439,7 +1440,7 @@ static void memory_mode(int threads)
     memset(&r, 0, sizeof(r));
     r.sample_rss = 1;
     const long base = rss_anon_kb();
-    const ingest_sender_source src[] = { { "s", p } };
+    const ingest_sender_source src[] = { { "s", p, 0 } };
     ingest_sender_opts o = base_opts(src, 1, &r);
     o.threads = threads;
     ingest_sender *s = NULL;
@@ -1476,6 +1477,126 @@ static void memory_mode(int threads)
     ingest_ctx_destroy(ctx);
 }
 
+/*
+ * symlinks: ship: a symlink is an entry whose content is its target
+ * (readlinkat), mode S_IFLNK|0777, re-read with readlinkat when its chunk
+ * is encoded (also past the batch's cache of small files' bytes), a changed
+ * target is INGEST_ESTALE; what it points at is never opened (inotify on
+ * the target sees nothing; a link to a FIFO does not hang).  With skip (the
+ * default) the same links are counted and passed over.
+ */
+static void test_symlinks_shipped(void **state)
+{
+    (void)state;
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    mkdirs(d, "src");
+    put_file(d, "target.txt", "the target's own bytes\n", 23);
+    char p[4096], t[4096], q[4096], f[4096];
+    join(p, sizeof(p), d, "src");
+    join(t, sizeof(t), d, "target.txt");
+    join(f, sizeof(f), d, "fifo");
+    assert_int_equal(mkfifo(f, 0600), 0);
+    /* "a-rel" sorts first (its 3 bytes are kept with the batch); 64 files (63 of 32 KiB, one 3
+     * bytes shorter) then fill that 2 MiB cache exactly, so the "z-" links after them are re-read
+     * with readlinkat */
+    join(q, sizeof(q), p, "a-rel");
+    assert_int_equal(symlink("f00", q), 0);
+    for (int i = 0; i < 64; i++) {
+        char nm[32];
+        snprintf(nm, sizeof(nm), "src/f%02d", i);
+        put_random(d, nm, 32 * 1024 - (i == 63 ? 3 : 0), 300 + (uint64_t)i);
+    }
+    join(q, sizeof(q), p, "z-abs");
+    assert_int_equal(symlink(t, q), 0);
+    join(q, sizeof(q), p, "z-dangling");
+    assert_int_equal(symlink("no/such/file", q), 0);
+    join(q, sizeof(q), p, "z-fifo");
+    assert_int_equal(symlink(f, q), 0);
+    const char *const targets[] = { "f00", t, "no/such/file", f };
+    const int ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    assert_true(ino >= 0);
+    assert_true(inotify_add_watch(ino, t, IN_OPEN | IN_ACCESS | IN_CLOSE) >= 0);
+
+    /* skip (the default): counted, not taken */
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    ingest_sender_source src[] = { { "s", p, INGEST_SENDER_SYMLINKS_SKIP } };
+    ingest_sender_opts o = base_opts(src, 1, &r);
+    char paths[8192], counts[64];
+    ingest_sender_stats st;
+    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), &st);
+    assert_string_equal(counts, "64");
+    assert_int_equal(st.skipped_symlinks, 4);
+    assert_int_equal(st.symlinks_batched, 0);
+
+    /* ship */
+    src[0].symlinks = INGEST_SENDER_SYMLINKS_SHIP;
+    memset(&r, 0, sizeof(r));
+    o = base_opts(src, 1, &r);
+    ingest_sender *s = NULL;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    ingest_sender_batch *b = NULL;
+    assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    assert_int_equal(bs.files, 68);
+    ingest_sender_get_stats(s, &st);
+    assert_int_equal(st.skipped_symlinks, 0);
+    assert_int_equal(st.symlinks_batched, 4);
+    ingest_codec *dec = NULL;
+    assert_int_equal(ingest_codec_create(ctx, 1, &dec), 0);
+    const size_t cap = ingest_sender_chunk_bound(s);
+    uint8_t *enc = malloc(cap), *raw = malloc(256 * 1024);
+    assert_non_null(enc);
+    assert_non_null(raw);
+    const uint64_t link_file[] = { 0, 65, 66, 67 };
+    for (size_t k = 0; k < 4; k++) {
+        ingest_sender_file_info fi;
+        assert_int_equal(ingest_sender_batch_file(b, link_file[k], &fi), 0);
+        assert_true(S_ISLNK(fi.mode));
+        assert_int_equal(fi.mode & 07777, 0777);
+        assert_int_equal(fi.size, strlen(targets[k]));
+        assert_int_equal(fi.nchunks, 1);
+        check_chunk(b, dec, fi.first_chunk, (const uint8_t *)targets[k], cap, enc, raw);
+    }
+    const void *m = NULL;
+    size_t ml = 0;
+    assert_int_equal(ingest_sender_batch_manifest(b, &m, &ml), 0);
+    char *mt = strndup(m, ml);
+    assert_non_null(mt);
+    int nlink = 0;
+    for (const char *x = mt; (x = strstr(x, "\"mode\":41471")) != NULL; x++)
+        nlink++;
+    assert_int_equal(nlink, 4);
+    free(mt);
+    /* the target was never opened or read */
+    char ev[4096];
+    assert_int_equal(read(ino, ev, sizeof(ev)), -1);
+    assert_int_equal(errno, EAGAIN);
+    /* a changed target (a new link in its place) is stale when its chunk is read again */
+    join(q, sizeof(q), p, "z-abs");
+    assert_int_equal(unlink(q), 0);
+    assert_int_equal(symlink("other", q), 0);
+    ingest_sender_file_info fi;
+    assert_int_equal(ingest_sender_batch_file(b, 65, &fi), 0);
+    size_t n = 0;
+    assert_int_equal(ingest_sender_batch_chunk(b, fi.first_chunk, enc, cap, &n), INGEST_ESTALE);
+    /* the kept one (a-rel) is sent as it was chunked */
+    assert_int_equal(ingest_sender_batch_file(b, 0, &fi), 0);
+    check_chunk(b, dec, fi.first_chunk, (const uint8_t *)"f00", cap, enc, raw);
+    free(enc);
+    free(raw);
+    ingest_codec_destroy(dec);
+    ingest_sender_batch_destroy(b);
+    ingest_sender_destroy(s);
+    close(ino);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
 static void test_memory_bounded(void **state)
 {
     (void)state;
@@ -1502,7 +1623,7 @@ static void test_alloc_failures(void **state)
         ingest_ctx *ctx = make_ctx(&fa);
         struct rec r;
         memset(&r, 0, sizeof(r));
-        const ingest_sender_source src[] = { { "s", p } };
+        const ingest_sender_source src[] = { { "s", p, 0 } };
         ingest_sender_opts o = base_opts(src, 1, &r);
         small_chunks(&o);
         o.max_files = 2;
@@ -1562,6 +1683,7 @@ int main(void)
         cmocka_unit_test(test_stale_after_chunking),
         cmocka_unit_test(test_changed_while_chunking),
         cmocka_unit_test(test_vanish_shrink_replace_before_read),
+        cmocka_unit_test(test_symlinks_shipped),
         cmocka_unit_test(test_memory_bounded),
         cmocka_unit_test(test_alloc_failures),
     };
