@@ -144,8 +144,16 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
             dmn_inotify_drain(&d);
         if (d.now - d.last_full >= d.rescan_ms / 1000.0)
             dmn_schedule_scan(&d, d.now);
+        /* a walk of everything at most every WALK_SPACING times its own duration (a slow tree is not walked
+         * back to back); the files events name are looked at alone meanwhile */
+        if (d.scan_at != 0 && d.walks > 0 && d.scan_at < d.last_full + WALK_SPACING * d.walk_seconds)
+            d.scan_at = d.last_full + WALK_SPACING * d.walk_seconds;
         if (d.scan_at != 0 && d.now >= d.scan_at) {
             if (dmn_walk(&d) < 0 && stopping)
+                break;
+            d.now = prog_now();
+        } else if (d.dirty_at != 0 && d.now >= d.dirty_at) {
+            if (dmn_walk_paths(&d) < 0 && stopping)
                 break;
             d.now = prog_now();
         }
@@ -164,6 +172,8 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
         double until = d.now + 1.0;
         if (d.scan_at != 0 && d.scan_at < until)
             until = d.scan_at;
+        if (d.dirty_at != 0 && d.dirty_at < until)
+            until = d.dirty_at;
         if (d.open_seq != 0 && d.open_at + d.max_wait_ms / 1000.0 < until)
             until = d.open_at + d.max_wait_ms / 1000.0;
         if (d.q_files > d.nof && a->net.link == NULL && d.next_connect < until && !a->thr.window_closed)
@@ -220,6 +230,9 @@ out:
     dmn_open_reset(&d);
     free(d.of);
     free(d.defer_seq);
+    for (size_t i = 0; i < d.ndirty; i++)
+        free(d.dirty[i]);
+    free(d.dirty);
     dmn_watches_clear(&d);
     free(d.w);
     for (size_t i = 0; i < d.ndeep; i++)

@@ -44,6 +44,10 @@
 #include <unistd.h>
 
 #define DEBOUNCE_MS 200
+/* Paths kept for a walk of their own; more than this and the next walk is of everything. */
+#define DIRTY_MAX 4096
+/* A walk of everything starts no sooner after the last one than this many times its duration. */
+#define WALK_SPACING 5.0
 #define RESCAN_DEFAULT_MS 60000
 #define QUEUE_FILES_DEFAULT 100000
 #define QUEUE_BYTES_DEFAULT (4ull << 30)
@@ -99,7 +103,7 @@ typedef struct snap {
     char inflight[INGEST_JOURNAL_ID_MAX + 1];
     int64_t last_ack_ns; /* wall clock; 0: none yet */
     uint64_t files_seen, files_taken, bytes_taken, files_shipped, files_refused, bytes_shipped, bytes_read;
-    uint64_t walks;
+    uint64_t walks, path_walks;
     double walk_seconds; /* of the last walk */
     uint64_t file_records, seen_records, pruned;
     uint64_t special[SPECIAL_KINDS]; /* not regular files the last walk skipped, by kind */
@@ -133,6 +137,12 @@ typedef struct daemon {
     uint64_t rescan_ms, max_wait_ms, queue_files, queue_bytes;
     double scan_at;      /* monotonic seconds of the next walk (0: none due) */
     double last_full;    /* time of the last walk */
+    /* Paths named by events, or settling, looked at alone (dmn_walk_paths)
+     * instead of walking every source: manifest paths, at dirty_at. */
+    char **dirty;
+    size_t ndirty, capdirty;
+    double dirty_at;     /* 0: none due */
+    uint64_t path_walks; /* dmn_walk_paths runs */
 
     /* the open batch: journaled PENDING, still taking files */
     uint64_t open_seq;   /* 0: none */
@@ -197,6 +207,9 @@ void dmn_watches_setup(daemon_t *d);
 void dmn_sources_check(daemon_t *d);
 void dmn_inotify_drain(daemon_t *d);
 int dmn_walk(daemon_t *d);
+/* Look at path (a manifest path) alone at `at` (or earlier); past DIRTY_MAX paths, a walk of everything. */
+void dmn_mark_dirty(daemon_t *d, const char *path, double at);
+int dmn_walk_paths(daemon_t *d);
 void dmn_spool_resume_check(daemon_t *d);
 void dmn_spool_drop(daemon_t *d, uint64_t seq);
 int dmn_spool_init(daemon_t *d);

@@ -80,6 +80,7 @@ void dmn_publish(daemon_t *d)
     sn->files_seen = d->files_seen;
     sn->walks = d->walks;
     sn->walk_seconds = d->walk_seconds;
+    sn->path_walks = d->path_walks;
     sn->file_records = d->file_records;
     sn->seen_records = d->seen_records;
     sn->pruned = d->pruned;
@@ -232,8 +233,8 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
         (unsigned long long)sn->batches_acked, (unsigned long long)sn->batches_replayed,
         (unsigned long long)sn->deleted, (unsigned long long)sn->moved, (unsigned long long)sn->files_refused,
         (unsigned long long)sn->same_bytes);
-    put(o, ",\"walks\":{\"count\":%llu,\"last_seconds\":%.3f,\"not_regular\":{", (unsigned long long)sn->walks,
-        sn->walk_seconds);
+    put(o, ",\"walks\":{\"count\":%llu,\"last_seconds\":%.3f,\"of_changed_files\":%llu,\"not_regular\":{",
+        (unsigned long long)sn->walks, sn->walk_seconds, (unsigned long long)sn->path_walks);
     for (int k = 0; k < SPECIAL_KINDS; k++)
         put(o, "%s\"%s\":%llu", k ? "," : "", agent_special_name(k), (unsigned long long)sn->special[k]);
     put(o, "}}");
@@ -282,7 +283,8 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
         (unsigned long long)sn->throttle_rate, sn->window[0] ? sn->window : "always",
         sn->window_closed ? "CLOSED" : "open", (double)sn->throttle_wait_ms / 1000.0);
     put(o, "%-20s %.0f B/s (last %.0f s)\n", "wire rate", wire_rate(sn, now), RATE_WINDOW_S);
-    put(o, "%-20s %llu, the last took %.3f s\n", "walks", (unsigned long long)sn->walks, sn->walk_seconds);
+    put(o, "%-20s %llu, the last took %.3f s; %llu looks at changed files alone\n", "walks",
+        (unsigned long long)sn->walks, sn->walk_seconds, (unsigned long long)sn->path_walks);
     put(o, "%-20s %llu shipped, %llu settling or filtered; %llu of files gone dropped\n", "file records",
         (unsigned long long)sn->file_records, (unsigned long long)sn->seen_records, (unsigned long long)sn->pruned);
     put(o, "%-20s", "not regular files");

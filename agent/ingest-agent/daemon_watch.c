@@ -400,15 +400,21 @@ void dmn_inotify_drain(daemon_t *d)
                                                       (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
                                                       dmn_wall_now_ns());
             }
+            char mp[PATH_MAX];
+            const int mp_ok = (size_t)snprintf(mp, sizeof(mp), "%s/%s", d->src[w->src].name, rel) < sizeof(mp);
             if (ev->mask & (IN_CLOSE_WRITE | IN_MOVED_TO)) {
-                dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
+                /* that file alone is looked at (a walk of everything per event cost a CPU's third: issue 18) */
+                if (mp_ok)
+                    dmn_mark_dirty(d, mp, d->now + DEBOUNCE_MS / 1000.0);
+                else
+                    dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
             } else if ((ev->mask & IN_CREATE) && d->ssrc[w->src].symlinks == INGEST_SENDER_SYMLINKS_SHIP) {
                 /* a symlink is made complete (no close_write follows): look at it now */
                 char full[PATH_MAX];
                 struct stat st;
                 if ((size_t)snprintf(full, sizeof(full), "%s/%s", d->src[w->src].path, rel) < sizeof(full) &&
-                    lstat(full, &st) == 0 && S_ISLNK(st.st_mode))
-                    dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
+                    lstat(full, &st) == 0 && S_ISLNK(st.st_mode) && mp_ok)
+                    dmn_mark_dirty(d, mp, d->now + DEBOUNCE_MS / 1000.0);
             }
         }
     }
@@ -564,7 +570,7 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
         return rc;
     if (rc == 0) {
         d->not_stable++;
-        dmn_schedule_scan(d, d->now + (double)wait_ns / 1e9 + 0.05);
+        dmn_mark_dirty(d, path, d->now + (double)wait_ns / 1e9 + 0.05); /* looked at again alone */
         return 0;
     }
     if (d->q_files >= d->queue_files || d->q_bytes + st->size > d->queue_bytes) {
@@ -639,6 +645,97 @@ static void prune(daemon_t *d)
              (unsigned long long)seen, (unsigned long long)files, prog_now() - t0);
 }
 
+void dmn_mark_dirty(daemon_t *d, const char *path, double at)
+{
+    if (d->dirty_at == 0 || at < d->dirty_at)
+        d->dirty_at = at;
+    for (size_t i = d->ndirty; i > 0 && i + 64 > d->ndirty; i--) /* the same file written again and again */
+        if (strcmp(d->dirty[i - 1], path) == 0)
+            return;
+    if (d->ndirty >= DIRTY_MAX) {
+        dmn_schedule_scan(d, at); /* too many at once: a walk of everything is cheaper */
+        return;
+    }
+    if (d->ndirty == d->capdirty) {
+        const size_t nc = d->capdirty ? d->capdirty * 2 : 64;
+        char **nd = realloc(d->dirty, nc * sizeof(*nd));
+        if (nd == NULL) {
+            dmn_schedule_scan(d, at);
+            return;
+        }
+        d->dirty = nd;
+        d->capdirty = nc;
+    }
+    char *p = strdup(path);
+    if (p == NULL) {
+        dmn_schedule_scan(d, at);
+        return;
+    }
+    d->dirty[d->ndirty++] = p;
+}
+
+static void dirty_clear(daemon_t *d)
+{
+    for (size_t i = 0; i < d->ndirty; i++)
+        free(d->dirty[i]);
+    d->ndirty = 0;
+    d->dirty_at = 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/*
+ * The paths events named (and files still settling), each looked at as a
+ * walk would (select_file), without walking the sources.  A path that is
+ * gone, or no longer a regular file (or a symlink its source ships), is
+ * passed over: the walk of everything every rescan_interval still finds
+ * whatever an event did not name.
+ */
+int dmn_walk_paths(daemon_t *d)
+{
+    char **v = d->dirty;
+    const size_t n = d->ndirty;
+    d->dirty = NULL;
+    d->ndirty = d->capdirty = 0;
+    d->dirty_at = 0;
+    d->path_walks++;
+    d->wall_ns = dmn_wall_now_ns();
+    const double t0 = prog_now();
+    qsort(v, n, sizeof(*v), cmp_str);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc >= 0 && !stopping; i++) {
+        if (i > 0 && strcmp(v[i], v[i - 1]) == 0)
+            continue;
+        const char *rel = NULL;
+        dsource *s = dmn_source_of(d, v[i], &rel);
+        if (s == NULL || s->missing || rel == NULL || rel[0] == '\0')
+            continue;
+        char full[PATH_MAX];
+        struct stat st;
+        if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full) || lstat(full, &st) != 0)
+            continue;
+        const size_t si = (size_t)(s - d->src);
+        if (!S_ISREG(st.st_mode) && !(S_ISLNK(st.st_mode) && d->ssrc[si].symlinks == INGEST_SENDER_SYMLINKS_SHIP))
+            continue;
+        const ingest_sender_stat sst = { (uint64_t)st.st_size,
+                                         (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                                         (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec,
+                                         (uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint32_t)st.st_mode };
+        rc = select_file(d->a, v[i], &sst);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+    d->a->report.t.walk_s += prog_now() - t0;
+    if (rc < 0)
+        prog_log(INGEST_LOG_ERROR, "looking at changed files: %s", ingest_ctx_errmsg(d->a->ctx));
+    if (dmn_open_journal(d) < 0)
+        rc = -1;
+    (void)ingest_journal_flush(d->j);
+    dmn_queue_recount(d);
+    return rc < 0 ? rc : 0;
+}
+
 int dmn_walk(daemon_t *d)
 {
     ingest_sender_opts o = d->base;
@@ -662,6 +759,7 @@ int dmn_walk(daemon_t *d)
     d->scan_at = 0;
     d->last_full = d->now;
     d->not_stable = 0;
+    dirty_clear(d); /* everything is looked at (the files still settling are marked again) */
     d->wall_ns = dmn_wall_now_ns();
     int rc = np > 0 ? ingest_sender_create(d->a->ctx, &o, &s) : 0;
     if (rc == 0 && s != NULL)
