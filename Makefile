@@ -198,6 +198,12 @@ bench-kafka: all tests
 	@bash bench/kafka.sh $(BUILD)
 bench-small: all
 	@PROFILE=small bash bench/ship.sh $(BUILD)
+# The edge daemon's CPU while one log of a 20,000-file source is appended to
+# (bench/daemon-cpu.sh, into bench/results-daemon-cpu.md); DURATION=10 for a
+# smoke run.
+.PHONY: bench-daemon
+bench-daemon: all
+	@bash bench/daemon-cpu.sh $(BUILD)
 
 # The discovery benchmark (walk of 1,000,000 empty files vs find, and the
 # real agent's first walk): bench/scan.sh.  FILES=20000 RUNS=1 for a smoke run.
