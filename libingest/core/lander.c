@@ -636,6 +636,22 @@ void ingest_lander_batch_stats(const ingest_lander_batch *b, ingest_lander_stats
 }
 
 
+/* The index of the file holding chunk j: the last whose first chunk is <= j (files in manifest order). */
+uint32_t lander__file_of_chunk(const ingest_lander_batch *b, uint32_t j)
+{
+    uint32_t lo = 0, hi = b->nfiles;
+    while (hi - lo > 1) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (b->files[mid].first <= j)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    while (lo > 0 && b->files[lo].nchunks == 0) /* an empty file shares the next one's start */
+        lo--;
+    return lo;
+}
+
 /* ----------------------------------------------------- refused files */
 
 /*

@@ -182,17 +182,7 @@ static int lookup_known(ingest_lander_batch *b)
             for (uint32_t k = f->first; k < f->first + f->nchunks; k++) {
                 if ((b->cst[k] & K_MASK) != K_DUP)
                     continue;
-                uint32_t lo = 0, hi = b->nfiles; /* the file holding chunk src[k] */
-                while (hi - lo > 1) {
-                    const uint32_t mid = lo + (hi - lo) / 2;
-                    if (b->files[mid].first <= b->src[k])
-                        lo = mid;
-                    else
-                        hi = mid;
-                }
-                while (lo > 0 && b->files[lo].nchunks == 0)
-                    lo--;
-                b->files[lo].skip = false;
+                b->files[lander__file_of_chunk(b, b->src[k])].skip = false;
             }
         }
     }

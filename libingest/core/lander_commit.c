@@ -405,19 +405,6 @@ static int sync_landed(ingest_lander_batch *b)
 /* Is file i's data indexed by index_batch?  Not a refused file's (no final name), nor a symlink's. */
 static bool file_indexed(const lfile *f) { return f->refused == NULL && !f->link; }
 
-/* The file that holds chunk j (files in manifest order). */
-static const lfile *file_of_chunk(const ingest_lander_batch *b, uint32_t j)
-{
-    uint32_t lo = 0, hi = b->nfiles;
-    while (hi - lo > 1) {
-        const uint32_t mid = lo + (hi - lo) / 2;
-        if (b->files[mid].first <= j)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return &b->files[lo]; /* the last file starting at or before j: an empty one shares the next one's start */
-}
 
 static int index_batch(ingest_lander_batch *b)
 {
@@ -444,7 +431,7 @@ static int index_batch(ingest_lander_batch *b)
         INGEST__FORWARD(ingest_index_add_file(l->idx, f->landed, &f->ident, &file_no));
         for (uint32_t k = f->first; k < f->first + f->nchunks; k++) {
             /* a repeat is indexed where it first occurs, unless that is in a file left out */
-            if ((b->cst[k] & K_MASK) == K_DUP && file_indexed(file_of_chunk(b, b->src[k])))
+            if ((b->cst[k] & K_MASK) == K_DUP && file_indexed(&b->files[lander__file_of_chunk(b, b->src[k])]))
                 continue;
             const ingest_chunk_loc loc = {file_no, b->pos[k], b->mc[k].len};
             INGEST__FORWARD(ingest_index_add_chunk_for(l->idx, b->device, b->mc[k].id, &loc));

@@ -492,17 +492,7 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
     }
     if (kind == K_DUP) {
         const uint32_t j = b->src[i];
-        /* the file holding chunk j: the last whose first chunk is <= j */
-        uint32_t lo = 0, hi = b->nfiles;
-        while (hi - lo > 1) {
-            const uint32_t mid = lo + (hi - lo) / 2;
-            if (b->files[mid].first <= j)
-                lo = mid;
-            else
-                hi = mid;
-        }
-        while (lo > 0 && b->files[lo].nchunks == 0)
-            lo--;
+        const uint32_t lo = lander__file_of_chunk(b, j);
         const lfile *sf = &b->files[lo];
         int fd = -1;
         bool own = false;

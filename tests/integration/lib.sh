@@ -165,3 +165,13 @@ ship_with() {
         cat "$T/$d.err"; tail -20 "$T/receiver.log"; fail "agent $d failed"; }
     cat "$T/$d.out"
 }
+
+# jget KEY: a value of the status JSON in $T/status.json ("a.b.0.c"; objects,
+# lists and booleans printed as JSON).  Needs python3 (tests skip without it).
+jget() {
+    python3 -c 'import json,sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."):
+    v = v[int(k)] if isinstance(v, list) else v[k]
+print(json.dumps(v) if isinstance(v, (dict, list, bool)) or v is None else v)' "$T/status.json" "$1"
+}

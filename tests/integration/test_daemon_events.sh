@@ -22,13 +22,6 @@ sed -i 's|^  - path: .*|&\n    settle: 500ms|' "$T/dev1.yaml"
 SOCK="$T/astate-dev1/agent.sock"
 "$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
 AGENT_PID=$!
-jget() {
-    python3 -c 'import json,sys
-v = json.load(open(sys.argv[1]))
-for k in sys.argv[2].split("."):
-    v = v[k]
-print(v)' "$T/status.json" "$1"
-}
 status() { "$CTL" status --json --socket "$SOCK" > "$T/status.json" 2>/dev/null; }
 landed() { find "$(landed_root dev1)/data" -type f 2>/dev/null | wc -l; }
 i=0

@@ -24,13 +24,6 @@ SOCK="$T/astate-dev1/agent.sock"
 "$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
 AGENT_PID=$!
 agent_log() { i=0; while ! grep -q -- "$1" "$T/dev1.err" 2>/dev/null; do i=$((i + 1)); [ $i -gt "${2:-300}" ] && { cat "$T/dev1.err"; fail "no '$1' in the agent log"; }; sleep 0.05; done; }
-jget() {
-    python3 -c 'import json,sys
-v = json.load(open(sys.argv[1]))
-for k in sys.argv[2].split("."):
-    v = v[int(k)] if isinstance(v, list) else v[k]
-print(json.dumps(v) if isinstance(v, (dict, list, bool)) or v is None else v)' "$T/status.json" "$1"
-}
 status_json() { "$CTL" status --json --socket "$SOCK" > "$T/status.json" || fail "ingestctl status --json failed"; }
 # wait_walks N: until N more walks ran
 wait_walks() {

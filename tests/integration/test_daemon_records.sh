@@ -20,13 +20,6 @@ sed -i 's|^  - path: .*|&\n    settle: 1h\n    exclude: ["*.tmp"]|' "$T/dev1.yam
 SOCK="$T/astate-dev1/agent.sock"
 "$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
 AGENT_PID=$!
-jget() {
-    python3 -c 'import json,sys
-v = json.load(open(sys.argv[1]))
-for k in sys.argv[2].split("."):
-    v = v[int(k)] if isinstance(v, list) else v[k]
-print(json.dumps(v) if isinstance(v, (dict, list, bool)) or v is None else v)' "$T/status.json" "$1"
-}
 status_json() { "$CTL" status --json --socket "$SOCK" > "$T/status.json" 2>/dev/null; }
 # until KEY VALUE: wait (bounded) until the status shows KEY = VALUE
 until_status() {
