@@ -403,10 +403,13 @@ static int ship_one(daemon_t *d, uint64_t seq)
     d->inflight[0] = '\0';
     if (rc == 0) {
         d->last_ack_ns = dmn_wall_now_ns();
+        ingest_sender_batch_stats_get(b, &bs); /* the refusals came with the answer */
         if (bs.refused > 0) {
             /* A file the core refused alone stays where it is (no after-ship action) and counts as
-             * shipped: it is not sent again until it changes.  got[i] is file i of the batch; the
-             * after-ship list (jb's files, whose paths outlive the batch) leaves them out too. */
+             * shipped: it is not sent again until it changes.  got[i] is file i of the batch.  Its file
+             * table entry says so (INGEST_FILE_STATE_REFUSED, in the store transaction of the ack), so
+             * the after-ship pass skips it whenever it runs (now, deferred, after a restart); the list
+             * for now (jb's files, whose paths outlive the batch) leaves it out too. */
             size_t keep = 0, nafter = 0;
             after = calloc(jb->nfiles ? jb->nfiles : 1, sizeof(*after));
             if (after == NULL) {
@@ -425,8 +428,15 @@ static int ship_one(daemon_t *d, uint64_t seq)
             }
             for (size_t i = 0; i < ngot; i++) {
                 ingest_sender_file_info fi;
-                if (ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL)
-                    continue;
+                if (ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL) {
+                    const ingest_file_state rs = { got[i].size, got[i].mtime_ns, got[i].ctime_ns,
+                                                   INGEST_FILE_STATE_REFUSED, 0 };
+                    if ((rc = ingest_filetable_put(a->state.ft, got[i].path, &rs)) < 0) {
+                        prog_log(INGEST_LOG_ERROR, "state store: %s", ingest_ctx_errmsg(a->ctx));
+                        goto out;
+                    }
+                    continue; /* set_state records the others */
+                }
                 got[keep++] = got[i];
             }
             ngot = keep;

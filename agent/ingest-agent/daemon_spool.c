@@ -308,6 +308,9 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
     const char *what = s->after == AFTER_DELETE ? "delete" : "move";
     char full[PATH_MAX];
     struct stat st, at;
+    ingest_file_state fs;
+    if (ingest_filetable_get(d->a->state.ft, f->path, &fs) == 0 && fs.dev == INGEST_FILE_STATE_REFUSED)
+        return 0; /* the core refused this version: it never landed, so it stays */
     if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full))
         return 0;
     if (lstat(full, &st) != 0 || !is_shipped_version(&st, f))

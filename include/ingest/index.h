@@ -238,6 +238,13 @@ typedef struct ingest_file_state {
     uint64_t ino;
 } ingest_file_state;
 
+/*
+ * dev of a file table entry whose version the core refused (FILE_REFUSED):
+ * it counts as shipped (not sent again until it changes), but nothing that
+ * acts on landed files (the agent's after_ship) may touch it.
+ */
+#define INGEST_FILE_STATE_REFUSED UINT64_MAX
+
 typedef struct ingest_filetable_s ingest_filetable;
 
 INGEST_API int ingest_filetable_open(ingest_store *st, ingest_filetable **out) INGEST_WUR;

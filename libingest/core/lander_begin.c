@@ -175,9 +175,11 @@ static int lookup_known(ingest_lander_batch *b)
          * chunks; else none of its chunks is asked for and the landing passes it over (lander__pump). */
         for (uint32_t fi = 0; fi < b->nfiles; fi++)
             b->files[fi].skip = b->files[fi].refused != NULL;
-        for (uint32_t fi = 0; fi < b->nfiles; fi++) {
+        /* last to first: a refused file that is needed needs in turn the files it repeats chunks of
+         * (a chunk's first occurrence is always in the same or an earlier file) */
+        for (uint32_t fi = b->nfiles; fi-- > 0;) {
             const lfile *f = &b->files[fi];
-            if (f->refused != NULL)
+            if (f->skip)
                 continue;
             for (uint32_t k = f->first; k < f->first + f->nchunks; k++) {
                 if ((b->cst[k] & K_MASK) != K_DUP)

@@ -454,9 +454,13 @@ int lander__peer_wait(ingest_lander_batch *b)
     /* still waiting: ask for every chunk still in flight elsewhere */
     lander__enter(b->l);
     int rc = 0;
-    for (uint32_t j = b->cur_chunk; j < b->nchunks && rc == 0; j++)
-        if ((b->cst[j] & K_MASK) == K_PEER && !(b->cst[j] & F_DONE))
+    for (uint32_t j = b->cur_chunk; j < b->nchunks && rc == 0; j++) {
+        if ((b->cst[j] & K_MASK) != K_PEER || (b->cst[j] & F_DONE))
+            continue;
+        rc = peer_resolve_locked(b, j); /* landed meanwhile (or its batch ended): no rewant of a fresh entry */
+        if (rc == 1)
             rc = rewant(b, j, "is still being received by another batch");
+    }
     rc = lander__leave(b, rc);
     return rc < 0 ? rc : lander__settle(b, lander__pump(b));
 }

@@ -284,6 +284,10 @@ void lander__remove_made_dirs(ingest_lander_batch *b)
 {
     while (b->nmade > 0) {
         char *d = b->made[--b->nmade];
+        if (strncmp(d, "_manifests", 10) == 0 && (d[10] == '/' || d[10] == '\0')) {
+            ingest__free(b->ctx, d); /* shared by every batch (the refused files' scratch copies): kept */
+            continue;
+        }
         char parent[LANDED_MAX];
         const char *name;
         lander__split_path(d, parent, sizeof parent, &name);

@@ -9,6 +9,7 @@
  * batch opens.
  */
 #include "core_int.h"
+#include "ingest/manifest.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -115,6 +116,45 @@ static int send_refusals(ingest_core *s, ingest_link *lk, const char *device, co
     if (n > 0)
         ingest_metric_add(s->m.files_refused, device, n);
     return 0;
+}
+
+/*
+ * A replay of a batch landed before: the files its landed manifest records
+ * as refused are told again (FILE_REFUSED) before the duplicate ACK, so a
+ * device whose first answer was lost never takes them for landed (its
+ * after_ship would delete them).  Best effort: a manifest that cannot be
+ * read tells nothing.
+ */
+static int send_landed_refusals(ingest_core *s, ingest_link *lk, ingest_ctx *ctx, const char *device,
+                                const char *batch)
+{
+    char path[4096];
+    if (s->o.bronze == NULL ||
+        (size_t)snprintf(path, sizeof(path), "%s/_manifests/%s/%s.jsonl", s->o.bronze, device, batch) >= sizeof(path))
+        return 0;
+    ingest_manifest_reader *r = NULL;
+    ingest_manifest_rec rec;
+    int rc = 0;
+    if (ingest_manifest_reader_open(ctx, path, &r) == 0) {
+        uint32_t fi = 0;
+        while (rc == 0 && ingest_manifest_reader_next(r, &rec) == 1) {
+            if (rec.type != INGEST_MREC_FILE)
+                continue;
+            if (rec.refused != NULL) {
+                ingest_wire_msg m;
+                memset(&m, 0, sizeof(m));
+                m.type = INGEST_MSG_FILE_REFUSED;
+                snprintf(m.u.refused.batch_id, sizeof(m.u.refused.batch_id), "%s", batch);
+                m.u.refused.file_index = fi;
+                m.u.refused.code = INGEST_EINVAL;
+                snprintf(m.u.refused.message, sizeof(m.u.refused.message), "%s", rec.refused);
+                rc = ingest_link_send(lk, &m);
+            }
+            fi++;
+        }
+        ingest_manifest_reader_close(r);
+    }
+    return rc;
 }
 
 static int send_received(ingest_link *lk, const char *batch)
@@ -695,7 +735,9 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 core_log(s, INGEST_LOG_INFO, "device %s batch %s was landed before; acknowledged again", device, batch);
                 ingest_metric_add(s->m.landed, device, 1);
                 committer_wait_idle(&cm); /* ACKs in batch order */
-                rc = send_ack(link, batch, INGEST_ACK_DUPLICATE, "already landed");
+                rc = (link->features & INGEST_SESSION_FEATURE_REFUSE) ? send_landed_refusals(s, link, lctx[k], device, batch) : 0;
+                if (rc == 0)
+                    rc = send_ack(link, batch, INGEST_ACK_DUPLICATE, "already landed");
                 batch[0] = '\0';
                 break;
             }

@@ -660,7 +660,7 @@ static int batch_acked(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
         return 2;
     }
     a->st->batches_acked++;
-    if (bs.refused > 0 && m->u.ack.status == INGEST_ACK_LANDED) {
+    if (bs.refused > 0) { /* landed now, or before (a replay: the core tells its refusals again) */
         /* each once, with the core's reason; the caller records them as shipped (not sent again until changed) */
         for (uint64_t i = 0; i < bs.files; i++) {
             ingest_sender_file_info fi;

@@ -93,3 +93,48 @@ ship dev1
 [ "$(field dev1 files)" -eq 1 ] || fail "after the change $(field dev1 files) files were sent, expected a.txt alone"
 [ "$(cat "$(landed_root dev1)/$day/links/sub/a.txt")" = "one, changed" ] || fail "a.txt did not land once changed"
 pass "a symlink on the way refuses the files under it, nothing goes through it, and a changed file lands once the way is clear"
+
+# The daemon with after_ship: delete never deletes a refused file, however the
+# after-ship pass runs: at the ack, again while another file of the batch is
+# still held open by a writer (the deferred pass retries about once a second,
+# from the journal), and after a restart.
+D="$T/src/dmn"
+mkdir -p "$D"
+printf 'ok\n' > "$D/ok.txt"
+printf 'refused\n' > "$D/r.txt"
+printf 'held\n' > "$D/held.log"
+dday=$(date -u -r "$D/ok.txt" +%Y/%m/%d)
+mkdir -p "$(landed_root dev1)/$dday/dmn/r.txt/in-the-way"
+write_agent_config dev1 "$D" 'batch:
+  max_wait: 300ms
+rescan_interval: 1h'
+sed -i 's|^  - path: .*|&\n    settle: 300ms\n    after_ship: delete|' "$T/dev1.yaml"
+(exec 3>> "$D/held.log"; sleep 4) &
+HPID=$!
+"$AGENT" --config "$T/dev1.yaml" > "$T/dmn.out" 2> "$T/dmn.err" &
+APID=$!
+i=0
+while [ -e "$D/ok.txt" ]; do
+    i=$((i + 1)); [ $i -gt 200 ] && { cat "$T/dmn.err"; fail "ok.txt was not deleted after its ack"; }
+    sleep 0.05
+done
+grep -q "dmn/r.txt refused by the receiver" "$T/dmn.err" || { cat "$T/dmn.err"; fail "the daemon did not report the refusal"; }
+sleep 2.5 # the deferred pass (held.log is open) runs about once a second meanwhile
+[ -e "$D/r.txt" ] || fail "the deferred after-ship pass deleted the refused file"
+wait $HPID
+i=0
+while [ -e "$D/held.log" ]; do
+    i=$((i + 1)); [ $i -gt 200 ] && { cat "$T/dmn.err"; fail "held.log was not deleted once its writer closed it"; }
+    sleep 0.05
+done
+kill -TERM $APID
+rc=0; wait $APID || rc=$?
+[ "$rc" = 0 ] || fail "the daemon exited $rc"
+"$AGENT" --config "$T/dev1.yaml" >> "$T/dmn.out" 2>> "$T/dmn.err" &
+APID=$!
+sleep 1.5
+kill -TERM $APID
+wait $APID || true
+[ -e "$D/r.txt" ] || fail "a restart deleted the refused file"
+[ "$(cat "$D/r.txt")" = refused ] || fail "the refused file changed"
+pass "after_ship: delete leaves the refused file (at the ack, in the deferred pass, after a restart) and deletes the others"

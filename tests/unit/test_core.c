@@ -443,6 +443,14 @@ static void test_file_refused_alone(void **state)
             assert_int_equal(landed(e, "big.bin", &files), 1);
             assert_int_equal(landed(e, "small.bin", NULL), 1);
             assert_int_equal(files, 2);
+            /* a replay (its answer was lost): the refusal is told again, from the landed manifest */
+            send_manifest(e, b, 1);
+            recv_msg(e, &m);
+            assert_int_equal(m.type, INGEST_MSG_FILE_REFUSED);
+            assert_int_equal(m.u.refused.file_index, tiny);
+            if (strstr(m.u.refused.message, "a directory is there") == NULL)
+                fail_msg("FILE_REFUSED of the replay says [%s]", m.u.refused.message);
+            assert_int_equal(recv_ack(e, id), INGEST_ACK_DUPLICATE);
         }
         ingest_sender_batch_destroy(b);
         env_free(e);

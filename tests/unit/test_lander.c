@@ -968,6 +968,35 @@ static void refused_alone(env *e, const char *batch, const char *path, int code,
     free(tb.manifest);
 }
 
+/*
+ * Refused files that copy from each other: B (refused) holds X, A (refused)
+ * holds X again then Y, "ok" holds Y.  ok needs A's scratch copy, which
+ * needs B's: the need passes down the chain, and the batch lands ok (before,
+ * B was passed over and landing A failed: "temporary file ... vanished").
+ */
+static void test_refused_chain(void **state)
+{
+    env *e = *state;
+    uint8_t *x = pattern(2 * CH, 77);
+    const tfile f[] = {{"B", x, CH, T2024, 0644}, {"A", x, 2 * CH, T2024, 0644}, {"ok", x + CH, CH, T2024, 0644}};
+    char p[600];
+    snprintf(p, sizeof p, "%s/dev1/2024/02/29/A/in-the-way", e->bronze);
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s/dev1/2024/02/29/B/in-the-way'", p, e->bronze);
+    assert_int_equal(system(cmd), 0);
+    tbatch tb;
+    make_batch(e, "dev1", "bchain", f, 3, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_int_equal(ingest_lander_refused_count(b), 2);
+    land_all(e, b, &tb);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/ok", x + CH, CH, T2024, 0644);
+    assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", "bchain"), 1);
+    free(tb.manifest);
+    free(x);
+}
+
 static void test_symlink_in_bronze(void **state)
 {
     env *e = *state;
@@ -2377,6 +2406,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_header_claims_bounded_by_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_traversal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlink_in_bronze, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refused_chain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlink_entry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_misc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_abort, setup, teardown),
