@@ -438,8 +438,10 @@ static int peer_resolve(ingest_lander_batch *b, uint32_t i)
  * commit_prepare found the landing waiting for a chunk another batch is
  * receiving: wait for that batch (peer_wait_ms at most, landing whatever
  * becomes possible), then ask the device for every such chunk still
- * missing.  Later batches only ever wait for earlier ones (a batch leaves
- * K_PEER only chunks registered before its lookup), so there is no cycle.
+ * missing.  A batch leaves K_PEER only chunks registered before its
+ * lookup, so it waits for earlier batches, save when one of those ended
+ * and a later batch registered the chunk again: two may then wait for
+ * each other, each at most peer_wait_ms.
  */
 int lander__peer_wait(ingest_lander_batch *b)
 {
