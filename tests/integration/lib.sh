@@ -166,6 +166,17 @@ ship_with() {
     cat "$T/$d.out"
 }
 
+# status_json: the daemon's status (socket $SOCK, default dev1's) as JSON into $T/status.json
+status_json() { "$CTL" status --json --socket "${SOCK:-$T/astate-dev1/agent.sock}" > "$T/status.json" 2>/dev/null; }
+# until_status KEY VALUE: wait (bounded) until the status shows KEY = VALUE
+until_status() {
+    i=0
+    while ! status_json || [ "$(jget "$1")" != "$2" ]; do
+        i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/status.json" "$T/dev1.err"; fail "status never showed $1 = $2"; }
+        sleep 0.05
+    done
+}
+
 # jget KEY: a value of the status JSON in $T/status.json ("a.b.0.c"; objects,
 # lists and booleans printed as JSON).  Needs python3 (tests skip without it).
 jget() {

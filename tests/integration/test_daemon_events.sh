@@ -22,7 +22,6 @@ sed -i 's|^  - path: .*|&\n    settle: 500ms|' "$T/dev1.yaml"
 SOCK="$T/astate-dev1/agent.sock"
 "$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
 AGENT_PID=$!
-status() { "$CTL" status --json --socket "$SOCK" > "$T/status.json" 2>/dev/null; }
 landed() { find "$(landed_root dev1)/data" -type f 2>/dev/null | wc -l; }
 i=0
 while [ "$(landed)" -lt 2000 ]; do
@@ -30,7 +29,7 @@ while [ "$(landed)" -lt 2000 ]; do
     sleep 0.05
 done
 sleep 1 # the last files settle and the walks they asked for are over
-status || fail "no status"
+status_json || fail "no status"
 w0=$(jget walks.count)
 p0=$(jget walks.of_changed_files)
 n=0
@@ -44,7 +43,7 @@ while [ ! -f "$(landed_root dev1)/data/d0/app.log" ] || [ "$(wc -l < "$(landed_r
     i=$((i + 1)); [ $i -gt 200 ] && { tail -20 "$T/dev1.err"; fail "the appended log did not land whole"; }
     sleep 0.05
 done
-status || fail "no status"
+status_json || fail "no status"
 w1=$(jget walks.count)
 p1=$(jget walks.of_changed_files)
 [ "$w1" -eq "$w0" ] || fail "40 appends caused $((w1 - w0)) walks of every source (expected none)"

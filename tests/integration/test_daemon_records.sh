@@ -20,15 +20,6 @@ sed -i 's|^  - path: .*|&\n    settle: 1h\n    exclude: ["*.tmp"]|' "$T/dev1.yam
 SOCK="$T/astate-dev1/agent.sock"
 "$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
 AGENT_PID=$!
-status_json() { "$CTL" status --json --socket "$SOCK" > "$T/status.json" 2>/dev/null; }
-# until KEY VALUE: wait (bounded) until the status shows KEY = VALUE
-until_status() {
-    i=0
-    while ! status_json || [ "$(jget "$1")" != "$2" ]; do
-        i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/status.json" "$T/dev1.err"; fail "status never showed $1 = $2"; }
-        sleep 0.05
-    done
-}
 i=0; while ! status_json; do i=$((i + 1)); [ $i -gt 200 ] && fail "no status"; sleep 0.05; done
 for i in $(seq 1 20); do gen_log "$S/x$i.part" $((i * 100 + 500)) $i; done
 for i in $(seq 1 10); do gen_log "$S/t$i.tmp" 300 $((i + 50)); done

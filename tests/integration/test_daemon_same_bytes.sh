@@ -25,14 +25,6 @@ start_agent() {
     "$AGENT" --config "$T/dev1.yaml" >> "$T/dev1.out" 2>> "$T/dev1.err" &
     AGENT_PID=$!
 }
-status_json() { "$CTL" status --json --socket "$SOCK" > "$T/status.json" 2>/dev/null; }
-until_status() {
-    i=0
-    while ! status_json || [ "$(jget "$1")" != "$2" ]; do
-        i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/status.json" "$T/dev1.err"; fail "status never showed $1 = $2"; }
-        sleep 0.05
-    done
-}
 # wait_walks N: until N more walks ran
 wait_walks() {
     status_json; _w=$(jget walks.count); i=0
