@@ -3,6 +3,7 @@
 #include "ingest/kafka.h"
 #include "ingest/sender.h"
 #include "ingest/wire.h"
+#include "pathpolicy.h"
 
 /* ---- validators ---------------------------------------------------------- */
 
@@ -141,46 +142,12 @@ static int check_listen_or_empty(cfg_parser *p, const char *shown, const char *v
 }
 
 
-static const char *const layout_placeholders[] = { "{device}", "{path}", "{yyyy}", "{mm}",
-                                                   "{dd}",     "{batch}", NULL };
-
+/* The layout: the bronze tree's one rule (pathpolicy.h), which agents apply too. */
 static int check_layout(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
 {
-    bool has_path = false;
-    if (value[0] == '/')
-        return cfg__perr(p, at, "key '%s': the layout must be relative to the bronze root", shown);
-    for (const char *c = value; *c != '\0';) {
-        if (*c == '}')
-            return cfg__perr(p, at, "key '%s': unmatched '}' at offset %zu", shown, (size_t)(c - value));
-        if (*c != '{') {
-            /* no ".." path component */
-            if ((c == value || c[-1] == '/') && c[0] == '.' && c[1] == '.' &&
-                (c[2] == '/' || c[2] == '\0'))
-                return cfg__perr(p, at, "key '%s': '..' is not allowed in the layout", shown);
-            c++;
-            continue;
-        }
-        size_t i;
-        for (i = 0; layout_placeholders[i] != NULL; i++) {
-            const size_t n = strlen(layout_placeholders[i]);
-            if (strncmp(c, layout_placeholders[i], n) == 0) {
-                if (i == 1)
-                    has_path = true;
-                c += n;
-                break;
-            }
-        }
-        if (layout_placeholders[i] == NULL) {
-            const char *close = strchr(c, '}');
-            const int n = close ? (int)(close - c + 1) : (int)strlen(c);
-            return cfg__perr(p, at,
-                        "key '%s': unknown placeholder '%.*s' (known: {device} {path} {yyyy} {mm} "
-                        "{dd} {batch})",
-                        shown, n > 40 ? 40 : n, c);
-        }
-    }
-    if (!has_path)
-        return cfg__perr(p, at, "key '%s': the layout must contain {path}", shown);
+    char why[200];
+    if (ingest__path_check_layout(value, why, sizeof why) != 0)
+        return cfg__perr(p, at, "key '%s': %s", shown, why);
     return INGEST_OK;
 }
 

@@ -26,6 +26,7 @@ const char *ingest_wire_type_name(unsigned type)
     case INGEST_MSG_DICT_WANT: return "DICT_WANT";
     case INGEST_MSG_DICT_DATA: return "DICT_DATA";
     case INGEST_MSG_FILE_REFUSED: return "FILE_REFUSED";
+    case INGEST_MSG_LANDING: return "LANDING";
     default: return "UNKNOWN";
     }
 }
@@ -252,6 +253,20 @@ static int encode(ingest_ctx *ctx, const ingest_wire_msg *m, wr *w, int with_tai
         w_u32(w, x->file_index);
         w_u32(w, (uint32_t)x->code);
         w_str(w, x->message, n2);
+        break;
+    }
+    case INGEST_MSG_LANDING: {
+        const ingest_wire_landing *x = &m->u.landing;
+        n2 = strnlen(x->layout, INGEST_WIRE_LAYOUT_MAX + 1);
+        if (n2 == 0 || n2 > INGEST_WIRE_LAYOUT_MAX || x->path_max == 0 || x->path_max > INGEST_WIRE_LANDING_PATH_MAX ||
+            x->name_max == 0 || x->name_max > INGEST_WIRE_LANDING_NAME_MAX)
+            return ingest__fail(ctx, INGEST_EINVAL,
+                                "wire: LANDING: layout of %zu bytes (1..%d), path max %u (1..%d), name max %u (1..%d)",
+                                n2, INGEST_WIRE_LAYOUT_MAX, (unsigned)x->path_max, INGEST_WIRE_LANDING_PATH_MAX,
+                                (unsigned)x->name_max, INGEST_WIRE_LANDING_NAME_MAX);
+        w_u32(w, x->path_max);
+        w_u32(w, x->name_max);
+        w_str(w, x->layout, n2);
         break;
     }
     case INGEST_MSG_ERROR:
@@ -555,6 +570,21 @@ int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, s
         INGEST__FORWARD(r_str(&r, "message", x->message, INGEST_WIRE_MESSAGE_MAX, 0));
         if (x->message[0] == '\0')
             return ingest__fail(ctx, INGEST_ECORRUPT, "wire: FILE_REFUSED: empty message (offset %zu)", mat);
+        return r_end(&r);
+    }
+    case INGEST_MSG_LANDING: {
+        ingest_wire_landing *x = &m->u.landing;
+        INGEST__FORWARD(r_u32(&r, "path max", &x->path_max));
+        if (x->path_max == 0 || x->path_max > INGEST_WIRE_LANDING_PATH_MAX)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: LANDING: path max %u outside 1..%d (offset 0)",
+                                (unsigned)x->path_max, INGEST_WIRE_LANDING_PATH_MAX);
+        INGEST__FORWARD(r_u32(&r, "name max", &x->name_max));
+        if (x->name_max == 0 || x->name_max > INGEST_WIRE_LANDING_NAME_MAX)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: LANDING: name max %u outside 1..%d (offset 4)",
+                                (unsigned)x->name_max, INGEST_WIRE_LANDING_NAME_MAX);
+        INGEST__FORWARD(r_str(&r, "layout", x->layout, INGEST_WIRE_LAYOUT_MAX, 0));
+        if (x->layout[0] == '\0')
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: LANDING: empty layout (offset 8)");
         return r_end(&r);
     }
     case INGEST_MSG_ERROR: {

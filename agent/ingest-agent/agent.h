@@ -34,6 +34,7 @@ typedef struct totals {
     double record_s; /* --once: seconds recording acked batches (file table, have-cache, commit) */
     uint64_t bytes_read; /* chunked and hashed into batches */
     uint64_t err_connect, err_session, err_store;
+    uint64_t refused_edge; /* files refused at the edge by the receiver's landing rules (landing.c) */
 } totals;
 
 /* The agent's metrics (ametrics.c); all NULL when metrics are off. */
@@ -43,8 +44,9 @@ typedef struct agent_metrics {
         *queue_bytes, *queue_batches, *backpressure, *spool_bytes, *latency, *special;
 } agent_metrics;
 
-/* Kinds of entries a walk skips because they are neither regular files nor directories. */
-enum { SPECIAL_SYMLINK, SPECIAL_FIFO, SPECIAL_SOCKET, SPECIAL_DEVICE, SPECIAL_KINDS };
+/* Kinds of entries a walk skips because they are neither regular files nor directories, and
+ * SPECIAL_BAD_LINK: symlinks of a source that ships them whose target cannot be shipped. */
+enum { SPECIAL_SYMLINK, SPECIAL_FIFO, SPECIAL_SOCKET, SPECIAL_DEVICE, SPECIAL_BAD_LINK, SPECIAL_KINDS };
 
 /* Seconds from a batch's building started to its ack, with its file count:
  * the latency of each of its files (--once summary percentiles). */
@@ -118,6 +120,10 @@ struct agent {
     agent_state state;
     agent_report report;
     agent_throttle thr;
+    /* the receiver's landing rules (landing.c): known from LANDING or {state_dir}/landing */
+    ingest_wire_landing landing;
+    int landing_known;
+    ingest_sender *landing_snd; /* --once: the pass's sender, told when the rules change */
 };
 
 /* Set by signal handlers: SIGTERM/SIGINT, and SIGHUP (daemon: reload the config). */
@@ -133,6 +139,12 @@ void agent_metrics_latency(agent *a, double seconds, uint64_t files);
 void agent_walk_special(agent *a, const ingest_sender_stats *ss);
 /* The name of a SPECIAL_* kind (metrics label, status). */
 const char *agent_special_name(int kind);
+
+/* landing.c */
+void agent_landing_load(agent *a);
+int agent_landing_apply(agent *a, ingest_sender *s);
+void agent_landing_learned(agent *a, const ingest_wire_landing *r);
+void on_refuse(void *ud, const char *path, const ingest_sender_stat *st, const char *why);
 
 uint64_t load_seq(const char *state_dir);
 int save_seq(const char *state_dir, uint64_t seq);

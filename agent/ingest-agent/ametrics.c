@@ -63,7 +63,8 @@ int agent_metrics_init(agent *a)
         { &m->spool_bytes, INGEST_METRIC_GAUGE, "ingest_agent_spool_bytes", "Bytes held in the spool", NULL },
         { &m->special, INGEST_METRIC_GAUGE, "ingest_agent_special_files",
           "Entries under the sources that are not regular files or directories, found by the last walk and "
-          "skipped (never opened, never shipped): symlink, fifo, socket, device",
+          "skipped (never opened, never shipped): symlink, fifo, socket, device; and bad_link: symlinks of a "
+          "source with symlinks: ship whose target cannot be shipped",
           "kind" },
     };
     if (ingest_metrics_create(a->ctx, &a->report.metrics) != 0)
@@ -101,6 +102,7 @@ void agent_metrics_sync(agent *a)
         return;
     SYNC(ship.files, files_shipped, NULL);
     SYNC(ship.files_refused, files_refused, NULL);
+    SYNC(refused_edge, files_refused, NULL);
     SYNC(ship.bytes, bytes_shipped, NULL);
     SYNC(bytes_read, bytes_read, NULL);
     SYNC(ship.chunks, chunks, NULL);
@@ -136,21 +138,22 @@ void agent_metrics_latency(agent *a, double seconds, uint64_t files)
 
 const char *agent_special_name(int kind)
 {
-    static const char *const names[SPECIAL_KINDS] = { "symlink", "fifo", "socket", "device" };
+    static const char *const names[SPECIAL_KINDS] = { "symlink", "fifo", "socket", "device", "bad_link" };
     return kind >= 0 && kind < SPECIAL_KINDS ? names[kind] : "?";
 }
 
 void agent_walk_special(agent *a, const ingest_sender_stats *ss)
 {
     const uint64_t n[SPECIAL_KINDS] = { ss->skipped_symlinks, ss->skipped_fifos, ss->skipped_sockets,
-                                        ss->skipped_devices };
+                                        ss->skipped_devices, ss->skipped_links };
     /* said once, not on every rescan: when the counts change */
-    if (memcmp(n, a->report.special, sizeof n) != 0 && (n[0] | n[1] | n[2] | n[3]) != 0)
+    if (memcmp(n, a->report.special, sizeof n) != 0 && (n[0] | n[1] | n[2] | n[3] | n[4]) != 0)
         prog_log(INGEST_LOG_INFO,
                  "walk: skipped %llu symlinks, %llu FIFOs, %llu sockets and %llu devices under the sources (only "
-                 "regular files ship)",
+                 "regular files ship), and %llu symlinks to ship whose target cannot be shipped",
                  (unsigned long long)n[SPECIAL_SYMLINK], (unsigned long long)n[SPECIAL_FIFO],
-                 (unsigned long long)n[SPECIAL_SOCKET], (unsigned long long)n[SPECIAL_DEVICE]);
+                 (unsigned long long)n[SPECIAL_SOCKET], (unsigned long long)n[SPECIAL_DEVICE],
+                 (unsigned long long)n[SPECIAL_BAD_LINK]);
     memcpy(a->report.special, n, sizeof n);
     if (a->report.metrics != NULL)
         for (int k = 0; k < SPECIAL_KINDS; k++)

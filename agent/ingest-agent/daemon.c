@@ -22,6 +22,7 @@ static void apply_config(daemon_t *d)
     d->base.sources = d->ssrc;
     d->base.nsources = d->nsrc;
     d->base.device = cfg->device_id;
+    d->base.on_refuse = on_refuse;
     d->base.chunking = cfg->chunking;
     d->base.max_files = cfg->batch_max_files;
     d->base.max_bytes = cfg->batch_max_bytes;
@@ -216,16 +217,18 @@ out:
     printf("stopped: files=%llu bytes=%llu batches=%llu replayed=%llu queued_files=%llu deleted=%llu moved=%llu "
            "skipped_include=%llu skipped_exclude=%llu skipped_min_size=%llu skipped_max_size=%llu "
            "skipped_max_age=%llu skipped_sample=%llu skipped_prefix=%llu files_refused=%llu skipped_symlinks=%llu "
-           "skipped_fifos=%llu skipped_sockets=%llu skipped_devices=%llu\n",
+           "skipped_fifos=%llu skipped_sockets=%llu skipped_devices=%llu skipped_bad_links=%llu files_refused_edge=%llu\n",
            (unsigned long long)d.shipped_files, (unsigned long long)d.shipped_bytes,
            (unsigned long long)d.batches_acked, (unsigned long long)d.batches_replayed,
            (unsigned long long)d.q_files, (unsigned long long)d.deleted, (unsigned long long)d.moved,
            (unsigned long long)d.skipped[INGEST_FILTER_INCLUDE], (unsigned long long)d.skipped[INGEST_FILTER_EXCLUDE],
            (unsigned long long)d.skipped[INGEST_FILTER_MIN_SIZE], (unsigned long long)d.skipped[INGEST_FILTER_MAX_SIZE],
            (unsigned long long)d.skipped[INGEST_FILTER_MAX_AGE], (unsigned long long)d.skipped[INGEST_FILTER_SAMPLE],
-           (unsigned long long)d.skipped[INGEST_FILTER_PREFIX], (unsigned long long)d.files_refused,
+           (unsigned long long)d.skipped[INGEST_FILTER_PREFIX],
+           (unsigned long long)(d.files_refused + a->report.t.refused_edge),
            (unsigned long long)a->report.special[SPECIAL_SYMLINK], (unsigned long long)a->report.special[SPECIAL_FIFO],
-           (unsigned long long)a->report.special[SPECIAL_SOCKET], (unsigned long long)a->report.special[SPECIAL_DEVICE]);
+           (unsigned long long)a->report.special[SPECIAL_SOCKET], (unsigned long long)a->report.special[SPECIAL_DEVICE],
+           (unsigned long long)a->report.special[SPECIAL_BAD_LINK], (unsigned long long)a->report.t.refused_edge);
     fflush(stdout);
     dmn_open_reset(&d);
     free(d.of);

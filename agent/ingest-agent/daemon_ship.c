@@ -171,6 +171,8 @@ static int build_batch(daemon_t *d, const ingest_journal_batch *jb, const ingest
     *ngot = 0;
     int rc = ingest_sender_create(a->ctx, &o, sp);
     if (rc == 0)
+        (void)agent_landing_apply(a, *sp);
+    if (rc == 0)
         rc = ingest_sender_scan_list(*sp, paths, n);
     if (rc == 0)
         rc = ingest_sender_next_batch(*sp, bp);

@@ -88,7 +88,7 @@ void dmn_publish(daemon_t *d)
     sn->files_taken = d->files_taken;
     sn->bytes_taken = d->bytes_taken;
     sn->files_shipped = d->shipped_files;
-    sn->files_refused = d->files_refused;
+    sn->files_refused = d->files_refused + d->a->report.t.refused_edge; /* by the core, and at the edge (landing.c) */
     sn->bytes_shipped = d->shipped_bytes;
     sn->bytes_read = d->bytes_read;
     sn->chunks_new = a->report.t.ship.chunks_sent;

@@ -518,7 +518,7 @@ int connect_core(agent *a)
     if (ingest_session_client_create(a->ctx, a->cfg->device_id, &a->key, a->receiver_pub, &a->net.ss) < 0 ||
         /* --once pipelines batches across acks; the daemon ships one batch at a time from its journal */
         ingest_session_set_features(a->net.ss, INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK |
-                                               INGEST_SESSION_FEATURE_REFUSE |
+                                               INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_LANDING |
                                                (a->daemon ? 0u : INGEST_SESSION_FEATURE_PIPELINE) |
                                                (a->dict != NULL ? INGEST_SESSION_FEATURE_DICT : 0u)) < 0) {
         disconnect_core(a);
@@ -538,6 +538,14 @@ int connect_core(agent *a)
         disconnect_core(a);
         return -1;
     }
+    ingest_wire_landing lr;
+    if ((rc = ingest_edge_landing_rules(a->net.edge, &lr)) < 0) {
+        a->report.t.err_session++;
+        disconnect_core(a);
+        return -1;
+    }
+    if (rc == 1)
+        agent_landing_learned(a, &lr);
     if ((rc = ingest_edge_offer_dict(a->net.edge)) != 0) {
         a->report.t.err_session++;
         disconnect_core(a);
@@ -657,13 +665,16 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
         return rc;
     }
+    (void)agent_landing_apply(a, bl.snd);
     if ((rc = ingest_sender_scan(bl.snd)) < 0) {
         ingest_sender_destroy(bl.snd);
         return rc;
     }
+    a->landing_snd = bl.snd; /* rules learned on connecting apply to the batches built after */
     pthread_mutex_init(&bl.lock, NULL);
     pthread_cond_init(&bl.cond, NULL);
     if (pthread_create(&bl.thread, NULL, builder_main, &bl) != 0) {
+        a->landing_snd = NULL;
         ingest_sender_destroy(bl.snd);
         return INGEST_ENOMEM;
     }
@@ -734,6 +745,7 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
         again = 1;
     a->state.seq = ingest_sender_next_seq(bl.snd);
     save_seq(a->cfg->state_dir, a->state.seq);
+    a->landing_snd = NULL;
     ingest_sender_destroy(bl.snd);
     if (rc < 0)
         return rc;
@@ -758,6 +770,8 @@ void on_skip(void *ud, const char *path, int reason)
         say_too_deep(INGEST_LOG_WARN, path);
         return;
     }
+    if (reason == INGEST_SKIP_REFUSED)
+        return; /* on_refuse said it, with the rule */
     prog_log(reason == INGEST_SKIP_SPECIAL ? INGEST_LOG_DEBUG : INGEST_LOG_WARN, "skipped %s: %s", prog_esc(path),
              reason >= 1 && reason <= INGEST_SKIP_LINK ? why[reason] : "?");
 }
@@ -813,6 +827,7 @@ int load_state(agent *a)
         return -1;
     }
     snprintf(a->state.prefix, sizeof(a->state.prefix), "%s-", a->state.instance);
+    agent_landing_load(a);
     return 0;
 }
 
@@ -928,6 +943,7 @@ int main(int argc, char **argv)
     so.max_files = a.cfg->batch_max_files;
     so.max_bytes = a.cfg->batch_max_bytes;
     so.on_skip = on_skip;
+    so.on_refuse = on_refuse;
     so.want_file = want_file;
     so.batch_prefix = a.state.prefix;
     /* The receiver re-derives every chunk id; a stat check here saves a hash pass. */
@@ -956,7 +972,7 @@ int main(int argc, char **argv)
            "chunk_raw_bytes=%llu wait_build_seconds=%.3f wait_want_seconds=%.3f send_seconds=%.3f "
            "wait_ack_seconds=%.3f latency_p50_seconds=%.3f latency_p99_seconds=%.3f chunk_groups=%llu "
            "record_seconds=%.3f files_refused=%llu skipped_symlinks=%llu skipped_fifos=%llu skipped_sockets=%llu "
-           "skipped_devices=%llu\n",
+           "skipped_devices=%llu skipped_bad_links=%llu files_refused_edge=%llu\n",
            (unsigned long long)a.report.t.ship.files, (unsigned long long)a.report.t.unchanged, (unsigned long long)a.report.t.ship.bytes,
            (unsigned long long)a.report.t.ship.chunks,
            (unsigned long long)a.report.t.ship.chunks_sent, (unsigned long long)a.report.t.ship.chunks_dedup,
@@ -965,15 +981,17 @@ int main(int argc, char **argv)
            prog_cpu_seconds() - cpu0, (double)a.thr.throttle_wait_ms / 1000.0,
            (unsigned long long)a.report.t.ship.chunk_bytes_raw, a.report.t.wait_build_s, a.report.t.ship.wait_want_s, a.report.t.ship.send_s, a.report.t.ship.wait_ack_s,
            latency_quantile(&a, 0.50), latency_quantile(&a, 0.99), (unsigned long long)a.report.t.ship.groups_sent, a.report.t.record_s,
-           (unsigned long long)a.report.t.ship.files_refused,
+           (unsigned long long)(a.report.t.ship.files_refused + a.report.t.refused_edge),
            (unsigned long long)a.report.special[SPECIAL_SYMLINK], (unsigned long long)a.report.special[SPECIAL_FIFO],
-           (unsigned long long)a.report.special[SPECIAL_SOCKET], (unsigned long long)a.report.special[SPECIAL_DEVICE]);
+           (unsigned long long)a.report.special[SPECIAL_SOCKET], (unsigned long long)a.report.special[SPECIAL_DEVICE],
+           (unsigned long long)a.report.special[SPECIAL_BAD_LINK], (unsigned long long)a.report.t.refused_edge);
     fflush(stdout);
-    if (rc == 0 && a.report.t.ship.files_refused > 0) {
+    if (rc == 0 && a.report.t.ship.files_refused + a.report.t.refused_edge > 0) {
         fprintf(stderr,
-                "ingest-agent: %llu file(s) were refused by the receiver one by one (logged above); the rest landed; "
-                "they are not sent again until they change\n",
-                (unsigned long long)a.report.t.ship.files_refused);
+                "ingest-agent: %llu file(s) were refused one by one, %llu of them at the edge by the receiver's "
+                "landing rules (logged above); the rest landed; they are not sent again until they change\n",
+                (unsigned long long)(a.report.t.ship.files_refused + a.report.t.refused_edge),
+                (unsigned long long)a.report.t.refused_edge);
         status = 3;
     } else if (rc == 0) {
         status = 0;

@@ -5,6 +5,7 @@
  *   ingest_edge_create(ctx, &opts, &e);
  *   per connection, after the transport's handshake:
  *       ingest_edge_attach(e, link);            features agreed: pipelining, pack, filters
+ *       ingest_edge_landing_rules(e, &rules);   the receiver's layout and limits (landing feature)
  *       ingest_edge_offer_dict(e);              if opts named a dictionary
  *       per batch:
  *           ingest_edge_send_manifest(e, b);
@@ -93,6 +94,16 @@ INGEST_API int ingest_edge_attach(ingest_edge *e, ingest_link *link);
 INGEST_API void ingest_edge_detach(ingest_edge *e);
 /* Features of the attached link (0 when none). */
 INGEST_API unsigned ingest_edge_features(const ingest_edge *e);
+
+/*
+ * After ingest_edge_attach, before anything else on the link: the
+ * receiver's landing rules (LANDING, docs/protocol.md), for
+ * ingest_sender_set_landing.  1 with *out (its layout checked against the
+ * layout rule), 0 when the link did not agree the landing feature (older
+ * receivers, Kafka), < 0 when the link failed or the receiver sent
+ * something else (INGEST_EPROTO, logged).
+ */
+INGEST_API int ingest_edge_landing_rules(ingest_edge *e, ingest_wire_landing *out);
 
 /*
  * Offer opts.dict (docs/protocol.md, "Dictionaries"), send it when asked,

@@ -69,6 +69,8 @@ enum {
     INGEST_SKIP_DEPTH = 8,      /* a directory more than INGEST_SENDER_MAX_DEPTH levels below its source */
     INGEST_SKIP_LINK = 9,       /* a symlink of a source that ships them whose target cannot be shipped:
                                    empty, over INGEST_SENDER_LINK_MAX bytes, or not its lstat size */
+    INGEST_SKIP_REFUSED = 10,   /* breaks the receiver's landing rules (ingest_sender_set_landing):
+                                   refused at the edge, before it is opened; on_refuse says why */
 };
 
 /* Longest symlink target a source with symlinks INGEST_SENDER_SYMLINKS_SHIP ships (bytes, PATH_MAX - 1). */
@@ -144,6 +146,13 @@ typedef struct ingest_sender_opts {
      * (counted in ingest_sender_stats.files_unchanged; the agent skips files
      * whose acknowledged version is unchanged), < 0 to fail the walk. */
     int (*want_file)(void *userdata, const char *path, const ingest_sender_stat *st);
+    /* Optional: a file (or symlink) refused at the edge by the receiver's
+     * landing rules (ingest_sender_set_landing), before it is opened: its
+     * manifest path, what the walk knew of it, and the rule it breaks, in
+     * the words the core would use.  The agent records the version so that
+     * it is not tried again until it changes.  Reported through on_skip too
+     * (INGEST_SKIP_REFUSED). */
+    void (*on_refuse)(void *userdata, const char *path, const ingest_sender_stat *st, const char *why);
     /* How ingest_sender_batch_chunk checks that a chunk re-read for sending
      * is still the chunk of the manifest: INGEST_SENDER_RECHECK_ID (0, the
      * default) re-derives its id; INGEST_SENDER_RECHECK_STAT compares the
@@ -174,6 +183,7 @@ typedef struct ingest_sender_stats {
     uint64_t skipped_devices;    /* character and block devices */
     uint64_t skipped_links;      /* INGEST_SKIP_LINK: symlinks to ship whose target cannot be shipped */
     uint64_t symlinks_batched;   /* symlinks put in a batch (counted in files_batched too) */
+    uint64_t refused;            /* INGEST_SKIP_REFUSED: refused at the edge by the receiver's landing rules */
 } ingest_sender_stats;
 
 typedef struct ingest_sender_s ingest_sender;
@@ -183,6 +193,19 @@ typedef struct ingest_sender_batch_s ingest_sender_batch;
 INGEST_API int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *opts,
                                     ingest_sender **out) INGEST_WUR;
 INGEST_API void ingest_sender_destroy(ingest_sender *s);
+
+/*
+ * The receiver's landing rules (its layout, unexpanded, and the longest
+ * landed path and path component it takes; from LANDING,
+ * ingest_edge_landing_rules): from now on a file whose landed path would
+ * break them is refused before it is opened (INGEST_SKIP_REFUSED,
+ * on_refuse), with the message the core would give.  layout NULL forgets
+ * the rules.  May be called from another thread than the walk's.  0, or
+ * INGEST_EINVAL for a layout that breaks the layout rule (the message says
+ * what) or limits outside 1..4095 and 1..255.
+ */
+INGEST_API int ingest_sender_set_landing(ingest_sender *s, const char *layout, uint32_t path_max,
+                                         uint32_t name_max) INGEST_WUR;
 
 /*
  * Start (or restart) a walk of every source.  A source directory that

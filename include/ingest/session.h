@@ -159,16 +159,22 @@ enum {
  * compressed with those the receiver accepted.
  */
 #define INGEST_SESSION_FEATURE_DICT 0x08u
-/* Every feature this library knows. */
 /*
  * INGEST_SESSION_FEATURE_REFUSE: the receiver refuses a file it cannot land
  * (its path, its place in the bronze tree) with FILE_REFUSED and lands the
  * rest of its batch; without it such a file fails the whole batch.
  */
 #define INGEST_SESSION_FEATURE_REFUSE 0x10u
+/*
+ * INGEST_SESSION_FEATURE_LANDING: the receiver's first message after the
+ * handshake is LANDING (its layout and path limits), so that the agent can
+ * refuse at the edge, before reading a file, what the core would refuse.
+ */
+#define INGEST_SESSION_FEATURE_LANDING 0x20u
+/* Every feature this library knows. */
 #define INGEST_SESSION_FEATURES_ALL                                                                    \
     (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK | \
-     INGEST_SESSION_FEATURE_DICT | INGEST_SESSION_FEATURE_REFUSE)
+     INGEST_SESSION_FEATURE_DICT | INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_LANDING)
 
 /* A piece of a frame's payload for ingest_session_sendv. */
 typedef struct ingest_iov {

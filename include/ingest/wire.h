@@ -40,6 +40,9 @@ extern "C" {
 #define INGEST_WIRE_MAX_PAYLOAD_HIGHEST (80u * 1024u * 1024u)
 #define INGEST_WIRE_BATCH_ID_MAX 128  /* bytes; [A-Za-z0-9._-] */
 #define INGEST_WIRE_MESSAGE_MAX 1024  /* bytes of an ACK/ERROR message */
+#define INGEST_WIRE_LAYOUT_MAX 1024   /* bytes of LANDING's layout (the receiver's `layout` key) */
+#define INGEST_WIRE_LANDING_PATH_MAX 4095 /* LANDING's path max: at most PATH_MAX - 1 */
+#define INGEST_WIRE_LANDING_NAME_MAX 255  /* LANDING's name max: at most NAME_MAX */
 
 /* Message types.  0 is never valid. */
 enum {
@@ -59,7 +62,8 @@ enum {
     INGEST_MSG_DICT_WANT = 14,    /* receiver -> agent; answer to DICT_OFFER */
     INGEST_MSG_DICT_DATA = 15,    /* agent -> receiver; a slice of a dictionary the receiver asked for */
     INGEST_MSG_FILE_REFUSED = 16, /* receiver -> agent; only with INGEST_SESSION_FEATURE_REFUSE */
-    INGEST_MSG_TYPE_LAST = 16,
+    INGEST_MSG_LANDING = 17,      /* receiver -> agent, first after the handshake; only with INGEST_SESSION_FEATURE_LANDING */
+    INGEST_MSG_TYPE_LAST = 17,
 };
 
 /* CHUNK_GROUP bounds: chunks in one group, and bytes they hold decoded. */
@@ -190,6 +194,21 @@ typedef struct ingest_wire_file_refused {
     char message[INGEST_WIRE_MESSAGE_MAX + 1];
 } ingest_wire_file_refused;
 
+/*
+ * LANDING: how the receiver names this device's files in the bronze tree,
+ * so that the agent refuses before reading what the core would refuse
+ * (docs/protocol.md, "Landing rules").  Its layout as configured
+ * (placeholders unexpanded, at most INGEST_WIRE_LAYOUT_MAX bytes, no NUL),
+ * the longest landed path in bytes (1..4095) and the longest path
+ * component (1..255).  The codec bounds the fields; the agent checks the
+ * layout against the layout rule before it uses it.
+ */
+typedef struct ingest_wire_landing {
+    uint32_t path_max;
+    uint32_t name_max;
+    char layout[INGEST_WIRE_LAYOUT_MAX + 1];
+} ingest_wire_landing;
+
 /* DICT_OFFER: a dictionary the device wants to compress chunks with. */
 typedef struct ingest_wire_dict_offer {
     uint32_t dict_id; /* the id in its header (ingest_dict_id), non-zero */
@@ -240,6 +259,7 @@ typedef struct ingest_wire_msg {
         ingest_wire_dict_want dict_want;
         ingest_wire_dict_data dict_data;
         ingest_wire_file_refused refused;
+        ingest_wire_landing landing;
     } u;
 } ingest_wire_msg;
 

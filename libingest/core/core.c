@@ -35,6 +35,9 @@ int ingest_core_create(ingest_ctx *ctx, const ingest_core_opts *opts, ingest_cor
     if (opts->features & ~INGEST_SESSION_FEATURES_ALL)
         return ingest__fail(ctx, INGEST_EINVAL, "core: unknown feature bits 0x%x",
                             opts->features & ~INGEST_SESSION_FEATURES_ALL);
+    char why[200];
+    if (opts->layout != NULL && ingest__path_check_layout(opts->layout, why, sizeof why) != 0)
+        return ingest__fail(ctx, INGEST_EINVAL, "core: layout \"%.200s\": %s", opts->layout, why);
     ingest_core *s = ingest__calloc(ctx, 1, sizeof(*s));
     if (s != NULL) {
         s->ctx = ctx;

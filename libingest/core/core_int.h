@@ -12,6 +12,7 @@
 #define INGEST_CORE_INT_H
 
 #include "../internal.h"
+#include "../pathpolicy.h"
 #include "ingest/codec.h"
 #include "ingest/core.h"
 #include "ingest/lander.h"

@@ -59,50 +59,6 @@ void lander__close_fd(int *fd)
     *fd = -1;
 }
 
-/* Device and batch names become path components: keep them plain. */
-int lander__check_name(ingest_ctx *ctx, const char *what, const char *s)
-{
-    const size_t n = strlen(s);
-    if (n == 0 || n > INGEST_MANIFEST_NAME_MAX)
-        return ingest__fail(ctx, INGEST_EINVAL, "lander: %s name has %zu bytes (1..%u)", what, n,
-                            INGEST_MANIFEST_NAME_MAX);
-    /* the device and batch id rule of the wire (ingest_wire_id_valid): one rule everywhere */
-    for (size_t i = 0; i < n; i++)
-        if (!ingest_wire_id_valid(s, i + 1))
-            return ingest__fail(ctx, INGEST_EINVAL, "lander: %s name \"%.*s\": byte 0x%02x at %zu not allowed",
-                                what, (int)n, s, (unsigned char)s[i], i);
-    return 0;
-}
-
-/* A relative path: no leading '/', no empty, "." or ".." component. */
-int lander__check_relpath(ingest_ctx *ctx, const char *what, const char *p)
-{
-    const size_t n = strlen(p);
-    if (n == 0)
-        return ingest__fail(ctx, INGEST_EINVAL, "lander: %s: empty path", what);
-    if (n >= LANDED_MAX)
-        return ingest__fail(ctx, INGEST_EINVAL, "lander: %s: path of %zu bytes is too long", what, n);
-    if (p[0] == '/')
-        return ingest__fail(ctx, INGEST_EINVAL, "lander: %s \"%s\": absolute path refused", what, p);
-    const char *c = p;
-    for (;;) {
-        const char *e = strchr(c, '/');
-        const size_t cl = e ? (size_t)(e - c) : strlen(c);
-        if (cl == 0)
-            return ingest__fail(ctx, INGEST_EINVAL, "lander: %s \"%s\": empty path component", what, p);
-        if ((cl == 1 && c[0] == '.') || (cl == 2 && c[0] == '.' && c[1] == '.'))
-            return ingest__fail(ctx, INGEST_EINVAL, "lander: %s \"%s\": \"%.*s\" component refused", what, p,
-                                (int)cl, c);
-        if (cl > NAME_MAX_BYTES)
-            return ingest__fail(ctx, INGEST_EINVAL, "lander: %s \"%s\": component longer than %d bytes", what,
-                                p, NAME_MAX_BYTES);
-        if (!e)
-            break;
-        c = e + 1;
-    }
-    return 0;
-}
-
 /* Split a landed path: *name points into p; dir gets the parent ("" for root). */
 void lander__split_path(const char *p, char *dir, size_t cap, const char **name)
 {
@@ -287,9 +243,12 @@ int ingest_lander_create(ingest_ctx *ctx, ingest_store *st, ingest_index *idx, c
         rc = ingest__fail(ctx, INGEST_ENOMEM, "lander: out of memory");
         goto fail;
     }
-    if (strstr(layout, "{path}") == NULL) {
-        rc = ingest__fail(ctx, INGEST_EINVAL, "lander: layout \"%s\" lacks {path}", layout);
-        goto fail;
+    {
+        char why[200];
+        if (ingest__path_check_layout(layout, why, sizeof why) != 0) {
+            rc = ingest__fail(ctx, INGEST_EINVAL, "lander: layout \"%.200s\": %s", layout, why);
+            goto fail;
+        }
     }
     {
         char tmp[LANDED_MAX];

@@ -294,7 +294,7 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
                           rec.device, device);
         goto out;
     }
-    if ((rc = lander__check_name(b->ctx, "batch", rec.batch)) < 0)
+    if ((rc = ingest__path_check_id(b->ctx, "batch", rec.batch)) < 0)
         goto out;
     b->name = ingest__strdup(b->ctx, rec.batch);
     if (!b->name) {
@@ -352,7 +352,7 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
                 goto out;
             }
             f = &b->files[b->nfiles_read++];
-            if ((rc = lander__check_relpath(b->ctx, "file", rec.path)) < 0)
+            if ((rc = ingest__path_check_rel(b->ctx, "file", rec.path)) < 0)
                 goto out;
             f->path = ingest__strdup(b->ctx, rec.path);
             if (!f->path) {
@@ -424,7 +424,7 @@ int ingest_lander_parse(ingest_lander *l, const char *device, const void *manife
         return INGEST_EINVAL;
     if (l->busy)
         return ingest__fail(l->ctx, INGEST_EBUSY, "lander: batch %s still open", l->busy->name);
-    INGEST__FORWARD(lander__check_name(l->ctx, "device", device));
+    INGEST__FORWARD(ingest__path_check_id(l->ctx, "device", device));
     ingest_lander_batch *b = ingest__calloc(l->ctx, 1, sizeof *b);
     if (!b)
         return ingest__fail(l->ctx, INGEST_ENOMEM, "lander: out of memory");

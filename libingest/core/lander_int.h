@@ -29,6 +29,7 @@
 #include "ingest/manifest.h"
 #include "../internal.h"
 #include "../store.h"
+#include "../pathpolicy.h"
 #include "lander_hook.h"
 #include "inflight.h"
 
@@ -45,8 +46,8 @@
 #include <unistd.h>
 
 
-#define LANDED_MAX 4096      /* bytes of a landed path, NUL included */
-#define NAME_MAX_BYTES 255   /* bytes of one path component */
+#define LANDED_MAX INGEST_PATH_LANDED_MAX    /* bytes of a landed path, NUL included */
+#define NAME_MAX_BYTES INGEST_PATH_NAME_MAX /* bytes of one path component */
 #define MANIFEST_FLUSH (1u << 20)
 /* The shortest file line a manifest can hold ({"type":"file","path":"x",...} with its required keys). */
 #define MANIFEST_FILE_LINE_MIN 40u
@@ -218,8 +219,6 @@ int lander__sys_fail(ingest_ctx *ctx, int err, const char *what, const char *pat
 int lander__write_full(int fd, const void *p, size_t n);
 int lander__pread_full(int fd, void *p, size_t n, uint64_t off);
 void lander__close_fd(int *fd);
-int lander__check_name(ingest_ctx *ctx, const char *what, const char *s);
-int lander__check_relpath(ingest_ctx *ctx, const char *what, const char *p);
 void lander__split_path(const char *p, char *dir, size_t cap, const char **name);
 void lander__tmp_name(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap);
 void lander__tmp_link_name(const ingest_lander_batch *b, uint32_t fi, char *out, size_t cap);

@@ -3,81 +3,12 @@
 
 /* ------------------------------------------------------------- layout */
 
-static const char *const PLACEHOLDERS[] = {"{device}", "{path}", "{yyyy}", "{mm}", "{dd}", "{batch}"};
-
-static int expand(ingest_ctx *ctx, const char *layout, const char *device, const char *batch,
-                  const char *relpath, int64_t mtime_ns, char *out, size_t cap)
-{
-    int64_t secs = mtime_ns / 1000000000;
-    if (mtime_ns % 1000000000 < 0)
-        secs--;
-    const time_t t = (time_t)secs;
-    struct tm tm;
-    if (gmtime_r(&t, &tm) == NULL)
-        return ingest__fail(ctx, INGEST_EINVAL, "lander: file %s: mtime %lld out of range", relpath,
-                            (long long)mtime_ns);
-    char yyyy[16], mm[16], dd[16];
-    snprintf(yyyy, sizeof yyyy, "%04d", tm.tm_year + 1900);
-    snprintf(mm, sizeof mm, "%02d", tm.tm_mon + 1);
-    snprintf(dd, sizeof dd, "%02d", tm.tm_mday);
-    const char *vals[] = {device, relpath, yyyy, mm, dd, batch};
-    size_t o = 0;
-    for (const char *p = layout; *p;) {
-        const char *v = NULL;
-        size_t skip = 1;
-        if (*p == '{') {
-            for (size_t k = 0; k < sizeof PLACEHOLDERS / sizeof PLACEHOLDERS[0]; k++) {
-                const size_t pl = strlen(PLACEHOLDERS[k]);
-                if (strncmp(p, PLACEHOLDERS[k], pl) == 0) {
-                    v = vals[k];
-                    skip = pl;
-                    break;
-                }
-            }
-            if (!v)
-                return ingest__fail(ctx, INGEST_EINVAL, "lander: layout \"%s\": unknown placeholder at %zu",
-                                    layout, (size_t)(p - layout));
-        }
-        const size_t vl = v ? strlen(v) : 1;
-        if (o + vl >= cap) {
-            /* say how long it would be: the rest of the layout expanded, counted only */
-            size_t total = o + vl;
-            for (const char *q = p + skip; *q;) {
-                size_t qs = 1, ql = 1;
-                for (size_t k = 0; *q == '{' && k < sizeof PLACEHOLDERS / sizeof PLACEHOLDERS[0]; k++) {
-                    const size_t pl = strlen(PLACEHOLDERS[k]);
-                    if (strncmp(q, PLACEHOLDERS[k], pl) == 0) {
-                        qs = pl;
-                        ql = strlen(vals[k]);
-                        break;
-                    }
-                }
-                total += ql;
-                q += qs;
-            }
-            return ingest__fail(ctx, INGEST_ETOOBIG,
-                                "lander: file %.200s%s: its landed path would be %zu bytes (the path is %zu, the "
-                                "layout adds %zu); the bronze tree takes at most %zu",
-                                relpath, strlen(relpath) > 200 ? "..." : "", total, strlen(relpath),
-                                total - strlen(relpath), cap - 1);
-        }
-        memcpy(out + o, v ? v : p, vl);
-        o += vl;
-        p += skip;
-    }
-    out[o] = '\0';
-    return 0;
-}
-
 int lander__landed_path(ingest_lander *l, const char *device, const char *batch, const char *relpath,
                        int64_t mtime_ns, char *out, size_t cap)
 {
-    INGEST__FORWARD(lander__check_relpath(l->ctx, "file", relpath));
-    INGEST__FORWARD(expand(l->ctx, l->layout, device, batch, relpath, mtime_ns, out, cap));
-    INGEST__FORWARD(lander__check_relpath(l->ctx, "landed path of file", out));
-    if (strncmp(out, "_manifests", 10) == 0 && (out[10] == '/' || out[10] == '\0'))
-        return ingest__fail(l->ctx, INGEST_EINVAL, "lander: file %s: landed path %s is under _manifests",
-                            relpath, out);
+    /* the rules an agent also applies before shipping (pathpolicy.h); the tag below is the core's alone */
+    INGEST__FORWARD(ingest__path_landed(l->ctx, l->layout, device, batch, relpath, mtime_ns, INGEST_PATH_NAME_MAX, out,
+                                        cap < LANDED_MAX ? cap : LANDED_MAX));
     /* A name holding this tree's secret tag could be taken for a temporary
      * file (tmp_name); no device knows the tag, so no honest one sends it. */
     const char *base = strrchr(out, '/');
@@ -92,8 +23,8 @@ int ingest_lander_landed_path(ingest_lander *l, const char *device, const char *
 {
     if (!l || !device || !batch || !relpath || !out || cap == 0)
         return INGEST_EINVAL;
-    INGEST__FORWARD(lander__check_name(l->ctx, "device", device));
-    INGEST__FORWARD(lander__check_name(l->ctx, "batch", batch));
+    INGEST__FORWARD(ingest__path_check_id(l->ctx, "device", device));
+    INGEST__FORWARD(ingest__path_check_id(l->ctx, "batch", batch));
     return lander__landed_path(l, device, batch, relpath, mtime_ns, out, cap);
 }
 

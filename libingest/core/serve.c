@@ -558,6 +558,21 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     const int pipelined = (link->features & INGEST_SESSION_FEATURE_PIPELINE) != 0;
     core_log(s, INGEST_LOG_INFO, "device %s connected from %s (%s%s)", device, link->peer, link->detail,
              pipelined ? ", pipelined" : "");
+    if (link->features & INGEST_SESSION_FEATURE_LANDING) {
+        /* the landing rules, first: the agent refuses what breaks them before reading it (pathpolicy.h) */
+        ingest_wire_msg lm;
+        memset(&lm, 0, sizeof(lm));
+        lm.type = INGEST_MSG_LANDING;
+        lm.u.landing.path_max = INGEST_PATH_LANDED_MAX - 1;
+        lm.u.landing.name_max = INGEST_PATH_NAME_MAX;
+        snprintf(lm.u.landing.layout, sizeof(lm.u.landing.layout), "%s", s->o.layout);
+        if ((rc = ingest_link_send(link, &lm)) < 0) {
+            core_log(s, INGEST_LOG_INFO, "device %s: cannot send its landing rules: %s", device,
+                     ingest_link_send_errmsg(link));
+            result = rc;
+            goto out;
+        }
+    }
     const ingest_lander_lock land_lk = { land_unlock, land_lock, s };
     cm.s = s;
     cm.lk = link;

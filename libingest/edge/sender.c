@@ -9,11 +9,13 @@
 #include "ingest/manifest.h"
 #include "ingest/sender.h"
 #include "walkahead.h"
+#include "../pathpolicy.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,7 +84,12 @@ struct ingest_sender_s {
     void (*on_skip)(void *, const char *, int);
     int (*want_file)(void *, const char *, const ingest_sender_stat *);
     void (*on_read)(void *, const char *, uint64_t);
+    void (*on_refuse)(void *, const char *, const ingest_sender_stat *, const char *);
     void *ud;
+    /* the receiver's landing rules (ingest_sender_set_landing), set from any thread */
+    pthread_mutex_t land_mu;
+    char *land_layout; /* NULL: none known */
+    uint32_t land_path_max, land_name_max;
 
     /* the walk */
     size_t cur_src; /* == nsrc when done */
@@ -326,6 +333,7 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
     if (s == NULL)
         return ingest__fail(ctx, INGEST_ENOMEM, "sender: out of memory");
     s->ctx = ctx;
+    pthread_mutex_init(&s->land_mu, NULL);
     s->depth = 0;
     s->cur_src = o->nsources; /* no walk until ingest_sender_scan */
     for (size_t i = 0; i < sizeof(s->stack) / sizeof(s->stack[0]); i++)
@@ -338,6 +346,7 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
     s->seq = o->batch_seq;
     s->on_skip = o->on_skip;
     s->on_read = o->on_read;
+    s->on_refuse = o->on_refuse;
     s->want_file = o->want_file;
     s->recheck = o->recheck;
     s->ud = o->userdata;
@@ -463,7 +472,69 @@ void ingest_sender_destroy(ingest_sender *s)
     ingest__free(ctx, s->buf);
     ingest__free(ctx, s->device);
     ingest__free(ctx, s->prefix);
+    ingest__free(ctx, s->land_layout);
+    pthread_mutex_destroy(&s->land_mu);
     ingest__free(ctx, s);
+}
+
+int ingest_sender_set_landing(ingest_sender *s, const char *layout, uint32_t path_max, uint32_t name_max)
+{
+    char *copy = NULL;
+    if (layout != NULL) {
+        char why[200];
+        if (ingest__path_check_layout(layout, why, sizeof why) != 0)
+            return ingest__fail(s->ctx, INGEST_EINVAL, "sender: landing rules: layout \"%.200s\": %s", layout, why);
+        if (path_max == 0 || path_max >= INGEST_PATH_LANDED_MAX || name_max == 0 || name_max > INGEST_PATH_NAME_MAX)
+            return ingest__fail(s->ctx, INGEST_EINVAL,
+                                "sender: landing rules: paths of %u bytes (1..%u), names of %u (1..%u)",
+                                (unsigned)path_max, INGEST_PATH_LANDED_MAX - 1, (unsigned)name_max,
+                                INGEST_PATH_NAME_MAX);
+        if ((copy = ingest__strdup(s->ctx, layout)) == NULL)
+            return ingest__fail(s->ctx, INGEST_ENOMEM, "sender: out of memory");
+    }
+    pthread_mutex_lock(&s->land_mu);
+    char *old = s->land_layout;
+    s->land_layout = copy;
+    s->land_path_max = path_max;
+    s->land_name_max = name_max;
+    pthread_mutex_unlock(&s->land_mu);
+    ingest__free(s->ctx, old);
+    return 0;
+}
+
+/*
+ * The peeked file against the receiver's landing rules, with the batch id
+ * it would get: 1 refused (counted, reported), 0 fine.  The same code as
+ * the core's (pathpolicy.h), so the message is the one the core would send.
+ */
+static int landing_refuses(ingest_sender *s)
+{
+    pthread_mutex_lock(&s->land_mu);
+    if (s->land_layout == NULL) {
+        pthread_mutex_unlock(&s->land_mu);
+        return 0;
+    }
+    char batch[INGEST_WIRE_BATCH_ID_MAX + 32], out[INGEST_PATH_LANDED_MAX];
+    snprintf(batch, sizeof batch, "%s%06" PRIu64, s->prefix, s->seq);
+    const int rc = ingest__path_landed(s->ctx, s->land_layout, s->device, batch, s->path, ts_ns(&s->peek_st.st_mtim),
+                                       s->land_name_max, out, (size_t)s->land_path_max + 1);
+    pthread_mutex_unlock(&s->land_mu);
+    if (rc == 0)
+        return 0;
+    char why[INGEST__ERRMSG_MAX];
+    snprintf(why, sizeof why, "%s", ingest_ctx_errmsg(s->ctx));
+    s->st.refused++;
+    ingest__log(s->ctx, INGEST_LOG_INFO, "sender: %s: refused at the edge (the receiver's landing rules): %s", s->path,
+                why);
+    if (s->on_refuse != NULL) {
+        const struct stat *st = &s->peek_st;
+        const ingest_sender_stat ws = { (uint64_t)st->st_size, ts_ns(&st->st_mtim), ts_ns(&st->st_ctim),
+                                        (uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint32_t)st->st_mode };
+        s->on_refuse(s->ud, s->path, &ws, why);
+    }
+    if (s->on_skip != NULL)
+        s->on_skip(s->ud, s->path, INGEST_SKIP_REFUSED);
+    return 1;
 }
 
 uint64_t ingest_sender_next_seq(const ingest_sender *s) { return s->seq; }
@@ -1180,6 +1251,8 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
     const char *path = s->path;
     int rc = 0;
     const size_t first = b->nchunks;
+    if (landing_refuses(s))
+        return 0; /* never opened */
     if (S_ISLNK(s->peek_st.st_mode))
         return batch_add_link(s, b); /* never opened */
 

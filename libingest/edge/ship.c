@@ -12,6 +12,7 @@
  * the caller's thread, through the context given at create.
  */
 #include "../internal.h"
+#include "../pathpolicy.h"
 #include "ingest/edge.h"
 #include "ingest/session.h"
 
@@ -41,6 +42,8 @@ struct ingest_edge {
     double pending_t0;
     unsigned pending_refused;
     ingest_sender_batch *cur; /* the batch being shipped (finish_batch), for its FILE_REFUSED */
+    int landing_taken;        /* this link's LANDING was read */
+    ingest_wire_landing landing;
     encoder *enc;
     uint8_t *chunkbuf;
 };
@@ -132,6 +135,7 @@ int ingest_edge_attach(ingest_edge *a, ingest_link *link)
 {
     drop_pending(a); /* a batch received on an earlier link was not acknowledged: it is shipped again */
     a->link = link;
+    a->landing_taken = 0;
     a->pipeline = (link->features & INGEST_SESSION_FEATURE_PIPELINE) != 0;
     a->pack = (link->features & INGEST_SESSION_FEATURE_PACK) != 0;
     if (a->pack && a->mcodec == NULL) {
@@ -210,6 +214,12 @@ static int recv_msg(ingest_edge *a, ingest_wire_msg *m, int timeout_ms)
         if (rc < 0)
             break;
         a->st->wire_in += ingest_wire_encoded_size(m) + INGEST_EDGE_FRAME_OVERHEAD;
+        if (m->type == INGEST_MSG_LANDING && (a->link->features & INGEST_SESSION_FEATURE_LANDING) && !a->landing_taken) {
+            /* an embedder that did not ask for the rules (ingest_edge_landing_rules) */
+            a->landing = m->u.landing;
+            a->landing_taken = 1;
+            continue;
+        }
         if (m->type != INGEST_MSG_FILE_REFUSED)
             break;
         if ((rc = take_refusal(a, &m->u.refused)) < 0)
@@ -813,6 +823,36 @@ static int finish_batch_once(ingest_edge *a, ingest_sender_batch *b, double t0)
  * used (an older receiver, or refused) chunks are compressed without it,
  * and the agent says why once.  0, or < 0 when the session failed.
  */
+int ingest_edge_landing_rules(ingest_edge *a, ingest_wire_landing *out)
+{
+    if (a->link == NULL || !(a->link->features & INGEST_SESSION_FEATURE_LANDING))
+        return 0;
+    if (!a->landing_taken) {
+        ingest_wire_msg m;
+        const int rc = ingest_link_recv(a->link, &m, INGEST_EDGE_REPLY_TIMEOUT_MS);
+        if (rc < 0) {
+            edge_log(a, INGEST_LOG_ERROR, "receive: %s: %s", ingest_strerror(rc), ingest_link_recv_errmsg(a->link));
+            return rc;
+        }
+        a->st->wire_in += ingest_wire_encoded_size(&m) + INGEST_EDGE_FRAME_OVERHEAD;
+        if (m.type != INGEST_MSG_LANDING) {
+            edge_log(a, INGEST_LOG_ERROR, "the receiver's first message was %s, not LANDING (the landing feature was agreed)",
+                     ingest_wire_type_name(m.type));
+            return INGEST_EPROTO;
+        }
+        a->landing = m.u.landing;
+        a->landing_taken = 1;
+    }
+    char why[200];
+    if (ingest__path_check_layout(a->landing.layout, why, sizeof why) != 0) {
+        edge_log(a, INGEST_LOG_ERROR, "the receiver's layout \"%s\" breaks the layout rule: %s",
+                 edge_esc(a->landing.layout), why);
+        return INGEST_EPROTO;
+    }
+    *out = a->landing;
+    return 1;
+}
+
 int ingest_edge_offer_dict(ingest_edge *a)
 {
     if (a->o.dict == NULL)

@@ -8,7 +8,11 @@
 #     it; its chunk is not asked for; the next ship does not send it again;
 #   - a symlink planted on the way in bronze refuses the files under it and
 #     nothing is written through it; once the file changes and the way is
-#     clear it lands.
+#     clear it lands;
+#   - the agent keeps the landing rules the receiver sent (LANDING) and
+#     refuses the next such file at the edge, before reading it, with the
+#     same message; the core never hears of it; a changed version is tried
+#     again.
 . "$(dirname "$0")/lib.sh"
 setup_keys
 write_receiver_config 'metrics:
@@ -48,7 +52,7 @@ rc=0
 [ "$(field dev1 chunks_new)" -eq 100 ] || fail "chunks_new=$(field dev1 chunks_new), expected the 100 ordinary files' chunks alone"
 grep -q "refused by the receiver (the rest of batch .* landed): .*its landed path would be 4100 bytes (the path is 4084, the layout adds 16); the bronze tree takes at most 4095" "$T/dev1.err" ||
     { cat "$T/dev1.err"; fail "the agent does not name the refused file with the receiver's reason"; }
-grep -q "1 file(s) were refused by the receiver" "$T/dev1.err" || fail "the agent's closing line does not count the refusal"
+grep -q "1 file(s) were refused one by one, 0 of them at the edge" "$T/dev1.err" || fail "the agent's closing line does not count the refusal"
 i=0
 while [ $i -lt 100 ]; do
     [ "$(cat "$(landed_root dev1)"/*/*/*/big/f$i.txt)" = "ordinary file $i" ] || fail "f$i.txt did not land"
@@ -67,6 +71,46 @@ pass "a 4,100-byte landed path is refused alone with its reason; its 100 neighbo
 ship dev1
 [ "$(field dev1 files)" -eq 0 ] || fail "the next ship sent $(field dev1 files) files (the refused one again?)"
 pass "the refused file is not sent again while it is unchanged"
+
+# The receiver told its landing rules (LANDING) on connecting, and the agent
+# kept them: a new file that breaks them is refused at the edge, before it is
+# read, with the message the core gives; the core never hears of it.
+[ -f "$T/astate-dev1/landing" ] || fail "the agent did not keep the receiver's landing rules"
+head -1 "$T/astate-dev1/landing" | grep -q '^ingest-landing 1 4095 255 [0-9]*$' || fail "the landing file's header: $(head -1 "$T/astate-dev1/landing")"
+name2=$(printf '%0240d' 0 | tr 0 m)
+# into the deep directory step by step (its absolute path is past PATH_MAX), then write
+deep_write() { # deep_write TEXT [NAME]
+    (
+        cd "$S" || exit 1
+        i=0
+        while [ $i -lt 19 ]; do cd "$seg" || exit 1; i=$((i + 1)); done
+        cd twenty-bytes-of-name && printf "$1" >> "${2:-$name2}"
+    ) || fail "could not write in the deep directory"
+}
+deep_write 'also too deep to land\n'
+printf 'a new ordinary file\n' > "$S/new.txt"
+rc=0
+"$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" || rc=$?
+[ "$rc" -eq 3 ] || { cat "$T/dev1.err"; fail "the agent exited $rc, expected 3 (a file refused at the edge)"; }
+[ "$(field dev1 files)" -eq 1 ] || fail "acknowledged $(field dev1 files) files, expected new.txt alone"
+[ "$(field dev1 files_refused_edge)" -eq 1 ] || fail "files_refused_edge=$(field dev1 files_refused_edge), expected 1"
+[ "$(field dev1 files_refused)" -eq 1 ] || fail "files_refused=$(field dev1 files_refused), expected 1"
+[ "$(field dev1 bytes)" -eq "$(wc -c < "$S/new.txt")" ] || fail "bytes=$(field dev1 bytes): more than new.txt went"
+grep -q "refused at the edge by the receiver's landing rules (not sent until it changes): file big/d.*its landed path would be 4100 bytes (the path is 4084, the layout adds 16); the bronze tree takes at most 4095" "$T/dev1.err" ||
+    { cat "$T/dev1.err"; fail "the agent does not name the file refused at the edge with the core's reason"; }
+grep -q "1 file(s) were refused one by one, 1 of them at the edge" "$T/dev1.err" || fail "the closing line does not count the edge refusal"
+! grep -h mmmm "$T/bronze/_manifests/dev1/"*.jsonl > /dev/null || fail "the file refused at the edge reached a batch manifest"
+[ "$(scrape ingest_receiver_files_refused_total)" = 1 ] || fail "the receiver counted a refusal for the file refused at the edge"
+[ "$(cat "$(landed_root dev1)"/*/*/*/big/new.txt)" = "a new ordinary file" ] || fail "new.txt did not land"
+ship dev1
+[ "$(field dev1 files)" -eq 0 ] && [ "$(field dev1 files_refused_edge)" -eq 0 ] ||
+    fail "the next ship tried the refused file again (files=$(field dev1 files) files_refused_edge=$(field dev1 files_refused_edge))"
+deep_write 'changed\n'
+rc=0
+"$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" || rc=$?
+[ "$rc" -eq 3 ] && [ "$(field dev1 files_refused_edge)" -eq 1 ] || fail "a changed refused file was not tried (and refused) again"
+pass "a file that breaks the receiver's landing rules is refused at the edge with the core's message, once per version"
+
 
 # A symlink on the way in bronze: the files under it are refused, nothing is written through it.
 L="$T/src/links"
@@ -138,3 +182,46 @@ wait $APID || true
 [ -e "$D/r.txt" ] || fail "a restart deleted the refused file"
 [ "$(cat "$D/r.txt")" = refused ] || fail "the refused file changed"
 pass "after_ship: delete leaves the refused file (at the ack, in the deferred pass, after a restart) and deletes the others"
+
+# The daemon learns the rules on connecting too, and refuses at the edge.
+# (A path deep enough for the layout above is past PATH_MAX as an absolute
+# path at the edge, so here the receiver's layout appends to the name: a
+# 252-byte name lands as a 257-byte component.)
+stop_receiver
+write_receiver_config 'layout: "{device}/{path}~{device}"
+metrics:
+  listen: 127.0.0.1:0'
+start_receiver
+maddr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$T/receiver.log" | tail -1)
+E="$T/src/edge"
+mkdir -p "$E"
+printf 'first\n' > "$E/first.txt"
+write_agent_config dev1 "$E" 'batch:
+  max_wait: 200ms
+rescan_interval: 1h'
+sed -i 's|^  - path: .*|&\n    settle: 200ms|' "$T/dev1.yaml"
+"$AGENT" --config "$T/dev1.yaml" > "$T/edge.out" 2> "$T/edge.err" &
+APID=$!
+until_landed() {
+    i=0
+    while [ ! -f "$(landed_root dev1)/edge/$1~dev1" ]; do
+        i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/edge.err"; fail "$1 did not land"; }
+        sleep 0.05
+    done
+}
+until_landed first.txt
+grep -q '~{device}' "$T/astate-dev1/landing" || fail "the daemon did not keep the new receiver's rules"
+long=$(printf '%0252d' 0 | tr 0 L)
+printf 'a long name\n' > "$E/$long"
+printf 'second\n' > "$E/second.txt"
+until_landed second.txt
+kill -TERM $APID
+rc=0; wait $APID || rc=$?
+[ "$rc" = 0 ] || { cat "$T/edge.err"; fail "the daemon exited $rc"; }
+grep -q "refused at the edge by the receiver's landing rules (not sent until it changes): file edge/LLL.*: landed path \"dev1/edge/LLL.*\": a component of 257 bytes; the bronze filesystem allows 255" "$T/edge.err" ||
+    { cat "$T/edge.err"; fail "the daemon did not refuse the long name at the edge"; }
+grep -q "files_refused=1 .*files_refused_edge=1" "$T/edge.out" || { cat "$T/edge.out"; fail "the daemon's stopped line does not count the edge refusal"; }
+r=$(scrape ingest_receiver_files_refused_total)
+[ "${r:-0}" = 0 ] || fail "the receiver heard of the file the daemon refused at the edge ($r)"
+[ -e "$E/$long" ] || fail "the refused file is gone"
+pass "the daemon refuses at the edge too (a landed name past 255 bytes), and ships the rest"

@@ -43,7 +43,7 @@ grep ']: stats {' "$T/dev1.err" | tail -1 | sed 's/.*]: stats //' > "$T/stats.js
 python3 - "$T/stats.json" "$devs" <<'PY' || { cat "$T/stats.json"; fail "the metrics do not count the skipped kinds"; }
 import json, sys
 m = json.load(open(sys.argv[1]))["ingest_agent_special_files"]
-assert m == {"symlink": 2, "fifo": 1, "socket": 1, "device": int(sys.argv[2])}, m
+assert m == {"symlink": 2, "fifo": 1, "socket": 1, "device": int(sys.argv[2]), "bad_link": 0}, m
 PY
 pass "ingest_agent_special_files{kind} counts them (the --stats-interval line at exit)"
 
@@ -72,7 +72,7 @@ grep -q "not regular files .*symlink=2 fifo=1 socket=1 device=$devs" "$T/st.txt"
 python3 - "$T/st.json" "$devs" <<'PY' || { cat "$T/st.json"; fail "status --json does not count them"; }
 import json, sys
 w = json.load(open(sys.argv[1]))["walks"]["not_regular"]
-assert w == {"symlink": 2, "fifo": 1, "socket": 1, "device": int(sys.argv[2])}, w
+assert w == {"symlink": 2, "fifo": 1, "socket": 1, "device": int(sys.argv[2]), "bad_link": 0}, w
 PY
 kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null || true
 grep -q "skipped_symlinks=2 skipped_fifos=1 skipped_sockets=1 skipped_devices=$devs" "$T/dev2.out" ||

@@ -1667,6 +1667,99 @@ static void test_alloc_failures(void **state)
     rm_tree(d);
 }
 
+/* on_refuse: the refused path, the walk's size and the rule, as told. */
+struct refusals {
+    struct rec r;
+    char got[2048];
+    int n;
+};
+
+static void record_refusal(void *ud, const char *path, const ingest_sender_stat *st, const char *why)
+{
+    struct refusals *x = ud;
+    const size_t n = strlen(x->got);
+    snprintf(x->got + n, sizeof(x->got) - n, "%s:%llu:%s\n", path, (unsigned long long)st->size, why);
+    x->n++;
+}
+
+/*
+ * The receiver's landing rules at the edge (ingest_sender_set_landing): a
+ * file whose landed path would break them is refused before it is opened
+ * (even an unreadable one), told through on_refuse and on_skip, counted,
+ * and left out of the batch; the others go as before.  A bad layout or
+ * limit is refused with a message; NULL forgets the rules.
+ */
+static void test_landing_rules(void **state)
+{
+    (void)state;
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    mkdirs(d, "src/deep");
+    char longname[241];
+    memset(longname, 'n', 240);
+    longname[240] = '\0';
+    char rel[300];
+    snprintf(rel, sizeof rel, "src/deep/%s", longname);
+    put_random(d, "src/ok", 1000, 71);
+    put_random(d, rel, 2000, 72);
+    char full[4096];
+    join(full, sizeof(full), d, rel);
+    assert_int_equal(chmod(full, 0), 0); /* never opened: the rule comes first */
+    struct refusals x;
+    memset(&x, 0, sizeof(x));
+    char srcdir[512];
+    join(srcdir, sizeof(srcdir), d, "src");
+    const ingest_sender_source src[] = { { "s", srcdir, 0 } };
+    ingest_sender_opts o = base_opts(src, 1, &x.r);
+    o.userdata = &x;
+    o.on_refuse = record_refusal;
+    ingest_sender *s = NULL;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+    /* rules that break the layout rule or the limits are refused, with a message */
+    assert_int_equal(ingest_sender_set_landing(s, "{device}/x", 4095, 255), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "must contain {path}"));
+    assert_int_equal(ingest_sender_set_landing(s, "{path}", 4096, 255), INGEST_EINVAL);
+    assert_int_equal(ingest_sender_set_landing(s, "{path}", 4095, 256), INGEST_EINVAL);
+    /* "{path}~{device}": the long name's landed component is 240 + 6 bytes, past a 245-byte limit */
+    assert_int_equal(ingest_sender_set_landing(s, "{device}/{path}~{device}", 4095, 245), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    ingest_sender_batch *b = NULL;
+    assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    assert_int_equal(bs.files, 1);
+    ingest_sender_file_info fi;
+    assert_int_equal(ingest_sender_batch_file(b, 0, &fi), 0);
+    assert_string_equal(fi.path, "s/ok");
+    assert_int_equal(x.n, 1);
+    assert_non_null(strstr(x.got, ":2000:file s/deep/nnnn"));
+    assert_non_null(strstr(x.got, "a component of 246 bytes; the bronze filesystem allows 245"));
+    char want[300];
+    snprintf(want, sizeof want, "%d:s/deep/%s\n", INGEST_SKIP_REFUSED, longname);
+    assert_string_equal(x.r.skips, want);
+    ingest_sender_stats st;
+    ingest_sender_get_stats(s, &st);
+    assert_int_equal(st.refused, 1);
+    assert_int_equal(st.skipped_unreadable, 0);
+    ingest_sender_batch_destroy(b);
+    /* forgotten: the file is taken again (and is then unreadable) */
+    assert_int_equal(ingest_sender_set_landing(s, NULL, 0, 0), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    b = NULL;
+    const int rc = ingest_sender_next_batch(s, &b);
+    assert_true(rc == 0 || rc == 1);
+    ingest_sender_get_stats(s, &st);
+    assert_int_equal(st.refused, 1);
+    if (geteuid() != 0)
+        assert_int_equal(st.skipped_unreadable, 1);
+    ingest_sender_batch_destroy(b);
+    ingest_sender_destroy(s);
+    assert_int_equal(chmod(full, 0600), 0);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1684,6 +1777,7 @@ int main(void)
         cmocka_unit_test(test_changed_while_chunking),
         cmocka_unit_test(test_vanish_shrink_replace_before_read),
         cmocka_unit_test(test_symlinks_shipped),
+        cmocka_unit_test(test_landing_rules),
         cmocka_unit_test(test_memory_bounded),
         cmocka_unit_test(test_alloc_failures),
     };

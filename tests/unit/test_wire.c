@@ -102,9 +102,9 @@ static void test_header(void **state)
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
     b[0] = INGEST_MSG_FILE_REFUSED;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
-    b[0] = 17;
+    b[0] = 18;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EPROTO);
-    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 17"));
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 18"));
     b[0] = 1;
     b[1] = 2;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EVERSION);
@@ -379,7 +379,7 @@ static void test_received(void **state)
     ingest_wire_msg m, r;
     uint8_t buf[512];
     assert_int_equal(INGEST_MSG_RECEIVED, 11);
-    assert_int_equal(INGEST_MSG_TYPE_LAST, INGEST_MSG_FILE_REFUSED);
+    assert_int_equal(INGEST_MSG_TYPE_LAST, INGEST_MSG_LANDING);
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_RECEIVED;
     strcpy(m.u.received.batch_id, "20240101T000000-0007");
@@ -595,6 +595,60 @@ static void test_dict_data(void **state)
     free(p);
 }
 
+/* LANDING: golden layout, bounds both ways. */
+static void test_landing(void **state)
+{
+    (void)state;
+    ingest_wire_msg m, r;
+    uint8_t buf[1400];
+    assert_int_equal(INGEST_MSG_LANDING, 17);
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_LANDING;
+    m.u.landing.path_max = 4095;
+    m.u.landing.name_max = 255;
+    strcpy(m.u.landing.layout, "{device}/{yyyy}/{path}");
+    const size_t len = round_trip(&m, &r, buf, sizeof(buf));
+    assert_int_equal(len, 4 + 4 + 2 + strlen(m.u.landing.layout));
+    assert_int_equal(buf[0], 0xff); /* little-endian 4095 */
+    assert_int_equal(buf[1], 0x0f);
+    assert_int_equal(buf[4], 255);
+    assert_int_equal(buf[8], (uint8_t)strlen(m.u.landing.layout));
+    assert_int_equal(r.u.landing.path_max, 4095);
+    assert_int_equal(r.u.landing.name_max, 255);
+    assert_string_equal(r.u.landing.layout, m.u.landing.layout);
+    /* the encoder refuses what the decoder would */
+    size_t n = 0;
+    m.u.landing.path_max = 4096;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &n), INGEST_EINVAL);
+    m.u.landing.path_max = 4095;
+    m.u.landing.name_max = 0;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &n), INGEST_EINVAL);
+    m.u.landing.name_max = 255;
+    m.u.landing.layout[0] = '\0';
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &n), INGEST_EINVAL);
+    strcpy(m.u.landing.layout, "{path}");
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &n), 0);
+    uint8_t bad[1400];
+    memcpy(bad, buf, n);
+    bad[0] = 0x00;
+    bad[1] = 0x10; /* 4096 */
+    expect_fail(INGEST_MSG_LANDING, bad, n, INGEST_ECORRUPT, "path max 4096 outside 1..4095 (offset 0)");
+    memcpy(bad, buf, n);
+    bad[4] = 0;
+    expect_fail(INGEST_MSG_LANDING, bad, n, INGEST_ECORRUPT, "name max 0 outside 1..255 (offset 4)");
+    memcpy(bad, buf, n);
+    bad[8] = 0;
+    expect_fail(INGEST_MSG_LANDING, bad, 10, INGEST_ECORRUPT, "empty layout (offset 8)");
+    memcpy(bad, buf, n);
+    bad[8] = 0x01;
+    bad[9] = 0x04; /* 1025 bytes */
+    expect_fail(INGEST_MSG_LANDING, bad, n, INGEST_ECORRUPT, "exceeds 1024");
+    memcpy(bad, buf, n);
+    bad[10] = 0;
+    expect_fail(INGEST_MSG_LANDING, bad, n, INGEST_ECORRUPT, "contains a NUL byte");
+    expect_fail(INGEST_MSG_LANDING, buf, n - 1, INGEST_ECORRUPT, "layout");
+}
+
 /* FILE_REFUSED: golden layout, bounds, and a non-negative code or an empty message refused both ways. */
 static void test_file_refused(void **state)
 {
@@ -647,7 +701,7 @@ static void test_unknown_types(void **state)
     uint8_t buf[16] = { 0 };
     expect_fail(0, buf, 8, INGEST_EPROTO, "unknown message type 0");
     expect_fail(200, buf, 8, INGEST_EPROTO, "unknown message type 200");
-    expect_fail(17, buf, 8, INGEST_EPROTO, "unknown message type 17");
+    expect_fail(18, buf, 8, INGEST_EPROTO, "unknown message type 18");
     expect_fail(255, buf, 8, INGEST_EPROTO, NULL);
     memset(&m, 0, sizeof(m));
     m.type = 42;
@@ -688,7 +742,7 @@ static void test_random_payloads(void **state)
         const size_t n = (size_t)(rand_r(&seed) % (int)sizeof(buf));
         for (size_t k = 0; k < n; k++)
             buf[k] = (uint8_t)rand_r(&seed);
-        const unsigned type = (unsigned)(rand_r(&seed) % 18); /* 0 and 17 are unknown */
+        const unsigned type = (unsigned)(rand_r(&seed) % 19); /* 0 and 18 are unknown */
         ingest_wire_msg m;
         if (ingest_wire_decode(ctx, type, buf, n, &m) == 0) {
             ok++;
@@ -717,6 +771,7 @@ int main(void)
         cmocka_unit_test(test_dict_want),
         cmocka_unit_test(test_dict_data),
         cmocka_unit_test(test_file_refused),
+        cmocka_unit_test(test_landing),
         cmocka_unit_test(test_unknown_types),
         cmocka_unit_test(test_chunk_group),
         cmocka_unit_test(test_id_rule),
