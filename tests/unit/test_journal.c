@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "store.h"
@@ -320,6 +322,160 @@ static void test_format1_record(void **state)
     assert_int_equal(ingest_journal_get(f->j, 9, &b), INGEST_ECORRUPT);
 }
 
+/*
+ * kill -9 in the middle of the journal's work, not after a clean close: a
+ * child process journals batches (add, SENT, ACKED) as the daemon does and
+ * reports each step once it returned (committed) on a pipe; the parent
+ * kills it after a varying number of steps, at whatever it is doing then,
+ * and reopens the store.  Every reported step must be there (the state
+ * reached or a later one; an acknowledged batch's files in the file table
+ * and no longer in flight; a batch not yet acknowledged keeps its files in
+ * flight), the step the kill interrupted is there whole or not at all, and
+ * the store always opens.  Rounds go on in the same store.
+ */
+#define KILL_FILES 3
+
+static void kill_files(uint64_t seq, char paths[KILL_FILES][48], ingest_journal_file *files)
+{
+    for (int k = 0; k < KILL_FILES; k++) {
+        snprintf(paths[k], sizeof(paths[k]), "src/b%llu/f%d", (unsigned long long)seq, k);
+        files[k] = (ingest_journal_file){ paths[k], seq * 10 + (uint64_t)k, (int64_t)seq, (int64_t)seq + 1, 0 };
+    }
+}
+
+/* The child: journal batches from seq on, reporting "seq state" after each committed step. */
+static void kill_child(const char *dir, uint64_t seq, int out)
+{
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_store *st = NULL;
+    ingest_filetable *ft = NULL;
+    ingest_journal *j = NULL;
+    const ingest_store_opts o = { .map_size = 64u << 20, .flags = INGEST_STORE_NOSYNC };
+    if (ctx == NULL || ingest_store_open(ctx, dir, &o, &st) != 0 || ingest_filetable_open(st, &ft) != 0 ||
+        ingest_journal_open(st, ft, &j) != 0)
+        _exit(3);
+    for (;; seq++) {
+        char paths[KILL_FILES][48], id[32];
+        ingest_journal_file files[KILL_FILES];
+        kill_files(seq, paths, files);
+        snprintf(id, sizeof id, "kill-%06llu", (unsigned long long)seq);
+        for (int state = INGEST_JOURNAL_PENDING; state <= INGEST_JOURNAL_ACKED; state++) {
+            const int rc = state == INGEST_JOURNAL_PENDING ? ingest_journal_add(j, seq, id, files, KILL_FILES)
+                                                           : ingest_journal_set_state(j, seq, state, NULL, 0);
+            if (rc != 0) {
+                fprintf(stderr, "child: batch %llu state %d: %s\n", (unsigned long long)seq, state, ingest_ctx_errmsg(ctx));
+                _exit(4);
+            }
+            char line[64];
+            const int n = snprintf(line, sizeof line, "%llu %d\n", (unsigned long long)seq, state);
+            if (write(out, line, (size_t)n) != n)
+                _exit(5);
+        }
+    }
+}
+
+static void test_kill_mid_work(void **state)
+{
+    (void)state;
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/test_journal_kill.XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    assert_non_null(ctx);
+    const int rounds = getenv("INGEST_TEST_QUICK") ? 4 : 25;
+    uint64_t next = 1;
+    unsigned seed = 7;
+    for (int round = 0; round < rounds; round++) {
+        int fds[2];
+        assert_int_equal(pipe(fds), 0);
+        const pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            close(fds[0]);
+            kill_child(dir, next, fds[1]);
+        }
+        close(fds[1]);
+        /* let it report 1..120 steps, then kill it wherever it is */
+        const int steps = 1 + (int)(rand_r(&seed) % 120);
+        uint64_t last_seq = 0;
+        int last_state = 0, got = 0;
+        FILE *in = fdopen(fds[0], "r");
+        assert_non_null(in);
+        unsigned long long sq;
+        int stt;
+        while (got < steps && fscanf(in, "%llu %d", &sq, &stt) == 2) {
+            last_seq = sq;
+            last_state = stt;
+            got++;
+        }
+        kill(pid, SIGKILL);
+        int ws = 0;
+        assert_int_equal(waitpid(pid, &ws, 0), pid);
+        fclose(in);
+        if (!(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL)) /* not an exit of its own (a failed step) */
+            fail_msg("round %d: the child exited %d by itself after %d steps", round, WIFEXITED(ws) ? WEXITSTATUS(ws) : -1, got);
+        assert_int_equal(got, steps);
+
+        ingest_store *st = NULL;
+        ingest_filetable *ft = NULL;
+        ingest_journal *j = NULL;
+        const ingest_store_opts o = { .map_size = 64u << 20, .flags = INGEST_STORE_NOSYNC };
+        assert_int_equal(ingest_store_open(ctx, dir, &o, &st), 0);
+        assert_int_equal(ingest_filetable_open(st, &ft), 0);
+        assert_int_equal(ingest_journal_open(st, ft, &j), 0);
+        /* every reported batch (last_seq is the newest reported; the child ran on meanwhile, so
+         * later ones may be there too, each whole), up to the first missing one */
+        uint64_t first_open = 0;
+        for (uint64_t q = next;; q++) {
+            ingest_journal_batch *b = NULL;
+            const int rc = ingest_journal_get(j, q, &b);
+            const int want = q < last_seq ? INGEST_JOURNAL_ACKED : q == last_seq ? last_state : 0;
+            if (rc == INGEST_ENOTFOUND) {
+                assert_int_equal(want, 0); /* a reported step is never lost */
+                if (first_open == 0)
+                    first_open = q;
+                break;
+            }
+            assert_int_equal(rc, 0);
+            assert_true(b->state >= want);
+            assert_int_equal(b->nfiles, KILL_FILES);
+            char paths[KILL_FILES][48];
+            ingest_journal_file files[KILL_FILES];
+            kill_files(q, paths, files);
+            for (int k = 0; k < KILL_FILES; k++) {
+                assert_string_equal(b->files[k].path, paths[k]);
+                assert_int_equal(b->files[k].size, files[k].size);
+                ingest_file_state fs;
+                const int inft = ingest_journal_inflight(j, paths[k], NULL);
+                const int intable = ingest_filetable_get(ft, paths[k], &fs) == 0;
+                if (b->state == INGEST_JOURNAL_ACKED) {
+                    assert_true(intable);
+                    assert_int_equal(fs.size, files[k].size);
+                    assert_int_equal(inft, 0);
+                } else {
+                    assert_false(intable);
+                    assert_int_equal(inft, 1);
+                }
+            }
+            /* only the newest batch may be short of ACKED: the child journals one at a time */
+            if (b->state != INGEST_JOURNAL_ACKED) {
+                assert_int_equal(first_open, 0);
+                first_open = q;
+                /* forget it, as a daemon that replays it would journal it again */
+                assert_int_equal(ingest_journal_remove(j, q), 0);
+            }
+            ingest_journal_batch_free(j, b);
+        }
+        ingest_journal_close(j);
+        ingest_filetable_close(ft);
+        ingest_store_close(st);
+        next = first_open; /* the child of the next round goes on from here */
+    }
+    assert_true(next > 1);
+    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    ingest_ctx_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -329,6 +485,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_format1_record, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prune, setup, teardown),
         cmocka_unit_test_setup_teardown(test_filetable_hash, setup, teardown),
+        cmocka_unit_test(test_kill_mid_work),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
