@@ -1,0 +1,45 @@
+#!/bin/sh
+# Disk full at the core (issue 17, fault classes): the bronze tree on a
+# 6 MiB tmpfs, five incompressible 2 MiB files shipped one per batch.
+#   - Once bronze is full, the batch that does not fit fails as a whole with
+#     a clear error naming the lack of space; the agent exits non-zero and
+#     says not everything was acknowledged; every file under a final name
+#     equals its source, no temporary file is left behind, and the receiver
+#     goes on serving.
+#   - With room back (the tmpfs grown), the next ship lands the rest: each
+#     file once, byte-identical; what had landed is not sent again.
+# Needs root (mount); skipped with the reason otherwise.
+. "$(dirname "$0")/lib.sh"
+[ "$(id -u)" = 0 ] || { echo "skip: mounting a tmpfs for bronze needs root"; exit 0; }
+mkdir -p "$T/bronze"
+mount -t tmpfs -o size=6m ingest-test "$T/bronze" 2>/dev/null || { echo "skip: cannot mount a tmpfs here"; exit 0; }
+trap 'stop_receiver; umount "$T/bronze" 2>/dev/null || umount -l "$T/bronze"; cleanup' EXIT
+setup_keys
+write_receiver_config 'layout: "{device}/{path}"'
+start_receiver
+S="$T/src/data"
+mkdir -p "$S"
+for i in 1 2 3 4 5; do head -c 2097152 /dev/urandom > "$S/f$i.bin"; done
+write_agent_config dev1 "$S" 'batch:
+  max_files: 1'
+rc=0
+"$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" || rc=$?
+[ "$rc" -ne 0 ] || { cat "$T/dev1.err"; fail "the agent exited 0 although bronze was full"; }
+grep -qi "out of space\|no space left" "$T/dev1.err" || { cat "$T/dev1.err"; fail "the agent does not say bronze is out of space"; }
+grep -qi "out of space\|no space left" "$T/receiver.log" || { tail -20 "$T/receiver.log"; fail "the receiver does not say bronze is out of space"; }
+landed=$(find "$(landed_root dev1)" -type f ! -name '*.ingest-tmp-*' 2>/dev/null | wc -l)
+[ "$landed" -ge 1 ] && [ "$landed" -lt 5 ] || fail "$landed files landed; expected some but not all"
+for f in "$(landed_root dev1)"/data/*; do
+    cmp -s "$f" "$S/$(basename "$f")" || fail "$(basename "$f") under its final name differs from its source"
+done
+[ "$(count_tmp "$T/bronze")" -eq 0 ] || fail "temporary files left in bronze after the failed batch: $(count_tmp "$T/bronze")"
+kill -0 "$RECV_PID" || fail "the receiver died"
+pass "bronze full: the batch that does not fit fails whole with the reason; $landed files landed intact, nothing partial"
+
+mount -o remount,size=64m "$T/bronze" || fail "cannot grow the tmpfs"
+ship dev1
+[ "$(field dev1 files)" -eq $((5 - landed)) ] || fail "the second ship sent $(field dev1 files) files, expected $((5 - landed))"
+same_tree "$S" "$(landed_root dev1)/data"
+[ "$(find "$(landed_root dev1)" -type f | wc -l)" -eq 5 ] || fail "not exactly 5 files in bronze"
+[ "$(count_tmp "$T/bronze")" -eq 0 ] || fail "temporary files left"
+pass "room back: the rest lands once, byte-identical; what had landed was not sent again"
