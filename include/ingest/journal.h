@@ -108,7 +108,8 @@ INGEST_API int ingest_journal_inflight(ingest_journal *j, const char *path, uint
  * Stability: 1 when path has had this size and mtime since at least
  * settle_ns before now_ns (or was marked renamed with them), 0 when not yet
  * (the record is made or restarted; *wait_ns, if not NULL, gets the time
- * left).  Times are wall-clock nanoseconds, so records survive restarts.
+ * left).  Times are wall-clock nanoseconds, so records survive restarts;
+ * a now_ns before the record's time (the clock went back) restarts it.
  */
 INGEST_API int ingest_journal_stable(ingest_journal *j, const char *path, uint64_t size, int64_t mtime_ns,
                                      int64_t now_ns, int64_t settle_ns, int64_t *wait_ns);

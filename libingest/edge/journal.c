@@ -463,7 +463,13 @@ int ingest_journal_stable(ingest_journal *j, const char *path, uint64_t size, in
         const int64_t since = (int64_t)ingest__get_u64(v + 24);
         if (v[1] & SEEN_SKIPPED)
             goto fresh;
-        if ((v[1] & SEEN_RENAMED) || now_ns - since >= settle_ns || now_ns < since)
+        if (v[1] & SEEN_RENAMED)
+            return 1;
+        /* The clock went back since the record was made: how long the file has been quiet is
+         * not known, so its settle time starts again (never a half-written file shipped at once). */
+        if (now_ns < since)
+            goto fresh;
+        if (now_ns - since >= settle_ns)
             return 1;
         if (wait_ns != NULL)
             *wait_ns = settle_ns - (now_ns - since);

@@ -175,6 +175,13 @@ static void test_stability(void **state)
     assert_int_equal(ingest_journal_stable(f->j, "src/a", 11, 6, 102 * s, 2 * s, &wait), 0);
     assert_int_equal(ingest_journal_stable(f->j, "src/a", 11, 6, 103 * s, 2 * s, &wait), 0);
     assert_int_equal(ingest_journal_stable(f->j, "src/a", 11, 6, 104 * s, 2 * s, &wait), 1);
+    /* the clock went back an hour while src/c settled: its settle time starts again */
+    assert_int_equal(ingest_journal_stable(f->j, "src/c", 3, 4, 5000 * s, 2 * s, &wait), 0);
+    assert_int_equal(ingest_journal_stable(f->j, "src/c", 3, 4, 1400 * s, 2 * s, &wait), 0);
+    assert_int_equal(wait, 2 * s);
+    assert_int_equal(ingest_journal_stable(f->j, "src/c", 3, 4, 1401 * s, 2 * s, &wait), 0);
+    assert_int_equal(wait, s);
+    assert_int_equal(ingest_journal_stable(f->j, "src/c", 3, 4, 1402 * s, 2 * s, &wait), 1);
     /* renamed in: stable at once, while size and mtime hold */
     assert_int_equal(ingest_journal_mark_renamed(f->j, "src/r", 7, 8, 50 * s), 0);
     assert_int_equal(ingest_journal_stable(f->j, "src/r", 7, 8, 50 * s, 2 * s, &wait), 1);
