@@ -266,9 +266,12 @@ clean:
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
-# Crash-safety soak of the edge daemon: 20+ kill -9 at random moments while it ships 2,000 files.
-soak: programs
-	BUILD=$(abspath $(BUILD)) SOAK_KILLS=$${SOAK_KILLS:-24} sh tests/integration/test_daemon_kill.sh
+# The crash soak (issue 17): kill -9 of the agent daemon (SOAK_AGENT_KILLS,
+# 1,000) and of the receiver (SOAK_RECEIVER_KILLS, 200) at random moments
+# while a writer keeps adding files; make check runs it with 12 and 3.
+soak: programs tests
+	BUILD=$(abspath $(BUILD)) SOAK_AGENT_KILLS=$${SOAK_AGENT_KILLS:-1000} \
+		SOAK_RECEIVER_KILLS=$${SOAK_RECEIVER_KILLS:-200} sh tests/integration/test_soak.sh
 .PHONY: soak
 
 # The catalog benchmark (issue 13): FILES (1,000,000) synthesized landed

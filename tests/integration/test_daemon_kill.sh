@@ -1,6 +1,6 @@
 #!/bin/sh
 # kill -9 of the daemon at random moments while it ships 2,000 small files
-# (SOAK_KILLS kills, default 5; `make soak` runs 20+).  After the final
+# (SOAK_KILLS kills, default 5; test_soak.sh is the long soak).  After the final
 # restart every file has landed exactly once and byte-identical: each path
 # has one FILE record across all manifests (a batch whose ack was lost is
 # replayed under the same batch id, which the core acknowledges as a
