@@ -7,7 +7,9 @@
 #      and a replayed record, from an authorized device (evil-agent);
 #   4. manifests with hostile paths: "../../escape.txt", "/etc/x", an
 #      escaped NUL, and a path through a symlink planted in the bronze tree
-#      pointing outside it (evil-agent).
+#      pointing outside it (evil-agent);
+#    - a sealed CHUNK whose bytes do not match its id (the receiver's own
+#      verification, evil-agent --lie).
 # Finally a legitimate ship of dev1 still lands (the receiver survived, and
 # the "nothing landed" checks above could have seen a landed file).
 . "$(dirname "$0")/lib.sh"
@@ -184,6 +186,18 @@ grep -q "acknowledged" "$T/early.err" || { cat "$T/early.err"; fail "early chunk
 [ ! -e "$T/bronze/_manifests/dev2/early1-2.jsonl" ] || fail "early chunk: the second batch has a manifest"
 log_has "early chunk" "device dev2 batch early1-2: chunk 0: CHUNK sent before the WANT"
 pass "a CHUNK sent before its WANT is refused and its batch lands nothing"
+
+# The receiver's own verification of a single CHUNK: one properly sealed
+# and compressed, asked for by a WANT, whose bytes do not match its id, is
+# refused with ERROR and its batch lands nothing.
+evil dev2 "lie" --batch lie1 --path "honest/lie.txt" --content "bytes a chunk lies about" --lie
+[ "$EVIL_RC" -eq 3 ] || { cat "$T/lie.err"; fail "lying chunk: exit $EVIL_RC, expected 3 (ERROR)"; }
+grep -q "does not match its id" "$T/lie.out" || { cat "$T/lie.out"; fail "lying chunk: reason not given"; }
+[ ! -e "$T/bronze/dev2/honest/lie.txt" ] || fail "lying chunk: its file landed"
+[ ! -e "$T/bronze/_manifests/dev2/lie1.jsonl" ] || fail "lying chunk: its batch has a manifest"
+[ "$(count_tmp "$T/bronze")" -eq 0 ] || fail "lying chunk: a temporary file was left"
+log_has "lying chunk" "device dev2 batch lie1 failed: chunk 0: .*does not match its id"
+pass "a CHUNK whose bytes do not match its id is refused by the receiver's check and lands nothing"
 
 # CHUNK_GROUP (pack feature): a group whose bytes do not match the ids of
 # its chunks is refused with ERROR and lands nothing; a group sent without

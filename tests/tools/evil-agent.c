@@ -27,6 +27,9 @@
  *                          "bad" the same with one byte of the chunk flipped
  *                          before it is compressed; "nopack" without the
  *                          feature agreed.
+ *   --lie                  send the batch's chunk as a CHUNK, properly sealed
+ *                          and compressed, with one byte flipped before it
+ *                          is compressed: its bytes do not match its id
  *   --dict FILE            offer the dictionary FILE (its true id, size and
  *                          hash) right after the handshake; if asked for it,
  *                          send it as one DICT_DATA, then go on with the batch
@@ -351,7 +354,7 @@ int main(int argc, char **argv)
 {
     const char *address = NULL, *device = NULL, *keyfile = NULL, *pubfile = NULL, *dedupfile = NULL;
     const char *batch = "evil1", *path = "data/evil.txt", *content = NULL;
-    int ping = 0, early = 0, dict_tamper_set = 0;
+    int ping = 0, early = 0, lie = 0, dict_tamper_set = 0;
     long dict_tamper = 0;
     const char *dictfile = NULL, *chunkdict = NULL, *group = NULL, *error_text = NULL;
     uint8_t *dict = NULL;
@@ -367,7 +370,7 @@ int main(int argc, char **argv)
         { "path", required_argument, NULL, 'p' },    { "content", required_argument, NULL, 'c' },
         { "ping", no_argument, NULL, 'P' },          { "tamper", required_argument, NULL, 't' },
         { "replay", required_argument, NULL, 'R' },  { "early-chunk", no_argument, NULL, 'E' },
-        { "group", required_argument, NULL, 'G' },
+        { "group", required_argument, NULL, 'G' },  { "lie", no_argument, NULL, 'L' },
         { "dict", required_argument, NULL, 'T' },    { "dict-tamper", required_argument, NULL, 'X' },
         { "dict-chunk", required_argument, NULL, 'U' }, { "error", required_argument, NULL, 'e' },
         { NULL, 0, NULL, 0 },
@@ -385,6 +388,7 @@ int main(int argc, char **argv)
         case 'c': content = optarg; break;
         case 'P': ping = 1; break;
         case 'E': early = 1; break;
+        case 'L': lie = 1; break;
         case 'G':
             group = optarg;
             if (strcmp(group, "good") != 0 && strcmp(group, "bad") != 0 && strcmp(group, "nopack") != 0) {
@@ -619,7 +623,7 @@ int main(int argc, char **argv)
             enc = malloc(cap);
             char sendtext[CONTENT_MAX];
             memcpy(sendtext, text, tlen);
-            if (group != NULL && strcmp(group, "bad") == 0)
+            if ((group != NULL && strcmp(group, "bad") == 0) || lie)
                 sendtext[tlen / 2] ^= 0x20;
             if (enc == NULL || ingest_codec_encode(codec, sendtext, tlen, enc, cap, &elen) < 0)
                 goto out;
