@@ -205,6 +205,13 @@ bench-small: all
 bench-daemon: all
 	@bash bench/daemon-cpu.sh $(BUILD)
 
+# Fleet scale at the receiver (issue 14): IDLE (900) authenticated idle
+# sessions held while 1, 10 and 100 devices ship PHASE_MIB (64) MiB each
+# phase: RssAnon per idle session, peak RssAnon, CPU s per GB: bench/fleet-idle.sh.
+.PHONY: bench-fleet-idle
+bench-fleet-idle: all tests
+	@bash bench/fleet-idle.sh $(BUILD) $${IDLE:-900} $${PHASE_MIB:-64}
+
 # The discovery benchmark (walk of 1,000,000 empty files vs find, and the
 # real agent's first walk): bench/scan.sh.  FILES=20000 RUNS=1 for a smoke run.
 .PHONY: bench-scan
