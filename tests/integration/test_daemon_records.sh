@@ -22,7 +22,10 @@ SOCK="$T/astate-dev1/agent.sock"
 AGENT_PID=$!
 i=0; while ! status_json; do i=$((i + 1)); [ $i -gt 200 ] && fail "no status"; sleep 0.05; done
 for i in $(seq 1 20); do gen_log "$S/x$i.part" $((i * 100 + 500)) $i; done
-for i in $(seq 1 10); do gen_log "$S/t$i.tmp" 300 $((i + 50)); done
+# each .tmp appears whole (made beside, renamed in): a walk that saw one half-written would count
+# two versions of it (the filter counts once per version)
+mkdir -p "$T/stage"
+for i in $(seq 1 10); do gen_log "$T/stage/t$i.tmp" 300 $((i + 50)); mv "$T/stage/t$i.tmp" "$S/t$i.tmp"; done
 until_status settling.files 20
 until_status skipped.exclude 10
 for i in $(seq 1 20); do mv "$S/x$i.part" "$S/x$i.log"; done
