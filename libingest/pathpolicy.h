@@ -1,6 +1,6 @@
 /*
  * The one policy for names and paths that land in the bronze tree
- * (docs/landing.md, "Names and paths"): the receiver's lander applies it
+ * (docs/landing.md, "Refused files"): the receiver's lander applies it
  * to every file of a batch, and the agent applies the same code, with the
  * layout the receiver told it (LANDING, docs/protocol.md), to refuse at the
  * edge what the core would refuse, with the same message, before reading

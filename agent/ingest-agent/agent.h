@@ -124,6 +124,11 @@ struct agent {
     ingest_wire_landing landing;
     int landing_known;
     ingest_sender *landing_snd; /* --once: the pass's sender, told when the rules change */
+    /* files refused at the edge since build_batch last took them (the daemon marks the journaled
+     * version, not the spool copy the sender saw); --once marks at once and commits per pass */
+    char **edge_refused;
+    size_t nedge_refused, capedge_refused;
+    int refuse_uncommitted;
 };
 
 /* Set by signal handlers: SIGTERM/SIGINT, and SIGHUP (daemon: reload the config). */
@@ -144,6 +149,8 @@ const char *agent_special_name(int kind);
 void agent_landing_load(agent *a);
 int agent_landing_apply(agent *a, ingest_sender *s);
 void agent_landing_learned(agent *a, const ingest_wire_landing *r);
+void agent_landing_forget(agent *a);
+void agent_edge_refused_clear(agent *a);
 void on_refuse(void *ud, const char *path, const ingest_sender_stat *st, const char *why);
 
 uint64_t load_seq(const char *state_dir);

@@ -169,6 +169,7 @@ static int build_batch(daemon_t *d, const ingest_journal_batch *jb, const ingest
     o.max_files = n;
     o.max_bytes = UINT64_MAX / 4;
     *ngot = 0;
+    agent_edge_refused_clear(a);
     int rc = ingest_sender_create(a->ctx, &o, sp);
     if (rc == 0)
         (void)agent_landing_apply(a, *sp);
@@ -179,6 +180,23 @@ static int build_batch(daemon_t *d, const ingest_journal_batch *jb, const ingest
     if (rc < 0) {
         prog_log(INGEST_LOG_ERROR, "batch %s: %s", jb->id, ingest_ctx_errmsg(a->ctx));
         return rc;
+    }
+    /* Files refused at the edge (on_refuse): their journaled version is marked refused (the sender may
+     * have read a spool copy, whose ctime differs), so discovery passes them over until they change and
+     * no after-ship action touches them; without the mark the batch does not go. */
+    for (size_t r = 0; r < a->nedge_refused; r++) {
+        for (size_t k = 0; k < jb->nfiles; k++) {
+            if (strcmp(jb->files[k].path, a->edge_refused[r]) != 0)
+                continue;
+            const ingest_file_state rs = { jb->files[k].size, jb->files[k].mtime_ns, jb->files[k].ctime_ns,
+                                           INGEST_FILE_STATE_REFUSED, 0 };
+            const int mrc = ingest_filetable_put(a->state.ft, jb->files[k].path, &rs);
+            if (mrc < 0) {
+                prog_log(INGEST_LOG_ERROR, "batch %s: state store: %s", jb->id, ingest_ctx_errmsg(a->ctx));
+                return mrc;
+            }
+            break;
+        }
     }
     if (rc == 0)
         return 0;
@@ -406,7 +424,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
     if (rc == 0) {
         d->last_ack_ns = dmn_wall_now_ns();
         ingest_sender_batch_stats_get(b, &bs); /* the refusals came with the answer */
-        if (bs.refused > 0) {
+        if (bs.refused > 0 || a->nedge_refused > 0) {
             /* A file the core refused alone stays where it is (no after-ship action) and counts as
              * shipped: it is not sent again until it changes.  got[i] is file i of the batch.  Its file
              * table entry says so (INGEST_FILE_STATE_REFUSED, in the store transaction of the ack), so
@@ -425,6 +443,8 @@ static int ship_one(daemon_t *d, uint64_t seq)
                     refused = ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL &&
                               strcmp(fi.path, jb->files[k].path) == 0;
                 }
+                for (size_t r = 0; r < a->nedge_refused && !refused; r++)
+                    refused = strcmp(a->edge_refused[r], jb->files[k].path) == 0; /* refused at the edge */
                 if (!refused)
                     after[nafter++] = jb->files[k];
             }

@@ -142,6 +142,7 @@ void agent_landing_learned(agent *a, const ingest_wire_landing *r)
                      strcmp(a->landing.layout, r->layout) == 0;
     a->landing = *r;
     a->landing_known = 1;
+    (void)agent_landing_apply(a, a->landing_snd);
     if (same)
         return;
     prog_log(INGEST_LOG_DEBUG, "the receiver's landing rules: layout \"%s\", paths up to %u bytes, names up to %u",
@@ -149,14 +150,34 @@ void agent_landing_learned(agent *a, const ingest_wire_landing *r)
     if (landing_save(a) != 0)
         prog_log(INGEST_LOG_WARN, "cannot keep the receiver's landing rules in %s: %s (used until the agent stops)",
                  prog_esc(a->cfg->state_dir), strerror(errno));
-    (void)agent_landing_apply(a, a->landing_snd);
+}
+
+/* A connection without the landing feature (an older receiver, Kafka): no rules at the edge. */
+void agent_landing_forget(agent *a)
+{
+    char p[4096];
+    a->landing_known = 0;
+    if (a->landing_snd != NULL && ingest_sender_set_landing(a->landing_snd, NULL, 0, 0) < 0)
+        prog_log(INGEST_LOG_WARN, "%s", ingest_ctx_errmsg(a->ctx)); /* forgetting cannot fail */
+    if (landing_path(a, p, sizeof p) == 0 && unlink(p) != 0 && errno != ENOENT)
+        prog_log(INGEST_LOG_WARN, "%s: %s", prog_esc(p), strerror(errno));
+}
+
+void agent_edge_refused_clear(agent *a)
+{
+    for (size_t i = 0; i < a->nedge_refused; i++)
+        free(a->edge_refused[i]);
+    a->nedge_refused = 0;
 }
 
 /*
  * The senders' on_refuse: the file's version is refused at the edge.  It is
- * logged once, counted with the core's refusals, and its file table entry is
- * marked (INGEST_FILE_STATE_REFUSED) so that it is not tried again until it
- * changes and no after-ship action touches it.
+ * logged once and counted with the core's refusals.  --once marks its file
+ * table entry at once (INGEST_FILE_STATE_REFUSED: not tried again until it
+ * changes; committed with the next ack or at the end of the pass); the
+ * daemon keeps the path for build_batch, which marks the journaled version
+ * (the sender may have read a spool copy, whose ctime differs) and leaves it
+ * out of the after-ship list.
  */
 void on_refuse(void *ud, const char *path, const ingest_sender_stat *st, const char *why)
 {
@@ -164,15 +185,29 @@ void on_refuse(void *ud, const char *path, const ingest_sender_stat *st, const c
     /* why names the file (shortened, as the core names it) */
     prog_log(INGEST_LOG_WARN, "refused at the edge by the receiver's landing rules (not sent until it changes): %s",
              prog_esc(why));
+    __atomic_fetch_add(&a->report.t.refused_edge, 1, __ATOMIC_RELAXED);
+    if (a->daemon) {
+        if (a->nedge_refused == a->capedge_refused) {
+            const size_t cap = a->capedge_refused ? a->capedge_refused * 2 : 8;
+            char **n = realloc(a->edge_refused, cap * sizeof(*n));
+            if (n == NULL)
+                return; /* not marked: the file is found, and refused, again */
+            a->edge_refused = n;
+            a->capedge_refused = cap;
+        }
+        if ((a->edge_refused[a->nedge_refused] = strdup(path)) != NULL)
+            a->nedge_refused++;
+        return;
+    }
     const ingest_file_state rs = { st->size, st->mtime_ns, st->ctime_ns, INGEST_FILE_STATE_REFUSED, 0 };
+    char err[256] = "";
     pthread_mutex_lock(&a->state.store_lock);
-    a->report.t.refused_edge++;
-    int rc = ingest_filetable_put(a->state.ft, path, &rs);
-    /* --once commits here; the daemon's next journal step commits it with its own */
-    if (rc == 0 && !a->daemon)
-        rc = ingest_store_commit(a->state.st);
+    const int rc = ingest_filetable_put(a->state.ft, path, &rs);
+    if (rc == 0)
+        a->refuse_uncommitted = 1;
+    else
+        snprintf(err, sizeof err, "%s", ingest_ctx_errmsg(a->ctx));
     pthread_mutex_unlock(&a->state.store_lock);
     if (rc < 0)
-        prog_log(INGEST_LOG_WARN, "state store: %s (%s is tried again on the next walk)", ingest_ctx_errmsg(a->ctx),
-                 prog_esc(path));
+        prog_log(INGEST_LOG_WARN, "state store: %s (%s is tried again on the next run)", err, prog_esc(path));
 }

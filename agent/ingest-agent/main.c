@@ -368,6 +368,8 @@ static void record_acked(agent *a, ingest_sender_batch *b)
         a->report.t.err_store++;
         prog_log(INGEST_LOG_WARN, "state store: %s (files of batch %s may be shipped again)", ingest_ctx_errmsg(a->ctx),
                  ingest_sender_batch_id(b));
+    } else {
+        a->refuse_uncommitted = 0; /* marks of files refused at the edge went with it */
     }
     pthread_mutex_unlock(&a->state.store_lock);
     a->report.t.record_s += prog_now() - t0;
@@ -494,6 +496,7 @@ static int connect_kafka(agent *a)
         disconnect_core(a);
         return -1;
     }
+    agent_landing_forget(a); /* no landing rules over Kafka: the core alone refuses */
     if (a->dict != NULL)
         (void)ingest_edge_offer_dict(a->net.edge); /* no dict feature over Kafka: says why, once */
     prog_log(INGEST_LOG_DEBUG, "shipping through Kafka at %s, topic %s", a->cfg->kafka_brokers, a->cfg->kafka_topic);
@@ -546,6 +549,8 @@ int connect_core(agent *a)
     }
     if (rc == 1)
         agent_landing_learned(a, &lr);
+    else
+        agent_landing_forget(a); /* a receiver without the feature: the core alone refuses */
     if ((rc = ingest_edge_offer_dict(a->net.edge)) != 0) {
         a->report.t.err_session++;
         disconnect_core(a);
@@ -660,6 +665,11 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     memset(&bl, 0, sizeof(bl));
     bl.a = a;
     o->batch_seq = a->state.seq;
+    if (a->landing_known && a->net.link == NULL && a->cfg->transport != INGEST_TRANSPORT_KAFKA &&
+        connect_core(a) != 0)
+        /* Rules kept from an earlier run are used only once the receiver confirmed them on this
+         * connection (they may have changed): connect first; unreachable, the core refuses alone. */
+        a->landing_known = 0;
     int rc = ingest_sender_create(a->ctx, o, &bl.snd);
     if (rc < 0) {
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
@@ -747,6 +757,12 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     save_seq(a->cfg->state_dir, a->state.seq);
     a->landing_snd = NULL;
     ingest_sender_destroy(bl.snd);
+    pthread_mutex_lock(&a->state.store_lock);
+    if (a->refuse_uncommitted && ingest_store_commit(a->state.st) < 0) /* marks of files refused at the edge */
+        prog_log(INGEST_LOG_WARN, "state store: %s (the files refused at the edge are tried again next time)",
+                 ingest_ctx_errmsg(a->ctx));
+    a->refuse_uncommitted = 0;
+    pthread_mutex_unlock(&a->state.store_lock);
     if (rc < 0)
         return rc;
     if (failed)
@@ -1025,6 +1041,8 @@ out:
     ingest_store_close(a.state.st);
     ingest_codec_destroy(a.codec);
     free(a.dict);
+    agent_edge_refused_clear(&a);
+    free(a.edge_refused);
     ingest_throttle_destroy(a.thr.throttle);
     ingest_secret_key_wipe(&a.key);
     ingest_agent_config_free(a.cfg);

@@ -548,18 +548,9 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     ingest_ctx_set_log(ctx, s->o.log, s->o.log_userdata, s->o.lib_log_level);
     snprintf(device, sizeof(device), "%s", device_id);
     int rc;
-    if (core_device_claim(s, device, link) != 0) {
-        core_log(s, INGEST_LOG_WARN, "device %s from %s: its previous session did not end within %d s; closing",
-                 device, link->peer, INGEST_CORE_DEVICE_WAIT_S);
-        result = INGEST_EBUSY;
-        goto out;
-    }
-    claimed = 1;
-    const int pipelined = (link->features & INGEST_SESSION_FEATURE_PIPELINE) != 0;
-    core_log(s, INGEST_LOG_INFO, "device %s connected from %s (%s%s)", device, link->peer, link->detail,
-             pipelined ? ", pipelined" : "");
     if (link->features & INGEST_SESSION_FEATURE_LANDING) {
-        /* the landing rules, first: the agent refuses what breaks them before reading it (pathpolicy.h) */
+        /* the landing rules, first (before the device's previous session is waited for: the agent
+         * waits for them no longer than for any answer): it refuses what breaks them before reading it */
         ingest_wire_msg lm;
         memset(&lm, 0, sizeof(lm));
         lm.type = INGEST_MSG_LANDING;
@@ -573,6 +564,16 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
             goto out;
         }
     }
+    if (core_device_claim(s, device, link) != 0) {
+        core_log(s, INGEST_LOG_WARN, "device %s from %s: its previous session did not end within %d s; closing",
+                 device, link->peer, INGEST_CORE_DEVICE_WAIT_S);
+        result = INGEST_EBUSY;
+        goto out;
+    }
+    claimed = 1;
+    const int pipelined = (link->features & INGEST_SESSION_FEATURE_PIPELINE) != 0;
+    core_log(s, INGEST_LOG_INFO, "device %s connected from %s (%s%s)", device, link->peer, link->detail,
+             pipelined ? ", pipelined" : "");
     const ingest_lander_lock land_lk = { land_unlock, land_lock, s };
     cm.s = s;
     cm.lk = link;

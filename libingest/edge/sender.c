@@ -88,6 +88,7 @@ struct ingest_sender_s {
     void *ud;
     /* the receiver's landing rules (ingest_sender_set_landing), set from any thread */
     pthread_mutex_t land_mu;
+    ingest_ctx *land_ctx; /* the checks' own messages: the walk's thread must not write the caller's ctx */
     char *land_layout; /* NULL: none known */
     uint32_t land_path_max, land_name_max;
 
@@ -473,6 +474,7 @@ void ingest_sender_destroy(ingest_sender *s)
     ingest__free(ctx, s->device);
     ingest__free(ctx, s->prefix);
     ingest__free(ctx, s->land_layout);
+    ingest_ctx_destroy(s->land_ctx);
     pthread_mutex_destroy(&s->land_mu);
     ingest__free(ctx, s);
 }
@@ -493,6 +495,11 @@ int ingest_sender_set_landing(ingest_sender *s, const char *layout, uint32_t pat
             return ingest__fail(s->ctx, INGEST_ENOMEM, "sender: out of memory");
     }
     pthread_mutex_lock(&s->land_mu);
+    if (copy != NULL && s->land_ctx == NULL && (s->land_ctx = ingest_ctx_create(NULL)) == NULL) {
+        pthread_mutex_unlock(&s->land_mu);
+        ingest__free(s->ctx, copy);
+        return ingest__fail(s->ctx, INGEST_ENOMEM, "sender: out of memory");
+    }
     char *old = s->land_layout;
     s->land_layout = copy;
     s->land_path_max = path_max;
@@ -516,13 +523,14 @@ static int landing_refuses(ingest_sender *s)
     }
     char batch[INGEST_WIRE_BATCH_ID_MAX + 32], out[INGEST_PATH_LANDED_MAX];
     snprintf(batch, sizeof batch, "%s%06" PRIu64, s->prefix, s->seq);
-    const int rc = ingest__path_landed(s->ctx, s->land_layout, s->device, batch, s->path, ts_ns(&s->peek_st.st_mtim),
-                                       s->land_name_max, out, (size_t)s->land_path_max + 1);
+    const int rc = ingest__path_landed(s->land_ctx, s->land_layout, s->device, batch, s->path,
+                                       ts_ns(&s->peek_st.st_mtim), s->land_name_max, out, (size_t)s->land_path_max + 1);
+    char why[INGEST__ERRMSG_MAX];
+    if (rc != 0)
+        snprintf(why, sizeof why, "%s", ingest_ctx_errmsg(s->land_ctx));
     pthread_mutex_unlock(&s->land_mu);
     if (rc == 0)
         return 0;
-    char why[INGEST__ERRMSG_MAX];
-    snprintf(why, sizeof why, "%s", ingest_ctx_errmsg(s->ctx));
     s->st.refused++;
     ingest__log(s->ctx, INGEST_LOG_INFO, "sender: %s: refused at the edge (the receiver's landing rules): %s", s->path,
                 why);

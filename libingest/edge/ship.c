@@ -835,6 +835,11 @@ int ingest_edge_landing_rules(ingest_edge *a, ingest_wire_landing *out)
             return rc;
         }
         a->st->wire_in += ingest_wire_encoded_size(&m) + INGEST_EDGE_FRAME_OVERHEAD;
+        if (m.type == INGEST_MSG_ERROR) {
+            edge_log(a, INGEST_LOG_ERROR, "receiver reported: %s: %s", ingest_strerror(m.u.error.code),
+                     edge_esc(m.u.error.message));
+            return m.u.error.code < 0 ? m.u.error.code : INGEST_EPROTO;
+        }
         if (m.type != INGEST_MSG_LANDING) {
             edge_log(a, INGEST_LOG_ERROR, "the receiver's first message was %s, not LANDING (the landing feature was agreed)",
                      ingest_wire_type_name(m.type));

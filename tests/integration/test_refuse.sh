@@ -198,8 +198,8 @@ mkdir -p "$E"
 printf 'first\n' > "$E/first.txt"
 write_agent_config dev1 "$E" 'batch:
   max_wait: 200ms
-rescan_interval: 1h'
-sed -i 's|^  - path: .*|&\n    settle: 200ms|' "$T/dev1.yaml"
+rescan_interval: 1s'
+sed -i 's|^  - path: .*|&\n    settle: 200ms\n    spool: copy|' "$T/dev1.yaml"
 "$AGENT" --config "$T/dev1.yaml" > "$T/edge.out" 2> "$T/edge.err" &
 APID=$!
 until_landed() {
@@ -215,6 +215,7 @@ long=$(printf '%0252d' 0 | tr 0 L)
 printf 'a long name\n' > "$E/$long"
 printf 'second\n' > "$E/second.txt"
 until_landed second.txt
+sleep 2.5 # rescans: the refused version (read from a spool copy) is not taken, copied or refused again
 kill -TERM $APID
 rc=0; wait $APID || rc=$?
 [ "$rc" = 0 ] || { cat "$T/edge.err"; fail "the daemon exited $rc"; }
@@ -225,3 +226,19 @@ r=$(scrape ingest_receiver_files_refused_total)
 [ "${r:-0}" = 0 ] || fail "the receiver heard of the file the daemon refused at the edge ($r)"
 [ -e "$E/$long" ] || fail "the refused file is gone"
 pass "the daemon refuses at the edge too (a landed name past 255 bytes), and ships the rest"
+
+# Rules kept from an earlier run are used only once the receiver confirmed
+# them: the receiver's layout changed so that the long name fits now, and
+# the file (touched) ships, although the kept rules would refuse it.
+stop_receiver
+write_receiver_config 'layout: "{device}/{path}"'
+start_receiver
+write_agent_config dev1 "$E"
+grep -q '~{device}' "$T/astate-dev1/landing" || fail "the kept rules are not the old ones"
+touch "$E/$long"
+ship dev1 > /dev/null
+[ "$(field dev1 files)" -eq 1 ] && [ "$(field dev1 files_refused_edge)" -eq 0 ] ||
+    { cat "$T/dev1.err"; fail "the long name was refused with stale rules (files=$(field dev1 files) files_refused_edge=$(field dev1 files_refused_edge))"; }
+[ "$(cat "$(landed_root dev1)/edge/$long")" = "a long name" ] || fail "the long name did not land under the new layout"
+grep -q '^{device}/{path}$' "$T/astate-dev1/landing" || fail "the new rules were not kept"
+pass "rules kept from an earlier run are confirmed on connecting first: a file they would refuse ships under the new ones"

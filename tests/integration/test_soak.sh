@@ -5,7 +5,7 @@
 # SOAK_RECEIVER_KILLS (default 3) kills; `make soak` runs 1,000 and 200.
 #
 # The writer puts each file (random bytes, 64 B..24 KiB) into a kept copy
-# first, then into the source by rename, a few every 20-60 ms, in 16
+# first, then into the source by rename from outside it, a few every 20-60 ms, in 16
 # directories.  The daemon ships with after_ship: delete (so a file deleted
 # before its ack was read would be lost), batches of 20 files at most.
 # Every kill must find the killed program alive (exit status 137 or, for
@@ -42,11 +42,13 @@ sed -i 's|^  - path: .*|&\n    settle: 100ms\n    after_ship: delete|' "$T/dev1.
         for j in 1 2 3; do
             n=$((n + 1))
             d=d$((n % 16))
-            mkdir -p "$K/$d" "$S/$d"
+            mkdir -p "$K/$d" "$S/$d" "$T/stage"
             size=$(od -An -N2 -tu2 /dev/urandom | awk '{ print 64 + $1 % 24512 }')
             head -c "$size" /dev/urandom > "$K/$d/f$n"
-            cp "$K/$d/f$n" "$S/$d/.f$n.part"
-            mv "$S/$d/.f$n.part" "$S/$d/f$n"
+            # written outside the source, then renamed in (same filesystem): a temporary name
+            # inside the source would be shipped, and deleted, when the writer is slow to rename
+            cp "$K/$d/f$n" "$T/stage/f$n"
+            mv "$T/stage/f$n" "$S/$d/f$n"
         done
         echo "$n" > "$T/written.tmp" && mv "$T/written.tmp" "$T/written"
         sleep "$(od -An -N1 -tu1 /dev/urandom | awk '{ printf "0.0%02d", 20 + $1 % 40 }')"
