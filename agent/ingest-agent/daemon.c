@@ -178,7 +178,7 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
             until = d.open_at + d.max_wait_ms / 1000.0;
         if (d.q_files > d.nof && a->net.link == NULL && d.next_connect < until && !a->thr.window_closed)
             until = d.next_connect;
-        if (d.q_files > d.nof && a->net.link != NULL && shipped == 0 && !a->thr.window_closed)
+        if (d.q_files > d.nof && a->net.link != NULL && shipped == 0 && !a->thr.window_closed && !d.store_full)
             until = d.now; /* more to ship */
         int ms = (int)((until - d.now) * 1000.0);
         if (ms < 0)

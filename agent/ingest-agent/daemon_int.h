@@ -94,12 +94,12 @@ typedef struct snap_source {
  */
 typedef struct snap {
     char device[128], core[256], window[16];
-    int connected, watching, backpressure, spool_full, window_closed;
+    int connected, watching, backpressure, spool_full, store_full, window_closed;
     snap_source *src;
     size_t nsrc;
     uint64_t q_batches, q_files, q_bytes, queue_files, queue_bytes;
     uint64_t settling;   /* files the last walk found still settling */
-    uint64_t spool_bytes, spool_files, spool_quota;
+    uint64_t spool_bytes, spool_files, spool_quota, spool_room, fs_free;
     char inflight[INGEST_JOURNAL_ID_MAX + 1];
     int64_t last_ack_ns; /* wall clock; 0: none yet */
     uint64_t files_seen, files_taken, bytes_taken, files_shipped, files_refused, bytes_shipped, bytes_read;
@@ -162,8 +162,18 @@ typedef struct daemon {
     /* spool: state_dir/spool/{batch seq}/{source name}/{path in the source} */
     char spool_dir[PATH_MAX];
     uint64_t spool_bytes, spool_files, spool_quota;
+    /* the room the spool has: min(spool.quota, spool_bytes + the state filesystem's free space less
+     * a reserve), sized again at every walk and every drop (dmn_spool_size) */
+    uint64_t spool_room, fs_free, fs_reserve, fs_block;
     int spool_full;
     int spool_big_logged;
+    uint64_t spool_want;      /* the smallest file the last walk could not spool for want of room */
+    uint64_t spool_want_walk; /* ... found by the walk under way (UINT64_MAX: none yet) */
+    int spool_nospace;        /* a copy met ENOSPC/EDQUOT: off again only once the free space grew */
+    uint64_t nospace_free;    /* the free space then */
+    /* the state store could not be written (ENOSPC, EDQUOT, its map full): no new files are taken
+     * until a commit goes through with room to spare (dmn_store_check) */
+    int store_full;
 
     /* status */
     status_server *status;
@@ -211,6 +221,9 @@ int dmn_walk(daemon_t *d);
 void dmn_mark_dirty(daemon_t *d, const char *path, double at);
 int dmn_walk_paths(daemon_t *d);
 void dmn_spool_resume_check(daemon_t *d);
+void dmn_spool_size(daemon_t *d);
+int dmn_spool_nospace(daemon_t *d, const char *path, uint64_t size, int err);
+int dmn_store_check(daemon_t *d, int rc, const char *what);
 void dmn_spool_drop(daemon_t *d, uint64_t seq);
 int dmn_spool_init(daemon_t *d);
 int dmn_spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *rel, const ingest_sender_stat *st);

@@ -20,10 +20,8 @@ int dmn_open_journal(daemon_t *d)
         return 0;
     char id[INGEST_JOURNAL_ID_MAX + 1];
     snprintf(id, sizeof(id), "%s%06llu", d->a->state.prefix, (unsigned long long)d->open_seq);
-    if (ingest_journal_add(d->j, d->open_seq, id, d->of, d->nof) < 0) {
-        prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(d->a->ctx));
+    if (dmn_store_check(d, ingest_journal_add(d->j, d->open_seq, id, d->of, d->nof), "journal") < 0)
         return -1;
-    }
     d->of_dirty = 0;
     return 0;
 }
@@ -61,7 +59,7 @@ int dmn_open_add(daemon_t *d, const dsource *s, const char *rel, const char *pat
     if (s->spool) {
         const int c = dmn_spool_copy(d, d->open_seq, s, rel, st);
         if (c != 0) {
-            if (c > 0)
+            if (c == 1) /* changed meanwhile (2: no room, backpressure) */
                 dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
             return 0; /* not taken now; a later walk tries again */
         }
@@ -254,7 +252,7 @@ static void resettle_missing(daemon_t *d, const ingest_journal_batch *jb, const 
         any = 1;
     }
     if (any) {
-        (void)ingest_journal_flush(d->j);
+        (void)dmn_store_check(d, ingest_journal_flush(d->j), "state store");
         dmn_schedule_scan(d, d->now);
     }
 }
@@ -443,10 +441,9 @@ static int ship_one(daemon_t *d, uint64_t seq)
             nafter_files = nafter;
             d->files_refused += bs.refused;
         }
-        if ((rc = ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_ACKED, got, ngot)) < 0) {
-            prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
-            goto out;
-        }
+        if ((rc = dmn_store_check(d, ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_ACKED, got, ngot),
+                                  "journal")) < 0)
+            goto out; /* the batch is shipped again later: the core answers a duplicate */
         /* the shipped versions' whole-file hashes: a later change of ctime alone is compared against them */
         for (uint64_t i = 0; i < bs.files; i++) {
             ingest_sender_file_info info;
@@ -460,7 +457,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
             if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0 && ingest_havecache_add(a->state.have, id) < 0)
                 break;
         }
-        (void)ingest_store_commit(a->state.st);
+        (void)dmn_store_check(d, ingest_store_commit(a->state.st), "state store");
         agent_metrics_latency(a, (double)(dmn_wall_now_ns() - jb->created_ns) / 1e9, bs.files);
         d->batches_acked++;
         d->shipped_files += bs.files;
@@ -502,8 +499,8 @@ int dmn_ship_queue(daemon_t *d)
 {
     uint64_t seq = 0;
     for (;;) {
-        if (stopping || reload_requested)
-            return 0;
+        if (stopping || reload_requested || d->store_full)
+            return 0; /* store_full: an ack could not be recorded; shipping waits for room (dmn_store_check) */
         d->now = prog_now();
         if (d->scan_at != 0 && d->now >= d->scan_at)
             return 0;

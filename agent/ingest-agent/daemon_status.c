@@ -55,7 +55,7 @@ void dmn_publish(daemon_t *d)
         ingest_metric_set(a->report.m.queue_files, NULL, (int64_t)d->q_files);
         ingest_metric_set(a->report.m.queue_bytes, NULL, (int64_t)d->q_bytes);
         ingest_metric_set(a->report.m.queue_batches, NULL, (int64_t)d->q_batches);
-        ingest_metric_set(a->report.m.backpressure, NULL, d->backpressure || d->spool_full);
+        ingest_metric_set(a->report.m.backpressure, NULL, d->backpressure || d->spool_full || d->store_full);
         ingest_metric_set(a->report.m.spool_bytes, NULL, (int64_t)d->spool_bytes);
     }
     pthread_mutex_lock(&d->slock);
@@ -68,6 +68,9 @@ void dmn_publish(daemon_t *d)
     }
     sn->backpressure = d->backpressure;
     sn->spool_full = d->spool_full;
+    sn->store_full = d->store_full;
+    sn->spool_room = d->spool_room;
+    sn->fs_free = d->fs_free;
     sn->window_closed = a->thr.window_closed;
     sn->q_batches = d->q_batches;
     sn->q_files = d->q_files;
@@ -243,11 +246,12 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
     put(o, ",\"skipped\":{");
     for (int r = 1; r < INGEST_FILTER_NREASONS; r++)
         put(o, "%s\"%s\":%llu", r > 1 ? "," : "", skip_names[r], (unsigned long long)sn->skipped[r]);
-    put(o, "},\"backpressure\":{\"on\":%s,\"queue\":%s,\"spool\":%s}",
-        sn->backpressure || sn->spool_full ? "true" : "false", sn->backpressure ? "true" : "false",
-        sn->spool_full ? "true" : "false");
-    put(o, ",\"spool\":{\"files\":%llu,\"bytes\":%llu,\"quota\":%llu}", (unsigned long long)sn->spool_files,
-        (unsigned long long)sn->spool_bytes, (unsigned long long)sn->spool_quota);
+    put(o, "},\"backpressure\":{\"on\":%s,\"queue\":%s,\"spool\":%s,\"state_store\":%s}",
+        sn->backpressure || sn->spool_full || sn->store_full ? "true" : "false", sn->backpressure ? "true" : "false",
+        sn->spool_full ? "true" : "false", sn->store_full ? "true" : "false");
+    put(o, ",\"spool\":{\"files\":%llu,\"bytes\":%llu,\"quota\":%llu,\"room\":%llu,\"fs_free\":%llu}",
+        (unsigned long long)sn->spool_files, (unsigned long long)sn->spool_bytes, (unsigned long long)sn->spool_quota,
+        (unsigned long long)sn->spool_room, (unsigned long long)(sn->fs_free == UINT64_MAX ? 0 : sn->fs_free));
     put(o, ",\"throttle\":{\"rate\":%llu,\"window\":", (unsigned long long)sn->throttle_rate);
     put_jstr(o, sn->window);
     put(o, ",\"window_open\":%s,\"waited_s\":%.3f}", sn->window_closed ? "false" : "true",
@@ -275,10 +279,12 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
         put(o, "%-20s %s (%.0f s ago)\n", "last ack", ts, (double)(wall - sn->last_ack_ns) / 1e9);
     else
         put(o, "%-20s -\n", "last ack");
-    put(o, "%-20s %s (queue %s, spool %s)\n", "backpressure", sn->backpressure || sn->spool_full ? "ON" : "off",
-        sn->backpressure ? "full" : "ok", sn->spool_full ? "full" : "ok");
-    put(o, "%-20s %llu files, %llu of %llu bytes\n", "spool", (unsigned long long)sn->spool_files,
-        (unsigned long long)sn->spool_bytes, (unsigned long long)sn->spool_quota);
+    put(o, "%-20s %s (queue %s, spool %s, state store %s)\n", "backpressure",
+        sn->backpressure || sn->spool_full || sn->store_full ? "ON" : "off", sn->backpressure ? "full" : "ok",
+        sn->spool_full ? "full" : "ok", sn->store_full ? "full" : "ok");
+    put(o, "%-20s %llu files, %llu of %llu bytes (spool.quota %llu, sized to the free space)\n", "spool",
+        (unsigned long long)sn->spool_files, (unsigned long long)sn->spool_bytes, (unsigned long long)sn->spool_room,
+        (unsigned long long)sn->spool_quota);
     put(o, "%-20s rate %llu B/s, window %s (%s), waited %.1f s\n", "throttle",
         (unsigned long long)sn->throttle_rate, sn->window[0] ? sn->window : "always",
         sn->window_closed ? "CLOSED" : "open", (double)sn->throttle_wait_ms / 1000.0);

@@ -526,6 +526,8 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     agent *a = d->a;
     if (a->report.metrics != NULL)
         ingest_metric_add(a->report.m.files_seen, s->name, 1);
+    if (d->store_full)
+        return 0; /* backpressure: nothing can be recorded nor journaled (dmn_store_check) */
     ingest_file_state fs;
     const int shipped = ingest_filetable_get(d->a->state.ft, path, &fs) == 0 && fs.size == st->size &&
                         fs.mtime_ns == st->mtime_ns;
@@ -566,6 +568,10 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     }
     int64_t wait_ns = 0;
     rc = ingest_journal_stable(d->j, path, st->size, st->mtime_ns, d->wall_ns, s->settle_ns, &wait_ns);
+    if (rc == INGEST_ENOSPC) { /* its settle record could not be committed: backpressure, said once */
+        (void)dmn_store_check(d, rc, "state store (settle records)");
+        return 0;
+    }
     if (rc < 0)
         return rc;
     if (rc == 0) {
@@ -591,14 +597,20 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
             d->spool_big_logged = 1;
             return 0;
         }
-        if (d->spool_bytes + st->size > d->spool_quota) {
-            if (!d->spool_full)
+        if (d->spool_bytes + st->size > d->spool_room) {
+            if (!d->spool_full) {
                 prog_log(INGEST_LOG_WARN,
-                         "backpressure: the spool is full (%llu files, %llu bytes; spool.quota %llu bytes): not "
-                         "taking new files from spool sources until batches are acknowledged",
+                         "backpressure: the spool is full (%llu files, %llu bytes; room for %llu bytes: spool.quota "
+                         "%llu, %llu bytes free on the state filesystem, %llu kept in reserve): not taking new files "
+                         "from spool sources until batches are acknowledged",
                          (unsigned long long)d->spool_files, (unsigned long long)d->spool_bytes,
-                         (unsigned long long)d->spool_quota);
+                         (unsigned long long)d->spool_room, (unsigned long long)d->spool_quota,
+                         (unsigned long long)d->fs_free, (unsigned long long)d->fs_reserve);
+                d->spool_want = st->size;
+            }
             d->spool_full = 1;
+            if (st->size < d->spool_want_walk)
+                d->spool_want_walk = st->size;
             return 0;
         }
     }
@@ -700,6 +712,7 @@ int dmn_walk_paths(daemon_t *d)
     d->dirty_at = 0;
     d->path_walks++;
     d->wall_ns = dmn_wall_now_ns();
+    dmn_spool_size(d);
     const double t0 = prog_now();
     qsort(v, n, sizeof(*v), cmp_str);
     int rc = 0;
@@ -731,7 +744,7 @@ int dmn_walk_paths(daemon_t *d)
         prog_log(INGEST_LOG_ERROR, "looking at changed files: %s", ingest_ctx_errmsg(d->a->ctx));
     if (dmn_open_journal(d) < 0)
         rc = -1;
-    (void)ingest_journal_flush(d->j);
+    (void)dmn_store_check(d, ingest_journal_flush(d->j), "state store");
     dmn_queue_recount(d);
     return rc < 0 ? rc : 0;
 }
@@ -759,6 +772,8 @@ int dmn_walk(daemon_t *d)
     d->scan_at = 0;
     d->last_full = d->now;
     d->not_stable = 0;
+    d->spool_want_walk = UINT64_MAX;
+    dmn_spool_size(d); /* the spool's room, from the free space now */
     dirty_clear(d); /* everything is looked at (the files still settling are marked again) */
     d->wall_ns = dmn_wall_now_ns();
     int rc = np > 0 ? ingest_sender_create(d->a->ctx, &o, &s) : 0;
@@ -790,8 +805,11 @@ int dmn_walk(daemon_t *d)
         prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(d->a->ctx));
     if (dmn_open_journal(d) < 0)
         rc = -1;
-    (void)ingest_journal_flush(d->j);
+    (void)dmn_store_check(d, ingest_journal_flush(d->j), "state store");
     dmn_queue_recount(d); /* the batches closed and journaled by this walk */
+    /* the smallest spool file this walk found no room for (none: nothing waits) */
+    d->spool_want = d->spool_want_walk == UINT64_MAX ? 0 : d->spool_want_walk;
+    dmn_spool_resume_check(d);
     if (d->now >= d->prune_next && !stopping) {
         prune(d);
         d->prune_next = prog_now() + d->rescan_ms / 1000.0;
