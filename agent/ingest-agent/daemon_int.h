@@ -54,6 +54,7 @@
 #define BACKOFF_MIN_MS 500
 #define BACKOFF_MAX_MS 60000
 #define TOO_DEEP_MAX 1024 /* directories past the depth limit remembered (each said once) */
+#define VANISH_NAMES 3 /* names of vanished files the grouped log line gives */
 #define DEFER_RETRY_S 1.0 /* retry of an after-ship action deferred while the file is open */
 
 enum { AFTER_KEEP = 0, AFTER_DELETE = 1, AFTER_MOVE = 2 };
@@ -108,7 +109,7 @@ typedef struct snap {
     uint64_t file_records, seen_records, pruned;
     uint64_t special[SPECIAL_KINDS]; /* not regular files the last walk skipped, by kind */
     uint64_t chunks_new, chunks_dedup, chunk_bytes_sent, wire_out, wire_in;
-    uint64_t batches_acked, batches_replayed, deleted, moved, same_bytes;
+    uint64_t batches_acked, batches_replayed, deleted, moved, same_bytes, vanished;
     uint64_t skipped[INGEST_FILTER_NREASONS];
     uint64_t throttle_rate, throttle_wait_ms;
     double started;
@@ -199,6 +200,10 @@ typedef struct daemon {
     uint64_t skipped[INGEST_FILTER_NREASONS];
     uint64_t shipped_files, files_refused, shipped_bytes, batches_acked, batches_replayed, deleted, moved;
     uint64_t same_bytes; /* versions with a new ctime alone and the bytes shipped: recorded, not shipped */
+    /* files gone before they shipped (found by a walk, or missing when a batch was built): dropped,
+     * counted, and said in one line per walk or batch (dmn_vanished_say) */
+    uint64_t vanished, vanish_round;
+    char *vanish_names[VANISH_NAMES];
     uint64_t not_stable; /* files found still settling by the walk under way */
     uint64_t settling;   /* ... by the last walk that ended */
     double now;          /* monotonic, refreshed per loop and per walk */
@@ -216,6 +221,8 @@ void dmn_watches_clear(daemon_t *d);
 void dmn_watches_setup(daemon_t *d);
 void dmn_sources_check(daemon_t *d);
 void dmn_inotify_drain(daemon_t *d);
+void dmn_on_skip(void *ud, const char *path, int reason);
+void dmn_vanished_say(daemon_t *d, const char *where);
 int dmn_walk(daemon_t *d);
 /* Look at path (a manifest path) alone at `at` (or earlier); past DIRTY_MAX paths, a walk of everything. */
 void dmn_mark_dirty(daemon_t *d, const char *path, double at);

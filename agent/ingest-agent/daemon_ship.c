@@ -162,6 +162,7 @@ static int build_batch(daemon_t *d, const ingest_journal_batch *jb, const ingest
     agent *a = d->a;
     ingest_sender_opts o = d->base;
     o.want_file = NULL;
+    o.on_skip = dmn_on_skip; /* a file gone since it was taken: counted, said once per batch */
     o.sources = bsrc;
     o.batch_seq = jb->seq;
     o.max_files = n;
@@ -353,6 +354,11 @@ static int ship_one(daemon_t *d, uint64_t seq)
             rc = 0;
             break;
         }
+    }
+    {
+        char where[INGEST_JOURNAL_ID_MAX + 16];
+        snprintf(where, sizeof(where), "batch %s", jb->id);
+        dmn_vanished_say(d, where);
     }
     if (rc < 0)
         goto out;

@@ -104,6 +104,7 @@ void dmn_publish(daemon_t *d)
     sn->deleted = d->deleted;
     sn->moved = d->moved;
     sn->same_bytes = d->same_bytes;
+    sn->vanished = d->vanished;
     memcpy(sn->skipped, d->skipped, sizeof(sn->skipped));
     sn->throttle_wait_ms = a->thr.throttle_wait_ms;
     const size_t last = (sn->rate_head + RATE_SAMPLES - 1) % RATE_SAMPLES;
@@ -228,14 +229,14 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
         "\"bytes_shipped\":%llu,\"bytes_read\":%llu,\"chunks_new\":%llu,\"chunks_dedup\":%llu,"
         "\"chunk_bytes_sent\":%llu,\"wire_bytes_out\":%llu,\"wire_bytes_in\":%llu,\"batches_acked\":%llu,"
         "\"batches_replayed\":%llu,\"after_ship_deleted\":%llu,\"after_ship_moved\":%llu,\"files_refused\":%llu,"
-        "\"files_same_bytes\":%llu}",
+        "\"files_same_bytes\":%llu,\"files_vanished\":%llu}",
         (unsigned long long)sn->files_seen, (unsigned long long)sn->files_taken, (unsigned long long)sn->bytes_taken,
         (unsigned long long)sn->files_shipped, (unsigned long long)sn->bytes_shipped,
         (unsigned long long)sn->bytes_read, (unsigned long long)sn->chunks_new, (unsigned long long)sn->chunks_dedup,
         (unsigned long long)sn->chunk_bytes_sent, (unsigned long long)sn->wire_out, (unsigned long long)sn->wire_in,
         (unsigned long long)sn->batches_acked, (unsigned long long)sn->batches_replayed,
         (unsigned long long)sn->deleted, (unsigned long long)sn->moved, (unsigned long long)sn->files_refused,
-        (unsigned long long)sn->same_bytes);
+        (unsigned long long)sn->same_bytes, (unsigned long long)sn->vanished);
     put(o, ",\"walks\":{\"count\":%llu,\"last_seconds\":%.3f,\"of_changed_files\":%llu,\"not_regular\":{",
         (unsigned long long)sn->walks, sn->walk_seconds, (unsigned long long)sn->path_walks);
     for (int k = 0; k < SPECIAL_KINDS; k++)
@@ -305,6 +306,7 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
     put(o, "%-20s %14llu %16llu\n", "shipped (acked)", (unsigned long long)sn->files_shipped,
         (unsigned long long)sn->bytes_shipped);
     put(o, "%-20s %14llu %16s\n", "refused by core", (unsigned long long)sn->files_refused, "-");
+    put(o, "%-20s %14llu %16s\n", "vanished", (unsigned long long)sn->vanished, "-");
     put(o, "%-20s %14s %16llu\n", "wire out", "-", (unsigned long long)sn->wire_out);
     put(o, "%-20s %14s %16llu\n", "wire in", "-", (unsigned long long)sn->wire_in);
     put(o, "%-20s %llu new (%llu bytes sent), %llu dedup\n", "chunks", (unsigned long long)sn->chunks_new,

@@ -104,14 +104,56 @@ static void too_deep(daemon_t *d, const char *dir)
     say_too_deep(level, dir);
 }
 
-/* The daemon's walks report skips here: a directory past the depth limit once, the rest as --once does. */
-static void daemon_on_skip(void *ud, const char *path, int reason)
+/*
+ * The daemon's walks and batch builds report skips here: a directory past
+ * the depth limit once; a file that vanished (a rotating writer's, or
+ * deleted while its batch waited) counted and kept for one grouped line
+ * (dmn_vanished_say); the rest as --once does.
+ */
+void dmn_on_skip(void *ud, const char *path, int reason)
 {
+    daemon_t *d = ((agent *)ud)->userdata;
     if (reason == INGEST_SKIP_DEPTH) {
-        too_deep(((agent *)ud)->userdata, path);
+        too_deep(d, path);
+        return;
+    }
+    if (reason == INGEST_SKIP_VANISHED) {
+        d->vanished++;
+        if (d->vanish_round < VANISH_NAMES)
+            d->vanish_names[d->vanish_round] = strdup(path); /* NULL: the line names one fewer */
+        d->vanish_round++;
+        if (d->a->report.metrics != NULL)
+            ingest_metric_add(d->a->report.m.files_skipped, "vanished", 1);
         return;
     }
     on_skip(ud, path, reason);
+}
+
+/* One line for the files that vanished during a walk or a batch build (where: which), with a few names. */
+void dmn_vanished_say(daemon_t *d, const char *where)
+{
+    if (d->vanish_round == 0)
+        return;
+    char names[3 * 256] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < VANISH_NAMES && i < d->vanish_round; i++) {
+        if (d->vanish_names[i] == NULL)
+            continue;
+        const int n = snprintf(names + len, sizeof(names) - len, "%s%.200s", len ? ", " : "",
+                               prog_esc(d->vanish_names[i]));
+        if (n > 0 && (size_t)n < sizeof(names) - len)
+            len += (size_t)n;
+        free(d->vanish_names[i]);
+        d->vanish_names[i] = NULL;
+    }
+    const uint64_t more = d->vanish_round > VANISH_NAMES ? d->vanish_round - VANISH_NAMES : 0;
+    char tail[48] = "";
+    if (more > 0)
+        snprintf(tail, sizeof(tail), " and %llu more", (unsigned long long)more);
+    prog_log(INGEST_LOG_INFO, "%llu file%s vanished before %s shipped (%s): %s%s; dropped, counted (files_vanished)",
+             (unsigned long long)d->vanish_round, d->vanish_round == 1 ? "" : "s",
+             d->vanish_round == 1 ? "it was" : "they were", where, names, tail);
+    d->vanish_round = 0;
 }
 
 /* Watch directory rel of source si: 0 watched (now or before), -1 not (full, gone, path too long). */
@@ -740,6 +782,7 @@ int dmn_walk_paths(daemon_t *d)
         free(v[i]);
     free(v);
     d->a->report.t.walk_s += prog_now() - t0;
+    dmn_vanished_say(d, "looking at changed files");
     if (rc < 0)
         prog_log(INGEST_LOG_ERROR, "looking at changed files: %s", ingest_ctx_errmsg(d->a->ctx));
     if (dmn_open_journal(d) < 0)
@@ -764,7 +807,7 @@ int dmn_walk(daemon_t *d)
     o.sources = present;
     o.nsources = np;
     o.want_file = select_file;
-    o.on_skip = daemon_on_skip;
+    o.on_skip = dmn_on_skip;
     o.batch_seq = 1;
     o.threads = 1;
     ingest_sender *s = NULL;
@@ -801,6 +844,11 @@ int dmn_walk(daemon_t *d)
              d->walk_seconds);
     ingest_sender_destroy(s);
     free(present);
+    {
+        char where[40];
+        snprintf(where, sizeof(where), "walk %llu", (unsigned long long)d->walks);
+        dmn_vanished_say(d, where);
+    }
     if (rc < 0)
         prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(d->a->ctx));
     if (dmn_open_journal(d) < 0)
