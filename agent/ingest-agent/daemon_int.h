@@ -231,6 +231,7 @@ void dmn_spool_resume_check(daemon_t *d);
 void dmn_spool_size(daemon_t *d);
 int dmn_spool_nospace(daemon_t *d, const char *path, uint64_t size, int err);
 int dmn_store_check(daemon_t *d, int rc, const char *what);
+void dmn_store_nospace(daemon_t *d, const char *what, const char *why);
 void dmn_spool_drop(daemon_t *d, uint64_t seq);
 int dmn_spool_init(daemon_t *d);
 int dmn_spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *rel, const ingest_sender_stat *st);

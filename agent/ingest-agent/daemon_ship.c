@@ -50,6 +50,12 @@ int dmn_open_add(daemon_t *d, const dsource *s, const char *rel, const char *pat
     if (d->open_seq == 0) {
         d->open_seq = d->a->state.seq++;
         if (save_seq(d->a->cfg->state_dir, d->a->state.seq) != 0) {
+            if (errno == ENOSPC || errno == EDQUOT) { /* backpressure (said once): not taken, a later walk tries */
+                dmn_store_nospace(d, "state_dir/next_batch_seq", strerror(errno));
+                d->a->state.seq--;
+                d->open_seq = 0;
+                return 0;
+            }
             prog_log(INGEST_LOG_ERROR, "cannot save the batch sequence in %s: %s", d->a->cfg->state_dir,
                      strerror(errno));
             return -1;

@@ -128,15 +128,20 @@ int dmn_spool_nospace(daemon_t *d, const char *path, uint64_t size, int err)
  * A write that goes through with more than the reserve free on the state
  * filesystem turns it off.  Other failures are logged.  Returns rc.
  */
+void dmn_store_nospace(daemon_t *d, const char *what, const char *why)
+{
+    if (!d->store_full)
+        prog_log(INGEST_LOG_WARN,
+                 "backpressure: the state store cannot be written (%s: %s): not taking new files until there "
+                 "is room on the state filesystem; what was not written is written again",
+                 what, why);
+    d->store_full = 1;
+}
+
 int dmn_store_check(daemon_t *d, int rc, const char *what)
 {
     if (rc == INGEST_ENOSPC) {
-        if (!d->store_full)
-            prog_log(INGEST_LOG_WARN,
-                     "backpressure: the state store cannot be written (%s: %s): not taking new files until there "
-                     "is room on the state filesystem; what was not written is written again",
-                     what, ingest_ctx_errmsg(d->a->ctx));
-        d->store_full = 1;
+        dmn_store_nospace(d, what, ingest_ctx_errmsg(d->a->ctx));
         return rc;
     }
     if (rc < 0) {

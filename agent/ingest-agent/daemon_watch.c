@@ -604,7 +604,8 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
                     ingest_metric_add(a->report.m.files_skipped, ingest_filter_reason_name(r), 1);
             }
             prog_log(INGEST_LOG_DEBUG, "skipped %s: filter %s", prog_esc(path), ingest_filter_reason_name(r));
-            (void)ingest_journal_mark_skipped(d->j, path, st->size, st->mtime_ns, r, d->wall_ns);
+            if (ingest_journal_mark_skipped(d->j, path, st->size, st->mtime_ns, r, d->wall_ns) == INGEST_ENOSPC)
+                (void)dmn_store_check(d, INGEST_ENOSPC, "state store (filter records)");
             return 0;
         }
     }
