@@ -6,8 +6,8 @@
 #     full: no per-file ENOSPC warning, one backpressure line over several
 #     walks, status backpressure.spool true and spool.room under the quota;
 #     the receiver up, every file lands once, byte-identical;
-#   - state store: the tmpfs filled up by another file while new files
-#     settle: the store's commits fail; one backpressure line, status
+#   - state store: the tmpfs filled up by another file while new files of
+#     a second source (read in place) settle: the store's commits fail; one backpressure line, status
 #     backpressure.state_store true, nothing taken; the filler removed, the
 #     backpressure goes off and every file lands once.
 # Runs as root in a mount namespace of its own (the tmpfs goes with it).
@@ -41,6 +41,10 @@ rescan_interval: 300ms
 spool:
   quota: 64MiB'
 sed -i 's|^  - path: .*|&\n    settle: 100ms\n    spool: copy|' "$T/dev1.yaml"
+# a second source, read in place, for the state store's part (the spool would compete for the room)
+M="$T/src/more"
+mkdir -p "$M"
+sed -i "s|^    spool: copy|&\n  - path: $M\n    settle: 100ms|" "$T/dev1.yaml"
 SOCK="$T/astate-dev1/agent.sock"
 SP="$T/astate-dev1/spool"
 "$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
@@ -73,8 +77,9 @@ pass "receiver up: all 8 files landed once, byte-identical; spool backpressure o
 # ---- the state store: fill the filesystem, then new files settle ----
 dd if=/dev/zero of="$T/astate-dev1/filler" bs=64k 2> /dev/null || true
 sync
-mkdir -p "$S/many"
-for i in $(seq 1 400); do echo "$i" > "$S/many/a-file-with-a-rather-long-name-to-fill-the-pages-$i.txt"; done
+# long names: their settle records need new pages of the store (the few free ones do not hold them)
+long=$(printf 'a-file-with-a-long-name-%.0s' 1 2 3 4 5 6)
+for i in $(seq 1 600); do echo "$i" > "$M/$long$i.txt"; done
 agent_log "backpressure: the state store cannot be written"
 status_json; t0=$(jget walks.count)
 i=0; while status_json && [ "$(jget walks.count)" -lt $((t0 + 4)) ]; do i=$((i + 1)); [ $i -gt 300 ] && fail "no walks"; sleep 0.05; done
@@ -85,15 +90,15 @@ pass "state filesystem full: the store's commits fail; backpressure said once ov
 rm -f "$T/astate-dev1/filler"
 agent_log "state store backpressure off"
 i=0
-while [ "$(find "$(landed_root dev1)/data/many" -type f 2>/dev/null | wc -l)" -lt 400 ]; do
+while [ "$(find "$(landed_root dev1)/more" -type f 2>/dev/null | wc -l)" -lt 600 ]; do
     i=$((i + 1)); [ $i -gt 1200 ] && { tail -20 "$T/dev1.err"; fail "not every new file landed"; }
     sleep 0.05
 done
-same_tree "$S" "$(landed_root dev1)/data"
+same_tree "$M" "$(landed_root dev1)/more"
 kill -TERM $AGENT_PID
 rc=0; wait $AGENT_PID || rc=$?
 AGENT_PID=""
 [ "$rc" = 0 ] || { tail "$T/dev1.err"; fail "agent exited $rc"; }
-[ "$(manifest_paths dev1 | wc -l)" = 408 ] && [ "$(manifest_paths dev1 | sort -u | wc -l)" = 408 ] ||
+[ "$(manifest_paths dev1 | wc -l)" = 608 ] && [ "$(manifest_paths dev1 | sort -u | wc -l)" = 608 ] ||
     { manifest_paths dev1 | sort | uniq -c | sort -rn | head; fail "not exactly one FILE record per file"; }
-pass "room again: state store backpressure off; all 400 new files landed once"
+pass "room again: state store backpressure off; all 600 new files landed once"

@@ -34,8 +34,9 @@ cp "$S/v3.bin" "$S/v5.bin" "$T/keep/"
 start_receiver
 until_status totals.files_shipped 2
 until_status queue.files 0
-sleep 1 # a few walks more: nothing else is said about the four
-status_json
+status_json; w0=$(jget walks.count)
+i=0 # a few walks more: nothing else is said about the four
+while status_json && [ "$(jget walks.count)" -lt $((w0 + 3)) ]; do i=$((i + 1)); [ $i -gt 300 ] && fail "no walks"; sleep 0.05; done
 [ "$(jget totals.files_vanished)" = 4 ] || { cat "$T/status.json"; fail "status totals.files_vanished is not 4"; }
 same_tree "$T/keep" "$(landed_root dev1)/data"
 [ "$(find "$(landed_root dev1)/data" -type f | wc -l)" = 2 ] || fail "not exactly the two files left landed"
