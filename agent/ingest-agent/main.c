@@ -318,6 +318,7 @@ static int make_edge(agent *a)
         .stopping = hook_stopping,
         .log = prog_lib_log,
         .log_level = prog_log_level(),
+        .test_pause_file = getenv("INGEST_TEST_SHIP_PAUSE"), /* tests only: tests/integration/test_daemon_withdraw.sh */
     };
     if (ingest_edge_create(a->ctx, &o, &a->net.edge) < 0) {
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));

@@ -78,6 +78,9 @@ typedef struct ingest_edge_opts {
     ingest_log_fn log;
     void *log_userdata;
     int log_level;
+    /* Tests only (NULL otherwise): after a batch's manifest is sent, while this file exists, wait
+     * (at most a minute) before reading the WANT; "{it}.paused" is made while waiting. */
+    const char *test_pause_file;
 } ingest_edge_opts;
 
 typedef struct ingest_edge ingest_edge;

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct encoder encoder;
 
@@ -619,6 +620,24 @@ static int batch_failure(ingest_edge *a, ingest_sender_batch *b, int rc)
 
 static int finish_batch_once(ingest_edge *a, ingest_sender_batch *b, double t0);
 
+/* Tests (ingest_edge_opts.test_pause_file): wait, the manifest sent, while that file exists (at most a minute). */
+static void test_pause(ingest_edge *a)
+{
+    const char *p = a->o.test_pause_file;
+    if (p == NULL || access(p, F_OK) != 0)
+        return;
+    char mark[4096];
+    snprintf(mark, sizeof(mark), "%s.paused", p);
+    FILE *f = fopen(mark, "w");
+    if (f != NULL)
+        fclose(f);
+    for (int i = 0; i < 6000 && access(p, F_OK) == 0; i++) {
+        const struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    (void)unlink(mark);
+}
+
 /*
  * Ship one batch whose manifest was sent: serve the WANTs, commit, read the
  * ACK.  Returns 0 acked, 1 abandoned (a file changed; ship again later),
@@ -631,6 +650,7 @@ int ingest_edge_finish_batch(ingest_edge *a, ingest_sender_batch *b, double t0)
     if (a->link == NULL)
         return ingest__fail(a->ctx, INGEST_ECLOSED, "no link attached");
     a->cur = b;
+    test_pause(a);
     const int rc = finish_batch_once(a, b, t0);
     a->cur = NULL;
     return rc < 0 ? batch_failure(a, b, rc) : rc;
