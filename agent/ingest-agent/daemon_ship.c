@@ -323,6 +323,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
     ingest_sender_batch *b = NULL;
     size_t ngot = 0, nafter_files = 0;
     ingest_journal_file *after = NULL; /* with files refused: the after-ship list without them */
+    uint64_t withdrawn = 0, withdrawn_bytes = 0;
     int acked = 0;
     if (paths == NULL || got == NULL || bsrc == NULL || spooled == NULL) {
         rc = INGEST_ENOMEM;
@@ -436,9 +437,15 @@ static int ship_one(daemon_t *d, uint64_t seq)
                 if (!refused)
                     after[nafter++] = jb->files[k];
             }
+            /* vanished while the batch was shipped: withdrawn by the edge; not shipped */
+            withdrawn = withdrawn_bytes = 0;
             for (size_t i = 0; i < ngot; i++) {
                 ingest_sender_file_info fi;
                 if (ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL) {
+                    if (fi.refused_code == INGEST_ENOTFOUND && strcmp(fi.refused, INGEST_EDGE_WITHDRAWN_REASON) == 0) {
+                        withdrawn++;
+                        withdrawn_bytes += fi.size;
+                    }
                     const ingest_file_state rs = { got[i].size, got[i].mtime_ns, got[i].ctime_ns,
                                                    INGEST_FILE_STATE_REFUSED, 0 };
                     if ((rc = ingest_filetable_put(a->state.ft, got[i].path, &rs)) < 0) {
@@ -451,7 +458,10 @@ static int ship_one(daemon_t *d, uint64_t seq)
             }
             ngot = keep;
             nafter_files = nafter;
-            d->files_refused += bs.refused;
+            d->files_refused += bs.refused - withdrawn;
+            d->vanished += withdrawn;
+            if (withdrawn > 0 && a->report.metrics != NULL)
+                ingest_metric_add(a->report.m.files_skipped, "vanished", withdrawn);
         }
         if ((rc = dmn_store_check(d, ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_ACKED, got, ngot),
                                   "journal")) < 0)
@@ -472,10 +482,10 @@ static int ship_one(daemon_t *d, uint64_t seq)
         (void)dmn_store_check(d, ingest_store_commit(a->state.st), "state store");
         agent_metrics_latency(a, (double)(dmn_wall_now_ns() - jb->created_ns) / 1e9, bs.files);
         d->batches_acked++;
-        d->shipped_files += bs.files;
-        d->shipped_bytes += bs.bytes;
-        prog_log(INGEST_LOG_INFO, "batch %s acked: %llu files, %llu bytes", jb->id, (unsigned long long)bs.files,
-                 (unsigned long long)bs.bytes);
+        d->shipped_files += bs.files - withdrawn;
+        d->shipped_bytes += bs.bytes - withdrawn_bytes;
+        prog_log(INGEST_LOG_INFO, "batch %s acked: %llu files, %llu bytes", jb->id,
+                 (unsigned long long)(bs.files - withdrawn), (unsigned long long)(bs.bytes - withdrawn_bytes));
         acked = 1;
     } else if (rc == 1 || rc == 2) {
         /* abandoned (a file changed) or refused: its files go back to discovery */

@@ -519,7 +519,7 @@ int connect_core(agent *a)
     if (ingest_session_client_create(a->ctx, a->cfg->device_id, &a->key, a->receiver_pub, &a->net.ss) < 0 ||
         /* --once pipelines batches across acks; the daemon ships one batch at a time from its journal */
         ingest_session_set_features(a->net.ss, INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK |
-                                               INGEST_SESSION_FEATURE_REFUSE |
+                                               INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_WITHDRAW |
                                                (a->daemon ? 0u : INGEST_SESSION_FEATURE_PIPELINE) |
                                                (a->dict != NULL ? INGEST_SESSION_FEATURE_DICT : 0u)) < 0) {
         disconnect_core(a);
