@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,6 +101,24 @@ static int map_mdb(ingest_ctx *ctx, int rc, const char *dir, const char *what)
     default: code = rc > 0 ? ingest__errno(rc) : INGEST_EIO; break;
     }
     return ingest__fail(ctx, code, "store %s: %s: %s", dir, what, mdb_strerror(rc));
+}
+
+/*
+ * A commit that failed.  LMDB says EIO for a short write, which is how a
+ * full filesystem (or quota) shows when a write gets part of its pages
+ * out: with less than NEARLY_FULL left free to the store's user, that is
+ * out of space (INGEST_ENOSPC), which callers treat as backpressure rather
+ * than a broken disk.
+ */
+#define NEARLY_FULL (1u << 20)
+static int map_commit(ingest_store *st, int rc, const char *what)
+{
+    struct statvfs v;
+    if (rc == EIO && statvfs(st->dir, &v) == 0 &&
+        (uint64_t)v.f_bavail * (v.f_frsize ? v.f_frsize : v.f_bsize) < NEARLY_FULL)
+        return ingest__fail(st->ctx, INGEST_ENOSPC, "store %s: %s: a short write with the filesystem full", st->dir,
+                            what);
+    return map_mdb(st->ctx, rc, st->dir, what);
 }
 
 /* ---- deferred tables ---------------------------------------------------
@@ -331,7 +350,7 @@ int ingest_store_flush(ingest_store *st)
             mdb_txn_abort(txn);
             ret = map_mdb(st->ctx, rc, st->dir, "flush");
         } else if ((rc = mdb_txn_commit(txn)) != 0) {
-            ret = map_mdb(st->ctx, rc, st->dir, "flush commit");
+            ret = map_commit(st, rc, "flush commit");
         }
     }
     ingest__free(st->ctx, v);
@@ -415,7 +434,7 @@ static int commit_txn(ingest_store *st)
     st->writes = 0;
     st->reserved = 0;
     if (rc != 0)
-        return map_mdb(st->ctx, rc, st->dir, "commit");
+        return map_commit(st, rc, "commit");
     return 0;
 }
 

@@ -27,6 +27,7 @@ const char *ingest_wire_type_name(unsigned type)
     case INGEST_MSG_DICT_DATA: return "DICT_DATA";
     case INGEST_MSG_FILE_REFUSED: return "FILE_REFUSED";
     case INGEST_MSG_LANDING: return "LANDING";
+    case INGEST_MSG_FILE_WITHDRAWN: return "FILE_WITHDRAWN";
     default: return "UNKNOWN";
     }
 }
@@ -242,12 +243,13 @@ static int encode(ingest_ctx *ctx, const ingest_wire_msg *m, wr *w, int with_tai
     case INGEST_MSG_RECEIVED:
         INGEST__FORWARD(w_batch_id(ctx, w, name, m->u.received.batch_id));
         break;
-    case INGEST_MSG_FILE_REFUSED: {
-        const ingest_wire_file_refused *x = &m->u.refused;
+    case INGEST_MSG_FILE_REFUSED:
+    case INGEST_MSG_FILE_WITHDRAWN: {
+        const ingest_wire_file_refused *x = m->type == INGEST_MSG_FILE_REFUSED ? &m->u.refused : &m->u.withdrawn;
         INGEST__FORWARD(check_id(ctx, name, x->batch_id, &n));
         INGEST__FORWARD(check_msg(ctx, name, x->message, &n2));
         if (x->code >= 0 || n2 == 0)
-            return ingest__fail(ctx, INGEST_EINVAL, "wire: FILE_REFUSED: code %d (must be negative) or empty message",
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: %s: code %d (must be negative) or empty message", name,
                                 (int)x->code);
         w_str(w, x->batch_id, n);
         w_u32(w, x->file_index);
@@ -555,8 +557,10 @@ int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, s
     case INGEST_MSG_RECEIVED:
         INGEST__FORWARD(r_batch_id(&r, m->u.received.batch_id));
         return r_end(&r);
-    case INGEST_MSG_FILE_REFUSED: {
-        ingest_wire_file_refused *x = &m->u.refused;
+    case INGEST_MSG_FILE_REFUSED:
+    case INGEST_MSG_FILE_WITHDRAWN: {
+        ingest_wire_file_refused *x = m->type == INGEST_MSG_FILE_REFUSED ? &m->u.refused : &m->u.withdrawn;
+        const char *tn = ingest_wire_type_name(m->type);
         uint32_t code;
         INGEST__FORWARD(r_batch_id(&r, x->batch_id));
         INGEST__FORWARD(r_u32(&r, "file index", &x->file_index));
@@ -564,12 +568,12 @@ int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, s
         INGEST__FORWARD(r_u32(&r, "code", &code));
         x->code = (int32_t)code;
         if (x->code >= 0)
-            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: FILE_REFUSED: code %d is not negative (offset %zu)",
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: %s: code %d is not negative (offset %zu)", tn,
                                 (int)x->code, at);
         const size_t mat = r.pos;
         INGEST__FORWARD(r_str(&r, "message", x->message, INGEST_WIRE_MESSAGE_MAX, 0));
         if (x->message[0] == '\0')
-            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: FILE_REFUSED: empty message (offset %zu)", mat);
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: %s: empty message (offset %zu)", tn, mat);
         return r_end(&r);
     }
     case INGEST_MSG_LANDING: {

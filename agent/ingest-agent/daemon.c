@@ -179,7 +179,7 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
             until = d.open_at + d.max_wait_ms / 1000.0;
         if (d.q_files > d.nof && a->net.link == NULL && d.next_connect < until && !a->thr.window_closed)
             until = d.next_connect;
-        if (d.q_files > d.nof && a->net.link != NULL && shipped == 0 && !a->thr.window_closed)
+        if (d.q_files > d.nof && a->net.link != NULL && shipped == 0 && !a->thr.window_closed && !d.store_full)
             until = d.now; /* more to ship */
         int ms = (int)((until - d.now) * 1000.0);
         if (ms < 0)
@@ -205,19 +205,21 @@ out:
     dmn_queue_recount(&d);
     prog_log(INGEST_LOG_INFO,
              "stopped: shipped files=%llu bytes=%llu batches=%llu replayed=%llu; queued files=%llu bytes=%llu; "
-             "after_ship deleted=%llu moved=%llu; skipped include=%llu exclude=%llu min_size=%llu max_size=%llu "
+             "after_ship deleted=%llu moved=%llu; vanished=%llu; skipped include=%llu exclude=%llu min_size=%llu max_size=%llu "
              "max_age=%llu sample=%llu prefix=%llu",
              (unsigned long long)d.shipped_files, (unsigned long long)d.shipped_bytes,
              (unsigned long long)d.batches_acked, (unsigned long long)d.batches_replayed,
              (unsigned long long)d.q_files, (unsigned long long)d.q_bytes, (unsigned long long)d.deleted,
-             (unsigned long long)d.moved, (unsigned long long)d.skipped[INGEST_FILTER_INCLUDE],
+             (unsigned long long)d.moved, (unsigned long long)d.vanished,
+             (unsigned long long)d.skipped[INGEST_FILTER_INCLUDE],
              (unsigned long long)d.skipped[INGEST_FILTER_EXCLUDE], (unsigned long long)d.skipped[INGEST_FILTER_MIN_SIZE],
              (unsigned long long)d.skipped[INGEST_FILTER_MAX_SIZE], (unsigned long long)d.skipped[INGEST_FILTER_MAX_AGE],
              (unsigned long long)d.skipped[INGEST_FILTER_SAMPLE], (unsigned long long)d.skipped[INGEST_FILTER_PREFIX]);
     printf("stopped: files=%llu bytes=%llu batches=%llu replayed=%llu queued_files=%llu deleted=%llu moved=%llu "
            "skipped_include=%llu skipped_exclude=%llu skipped_min_size=%llu skipped_max_size=%llu "
            "skipped_max_age=%llu skipped_sample=%llu skipped_prefix=%llu files_refused=%llu skipped_symlinks=%llu "
-           "skipped_fifos=%llu skipped_sockets=%llu skipped_devices=%llu skipped_bad_links=%llu files_refused_edge=%llu\n",
+           "skipped_fifos=%llu skipped_sockets=%llu skipped_devices=%llu skipped_bad_links=%llu files_refused_edge=%llu "
+           "files_vanished=%llu\n",
            (unsigned long long)d.shipped_files, (unsigned long long)d.shipped_bytes,
            (unsigned long long)d.batches_acked, (unsigned long long)d.batches_replayed,
            (unsigned long long)d.q_files, (unsigned long long)d.deleted, (unsigned long long)d.moved,
@@ -228,9 +230,12 @@ out:
            (unsigned long long)(d.files_refused + a->report.t.refused_edge),
            (unsigned long long)a->report.special[SPECIAL_SYMLINK], (unsigned long long)a->report.special[SPECIAL_FIFO],
            (unsigned long long)a->report.special[SPECIAL_SOCKET], (unsigned long long)a->report.special[SPECIAL_DEVICE],
-           (unsigned long long)a->report.special[SPECIAL_BAD_LINK], (unsigned long long)a->report.t.refused_edge);
+           (unsigned long long)a->report.special[SPECIAL_BAD_LINK], (unsigned long long)a->report.t.refused_edge,
+           (unsigned long long)d.vanished);
     fflush(stdout);
     dmn_open_reset(&d);
+    for (size_t i = 0; i < VANISH_NAMES; i++)
+        free(d.vanish_names[i]);
     free(d.of);
     free(d.defer_seq);
     for (size_t i = 0; i < d.ndirty; i++)

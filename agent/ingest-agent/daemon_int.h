@@ -54,6 +54,7 @@
 #define BACKOFF_MIN_MS 500
 #define BACKOFF_MAX_MS 60000
 #define TOO_DEEP_MAX 1024 /* directories past the depth limit remembered (each said once) */
+#define VANISH_NAMES 3 /* names of vanished files the grouped log line gives */
 #define DEFER_RETRY_S 1.0 /* retry of an after-ship action deferred while the file is open */
 
 enum { AFTER_KEEP = 0, AFTER_DELETE = 1, AFTER_MOVE = 2 };
@@ -94,12 +95,12 @@ typedef struct snap_source {
  */
 typedef struct snap {
     char device[128], core[256], window[16];
-    int connected, watching, backpressure, spool_full, window_closed;
+    int connected, watching, backpressure, spool_full, store_full, window_closed;
     snap_source *src;
     size_t nsrc;
     uint64_t q_batches, q_files, q_bytes, queue_files, queue_bytes;
     uint64_t settling;   /* files the last walk found still settling */
-    uint64_t spool_bytes, spool_files, spool_quota;
+    uint64_t spool_bytes, spool_files, spool_quota, spool_room, fs_free;
     char inflight[INGEST_JOURNAL_ID_MAX + 1];
     int64_t last_ack_ns; /* wall clock; 0: none yet */
     uint64_t files_seen, files_taken, bytes_taken, files_shipped, files_refused, bytes_shipped, bytes_read;
@@ -108,7 +109,7 @@ typedef struct snap {
     uint64_t file_records, seen_records, pruned;
     uint64_t special[SPECIAL_KINDS]; /* not regular files the last walk skipped, by kind */
     uint64_t chunks_new, chunks_dedup, chunk_bytes_sent, wire_out, wire_in;
-    uint64_t batches_acked, batches_replayed, deleted, moved, same_bytes;
+    uint64_t batches_acked, batches_replayed, deleted, moved, same_bytes, vanished;
     uint64_t skipped[INGEST_FILTER_NREASONS];
     uint64_t throttle_rate, throttle_wait_ms;
     double started;
@@ -162,8 +163,18 @@ typedef struct daemon {
     /* spool: state_dir/spool/{batch seq}/{source name}/{path in the source} */
     char spool_dir[PATH_MAX];
     uint64_t spool_bytes, spool_files, spool_quota;
+    /* the room the spool has: min(spool.quota, spool_bytes + the state filesystem's free space less
+     * a reserve), sized again at every walk and every drop (dmn_spool_size) */
+    uint64_t spool_room, fs_free, fs_reserve, fs_block;
     int spool_full;
     int spool_big_logged;
+    uint64_t spool_want;      /* the smallest file the last walk could not spool for want of room */
+    uint64_t spool_want_walk; /* ... found by the walk under way (UINT64_MAX: none yet) */
+    int spool_nospace;        /* a copy met ENOSPC/EDQUOT: off again only once the free space grew */
+    uint64_t nospace_free;    /* the free space then */
+    /* the state store could not be written (ENOSPC, EDQUOT, its map full): no new files are taken
+     * until a commit goes through with room to spare (dmn_store_check) */
+    int store_full;
 
     /* status */
     status_server *status;
@@ -189,6 +200,10 @@ typedef struct daemon {
     uint64_t skipped[INGEST_FILTER_NREASONS];
     uint64_t shipped_files, files_refused, shipped_bytes, batches_acked, batches_replayed, deleted, moved;
     uint64_t same_bytes; /* versions with a new ctime alone and the bytes shipped: recorded, not shipped */
+    /* files gone before they shipped (found by a walk, or missing when a batch was built): dropped,
+     * counted, and said in one line per walk or batch (dmn_vanished_say) */
+    uint64_t vanished, vanish_round;
+    char *vanish_names[VANISH_NAMES];
     uint64_t not_stable; /* files found still settling by the walk under way */
     uint64_t settling;   /* ... by the last walk that ended */
     double now;          /* monotonic, refreshed per loop and per walk */
@@ -206,11 +221,17 @@ void dmn_watches_clear(daemon_t *d);
 void dmn_watches_setup(daemon_t *d);
 void dmn_sources_check(daemon_t *d);
 void dmn_inotify_drain(daemon_t *d);
+void dmn_on_skip(void *ud, const char *path, int reason);
+void dmn_vanished_say(daemon_t *d, const char *where);
 int dmn_walk(daemon_t *d);
 /* Look at path (a manifest path) alone at `at` (or earlier); past DIRTY_MAX paths, a walk of everything. */
 void dmn_mark_dirty(daemon_t *d, const char *path, double at);
 int dmn_walk_paths(daemon_t *d);
 void dmn_spool_resume_check(daemon_t *d);
+void dmn_spool_size(daemon_t *d);
+int dmn_spool_nospace(daemon_t *d, const char *path, uint64_t size, int err);
+int dmn_store_check(daemon_t *d, int rc, const char *what);
+void dmn_store_nospace(daemon_t *d, const char *what, const char *why);
 void dmn_spool_drop(daemon_t *d, uint64_t seq);
 int dmn_spool_init(daemon_t *d);
 int dmn_spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *rel, const ingest_sender_stat *st);

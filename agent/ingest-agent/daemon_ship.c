@@ -20,10 +20,8 @@ int dmn_open_journal(daemon_t *d)
         return 0;
     char id[INGEST_JOURNAL_ID_MAX + 1];
     snprintf(id, sizeof(id), "%s%06llu", d->a->state.prefix, (unsigned long long)d->open_seq);
-    if (ingest_journal_add(d->j, d->open_seq, id, d->of, d->nof) < 0) {
-        prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(d->a->ctx));
+    if (dmn_store_check(d, ingest_journal_add(d->j, d->open_seq, id, d->of, d->nof), "journal") < 0)
         return -1;
-    }
     d->of_dirty = 0;
     return 0;
 }
@@ -52,6 +50,12 @@ int dmn_open_add(daemon_t *d, const dsource *s, const char *rel, const char *pat
     if (d->open_seq == 0) {
         d->open_seq = d->a->state.seq++;
         if (save_seq(d->a->cfg->state_dir, d->a->state.seq) != 0) {
+            if (errno == ENOSPC || errno == EDQUOT) { /* backpressure (said once): not taken, a later walk tries */
+                dmn_store_nospace(d, "state_dir/next_batch_seq", strerror(errno));
+                d->a->state.seq--;
+                d->open_seq = 0;
+                return 0;
+            }
             prog_log(INGEST_LOG_ERROR, "cannot save the batch sequence in %s: %s", d->a->cfg->state_dir,
                      strerror(errno));
             return -1;
@@ -61,7 +65,7 @@ int dmn_open_add(daemon_t *d, const dsource *s, const char *rel, const char *pat
     if (s->spool) {
         const int c = dmn_spool_copy(d, d->open_seq, s, rel, st);
         if (c != 0) {
-            if (c > 0)
+            if (c == 1) /* changed meanwhile (2: no room, backpressure) */
                 dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
             return 0; /* not taken now; a later walk tries again */
         }
@@ -164,6 +168,7 @@ static int build_batch(daemon_t *d, const ingest_journal_batch *jb, const ingest
     agent *a = d->a;
     ingest_sender_opts o = d->base;
     o.want_file = NULL;
+    o.on_skip = dmn_on_skip; /* a file gone since it was taken: counted, said once per batch */
     o.sources = bsrc;
     o.batch_seq = jb->seq;
     o.max_files = n;
@@ -274,7 +279,7 @@ static void resettle_missing(daemon_t *d, const ingest_journal_batch *jb, const 
         any = 1;
     }
     if (any) {
-        (void)ingest_journal_flush(d->j);
+        (void)dmn_store_check(d, ingest_journal_flush(d->j), "state store");
         dmn_schedule_scan(d, d->now);
     }
 }
@@ -338,6 +343,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
     ingest_sender_batch *b = NULL;
     size_t ngot = 0, nafter_files = 0;
     ingest_journal_file *after = NULL; /* with files refused: the after-ship list without them */
+    uint64_t withdrawn = 0, withdrawn_bytes = 0;
     int acked = 0;
     if (paths == NULL || got == NULL || bsrc == NULL || spooled == NULL) {
         rc = INGEST_ENOMEM;
@@ -375,6 +381,11 @@ static int ship_one(daemon_t *d, uint64_t seq)
             rc = 0;
             break;
         }
+    }
+    {
+        char where[INGEST_JOURNAL_ID_MAX + 16];
+        snprintf(where, sizeof(where), "batch %s", jb->id);
+        dmn_vanished_say(d, where);
     }
     if (rc < 0)
         goto out;
@@ -448,9 +459,15 @@ static int ship_one(daemon_t *d, uint64_t seq)
                 if (!refused)
                     after[nafter++] = jb->files[k];
             }
+            /* vanished while the batch was shipped: withdrawn by the edge; not shipped */
+            withdrawn = withdrawn_bytes = 0;
             for (size_t i = 0; i < ngot; i++) {
                 ingest_sender_file_info fi;
                 if (ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL) {
+                    if (fi.refused_code == INGEST_ENOTFOUND && strcmp(fi.refused, INGEST_EDGE_WITHDRAWN_REASON) == 0) {
+                        withdrawn++;
+                        withdrawn_bytes += fi.size;
+                    }
                     const ingest_file_state rs = { got[i].size, got[i].mtime_ns, got[i].ctime_ns,
                                                    INGEST_FILE_STATE_REFUSED, 0 };
                     if ((rc = ingest_filetable_put(a->state.ft, got[i].path, &rs)) < 0) {
@@ -463,12 +480,14 @@ static int ship_one(daemon_t *d, uint64_t seq)
             }
             ngot = keep;
             nafter_files = nafter;
-            d->files_refused += bs.refused;
+            d->files_refused += bs.refused - withdrawn;
+            d->vanished += withdrawn;
+            if (withdrawn > 0 && a->report.metrics != NULL)
+                ingest_metric_add(a->report.m.files_skipped, "vanished", withdrawn);
         }
-        if ((rc = ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_ACKED, got, ngot)) < 0) {
-            prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
-            goto out;
-        }
+        if ((rc = dmn_store_check(d, ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_ACKED, got, ngot),
+                                  "journal")) < 0)
+            goto out; /* the batch is shipped again later: the core answers a duplicate */
         /* the shipped versions' whole-file hashes: a later change of ctime alone is compared against them */
         for (uint64_t i = 0; i < bs.files; i++) {
             ingest_sender_file_info info;
@@ -482,13 +501,13 @@ static int ship_one(daemon_t *d, uint64_t seq)
             if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0 && ingest_havecache_add(a->state.have, id) < 0)
                 break;
         }
-        (void)ingest_store_commit(a->state.st);
+        (void)dmn_store_check(d, ingest_store_commit(a->state.st), "state store");
         agent_metrics_latency(a, (double)(dmn_wall_now_ns() - jb->created_ns) / 1e9, bs.files);
         d->batches_acked++;
-        d->shipped_files += bs.files;
-        d->shipped_bytes += bs.bytes;
-        prog_log(INGEST_LOG_INFO, "batch %s acked: %llu files, %llu bytes", jb->id, (unsigned long long)bs.files,
-                 (unsigned long long)bs.bytes);
+        d->shipped_files += bs.files - withdrawn;
+        d->shipped_bytes += bs.bytes - withdrawn_bytes;
+        prog_log(INGEST_LOG_INFO, "batch %s acked: %llu files, %llu bytes", jb->id,
+                 (unsigned long long)(bs.files - withdrawn), (unsigned long long)(bs.bytes - withdrawn_bytes));
         acked = 1;
     } else if (rc == 1 || rc == 2) {
         /* abandoned (a file changed) or refused: its files go back to discovery */
@@ -524,8 +543,8 @@ int dmn_ship_queue(daemon_t *d)
 {
     uint64_t seq = 0;
     for (;;) {
-        if (stopping || reload_requested)
-            return 0;
+        if (stopping || reload_requested || d->store_full)
+            return 0; /* store_full: an ack could not be recorded; shipping waits for room (dmn_store_check) */
         d->now = prog_now();
         if (d->scan_at != 0 && d->now >= d->scan_at)
             return 0;

@@ -2,9 +2,14 @@
 #include "daemon_int.h"
 #include "../common/fsmove.h"
 
+#include <sys/statvfs.h>
+
 /* ---- spool ------------------------------------------------------------------ */
 
 static int mkdirs(char *p);
+
+/* The errors that mean "no room" on the state filesystem: backpressure, never a per-file warning. */
+#define NO_ROOM(e) ((e) == ENOSPC || (e) == EDQUOT)
 
 /* Bytes and files under dirfd/name (a directory or a file); removed when rm. */
 static void tree_walk(int at, const char *name, int rm, uint64_t *bytes, uint64_t *files)
@@ -37,14 +42,138 @@ static void tree_walk(int at, const char *name, int rm, uint64_t *bytes, uint64_
         prog_log(INGEST_LOG_WARN, "spool: cannot remove %s: %s", prog_esc(name), strerror(errno));
 }
 
+/*
+ * Size the spool to the free space of the state filesystem: its room is
+ * min(spool.quota, what it holds + the space free to the agent less a
+ * reserve).  The reserve (5% of the filesystem, at most 64 MiB) keeps room
+ * for the state store's commits, which must go through for batches to be
+ * journaled and acknowledged.  A filesystem out of inodes has no room.
+ * Where statvfs fails, the quota alone.
+ */
+#define FS_RESERVE_MAX (64ull << 20)
+void dmn_spool_size(daemon_t *d)
+{
+    struct statvfs v;
+    d->spool_room = d->spool_quota;
+    if (statvfs(d->a->cfg->state_dir, &v) != 0) {
+        d->fs_free = UINT64_MAX;
+        d->fs_reserve = 0;
+        return;
+    }
+    const uint64_t unit = v.f_frsize ? (uint64_t)v.f_frsize : (uint64_t)v.f_bsize;
+    uint64_t avail = (uint64_t)v.f_bavail * unit;
+    if (v.f_files != 0 && v.f_favail == 0)
+        avail = 0;
+    const uint64_t size = (uint64_t)v.f_blocks * unit;
+    d->fs_free = avail;
+    d->fs_block = v.f_bsize ? (uint64_t)v.f_bsize : unit;
+    d->fs_reserve = size / 20 < FS_RESERVE_MAX ? size / 20 : FS_RESERVE_MAX;
+    const uint64_t room = d->spool_bytes + (avail > d->fs_reserve ? avail - d->fs_reserve : 0);
+    if (room < d->spool_room)
+        d->spool_room = room;
+}
+
+/*
+ * Spool backpressure goes off once the smallest file waiting for room
+ * (spool_want; 0: none is) fits, and there is room at all; after an ENOSPC, only once the
+ * filesystem has more free space than it had then.
+ */
 void dmn_spool_resume_check(daemon_t *d)
 {
-    if (d->spool_full && d->spool_bytes < d->spool_quota) {
-        prog_log(INGEST_LOG_INFO, "spool backpressure off: %llu of %llu bytes in use",
-                 (unsigned long long)d->spool_bytes, (unsigned long long)d->spool_quota);
-        d->spool_full = 0;
-        dmn_schedule_scan(d, d->now);
+    dmn_spool_size(d);
+    if (!d->spool_full || d->spool_bytes + d->spool_want > d->spool_room || d->spool_room <= d->spool_bytes)
+        return;
+    if (d->spool_nospace && d->fs_free <= d->nospace_free)
+        return;
+    prog_log(INGEST_LOG_INFO,
+             "spool backpressure off: %llu of %llu bytes in use (spool.quota %llu, %llu bytes free on the state "
+             "filesystem)",
+             (unsigned long long)d->spool_bytes, (unsigned long long)d->spool_room,
+             (unsigned long long)d->spool_quota, (unsigned long long)d->fs_free);
+    d->spool_full = 0;
+    d->spool_nospace = 0;
+    dmn_schedule_scan(d, d->now);
+}
+
+/*
+ * A spool copy of path (size bytes) met err (ENOSPC or EDQUOT): the spool
+ * is full whatever its quota says.  Said once (not per file, not per
+ * walk); the file is not taken and a later walk tries again.  Returns 2
+ * (dmn_spool_copy's "no room").
+ */
+int dmn_spool_nospace(daemon_t *d, const char *path, uint64_t size, int err)
+{
+    dmn_spool_size(d);
+    if (!d->spool_full)
+        prog_log(INGEST_LOG_WARN,
+                 "backpressure: no room on the state filesystem for the spool (%s copying %s, %llu bytes; %llu bytes "
+                 "free, %llu spooled): not taking new files from spool sources until there is room",
+                 strerror(err), prog_esc(path), (unsigned long long)size, (unsigned long long)d->fs_free,
+                 (unsigned long long)d->spool_bytes);
+    d->spool_full = 1;
+    d->spool_nospace = 1;
+    d->nospace_free = d->fs_free;
+    if (d->spool_want == 0 || size < d->spool_want)
+        d->spool_want = size;
+    if (size < d->spool_want_walk)
+        d->spool_want_walk = size;
+    return 2;
+}
+
+/*
+ * The outcome rc of a write of the state store (what: where, for the
+ * log).  Out of space (ENOSPC, EDQUOT, the map full) is backpressure: said
+ * once, no new files are taken, and what was not written is written again
+ * by a later walk (settle records, the open batch's list) or a later ack.
+ * A write that goes through with more than the reserve free on the state
+ * filesystem turns it off.  Other failures are logged.  Returns rc.
+ */
+void dmn_store_nospace(daemon_t *d, const char *what, const char *why)
+{
+    if (!d->store_full)
+        prog_log(INGEST_LOG_WARN,
+                 "backpressure: the state store cannot be written (%s: %s): not taking new files until there "
+                 "is room on the state filesystem; what was not written is written again",
+                 what, why);
+    d->store_full = 1;
+}
+
+int dmn_store_check(daemon_t *d, int rc, const char *what)
+{
+    if (rc == INGEST_ENOSPC) {
+        dmn_store_nospace(d, what, ingest_ctx_errmsg(d->a->ctx));
+        return rc;
     }
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "%s: %s", what, ingest_ctx_errmsg(d->a->ctx));
+        return rc;
+    }
+    if (d->store_full) {
+        dmn_spool_size(d);
+        if (d->fs_free > d->fs_reserve) {
+            prog_log(INGEST_LOG_INFO, "state store backpressure off: writes go through again (%llu bytes free)",
+                     (unsigned long long)d->fs_free);
+            d->store_full = 0;
+            dmn_schedule_scan(d, d->now);
+        }
+    }
+    return 0;
+}
+
+/*
+ * A copy of n bytes went into the spool.  It takes whole blocks of the
+ * state filesystem (a page of a tmpfs for a 5-byte file): the room the
+ * last sizing left shrinks by the part of the last block it does not
+ * fill, so that many small files do not eat the reserve before the next
+ * walk sizes the spool again.
+ */
+static void spool_charge(daemon_t *d, uint64_t n)
+{
+    const uint64_t b = d->fs_block ? d->fs_block : 4096;
+    const uint64_t slack = (n + b - 1) / b * b - n + (n == 0 ? b : 0);
+    d->spool_bytes += n;
+    d->spool_files++;
+    d->spool_room = d->spool_room > slack ? d->spool_room - slack : 0;
 }
 
 /* Remove the spool copies of batch seq (acked, dropped or never journaled). */
@@ -103,6 +232,7 @@ int dmn_spool_init(daemon_t *d)
         }
     }
     closedir(dir);
+    dmn_spool_size(d);
     return 0;
 }
 
@@ -131,19 +261,25 @@ static int spool_copy_link(daemon_t *d, const char *src, char *dst, const ingest
         return 1; /* changed meanwhile (or unshippable: the walk of the spool reports it) */
     target[n] = '\0';
     if (mkdirs(dst) != 0) {
+        if (NO_ROOM(errno))
+            return dmn_spool_nospace(d, src, st->size, errno);
         prog_log(INGEST_LOG_WARN, "spool: %s: %s", prog_esc(dst), strerror(errno));
         return -1;
     }
     (void)unlink(dst); /* a copy left by an earlier try */
     const struct timespec times[2] = { a.st_atim, a.st_mtim };
     if (symlink(target, dst) != 0 || utimensat(AT_FDCWD, dst, times, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (NO_ROOM(errno)) {
+            const int e = errno;
+            (void)unlink(dst);
+            return dmn_spool_nospace(d, src, st->size, e);
+        }
         prog_log(INGEST_LOG_WARN, "spool: copying the symlink %s to %s: %s", prog_esc(src), prog_esc(dst),
                  strerror(errno));
         (void)unlink(dst);
         return -1;
     }
-    d->spool_bytes += (uint64_t)n;
-    d->spool_files++;
+    spool_charge(d, (uint64_t)n);
     return 0;
 }
 
@@ -151,7 +287,8 @@ static int spool_copy_link(daemon_t *d, const char *src, char *dst, const ingest
  * Copy source file rel (the version st) into the spool of batch seq, with
  * its mtime and permission bits, and fsync it.  0 copied; 1 the file
  * changed or vanished meanwhile (not taken: the next walk sees it again);
- * -1 a local failure (logged; not taken).
+ * 2 no room on the state filesystem (ENOSPC, EDQUOT: spool backpressure,
+ * dmn_spool_nospace; not taken); -1 a local failure (logged; not taken).
  */
 int dmn_spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *rel, const ingest_sender_stat *st)
 {
@@ -178,11 +315,15 @@ int dmn_spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *rel,
         goto done;
     }
     if (mkdirs(dst) != 0 || (buf = malloc(1u << 20)) == NULL) {
+        if (NO_ROOM(errno))
+            goto no_room;
         prog_log(INGEST_LOG_WARN, "spool: %s: %s", prog_esc(dst), strerror(errno));
         goto done;
     }
     out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (out < 0) {
+        if (NO_ROOM(errno))
+            goto no_room;
         prog_log(INGEST_LOG_WARN, "spool: %s: %s", prog_esc(dst), strerror(errno));
         goto done;
     }
@@ -213,11 +354,15 @@ int dmn_spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *rel,
     if (fchmod(out, (a.st_mode & 0777) | 0400) != 0 || futimens(out, times) != 0 || fsync(out) != 0)
         goto io_error;
     rc = 0;
-    d->spool_bytes += total;
-    d->spool_files++;
+    spool_charge(d, total);
     goto done;
 io_error:
+    if (NO_ROOM(errno))
+        goto no_room;
     prog_log(INGEST_LOG_WARN, "spool: copying %s to %s: %s", prog_esc(src), prog_esc(dst), strerror(errno));
+    goto done;
+no_room:
+    rc = dmn_spool_nospace(d, src, st->size, errno); /* said once, not per file */
 done:
     if (out >= 0) {
         close(out);

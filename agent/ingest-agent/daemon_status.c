@@ -55,7 +55,7 @@ void dmn_publish(daemon_t *d)
         ingest_metric_set(a->report.m.queue_files, NULL, (int64_t)d->q_files);
         ingest_metric_set(a->report.m.queue_bytes, NULL, (int64_t)d->q_bytes);
         ingest_metric_set(a->report.m.queue_batches, NULL, (int64_t)d->q_batches);
-        ingest_metric_set(a->report.m.backpressure, NULL, d->backpressure || d->spool_full);
+        ingest_metric_set(a->report.m.backpressure, NULL, d->backpressure || d->spool_full || d->store_full);
         ingest_metric_set(a->report.m.spool_bytes, NULL, (int64_t)d->spool_bytes);
     }
     pthread_mutex_lock(&d->slock);
@@ -68,6 +68,9 @@ void dmn_publish(daemon_t *d)
     }
     sn->backpressure = d->backpressure;
     sn->spool_full = d->spool_full;
+    sn->store_full = d->store_full;
+    sn->spool_room = d->spool_room;
+    sn->fs_free = d->fs_free;
     sn->window_closed = a->thr.window_closed;
     sn->q_batches = d->q_batches;
     sn->q_files = d->q_files;
@@ -101,6 +104,7 @@ void dmn_publish(daemon_t *d)
     sn->deleted = d->deleted;
     sn->moved = d->moved;
     sn->same_bytes = d->same_bytes;
+    sn->vanished = d->vanished;
     memcpy(sn->skipped, d->skipped, sizeof(sn->skipped));
     sn->throttle_wait_ms = a->thr.throttle_wait_ms;
     const size_t last = (sn->rate_head + RATE_SAMPLES - 1) % RATE_SAMPLES;
@@ -225,14 +229,14 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
         "\"bytes_shipped\":%llu,\"bytes_read\":%llu,\"chunks_new\":%llu,\"chunks_dedup\":%llu,"
         "\"chunk_bytes_sent\":%llu,\"wire_bytes_out\":%llu,\"wire_bytes_in\":%llu,\"batches_acked\":%llu,"
         "\"batches_replayed\":%llu,\"after_ship_deleted\":%llu,\"after_ship_moved\":%llu,\"files_refused\":%llu,"
-        "\"files_same_bytes\":%llu}",
+        "\"files_same_bytes\":%llu,\"files_vanished\":%llu}",
         (unsigned long long)sn->files_seen, (unsigned long long)sn->files_taken, (unsigned long long)sn->bytes_taken,
         (unsigned long long)sn->files_shipped, (unsigned long long)sn->bytes_shipped,
         (unsigned long long)sn->bytes_read, (unsigned long long)sn->chunks_new, (unsigned long long)sn->chunks_dedup,
         (unsigned long long)sn->chunk_bytes_sent, (unsigned long long)sn->wire_out, (unsigned long long)sn->wire_in,
         (unsigned long long)sn->batches_acked, (unsigned long long)sn->batches_replayed,
         (unsigned long long)sn->deleted, (unsigned long long)sn->moved, (unsigned long long)sn->files_refused,
-        (unsigned long long)sn->same_bytes);
+        (unsigned long long)sn->same_bytes, (unsigned long long)sn->vanished);
     put(o, ",\"walks\":{\"count\":%llu,\"last_seconds\":%.3f,\"of_changed_files\":%llu,\"not_regular\":{",
         (unsigned long long)sn->walks, sn->walk_seconds, (unsigned long long)sn->path_walks);
     for (int k = 0; k < SPECIAL_KINDS; k++)
@@ -243,11 +247,12 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
     put(o, ",\"skipped\":{");
     for (int r = 1; r < INGEST_FILTER_NREASONS; r++)
         put(o, "%s\"%s\":%llu", r > 1 ? "," : "", skip_names[r], (unsigned long long)sn->skipped[r]);
-    put(o, "},\"backpressure\":{\"on\":%s,\"queue\":%s,\"spool\":%s}",
-        sn->backpressure || sn->spool_full ? "true" : "false", sn->backpressure ? "true" : "false",
-        sn->spool_full ? "true" : "false");
-    put(o, ",\"spool\":{\"files\":%llu,\"bytes\":%llu,\"quota\":%llu}", (unsigned long long)sn->spool_files,
-        (unsigned long long)sn->spool_bytes, (unsigned long long)sn->spool_quota);
+    put(o, "},\"backpressure\":{\"on\":%s,\"queue\":%s,\"spool\":%s,\"state_store\":%s}",
+        sn->backpressure || sn->spool_full || sn->store_full ? "true" : "false", sn->backpressure ? "true" : "false",
+        sn->spool_full ? "true" : "false", sn->store_full ? "true" : "false");
+    put(o, ",\"spool\":{\"files\":%llu,\"bytes\":%llu,\"quota\":%llu,\"room\":%llu,\"fs_free\":%llu}",
+        (unsigned long long)sn->spool_files, (unsigned long long)sn->spool_bytes, (unsigned long long)sn->spool_quota,
+        (unsigned long long)sn->spool_room, (unsigned long long)(sn->fs_free == UINT64_MAX ? 0 : sn->fs_free));
     put(o, ",\"throttle\":{\"rate\":%llu,\"window\":", (unsigned long long)sn->throttle_rate);
     put_jstr(o, sn->window);
     put(o, ",\"window_open\":%s,\"waited_s\":%.3f}", sn->window_closed ? "false" : "true",
@@ -275,10 +280,12 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
         put(o, "%-20s %s (%.0f s ago)\n", "last ack", ts, (double)(wall - sn->last_ack_ns) / 1e9);
     else
         put(o, "%-20s -\n", "last ack");
-    put(o, "%-20s %s (queue %s, spool %s)\n", "backpressure", sn->backpressure || sn->spool_full ? "ON" : "off",
-        sn->backpressure ? "full" : "ok", sn->spool_full ? "full" : "ok");
-    put(o, "%-20s %llu files, %llu of %llu bytes\n", "spool", (unsigned long long)sn->spool_files,
-        (unsigned long long)sn->spool_bytes, (unsigned long long)sn->spool_quota);
+    put(o, "%-20s %s (queue %s, spool %s, state store %s)\n", "backpressure",
+        sn->backpressure || sn->spool_full || sn->store_full ? "ON" : "off", sn->backpressure ? "full" : "ok",
+        sn->spool_full ? "full" : "ok", sn->store_full ? "full" : "ok");
+    put(o, "%-20s %llu files, %llu of %llu bytes (spool.quota %llu, sized to the free space)\n", "spool",
+        (unsigned long long)sn->spool_files, (unsigned long long)sn->spool_bytes, (unsigned long long)sn->spool_room,
+        (unsigned long long)sn->spool_quota);
     put(o, "%-20s rate %llu B/s, window %s (%s), waited %.1f s\n", "throttle",
         (unsigned long long)sn->throttle_rate, sn->window[0] ? sn->window : "always",
         sn->window_closed ? "CLOSED" : "open", (double)sn->throttle_wait_ms / 1000.0);
@@ -299,6 +306,7 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
     put(o, "%-20s %14llu %16llu\n", "shipped (acked)", (unsigned long long)sn->files_shipped,
         (unsigned long long)sn->bytes_shipped);
     put(o, "%-20s %14llu %16s\n", "refused by core", (unsigned long long)sn->files_refused, "-");
+    put(o, "%-20s %14llu %16s\n", "vanished", (unsigned long long)sn->vanished, "-");
     put(o, "%-20s %14s %16llu\n", "wire out", "-", (unsigned long long)sn->wire_out);
     put(o, "%-20s %14s %16llu\n", "wire in", "-", (unsigned long long)sn->wire_in);
     put(o, "%-20s %llu new (%llu bytes sent), %llu dedup\n", "chunks", (unsigned long long)sn->chunks_new,

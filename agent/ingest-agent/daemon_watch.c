@@ -104,14 +104,56 @@ static void too_deep(daemon_t *d, const char *dir)
     say_too_deep(level, dir);
 }
 
-/* The daemon's walks report skips here: a directory past the depth limit once, the rest as --once does. */
-static void daemon_on_skip(void *ud, const char *path, int reason)
+/*
+ * The daemon's walks and batch builds report skips here: a directory past
+ * the depth limit once; a file that vanished (a rotating writer's, or
+ * deleted while its batch waited) counted and kept for one grouped line
+ * (dmn_vanished_say); the rest as --once does.
+ */
+void dmn_on_skip(void *ud, const char *path, int reason)
 {
+    daemon_t *d = ((agent *)ud)->userdata;
     if (reason == INGEST_SKIP_DEPTH) {
-        too_deep(((agent *)ud)->userdata, path);
+        too_deep(d, path);
+        return;
+    }
+    if (reason == INGEST_SKIP_VANISHED) {
+        d->vanished++;
+        if (d->vanish_round < VANISH_NAMES)
+            d->vanish_names[d->vanish_round] = strdup(path); /* NULL: the line names one fewer */
+        d->vanish_round++;
+        if (d->a->report.metrics != NULL)
+            ingest_metric_add(d->a->report.m.files_skipped, "vanished", 1);
         return;
     }
     on_skip(ud, path, reason);
+}
+
+/* One line for the files that vanished during a walk or a batch build (where: which), with a few names. */
+void dmn_vanished_say(daemon_t *d, const char *where)
+{
+    if (d->vanish_round == 0)
+        return;
+    char names[3 * 256] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < VANISH_NAMES && i < d->vanish_round; i++) {
+        if (d->vanish_names[i] == NULL)
+            continue;
+        const int n = snprintf(names + len, sizeof(names) - len, "%s%.200s", len ? ", " : "",
+                               prog_esc(d->vanish_names[i]));
+        if (n > 0 && (size_t)n < sizeof(names) - len)
+            len += (size_t)n;
+        free(d->vanish_names[i]);
+        d->vanish_names[i] = NULL;
+    }
+    const uint64_t more = d->vanish_round > VANISH_NAMES ? d->vanish_round - VANISH_NAMES : 0;
+    char tail[48] = "";
+    if (more > 0)
+        snprintf(tail, sizeof(tail), " and %llu more", (unsigned long long)more);
+    prog_log(INGEST_LOG_INFO, "%llu file%s vanished before %s shipped (%s): %s%s; dropped, counted (files_vanished)",
+             (unsigned long long)d->vanish_round, d->vanish_round == 1 ? "" : "s",
+             d->vanish_round == 1 ? "it was" : "they were", where, names, tail);
+    d->vanish_round = 0;
 }
 
 /* Watch directory rel of source si: 0 watched (now or before), -1 not (full, gone, path too long). */
@@ -526,6 +568,8 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     agent *a = d->a;
     if (a->report.metrics != NULL)
         ingest_metric_add(a->report.m.files_seen, s->name, 1);
+    if (d->store_full)
+        return 0; /* backpressure: nothing can be recorded nor journaled (dmn_store_check) */
     ingest_file_state fs;
     const int shipped = ingest_filetable_get(d->a->state.ft, path, &fs) == 0 && fs.size == st->size &&
                         fs.mtime_ns == st->mtime_ns;
@@ -560,12 +604,17 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
                     ingest_metric_add(a->report.m.files_skipped, ingest_filter_reason_name(r), 1);
             }
             prog_log(INGEST_LOG_DEBUG, "skipped %s: filter %s", prog_esc(path), ingest_filter_reason_name(r));
-            (void)ingest_journal_mark_skipped(d->j, path, st->size, st->mtime_ns, r, d->wall_ns);
+            if (ingest_journal_mark_skipped(d->j, path, st->size, st->mtime_ns, r, d->wall_ns) == INGEST_ENOSPC)
+                (void)dmn_store_check(d, INGEST_ENOSPC, "state store (filter records)");
             return 0;
         }
     }
     int64_t wait_ns = 0;
     rc = ingest_journal_stable(d->j, path, st->size, st->mtime_ns, d->wall_ns, s->settle_ns, &wait_ns);
+    if (rc == INGEST_ENOSPC) { /* its settle record could not be committed: backpressure, said once */
+        (void)dmn_store_check(d, rc, "state store (settle records)");
+        return 0;
+    }
     if (rc < 0)
         return rc;
     if (rc == 0) {
@@ -591,14 +640,20 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
             d->spool_big_logged = 1;
             return 0;
         }
-        if (d->spool_bytes + st->size > d->spool_quota) {
-            if (!d->spool_full)
+        if (d->spool_bytes + st->size > d->spool_room) {
+            if (!d->spool_full) {
                 prog_log(INGEST_LOG_WARN,
-                         "backpressure: the spool is full (%llu files, %llu bytes; spool.quota %llu bytes): not "
-                         "taking new files from spool sources until batches are acknowledged",
+                         "backpressure: the spool is full (%llu files, %llu bytes; room for %llu bytes: spool.quota "
+                         "%llu, %llu bytes free on the state filesystem, %llu kept in reserve): not taking new files "
+                         "from spool sources until batches are acknowledged",
                          (unsigned long long)d->spool_files, (unsigned long long)d->spool_bytes,
-                         (unsigned long long)d->spool_quota);
+                         (unsigned long long)d->spool_room, (unsigned long long)d->spool_quota,
+                         (unsigned long long)d->fs_free, (unsigned long long)d->fs_reserve);
+                d->spool_want = st->size;
+            }
             d->spool_full = 1;
+            if (st->size < d->spool_want_walk)
+                d->spool_want_walk = st->size;
             return 0;
         }
     }
@@ -700,6 +755,7 @@ int dmn_walk_paths(daemon_t *d)
     d->dirty_at = 0;
     d->path_walks++;
     d->wall_ns = dmn_wall_now_ns();
+    dmn_spool_size(d);
     const double t0 = prog_now();
     qsort(v, n, sizeof(*v), cmp_str);
     int rc = 0;
@@ -727,11 +783,12 @@ int dmn_walk_paths(daemon_t *d)
         free(v[i]);
     free(v);
     d->a->report.t.walk_s += prog_now() - t0;
+    dmn_vanished_say(d, "looking at changed files");
     if (rc < 0)
         prog_log(INGEST_LOG_ERROR, "looking at changed files: %s", ingest_ctx_errmsg(d->a->ctx));
     if (dmn_open_journal(d) < 0)
         rc = -1;
-    (void)ingest_journal_flush(d->j);
+    (void)dmn_store_check(d, ingest_journal_flush(d->j), "state store");
     dmn_queue_recount(d);
     return rc < 0 ? rc : 0;
 }
@@ -751,7 +808,7 @@ int dmn_walk(daemon_t *d)
     o.sources = present;
     o.nsources = np;
     o.want_file = select_file;
-    o.on_skip = daemon_on_skip;
+    o.on_skip = dmn_on_skip;
     o.batch_seq = 1;
     o.threads = 1;
     ingest_sender *s = NULL;
@@ -759,6 +816,8 @@ int dmn_walk(daemon_t *d)
     d->scan_at = 0;
     d->last_full = d->now;
     d->not_stable = 0;
+    d->spool_want_walk = UINT64_MAX;
+    dmn_spool_size(d); /* the spool's room, from the free space now */
     dirty_clear(d); /* everything is looked at (the files still settling are marked again) */
     d->wall_ns = dmn_wall_now_ns();
     int rc = np > 0 ? ingest_sender_create(d->a->ctx, &o, &s) : 0;
@@ -786,12 +845,20 @@ int dmn_walk(daemon_t *d)
              d->walk_seconds);
     ingest_sender_destroy(s);
     free(present);
+    {
+        char where[40];
+        snprintf(where, sizeof(where), "walk %llu", (unsigned long long)d->walks);
+        dmn_vanished_say(d, where);
+    }
     if (rc < 0)
         prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(d->a->ctx));
     if (dmn_open_journal(d) < 0)
         rc = -1;
-    (void)ingest_journal_flush(d->j);
+    (void)dmn_store_check(d, ingest_journal_flush(d->j), "state store");
     dmn_queue_recount(d); /* the batches closed and journaled by this walk */
+    /* the smallest spool file this walk found no room for (none: nothing waits) */
+    d->spool_want = d->spool_want_walk == UINT64_MAX ? 0 : d->spool_want_walk;
+    dmn_spool_resume_check(d);
     if (d->now >= d->prune_next && !stopping) {
         prune(d);
         d->prune_next = prog_now() + d->rescan_ms / 1000.0;

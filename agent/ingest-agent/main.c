@@ -318,6 +318,7 @@ static int make_edge(agent *a)
         .stopping = hook_stopping,
         .log = prog_lib_log,
         .log_level = prog_log_level(),
+        .test_pause_file = getenv("INGEST_TEST_SHIP_PAUSE"), /* tests only: tests/integration/test_daemon_withdraw.sh */
     };
     if (ingest_edge_create(a->ctx, &o, &a->net.edge) < 0) {
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
@@ -522,6 +523,7 @@ int connect_core(agent *a)
         /* --once pipelines batches across acks; the daemon ships one batch at a time from its journal */
         ingest_session_set_features(a->net.ss, INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK |
                                                INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_LANDING |
+                                               INGEST_SESSION_FEATURE_WITHDRAW |
                                                (a->daemon ? 0u : INGEST_SESSION_FEATURE_PIPELINE) |
                                                (a->dict != NULL ? INGEST_SESSION_FEATURE_DICT : 0u)) < 0) {
         disconnect_core(a);

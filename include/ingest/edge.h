@@ -50,6 +50,9 @@ typedef struct ingest_edge_stats {
     uint64_t batches_acked, batches_failed, batches_abandoned;
     uint64_t files, bytes, chunks, chunks_dedup; /* of acknowledged batches (refused files included) */
     uint64_t files_refused; /* files of acknowledged batches the core refused alone (FILE_REFUSED) */
+    /* files that vanished while their batch was being shipped, withdrawn from it (FILE_WITHDRAWN); the
+     * rest of their batch landed.  Not among files_refused. */
+    uint64_t files_withdrawn;
     /* wall seconds: waiting for the WANT after a manifest, sending chunks
      * (read, compress, encrypt, write), waiting for the ACK after COMMIT */
     double wait_want_s, send_s, wait_ack_s;
@@ -79,7 +82,17 @@ typedef struct ingest_edge_opts {
     ingest_log_fn log;
     void *log_userdata;
     int log_level;
+    /* Tests only (NULL otherwise): after a batch's manifest is sent, while this file exists, wait
+     * (at most a minute) before reading the WANT; "{it}.paused" is made while waiting. */
+    const char *test_pause_file;
 } ingest_edge_opts;
+
+/*
+ * The reason a file withdrawn from its batch (FILE_WITHDRAWN, code
+ * INGEST_ENOTFOUND) carries, in the batch manifest at the core and in the
+ * FILE_REFUSED that answers it (ingest_sender_file_info.refused).
+ */
+#define INGEST_EDGE_WITHDRAWN_REASON "vanished at the edge while its batch was being shipped"
 
 typedef struct ingest_edge ingest_edge;
 

@@ -393,6 +393,19 @@ INGEST_API uint32_t ingest_lander_refused_count(const ingest_lander_batch *b);
 INGEST_API int ingest_lander_refused(const ingest_lander_batch *b, uint32_t k, uint32_t *file_index, int *code,
                                      const char **reason);
 
+/*
+ * The device withdrew file i of active batch b after the WANT (protocol
+ * FILE_WITHDRAWN: the file vanished at the edge before its chunks could be
+ * read).  It does not land: it is refused with code and reason (listed by
+ * ingest_lander_refused, recorded so in the manifest), its temporary file
+ * (and a directory made for it alone) goes, and the chunks only it needs
+ * are no longer awaited, so the batch commits without them.  0;
+ * INGEST_EINVAL no such file, or refused already; INGEST_EBUSY it cannot
+ * go: it was landed already, or another file of the batch repeats one of
+ * its chunks (copies it from this file); then the batch stays as it was.
+ */
+INGEST_API int ingest_lander_withdraw(ingest_lander_batch *b, uint32_t i, int code, const char *reason);
+
 typedef struct ingest_lander_stats {
     uint64_t files;          /* files of the batch */
     uint64_t bytes;          /* their total size */

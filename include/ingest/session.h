@@ -171,10 +171,18 @@ enum {
  * refuse at the edge, before reading a file, what the core would refuse.
  */
 #define INGEST_SESSION_FEATURE_LANDING 0x20u
+/*
+ * INGEST_SESSION_FEATURE_WITHDRAW: the device may take one file of the
+ * open batch back after the WANT (FILE_WITHDRAWN: it vanished before its
+ * chunks could be read); the receiver lands the rest and refuses that file
+ * (FILE_REFUSED).  Only with INGEST_SESSION_FEATURE_REFUSE.
+ */
+#define INGEST_SESSION_FEATURE_WITHDRAW 0x40u
 /* Every feature this library knows. */
 #define INGEST_SESSION_FEATURES_ALL                                                                    \
     (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK | \
-     INGEST_SESSION_FEATURE_DICT | INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_LANDING)
+     INGEST_SESSION_FEATURE_DICT | INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_LANDING |   \
+     INGEST_SESSION_FEATURE_WITHDRAW)
 
 /* A piece of a frame's payload for ingest_session_sendv. */
 typedef struct ingest_iov {

@@ -63,7 +63,8 @@ enum {
     INGEST_MSG_DICT_DATA = 15,    /* agent -> receiver; a slice of a dictionary the receiver asked for */
     INGEST_MSG_FILE_REFUSED = 16, /* receiver -> agent; only with INGEST_SESSION_FEATURE_REFUSE */
     INGEST_MSG_LANDING = 17,      /* receiver -> agent, first after the handshake; only with INGEST_SESSION_FEATURE_LANDING */
-    INGEST_MSG_TYPE_LAST = 17,
+    INGEST_MSG_FILE_WITHDRAWN = 18, /* agent -> receiver; only with INGEST_SESSION_FEATURE_WITHDRAW */
+    INGEST_MSG_TYPE_LAST = 18,
 };
 
 /* CHUNK_GROUP bounds: chunks in one group, and bytes they hold decoded. */
@@ -209,6 +210,16 @@ typedef struct ingest_wire_landing {
     char layout[INGEST_WIRE_LAYOUT_MAX + 1];
 } ingest_wire_landing;
 
+/*
+ * FILE_WITHDRAWN: one file of the open batch the agent takes back after its
+ * WANT (the file vanished at the edge before its chunks could be read):
+ * the receiver does not wait for the chunks only that file needs, lands
+ * the rest, records the file as refused with the message (never empty)
+ * and answers with FILE_REFUSED for it before the ACK.  Encoded like
+ * FILE_REFUSED; code a negative INGEST_E* code (INGEST_ENOTFOUND: vanished).
+ */
+typedef ingest_wire_file_refused ingest_wire_file_withdrawn;
+
 /* DICT_OFFER: a dictionary the device wants to compress chunks with. */
 typedef struct ingest_wire_dict_offer {
     uint32_t dict_id; /* the id in its header (ingest_dict_id), non-zero */
@@ -260,6 +271,7 @@ typedef struct ingest_wire_msg {
         ingest_wire_dict_data dict_data;
         ingest_wire_file_refused refused;
         ingest_wire_landing landing;
+        ingest_wire_file_withdrawn withdrawn;
     } u;
 } ingest_wire_msg;
 

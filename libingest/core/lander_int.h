@@ -239,6 +239,7 @@ void lander__inflight_release(ingest_lander_batch *b, bool locked);
 int lander__peer_wait(ingest_lander_batch *b);
 uint32_t lander__file_of_chunk(const ingest_lander_batch *b, uint32_t j);
 int lander__refuse_file(ingest_lander_batch *b, uint32_t i, int code);
+void lander__drop_made_tail(ingest_lander_batch *b);
 int lander__landed_path(ingest_lander *l, const char *device, const char *batch, const char *relpath, int64_t mtime_ns, char *out, size_t cap);
 int lander__add_dir(ingest_lander_batch *b, const char *dir);
 int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create, int *fd);

@@ -718,3 +718,59 @@ int ingest_lander_put_verified(ingest_lander_batch *b, uint32_t i, const void *r
     return put_tail(b, i, received);
 }
 
+
+/* ------------------------------------------------------------ withdrawn */
+
+int ingest_lander_withdraw(ingest_lander_batch *b, uint32_t i, int code, const char *reason)
+{
+    if (!b || b->state != B_ACTIVE)
+        return b ? lander__bad_state(b) : INGEST_EINVAL;
+    if (i >= b->nfiles)
+        return ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch %s: no file %u to withdraw (it has %u)", b->name, i,
+                            b->nfiles);
+    lfile *f = &b->files[i];
+    if (f->refused != NULL)
+        return ingest__fail(b->ctx, INGEST_EINVAL, "lander: batch %s: file %u withdrawn or refused already", b->name,
+                            i);
+    if (b->cur_file > i)
+        return ingest__fail(b->ctx, INGEST_EBUSY, "lander: batch %s: file %u withdrawn after it landed", b->name, i);
+    const uint32_t lo = f->first, hi = f->first + f->nchunks;
+    for (uint32_t j = i + 1; j < b->nfiles; j++) { /* a chunk's first occurrence is in the same or an earlier file */
+        const lfile *g = &b->files[j];
+        if (g->skip)
+            continue;
+        for (uint32_t k = g->first; k < g->first + g->nchunks; k++)
+            if ((b->cst[k] & K_MASK) == K_DUP && b->src[k] >= lo && b->src[k] < hi)
+                return ingest__fail(b->ctx, INGEST_EBUSY,
+                                    "lander: batch %s: file %u withdrawn, but file %u repeats its chunk %u", b->name, i,
+                                    j, b->src[k]);
+    }
+    if (b->cur_file == i && f->created) {
+        /* the cursor is in it: its temporary file goes, with a directory made for it alone */
+        char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
+        const char *name;
+        lander__close_fd(&b->fd);
+        b->dio_fill = 0;
+        lander__split_path(f->landed, dir, sizeof dir, &name);
+        lander__tmp_name(b, name, i, tn, sizeof tn);
+        if (b->dirfd >= 0)
+            (void)unlinkat(b->dirfd, tn, 0);
+        f->created = false;
+        lander__drop_made_tail(b);
+        b->cur_chunk = f->first;
+    }
+    /* the chunks only it needs: no longer awaited, nor taken if they came (put_check) */
+    for (uint32_t k = lo; k < hi; k++) {
+        if ((b->cst[k] & K_MASK) == K_RECV && !(b->cst[k] & (F_ARRIVED | F_INBUF | F_DONE)) && b->awaited > 0)
+            b->awaited--;
+        b->cst[k] |= F_DONE;
+    }
+    char why[INGEST__ERRMSG_MAX];
+    snprintf(why, sizeof why, "%s", reason != NULL && reason[0] != '\0' ? reason : "withdrawn by the device");
+    ingest__fail(b->ctx, code < 0 ? code : INGEST_ENOTFOUND, "%s", why); /* the reason lander__refuse_file records */
+    INGEST__FORWARD(lander__refuse_file(b, i, code < 0 ? code : INGEST_ENOTFOUND));
+    f->skip = true;
+    /* the cursor may have waited for it */
+    const int rc = lander__settle(b, lander__pump(b));
+    return rc < 0 ? lander__fail_batch(b, rc) : 0;
+}

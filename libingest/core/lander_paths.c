@@ -234,6 +234,48 @@ void lander__remove_made_dirs(ingest_lander_batch *b)
     }
 }
 
+/*
+ * A withdrawn file's temporary file went (the cursor was in it): the
+ * directories made last, for it alone, go too when empty (newest first),
+ * with their entries among the directories to fsync; the cursor's
+ * directory is entered again when needed.
+ */
+void lander__drop_made_tail(ingest_lander_batch *b)
+{
+    lander__close_fd(&b->dirfd);
+    ingest__free(b->ctx, b->cur_dir);
+    b->cur_dir = NULL;
+    while (b->nmade > 0) {
+        char *d = b->made[b->nmade - 1];
+        if (strncmp(d, "_manifests", 10) == 0 && (d[10] == '/' || d[10] == '\0'))
+            break;
+        char parent[LANDED_MAX];
+        const char *name;
+        lander__split_path(d, parent, sizeof parent, &name);
+        int pfd = -1;
+        char keep[INGEST__ERRMSG_MAX];
+        memcpy(keep, b->ctx->errmsg, sizeof keep);
+        const int gone = lander__walk_dir(b, d, parent, false, &pfd) == 0 && pfd >= 0 &&
+                         unlinkat(pfd, name, AT_REMOVEDIR) == 0;
+        if (pfd >= 0)
+            close(pfd);
+        memcpy(b->ctx->errmsg, keep, sizeof keep);
+        if (!gone)
+            break;
+        size_t k = 0;
+        for (size_t j = 0; j < b->ndirs; j++) {
+            if (strcmp(b->dirs[j], d) == 0) {
+                ingest__free(b->ctx, b->dirs[j]);
+                continue;
+            }
+            b->dirs[k++] = b->dirs[j];
+        }
+        b->ndirs = k;
+        ingest__free(b->ctx, d);
+        b->nmade--;
+    }
+}
+
 int lander__add_dir(ingest_lander_batch *b, const char *dir)
 {
     if (b->ndirs > 0 && strcmp(b->dirs[b->ndirs - 1], dir) == 0)

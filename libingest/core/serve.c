@@ -812,6 +812,32 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
             }
             break;
         }
+        case INGEST_MSG_FILE_WITHDRAWN: {
+            /* the device takes one file of the open batch back: it vanished before its chunks were read */
+            const ingest_wire_file_withdrawn *x = &m.u.withdrawn;
+            if (b == NULL || strcmp(x->batch_id, batch) != 0 ||
+                (link->features & (INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_REFUSE)) !=
+                    (INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_REFUSE)) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            rc = ingest_lander_withdraw(b, x->file_index, x->code, x->message);
+            char why[INGEST_WIRE_MESSAGE_MAX];
+            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
+            if (rc < 0) {
+                /* the batch cannot land without it: it fails, the device ships it again without the file */
+                core_log(s, INGEST_LOG_WARN, "device %s batch %s failed: file %u withdrawn: %s: %s", device, batch,
+                         x->file_index, ingest_strerror(rc), why);
+                drop_failed_batch(s, &q, &b, device);
+                send_error(link, rc, why);
+                result = rc;
+                goto out;
+            }
+            char esc[4 * INGEST_WIRE_MESSAGE_MAX + 4];
+            core_log(s, INGEST_LOG_INFO, "device %s batch %s: file %u withdrawn by the device: %s", device, batch,
+                     x->file_index, ingest_escape(esc, sizeof(esc), x->message));
+            break;
+        }
         case INGEST_MSG_CHUNK_GROUP: {
             /* only a group the reader could not check comes here (or one sent without the pack feature) */
             if (b == NULL || !q.pack) {

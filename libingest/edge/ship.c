@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct encoder encoder;
 
@@ -44,6 +45,7 @@ struct ingest_edge {
     ingest_sender_batch *cur; /* the batch being shipped (finish_batch), for its FILE_REFUSED */
     int landing_taken;        /* this link's LANDING was read */
     ingest_wire_landing landing;
+    unsigned withdrawn;       /* files of cur withdrawn so far (FILE_WITHDRAWN) */
     encoder *enc;
     uint8_t *chunkbuf;
 };
@@ -200,6 +202,10 @@ static int take_refusal(ingest_edge *a, const ingest_wire_file_refused *r)
                                                                     : " (per-file refusal was not agreed)");
         return INGEST_EPROTO;
     }
+    ingest_sender_file_info fi;
+    if (ingest_sender_batch_file(b, r->file_index, &fi) == 0 && fi.refused != NULL &&
+        fi.refused_code == INGEST_ENOTFOUND && strcmp(fi.refused, INGEST_EDGE_WITHDRAWN_REASON) == 0)
+        return 0; /* the answer to our FILE_WITHDRAWN: recorded when it was sent */
     const int rc = ingest_sender_batch_refuse(b, r->file_index, r->code, r->message);
     if (rc < 0)
         edge_log(a, INGEST_LOG_ERROR, "FILE_REFUSED for batch %s: %s", r->batch_id, ingest_ctx_errmsg(a->ctx));
@@ -461,6 +467,105 @@ static void log_stale(ingest_edge *a, ingest_sender_batch *b, uint32_t idx, cons
              gone ? " without it" : "");
 }
 
+/* ---- withdrawing a file that vanished (INGEST_SESSION_FEATURE_WITHDRAW) ---- */
+
+/* Is chunk idx in a file withdrawn from b (or refused)? */
+static int chunk_withdrawn(const ingest_sender_batch *b, uint32_t idx)
+{
+    uint64_t fi = 0;
+    ingest_sender_file_info info;
+    return ingest_sender_batch_chunk_file(b, idx, &fi) == 0 && ingest_sender_batch_file(b, fi, &info) == 0 &&
+           info.refused != NULL;
+}
+
+static int id_cmp(const void *x, const void *y) { return memcmp(x, y, INGEST_ID_BYTES); }
+
+/*
+ * Are the chunks of file fi in no other file of b (by id)?  Only then may
+ * it be withdrawn: the core lands a repeated chunk by copying it from the
+ * file it comes first in, so a file whose bytes another file repeats
+ * cannot go (nor one that repeats another's: kept simple).  0 also when
+ * memory runs out (the batch is then shipped again, as without the feature).
+ */
+static int chunks_exclusive(ingest_edge *a, ingest_sender_batch *b, uint64_t fi)
+{
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    size_t n = 0;
+    for (uint64_t c = 0; c < bs.chunks; c++) {
+        uint64_t f = 0;
+        if (ingest_sender_batch_chunk_file(b, c, &f) == 0 && f == fi)
+            n++;
+    }
+    if (n == 0)
+        return 1;
+    uint8_t *ids = ingest__malloc(a->ctx, n * INGEST_ID_BYTES);
+    if (ids == NULL)
+        return 0;
+    size_t k = 0;
+    for (uint64_t c = 0; c < bs.chunks && k < n; c++) {
+        uint64_t f = 0;
+        uint32_t len = 0;
+        uint64_t off = 0;
+        if (ingest_sender_batch_chunk_file(b, c, &f) == 0 && f == fi &&
+            ingest_sender_batch_chunk_info(b, c, ids + k * INGEST_ID_BYTES, &len, &off) == 0)
+            k++;
+    }
+    qsort(ids, k, INGEST_ID_BYTES, id_cmp);
+    int alone = 1;
+    for (uint64_t c = 0; c < bs.chunks && alone; c++) {
+        uint64_t f = 0;
+        uint32_t len = 0;
+        uint64_t off = 0;
+        uint8_t id[INGEST_ID_BYTES];
+        if (ingest_sender_batch_chunk_file(b, c, &f) != 0 || f == fi ||
+            ingest_sender_batch_chunk_info(b, c, id, &len, &off) != 0)
+            continue;
+        alone = bsearch(id, ids, k, INGEST_ID_BYTES, id_cmp) == NULL;
+    }
+    ingest__free(a->ctx, ids);
+    return alone;
+}
+
+/*
+ * Chunk idx of b could not be read: why (the sender's detail) says its
+ * file vanished.  With the feature agreed, and when no other file of the
+ * batch shares its chunks, the file is withdrawn (FILE_WITHDRAWN; kept
+ * with the batch as refused, with INGEST_EDGE_WITHDRAWN_REASON) and the
+ * rest of the batch ships: 1.  0: it cannot be (the batch is abandoned
+ * and shipped again, as before).  < 0: the connection failed.
+ */
+static int withdraw(ingest_edge *a, ingest_sender_batch *b, uint32_t idx, const char *why)
+{
+    const unsigned need = INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_REFUSE;
+    uint64_t fi = 0;
+    ingest_sender_file_info info;
+    if ((a->link->features & need) != need || why == NULL || strstr(why, "vanished") == NULL ||
+        ingest_sender_batch_chunk_file(b, idx, &fi) != 0 || ingest_sender_batch_file(b, fi, &info) != 0 ||
+        fi > UINT32_MAX)
+        return 0;
+    if (info.refused != NULL)
+        return 1; /* withdrawn already: its chunks are passed over */
+    if (!chunks_exclusive(a, b, fi))
+        return 0;
+    int rc = ingest_sender_batch_refuse(b, fi, INGEST_ENOTFOUND, INGEST_EDGE_WITHDRAWN_REASON);
+    if (rc < 0)
+        return rc == INGEST_ENOMEM ? rc : 0;
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_FILE_WITHDRAWN;
+    snprintf(m.u.withdrawn.batch_id, sizeof(m.u.withdrawn.batch_id), "%s", ingest_sender_batch_id(b));
+    m.u.withdrawn.file_index = (uint32_t)fi;
+    m.u.withdrawn.code = INGEST_ENOTFOUND;
+    snprintf(m.u.withdrawn.message, sizeof(m.u.withdrawn.message), "%s", INGEST_EDGE_WITHDRAWN_REASON);
+    if ((rc = send_msg(a, &m, 0)) < 0)
+        return rc;
+    a->withdrawn++;
+    edge_log(a, INGEST_LOG_INFO, "batch %s: %s vanished while it was being shipped: withdrawn from the batch, the rest "
+             "ships", ingest_sender_batch_id(b), edge_esc(info.path));
+    return 1;
+}
+
 /*
  * Send one encoded unit (data[0, n)): chunk idx[0] alone (count 1, a
  * CHUNK) or the group of chunks idx[0, count) (a CHUNK_GROUP; idx is
@@ -514,60 +619,29 @@ static int send_unit(ingest_edge *a, ingest_sender_batch *b, uint32_t *idx, uint
 }
 
 /*
- * Send the chunks of one WANT frame.  A chunk whose file changed since it
- * was chunked cannot be sent: *stale is set and the batch is abandoned.
- * With the encoder thread (more than one chunk wanted) chunks are read and
- * compressed there, a few ahead; else here.
+ * Send the chunks of w from its position `from` on, one CHUNK each,
+ * passing over those of withdrawn files.  A chunk whose file changed since
+ * it was chunked cannot be sent: *stale is set and the batch is abandoned;
+ * one whose file vanished withdraws that file where it can (withdraw).
  */
-static int send_wanted(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_want *w, uint32_t *sent, int *stale)
+static int send_each(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_want *w, uint32_t from, uint32_t *sent,
+                     int *stale)
 {
-    if (w->count > 1 && encoder_start(a) == 0) {
-        encoder *e = a->enc;
-        pthread_mutex_lock(&e->mu);
-        e->b = b;
-        e->w = w;
-        e->count = w->count;
-        e->pos = 0;
-        e->produced = e->consumed = 0;
-        e->stop = 0;
-        e->busy = 1;
-        pthread_cond_broadcast(&e->cv);
-        int rc = 0;
-        for (uint32_t u = 0; rc == 0 && !edge_stopping(a); u++) {
-            while (e->produced <= u && e->pos < e->count && !e->stop)
-                pthread_cond_wait(&e->cv, &e->mu);
-            if (e->produced <= u)
-                break; /* every unit was sent */
-            enc_slot *sl = &e->slot[u % ENC_SLOTS];
-            pthread_mutex_unlock(&e->mu);
-            if (sl->rc == INGEST_ESTALE) {
-                log_stale(a, b, sl->idx[0], ingest_ctx_errmsg(a->ctx));
-                *stale = 1;
-            } else if (sl->rc < 0) {
-                edge_log(a, INGEST_LOG_ERROR, "batch %s: chunk %u: %s", ingest_sender_batch_id(b), sl->idx[0],
-                         ingest_ctx_errmsg(a->ctx));
-                rc = sl->rc;
-            } else {
-                rc = send_unit(a, b, sl->idx, sl->count, sl->buf, sl->n, sent);
-            }
-            pthread_mutex_lock(&e->mu);
-            e->consumed++;
-            pthread_cond_broadcast(&e->cv);
-            if (*stale)
-                break;
-        }
-        pthread_mutex_unlock(&e->mu);
-        encoder_end_job(e);
-        if (rc < 0 || *stale)
-            return rc;
-        return edge_stopping(a) ? INGEST_ECLOSED : 0;
-    }
-    for (uint32_t i = 0; i < w->count && !edge_stopping(a); i++) {
+    for (uint32_t i = from; i < w->count && !edge_stopping(a); i++) {
         uint32_t idx = ingest_wire_want_index(w, i);
+        if (a->withdrawn > 0 && chunk_withdrawn(b, idx))
+            continue;
         size_t n = 0;
         int rc = ingest_sender_batch_chunk(b, idx, a->chunkbuf, a->o.chunk_cap, &n);
         if (rc == INGEST_ESTALE) {
-            log_stale(a, b, idx, ingest_ctx_errmsg(a->ctx));
+            char why[INGEST_WIRE_MESSAGE_MAX];
+            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(a->ctx));
+            const int wd = withdraw(a, b, idx, why);
+            if (wd < 0)
+                return wd;
+            if (wd > 0)
+                continue;
+            log_stale(a, b, idx, why);
             *stale = 1;
             return 0;
         }
@@ -580,6 +654,72 @@ static int send_wanted(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
             return rc;
     }
     return edge_stopping(a) ? INGEST_ECLOSED : 0;
+}
+
+/*
+ * Send the chunks of one WANT frame.  With the encoder thread (more than
+ * one chunk wanted) chunks are read and compressed there, a few ahead; else
+ * here (send_each).  A unit the encoder could not read because a file
+ * vanished is sent again from its first chunk on by send_each, which finds
+ * the file and withdraws it (a unit may hold chunks of several files).
+ */
+static int send_wanted(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_want *w, uint32_t *sent, int *stale)
+{
+    const unsigned wd_feat = INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_REFUSE;
+    if (w->count > 1 && encoder_start(a) == 0) {
+        encoder *e = a->enc;
+        pthread_mutex_lock(&e->mu);
+        e->b = b;
+        e->w = w;
+        e->count = w->count;
+        e->pos = 0;
+        e->produced = e->consumed = 0;
+        e->stop = 0;
+        e->busy = 1;
+        pthread_cond_broadcast(&e->cv);
+        int rc = 0, redo = 0;
+        uint32_t redo_idx = 0;
+        for (uint32_t u = 0; rc == 0 && !edge_stopping(a); u++) {
+            while (e->produced <= u && e->pos < e->count && !e->stop)
+                pthread_cond_wait(&e->cv, &e->mu);
+            if (e->produced <= u)
+                break; /* every unit was sent */
+            enc_slot *sl = &e->slot[u % ENC_SLOTS];
+            pthread_mutex_unlock(&e->mu);
+            if (sl->rc == INGEST_ESTALE && (a->link->features & wd_feat) == wd_feat &&
+                strstr(ingest_ctx_errmsg(a->ctx), "vanished") != NULL) {
+                redo = 1;
+                redo_idx = sl->idx[0];
+            } else if (sl->rc == INGEST_ESTALE) {
+                log_stale(a, b, sl->idx[0], ingest_ctx_errmsg(a->ctx));
+                *stale = 1;
+            } else if (sl->rc < 0) {
+                edge_log(a, INGEST_LOG_ERROR, "batch %s: chunk %u: %s", ingest_sender_batch_id(b), sl->idx[0],
+                         ingest_ctx_errmsg(a->ctx));
+                rc = sl->rc;
+            } else {
+                rc = send_unit(a, b, sl->idx, sl->count, sl->buf, sl->n, sent);
+            }
+            pthread_mutex_lock(&e->mu);
+            e->consumed++;
+            pthread_cond_broadcast(&e->cv);
+            if (*stale || redo)
+                break;
+        }
+        pthread_mutex_unlock(&e->mu);
+        encoder_end_job(e);
+        if (rc < 0 || *stale)
+            return rc;
+        if (redo) {
+            /* the units before it were sent, in the WANT's order */
+            uint32_t from = 0;
+            while (from < w->count && ingest_wire_want_index(w, from) != redo_idx)
+                from++;
+            return send_each(a, b, w, from, sent, stale);
+        }
+        return edge_stopping(a) ? INGEST_ECLOSED : 0;
+    }
+    return send_each(a, b, w, 0, sent, stale);
 }
 
 /* Read WANT frames until one without MORE, sending the chunks of each. */
@@ -629,6 +769,24 @@ static int batch_failure(ingest_edge *a, ingest_sender_batch *b, int rc)
 
 static int finish_batch_once(ingest_edge *a, ingest_sender_batch *b, double t0);
 
+/* Tests (ingest_edge_opts.test_pause_file): wait, the manifest sent, while that file exists (at most a minute). */
+static void test_pause(ingest_edge *a)
+{
+    const char *p = a->o.test_pause_file;
+    if (p == NULL || access(p, F_OK) != 0)
+        return;
+    char mark[4096];
+    snprintf(mark, sizeof(mark), "%s.paused", p);
+    FILE *f = fopen(mark, "w");
+    if (f != NULL)
+        fclose(f);
+    for (int i = 0; i < 6000 && access(p, F_OK) == 0; i++) {
+        const struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    (void)unlink(mark);
+}
+
 /*
  * Ship one batch whose manifest was sent: serve the WANTs, commit, read the
  * ACK.  Returns 0 acked, 1 abandoned (a file changed; ship again later),
@@ -641,6 +799,8 @@ int ingest_edge_finish_batch(ingest_edge *a, ingest_sender_batch *b, double t0)
     if (a->link == NULL)
         return ingest__fail(a->ctx, INGEST_ECLOSED, "no link attached");
     a->cur = b;
+    a->withdrawn = 0;
+    test_pause(a);
     const int rc = finish_batch_once(a, b, t0);
     a->cur = NULL;
     return rc < 0 ? batch_failure(a, b, rc) : rc;
@@ -670,23 +830,36 @@ static int batch_acked(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
         return 2;
     }
     a->st->batches_acked++;
+    uint64_t wchunks = 0; /* chunks of files withdrawn (FILE_WITHDRAWN) */
     if (bs.refused > 0) { /* landed now, or before (a replay: the core tells its refusals again) */
-        /* each once, with the core's reason; the caller records them as shipped (not sent again until changed) */
+        /* each once, with the core's reason; the caller records them as shipped (not sent again until changed).
+         * A file the edge withdrew (it vanished) was said when it was withdrawn and is counted apart. */
+        uint64_t withdrawn = 0;
         for (uint64_t i = 0; i < bs.files; i++) {
             ingest_sender_file_info fi;
             if (ingest_sender_batch_file(b, i, &fi) != 0 || fi.refused == NULL)
                 continue;
+            if (fi.refused_code == INGEST_ENOTFOUND && strcmp(fi.refused, INGEST_EDGE_WITHDRAWN_REASON) == 0) {
+                withdrawn++;
+                for (uint64_t c = 0; c < bs.chunks; c++) { /* never sent, nor deduplicated */
+                    uint64_t f = 0;
+                    if (ingest_sender_batch_chunk_file(b, c, &f) == 0 && f == i)
+                        wchunks++;
+                }
+                continue;
+            }
             char shown[224]; /* a path may take 4 KiB: the reason must still fit the line */
             snprintf(shown, sizeof(shown), "%.200s%s", fi.path, strlen(fi.path) > 200 ? "..." : "");
             edge_log(a, INGEST_LOG_WARN, "file %s refused by the receiver (the rest of batch %s landed): %s",
                      edge_esc(shown), id, edge_esc(fi.refused));
         }
-        a->st->files_refused += bs.refused;
+        a->st->files_refused += bs.refused - withdrawn;
+        a->st->files_withdrawn += withdrawn;
     }
     a->st->files += bs.files;
     a->st->bytes += bs.bytes;
     a->st->chunks += bs.chunks;
-    a->st->chunks_dedup += bs.chunks - sent;
+    a->st->chunks_dedup += bs.chunks - sent - (wchunks < bs.chunks - sent ? wchunks : bs.chunks - sent);
     edge_log(a, INGEST_LOG_DEBUG, "batch %s acked (%s): %llu files, %llu chunks, %u sent", id,
              m->u.ack.status == INGEST_ACK_DUPLICATE ? "already landed" : "landed", (unsigned long long)bs.files,
              (unsigned long long)bs.chunks, sent);

@@ -42,7 +42,7 @@ b=$(find "$SP" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
 "$CTL" status --json --socket "$SOCK" > "$T/status.json" || fail "status failed"
 [ "$(jfield backpressure spool)" = true ] || { cat "$T/status.json"; fail "status does not show spool backpressure"; }
 [ "$(jfield spool files)" = 3 ] && [ "$(jfield spool bytes)" = "$b" ] || { cat "$T/status.json"; fail "status spool figures"; }
-"$CTL" status --socket "$SOCK" | grep -q '^backpressure  *ON (queue ok, spool full)' || fail "text status"
+"$CTL" status --socket "$SOCK" | grep -q '^backpressure  *ON (queue ok, spool full, state store ok)' || fail "text status"
 for f in $(find "$SP" -type f); do cmp -s "$f" "$K/$(basename "$f")" || fail "spool copy $f differs"; done
 # delete the original of one spooled file
 victim=$(basename "$(find "$SP" -type f | sort | head -1)")

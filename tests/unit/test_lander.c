@@ -1269,6 +1269,65 @@ static void test_out_of_order(void **state)
     free(c);
 }
 
+/*
+ * A file the device withdraws (it vanished at the edge) while the cursor
+ * is in it: its temporary file and the directory made for it go, the
+ * chunks only it needs are not awaited, the rest lands; it is refused
+ * with the device's reason.  A file another file repeats a chunk of, or
+ * one landed already, cannot go (EBUSY) and the batch lands as it was.
+ */
+static void test_withdraw(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(2 * CH, 61), *w = pattern(3 * CH, 62), *c = pattern(2 * CH, 63);
+    const tfile f[] = {{"a", a, 2 * CH, T2024, 0644}, {"sub/w", w, 3 * CH, T2024, 0644}, {"c", c, 2 * CH, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "wd1", f, 3, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_int_equal(put(e, b, &tb, 0), 0);
+    assert_int_equal(put(e, b, &tb, 1), 0);
+    assert_int_equal(put(e, b, &tb, 2), 0); /* the first chunk of sub/w: its temporary file is written */
+    assert_true(exists(e, "dev1/2024/02/29/sub"));
+    assert_int_equal(ingest_lander_withdraw(b, 0, INGEST_ENOTFOUND, "x"), INGEST_EBUSY); /* landed already */
+    assert_int_equal(ingest_lander_withdraw(b, 7, INGEST_ENOTFOUND, "x"), INGEST_EINVAL);
+    assert_int_equal(ingest_lander_withdraw(b, 1, INGEST_ENOTFOUND, "vanished at the edge"), 0);
+    assert_int_equal(ingest_lander_withdraw(b, 1, INGEST_ENOTFOUND, "again"), INGEST_EINVAL);
+    assert_false(exists(e, "dev1/2024/02/29/sub"));
+    assert_int_equal(ingest_lander_awaited(b), 2); /* c's two chunks; sub/w's other two are not awaited */
+    assert_int_equal(put(e, b, &tb, 5), 0);
+    assert_int_equal(put(e, b, &tb, 6), 0);
+    assert_int_equal(ingest_lander_commit(b), 0);
+    assert_int_equal(ingest_lander_refused_count(b), 1);
+    uint32_t fi = 9;
+    int code = 0;
+    const char *why = NULL;
+    assert_int_equal(ingest_lander_refused(b, 0, &fi, &code, &why), 0);
+    assert_int_equal(fi, 1);
+    assert_int_equal(code, INGEST_ENOTFOUND);
+    assert_string_equal(why, "vanished at the edge");
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/a", a, 2 * CH, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/c", c, 2 * CH, T2024, 0644);
+    assert_false(exists(e, "dev1/2024/02/29/sub"));
+    free(tb.manifest);
+    /* y repeats x's bytes: x cannot be withdrawn, the batch lands whole */
+    const tfile g[] = {{"x", w, CH, T2024, 0644}, {"y", w, CH, T2024, 0644}};
+    make_batch(e, "dev1", "wd2", g, 2, &tb);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    assert_int_equal(ingest_lander_withdraw(b, 0, INGEST_ENOTFOUND, "vanished"), INGEST_EBUSY);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "repeats its chunk"));
+    land_all(e, b, &tb);
+    assert_int_equal(ingest_lander_refused_count(b), 0);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/x", w, CH, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/y", w, CH, T2024, 0644);
+    free(tb.manifest);
+    free(a);
+    free(w);
+    free(c);
+}
+
 static void test_new_version(void **state)
 {
     env *e = *state;
@@ -2411,6 +2470,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refused_misc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_abort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_withdraw, setup, teardown),
         cmocka_unit_test_setup_teardown(test_new_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hash_mismatch, setup, teardown),

@@ -102,9 +102,11 @@ static void test_header(void **state)
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
     b[0] = INGEST_MSG_FILE_REFUSED;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
-    b[0] = 18;
+    b[0] = INGEST_MSG_FILE_WITHDRAWN;
+    assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
+    b[0] = 19;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EPROTO);
-    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 18"));
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 19"));
     b[0] = 1;
     b[1] = 2;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EVERSION);
@@ -379,7 +381,7 @@ static void test_received(void **state)
     ingest_wire_msg m, r;
     uint8_t buf[512];
     assert_int_equal(INGEST_MSG_RECEIVED, 11);
-    assert_int_equal(INGEST_MSG_TYPE_LAST, INGEST_MSG_LANDING);
+    assert_int_equal(INGEST_MSG_TYPE_LAST, INGEST_MSG_FILE_WITHDRAWN);
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_RECEIVED;
     strcpy(m.u.received.batch_id, "20240101T000000-0007");
@@ -694,6 +696,41 @@ static void test_file_refused(void **state)
     expect_fail(INGEST_MSG_FILE_REFUSED, bad, n, INGEST_ECORRUPT, "exceeds 1024");
 }
 
+/* FILE_WITHDRAWN: FILE_REFUSED's layout under its own type; the same bounds, named by its own name. */
+static void test_file_withdrawn(void **state)
+{
+    (void)state;
+    ingest_wire_msg m, r;
+    uint8_t buf[1400];
+    assert_int_equal(INGEST_MSG_FILE_WITHDRAWN, 18);
+    assert_string_equal(ingest_wire_type_name(INGEST_MSG_FILE_WITHDRAWN), "FILE_WITHDRAWN");
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_FILE_WITHDRAWN;
+    strcpy(m.u.withdrawn.batch_id, "b-7");
+    m.u.withdrawn.file_index = 3;
+    m.u.withdrawn.code = INGEST_ENOTFOUND;
+    strcpy(m.u.withdrawn.message, "vanished at the edge");
+    const size_t len = round_trip(&m, &r, buf, sizeof(buf));
+    assert_int_equal(len, 2 + 3 + 4 + 4 + 2 + strlen(m.u.withdrawn.message));
+    assert_int_equal(r.type, INGEST_MSG_FILE_WITHDRAWN);
+    assert_int_equal(r.u.withdrawn.file_index, 3);
+    assert_int_equal(r.u.withdrawn.code, INGEST_ENOTFOUND);
+    assert_string_equal(r.u.withdrawn.message, m.u.withdrawn.message);
+    size_t n = 0;
+    m.u.withdrawn.code = 1;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &n), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "FILE_WITHDRAWN"));
+    m.u.withdrawn.code = INGEST_ENOTFOUND;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &n), 0);
+    uint8_t bad[1400];
+    memcpy(bad, buf, n);
+    memset(bad + 9, 0, 4);
+    expect_fail(INGEST_MSG_FILE_WITHDRAWN, bad, n, INGEST_ECORRUPT, "FILE_WITHDRAWN: code 0 is not negative (offset 9)");
+    memcpy(bad, buf, n);
+    bad[13] = 0;
+    expect_fail(INGEST_MSG_FILE_WITHDRAWN, bad, n - (n - 15), INGEST_ECORRUPT, "FILE_WITHDRAWN: empty message (offset 13)");
+}
+
 static void test_unknown_types(void **state)
 {
     (void)state;
@@ -701,7 +738,7 @@ static void test_unknown_types(void **state)
     uint8_t buf[16] = { 0 };
     expect_fail(0, buf, 8, INGEST_EPROTO, "unknown message type 0");
     expect_fail(200, buf, 8, INGEST_EPROTO, "unknown message type 200");
-    expect_fail(18, buf, 8, INGEST_EPROTO, "unknown message type 18");
+    expect_fail(19, buf, 8, INGEST_EPROTO, "unknown message type 19");
     expect_fail(255, buf, 8, INGEST_EPROTO, NULL);
     memset(&m, 0, sizeof(m));
     m.type = 42;
@@ -742,7 +779,7 @@ static void test_random_payloads(void **state)
         const size_t n = (size_t)(rand_r(&seed) % (int)sizeof(buf));
         for (size_t k = 0; k < n; k++)
             buf[k] = (uint8_t)rand_r(&seed);
-        const unsigned type = (unsigned)(rand_r(&seed) % 19); /* 0 and 18 are unknown */
+        const unsigned type = (unsigned)(rand_r(&seed) % 20); /* 0 and 19 are unknown */
         ingest_wire_msg m;
         if (ingest_wire_decode(ctx, type, buf, n, &m) == 0) {
             ok++;
@@ -772,6 +809,7 @@ int main(void)
         cmocka_unit_test(test_dict_data),
         cmocka_unit_test(test_file_refused),
         cmocka_unit_test(test_landing),
+        cmocka_unit_test(test_file_withdrawn),
         cmocka_unit_test(test_unknown_types),
         cmocka_unit_test(test_chunk_group),
         cmocka_unit_test(test_id_rule),
