@@ -408,6 +408,8 @@ typedef struct ingest_lander_stats {
     uint64_t bytes_sparse;   /* bytes of all-zero chunks left as holes (not written, not in bytes_written) */
     uint64_t chunks_peer;    /* chunks another batch was receiving at lookup, copied once it landed them (not asked
                               * for; in chunks_known too) */
+    uint64_t bytes_cloned;   /* bytes of unchanged runs shared with the landed file they came from (FICLONERANGE,
+                              * reflink filesystems): not written, not in bytes_written */
 } ingest_lander_stats;
 
 INGEST_API void ingest_lander_batch_stats(const ingest_lander_batch *b, ingest_lander_stats *st);

@@ -572,6 +572,7 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
     lander__close_fd(&b->fd);
     lander__close_fd(&b->dirfd);
     lander__close_fd(&b->srcfd);
+    lander__close_fd(&b->run_fd);
     lander__close_fd(&b->spillfd);
     ingest__free(ctx, b->dio_mem);
     if (b->files) {

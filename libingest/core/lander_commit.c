@@ -498,6 +498,7 @@ int ingest_lander_commit_prepare(ingest_lander_batch *b)
     /* nothing more is read: release the sources and the chunk buffers now */
     lander__close_fd(&b->srcfd);
     b->src_no = UINT64_MAX;
+    lander__close_fd(&b->run_fd);
     lander__close_fd(&b->spillfd);
     ingest__free(b->ctx, b->rbuf);
     ingest__free(b->ctx, b->cbuf);

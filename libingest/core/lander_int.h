@@ -114,6 +114,10 @@ struct ingest_lander_s {
      * only with the lander's own lock; wait at most peer_wait_ms at commit for their batches. */
     bool share_inflight;
     int peer_wait_ms;
+    /* A filesystem that refused FICLONERANGE (clone_bad_dev): unchanged runs are copied there, not cloned,
+     * without asking again (docs/landing.md, "Unchanged runs"). */
+    bool clone_bad;
+    dev_t clone_bad_dev;
 };
 
 typedef struct lfile {
@@ -186,6 +190,18 @@ struct ingest_lander_batch_s {
     /* known-chunk source cache */
     int srcfd;
     uint64_t src_no;
+    /*
+     * A run of known chunks, verified, from one landed file at the offsets
+     * they have in the file being written (an unchanged run whose offset did
+     * not move): counted in file_off and the file hash but not written yet.
+     * run_flush (lander_land.c) clones its block-aligned interior and copies
+     * its edges.  run_fd: the source (a descriptor of its own), -1: no run.
+     */
+    int run_fd;
+    uint64_t run_no, run_start, run_end;
+    bool clone_ok;    /* the file being written may take clones (its filesystem did not refuse one) */
+    uint32_t blksize; /* its filesystem's block size (clone alignment) */
+    dev_t dev;        /* its filesystem */
     /* spill */
     int spillfd;
     uint64_t spill_len;

@@ -1,7 +1,12 @@
 /* The lander's landing: files written once, sequentially, at a cursor over the chunk list; chunks put, spilled, copied. */
 #include "lander_int.h"
 
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+
 /* --------------------------------------------------------------- landing */
+
+static int run_flush(ingest_lander_batch *b);
 
 static int open_tmp(ingest_lander_batch *b, uint32_t fi)
 {
@@ -34,6 +39,14 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     if (b->fd < 0)
         return lander__sys_fail(b->ctx, errno, "create temporary file for", f->landed);
     f->created = true;
+    struct stat st;
+    if (fstat(b->fd, &st) < 0)
+        return lander__sys_fail(b->ctx, errno, "stat temporary file for", f->landed);
+    b->dev = st.st_dev;
+    b->blksize = (uint32_t)st.st_blksize;
+    /* clones must be aligned to the filesystem's blocks, and to the direct I/O buffer's */
+    b->clone_ok = !(b->l->clone_bad && b->l->clone_bad_dev == st.st_dev) && st.st_blksize >= (blksize_t)DIO_ALIGN &&
+                  st.st_blksize <= (blksize_t)(1u << 20) && st.st_blksize % DIO_ALIGN == 0;
     b->file_off = 0;
     b->size_short = false;
     b->dio_fill = 0;
@@ -199,6 +212,7 @@ static uint32_t landed_mode(uint32_t mode)
 static int finish_file(ingest_lander_batch *b, uint32_t fi)
 {
     lfile *f = &b->files[fi];
+    INGEST__FORWARD(run_flush(b));
     if (b->direct) {
         /* the padded last block, then the exact size (before the mtime: truncating sets it) */
         if (dio_flush(b, true) < 0)
@@ -247,6 +261,115 @@ static void chunk_landed(ingest_lander_batch *b, uint32_t i)
     b->pos[i] = b->file_off;
     b->file_off += b->mc[i].len;
     b->cst[i] = (uint8_t)((b->cst[i] & ~(F_ARRIVED | F_INBUF)) | F_DONE);
+}
+
+/* ------------------------------------------------ unchanged runs (reflink) */
+
+/* Copy [from, to) of the run's source to the end of the file being written (through cbuf: no chunk is held there). */
+static int run_copy(ingest_lander_batch *b, uint64_t from, uint64_t to)
+{
+    while (from < to) {
+        const size_t k = to - from < b->bufcap ? (size_t)(to - from) : b->bufcap;
+        const int r = lander__pread_full(b->run_fd, b->cbuf, k, from);
+        if (r != 0)
+            return ingest__fail(b->ctx, r < 0 ? ingest__errno(errno) : INGEST_EIO,
+                                "lander: batch %s: reading an unchanged run of %s back from its landed file failed",
+                                b->name, b->files[b->cur_file].landed);
+        if (file_append(b, b->cbuf, k) < 0)
+            return lander__sys_fail(b->ctx, errno, "write", b->files[b->cur_file].landed);
+        b->stats.bytes_written += k;
+        from += k;
+    }
+    return 0;
+}
+
+/*
+ * Share [a, z) (block-aligned, the file being written ends at a) with the
+ * run's source: 0 cloned, 1 the filesystem does not clone (remembered for
+ * the lander: no second try there), < 0 error.
+ */
+static int run_clone(ingest_lander_batch *b, uint64_t a, uint64_t z)
+{
+    if (b->direct && dio_flush(b, false) < 0)
+        return lander__sys_fail(b->ctx, errno, "write", b->files[b->cur_file].landed);
+    /* the file must reach a (it may end before, in a hole) */
+    if (b->size_short && ftruncate(b->fd, (off_t)a) < 0)
+        return lander__sys_fail(b->ctx, errno, "truncate", b->files[b->cur_file].landed);
+    b->size_short = false;
+    struct file_clone_range r = { .src_fd = b->run_fd, .src_offset = a, .src_length = z - a, .dest_offset = a };
+    if (ioctl(b->fd, FICLONERANGE, &r) < 0) {
+        const int e = errno;
+        if (e != EOPNOTSUPP && e != ENOTTY && e != EXDEV && e != EINVAL && e != ENOSYS && e != ETXTBSY)
+            return lander__sys_fail(b->ctx, e, "clone an unchanged run into", b->files[b->cur_file].landed);
+        ingest__log(b->ctx, INGEST_LOG_INFO,
+                    "lander: %s: the filesystem does not share ranges (FICLONERANGE: %s): unchanged runs are copied",
+                    b->l->root, strerror(e));
+        b->l->clone_bad = true;
+        b->l->clone_bad_dev = b->dev;
+        b->clone_ok = false;
+        return 1;
+    }
+    if (b->direct) {
+        b->dio_base = z;
+        b->dio_fill = 0;
+        b->dio_zeros = 0;
+    } else if (lseek(b->fd, (off_t)z, SEEK_SET) < 0) {
+        return lander__sys_fail(b->ctx, errno, "seek in", b->files[b->cur_file].landed);
+    }
+    b->stats.bytes_cloned += z - a;
+    return 0;
+}
+
+/*
+ * Land the pending run: its block-aligned interior cloned from its source
+ * (the offsets are the same in both files), its unaligned edges copied; all
+ * of it copied where the filesystem does not clone.  Its chunks were read
+ * and checked against their ids when they joined it.
+ */
+static int run_flush(ingest_lander_batch *b)
+{
+    if (b->run_fd < 0)
+        return 0;
+    const uint64_t s = b->run_start, e = b->run_end, bs = b->blksize;
+    const uint64_t a = (s + bs - 1) / bs * bs, z = e / bs * bs;
+    int rc = 0;
+    if (b->clone_ok && z > a) {
+        rc = run_copy(b, s, a);
+        if (rc == 0)
+            rc = run_clone(b, a, z);
+        if (rc == 1)
+            rc = run_copy(b, a, z);
+        if (rc == 0)
+            rc = run_copy(b, z, e);
+    } else {
+        rc = run_copy(b, s, e);
+    }
+    lander__close_fd(&b->run_fd);
+    return rc;
+}
+
+/*
+ * Known chunk i, verified, lies at loc in a landed file at the offset it
+ * has in the file being written: join it to the pending run (1), or 0 when
+ * it cannot (the pending run, if any, is then landed).
+ */
+static int run_join(ingest_lander_batch *b, uint32_t i, const ingest_chunk_loc *loc)
+{
+    const bool fits = b->clone_ok && loc->offset == b->file_off;
+    if (b->run_fd >= 0 && !(fits && loc->file_no == b->run_no && b->run_end == b->file_off))
+        INGEST__FORWARD(run_flush(b));
+    if (!fits)
+        return 0;
+    if (b->run_fd < 0) {
+        b->run_fd = fcntl(b->srcfd, F_DUPFD_CLOEXEC, 0);
+        if (b->run_fd < 0)
+            return lander__sys_fail(b->ctx, errno, "duplicate the descriptor of", "a landed file");
+        b->run_no = loc->file_no;
+        b->run_start = b->file_off;
+    }
+    chunk_landed(b, i);
+    b->run_end = b->file_off;
+    return 1;
 }
 
 /* Chunk i, all zero, becomes a hole at the cursor. */
@@ -477,6 +600,9 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
             return r;
     }
     const int kind = b->cst[i] & K_MASK;
+    /* only a known chunk may join the pending run of unchanged chunks: land the run before anything else */
+    if (kind != K_KNOWN || is_zero_chunk(b, i))
+        INGEST__FORWARD(run_flush(b));
     if (kind != K_RECV && is_zero_chunk(b, i)) {
         /* its bytes are known from its id: nothing to read or verify */
         b->stats.chunks_known++;
@@ -544,12 +670,18 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
     if (rc < 0)
         return rc;
     if (rc == 1) {
+        /* a pending run this chunk does not continue is landed first (its edges go through cbuf) */
+        if (b->run_fd >= 0 && !(b->clone_ok && loc.offset == b->file_off && loc.file_no == b->run_no))
+            INGEST__FORWARD(run_flush(b));
         const int r = lander__pread_full(b->srcfd, b->cbuf, n, loc.offset);
         if (r < 0)
             return lander__sys_fail(b->ctx, errno, "read", "landed file");
         if (r == 0 && id_matches(b, i, b->cbuf)) {
             b->stats.copies++;
             b->stats.chunks_known++;
+            const int j = run_join(b, i, &loc);
+            if (j != 0)
+                return j < 0 ? j : 0;
             return write_chunk(b, i, b->cbuf);
         }
         lander__close_fd(&b->srcfd);
