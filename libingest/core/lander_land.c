@@ -16,6 +16,20 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     lander__split_path(f->landed, dir, sizeof dir, &name);
     INGEST__FORWARD(lander__enter_dir(b, f->path, dir, true));
     INGEST__FORWARD(lander__add_dir(b, dir));
+    const int app = lander__app_try(b, fi);
+    if (app < 0)
+        return app;
+    if (app == 1) {
+        /* appended in place (lander_append.c): b->fd is the landed file, read and written at the cursor */
+        b->direct = false;
+        b->clone_ok = false;
+        b->file_off = 0;
+        b->size_short = false;
+        b->dio_fill = b->dio_zeros = 0;
+        b->dio_base = 0;
+        ingest_filehash_init(&b->fh, b->l->key);
+        return 0;
+    }
     lander__tmp_name(b, name, fi, tn, sizeof tn);
     const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC;
     b->direct = false;
@@ -223,6 +237,8 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
         /* it ends with a hole: its size (before the mtime: truncating sets it) */
         return lander__sys_fail(b->ctx, errno, "truncate", f->landed);
     }
+    if (f->append)
+        INGEST__FORWARD(lander__app_intent(b, fi)); /* its mode and mtime change too */
     uint8_t h[INGEST_ID_BYTES];
     ingest_filehash_final(&b->fh, h);
     if (b->file_off != f->size)
@@ -372,10 +388,121 @@ static int run_join(ingest_lander_batch *b, uint32_t i, const ingest_chunk_loc *
     return 1;
 }
 
+/* ------------------------------------------------- appending in place */
+
+#define APP_CMP 65536u
+
+/*
+ * The file being appended to is not a growing version of its landed file
+ * after all (bytes below its landed size differ): nothing was changed in
+ * it, so land it the usual way from here, in a temporary file that starts
+ * with the bytes landed so far (file_off: the same as the landed file's).
+ */
+static int app_abandon(ingest_lander_batch *b)
+{
+    lfile *f = &b->files[b->cur_file];
+    const int src = b->fd;
+    const uint64_t upto = b->file_off;
+    b->fd = -1;
+    f->append = false;
+    f->app_off = true;
+    lander__app_release(b, false);
+    uint8_t *buf = ingest__malloc(b->ctx, APP_CMP);
+    if (buf == NULL) {
+        close(src);
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    }
+    ingest_filehash keep = b->fh;
+    int rc = open_tmp(b, b->cur_file);
+    b->fh = keep;
+    b->file_off = upto;
+    for (uint64_t off = 0; rc == 0 && off < upto;) {
+        const size_t k = upto - off < APP_CMP ? (size_t)(upto - off) : APP_CMP;
+        const int r = lander__pread_full(src, buf, k, off);
+        if (r != 0)
+            rc = ingest__fail(b->ctx, r < 0 ? ingest__errno(errno) : INGEST_EIO, "lander: read %s back failed",
+                              f->landed);
+        else if (file_append(b, buf, k) < 0)
+            rc = lander__sys_fail(b->ctx, errno, "write", f->landed);
+        b->stats.bytes_written += k;
+        off += k;
+    }
+    close(src);
+    ingest__free(b->ctx, buf);
+    return rc;
+}
+
+/*
+ * Chunk i (data, or NULL: n zero bytes) at the cursor of a file appended in
+ * place: the part below the landed size must equal the bytes there (else
+ * the file is landed the usual way: 1, nothing landed), the rest is
+ * appended after the intent is durable.  0 landed, 1 abandoned, < 0 error.
+ */
+static int app_write(ingest_lander_batch *b, uint32_t i, const uint8_t *data)
+{
+    lfile *f = &b->files[b->cur_file];
+    const uint32_t n = b->mc[i].len;
+    const uint64_t off = b->file_off;
+    const uint32_t below = off < f->app_size ? (uint32_t)(f->app_size - off < n ? f->app_size - off : n) : 0;
+    if (below > 0) {
+        uint8_t *buf = ingest__malloc(b->ctx, APP_CMP);
+        if (buf == NULL)
+            return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+        bool same = true;
+        for (uint32_t k = 0; k < below && same;) {
+            const uint32_t m = below - k < APP_CMP ? below - k : APP_CMP;
+            const int r = lander__pread_full(b->fd, buf, m, off + k);
+            if (r < 0) {
+                ingest__free(b->ctx, buf);
+                return lander__sys_fail(b->ctx, errno, "read", f->landed);
+            }
+            if (r != 0)
+                same = false;
+            else if (data != NULL)
+                same = memcmp(buf, data + k, m) == 0;
+            else
+                same = m >= 64 ? all_zero(buf, m) : memcmp(buf, (const uint8_t[64]){0}, m) == 0;
+            k += m;
+        }
+        ingest__free(b->ctx, buf);
+        if (!same) {
+            ingest__log(b->ctx, INGEST_LOG_INFO,
+                        "lander: batch %s: %s differs from its landed version below its landed size: written whole",
+                        b->name, f->landed);
+            INGEST__FORWARD(app_abandon(b));
+            return 1;
+        }
+    }
+    if (below < n) {
+        INGEST__FORWARD(lander__app_intent(b, b->cur_file));
+        lander__hook(b, INGEST__LANDER_HOOK_WRITE);
+        if (lseek(b->fd, (off_t)(off + below), SEEK_SET) < 0)
+            return lander__sys_fail(b->ctx, errno, "seek in", f->landed);
+        if (data != NULL) {
+            if (lander__write_full(b->fd, data + below, n - below) < 0)
+                return lander__sys_fail(b->ctx, errno, "write", f->landed);
+            b->size_short = false;
+            b->stats.bytes_written += n - below;
+        } else {
+            if (lseek(b->fd, (off_t)(n - below), SEEK_CUR) < 0)
+                return lander__sys_fail(b->ctx, errno, "seek in", f->landed);
+            b->size_short = true;
+            b->stats.bytes_sparse += n - below;
+        }
+    }
+    chunk_landed(b, i);
+    return 0;
+}
+
 /* Chunk i, all zero, becomes a hole at the cursor. */
 static int write_hole(ingest_lander_batch *b, uint32_t i)
 {
     const uint32_t n = b->mc[i].len;
+    if (b->files[b->cur_file].append) {
+        const int r = app_write(b, i, NULL);
+        if (r <= 0)
+            return r;
+    }
     lander__hook(b, INGEST__LANDER_HOOK_WRITE);
     if (file_skip(b, n) < 0)
         return lander__sys_fail(b->ctx, errno, "write", b->files[b->cur_file].landed);
@@ -394,6 +521,11 @@ static bool is_zero_chunk(const ingest_lander_batch *b, uint32_t i)
 static int write_chunk(ingest_lander_batch *b, uint32_t i, const uint8_t *data)
 {
     const uint32_t n = b->mc[i].len;
+    if (b->files[b->cur_file].append) {
+        const int r = app_write(b, i, data);
+        if (r <= 0)
+            return r; /* 1: landed the usual way from here, this chunk too */
+    }
     if (n >= HOLE_MIN && all_zero(data, n)) {
         b->l->zero_len = n;
         memcpy(b->l->zero_id, b->mc[i].id, INGEST_ID_BYTES);
@@ -633,13 +765,13 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
             char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
             const char *name;
             lander__split_path(sf->landed, dir, sizeof dir, &name);
-            lander__tmp_name(b, name, lo, tn, sizeof tn);
+            lander__data_name(b, name, lo, tn, sizeof tn);
             fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         } else {
             char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
             const char *name;
             lander__split_path(sf->landed, dir, sizeof dir, &name);
-            lander__tmp_name(b, name, lo, tn, sizeof tn);
+            lander__data_name(b, name, lo, tn, sizeof tn);
             int dfd = -1;
             INGEST__FORWARD(lander__walk_dir(b, sf->path, dir, false, &dfd));
             if (dfd >= 0) {
@@ -679,6 +811,13 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
         if (r == 0 && id_matches(b, i, b->cbuf)) {
             b->stats.copies++;
             b->stats.chunks_known++;
+            const lfile *cf = &b->files[b->cur_file];
+            if (cf->append && loc.file_no == cf->app_no && loc.offset == b->file_off &&
+                b->file_off + n <= cf->app_size) {
+                /* already there: the landed file is the one being appended to */
+                chunk_landed(b, i);
+                return 0;
+            }
             const int j = run_join(b, i, &loc);
             if (j != 0)
                 return j < 0 ? j : 0;

@@ -574,6 +574,8 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
         if (rc == 0)
             rc = ingest_lander_set_direct_io(landers[i], s->o.direct_io);
         if (rc == 0)
+            rc = ingest_lander_set_append(landers[i], s->o.append_in_place);
+        if (rc == 0)
             rc = ingest_lander_set_lock(landers[i], &land_lk);
         if (rc == 0 && s->o.peer_wait_ms >= 0 && !link->sends_unwanted)
             rc = ingest_lander_set_share_inflight(
