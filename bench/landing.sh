@@ -3,7 +3,8 @@
 #
 # On a fresh loop-mounted XFS with reflinks and a fresh loop-mounted ext4
 # (root only), each holding the receiver's bronze tree, it ships:
-#   - log: a LOG-byte text log, then the same with 1% appended;
+#   - log: a LOG-byte text log, then the same with 1% appended, with the
+#     receiver's append_in_place false and true;
 #   - big: a BIG-byte random file, then the same with 8 MiB changed in 8
 #     places of 1 MiB (unaligned offsets);
 # and prints, for each second ship, the receiver's write_bytes over it
@@ -62,9 +63,9 @@ wbytes() { awk '/^write_bytes/ { print $2 }' "/proc/$RPID/io"; }
 ship() { "$AGENT" --config "$W/agent.yaml" --once > "$W/agent.out" 2>> "$W/agent.err" || die "agent failed: $(tail -3 "$W/agent.err")"; }
 cloned() { grep " landed: " "$W/receiver.log" | sed -n 's/.* \([0-9]*\) cloned.*/\1/p' | awk '{ s += $1 } END { print s + 0 }'; }
 
-# one FS KIND: a fresh filesystem, receiver and agent; KIND log or big
+# one FS KIND APPEND: a fresh filesystem, receiver (append_in_place: APPEND) and agent; KIND log or big
 one() {
-    local fs=$1 kind=$2 img=$W/$1.img src=$W/src
+    local fs=$1 kind=$2 app=$3 img=$W/$1.img src=$W/src
     rm -rf "$src" "$W/rstate" "$W/astate" "$W/bronze" "$W/receiver.log" "$W/receiver.addr"
     mkdir -p "$src" "$W/rstate" "$W/astate" "$W/bronze"
     truncate -s $((BIG_B * 2 + (2 << 30))) "$img"
@@ -82,6 +83,7 @@ dedup_key: fleet.dedup
 state_dir: rstate
 bronze: bronze
 layout: "{device}/{path}"
+append_in_place: $app
 EOT
     "$RECEIVER" --config "$W/receiver.yaml" --ready-file "$W/receiver.addr" > "$W/receiver.log" 2>&1 &
     RPID=$!
@@ -128,10 +130,10 @@ EOT
     local first second
     first=$(echo "$t0 $t1" | awk '{ printf "%.2f", $2 - $1 }')
     second=$(echo "$t1 $t2" | awk '{ printf "%.2f", $2 - $1 }')
-    printf '| %s | %s | %s | %d | %.2f%% | %d | %s s | %s s | %.3f | %s |\n' "$fs" "$kind" "$(stat -c %s "$f")" \
+    printf '| %s | %s | %s | %s | %d | %.2f%% | %d | %s s | %s s | %.3f | %s |\n' "$fs" "$kind" "$app" "$(stat -c %s "$f")" \
         $((w1 - w0)) "$(echo "$((w1 - w0)) $size" | awk '{ print 100 * $1 / $2 }')" $(($(cloned) - c0)) \
         "$first" "$second" "$(echo "$first $second" | awk '{ print $2 / $1 }')" "$same"
-    say "$fs $kind: done"
+    say "$fs $kind (append_in_place: $app): done"
     kill "$RPID"; wait "$RPID" 2>/dev/null || true; RPID=
     umount "$W/bronze"; MNT=
     rm -f "$img"
@@ -143,11 +145,12 @@ EOT
     echo "BIG=$BIG_B LOG=$LOG_B, on $(uname -r), $(nproc) cores; each row a fresh loop filesystem holding bronze."
     echo "write_bytes: the receiver's /proc/PID/io over the second ship (data, manifest, catalog, index)."
     echo
-    echo "| fs | file | size | receiver write_bytes | of size | cloned | first ship | second ship | second/first | identical |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
+    echo "| fs | file | append_in_place | size | receiver write_bytes | of size | cloned | first ship | second ship | second/first | identical |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
     for fs in $FSLIST; do
-        one "$fs" log
-        one "$fs" big
+        one "$fs" log false
+        one "$fs" log true
+        one "$fs" big false
     done
 } > "$W/results.md"
 cat "$W/results.md"
