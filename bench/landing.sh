@@ -61,7 +61,7 @@ gen_text() { # N: N bytes of text lines (base64 of random bytes, 100-byte lines)
 }
 wbytes() { awk '/^write_bytes/ { print $2 }' "/proc/$RPID/io"; }
 ship() { "$AGENT" --config "$W/agent.yaml" --once > "$W/agent.out" 2>> "$W/agent.err" || die "agent failed: $(tail -3 "$W/agent.err")"; }
-cloned() { grep " landed: " "$W/receiver.log" | sed -n 's/.* \([0-9]*\) cloned.*/\1/p' | awk '{ s += $1 } END { printf "%d\n", s }'; }
+cloned() { grep " landed: " "$W/receiver.log" | sed -n 's/.* \([0-9]*\) cloned.*/\1/p' | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
 
 # one FS KIND APPEND: a fresh filesystem, receiver (append_in_place: APPEND) and agent; KIND log or big
 one() {
