@@ -58,7 +58,7 @@ FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
 .PHONY: all lib programs man tests check asan valgrind deps demo install uninstall \
         install-shared install-static install-includes install-pc install-programs install-man \
-        clean fuzz soak bench bench-scan bench-deps bench-gateway bench-small
+        clean fuzz soak bench bench-scan bench-deps bench-gateway bench-small bench-landing
 
 all: lib programs man
 
@@ -212,6 +212,14 @@ bench-daemon: all
 bench-fleet-idle: all tests
 	@bash bench/fleet-idle.sh $(BUILD) $${IDLE:-900} $${PHASE_MIB:-64}
 
+# Landing work in proportion to the change (issue 16, item 5): a 1% append
+# to a LOG (100MiB) log and 8 MiB changed in 8 places of a BIG (4GiB) file,
+# each on a fresh loop XFS with reflinks and a loop ext4 (root only):
+# bench/landing.sh, into bench/results-landing.md.  BIG=256MiB LOG=20MiB for
+# a quick look.
+bench-landing: all
+	@bash bench/landing.sh $(BUILD)
+
 # The discovery benchmark (walk of 1,000,000 empty files vs find, and the
 # real agent's first walk): bench/scan.sh.  FILES=20000 RUNS=1 for a smoke run.
 .PHONY: bench-scan
@@ -220,9 +228,10 @@ bench-scan: all
 
 # The benchmark's comparison tools, from Debian (root only): restic and
 # casync are optional to bench/ship.sh (reported "not installed"), linux-perf
-# gives its profiled run.  Keep in step with bench_pkgs in
+# gives its profiled run, xfsprogs the loop XFS of bench/landing.sh and
+# tests/integration/test_reflink.sh.  Keep in step with bench_pkgs in
 # packaging/install-deps.sh, which `make check` runs for its 64 MiB smoke run.
-BENCH_DEBS := rsync socat zstd time restic casync iproute2 linux-perf
+BENCH_DEBS := rsync socat zstd time restic casync iproute2 xfsprogs linux-perf
 bench-deps:
 	@if [ "$$(id -u)" != 0 ]; then echo "bench-deps: needs root: apt-get install $(BENCH_DEBS)"; exit 1; fi
 	@DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(BENCH_DEBS) || \

@@ -416,6 +416,9 @@ static const cfg_row receiver_rows[] = {
               "reading from its device until landing drains some (each session always moves)" },
     { .name = "direct_io", .type = T_BOOL, .def = "true", FIELD(R, direct_io),
       .desc = "Write landed files (4 KiB or more) with O_DIRECT, past the page cache, where the filesystem allows" },
+    { .name = "append_in_place", .type = T_BOOL, .def = "false", FIELD(R, append_in_place),
+      .desc = "Land a growing file (its landed version a prefix of the new one) by appending to the landed file, "
+              "not by writing it whole; readers then see the file grow (docs/landing.md)" },
     { .name = "index.flush_interval", .type = T_DURATION, .def = "30s", FIELD(R, index_flush_interval_ms),
       .min = SEC, .max = 24 * HOUR,
       .desc = "Write the chunk index's new entries to disk at least this often (a crash replays them from the manifests)" },

@@ -22,8 +22,10 @@ set -u
 # groff-base and man-db: tests/integration/test_man.sh renders the man pages.
 build_pkgs="build-essential pkg-config librdkafka-dev libzstd-dev libsodium-dev libssl-dev libyaml-dev liblmdb-dev libcmocka-dev groff-base man-db"
 # Keep in step with BENCH_DEBS in the Makefile (make bench-deps).  iproute2
-# gives ss(8), which the driver uses to find free ports.
-bench_pkgs="rsync socat zstd time restic casync iproute2"
+# gives ss(8), which the driver uses to find free ports; xfsprogs the loop XFS
+# with reflinks of bench/landing.sh and tests/integration/test_reflink.sh
+# (which skips without it).
+bench_pkgs="rsync socat zstd time restic casync iproute2 xfsprogs"
 fuzz_pkgs="clang libclang-rt-dev"
 perf_pkgs="linux-perf"
 deb_pkgs="dpkg-dev debhelper fakeroot lintian"

@@ -800,6 +800,7 @@ static int make_core(server *s)
         .layout = s->cfg->layout,
         .dedup_key = s->dedup,
         .direct_io = s->cfg->direct_io,
+        .append_in_place = s->cfg->append_in_place,
         .idle_timeout_ms = (int)(s->cfg->idle_timeout_ms > 0x7fffffff ? 0x7fffffff : s->cfg->idle_timeout_ms),
         .features = CORE_FEATURES,
         .queue_budget = (size_t)s->cfg->queue_budget,

@@ -142,6 +142,7 @@ typedef struct ingest_receiver_config {
     uint64_t idle_timeout_ms;        /* idle_timeout, milliseconds */
     uint64_t queue_budget;            /* memory.queue_budget, bytes */
     bool direct_io;                   /* direct_io */
+    bool append_in_place;             /* append_in_place */
     uint64_t index_flush_interval_ms; /* index.flush_interval, milliseconds */
     uint32_t index_flush_entries;     /* index.flush_entries */
     int log_level;                   /* log.level: INGEST_LOG_* */

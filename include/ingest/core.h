@@ -83,6 +83,7 @@ typedef struct ingest_core_opts {
     const char *layout;   /* lander layout template (lander.h); NULL: the default */
     const uint8_t *dedup_key; /* INGEST_KEY_BYTES */
     int direct_io;        /* lander direct I/O (lander.h) */
+    int append_in_place;  /* lander appends growing files in place (ingest_lander_set_append) */
     int idle_timeout_ms;  /* a link silent this long is closed; 0: never */
     unsigned features;    /* INGEST_SESSION_FEATURE_* the core supports (what it offered in handshakes) */
     /* Bytes of decoded chunks all links' readers may hold ahead of the

@@ -185,6 +185,20 @@ INGEST_API int ingest_lander_set_limits(ingest_lander *l, uint32_t max_files, ui
 INGEST_API int ingest_lander_set_direct_io(ingest_lander *l, int on);
 
 /*
+ * Land a growing file in place (default off; the receiver's
+ * append_in_place): a new version of a path whose first chunks are the
+ * landed version's own, at the same offsets, and whose bytes up to the
+ * landed version's size are the same, is appended to the landed file
+ * instead of being written whole to a temporary file and renamed.  Before
+ * the first byte is appended an intent naming the landed length is made
+ * durable under _manifests/.append; ingest_lander_sweep() cuts a file back
+ * to that length when its batch's manifest was never written (a crash),
+ * and a failed batch cuts it back at once.  Readers see the file grow
+ * (docs/landing.md, "Appending in place").
+ */
+INGEST_API int ingest_lander_set_append(ingest_lander *l, int on);
+
+/*
  * Chunks in flight (docs/landing.md): with on, a chunk this lander's batch
  * needs that another lander of the same index is receiving right now (a
  * batch that looked it up earlier and has not landed yet) is not asked for;
@@ -421,6 +435,8 @@ typedef struct ingest_lander_stats {
     uint64_t bytes_sparse;   /* bytes of all-zero chunks left as holes (not written, not in bytes_written) */
     uint64_t chunks_peer;    /* chunks another batch was receiving at lookup, copied once it landed them (not asked
                               * for; in chunks_known too) */
+    uint64_t bytes_cloned;   /* bytes of unchanged runs shared with the landed file they came from (FICLONERANGE,
+                              * reflink filesystems): not written, not in bytes_written */
 } ingest_lander_stats;
 
 INGEST_API void ingest_lander_batch_stats(const ingest_lander_batch *b, ingest_lander_stats *st);

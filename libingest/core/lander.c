@@ -434,6 +434,7 @@ void lander__remove_temps(ingest_lander_batch *b)
 {
     char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
     lander__close_fd(&b->fd);
+    lander__app_undo(b); /* files appended in place: cut back (nothing durable records their new bytes) */
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         if (!f->created || f->renamed)
@@ -508,6 +509,7 @@ int lander__fail_batch(ingest_lander_batch *b, int rc)
         lander__remove_temps(b);
         b->state = B_DEAD;
     }
+    lander__app_release(b, false); /* after the undo: no other batch appends to the file before it is cut back */
     return rc;
 }
 
@@ -516,10 +518,13 @@ void ingest_lander_abort(ingest_lander_batch *b)
     if (!b)
         return;
     lander__inflight_release(b, false);
-    if (b->state == B_COMMITTED)
+    if (b->state == B_COMMITTED) {
+        lander__app_release(b, false);
         return;
+    }
     lander__remove_temps(b);
     b->state = B_DEAD;
+    lander__app_release(b, false);
 }
 
 void ingest_lander_batch_destroy(ingest_lander_batch *b)
@@ -531,6 +536,7 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
     lander__close_fd(&b->fd);
     lander__close_fd(&b->dirfd);
     lander__close_fd(&b->srcfd);
+    lander__close_fd(&b->run_fd);
     lander__close_fd(&b->spillfd);
     ingest__free(ctx, b->dio_mem);
     if (b->files) {

@@ -214,7 +214,7 @@ static int sync_temps(ingest_lander_batch *b)
         if (f->refused != NULL)
             continue;
         lander__split_path(f->landed, dir, sizeof dir, &name);
-        lander__tmp_name(b, name, i, tn, sizeof tn);
+        lander__data_name(b, name, i, tn, sizeof tn);
         INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
         struct stat sb;
         if (fstatat(b->dirfd, tn, &sb, AT_SYMLINK_NOFOLLOW) < 0)
@@ -232,7 +232,7 @@ static int sync_temps(ingest_lander_batch *b)
         if (f->refused != NULL)
             continue;
         lander__split_path(f->landed, dir, sizeof dir, &name);
-        lander__tmp_name(b, name, i, tn, sizeof tn);
+        lander__data_name(b, name, i, tn, sizeof tn);
         INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
         if (f->link) {
             /* durable with its directory (the directory fsyncs of step 3, or the syncfs) */
@@ -292,6 +292,11 @@ static int check_final_names(ingest_lander_batch *b)
             continue;
         }
         f->fresh = false;
+        if (f->append && ((uint64_t)sb.st_dev != f->app_dev || (uint64_t)sb.st_ino != f->app_ino))
+            return ingest__fail(b->ctx, INGEST_EEXIST,
+                                "lander: file %s: %s was replaced while batch %s appended to it (nothing of the "
+                                "batch was put in place)",
+                                f->path, f->landed, b->name);
         /* an earlier version: a file, or a symlink landed as one (rename replaces it, never follows it) */
         if (!S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
             return ingest__fail(b->ctx, INGEST_EEXIST,
@@ -319,6 +324,8 @@ static void undo_renames(ingest_lander_batch *b)
         lfile *f = &b->files[i];
         if (!f->renamed)
             continue;
+        if (f->append)
+            continue; /* taken back with the batch (lander__app_undo) */
         lander__split_path(f->landed, dir, sizeof dir, &name);
         if (!f->fresh) {
             ingest__log(b->ctx, INGEST_LOG_WARN,
@@ -360,6 +367,10 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
             r = lander__store_fail(b, r, "store the version of", f->landed);
             goto fail;
         }
+        if (f->append) {
+            f->renamed = true; /* already in place: its directory entry never changed */
+            continue;
+        }
         lander__split_path(f->landed, dir, sizeof dir, &name);
         lander__tmp_of(b, name, i, tn, sizeof tn);
         if ((r = lander__enter_dir(b, f->path, dir, false)) < 0)
@@ -385,6 +396,9 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
 static int sync_landed(ingest_lander_batch *b)
 {
     INGEST__FORWARD(write_manifest(b));
+    /* the manifest in place records the appended sizes: appends are never taken back from here on */
+    for (uint32_t i = 0; i < b->nfiles; i++)
+        b->files[i].app_done = b->files[i].append;
     lander__close_fd(&b->dirfd);
     if (b->syncfs) {
         if (syncfs(b->l->rootfd) < 0)
@@ -439,6 +453,7 @@ static int index_batch(ingest_lander_batch *b)
     }
     INGEST__FORWARD(ingest_index_batch_mark(l->idx, b->device, b->name));
     lander__inflight_release(b, true); /* indexed: later batches find them there now */
+    lander__app_release(b, true);
     return lander__settle(b, 0);
 }
 
@@ -498,6 +513,7 @@ int ingest_lander_commit_prepare(ingest_lander_batch *b)
     /* nothing more is read: release the sources and the chunk buffers now */
     lander__close_fd(&b->srcfd);
     b->src_no = UINT64_MAX;
+    lander__close_fd(&b->run_fd);
     lander__close_fd(&b->spillfd);
     ingest__free(b->ctx, b->rbuf);
     ingest__free(b->ctx, b->cbuf);
@@ -522,6 +538,7 @@ int ingest_lander_commit_finish(ingest_lander_batch *b, const ingest_lander_lock
     if (rc < 0)
         return lander__fail_batch(b, rc);
     b->state = B_COMMITTED;
+    lander__app_finished(b);
     if (b->nrefused > 0)
         lander__remove_temps(b); /* the refused files' scratch copies: every other file was renamed */
     ingest__log(b->ctx, INGEST_LOG_INFO, "lander: batch %s of %s landed: %u files, %llu bytes%s", b->name, b->device,

@@ -115,6 +115,11 @@ struct ingest_lander_s {
      * only with the lander's own lock; wait at most peer_wait_ms at commit for their batches. */
     bool share_inflight;
     int peer_wait_ms;
+    /* A filesystem that refused FICLONERANGE (clone_bad_dev): unchanged runs are copied there, not cloned,
+     * without asking again (docs/landing.md, "Unchanged runs"). */
+    bool clone_bad;
+    dev_t clone_bad_dev;
+    bool append; /* land growing files in place (ingest_lander_set_append, lander_append.c) */
 };
 
 typedef struct lfile {
@@ -138,6 +143,20 @@ typedef struct lfile {
     char *refused;
     int refused_code;
     bool skip; /* refused, and no other file of the batch copies a chunk from it: nothing of it is asked for or written */
+    /*
+     * Appended in place (lander_append.c): written into its landed file
+     * (app_dev, app_ino: app_size bytes, mtime app_mtime, mode app_mode when
+     * the batch began it; index file app_no), not to a temporary file.
+     * app_reg: it holds the lander table's entry for that file (no other
+     * batch appends to it meanwhile); app_grown: its intent is durable and
+     * the file may differ from what it was; app_done: the batch's manifest
+     * is in place, the append is never taken back.
+     */
+    bool append, app_reg, app_grown, app_done;
+    bool app_off; /* found not to be a growing version: written whole (never tried again) */
+    uint64_t app_size, app_dev, app_ino, app_no;
+    int64_t app_mtime;
+    uint32_t app_mode;
 } lfile;
 
 struct ingest_lander_batch_s {
@@ -187,6 +206,18 @@ struct ingest_lander_batch_s {
     /* known-chunk source cache */
     int srcfd;
     uint64_t src_no;
+    /*
+     * A run of known chunks, verified, from one landed file at the offsets
+     * they have in the file being written (an unchanged run whose offset did
+     * not move): counted in file_off and the file hash but not written yet.
+     * run_flush (lander_land.c) clones its block-aligned interior and copies
+     * its edges.  run_fd: the source (a descriptor of its own), -1: no run.
+     */
+    int run_fd;
+    uint64_t run_no, run_start, run_end;
+    bool clone_ok;    /* the file being written may take clones (its filesystem did not refuse one) */
+    uint32_t blksize; /* its filesystem's block size (clone alignment) */
+    dev_t dev;        /* its filesystem */
     /* spill */
     int spillfd;
     uint64_t spill_len;
@@ -236,6 +267,15 @@ int lander__pump(ingest_lander_batch *b);
 void lander__remove_temps(ingest_lander_batch *b);
 void lander__remove_made_dirs(ingest_lander_batch *b);
 void lander__inflight_release(ingest_lander_batch *b, bool locked);
+/* Appending in place (lander_append.c). */
+int lander__app_try(ingest_lander_batch *b, uint32_t fi);
+int lander__app_intent(ingest_lander_batch *b, uint32_t fi);
+void lander__app_undo(ingest_lander_batch *b);
+void lander__app_release(ingest_lander_batch *b, bool locked);
+void lander__app_finished(ingest_lander_batch *b);
+int lander__app_sweep(ingest_ctx *ctx, int rootfd, uint64_t *cut);
+/* The name under which file fi's data is in its directory now: its final name when appended in place, else its temporary. */
+void lander__data_name(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap);
 int lander__peer_wait(ingest_lander_batch *b);
 uint32_t lander__file_of_chunk(const ingest_lander_batch *b, uint32_t j);
 int lander__refuse_file(ingest_lander_batch *b, uint32_t i, int code);

@@ -1,7 +1,12 @@
 /* The lander's landing: files written once, sequentially, at a cursor over the chunk list; chunks put, spilled, copied. */
 #include "lander_int.h"
 
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+
 /* --------------------------------------------------------------- landing */
+
+static int run_flush(ingest_lander_batch *b);
 
 static int open_tmp(ingest_lander_batch *b, uint32_t fi)
 {
@@ -11,6 +16,20 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     lander__split_path(f->landed, dir, sizeof dir, &name);
     INGEST__FORWARD(lander__enter_dir(b, f->path, dir, true));
     INGEST__FORWARD(lander__add_dir(b, dir));
+    const int app = lander__app_try(b, fi);
+    if (app < 0)
+        return app;
+    if (app == 1) {
+        /* appended in place (lander_append.c): b->fd is the landed file, read and written at the cursor */
+        b->direct = false;
+        b->clone_ok = false;
+        b->file_off = 0;
+        b->size_short = false;
+        b->dio_fill = b->dio_zeros = 0;
+        b->dio_base = 0;
+        ingest_filehash_init(&b->fh, b->l->key);
+        return 0;
+    }
     lander__tmp_name(b, name, fi, tn, sizeof tn);
     const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC;
     b->direct = false;
@@ -34,6 +53,14 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     if (b->fd < 0)
         return lander__sys_fail(b->ctx, errno, "create temporary file for", f->landed);
     f->created = true;
+    struct stat st;
+    if (fstat(b->fd, &st) < 0)
+        return lander__sys_fail(b->ctx, errno, "stat temporary file for", f->landed);
+    b->dev = st.st_dev;
+    b->blksize = (uint32_t)st.st_blksize;
+    /* clones must be aligned to the filesystem's blocks, and to the direct I/O buffer's */
+    b->clone_ok = !(b->l->clone_bad && b->l->clone_bad_dev == st.st_dev) && st.st_blksize >= (blksize_t)DIO_ALIGN &&
+                  st.st_blksize <= (blksize_t)(1u << 20) && st.st_blksize % DIO_ALIGN == 0;
     b->file_off = 0;
     b->size_short = false;
     b->dio_fill = 0;
@@ -199,6 +226,7 @@ static uint32_t landed_mode(uint32_t mode)
 static int finish_file(ingest_lander_batch *b, uint32_t fi)
 {
     lfile *f = &b->files[fi];
+    INGEST__FORWARD(run_flush(b));
     if (b->direct) {
         /* the padded last block, then the exact size (before the mtime: truncating sets it) */
         if (dio_flush(b, true) < 0)
@@ -209,6 +237,8 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
         /* it ends with a hole: its size (before the mtime: truncating sets it) */
         return lander__sys_fail(b->ctx, errno, "truncate", f->landed);
     }
+    if (f->append)
+        INGEST__FORWARD(lander__app_intent(b, fi)); /* its mode and mtime change too */
     uint8_t h[INGEST_ID_BYTES];
     ingest_filehash_final(&b->fh, h);
     if (b->file_off != f->size)
@@ -249,10 +279,230 @@ static void chunk_landed(ingest_lander_batch *b, uint32_t i)
     b->cst[i] = (uint8_t)((b->cst[i] & ~(F_ARRIVED | F_INBUF)) | F_DONE);
 }
 
+/* ------------------------------------------------ unchanged runs (reflink) */
+
+/* Copy [from, to) of the run's source to the end of the file being written (through cbuf: no chunk is held there). */
+static int run_copy(ingest_lander_batch *b, uint64_t from, uint64_t to)
+{
+    while (from < to) {
+        const size_t k = to - from < b->bufcap ? (size_t)(to - from) : b->bufcap;
+        const int r = lander__pread_full(b->run_fd, b->cbuf, k, from);
+        if (r != 0)
+            return ingest__fail(b->ctx, r < 0 ? ingest__errno(errno) : INGEST_EIO,
+                                "lander: batch %s: reading an unchanged run of %s back from its landed file failed",
+                                b->name, b->files[b->cur_file].landed);
+        if (file_append(b, b->cbuf, k) < 0)
+            return lander__sys_fail(b->ctx, errno, "write", b->files[b->cur_file].landed);
+        b->stats.bytes_written += k;
+        from += k;
+    }
+    return 0;
+}
+
+/*
+ * Share [a, z) (block-aligned, the file being written ends at a) with the
+ * run's source: 0 cloned, 1 the filesystem does not clone (remembered for
+ * the lander: no second try there), < 0 error.
+ */
+static int run_clone(ingest_lander_batch *b, uint64_t a, uint64_t z)
+{
+    if (b->direct && dio_flush(b, false) < 0)
+        return lander__sys_fail(b->ctx, errno, "write", b->files[b->cur_file].landed);
+    /* the file must reach a (it may end before, in a hole) */
+    if (b->size_short && ftruncate(b->fd, (off_t)a) < 0)
+        return lander__sys_fail(b->ctx, errno, "truncate", b->files[b->cur_file].landed);
+    b->size_short = false;
+    struct file_clone_range r = { .src_fd = b->run_fd, .src_offset = a, .src_length = z - a, .dest_offset = a };
+    if (ioctl(b->fd, FICLONERANGE, &r) < 0) {
+        const int e = errno;
+        if (e != EOPNOTSUPP && e != ENOTTY && e != EXDEV && e != EINVAL && e != ENOSYS && e != ETXTBSY)
+            return lander__sys_fail(b->ctx, e, "clone an unchanged run into", b->files[b->cur_file].landed);
+        ingest__log(b->ctx, INGEST_LOG_INFO,
+                    "lander: %s: the filesystem does not share ranges (FICLONERANGE: %s): unchanged runs are copied",
+                    b->l->root, strerror(e));
+        b->l->clone_bad = true;
+        b->l->clone_bad_dev = b->dev;
+        b->clone_ok = false;
+        return 1;
+    }
+    if (b->direct) {
+        b->dio_base = z;
+        b->dio_fill = 0;
+        b->dio_zeros = 0;
+    } else if (lseek(b->fd, (off_t)z, SEEK_SET) < 0) {
+        return lander__sys_fail(b->ctx, errno, "seek in", b->files[b->cur_file].landed);
+    }
+    b->stats.bytes_cloned += z - a;
+    return 0;
+}
+
+/*
+ * Land the pending run: its block-aligned interior cloned from its source
+ * (the offsets are the same in both files), its unaligned edges copied; all
+ * of it copied where the filesystem does not clone.  Its chunks were read
+ * and checked against their ids when they joined it.
+ */
+static int run_flush(ingest_lander_batch *b)
+{
+    if (b->run_fd < 0)
+        return 0;
+    const uint64_t s = b->run_start, e = b->run_end, bs = b->blksize;
+    const uint64_t a = (s + bs - 1) / bs * bs, z = e / bs * bs;
+    int rc = 0;
+    if (b->clone_ok && z > a) {
+        rc = run_copy(b, s, a);
+        if (rc == 0)
+            rc = run_clone(b, a, z);
+        if (rc == 1)
+            rc = run_copy(b, a, z);
+        if (rc == 0)
+            rc = run_copy(b, z, e);
+    } else {
+        rc = run_copy(b, s, e);
+    }
+    lander__close_fd(&b->run_fd);
+    return rc;
+}
+
+/*
+ * Known chunk i, verified, lies at loc in a landed file at the offset it
+ * has in the file being written: join it to the pending run (1), or 0 when
+ * it cannot (the pending run, if any, is then landed).
+ */
+static int run_join(ingest_lander_batch *b, uint32_t i, const ingest_chunk_loc *loc)
+{
+    const bool fits = b->clone_ok && loc->offset == b->file_off;
+    if (b->run_fd >= 0 && !(fits && loc->file_no == b->run_no && b->run_end == b->file_off))
+        INGEST__FORWARD(run_flush(b));
+    if (!fits)
+        return 0;
+    if (b->run_fd < 0) {
+        b->run_fd = fcntl(b->srcfd, F_DUPFD_CLOEXEC, 0);
+        if (b->run_fd < 0)
+            return lander__sys_fail(b->ctx, errno, "duplicate the descriptor of", "a landed file");
+        b->run_no = loc->file_no;
+        b->run_start = b->file_off;
+    }
+    chunk_landed(b, i);
+    b->run_end = b->file_off;
+    return 1;
+}
+
+/* ------------------------------------------------- appending in place */
+
+#define APP_CMP 65536u
+
+/*
+ * The file being appended to is not a growing version of its landed file
+ * after all (bytes below its landed size differ): nothing was changed in
+ * it, so land it the usual way from here, in a temporary file that starts
+ * with the bytes landed so far (file_off: the same as the landed file's).
+ */
+static int app_abandon(ingest_lander_batch *b)
+{
+    lfile *f = &b->files[b->cur_file];
+    const int src = b->fd;
+    const uint64_t upto = b->file_off;
+    b->fd = -1;
+    f->append = false;
+    f->app_off = true;
+    lander__app_release(b, false);
+    uint8_t *buf = ingest__malloc(b->ctx, APP_CMP);
+    if (buf == NULL) {
+        close(src);
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    }
+    ingest_filehash keep = b->fh;
+    int rc = open_tmp(b, b->cur_file);
+    b->fh = keep;
+    b->file_off = upto;
+    for (uint64_t off = 0; rc == 0 && off < upto;) {
+        const size_t k = upto - off < APP_CMP ? (size_t)(upto - off) : APP_CMP;
+        const int r = lander__pread_full(src, buf, k, off);
+        if (r != 0)
+            rc = ingest__fail(b->ctx, r < 0 ? ingest__errno(errno) : INGEST_EIO, "lander: read %s back failed",
+                              f->landed);
+        else if (file_append(b, buf, k) < 0)
+            rc = lander__sys_fail(b->ctx, errno, "write", f->landed);
+        b->stats.bytes_written += k;
+        off += k;
+    }
+    close(src);
+    ingest__free(b->ctx, buf);
+    return rc;
+}
+
+/*
+ * Chunk i (data, or NULL: n zero bytes) at the cursor of a file appended in
+ * place: the part below the landed size must equal the bytes there (else
+ * the file is landed the usual way: 1, nothing landed), the rest is
+ * appended after the intent is durable.  0 landed, 1 abandoned, < 0 error.
+ */
+static int app_write(ingest_lander_batch *b, uint32_t i, const uint8_t *data)
+{
+    lfile *f = &b->files[b->cur_file];
+    const uint32_t n = b->mc[i].len;
+    const uint64_t off = b->file_off;
+    const uint32_t below = off < f->app_size ? (uint32_t)(f->app_size - off < n ? f->app_size - off : n) : 0;
+    if (below > 0) {
+        uint8_t *buf = ingest__malloc(b->ctx, APP_CMP);
+        if (buf == NULL)
+            return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+        bool same = true;
+        for (uint32_t k = 0; k < below && same;) {
+            const uint32_t m = below - k < APP_CMP ? below - k : APP_CMP;
+            const int r = lander__pread_full(b->fd, buf, m, off + k);
+            if (r < 0) {
+                ingest__free(b->ctx, buf);
+                return lander__sys_fail(b->ctx, errno, "read", f->landed);
+            }
+            if (r != 0)
+                same = false;
+            else if (data != NULL)
+                same = memcmp(buf, data + k, m) == 0;
+            else
+                same = m >= 64 ? all_zero(buf, m) : memcmp(buf, (const uint8_t[64]){0}, m) == 0;
+            k += m;
+        }
+        ingest__free(b->ctx, buf);
+        if (!same) {
+            ingest__log(b->ctx, INGEST_LOG_INFO,
+                        "lander: batch %s: %s differs from its landed version below its landed size: written whole",
+                        b->name, f->landed);
+            INGEST__FORWARD(app_abandon(b));
+            return 1;
+        }
+    }
+    if (below < n) {
+        INGEST__FORWARD(lander__app_intent(b, b->cur_file));
+        lander__hook(b, INGEST__LANDER_HOOK_WRITE);
+        if (lseek(b->fd, (off_t)(off + below), SEEK_SET) < 0)
+            return lander__sys_fail(b->ctx, errno, "seek in", f->landed);
+        if (data != NULL) {
+            if (lander__write_full(b->fd, data + below, n - below) < 0)
+                return lander__sys_fail(b->ctx, errno, "write", f->landed);
+            b->size_short = false;
+            b->stats.bytes_written += n - below;
+        } else {
+            if (lseek(b->fd, (off_t)(n - below), SEEK_CUR) < 0)
+                return lander__sys_fail(b->ctx, errno, "seek in", f->landed);
+            b->size_short = true;
+            b->stats.bytes_sparse += n - below;
+        }
+    }
+    chunk_landed(b, i);
+    return 0;
+}
+
 /* Chunk i, all zero, becomes a hole at the cursor. */
 static int write_hole(ingest_lander_batch *b, uint32_t i)
 {
     const uint32_t n = b->mc[i].len;
+    if (b->files[b->cur_file].append) {
+        const int r = app_write(b, i, NULL);
+        if (r <= 0)
+            return r;
+    }
     lander__hook(b, INGEST__LANDER_HOOK_WRITE);
     if (file_skip(b, n) < 0)
         return lander__sys_fail(b->ctx, errno, "write", b->files[b->cur_file].landed);
@@ -271,6 +521,11 @@ static bool is_zero_chunk(const ingest_lander_batch *b, uint32_t i)
 static int write_chunk(ingest_lander_batch *b, uint32_t i, const uint8_t *data)
 {
     const uint32_t n = b->mc[i].len;
+    if (b->files[b->cur_file].append) {
+        const int r = app_write(b, i, data);
+        if (r <= 0)
+            return r; /* 1: landed the usual way from here, this chunk too */
+    }
     if (n >= HOLE_MIN && all_zero(data, n)) {
         b->l->zero_len = n;
         memcpy(b->l->zero_id, b->mc[i].id, INGEST_ID_BYTES);
@@ -477,6 +732,9 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
             return r;
     }
     const int kind = b->cst[i] & K_MASK;
+    /* only a known chunk may join the pending run of unchanged chunks: land the run before anything else */
+    if (kind != K_KNOWN || is_zero_chunk(b, i))
+        INGEST__FORWARD(run_flush(b));
     if (kind != K_RECV && is_zero_chunk(b, i)) {
         /* its bytes are known from its id: nothing to read or verify */
         b->stats.chunks_known++;
@@ -507,13 +765,13 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
             char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
             const char *name;
             lander__split_path(sf->landed, dir, sizeof dir, &name);
-            lander__tmp_name(b, name, lo, tn, sizeof tn);
+            lander__data_name(b, name, lo, tn, sizeof tn);
             fd = openat(b->dirfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         } else {
             char tn[NAME_MAX_BYTES + 1], dir[LANDED_MAX];
             const char *name;
             lander__split_path(sf->landed, dir, sizeof dir, &name);
-            lander__tmp_name(b, name, lo, tn, sizeof tn);
+            lander__data_name(b, name, lo, tn, sizeof tn);
             int dfd = -1;
             INGEST__FORWARD(lander__walk_dir(b, sf->path, dir, false, &dfd));
             if (dfd >= 0) {
@@ -544,12 +802,25 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
     if (rc < 0)
         return rc;
     if (rc == 1) {
+        /* a pending run this chunk does not continue is landed first (its edges go through cbuf) */
+        if (b->run_fd >= 0 && !(b->clone_ok && loc.offset == b->file_off && loc.file_no == b->run_no))
+            INGEST__FORWARD(run_flush(b));
         const int r = lander__pread_full(b->srcfd, b->cbuf, n, loc.offset);
         if (r < 0)
             return lander__sys_fail(b->ctx, errno, "read", "landed file");
         if (r == 0 && id_matches(b, i, b->cbuf)) {
             b->stats.copies++;
             b->stats.chunks_known++;
+            const lfile *cf = &b->files[b->cur_file];
+            if (cf->append && loc.file_no == cf->app_no && loc.offset == b->file_off &&
+                b->file_off + n <= cf->app_size) {
+                /* already there: the landed file is the one being appended to */
+                chunk_landed(b, i);
+                return 0;
+            }
+            const int j = run_join(b, i, &loc);
+            if (j != 0)
+                return j < 0 ? j : 0;
             return write_chunk(b, i, b->cbuf);
         }
         lander__close_fd(&b->srcfd);

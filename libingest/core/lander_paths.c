@@ -145,7 +145,11 @@ int ingest_lander_sweep(ingest_ctx *ctx, const char *bronze_root, uint64_t *remo
     w.rootfd = open(bronze_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (w.rootfd < 0)
         return lander__sys_fail(ctx, errno, "open bronze root", bronze_root);
-    int rc = lander__tmp_tag(ctx, w.rootfd, bronze_root, false, w.mark);
+    /* first the appends a crash interrupted: cut back to their landed length (lander_append.c) */
+    uint64_t cut = 0;
+    int rc = lander__app_sweep(ctx, w.rootfd, &cut);
+    if (rc == 0)
+        rc = lander__tmp_tag(ctx, w.rootfd, bronze_root, false, w.mark);
     if (rc == INGEST_ENOTFOUND) {
         w.mark[0] = '\0'; /* no tag: no temporary file was ever made here, manifests aside */
         rc = 0;

@@ -230,10 +230,11 @@ static int finish_batch(ingest_core *s, ingest_lander_batch *b, ingest_ctx *lctx
     ingest_metric_observe(s->m.latency, device, core_now() - batch_t0);
     core_log(s, INGEST_LOG_INFO,
              "device %s batch %s landed: %llu files, %llu bytes, %llu chunks new, %llu known, %llu re-asked, "
-             "commit %.3fs",
+             "%llu written, %llu cloned, commit %.3fs",
              device, batch, (unsigned long long)st.files, (unsigned long long)st.bytes,
              (unsigned long long)st.chunks_new, (unsigned long long)st.chunks_known,
-             (unsigned long long)st.chunks_rewanted, core_now() - t0);
+             (unsigned long long)st.chunks_rewanted, (unsigned long long)st.bytes_written,
+             (unsigned long long)st.bytes_cloned, core_now() - t0);
     return 0;
 }
 
@@ -588,6 +589,8 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                                       &landers[i]);
         if (rc == 0)
             rc = ingest_lander_set_direct_io(landers[i], s->o.direct_io);
+        if (rc == 0)
+            rc = ingest_lander_set_append(landers[i], s->o.append_in_place);
         if (rc == 0)
             rc = ingest_lander_set_lock(landers[i], &land_lk);
         if (rc == 0 && s->o.peer_wait_ms >= 0 && !link->sends_unwanted)

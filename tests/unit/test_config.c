@@ -763,12 +763,18 @@ static void test_errors_receiver(void **state)
     ingest_receiver_config *r = NULL;
     assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", receiver_min, strlen(receiver_min), &r), 0);
     assert_true(r->direct_io);
+    assert_false(r->append_in_place);
     assert_int_equal(r->index_flush_entries, 65536);
     assert_int_equal(r->index_flush_interval_ms, 30000);
     ingest_receiver_config_free(r);
     snprintf(buf, sizeof(buf), "%sdirect_io: off\n", receiver_min);
     assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", buf, strlen(buf), &r), 0);
     assert_false(r->direct_io);
+    ingest_receiver_config_free(r);
+    /* append_in_place: default false */
+    snprintf(buf, sizeof(buf), "%sappend_in_place: true\n", receiver_min);
+    assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", buf, strlen(buf), &r), 0);
+    assert_true(r->append_in_place);
     ingest_receiver_config_free(r);
     /* dedup.scope: default fleet; device; nothing else */
     assert_int_equal(ingest_receiver_config_parse(ctx, "receiver.yaml", receiver_min, strlen(receiver_min), &r), 0);
@@ -1071,7 +1077,7 @@ static void test_keys_docs_and_help(void **state)
     assert_int_equal(kc.keys, 43); /* with the kafka keys and sources[].symlinks */
     kc = (key_check){ doc, receiver, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_RECEIVER, check_key, &kc), 0);
-    assert_int_equal(kc.keys, 26); /* with dedup.scope, layout_shared, memory.queue_budget and the kafka keys */
+    assert_int_equal(kc.keys, 27); /* with dedup.scope, layout_shared, memory.queue_budget, append_in_place and the kafka keys */
     int n = 0;
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_AGENT, stop_at_third, &n), 42);
     assert_int_equal(ingest_config_keys(99, stop_at_third, &n), INGEST_EINVAL);

@@ -715,6 +715,151 @@ static bool exists(const env *e, const char *rel)
  * files, temporary manifests at their one location) and nothing a device
  * landed, whatever its name; a second lander of the tree shares the tag.
  */
+/* The landed file of rel: its inode. */
+static ino_t ino_of(const env *e, const char *rel)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    struct stat sb;
+    assert_int_equal(lstat(p, &sb), 0);
+    return sb.st_ino;
+}
+
+/* The append intents left under _manifests/.append. */
+static int count_intents(const env *e)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/_manifests/.append", e->bronze);
+    DIR *d = opendir(p);
+    if (d == NULL)
+        return 0;
+    int n = 0;
+    const struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/*
+ * Appending in place (ingest_lander_set_append): a grown version lands in
+ * the landed file (same inode), writing about the new bytes; a version that
+ * differs below the landed size is written whole (a new inode); an aborted
+ * append is cut back (bytes, mode, mtime); an intent a crash left is cut
+ * back by the sweep, unless the batch's manifest is in place.
+ */
+static void test_append_in_place(void **state)
+{
+    env *e = *state;
+    assert_int_equal(ingest_lander_set_append(e->l, 1), 0);
+    const size_t n1 = 3 * CH, n2 = 4 * CH + 100, n4 = 7 * CH + 9;
+    uint8_t *v = pattern(n4, 81); /* v1 = v[0, n1), v2 = v[0, n2); v3 differs from v2 inside; v4 grows v3 */
+    uint8_t *v3 = malloc(n4);
+    assert_non_null(v3);
+    memcpy(v3, v, n4);
+    v3[CH + 7] ^= 0x5a;
+    const char *rel = "dev1/2024/02/29/log";
+    const tfile f1[] = {{"log", v, n1, T2024, 0644}};
+    const tfile f2[] = {{"log", v, n2, T2024 + 1, 0644}};
+    const tfile f3[] = {{"log", v3, n2, T2024 + 2, 0644}};
+    const tfile f4[] = {{"log", v3, n4, T2024 + 3, 0755}};
+    tbatch t1, t2, t3, t4;
+    make_batch(e, "dev1", "b1", f1, 1, &t1);
+    make_batch(e, "dev1", "b2", f2, 1, &t2);
+    make_batch(e, "dev1", "b3", f3, 1, &t3);
+    make_batch(e, "dev1", "b4", f4, 1, &t4);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t1.manifest, t1.mlen, &b), 0);
+    land_all(e, b, &t1);
+    ingest_lander_batch_destroy(b);
+    const ino_t ino1 = ino_of(e, rel);
+
+    /* grown: appended in place, writing the new chunks (and the manifest) only */
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t2.manifest, t2.mlen, &b), 0);
+    land_all(e, b, &t2);
+    ingest_lander_stats st;
+    ingest_lander_batch_stats(b, &st);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, rel, v, n2, T2024 + 1, 0644);
+    assert_int_equal(ino_of(e, rel), ino1);
+    assert_true(st.bytes_written < n2 - n1 + 2048);
+    assert_int_equal(count_intents(e), 0);
+
+    /* changed below the landed size: written whole, renamed into place */
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t3.manifest, t3.mlen, &b), 0);
+    land_all(e, b, &t3);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, rel, v3, n2, T2024 + 2, 0644);
+    const ino_t ino3 = ino_of(e, rel);
+    assert_true(ino3 != ino1);
+    assert_int_equal(count_intents(e), 0);
+
+    /* an append cut short: aborted, the file is v3 again (bytes, mode, mtime) */
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t4.manifest, t4.mlen, &b), 0);
+    const uint32_t *w;
+    size_t nw;
+    ingest_lander_wants(b, &w, &nw);
+    assert_true(nw >= 2);
+    assert_int_equal(put(e, b, &t4, w[0]), 0);
+    assert_int_equal(put(e, b, &t4, w[1]), 0);
+    char p[512], ip[512], keep[1024];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    struct stat sb;
+    assert_int_equal(stat(p, &sb), 0);
+    assert_true((size_t)sb.st_size > n2); /* grown in place */
+    assert_int_equal(count_intents(e), 1);
+    /* keep the intent, as a crash would have left it */
+    snprintf(ip, sizeof ip, "%s/_manifests/.append", e->bronze);
+    DIR *d = opendir(ip);
+    assert_non_null(d);
+    const struct dirent *de;
+    while ((de = readdir(d)) != NULL && de->d_name[0] == '.')
+        ;
+    assert_non_null(de);
+    snprintf(keep, sizeof keep, "%s/%s", ip, de->d_name);
+    closedir(d);
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s/intent", e->dir);
+    char cmd[2200];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", keep, saved);
+    assert_int_equal(system(cmd), 0);
+    ingest_lander_abort(b);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, rel, v3, n2, T2024 + 2, 0644);
+    assert_int_equal(ino_of(e, rel), ino3);
+    assert_int_equal(count_intents(e), 0);
+
+    /* the crash: the file grown past its landed length, the intent there, no manifest of b4 */
+    FILE *fp = fopen(p, "ab");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(v3 + n2, 1, 3 * CH, fp), 3 * CH);
+    fclose(fp);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", saved, keep);
+    assert_int_equal(system(cmd), 0);
+    uint64_t removed = 0, failed = 0;
+    assert_int_equal(ingest_lander_sweep(e->ctx, e->bronze, &removed, &failed), 0);
+    assert_file(e, rel, v3, n2, T2024 + 2, 0644);
+    assert_int_equal(count_intents(e), 0);
+
+    /* then it lands, appended in place; an intent whose batch's manifest is there changes nothing */
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t4.manifest, t4.mlen, &b), 0);
+    land_all(e, b, &t4);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, rel, v3, n4, T2024 + 3, 0755);
+    assert_int_equal(ino_of(e, rel), ino3);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", saved, keep);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(ingest_lander_sweep(e->ctx, e->bronze, &removed, &failed), 0);
+    assert_file(e, rel, v3, n4, T2024 + 3, 0755);
+    assert_int_equal(count_intents(e), 0);
+    free(t1.manifest);
+    free(t2.manifest);
+    free(t3.manifest);
+    free(t4.manifest);
+    free(v);
+    free(v3);
+}
+
 static void test_sweep(void **state)
 {
     env *e = *state;
@@ -2454,6 +2599,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dedup_copies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_scope_device, setup, teardown),
         cmocka_unit_test_setup_teardown(test_direct_io_repeats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_append_in_place, setup, teardown),
         cmocka_unit_test_setup_teardown(test_holes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rewant_deleted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rewant_overwritten, setup, teardown),

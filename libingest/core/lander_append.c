@@ -1,0 +1,361 @@
+/*
+ * The lander's appending in place (ingest_lander_set_append, docs/landing.md,
+ * "Appending in place"): a growing file's new version written into its
+ * landed file, the intent that makes it crash-safe, its undo and the sweep.
+ *
+ * Intent file: _manifests/.append/{devtag}.{batch}.{file index}, made
+ * durable before the landed file is changed at all:
+ *
+ *   ingest-append 1\n
+ *   {dev} {ino} {size} {mtime_ns} {mode}\n   the landed file before the append
+ *   {device}\n{batch}\n{landed path}\n
+ *
+ * The append is kept once the batch's manifest _manifests/{device}/{batch}.jsonl
+ * is in place (it records the new size); otherwise the file is cut back to
+ * {size}, its mode and mtime restored (ingest_lander_sweep after a crash, the
+ * batch's abort otherwise).
+ */
+#include "lander_int.h"
+
+#define APP_DIR "_manifests/.append"
+#define APP_INTENT_MAX (3 * 24 + 2 * 130 + LANDED_MAX + 64)
+
+int ingest_lander_set_append(ingest_lander *l, int on)
+{
+    if (l == NULL)
+        return INGEST_EINVAL;
+    l->append = on != 0;
+    return 0;
+}
+
+void lander__data_name(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap)
+{
+    if (b->files[fi].append)
+        snprintf(out, cap, "%s", name);
+    else
+        lander__tmp_of(b, name, fi, out, cap);
+}
+
+/* The lander table's key of a landed file being appended to (the in-flight table, device "."). */
+static void app_key(const lfile *f, uint8_t key[INGEST_ID_BYTES])
+{
+    uint8_t in[24] = "append\0";
+    memcpy(in + 8, &f->app_dev, 8);
+    memcpy(in + 16, &f->app_ino, 8);
+    crypto_generichash(key, INGEST_ID_BYTES, in, sizeof in, NULL, 0);
+}
+
+/*
+ * Under the store's lock: may file fi (its landed file st, at name) be
+ * appended to?  Its first chunk must be the index's, at offset 0 of the
+ * landed file at its own landed path (identity unchanged), and no other
+ * batch may be appending to that file.  1 claimed, 0 not, < 0 error.
+ */
+static int app_claim(ingest_lander_batch *b, uint32_t fi, const struct stat *st)
+{
+    lfile *f = &b->files[fi];
+    ingest_chunk_loc loc;
+    int rc = ingest_index_find_for(b->l->idx, b->device, b->mc[f->first].id, &loc);
+    if (rc == INGEST_ENOTFOUND || (rc == 0 && (loc.offset != 0 || loc.length != b->mc[f->first].len)))
+        return 0;
+    if (rc < 0)
+        return rc;
+    char p[LANDED_MAX + 512];
+    rc = ingest_index_file_path(b->l->idx, loc.file_no, p, sizeof p);
+    if (rc == INGEST_ESTALE || rc == INGEST_ENOTFOUND)
+        return 0;
+    if (rc < 0)
+        return rc;
+    const size_t rl = strlen(b->l->root);
+    if (strncmp(p, b->l->root, rl) != 0 || p[rl] != '/' || strcmp(p + rl + 1, f->landed) != 0)
+        return 0;
+    f->app_dev = (uint64_t)st->st_dev;
+    f->app_ino = (uint64_t)st->st_ino;
+    uint8_t key[INGEST_ID_BYTES];
+    app_key(f, key);
+    rc = ingest__inflight_add(b->l->idx, ".", key, b);
+    if (rc <= 0)
+        return rc; /* another batch appends to it (or the table is full): written whole, as usual */
+    f->app_reg = true;
+    f->app_no = loc.file_no;
+    f->app_size = (uint64_t)st->st_size;
+    f->app_mtime = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    f->app_mode = (uint32_t)(st->st_mode & 07777);
+    return 1;
+}
+
+static void app_release_one(ingest_lander_batch *b, lfile *f)
+{
+    if (!f->app_reg)
+        return;
+    uint8_t key[INGEST_ID_BYTES];
+    app_key(f, key);
+    ingest__inflight_del(b->l->idx, ".", key, b);
+    f->app_reg = false;
+}
+
+void lander__app_release(ingest_lander_batch *b, bool locked)
+{
+    bool any = false;
+    for (uint32_t i = 0; i < b->nfiles && !any; i++)
+        any = b->files[i].app_reg;
+    if (!any)
+        return;
+    const bool take = !locked && b->l->own_lock;
+    if (take)
+        b->l->lk.lock(b->l->lk.ud);
+    for (uint32_t i = 0; i < b->nfiles; i++)
+        app_release_one(b, &b->files[i]);
+    if (take)
+        b->l->lk.unlock(b->l->lk.ud);
+}
+
+int lander__app_try(ingest_lander_batch *b, uint32_t fi)
+{
+    lfile *f = &b->files[fi];
+    if (!b->l->append || f->app_off || f->link || f->refused != NULL || f->nchunks == 0 ||
+        (b->cst[f->first] & K_MASK) != K_KNOWN)
+        return 0;
+    char dir[LANDED_MAX];
+    const char *name;
+    lander__split_path(f->landed, dir, sizeof dir, &name);
+    struct stat st;
+    if (fstatat(b->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        (uint64_t)st.st_size > f->size)
+        return 0;
+    lander__enter(b->l);
+    int rc = lander__leave(b, app_claim(b, fi, &st));
+    if (rc <= 0)
+        return rc;
+    const int fd = openat(b->dirfd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    struct stat now;
+    if (fd < 0 || fstat(fd, &now) < 0 || now.st_dev != st.st_dev || now.st_ino != st.st_ino ||
+        now.st_size != st.st_size) {
+        if (fd >= 0)
+            close(fd);
+        lander__app_release(b, false);
+        return 0;
+    }
+    b->fd = fd;
+    f->append = true;
+    return 1;
+}
+
+static void app_intent_name(const ingest_lander_batch *b, uint32_t fi, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s.%s.%u", b->devtag, b->name, fi);
+}
+
+int lander__app_intent(ingest_lander_batch *b, uint32_t fi)
+{
+    lfile *f = &b->files[fi];
+    if (f->app_grown)
+        return 0;
+    const int rootfd = b->l->rootfd;
+    if (mkdirat(rootfd, APP_DIR, 0700) < 0 && errno != EEXIST)
+        return lander__sys_fail(b->ctx, errno, "create", APP_DIR);
+    const int dfd = openat(rootfd, APP_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return lander__sys_fail(b->ctx, errno, "open", APP_DIR);
+    char name[NAME_MAX_BYTES + 1];
+    app_intent_name(b, fi, name, sizeof name);
+    char *text = ingest__malloc(b->ctx, APP_INTENT_MAX);
+    if (text == NULL) {
+        close(dfd);
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    }
+    const int n = snprintf(text, APP_INTENT_MAX, "ingest-append 1\n%llu %llu %llu %lld %o\n%s\n%s\n%s\n",
+                           (unsigned long long)f->app_dev, (unsigned long long)f->app_ino,
+                           (unsigned long long)f->app_size, (long long)f->app_mtime, (unsigned)f->app_mode,
+                           b->device, b->name, f->landed);
+    int rc = 0;
+    const int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || lander__write_full(fd, text, (size_t)n) < 0 || fsync(fd) < 0 || fsync(dfd) < 0)
+        rc = lander__sys_fail(b->ctx, errno, "write the append intent of", f->landed);
+    if (fd >= 0)
+        close(fd);
+    close(dfd);
+    ingest__free(b->ctx, text);
+    if (rc == 0) {
+        f->app_grown = true;
+        b->stats.syncs += 2;
+    }
+    return rc;
+}
+
+/* Remove file fi's intent (its append kept, or taken back). */
+static void app_intent_remove(ingest_lander_batch *b, uint32_t fi)
+{
+    char name[NAME_MAX_BYTES + 1], p[NAME_MAX_BYTES + sizeof APP_DIR + 2];
+    app_intent_name(b, fi, name, sizeof name);
+    snprintf(p, sizeof p, "%s/%s", APP_DIR, name);
+    (void)unlinkat(b->l->rootfd, p, 0);
+}
+
+/* Cut fd (the file appended to) back to what it was: size, mode, mtime; synced. */
+static int app_cut(int fd, uint64_t size, uint32_t mode, int64_t mtime_ns)
+{
+    struct timespec ts[2];
+    int64_t s = mtime_ns / 1000000000, ns = mtime_ns % 1000000000;
+    if (ns < 0) {
+        s--;
+        ns += 1000000000;
+    }
+    ts[0].tv_sec = ts[1].tv_sec = (time_t)s;
+    ts[0].tv_nsec = ts[1].tv_nsec = (long)ns;
+    if (ftruncate(fd, (off_t)size) < 0 || fchmod(fd, (mode_t)mode) < 0 || futimens(fd, ts) < 0 || fsync(fd) < 0)
+        return -1;
+    return 0;
+}
+
+void lander__app_undo(ingest_lander_batch *b)
+{
+    char dir[LANDED_MAX];
+    const char *name;
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        if (!f->append || !f->app_grown || f->app_done)
+            continue;
+        char keep[INGEST__ERRMSG_MAX];
+        memcpy(keep, b->ctx->errmsg, sizeof keep);
+        const int saved_state = b->state;
+        lander__split_path(f->landed, dir, sizeof dir, &name);
+        int dfd = -1, fd = -1;
+        bool cut = false;
+        if (lander__walk_dir(b, f->landed, dir, false, &dfd) == 0 && dfd >= 0)
+            fd = openat(dfd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        /* only the file we appended to: a file renamed there since is another batch's */
+        if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_dev == f->app_dev && (uint64_t)st.st_ino == f->app_ino)
+            cut = app_cut(fd, f->app_size, f->app_mode, f->app_mtime) == 0;
+        else
+            cut = true; /* not there any more: nothing to take back */
+        if (fd >= 0)
+            close(fd);
+        if (dfd >= 0)
+            close(dfd);
+        memcpy(b->ctx->errmsg, keep, sizeof keep);
+        b->state = saved_state;
+        if (cut) {
+            app_intent_remove(b, i); /* else the sweep of the next start cuts it */
+            f->app_grown = false;
+        } else {
+            ingest__log(b->ctx, INGEST_LOG_WARN, "lander: batch %s: cannot cut %s back to %llu bytes: %s", b->name,
+                        f->landed, (unsigned long long)f->app_size, strerror(errno));
+        }
+    }
+}
+
+void lander__app_finished(ingest_lander_batch *b)
+{
+    for (uint32_t i = 0; i < b->nfiles; i++)
+        if (b->files[i].append && b->files[i].app_grown)
+            app_intent_remove(b, i);
+}
+
+/* --------------------------------------------------------------- sweep */
+
+/* Parse an intent: 0, or -1 (malformed). */
+static int intent_parse(char *t, unsigned long long *dev, unsigned long long *ino, unsigned long long *size,
+                        long long *mtime, unsigned *mode, char **device, char **batch, char **landed)
+{
+    char *line[5];
+    for (int k = 0; k < 5; k++) {
+        char *nl = strchr(t, '\n');
+        if (nl == NULL)
+            return -1;
+        *nl = '\0';
+        line[k] = t;
+        t = nl + 1;
+    }
+    char extra;
+    if (strcmp(line[0], "ingest-append 1") != 0 ||
+        sscanf(line[1], "%llu %llu %llu %lld %o%c", dev, ino, size, mtime, mode, &extra) != 5)
+        return -1;
+    *device = line[2];
+    *batch = line[3];
+    *landed = line[4];
+    return 0;
+}
+
+/* One intent (name, in dfd): cut its file back unless its batch's manifest is in place; then remove it. */
+static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name, uint64_t *cut)
+{
+    char *t = ingest__malloc(ctx, APP_INTENT_MAX + 1);
+    if (t == NULL)
+        return;
+    const int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, t, APP_INTENT_MAX) : -1;
+    if (fd >= 0)
+        close(fd);
+    unsigned long long dev, ino, size;
+    long long mtime;
+    unsigned mode;
+    char *device, *batch, *landed;
+    if (n < 0 || (t[n] = '\0', intent_parse(t, &dev, &ino, &size, &mtime, &mode, &device, &batch, &landed)) < 0 ||
+        ingest__path_check_id(ctx, "device", device) < 0 || ingest__path_check_id(ctx, "batch", batch) < 0 ||
+        ingest__path_check_rel(ctx, "landed path", landed) < 0) {
+        /* torn while it was written: nothing was appended yet */
+        ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s is not a complete append intent: removed", APP_DIR,
+                    name);
+        goto out;
+    }
+    char mp[2 * 130 + 32];
+    snprintf(mp, sizeof mp, "_manifests/%s/%s.jsonl", device, batch);
+    struct stat st;
+    if (fstatat(rootfd, mp, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        goto out; /* the batch landed: its manifest records the appended size */
+    const char *last = NULL;
+    const int pfd = ingest__open_parent_beneath(rootfd, landed, &last);
+    const int lfd = pfd >= 0 ? openat(pfd, last, O_WRONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (pfd >= 0)
+        close(pfd);
+    if (lfd >= 0 && fstat(lfd, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+        (unsigned long long)st.st_ino == ino && (unsigned long long)st.st_size >= size) {
+        const unsigned long long torn = (unsigned long long)st.st_size - size;
+        if (app_cut(lfd, size, mode & 07777, mtime) < 0) {
+            ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: cannot cut %s back to %llu bytes: %s", landed, size,
+                        strerror(errno));
+            close(lfd);
+            ingest__free(ctx, t);
+            return; /* the intent stays: the next start tries again */
+        }
+        ingest__log(ctx, INGEST_LOG_WARN,
+                    "lander: sweep: %s cut back to its landed %llu bytes (a torn tail of %llu bytes: batch %s of %s "
+                    "did not land)",
+                    landed, size, torn, batch, device);
+        (*cut)++;
+    }
+    if (lfd >= 0)
+        close(lfd);
+out:
+    (void)unlinkat(dfd, name, 0);
+    ingest__free(ctx, t);
+}
+
+int lander__app_sweep(ingest_ctx *ctx, int rootfd, uint64_t *cut)
+{
+    *cut = 0;
+    const int dfd = openat(rootfd, APP_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0 : lander__sys_fail(ctx, errno, "open", APP_DIR);
+    const int dfd2 = dup(dfd);
+    DIR *d = dfd2 >= 0 ? fdopendir(dfd2) : NULL;
+    if (d == NULL) {
+        const int e = errno;
+        if (dfd2 >= 0)
+            close(dfd2);
+        close(dfd);
+        return lander__sys_fail(ctx, e, "read", APP_DIR);
+    }
+    const struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        sweep_intent(ctx, rootfd, dfd, de->d_name, cut);
+    }
+    closedir(d);
+    (void)fsync(dfd);
+    close(dfd);
+    return 0;
+}
