@@ -110,7 +110,7 @@ typedef struct ingest_sender_source {
  * its default.  Strings and arrays are copied by ingest_sender_create.
  */
 typedef struct ingest_sender_opts {
-    const char *device;              /* required: device id, 1..INGEST_MANIFEST_NAME_MAX bytes of [A-Za-z0-9._-], no leading . */
+    const char *device;              /* required: device id, 1..INGEST_MANIFEST_NAME_MAX bytes of [A-Za-z0-9._-], first a letter or digit (ingest_wire_id_valid) */
     const uint8_t *dedup_key;        /* required: INGEST_KEY_BYTES */
     ingest_chunk_params chunking;    /* all zero: the defaults */
     int level;                       /* zstd level for the codec the sender makes (0: 1) */

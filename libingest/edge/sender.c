@@ -290,10 +290,10 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
     *out = NULL;
     if (ctx == NULL || o == NULL)
         return ingest__fail(ctx, INGEST_EINVAL, "sender: ctx and opts are required");
-    if (o->device == NULL || o->device[0] == '\0' || o->device[0] == '.' ||
-        !name_ok(o->device, INGEST_MANIFEST_NAME_MAX))
+    /* the one id rule of the wire, authorized_devices, manifests and landing (pathpolicy.h) */
+    if (o->device == NULL || !ingest_wire_id_valid(o->device, strlen(o->device)))
         return ingest__fail(ctx, INGEST_EINVAL,
-                            "sender: device id must be 1..%d bytes of [A-Za-z0-9._-], not starting with '.'",
+                            "sender: device id must be 1..%d bytes of [A-Za-z0-9._-], starting with a letter or digit",
                             INGEST_MANIFEST_NAME_MAX);
     if (o->dedup_key == NULL)
         return ingest__fail(ctx, INGEST_EINVAL, "sender: dedup key is required");

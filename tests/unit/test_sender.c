@@ -702,6 +702,11 @@ static void test_invalid_opts(void **state)
     assert_null(s);
     o.device = ".hidden";
     assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
+    /* the wire's id rule: the first byte a letter or digit, no ':' */
+    o.device = "_gw";
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
+    o.device = "gw:1";
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
     o = base_opts(good, 1, &r);
     o.dedup_key = NULL;
     assert_int_equal(ingest_sender_create(ctx, &o, &s), INGEST_EINVAL);
