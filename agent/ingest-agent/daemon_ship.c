@@ -465,8 +465,16 @@ static int ship_one(daemon_t *d, uint64_t seq)
                 ingest_sender_file_info fi;
                 if (ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL) {
                     if (fi.refused_code == INGEST_ENOTFOUND && strcmp(fi.refused, INGEST_EDGE_WITHDRAWN_REASON) == 0) {
+                        /* it never landed: no file table entry, so the file, should it come back (moved
+                         * away and back, or copied with its mtime), is found and shipped like a new one */
                         withdrawn++;
                         withdrawn_bytes += fi.size;
+                        if ((rc = ingest_filetable_del(a->state.ft, got[i].path)) < 0 && rc != INGEST_ENOTFOUND) {
+                            prog_log(INGEST_LOG_ERROR, "state store: %s", ingest_ctx_errmsg(a->ctx));
+                            goto out;
+                        }
+                        rc = 0;
+                        continue;
                     }
                     const ingest_file_state rs = { got[i].size, got[i].mtime_ns, got[i].ctime_ns,
                                                    INGEST_FILE_STATE_REFUSED, 0 };
@@ -491,7 +499,9 @@ static int ship_one(daemon_t *d, uint64_t seq)
         /* the shipped versions' whole-file hashes: a later change of ctime alone is compared against them */
         for (uint64_t i = 0; i < bs.files; i++) {
             ingest_sender_file_info info;
-            if (ingest_sender_batch_file(b, i, &info) == 0)
+            if (ingest_sender_batch_file(b, i, &info) == 0 &&
+                !(info.refused != NULL && info.refused_code == INGEST_ENOTFOUND &&
+                  strcmp(info.refused, INGEST_EDGE_WITHDRAWN_REASON) == 0)) /* a withdrawn file has no entry */
                 (void)ingest_filetable_set_hash(a->state.ft, info.path, info.hash);
         }
         for (uint64_t i = 0; i < bs.chunks; i++) {

@@ -110,11 +110,26 @@ void lander__app_release(ingest_lander_batch *b, bool locked)
         b->l->lk.unlock(b->l->lk.ud);
 }
 
+/* Release file fi's claim alone (the batch's other appends keep theirs). */
+void lander__app_release_file(ingest_lander_batch *b, uint32_t fi)
+{
+    lfile *f = &b->files[fi];
+    if (!f->app_reg)
+        return;
+    const bool take = b->l->own_lock;
+    if (take)
+        b->l->lk.lock(b->l->lk.ud);
+    app_release_one(b, f);
+    if (take)
+        b->l->lk.unlock(b->l->lk.ud);
+}
+
 int lander__app_try(ingest_lander_batch *b, uint32_t fi)
 {
     lfile *f = &b->files[fi];
+    /* a landed path with a newline cannot be written in the intent's line format: landed the usual way */
     if (!b->l->append || f->app_off || f->link || f->refused != NULL || f->nchunks == 0 ||
-        (b->cst[f->first] & K_MASK) != K_KNOWN)
+        (b->cst[f->first] & K_MASK) != K_KNOWN || strchr(f->landed, '\n') != NULL)
         return 0;
     char dir[LANDED_MAX];
     const char *name;
@@ -133,7 +148,7 @@ int lander__app_try(ingest_lander_batch *b, uint32_t fi)
         now.st_size != st.st_size) {
         if (fd >= 0)
             close(fd);
-        lander__app_release(b, false);
+        lander__app_release_file(b, fi); /* this file's claim: another of the batch may be appending */
         return 0;
     }
     b->fd = fd;
@@ -152,8 +167,18 @@ int lander__app_intent(ingest_lander_batch *b, uint32_t fi)
     if (f->app_grown)
         return 0;
     const int rootfd = b->l->rootfd;
-    if (mkdirat(rootfd, APP_DIR, 0700) < 0 && errno != EEXIST)
+    if (mkdirat(rootfd, APP_DIR, 0700) == 0) {
+        /* made now: its entry in _manifests must be durable before an intent in it counts */
+        const int mfd = openat(rootfd, "_manifests", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        const int bad = mfd < 0 || fsync(mfd) < 0;
+        const int e = errno;
+        if (mfd >= 0)
+            close(mfd);
+        if (bad)
+            return lander__sys_fail(b->ctx, e, "sync", "_manifests");
+    } else if (errno != EEXIST) {
         return lander__sys_fail(b->ctx, errno, "create", APP_DIR);
+    }
     const int dfd = openat(rootfd, APP_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)
         return lander__sys_fail(b->ctx, errno, "open", APP_DIR);

@@ -272,6 +272,7 @@ int lander__app_try(ingest_lander_batch *b, uint32_t fi);
 int lander__app_intent(ingest_lander_batch *b, uint32_t fi);
 void lander__app_undo(ingest_lander_batch *b);
 void lander__app_release(ingest_lander_batch *b, bool locked);
+void lander__app_release_file(ingest_lander_batch *b, uint32_t fi);
 void lander__app_finished(ingest_lander_batch *b);
 int lander__app_sweep(ingest_ctx *ctx, int rootfd, uint64_t *cut);
 /* The name under which file fi's data is in its directory now: its final name when appended in place, else its temporary. */

@@ -406,7 +406,7 @@ static int app_abandon(ingest_lander_batch *b)
     b->fd = -1;
     f->append = false;
     f->app_off = true;
-    lander__app_release(b, false);
+    lander__app_release_file(b, b->cur_file); /* this file's claim alone: the batch's other appends keep theirs */
     uint8_t *buf = ingest__malloc(b->ctx, APP_CMP);
     if (buf == NULL) {
         close(src);
@@ -1005,6 +1005,11 @@ int ingest_lander_withdraw(ingest_lander_batch *b, uint32_t i, int code, const c
                             i);
     if (b->cur_file > i)
         return ingest__fail(b->ctx, INGEST_EBUSY, "lander: batch %s: file %u withdrawn after it landed", b->name, i);
+    /* A file appended in place is written into its landed version: it cannot simply go (the batch fails
+     * and is undone, the old way).  A file not started yet has no claim to lose. */
+    if (f->append || f->app_reg)
+        return ingest__fail(b->ctx, INGEST_EBUSY, "lander: batch %s: file %u withdrawn while it is appended in place",
+                            b->name, i);
     const uint32_t lo = f->first, hi = f->first + f->nchunks;
     for (uint32_t j = i + 1; j < b->nfiles; j++) { /* a chunk's first occurrence is in the same or an earlier file */
         const lfile *g = &b->files[j];
@@ -1016,6 +1021,8 @@ int ingest_lander_withdraw(ingest_lander_batch *b, uint32_t i, int code, const c
                                     "lander: batch %s: file %u withdrawn, but file %u repeats its chunk %u", b->name, i,
                                     j, b->src[k]);
     }
+    if (b->cur_file == i)
+        lander__close_fd(&b->run_fd); /* its pending unchanged run goes with it, never into the next file */
     if (b->cur_file == i && f->created) {
         /* the cursor is in it: its temporary file goes, with a directory made for it alone */
         char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];

@@ -535,12 +535,28 @@ static int chunks_exclusive(ingest_edge *a, ingest_sender_batch *b, uint64_t fi)
  * rest of the batch ships: 1.  0: it cannot be (the batch is abandoned
  * and shipped again, as before).  < 0: the connection failed.
  */
+/*
+ * Whether why (the sender's message for chunk idx) says that the chunk's
+ * file vanished, not that it changed: its exact form names the file first,
+ * so a path holding the word is never taken for it.
+ */
+static int chunk_vanished(ingest_sender_batch *b, uint32_t idx, const char *why)
+{
+    uint64_t fi = 0;
+    ingest_sender_file_info info;
+    char prefix[INGEST__ERRMSG_MAX];
+    if (why == NULL || ingest_sender_batch_chunk_file(b, idx, &fi) != 0 || ingest_sender_batch_file(b, fi, &info) != 0)
+        return 0;
+    const int n = snprintf(prefix, sizeof prefix, "sender: %s: vanished since it was chunked", info.path);
+    return n > 0 && (size_t)n < sizeof prefix && strncmp(why, prefix, (size_t)n) == 0;
+}
+
 static int withdraw(ingest_edge *a, ingest_sender_batch *b, uint32_t idx, const char *why)
 {
     const unsigned need = INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_REFUSE;
     uint64_t fi = 0;
     ingest_sender_file_info info;
-    if ((a->link->features & need) != need || why == NULL || strstr(why, "vanished") == NULL ||
+    if ((a->link->features & need) != need || !chunk_vanished(b, idx, why) ||
         ingest_sender_batch_chunk_file(b, idx, &fi) != 0 || ingest_sender_batch_file(b, fi, &info) != 0 ||
         fi > UINT32_MAX)
         return 0;
@@ -678,7 +694,7 @@ static int send_wanted(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
         e->busy = 1;
         pthread_cond_broadcast(&e->cv);
         int rc = 0, redo = 0;
-        uint32_t redo_idx = 0;
+        uint32_t redo_from = 0;
         for (uint32_t u = 0; rc == 0 && !edge_stopping(a); u++) {
             while (e->produced <= u && e->pos < e->count && !e->stop)
                 pthread_cond_wait(&e->cv, &e->mu);
@@ -687,9 +703,9 @@ static int send_wanted(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
             enc_slot *sl = &e->slot[u % ENC_SLOTS];
             pthread_mutex_unlock(&e->mu);
             if (sl->rc == INGEST_ESTALE && (a->link->features & wd_feat) == wd_feat &&
-                strstr(ingest_ctx_errmsg(a->ctx), "vanished") != NULL) {
+                chunk_vanished(b, sl->idx[0], ingest_ctx_errmsg(a->ctx))) {
                 redo = 1;
-                redo_idx = sl->idx[0];
+                redo_from = sl->pos; /* the unit's first WANT position: none of its chunks was sent */
             } else if (sl->rc == INGEST_ESTALE) {
                 log_stale(a, b, sl->idx[0], ingest_ctx_errmsg(a->ctx));
                 *stale = 1;
@@ -711,11 +727,8 @@ static int send_wanted(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
         if (rc < 0 || *stale)
             return rc;
         if (redo) {
-            /* the units before it were sent, in the WANT's order */
-            uint32_t from = 0;
-            while (from < w->count && ingest_wire_want_index(w, from) != redo_idx)
-                from++;
-            return send_each(a, b, w, from, sent, stale);
+            /* the units before it were sent, in the WANT's order; this one from its start */
+            return send_each(a, b, w, redo_from, sent, stale);
         }
         return edge_stopping(a) ? INGEST_ECLOSED : 0;
     }

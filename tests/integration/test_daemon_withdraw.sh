@@ -37,7 +37,8 @@ while [ ! -e "$T/pause.paused" ]; do
     i=$((i + 1)); [ $i -gt 400 ] && { cat "$T/dev1.err"; fail "the agent never paused after a manifest"; }
     sleep 0.05
 done
-rm "$S/a0/w3.bin"
+cp -p "$S/a0/w3.bin" "$T/w3.keep"
+mv "$S/a0/w3.bin" "$T/hold" # it goes (and comes back below, the same bytes and mtime)
 rm "$T/pause"
 until_status totals.batches_acked 1
 until_status queue.files 0
@@ -75,6 +76,16 @@ bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\n\r\
     sed '1,/^\r*$/d' | tr -d '\r' > "$T/a1"
 [ "$(awk '$1 == "ingest_agent_files_skipped_total{reason=\"vanished\"}" { print $2 }' "$T/a1")" = 1 ] ||
     { grep skipped "$T/a1"; fail "/metrics: files_skipped_total{reason=vanished} is not 1"; }
+# The withdrawn file never landed: when it comes back unchanged (moved away and back, or copied
+# with its mtime) it is found and shipped like a new file, not taken for one already shipped.
+mv "$T/hold" "$S/a0/w3.bin"
+i=0
+until [ -f "$(landed_root dev1)/data/a0/w3.bin" ]; do
+    i=$((i + 1)); [ $i -gt 400 ] && { cat "$T/dev1.err"; fail "the withdrawn file came back unchanged and was never shipped"; }
+    sleep 0.05
+done
+cmp -s "$(landed_root dev1)/data/a0/w3.bin" "$T/w3.keep" || fail "the withdrawn file landed with other bytes when it came back"
+pass "the withdrawn file, back with the same bytes and mtime, ships"
 kill -TERM $AGENT_PID
 rc=0; wait $AGENT_PID || rc=$?
 AGENT_PID=""

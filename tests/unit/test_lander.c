@@ -2592,6 +2592,129 @@ static void test_bench(void **state)
         free(data[i]);
 }
 
+/* The bytes of bronze/rel (malloc'd) and their count. */
+static uint8_t *read_landed(const env *e, const char *rel, size_t *n)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    FILE *f = fopen(p, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    const long len = ftell(f);
+    assert_true(len >= 0);
+    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
+    uint8_t *buf = malloc(len > 0 ? (size_t)len : 1);
+    assert_non_null(buf);
+    *n = fread(buf, 1, (size_t)len, f);
+    fclose(f);
+    return buf;
+}
+
+/*
+ * A file appended in place cannot be withdrawn (FILE_WITHDRAWN): its bytes
+ * go into its landed version, so the withdrawal is refused (INGEST_EBUSY)
+ * and the batch fails the old way, undone: the landed file is exactly its
+ * earlier version, whether nothing was appended yet, a chunk was, or it is
+ * the batch's last file; no intent is left, and the next file of the batch
+ * never writes into it.
+ */
+static void test_withdraw_appended(void **state)
+{
+    env *e = *state;
+    assert_int_equal(ingest_lander_set_append(e->l, 1), 0);
+    for (int mode = 0; mode < 3; mode++) { /* 0: nothing appended yet; 1: a chunk appended; 2: it is the last file */
+        const size_t n1 = 3 * CH, n2 = 6 * CH;
+        uint8_t *v = pattern(n2, 91 + (uint32_t)mode), *o = pattern(2 * CH, 95 + (uint32_t)mode);
+        char name[16], b1[16], b2[16], rel[64];
+        snprintf(name, sizeof name, "log%d", mode);
+        snprintf(b1, sizeof b1, "wa%d-1", mode);
+        snprintf(b2, sizeof b2, "wa%d-2", mode);
+        snprintf(rel, sizeof rel, "dev1/2024/02/29/%s", name);
+        const tfile f1[] = { { name, v, n1, T2024, 0644 } };
+        const tfile f2[] = { { name, v, n2, T2024 + 1, 0644 }, { "other", o, 2 * CH, T2024, 0644 } };
+        tbatch t1, t2;
+        make_batch(e, "dev1", b1, f1, 1, &t1);
+        make_batch(e, "dev1", b2, f2, mode == 2 ? 1 : 2, &t2);
+        ingest_lander_batch *b = NULL;
+        assert_int_equal(ingest_lander_begin(e->l, "dev1", t1.manifest, t1.mlen, &b), 0);
+        land_all(e, b, &t1);
+        ingest_lander_batch_destroy(b);
+        assert_int_equal(ingest_lander_begin(e->l, "dev1", t2.manifest, t2.mlen, &b), 0);
+        if (mode == 0)
+            (void)ingest_lander_advance(b);
+        else
+            assert_int_equal(put(e, b, &t2, 3), 0); /* appended to the landed file */
+        assert_int_equal(ingest_lander_withdraw(b, 0, INGEST_ENOTFOUND, "vanished"), INGEST_EBUSY);
+        assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "appended in place"));
+        ingest_lander_batch_destroy(b); /* the batch fails: undone */
+        size_t gn = 0;
+        uint8_t *got = read_landed(e, rel, &gn);
+        assert_int_equal(gn, n1);
+        assert_memory_equal(got, v, n1);
+        free(got);
+        assert_int_equal(count_intents(e), 0);
+        assert_false(exists(e, "dev1/2024/02/29/other"));
+        free(t1.manifest);
+        free(t2.manifest);
+        free(v);
+        free(o);
+    }
+}
+
+/*
+ * Withdrawing the file the cursor is in while a run of its unchanged chunks
+ * waits to be cloned (here: the cursor blocked on a known chunk whose landed
+ * copy no longer matches its id, so it is asked for): the run goes with the
+ * file, and the next file lands with its own bytes alone.
+ */
+static void test_withdraw_pending_run(void **state)
+{
+    env *e = *state;
+    const size_t n1 = 4 * CH;
+    uint8_t *v = pattern(n1, 71), *o = pattern(2 * CH, 72);
+    const tfile f1[] = { { "a", v, n1, T2024, 0644 } };
+    const tfile f2[] = { { "a", v, n1, T2024, 0644 }, { "b", o, 2 * CH, T2024, 0644 } };
+    tbatch t1, t2;
+    make_batch(e, "dev1", "pr1", f1, 1, &t1);
+    make_batch(e, "dev1", "pr2", f2, 2, &t2);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t1.manifest, t1.mlen, &b), 0);
+    land_all(e, b, &t1);
+    ingest_lander_batch_destroy(b);
+    /* chunk 2 of the landed file no longer matches its id; size and mtime kept */
+    char p[512];
+    snprintf(p, sizeof p, "%s/dev1/2024/02/29/a", e->bronze);
+    struct stat sb;
+    assert_int_equal(stat(p, &sb), 0);
+    const int fd = open(p, O_WRONLY);
+    assert_true(fd >= 0);
+    const uint8_t junk[16] = { 1, 2, 3 };
+    assert_int_equal(pwrite(fd, junk, sizeof junk, 2 * CH + 5), (ssize_t)sizeof junk);
+    const struct timespec ts[2] = { sb.st_atim, sb.st_mtim };
+    assert_int_equal(futimens(fd, ts), 0);
+    close(fd);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t2.manifest, t2.mlen, &b), 0);
+    (void)ingest_lander_advance(b);
+    assert_int_equal(ingest_lander_withdraw(b, 0, INGEST_ENOTFOUND, "vanished"), 0);
+    const uint32_t *w;
+    size_t nw;
+    ingest_lander_wants(b, &w, &nw);
+    for (size_t k = 0; k < nw; k++)
+        if (w[k] >= 4)
+            assert_int_equal(put(e, b, &t2, w[k]), 0);
+    assert_int_equal(ingest_lander_commit(b), 0);
+    ingest_lander_batch_destroy(b);
+    size_t gn = 0;
+    uint8_t *got = read_landed(e, "dev1/2024/02/29/b", &gn);
+    assert_int_equal(gn, 2 * CH);
+    assert_memory_equal(got, o, gn);
+    free(got);
+    free(t1.manifest);
+    free(t2.manifest);
+    free(v);
+    free(o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2617,6 +2740,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_abort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_withdraw, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_withdraw_appended, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_withdraw_pending_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_new_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hash_mismatch, setup, teardown),
