@@ -175,6 +175,7 @@ typedef struct daemon {
     /* the state store could not be written (ENOSPC, EDQUOT, its map full): no new files are taken
      * until a commit goes through with room to spare (dmn_store_check) */
     int store_full;
+    double store_try_at; /* while store_full: when the queue may be shipped again, to try an ack (which frees spool) */
 
     /* status */
     status_server *status;

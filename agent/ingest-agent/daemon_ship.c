@@ -548,14 +548,25 @@ out:
     return rc;
 }
 
+#define STORE_RETRY_S 10.0
+
 /* Ship the queue, oldest first, until it is empty (0), the core fails (1) or a walk is due. */
 int dmn_ship_queue(daemon_t *d)
 {
     uint64_t seq = 0;
     for (;;) {
-        if (stopping || reload_requested || d->store_full)
-            return 0; /* store_full: an ack could not be recorded; shipping waits for room (dmn_store_check) */
+        if (stopping || reload_requested)
+            return 0;
         d->now = prog_now();
+        /* store_full: an ack could not be recorded, so shipping waits for room (dmn_store_check) but
+         * tries again every STORE_RETRY_S: an ack that goes through frees its spool copies, which may be
+         * what the store needs; one that does not leaves the batch journaled (the core answers the
+         * next try as a duplicate) */
+        if (d->store_full) {
+            if (d->now < d->store_try_at)
+                return 0;
+            d->store_try_at = d->now + STORE_RETRY_S;
+        }
         if (d->scan_at != 0 && d->now >= d->scan_at)
             return 0;
         const int r = ingest_journal_next(d->j, seq, &seq);
