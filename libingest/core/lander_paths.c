@@ -215,25 +215,30 @@ static int made_dir(ingest_lander_batch *b, const char *dir, size_t n)
  * temporary files gone), deepest first; one another batch uses is not
  * empty and stays.  Nothing is reported: an empty directory left is harmless.
  */
+/* Remove directory d (bronze-relative) if it is empty: true when it went.  The batch's error text is kept. */
+static bool remove_if_empty(ingest_lander_batch *b, const char *d)
+{
+    char parent[LANDED_MAX];
+    const char *name;
+    lander__split_path(d, parent, sizeof parent, &name);
+    int pfd = -1;
+    char keep[INGEST__ERRMSG_MAX];
+    memcpy(keep, b->ctx->errmsg, sizeof keep);
+    const bool gone = lander__walk_dir(b, d, parent, false, &pfd) == 0 && pfd >= 0 &&
+                      unlinkat(pfd, name, AT_REMOVEDIR) == 0;
+    if (pfd >= 0)
+        close(pfd);
+    memcpy(b->ctx->errmsg, keep, sizeof keep);
+    return gone;
+}
+
 void lander__remove_made_dirs(ingest_lander_batch *b)
 {
     while (b->nmade > 0) {
         char *d = b->made[--b->nmade];
-        if (strncmp(d, "_manifests", 10) == 0 && (d[10] == '/' || d[10] == '\0')) {
-            ingest__free(b->ctx, d); /* shared by every batch (the refused files' scratch copies): kept */
-            continue;
-        }
-        char parent[LANDED_MAX];
-        const char *name;
-        lander__split_path(d, parent, sizeof parent, &name);
-        int pfd = -1;
-        char keep[INGEST__ERRMSG_MAX];
-        memcpy(keep, b->ctx->errmsg, sizeof keep);
-        if (lander__walk_dir(b, d, parent, false, &pfd) == 0 && pfd >= 0) {
-            (void)unlinkat(pfd, name, AT_REMOVEDIR);
-            close(pfd);
-        }
-        memcpy(b->ctx->errmsg, keep, sizeof keep);
+        /* _manifests/...: shared by every batch (the refused files' scratch copies): kept */
+        if (!(strncmp(d, "_manifests", 10) == 0 && (d[10] == '/' || d[10] == '\0')))
+            (void)remove_if_empty(b, d);
         ingest__free(b->ctx, d);
     }
 }
@@ -253,18 +258,7 @@ void lander__drop_made_tail(ingest_lander_batch *b)
         char *d = b->made[b->nmade - 1];
         if (strncmp(d, "_manifests", 10) == 0 && (d[10] == '/' || d[10] == '\0'))
             break;
-        char parent[LANDED_MAX];
-        const char *name;
-        lander__split_path(d, parent, sizeof parent, &name);
-        int pfd = -1;
-        char keep[INGEST__ERRMSG_MAX];
-        memcpy(keep, b->ctx->errmsg, sizeof keep);
-        const int gone = lander__walk_dir(b, d, parent, false, &pfd) == 0 && pfd >= 0 &&
-                         unlinkat(pfd, name, AT_REMOVEDIR) == 0;
-        if (pfd >= 0)
-            close(pfd);
-        memcpy(b->ctx->errmsg, keep, sizeof keep);
-        if (!gone)
+        if (!remove_if_empty(b, d))
             break;
         size_t k = 0;
         for (size_t j = 0; j < b->ndirs; j++) {
