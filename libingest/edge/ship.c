@@ -528,14 +528,6 @@ static int chunks_exclusive(ingest_edge *a, ingest_sender_batch *b, uint64_t fi)
 }
 
 /*
- * Chunk idx of b could not be read: why (the sender's detail) says its
- * file vanished.  With the feature agreed, and when no other file of the
- * batch shares its chunks, the file is withdrawn (FILE_WITHDRAWN; kept
- * with the batch as refused, with INGEST_EDGE_WITHDRAWN_REASON) and the
- * rest of the batch ships: 1.  0: it cannot be (the batch is abandoned
- * and shipped again, as before).  < 0: the connection failed.
- */
-/*
  * Whether why (the sender's message for chunk idx) says that the chunk's
  * file vanished, not that it changed: its exact form names the file first,
  * so a path holding the word is never taken for it.
@@ -551,6 +543,14 @@ static int chunk_vanished(ingest_sender_batch *b, uint32_t idx, const char *why)
     return n > 0 && (size_t)n < sizeof prefix && strncmp(why, prefix, (size_t)n) == 0;
 }
 
+/*
+ * Chunk idx of b could not be read: why (the sender's detail) says its
+ * file vanished.  With the feature agreed, and when no other file of the
+ * batch shares its chunks, the file is withdrawn (FILE_WITHDRAWN; kept
+ * with the batch as refused, with INGEST_EDGE_WITHDRAWN_REASON) and the
+ * rest of the batch ships: 1.  0: it cannot be (the batch is abandoned
+ * and shipped again, as before).  < 0: the connection failed.
+ */
 static int withdraw(ingest_edge *a, ingest_sender_batch *b, uint32_t idx, const char *why)
 {
     const unsigned need = INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_REFUSE;
