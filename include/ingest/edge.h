@@ -92,7 +92,7 @@ typedef struct ingest_edge_opts {
  * INGEST_ENOTFOUND) carries, in the batch manifest at the core and in the
  * FILE_REFUSED that answers it (ingest_sender_file_info.refused).
  */
-#define INGEST_EDGE_WITHDRAWN_REASON "vanished at the edge while its batch was being shipped"
+#define INGEST_EDGE_WITHDRAWN_REASON INGEST_WIRE_WITHDRAWN_REASON /* wire.h */
 
 typedef struct ingest_edge ingest_edge;
 

@@ -219,6 +219,8 @@ typedef struct ingest_wire_landing {
  * FILE_REFUSED; code a negative INGEST_E* code (INGEST_ENOTFOUND: vanished).
  */
 typedef ingest_wire_file_refused ingest_wire_file_withdrawn;
+/* The message of a FILE_WITHDRAWN, and of the refusal the receiver records and tells for it. */
+#define INGEST_WIRE_WITHDRAWN_REASON "vanished at the edge while its batch was being shipped"
 
 /* DICT_OFFER: a dictionary the device wants to compress chunks with. */
 typedef struct ingest_wire_dict_offer {

@@ -9,7 +9,6 @@
  * batch opens.
  */
 #include "core_int.h"
-#include "ingest/edge.h"
 #include "ingest/manifest.h"
 
 #include <inttypes.h>
@@ -149,7 +148,7 @@ static int send_landed_refusals(ingest_core *s, ingest_link *lk, ingest_ctx *ctx
                 m.u.refused.file_index = fi;
                 /* the manifest keeps the reason, not the code: a withdrawal is told as one again */
                 m.u.refused.code =
-                    strcmp(rec.refused, INGEST_EDGE_WITHDRAWN_REASON) == 0 ? INGEST_ENOTFOUND : INGEST_EINVAL;
+                    strcmp(rec.refused, INGEST_WIRE_WITHDRAWN_REASON) == 0 ? INGEST_ENOTFOUND : INGEST_EINVAL;
                 snprintf(m.u.refused.message, sizeof(m.u.refused.message), "%s", rec.refused);
                 rc = ingest_link_send(lk, &m);
             }
