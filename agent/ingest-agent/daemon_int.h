@@ -176,6 +176,10 @@ typedef struct daemon {
      * until a commit goes through with room to spare (dmn_store_check) */
     int store_full;
     double store_try_at; /* while store_full: when the queue may be shipped again, to try an ack (which frees spool) */
+    /* the warning was said (and its "off" is owed); when: a store that goes full again at once (its map
+     * full while the filesystem has room) is said again at most every STORE_WARN_EVERY_S */
+    int store_said;
+    double store_said_at;
 
     /* status */
     status_server *status;

@@ -128,13 +128,19 @@ int dmn_spool_nospace(daemon_t *d, const char *path, uint64_t size, int err)
  * A write that goes through with more than the reserve free on the state
  * filesystem turns it off.  Other failures are logged.  Returns rc.
  */
+#define STORE_WARN_EVERY_S 600.0
+
 void dmn_store_nospace(daemon_t *d, const char *what, const char *why)
 {
-    if (!d->store_full)
+    const double now = prog_now();
+    if (!d->store_full && !d->store_said && (d->store_said_at == 0 || now - d->store_said_at >= STORE_WARN_EVERY_S)) {
         prog_log(INGEST_LOG_WARN,
                  "backpressure: the state store cannot be written (%s: %s): not taking new files until there "
                  "is room on the state filesystem; what was not written is written again",
                  what, why);
+        d->store_said = 1;
+        d->store_said_at = now;
+    }
     d->store_full = 1;
 }
 
@@ -151,8 +157,10 @@ int dmn_store_check(daemon_t *d, int rc, const char *what)
     if (d->store_full) {
         dmn_spool_size(d);
         if (d->fs_free > d->fs_reserve) {
-            prog_log(INGEST_LOG_INFO, "state store backpressure off: writes go through again (%llu bytes free)",
-                     (unsigned long long)d->fs_free);
+            if (d->store_said) /* said with its warning, not for a full store not said again */
+                prog_log(INGEST_LOG_INFO, "state store backpressure off: writes go through again (%llu bytes free)",
+                         (unsigned long long)d->fs_free);
+            d->store_said = 0;
             d->store_full = 0;
             dmn_schedule_scan(d, d->now);
         }
