@@ -464,7 +464,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
             for (size_t i = 0; i < ngot; i++) {
                 ingest_sender_file_info fi;
                 if (ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL) {
-                    if (fi.refused_code == INGEST_ENOTFOUND && strcmp(fi.refused, INGEST_EDGE_WITHDRAWN_REASON) == 0) {
+                    if (ingest_edge_file_withdrawn(&fi)) {
                         /* it never landed: no file table entry, so the file, should it come back (moved
                          * away and back, or copied with its mtime), is found and shipped like a new one */
                         withdrawn++;
@@ -500,8 +500,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
         for (uint64_t i = 0; i < bs.files; i++) {
             ingest_sender_file_info info;
             if (ingest_sender_batch_file(b, i, &info) == 0 &&
-                !(info.refused != NULL && info.refused_code == INGEST_ENOTFOUND &&
-                  strcmp(info.refused, INGEST_EDGE_WITHDRAWN_REASON) == 0)) /* a withdrawn file has no entry */
+                !ingest_edge_file_withdrawn(&info)) /* a withdrawn file has no entry */
                 (void)ingest_filetable_set_hash(a->state.ft, info.path, info.hash);
         }
         for (uint64_t i = 0; i < bs.chunks; i++) {

@@ -94,6 +94,10 @@ typedef struct ingest_edge_opts {
  */
 #define INGEST_EDGE_WITHDRAWN_REASON INGEST_WIRE_WITHDRAWN_REASON /* wire.h */
 
+/* 1 when fi is a file withdrawn from its batch (refused with INGEST_ENOTFOUND and that reason): it
+ * never landed; 0 otherwise (landed, or refused by the core). */
+INGEST_API int ingest_edge_file_withdrawn(const ingest_sender_file_info *fi);
+
 typedef struct ingest_edge ingest_edge;
 
 /* ctx (errors, every allocation, made on the caller's thread) must outlive the edge. */

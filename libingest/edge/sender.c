@@ -479,6 +479,12 @@ void ingest_sender_destroy(ingest_sender *s)
     ingest__free(ctx, s);
 }
 
+/* The id the next batch gets ("{prefix}{seq}", seq at least 6 digits): the landing rules check with it. */
+static void next_batch_id(const ingest_sender *s, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s%06" PRIu64, s->prefix, s->seq);
+}
+
 int ingest_sender_set_landing(ingest_sender *s, const char *layout, uint32_t path_max, uint32_t name_max)
 {
     char *copy = NULL;
@@ -522,7 +528,7 @@ static int landing_refuses(ingest_sender *s)
         return 0;
     }
     char batch[INGEST_WIRE_BATCH_ID_MAX + 32], out[INGEST_PATH_LANDED_MAX];
-    snprintf(batch, sizeof batch, "%s%06" PRIu64, s->prefix, s->seq);
+    next_batch_id(s, batch, sizeof batch);
     const int rc = ingest__path_landed(s->land_ctx, s->land_layout, s->device, batch, s->path,
                                        ts_ns(&s->peek_st.st_mtim), s->land_name_max, out, (size_t)s->land_path_max + 1);
     char why[INGEST__ERRMSG_MAX];
@@ -1435,7 +1441,7 @@ int ingest_sender_next_batch(ingest_sender *s, ingest_sender_batch **out)
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     b->created_ns = ts_ns(&now);
-    snprintf(b->id, sizeof(b->id), "%s%06" PRIu64, s->prefix, s->seq);
+    next_batch_id(s, b->id, sizeof(b->id));
     s->seq++;
     s->st.batches++;
     *out = b;

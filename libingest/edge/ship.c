@@ -203,8 +203,7 @@ static int take_refusal(ingest_edge *a, const ingest_wire_file_refused *r)
         return INGEST_EPROTO;
     }
     ingest_sender_file_info fi;
-    if (ingest_sender_batch_file(b, r->file_index, &fi) == 0 && fi.refused != NULL &&
-        fi.refused_code == INGEST_ENOTFOUND && strcmp(fi.refused, INGEST_EDGE_WITHDRAWN_REASON) == 0)
+    if (ingest_sender_batch_file(b, r->file_index, &fi) == 0 && ingest_edge_file_withdrawn(&fi))
         return 0; /* the answer to our FILE_WITHDRAWN: recorded when it was sent */
     const int rc = ingest_sender_batch_refuse(b, r->file_index, r->code, r->message);
     if (rc < 0)
@@ -852,7 +851,7 @@ static int batch_acked(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
             ingest_sender_file_info fi;
             if (ingest_sender_batch_file(b, i, &fi) != 0 || fi.refused == NULL)
                 continue;
-            if (fi.refused_code == INGEST_ENOTFOUND && strcmp(fi.refused, INGEST_EDGE_WITHDRAWN_REASON) == 0) {
+            if (ingest_edge_file_withdrawn(&fi)) {
                 withdrawn++;
                 for (uint64_t c = 0; c < bs.chunks; c++) { /* never sent, nor deduplicated */
                     uint64_t f = 0;
@@ -1009,6 +1008,12 @@ static int finish_batch_once(ingest_edge *a, ingest_sender_batch *b, double t0)
  * used (an older receiver, or refused) chunks are compressed without it,
  * and the agent says why once.  0, or < 0 when the session failed.
  */
+int ingest_edge_file_withdrawn(const ingest_sender_file_info *fi)
+{
+    return fi != NULL && fi->refused != NULL && fi->refused_code == INGEST_ENOTFOUND &&
+           strcmp(fi->refused, INGEST_EDGE_WITHDRAWN_REASON) == 0;
+}
+
 int ingest_edge_landing_rules(ingest_edge *a, ingest_wire_landing *out)
 {
     if (a->link == NULL || !(a->link->features & INGEST_SESSION_FEATURE_LANDING))

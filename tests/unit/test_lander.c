@@ -2592,24 +2592,6 @@ static void test_bench(void **state)
         free(data[i]);
 }
 
-/* The bytes of bronze/rel (malloc'd) and their count. */
-static uint8_t *read_landed(const env *e, const char *rel, size_t *n)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
-    FILE *f = fopen(p, "rb");
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    const long len = ftell(f);
-    assert_true(len >= 0);
-    assert_int_equal(fseek(f, 0, SEEK_SET), 0);
-    uint8_t *buf = malloc(len > 0 ? (size_t)len : 1);
-    assert_non_null(buf);
-    *n = fread(buf, 1, (size_t)len, f);
-    fclose(f);
-    return buf;
-}
-
 /*
  * A file appended in place cannot be withdrawn (FILE_WITHDRAWN): its bytes
  * go into its landed version, so the withdrawal is refused (INGEST_EBUSY)
@@ -2647,11 +2629,7 @@ static void test_withdraw_appended(void **state)
         assert_int_equal(ingest_lander_withdraw(b, 0, INGEST_ENOTFOUND, "vanished"), INGEST_EBUSY);
         assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "appended in place"));
         ingest_lander_batch_destroy(b); /* the batch fails: undone */
-        size_t gn = 0;
-        uint8_t *got = read_landed(e, rel, &gn);
-        assert_int_equal(gn, n1);
-        assert_memory_equal(got, v, n1);
-        free(got);
+        assert_file(e, rel, v, n1, T2024, 0644); /* its earlier version, exactly */
         assert_int_equal(count_intents(e), 0);
         assert_false(exists(e, "dev1/2024/02/29/other"));
         free(t1.manifest);
@@ -2704,11 +2682,7 @@ static void test_withdraw_pending_run(void **state)
             assert_int_equal(put(e, b, &t2, w[k]), 0);
     assert_int_equal(ingest_lander_commit(b), 0);
     ingest_lander_batch_destroy(b);
-    size_t gn = 0;
-    uint8_t *got = read_landed(e, "dev1/2024/02/29/b", &gn);
-    assert_int_equal(gn, 2 * CH);
-    assert_memory_equal(got, o, gn);
-    free(got);
+    assert_file(e, "dev1/2024/02/29/b", o, 2 * CH, T2024, 0644);
     free(t1.manifest);
     free(t2.manifest);
     free(v);
