@@ -3,6 +3,9 @@
 #include "ingest/hash.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <unistd.h>
 #include <lmdb.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -712,6 +715,38 @@ static int check_meta(ingest_store *st)
     return 0;
 }
 
+
+/*
+ * A new store's names durable: LMDB fsyncs data.mdb's contents at each
+ * commit but never the directory that names it, nor the directory above
+ * (which names the store's directory, perhaps made just now).  Without
+ * this a power cut after the first commits could take the whole store.
+ */
+static int sync_new_dir(ingest_ctx *ctx, const char *dir)
+{
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof(parent), "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash == parent)
+        slash[1] = '\0';
+    else if (slash != NULL)
+        *slash = '\0';
+    else
+        snprintf(parent, sizeof(parent), ".");
+    const char *both[2] = { dir, parent };
+    for (int i = 0; i < 2; i++) {
+        const int fd = open(both[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0 || fsync(fd) != 0) {
+            const int e = errno;
+            if (fd >= 0)
+                close(fd);
+            return ingest__fail(ctx, ingest__errno(e), "store %s: fsync of %s: %s", dir, both[i], strerror(e));
+        }
+        close(fd);
+    }
+    return 0;
+}
+
 int ingest_store_open(ingest_ctx *ctx, const char *dir, const ingest_store_opts *opts, ingest_store **out)
 {
     ingest_store *st = NULL;
@@ -786,6 +821,9 @@ int ingest_store_open(ingest_ctx *ctx, const char *dir, const ingest_store_opts 
             ret = ingest__fail(ctx, INGEST_ECORRUPT, "store %s: open environment: %s", dir, mdb_strerror(rc));
         goto fail;
     }
+    if (st->created && !(st->flags & (INGEST_STORE_RDONLY | INGEST_STORE_NOSYNC)) &&
+        (ret = sync_new_dir(ctx, dir)) < 0)
+        goto fail;
     if (!st->created) {
         /* An existing environment must have the meta table: without it,
          * this is not a store of ours or it was damaged. */

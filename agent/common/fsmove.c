@@ -13,8 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* fsync the directory holding path; 0 or -1. */
-static int sync_parent(const char *path)
+int prog_sync_parent(const char *path)
 {
     char dir[PATH_MAX];
     const char *slash = strrchr(path, '/');
@@ -104,9 +103,9 @@ static int copy_across(const char *src, int srcfd, const char *dst)
     out = -1;
     if (rename(tmp, dst) != 0)
         goto fail;
-    if (sync_parent(dst) != 0)
+    if (prog_sync_parent(dst) != 0)
         goto out; /* dst is complete; src stays: a copy too many, never a loss */
-    if (unlink(src) != 0 || sync_parent(src) != 0)
+    if (unlink(src) != 0 || prog_sync_parent(src) != 0)
         goto out;
     rc = 0;
     goto out;
@@ -130,7 +129,7 @@ out:
 int prog_move_file(const char *src, int srcfd, const char *dst)
 {
     if (rename(src, dst) == 0)
-        return 0;
+        return prog_sync_parent(dst) == 0 && prog_sync_parent(src) == 0 ? 0 : -1;
     if (errno != EXDEV)
         return -1;
     return copy_across(src, srcfd, dst);

@@ -4,7 +4,7 @@
 
 /*
  * Move the regular file src to dst, whose directory exists.  On one
- * filesystem that is rename(2).  Across filesystems (EXDEV) it is a durable
+ * filesystem that is rename(2), then both directories fsynced.  Across filesystems (EXDEV) it is a durable
  * copy, then the unlink:
  *   1. the bytes of src (read through srcfd when srcfd >= 0, e.g. a
  *      descriptor the caller holds a lease on; else src opened O_NOFOLLOW)
@@ -19,5 +19,8 @@
  * untouched unless only its final unlink failed, after dst was complete).
  */
 int prog_move_file(const char *src, int srcfd, const char *dst);
+
+/* fsync the directory holding path (a name made or removed there is then durable); 0, or -1 with errno. */
+int prog_sync_parent(const char *path);
 
 #endif

@@ -20,6 +20,22 @@ int dmn_open_journal(daemon_t *d)
         return 0;
     char id[INGEST_JOURNAL_ID_MAX + 1];
     snprintf(id, sizeof(id), "%s%06llu", d->a->state.prefix, (unsigned long long)d->open_seq);
+    /* the spool copies are fsynced one by one; their names (and directories) become durable here, once
+     * per batch, before the journal names them (a power cut must not leave a batch without its copies) */
+    for (size_t i = 0; i < d->nsrc; i++) {
+        if (!d->src[i].spool)
+            continue;
+        const int fd = open(d->spool_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        const int r = fd >= 0 ? syncfs(fd) : -1;
+        const int e = errno;
+        if (fd >= 0)
+            close(fd);
+        if (r != 0) {
+            prog_log(INGEST_LOG_ERROR, "spool %s: syncfs: %s; the batch is not journaled", d->spool_dir, strerror(e));
+            return -1;
+        }
+        break;
+    }
     if (dmn_store_check(d, ingest_journal_add(d->j, d->open_seq, id, d->of, d->nof), "journal") < 0)
         return -1;
     d->of_dirty = 0;

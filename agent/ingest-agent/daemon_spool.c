@@ -456,8 +456,10 @@ static int is_shipped_version(const struct stat *st, const ingest_journal_file *
  * file nor has CAP_LEASE) the action runs without that check, as it always
  * did, and a warning says so once (docs/operations.md).
  */
-static int release_file(daemon_t *d, const dsource *s, const char *rel, const ingest_journal_file *f, int quiet)
+static int release_file(daemon_t *d, const dsource *s, const char *rel, const ingest_journal_file *f, int quiet,
+                        char *removed, size_t cap)
 {
+    removed[0] = '\0';
     const char *what = s->after == AFTER_DELETE ? "delete" : "move";
     char full[PATH_MAX];
     struct stat st, at;
@@ -500,6 +502,7 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
         if (s->after == AFTER_DELETE) {
             if (unlink(full) == 0) {
                 d->deleted++;
+                snprintf(removed, cap, "%s", full);
                 if (quiet)
                     prog_log(INGEST_LOG_INFO, "after_ship: %s deleted (no process has it open any more)",
                              prog_esc(full));
@@ -509,7 +512,7 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
         } else {
             char dst[PATH_MAX];
             snprintf(dst, sizeof(dst), "%s/%s", s->move_dir, rel);
-            if (mkdirs(dst) == 0 && prog_move_file(full, fd, dst) == 0) { /* across filesystems too */
+            if (mkdirs(dst) == 0 && prog_move_file(full, fd, dst) == 0) { /* across filesystems too; durable */
                 d->moved++;
                 if (quiet)
                     prog_log(INGEST_LOG_INFO, "after_ship: %s moved to %s (no process has it open any more)",
@@ -530,19 +533,41 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
 /*
  * Apply the source's after-ship action to the acked files f[0, n) of batch
  * seq (only to files still the version shipped, and nobody has open);
- * returns how many were deferred because some process still has them open.
- * The file table entry is kept: a file put back unchanged is not shipped
- * again.
+ * returns how many were deferred because some process still has them open
+ * (or whose deletion could not be made durable).  The file table entry is
+ * kept: a file put back unchanged is not shipped again.
+ *
+ * A deletion is made durable (its directory fsynced, once per run of files
+ * in one directory) before this returns, so before the batch's ACKED
+ * record goes: a power cut cannot bring back a deleted file whose batch the
+ * journal has forgotten (tests/integration/test_powercut.sh).
  */
 size_t dmn_after_ship(daemon_t *d, uint64_t seq, const ingest_journal_file *f, size_t n)
 {
     const int quiet = defer_logged(d, seq);
     size_t deferred = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *rel = NULL;
-        const dsource *s = dmn_source_of(d, f[i].path, &rel);
-        if (s != NULL && s->after != AFTER_KEEP)
-            deferred += (size_t)release_file(d, s, rel, &f[i], quiet);
+    char pending[PATH_MAX] = "", removed[PATH_MAX];
+    for (size_t i = 0; i <= n; i++) {
+        removed[0] = '\0';
+        if (i < n) {
+            const char *rel = NULL;
+            const dsource *s = dmn_source_of(d, f[i].path, &rel);
+            if (s != NULL && s->after != AFTER_KEEP)
+                deferred += (size_t)release_file(d, s, rel, &f[i], quiet, removed, sizeof(removed));
+        }
+        /* the directory of the deletions before, once this one is elsewhere (or at the end) */
+        const char *ps = strrchr(pending, '/'), *rs = strrchr(removed, '/');
+        const int same = ps && rs && ps - pending == rs - removed && memcmp(pending, removed, (size_t)(ps - pending)) == 0;
+        if (pending[0] && (i == n || (removed[0] && !same))) {
+            if (prog_sync_parent(pending) != 0) {
+                prog_log(INGEST_LOG_WARN, "after_ship: cannot make the deletions in the directory of %s durable "
+                         "(fsync: %s); the batch's record stays, and is tried again", prog_esc(pending), strerror(errno));
+                deferred++;
+            }
+            pending[0] = '\0';
+        }
+        if (removed[0])
+            memcpy(pending, removed, sizeof(pending));
     }
     if (deferred > 0 && !quiet)
         defer_log_add(d, seq);

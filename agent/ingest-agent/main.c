@@ -70,19 +70,18 @@ uint64_t load_seq(const char *state_dir)
     return v ? v : 1;
 }
 
+/*
+ * Durable before a batch of that number is made: the file and the rename
+ * (the directory fsynced too).  A power cut that brought back an older
+ * number would give a new batch the id of one the core already landed,
+ * and the core would acknowledge it as a duplicate without landing it.
+ */
 int save_seq(const char *state_dir, uint64_t seq)
 {
-    char p[4096], tmp[4200], line[32];
+    char p[4096], line[32];
     snprintf(p, sizeof(p), "%s/next_batch_seq", state_dir);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", p);
     snprintf(line, sizeof(line), "%llu\n", (unsigned long long)seq);
-    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -1;
-    const ssize_t n = write(fd, line, strlen(line));
-    const int ok = n == (ssize_t)strlen(line) && fsync(fd) == 0;
-    close(fd);
-    return ok && rename(tmp, p) == 0 ? 0 : -1;
+    return prog_write_file_durable(p, line);
 }
 
 /*
@@ -118,7 +117,7 @@ static int load_instance(const char *state_dir, char *out, size_t cap)
     ingest_to_hex(r, sizeof(r), hex);
     char line[32];
     snprintf(line, sizeof(line), "%s\n", hex);
-    if (prog_write_file_atomic(p, line) != 0)
+    if (prog_write_file_durable(p, line) != 0) /* before any batch id made with it */
         return -1;
     snprintf(out, cap, "%s", hex);
     return 0;
