@@ -53,6 +53,7 @@ TESTLIB_SRC := $(sort $(wildcard tests/unit/support/*.c))
 TESTLIB_OBJ := $(TESTLIB_SRC:%.c=$(BUILD)/obj/%.o)
 TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
 TOOL_BINS := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
+POWERCUT_SO := $(BUILD)/tools/powercut.so
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
@@ -64,7 +65,7 @@ all: lib programs man
 
 lib: $(BUILD)/libingest.a $(BUILD)/libingest.so.$(SOVERSION) $(BUILD)/libingest.pc
 programs: $(PROG_BINS)
-tests: $(UNIT_BINS) $(FUZZ_BINS) $(TOOL_BINS)
+tests: $(UNIT_BINS) $(FUZZ_BINS) $(TOOL_BINS) $(POWERCUT_SO)
 
 # Man pages: docs/man/*.[158] as they are; ingest.yaml(5) from its template,
 # its key entries written by docs/man/mankeys.c from the config tables.
@@ -120,6 +121,13 @@ $(BUILD)/obj/tests/unit/%.o: tests/unit/%.c
 $(TOOL_BINS): $(BUILD)/tools/%: $(BUILD)/obj/tests/tools/%.o $(PROG_COMMON_OBJ) $(BUILD)/libingest.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libingest.a $(LIBS)
+
+# The power-cut layer (tests/tools/powercut/): a library preloaded into the
+# program under test, built without sanitizers (the program's own run-time
+# comes first either way).
+$(POWERCUT_SO): tests/tools/powercut/powercut.c tests/tools/powercut/pclog.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -fvisibility=hidden -fPIC -shared -o $@ $< -ldl -lpthread
 
 # Fuzz targets, built with gcc and a driver that replays the corpus.
 $(FUZZ_BINS): $(BUILD)/fuzz/%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/driver.o $(BUILD)/libingest.a
@@ -283,11 +291,13 @@ clean:
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # The crash soak (issue 17): kill -9 of the agent daemon (SOAK_AGENT_KILLS,
-# 1,000) and of the receiver (SOAK_RECEIVER_KILLS, 200) at random moments
-# while a writer keeps adding files; make check runs it with 12 and 3.
+# 1,000) and of the receiver (SOAK_RECEIVER_KILLS, 200), and simulated power
+# cuts split between the two (SOAK_POWER_CUTS, 200), at random moments while
+# a writer keeps adding files; make check runs it with 12, 3 and 6.
 soak: programs tests
 	BUILD=$(abspath $(BUILD)) SOAK_AGENT_KILLS=$${SOAK_AGENT_KILLS:-1000} \
-		SOAK_RECEIVER_KILLS=$${SOAK_RECEIVER_KILLS:-200} sh tests/integration/test_soak.sh
+		SOAK_RECEIVER_KILLS=$${SOAK_RECEIVER_KILLS:-200} SOAK_POWER_CUTS=$${SOAK_POWER_CUTS:-200} \
+		sh tests/integration/test_soak.sh
 .PHONY: soak
 
 # The catalog benchmark (issue 13): FILES (1,000,000) synthesized landed

@@ -186,3 +186,22 @@ for k in sys.argv[2].split("."):
     v = v[int(k)] if isinstance(v, list) else v[k]
 print(json.dumps(v) if isinstance(v, (dict, list, bool)) or v is None else v)' "$T/status.json" "$1"
 }
+
+# powercut_wrapper PROGRAM DIR ROOTS: make $T/NAME-pc (NAME: PROGRAM's name), a
+# wrapper that runs PROGRAM (same pid: exec) under the power-cut layer
+# (tests/tools/powercut/) with its undo log in DIR, logging changes under
+# ROOTS (absolute, ':'-separated); prints the wrapper's path.  A power cut
+# is then kill -9 of the program and "$BUILD/tools/powercut-restore" DIR.
+powercut_wrapper() {
+    [ -f "$BUILD/tools/powercut.so" ] && [ -x "$BUILD/tools/powercut-restore" ] ||
+        fail "the power-cut layer is not built ($BUILD/tools/powercut.so)"
+    mkdir -p "$2"
+    _w="$T/$(basename "$1")-pc"
+    cat > "$_w" <<EOT
+#!/bin/sh
+POWERCUT_DIR='$2' POWERCUT_ROOTS='$3' LD_PRELOAD='$BUILD/tools/powercut.so' \\
+ASAN_OPTIONS="\${ASAN_OPTIONS:+\$ASAN_OPTIONS:}verify_asan_link_order=0" exec '$1' "\$@"
+EOT
+    chmod +x "$_w"
+    echo "$_w"
+}

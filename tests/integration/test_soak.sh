@@ -12,6 +12,16 @@
 # the receiver, death by SIGKILL): nothing else may have ended it.  A kill
 # "found work in flight" when fewer files had landed than had been written.
 #
+# SOAK_POWER_CUTS (default 6; `make soak` 200) of the kills are simulated
+# power cuts instead, split between the two sides: both programs run with
+# the power-cut layer (tests/tools/powercut/, LD_PRELOAD), and a cut is
+# kill -9 followed by powercut-restore, which undoes every write, truncate
+# and name change of the killed side that no fsync, directory fsync or
+# syncfs had made durable (the receiver: bronze and its state directory;
+# the agent: its state directory and the source, whose deletions after the
+# ack are undone too).  After a cut of the receiver, the files it had
+# acknowledged must still be there: checked at the end like the others.
+#
 # At the end, with the writer stopped and everything shipped: every file
 # written landed exactly once (one FILE record across all manifests) and
 # byte-identical, the source is empty (each file deleted after its ack),
@@ -21,8 +31,14 @@
 . "$(dirname "$0")/lib.sh"
 AKILLS=${SOAK_AGENT_KILLS:-12}
 RKILLS=${SOAK_RECEIVER_KILLS:-3}
+PCUTS=${SOAK_POWER_CUTS:-6}
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
+PCRESTORE="$BUILD/tools/powercut-restore"
+RT=$(realpath "$T")
+mkdir -p "$T/src/data" "$T/astate-dev1"
+RECEIVER=$(powercut_wrapper "$RECEIVER" "$RT/pc-recv" "$RT/bronze:$RT/rstate")
+AGENT=$(powercut_wrapper "$AGENT" "$RT/pc-agent" "$RT/astate-dev1:$RT/src")
 start_receiver
 ADDR=$(cat "$T/receiver.addr")
 sed -i "s|^listen: .*|listen: $ADDR|" "$T/receiver.yaml" # restarts take the same port
@@ -63,33 +79,60 @@ landed_count() { find "$(landed_root dev1)/data" -type f ! -name '*.ingest-tmp-*
 written() { cat "$T/written" 2>/dev/null || echo 0; }
 
 start_agent
+# power_cut DIR LOG: undo what the killed side had not made durable; count the cuts that lost something
+pc_lossy=0
+power_cut() {
+    "$PCRESTORE" "$1" >> "$2" 2>&1 || { tail -5 "$2"; fail "power cut $((pk + 1)): the undo log could not be applied"; }
+    tail -1 "$2" | grep -q '^powercut: undid 0 writes (0 old bytes) and 0 name' || pc_lossy=$((pc_lossy + 1))
+}
+kill_receiver() {
+    kill -9 "$RECV_PID" 2>/dev/null || true
+    rc=0
+    wait "$RECV_PID" 2>/dev/null || rc=$?
+    [ "$rc" = 137 ] || { tail -20 "$T/receiver.log"; fail "receiver kill $((rk + pk + 1)): it had already exited with status $rc"; }
+    RECV_PID=""
+}
+kill_agent() {
+    kill -9 "$AGENT_PID" 2>/dev/null || true
+    rc=0
+    wait "$AGENT_PID" 2>/dev/null || rc=$?
+    [ "$rc" = 137 ] || { tail -20 "$T/dev1.err"; fail "agent kill $((ak + pk + 1)): it had already exited with status $rc"; }
+}
 ak=0
 rk=0
+pk=0
+pkr=0
 inflight=0
-total=$((AKILLS + RKILLS))
-k=0
-while [ $k -lt $total ]; do
+while [ $ak -lt "$AKILLS" ] || [ $rk -lt "$RKILLS" ] || [ $pk -lt "$PCUTS" ]; do
     ms=$(rnd_ms 30 350)
     sleep "$(echo "$ms" | awk '{ printf "%.3f", $1 / 1000 }')"
     [ "$(landed_count)" -lt "$(written)" ] && inflight=$((inflight + 1))
-    # the receiver's kills spread evenly among the agent's
-    if [ $rk -lt "$RKILLS" ] && [ $((k * RKILLS / total)) -ne $(((k + 1) * RKILLS / total)) ]; then
-        kill -9 "$RECV_PID" 2>/dev/null || true
-        rc=0
-        wait "$RECV_PID" 2>/dev/null || rc=$?
-        [ "$rc" = 137 ] || { tail -20 "$T/receiver.log"; fail "receiver kill $((rk + 1)): it had already exited with status $rc"; }
-        RECV_PID=""
+    # what comes next, drawn in proportion to what remains of each kind
+    rem_p=$((PCUTS - pk))
+    rem_r=$((RKILLS - rk))
+    rem_a=$((AKILLS - ak))
+    x=$(rnd_ms 0 $((rem_p + rem_r + rem_a)))
+    if [ "$x" -lt "$rem_p" ]; then
+        if [ $((pk % 2)) = 0 ]; then # the power cuts alternate: the core, then the edge
+            kill_receiver
+            power_cut "$T/pc-recv" "$T/powercut-recv.log"
+            pkr=$((pkr + 1))
+            start_receiver
+        else
+            kill_agent
+            power_cut "$T/pc-agent" "$T/powercut-agent.log"
+            start_agent
+        fi
+        pk=$((pk + 1))
+    elif [ "$x" -lt $((rem_p + rem_r)) ]; then
+        kill_receiver
         rk=$((rk + 1))
         start_receiver
     else
-        kill -9 "$AGENT_PID" 2>/dev/null || true
-        rc=0
-        wait "$AGENT_PID" 2>/dev/null || rc=$?
-        [ "$rc" = 137 ] || { tail -20 "$T/dev1.err"; fail "agent kill $((ak + 1)): it had already exited with status $rc"; }
+        kill_agent
         ak=$((ak + 1))
         start_agent
     fi
-    k=$((k + 1))
 done
 touch "$T/stop"
 wait "$WRITER" || true
@@ -112,8 +155,13 @@ corrupt=$(cd "$(landed_root dev1)/data" && sha256sum -c --quiet "$T/keep.sums" 2
 dups=$(manifest_paths dev1 | sort | uniq -d | wc -l)
 recs=$(manifest_paths dev1 | wc -l)
 tmp=$(count_tmp "$T/bronze")
-echo "soak: $ak agent kills and $rk receiver kills, $inflight of them with work in flight; $n files written, $landed landed: lost=$lost duplicated=$dups corrupt=$corrupt (FILE records: $recs; temporary files left: $tmp)"
+echo "soak: $ak agent kills, $rk receiver kills and $pk power cuts ($pkr of the receiver, $((pk - pkr)) of the agent; $pc_lossy lost unsynced changes), $inflight of them with work in flight; $n files written, $landed landed: lost=$lost duplicated=$dups corrupt=$corrupt (FILE records: $recs; temporary files left: $tmp)"
 [ "$lost" = 0 ] && [ "$dups" = 0 ] && [ "$corrupt" = 0 ] && [ "$recs" = "$n" ] && [ "$tmp" = 0 ] ||
     fail "files lost, duplicated or corrupt"
 [ "$inflight" -gt 0 ] || fail "no kill found work in flight"
-pass "$ak agent kills and $rk receiver kills ($inflight with work in flight): $n files landed exactly once, byte-identical, none lost"
+# the stores after the cuts: the index agrees with the manifests; every landed file with its manifest
+"$CTL" index check "$T/rstate" --bronze "$T/bronze" > "$T/index-check.out" 2>&1 ||
+    { cat "$T/index-check.out"; fail "the receiver's index disagrees with the manifests"; }
+"$CTL" verify --config "$T/receiver.yaml" > "$T/verify.out" 2>&1 ||
+    { tail -20 "$T/verify.out"; fail "ingestctl verify found landed files that differ from their manifests"; }
+pass "$ak agent kills, $rk receiver kills and $pk power cuts ($inflight with work in flight): $n files landed exactly once, byte-identical, none lost"
