@@ -152,6 +152,7 @@ typedef struct daemon {
     size_t nof, capof;
     uint64_t of_bytes;
     int of_dirty;        /* files added since it was journaled */
+    int of_spooled;      /* the open batch has spool copies not yet synced (dmn_open_journal) */
 
     uint64_t q_files, q_bytes; /* journaled, not acked (open batch included) */
     int backpressure;

@@ -11,6 +11,7 @@ void dmn_open_reset(daemon_t *d)
     d->of_bytes = 0;
     d->open_seq = 0;
     d->of_dirty = 0;
+    d->of_spooled = 0;
 }
 
 /* Journal the open batch's file list (PENDING). */
@@ -22,7 +23,7 @@ int dmn_open_journal(daemon_t *d)
     snprintf(id, sizeof(id), "%s%06llu", d->a->state.prefix, (unsigned long long)d->open_seq);
     /* the spool copies are fsynced one by one; their names (and directories) become durable here, once
      * per batch, before the journal names them (a power cut must not leave a batch without its copies) */
-    for (size_t i = 0; i < d->nsrc; i++) {
+    for (size_t i = 0; i < d->nsrc && d->of_spooled; i++) {
         if (!d->src[i].spool)
             continue;
         const int fd = open(d->spool_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -39,6 +40,7 @@ int dmn_open_journal(daemon_t *d)
     if (dmn_store_check(d, ingest_journal_add(d->j, d->open_seq, id, d->of, d->nof), "journal") < 0)
         return -1;
     d->of_dirty = 0;
+    d->of_spooled = 0;
     return 0;
 }
 
@@ -85,6 +87,7 @@ int dmn_open_add(daemon_t *d, const dsource *s, const char *rel, const char *pat
                 dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
             return 0; /* not taken now; a later walk tries again */
         }
+        d->of_spooled = 1;
     }
     if (d->nof == d->capof) {
         const size_t nc = d->capof ? d->capof * 2 : 256;

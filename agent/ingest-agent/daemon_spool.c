@@ -384,6 +384,7 @@ done:
 
 /* ---- after-ship ------------------------------------------------------------- */
 
+/* The directories above file p, made where missing; each one made is fsynced into its parent (durable). */
 static int mkdirs(char *p)
 {
     for (char *q = p + 1; *q; q++) {
@@ -391,8 +392,9 @@ static int mkdirs(char *p)
             continue;
         *q = '\0';
         const int r = mkdir(p, 0755);
+        const int e = errno, synced = r != 0 || prog_sync_parent(p) == 0;
         *q = '/';
-        if (r != 0 && errno != EEXIST)
+        if ((r != 0 && e != EEXIST) || !synced)
             return -1;
     }
     return 0;
@@ -468,8 +470,15 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
         return 0; /* the core refused this version: it never landed, so it stays */
     if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full))
         return 0;
-    if (lstat(full, &st) != 0 || !is_shipped_version(&st, f))
-        return 0; /* gone, or a newer version: leave it */
+    if (lstat(full, &st) != 0) {
+        /* gone: perhaps deleted by a run that died before making the deletion durable; its directory is
+         * fsynced all the same before the batch's record goes (a cut must not bring it back) */
+        if (errno == ENOENT)
+            snprintf(removed, cap, "%s", full);
+        return 0;
+    }
+    if (!is_shipped_version(&st, f))
+        return 0; /* a newer version: leave it */
     const int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0 && (errno == ENOENT || errno == ELOOP))
         return 0; /* gone, or replaced by a symlink, since */

@@ -106,22 +106,17 @@ void agent_landing_load(agent *a)
 
 static int landing_save(agent *a)
 {
-    char p[4096], tmp[4200], buf[LANDING_FILE_MAX];
+    char p[4096], buf[LANDING_FILE_MAX + 1];
     if (landing_path(a, p, sizeof p) != 0)
         return -1;
-    snprintf(tmp, sizeof tmp, "%s.tmp", p);
     const size_t len = strlen(a->landing.layout);
     int n = snprintf(buf, sizeof buf, "ingest-landing 1 %u %u %zu\n", (unsigned)a->landing.path_max,
                      (unsigned)a->landing.name_max, len);
     memcpy(buf + n, a->landing.layout, len);
     n += (int)len;
     buf[n++] = '\n';
-    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return -1;
-    const int ok = write(fd, buf, (size_t)n) == n && fsync(fd) == 0;
-    close(fd);
-    return ok && rename(tmp, p) == 0 ? 0 : -1;
+    buf[n] = '\0';
+    return prog_write_file_durable(p, buf); /* the file, its rename and its directory: a cut keeps the rules */
 }
 
 int agent_landing_apply(agent *a, ingest_sender *s)

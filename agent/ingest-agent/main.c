@@ -605,15 +605,19 @@ static void *builder_main(void *arg)
     for (;;) {
         ingest_sender_batch *b = NULL;
         const double t0 = prog_now();
-        const int rc = ingest_sender_next_batch(bl->snd, &b);
-        if (rc == 1 && save_seq(bl->a->cfg->state_dir, ingest_sender_next_seq(bl->snd)) != 0)
-            prog_log(INGEST_LOG_WARN, "cannot save the batch sequence in %s: %s", bl->a->cfg->state_dir,
-                     strerror(errno));
+        int rc = ingest_sender_next_batch(bl->snd, &b);
+        if (rc == 1 && save_seq(bl->a->cfg->state_dir, ingest_sender_next_seq(bl->snd)) != 0) {
+            /* never send a batch whose number a later run could give again (the core would take that
+             * batch for this one, already landed, and acknowledge it without landing it) */
+            prog_log(INGEST_LOG_ERROR, "cannot save the batch sequence in %s: %s; stopping before its batch",
+                     bl->a->cfg->state_dir, strerror(errno));
+            rc = INGEST_EIO;
+        }
         pthread_mutex_lock(&bl->lock);
         while (bl->slot != NULL && !bl->quit)
             pthread_cond_wait(&bl->cond, &bl->lock);
         if (bl->quit || rc != 1) {
-            if (rc < 0)
+            if (rc < 0 && rc != INGEST_EIO)
                 prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(bl->a->ctx));
             bl->done = 1;
             bl->rc = rc < 0 ? rc : 0;
@@ -837,6 +841,15 @@ int load_state(agent *a)
         ingest_filetable_open(a->state.st, &a->state.ft) < 0) {
         prog_log(INGEST_LOG_ERROR, "state store in %s: %s", a->cfg->state_dir, ingest_ctx_errmsg(a->ctx));
         return -1;
+    }
+    {
+        /* a run killed before it made all it wrote in state_dir durable (a spool directory, a name whose
+         * directory it had not fsynced yet): durable now, before this run relies on finding it again */
+        const int sfd = open(a->cfg->state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (sfd < 0 || syncfs(sfd) != 0)
+            prog_log(INGEST_LOG_WARN, "state_dir %s: syncfs: %s", a->cfg->state_dir, strerror(errno));
+        if (sfd >= 0)
+            close(sfd);
     }
     a->state.seq = load_seq(a->cfg->state_dir);
     if (load_instance(a->cfg->state_dir, a->state.instance, sizeof(a->state.instance)) != 0) {

@@ -21,6 +21,7 @@
 #include "rcatalog.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <netdb.h>
@@ -414,6 +415,19 @@ static int sweep_after_crash(server *s)
     if (ingest_lander_sweep(s->ctx, s->cfg->bronze, &swept, &failed) < 0) {
         prog_log(INGEST_LOG_ERROR, "sweep of %s: %s", s->cfg->bronze, ingest_ctx_errmsg(s->ctx));
         return -1;
+    }
+    /* what the crashed run made and never synced (a directory whose parent it had not fsynced yet, found
+     * existing now and so never synced by this run) is made durable before anything relies on it */
+    const char *both[2] = { s->cfg->bronze, s->cfg->state_dir };
+    for (int i = 0; i < 2; i++) {
+        const int fd = open(both[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0 || syncfs(fd) != 0) {
+            prog_log(INGEST_LOG_ERROR, "after the crash: syncfs of %s: %s", both[i], strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            return -1;
+        }
+        close(fd);
     }
     prog_log(INGEST_LOG_INFO,
              "previous run did not stop cleanly: removed %llu temporary files of unfinished batches from %s "

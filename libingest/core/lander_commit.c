@@ -94,11 +94,12 @@ out:
     return rc;
 }
 
-static int sync_dirs(ingest_lander_batch *b)
+/* fsync the touched directories b->dirs[from, ndirs), each once. */
+static int sync_dirs(ingest_lander_batch *b, size_t from)
 {
-    qsort(b->dirs, b->ndirs, sizeof *b->dirs, lander__cmp_strp);
-    for (size_t i = 0; i < b->ndirs; i++) {
-        if (i > 0 && strcmp(b->dirs[i], b->dirs[i - 1]) == 0)
+    qsort(b->dirs + from, b->ndirs - from, sizeof *b->dirs, lander__cmp_strp);
+    for (size_t i = from; i < b->ndirs; i++) {
+        if (i > from && strcmp(b->dirs[i], b->dirs[i - 1]) == 0)
             continue;
         int dfd = -1;
         INGEST__FORWARD(lander__walk_dir(b, b->dirs[i], b->dirs[i], false, &dfd));
@@ -389,12 +390,20 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
 }
 
 /*
- * Commit step 3, run with the caller's lock released: the batch manifest
- * (written, fsynced, renamed), then every touched directory once, or one
- * syncfs.  Touches only the batch and its files.
+ * Commit step 3, run with the caller's lock released.  With fsyncs: every
+ * directory the files were renamed into once (their final names durable),
+ * then the batch manifest (written, fsynced, renamed) and its directory.
+ * In that order: a manifest made durable before the names it lists could
+ * survive a power cut that took those names, and the receiver would then
+ * take a replay of the batch for landed and acknowledge it.  With one
+ * syncfs: the manifest, then the syncfs, which makes the names and the
+ * manifest durable at once.  Touches only the batch and its files.
  */
 static int sync_landed(ingest_lander_batch *b)
 {
+    const size_t landed_dirs = b->ndirs;
+    if (!b->syncfs)
+        INGEST__FORWARD(sync_dirs(b, 0));
     INGEST__FORWARD(write_manifest(b));
     /* the manifest in place records the appended sizes: appends are never taken back from here on */
     for (uint32_t i = 0; i < b->nfiles; i++)
@@ -406,7 +415,7 @@ static int sync_landed(ingest_lander_batch *b)
         b->stats.syncs++;
         return 0;
     }
-    return sync_dirs(b);
+    return sync_dirs(b, landed_dirs); /* the manifest's directory (and any made for it) */
 }
 
 /*

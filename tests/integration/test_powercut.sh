@@ -7,17 +7,19 @@
 #    some, renames and removes; after kill and restore, exactly the changes
 #    no fsync, directory fsync or syncfs covered are gone.
 # 2. The core: a receiver under the layer lands a batch of 1 file in new
-#    directories (an fsync per file and directory) and one of 40 files (one
-#    syncfs); once the agent has both acks, the power is cut.  Every acked
-#    file is still there with its bytes, both stores open, the index agrees
-#    with the manifests, `ingestctl verify` passes, and the agent sends
-#    nothing again.
+#    directories (an fsync per file and directory), and the power is cut
+#    once the agent has its ack; then a batch of 40 files (one syncfs), and
+#    a cut again.  Every acked file is still there with its bytes, both
+#    stores open, the index agrees with the manifests, `ingestctl verify`
+#    passes, and the agent sends nothing again.
 # 3. The edge: an agent daemon under the layer, after_ship: delete, ships
-#    files and deletes them; the power is cut.  The deleted files stay
-#    deleted (a deleted file that came back would be shipped twice), and the
-#    next files, shipped after the cut, land under batch ids of their own
-#    (a batch number the cut took back would be acked as a duplicate and
-#    its files never landed).
+#    files and deletes them; once its journal is empty the power is cut.
+#    The deleted files stay deleted (a deleted file that came back would be
+#    shipped twice).  Then two more files, a clean stop, a cut at rest, and
+#    a ninth file: it lands under a batch id of its own, and no batch is
+#    acknowledged as landed before (a batch number the cut took back would
+#    be, and its files would never land; next_batch_seq is written durably,
+#    and the state directory is also fsynced by other writes there).
 . "$(dirname "$0")/lib.sh"
 RESTORE="$BUILD/tools/powercut-restore"
 RT=$(realpath "$T")
@@ -50,38 +52,47 @@ want="b=b c= g2=g h=h keep=old over= "
 pass "the layer: unsynced names and bytes undone, synced ones kept: $got"
 
 # ---- 2. the core ----
+# cut_receiver: power cut of the receiver (the layer must have been active: something logged, some of it durable)
+cut_receiver() {
+    kill -9 "$RECV_PID"
+    wait "$RECV_PID" 2>/dev/null || true
+    RECV_PID=""
+    "$RESTORE" "$RT/pc-recv" > "$T/cut-recv.out" 2>&1 || { cat "$T/cut-recv.out"; fail "powercut-restore failed (core)"; }
+    grep -q ' [1-9][0-9]* changes were durable' "$T/cut-recv.out" || fail "the layer logged nothing durable: $(cat "$T/cut-recv.out")"
+}
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
 REAL_RECEIVER=$RECEIVER
 RECEIVER=$(powercut_wrapper "$REAL_RECEIVER" "$RT/pc-recv" "$RT/bronze:$RT/rstate")
 start_receiver
+ADDR=$(cat "$T/receiver.addr")
+sed -i "s|^listen: .*|listen: $ADDR|" "$T/receiver.yaml" # restarts take the same port
 S="$T/src/data"
 mkdir -p "$S/one/deep/er"
 head -c 30000 /dev/urandom > "$S/one/deep/er/alone.bin"
 write_agent_config dev1 "$S" 'batch:
   max_files: 40'
 ship dev1 > /dev/null
+grep -q ' landed: 1 files' "$T/receiver.log" || fail "the first batch did not land 1 file"
+cut_receiver # right after a batch of one file (an fsync per file and directory), acked
+same_tree "$S" "$(landed_root dev1)/data"
+pass "the core: an acked batch of 1 file in new directories survives a power cut: $(cat "$T/cut-recv.out")"
+start_receiver
 mkdir -p "$S/many"
 i=0
 while [ $i -lt 40 ]; do head -c $((1000 + i * 517)) /dev/urandom > "$S/many/m$i"; i=$((i + 1)); done
 ship dev1 > /dev/null
-[ "$(grep -c ' landed: ' "$T/receiver.log")" -eq 2 ] || fail "expected 2 batches landed: $(grep ' landed: ' "$T/receiver.log")"
 grep -q ' landed: 40 files' "$T/receiver.log" || fail "the 40 files were not one batch"
-kill -9 "$RECV_PID"
-wait "$RECV_PID" 2>/dev/null || true
-RECV_PID=""
-"$RESTORE" "$RT/pc-recv" > "$T/cut-recv.out" 2>&1 || { cat "$T/cut-recv.out"; fail "powercut-restore failed (core)"; }
+cut_receiver # right after a batch of 40 files (one syncfs), acked
 same_tree "$S" "$(landed_root dev1)/data"
 [ "$(find "$(landed_root dev1)/data" -type f | wc -l)" -eq 41 ] || fail "landed tree after the cut: $(find "$(landed_root dev1)/data" -type f | wc -l) files, 41 expected"
 "$CTL" index check "$T/rstate" --bronze "$T/bronze" > "$T/index.out" 2>&1 || { cat "$T/index.out"; fail "index check after the cut"; }
 start_receiver
-write_agent_config dev1 "$S" 'batch:
-  max_files: 40'
 ship dev1 > /dev/null
 [ "$(field dev1 files)" = 0 ] && [ "$(field dev1 unchanged)" = 41 ] || fail "the agent sent $(field dev1 files) files again after the core's cut: $(tail -1 "$T/dev1.out")"
 "$CTL" verify --config "$T/receiver.yaml" > "$T/verify.out" 2>&1 || { tail -5 "$T/verify.out"; fail "verify after the cut"; }
 [ "$(manifest_paths dev1 | sort | uniq -d | wc -l)" = 0 ] || fail "a path was recorded twice"
-pass "the core: 41 acked files (1 alone, 40 in one batch) survive a power cut: $(cat "$T/cut-recv.out")"
+pass "the core: 40 more acked files in one batch survive a power cut; index, verify and the agent agree: $(cat "$T/cut-recv.out")"
 stop_receiver
 RECEIVER=$REAL_RECEIVER
 
@@ -89,44 +100,53 @@ RECEIVER=$REAL_RECEIVER
 start_receiver
 E="$T/src/edge"
 mkdir -p "$E/a" "$E/b" "$T/keep"
-for n in 1 2 3 4 5 6; do
-    head -c $((3000 + n * 101)) /dev/urandom > "$T/keep/e$n"
-    cp "$T/keep/e$n" "$E/$( [ $((n % 2)) = 0 ] && echo a || echo b )/e$n"
-done
+keep_put() { head -c $((3000 + $1 * 101)) /dev/urandom > "$T/keep/e$1"; cp "$T/keep/e$1" "$E/$2/e$1"; }
+for n in 1 2 3 4 5 6; do keep_put $n "$( [ $((n % 2)) = 0 ] && echo a || echo b )"; done
 write_agent_config dev2 "$E" 'batch:
   max_files: 2
   max_wait: 50ms'
 sed -i 's|^  - path: .*|&\n    settle: 50ms\n    after_ship: delete|' "$T/dev2.yaml"
 AGENT_PC=$(powercut_wrapper "$AGENT" "$RT/pc-agent" "$RT/astate-dev2:$E")
-"$AGENT_PC" --config "$T/dev2.yaml" > "$T/dev2.out" 2> "$T/dev2.err" &
-APID=$!
-i=0
-while [ -n "$(find "$E" -type f)" ]; do
-    i=$((i + 1)); [ $i -gt 400 ] && { cat "$T/dev2.err"; fail "the agent did not ship and delete the 6 files"; }
-    sleep 0.05
-done
-kill -9 "$APID"
-wait "$APID" 2>/dev/null || true
-"$RESTORE" "$RT/pc-agent" > "$T/cut-agent.out" 2>&1 || { cat "$T/cut-agent.out"; fail "powercut-restore failed (edge)"; }
+SOCK="$T/astate-dev2/agent.sock"
+start_pc_agent() { "$AGENT_PC" --config "$T/dev2.yaml" >> "$T/dev2.out" 2>> "$T/dev2.err" & APID=$!; }
+# until_drained: the source empty and the journal empty (every batch acked, its deletions durable, its record gone)
+until_drained() {
+    i=0
+    while [ -n "$(find "$E" -type f)" ] || ! status_json || [ "$(jget queue.batches)" != 0 ]; do
+        i=$((i + 1)); [ $i -gt 600 ] && { cat "$T/dev2.err"; fail "the agent did not ship and delete every file ($1)"; }
+        sleep 0.05
+    done
+}
+cut_agent() {
+    kill -9 "$APID" 2>/dev/null || true # (after a clean stop the agent is gone already: a cut at rest)
+    wait "$APID" 2>/dev/null || true
+    "$RESTORE" "$RT/pc-agent" > "$T/cut-agent.out" 2>&1 || { cat "$T/cut-agent.out"; fail "powercut-restore failed (edge)"; }
+    grep -q ' [1-9][0-9]* changes were durable' "$T/cut-agent.out" || fail "the layer logged nothing durable: $(cat "$T/cut-agent.out")"
+}
+start_pc_agent
+until_drained "6 files"
+cut_agent
 back=$(find "$E" -type f | wc -l)
 [ "$back" = 0 ] || fail "$back deleted source files came back after the edge's power cut (the deletions were not durable): $(cat "$T/cut-agent.out")"
-for n in 7 8 9; do
-    head -c $((3000 + n * 101)) /dev/urandom > "$T/keep/e$n"
-    cp "$T/keep/e$n" "$E/a/e$n"
-done
-"$AGENT_PC" --config "$T/dev2.yaml" >> "$T/dev2.out" 2>> "$T/dev2.err" &
-APID=$!
-i=0
-while [ -n "$(find "$E" -type f)" ]; do
-    i=$((i + 1)); [ $i -gt 400 ] && { cat "$T/dev2.err"; fail "the agent did not ship the 3 files written after the cut"; }
-    sleep 0.05
-done
+pass "the edge: 6 shipped and deleted files stay deleted after a power cut ($(cat "$T/cut-agent.out"))"
+# a cut at rest after a run that numbered batches and stopped cleanly: those numbers must stay used
+for n in 7 8; do keep_put $n a; done
+start_pc_agent
+until_drained "2 files written after the first cut"
 kill -TERM "$APID"
 wait "$APID" || fail "the agent exited non-zero on SIGTERM"
+cut_agent
+keep_put 9 b
+start_pc_agent
+until_drained "a file written after the second cut"
+kill -TERM "$APID"
+wait "$APID" || fail "the agent exited non-zero on SIGTERM"
+dupacks=$(grep -c 'device dev2 batch .* was landed before' "$T/receiver.log" || true)
+[ "$dupacks" = 0 ] || fail "$dupacks batches of dev2 were acknowledged as landed before (a batch number reused after a cut?)"
 landed=$(find "$(landed_root dev2)/edge" -type f | wc -l)
-[ "$landed" = 9 ] || fail "$landed of 9 files landed for dev2 ($(grep -c 'landed before' "$T/receiver.log") batches acked as duplicates)"
+[ "$landed" = 9 ] || fail "$landed of 9 files landed for dev2"
 for n in 1 2 3 4 5 6 7 8 9; do
     cmp -s "$T/keep/e$n" "$(find "$(landed_root dev2)/edge" -name "e$n")" || fail "e$n landed with other bytes"
 done
 [ "$(manifest_paths dev2 | sort | uniq -d | wc -l)" = 0 ] || fail "a path of dev2 was recorded twice"
-pass "the edge: 6 shipped and deleted files stay deleted after a power cut, and 3 more land after it ($(cat "$T/cut-agent.out"))"
+pass "the edge: 2 more files, a cut at rest after a clean stop, and a ninth lands under a new batch id; 9 files, each recorded once ($(cat "$T/cut-agent.out"))"

@@ -18,8 +18,8 @@
 # kill -9 followed by powercut-restore, which undoes every write, truncate
 # and name change of the killed side that no fsync, directory fsync or
 # syncfs had made durable (the receiver: bronze and its state directory;
-# the agent: its state directory and the source, whose deletions after the
-# ack are undone too).  After a cut of the receiver, the files it had
+# the agent: its state directory; its deletions in the source are cut at a
+# known moment in test_powercut.sh instead).  After a cut of the receiver, the files it had
 # acknowledged must still be there: checked at the end like the others.
 #
 # At the end, with the writer stopped and everything shipped: every file
@@ -38,7 +38,10 @@ PCRESTORE="$BUILD/tools/powercut-restore"
 RT=$(realpath "$T")
 mkdir -p "$T/src/data" "$T/astate-dev1"
 RECEIVER=$(powercut_wrapper "$RECEIVER" "$RT/pc-recv" "$RT/bronze:$RT/rstate")
-AGENT=$(powercut_wrapper "$AGENT" "$RT/pc-agent" "$RT/astate-dev1:$RT/src")
+# the agent's cuts cover its state directory only: a deletion in the source that a cut undoes comes back
+# with a new ctime (the layer links the name back), which the agent rightly takes for a possible change, so
+# the soak could not tell it from a real one; test_powercut.sh cuts at a known moment after the deletions
+AGENT=$(powercut_wrapper "$AGENT" "$RT/pc-agent" "$RT/astate-dev1")
 start_receiver
 ADDR=$(cat "$T/receiver.addr")
 sed -i "s|^listen: .*|listen: $ADDR|" "$T/receiver.yaml" # restarts take the same port
@@ -83,7 +86,8 @@ start_agent
 pc_lossy=0
 power_cut() {
     "$PCRESTORE" "$1" >> "$2" 2>&1 || { tail -5 "$2"; fail "power cut $((pk + 1)): the undo log could not be applied"; }
-    tail -1 "$2" | grep -q '^powercut: undid 0 writes (0 old bytes) and 0 name' || pc_lossy=$((pc_lossy + 1))
+    tail -1 "$2" | grep -q '^powercut: undid' || fail "power cut $((pk + 1)): the layer logged nothing ($(tail -1 "$2"))"
+    tail -1 "$2" | grep -q '^powercut: undid 0 writes (0 bytes) and 0 name' || pc_lossy=$((pc_lossy + 1))
 }
 kill_receiver() {
     kill -9 "$RECV_PID" 2>/dev/null || true

@@ -19,10 +19,10 @@
 
 enum pc_kind {
     PC_DATA = 1,   /* before a write or truncate of inode (dev, ino), then at path1: old size, old bytes of [off, off + nold) */
-    PC_SYNC,       /* fsync/fdatasync of inode (dev, ino): its earlier data records are durable */
+    PC_SYNC,       /* fsync/fdatasync of inode (dev, ino): its data records before log offset off are durable */
     PC_RANGE_SYNC, /* an O_DSYNC/O_SYNC write of [off, off + len) of inode (dev, ino): durable at once */
-    PC_DSYNC,      /* fsync of directory (dev, ino): earlier name changes in it are durable */
-    PC_SYNCALL,    /* syncfs or sync: everything earlier is durable */
+    PC_DSYNC,      /* fsync of directory (dev, ino): its name changes before log offset off are durable */
+    PC_SYNCALL,    /* syncfs (dev: its filesystem) or sync (dev 0: all): every change before log offset off */
     PC_CREATE,     /* a new file or symlink at path1 (parent p1) */
     PC_MKDIR,      /* a new directory at path1 (parent p1) */
     PC_UNLINK,     /* path1 (parent p1) removed; its inode kept at shadow path2 (empty: a directory) */
@@ -34,7 +34,8 @@ typedef struct {
     uint32_t magic;
     uint32_t kind;
     uint64_t dev, ino;   /* the inode of a data or sync record; the directory of a DSYNC */
-    uint64_t off, len;   /* PC_DATA: the range written; PC_RANGE_SYNC: the range made durable */
+    uint64_t off, len;   /* PC_DATA: the range written; PC_RANGE_SYNC: the range made durable; syncs: off is
+                          * where the log stood when the sync call started (what it covers) */
     uint64_t oldsize;    /* PC_DATA: the file's size before */
     uint64_t nold;       /* PC_DATA: old bytes stored (from off) */
     uint64_t p1dev, p1ino, p2dev, p2ino; /* name records: the parent directories */

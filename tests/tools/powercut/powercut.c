@@ -56,6 +56,7 @@ static struct {
     size_t rootlen[MAX_ROOTS];
     int nroots;
     uint64_t seq;
+    uint64_t logsize; /* bytes in the log: a sync record covers the records before where it stood */
     pthread_mutex_t mu;
     int (*open)(const char *, int, ...);
     int (*openat)(int, const char *, int, ...);
@@ -159,6 +160,21 @@ __attribute__((constructor)) static void pc_init(void)
     }
     if (at < st.st_size && REAL(ftruncate)(G.logfd, at) < 0)
         pc_die("cannot cut the undo log's torn record");
+    G.logsize = (uint64_t)at;
+    /* out of the way of the descriptors a program (or a shell's redirection) expects to be free */
+    const int hi = fcntl(G.logfd, F_DUPFD_CLOEXEC, 900);
+    if (hi < 0)
+        pc_die("cannot move the undo log's descriptor");
+    close(G.logfd);
+    G.logfd = hi;
+    /* the roots, for powercut-restore (it finds each inode written under them) */
+    snprintf(p, sizeof(p), "%s/roots", G.dir);
+    const int rf = REAL(open)(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    for (int i = 0; rf >= 0 && i < G.nroots; i++)
+        if (REAL(write)(rf, G.roots[i], G.rootlen[i]) != (ssize_t)G.rootlen[i] || REAL(write)(rf, "\n", 1) != 1)
+            pc_die("cannot write the roots file");
+    if (rf < 0 || close(rf) != 0)
+        pc_die("cannot write the roots file");
     G.on = 1;
 }
 
@@ -216,8 +232,10 @@ static void log_rec(pc_rec *h, const char *p1, const char *p2, const char *p3, i
         want += v[i].iov_len;
     if (REAL(writev)(G.logfd, v, 4) != (ssize_t)want)
         pc_die("cannot write the undo log");
-    /* the old bytes, copied in pieces from the file itself */
-    char buf[65536];
+    G.logsize += want + h->nold;
+    /* the old bytes, copied in pieces from the file itself (a static buffer: used under the lock only, and
+     * threads of the programs may have small stacks) */
+    static char buf[65536];
     for (uint64_t done = 0; done < h->nold;) {
         const size_t n = h->nold - done < sizeof(buf) ? (size_t)(h->nold - done) : sizeof(buf);
         const ssize_t r = pread(oldfd, buf, n, (off_t)(h->off + done));
@@ -298,15 +316,37 @@ static void after(int locked)
         pthread_mutex_unlock(&G.mu);
 }
 
-static void log_sync(int fd, int all)
+/* Where the log stands now: a sync that starts now covers the records before this. */
+static uint64_t log_mark(void)
+{
+    pthread_mutex_lock(&G.mu);
+    const uint64_t m = G.logsize;
+    pthread_mutex_unlock(&G.mu);
+    return m;
+}
+
+/*
+ * After a sync call that returned 0 and started when the log stood at
+ * upto: fsync of a file (SYNC) or directory (DSYNC) under the roots, or
+ * syncfs (all: 1, the filesystem of fd) or sync (all: 2, every
+ * filesystem).  Changes logged after upto, by other threads meanwhile, are
+ * not covered by it.
+ */
+static void log_sync(int fd, int all, uint64_t upto)
 {
     if (!G.on)
         return;
     pc_rec h = { 0 };
-    if (all) {
+    h.off = upto;
+    struct stat st;
+    if (all == 2) {
+        h.kind = PC_SYNCALL; /* dev 0: every filesystem */
+    } else if (all == 1) {
+        if (fstat(fd, &st) < 0)
+            return;
         h.kind = PC_SYNCALL;
+        h.dev = (uint64_t)st.st_dev;
     } else {
-        struct stat st;
         if (fstat(fd, &st) < 0 || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)))
             return;
         char path[PATH_MAX];
@@ -347,22 +387,26 @@ static int parent_of(const char *p, uint64_t *dev, uint64_t *ino)
  * keep what the change would remove (rename over, unlink) under shadow/.
  */
 typedef struct {
-    int locked;
     pc_rec h;
     char p1[PATH_MAX], p2[PATH_MAX + 64], p3[PATH_MAX + 64];
 } name_op;
 
-static int name_begin(name_op *o, int kind, int dirfd, const char *name, int dirfd2, const char *name2)
+static int name_begin(name_op **po, int kind, int dirfd, const char *name, int dirfd2, const char *name2)
 {
-    o->locked = 0;
-    if (!G.on || !abs_path(dirfd, name, o->p1, sizeof(o->p1)))
+    *po = NULL;
+    if (!G.on)
         return 0;
-    if (name2 && !abs_path(dirfd2, name2, o->p2, sizeof(o->p2)))
-        return 0;
-    if (!under_roots(o->p1) && !(name2 && under_roots(o->p2)))
+    name_op *o = calloc(1, sizeof(*o)); /* on the heap: a program's threads may have small stacks */
+    if (o == NULL)
+        pc_die("out of memory");
+    if (!abs_path(dirfd, name, o->p1, sizeof(o->p1)) || (name2 && !abs_path(dirfd2, name2, o->p2, sizeof(o->p2))))
+        pc_die("a path that cannot be made absolute");
+    if (!under_roots(o->p1) && !(name2 && under_roots(o->p2))) {
+        free(o);
         return 0; /* a rename into or out of the roots is logged */
+    }
+    *po = o;
     pthread_mutex_lock(&G.mu);
-    o->locked = 1;
     memset(&o->h, 0, sizeof(o->h));
     o->h.kind = (uint32_t)kind;
     o->p3[0] = '\0';
@@ -374,7 +418,8 @@ static int name_begin(name_op *o, int kind, int dirfd, const char *name, int dir
     if (victim && lstat(victim, &st) == 0 && !S_ISDIR(st.st_mode)) {
         if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) { /* a socket or FIFO: made by bind/mkfifo, not logged */
             pthread_mutex_unlock(&G.mu);
-            o->locked = 0;
+            free(o);
+            *po = NULL;
             return 0;
         }
         static unsigned long long nth;
@@ -394,7 +439,7 @@ static int name_begin(name_op *o, int kind, int dirfd, const char *name, int dir
 static int name_end(name_op *o, int rc)
 {
     const int e = errno;
-    if (o->locked) {
+    if (o != NULL) {
         if (rc == 0)
             log_rec(&o->h, o->p1, o->h.kind == PC_RENAME || o->h.kind == PC_UNLINK ? o->p2 : NULL,
                     o->p3[0] ? o->p3 : NULL, -1);
@@ -403,6 +448,7 @@ static int name_end(name_op *o, int rc)
         else if (o->p3[0])
             (void)REAL(unlink)(o->p3);
         pthread_mutex_unlock(&G.mu);
+        free(o);
     }
     errno = e;
     return rc;
@@ -414,12 +460,12 @@ static int open_common(int dirfd, const char *path, int flags, mode_t mode)
 {
     if (!G.on)
         return REAL(openat)(dirfd, path, flags, mode);
-    name_op o;
+    name_op *o;
     struct stat st;
     if ((flags & O_CREAT) && fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT &&
         name_begin(&o, PC_CREATE, dirfd, path, 0, NULL)) {
         const int fd = REAL(openat)(dirfd, path, flags, mode); /* a new file: only its name is logged */
-        (void)name_end(&o, fd < 0 ? -1 : 0);
+        (void)name_end(o, fd < 0 ? -1 : 0);
         return fd;
     }
     if (!(flags & O_TRUNC) || (flags & O_ACCMODE) == O_RDONLY)
@@ -579,60 +625,92 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 
 EXPORT int fsync(int fd)
 {
+    const uint64_t upto = G.on ? log_mark() : 0;
     const int r = REAL(fsync)(fd);
     if (r == 0)
-        log_sync(fd, 0);
+        log_sync(fd, 0, upto);
     return r;
 }
 
 EXPORT int fdatasync(int fd)
 {
+    const uint64_t upto = G.on ? log_mark() : 0;
     const int r = REAL(fdatasync)(fd);
     if (r == 0)
-        log_sync(fd, 0);
+        log_sync(fd, 0, upto);
     return r;
 }
 
 EXPORT int syncfs(int fd)
 {
+    const uint64_t upto = G.on ? log_mark() : 0;
     const int r = REAL(syncfs)(fd);
     if (r == 0)
-        log_sync(fd, 1);
+        log_sync(fd, 1, upto);
     return r;
 }
 
 EXPORT void sync(void)
 {
+    const uint64_t upto = G.on ? log_mark() : 0;
     REAL(sync)();
-    log_sync(-1, 1);
+    log_sync(-1, 2, upto);
+}
+
+/* Calls the layer does not model: refused on a file under the roots (a test would prove nothing). */
+static void unmodelled(int fd, const char *call)
+{
+    char path[PATH_MAX];
+    if (G.on && fd_path(fd, path, sizeof(path)) && under_roots(path)) {
+        errno = ENOSYS;
+        pc_die(call);
+    }
+}
+
+EXPORT int fallocate(int fd, int mode, off_t off, off_t len)
+{
+    unmodelled(fd, "fallocate of a file under the roots is not modelled");
+    int (*f)(int, int, off_t, off_t) = dlsym(RTLD_NEXT, "fallocate");
+    return f(fd, mode, off, len);
+}
+
+EXPORT ssize_t copy_file_range(int in, off_t *inoff, int out, off_t *outoff, size_t len, unsigned flags)
+{
+    unmodelled(out, "copy_file_range into a file under the roots is not modelled");
+    ssize_t (*f)(int, off_t *, int, off_t *, size_t, unsigned) = dlsym(RTLD_NEXT, "copy_file_range");
+    return f(in, inoff, out, outoff, len, flags);
 }
 
 /* ---- names --------------------------------------------------------------- */
 
 EXPORT int renameat2(int od, const char *op, int nd, const char *np, unsigned flags)
 {
-    name_op o;
-    const int log = (flags & ~(unsigned)RENAME_NOREPLACE) == 0 && name_begin(&o, PC_RENAME, od, op, nd, np);
+    name_op *o;
+    const int log = name_begin(&o, PC_RENAME, od, op, nd, np);
+    if (log && (flags & ~(unsigned)RENAME_NOREPLACE) != 0) {
+        errno = ENOSYS;
+        pc_die("renameat2 with RENAME_EXCHANGE or RENAME_WHITEOUT under the roots is not modelled");
+    }
     const int r = REAL(renameat2)(od, op, nd, np, flags);
-    return log ? name_end(&o, r) : r;
+    return log ? name_end(o, r) : r;
 }
 
 EXPORT int renameat(int od, const char *op, int nd, const char *np)
 {
-    name_op o;
+    name_op *o;
     const int log = name_begin(&o, PC_RENAME, od, op, nd, np);
     const int r = REAL(renameat)(od, op, nd, np);
-    return log ? name_end(&o, r) : r;
+    return log ? name_end(o, r) : r;
 }
 
 EXPORT int rename(const char *op, const char *np) { return renameat(AT_FDCWD, op, AT_FDCWD, np); }
 
 EXPORT int unlinkat(int dirfd, const char *path, int flags)
 {
-    name_op o;
+    name_op *o;
     const int log = name_begin(&o, PC_UNLINK, dirfd, path, 0, NULL);
     const int r = REAL(unlinkat)(dirfd, path, flags);
-    return log ? name_end(&o, r) : r;
+    return log ? name_end(o, r) : r;
 }
 
 EXPORT int unlink(const char *path) { return unlinkat(AT_FDCWD, path, 0); }
@@ -640,30 +718,30 @@ EXPORT int rmdir(const char *path) { return unlinkat(AT_FDCWD, path, AT_REMOVEDI
 
 EXPORT int mkdirat(int dirfd, const char *path, mode_t mode)
 {
-    name_op o;
+    name_op *o;
     const int log = name_begin(&o, PC_MKDIR, dirfd, path, 0, NULL);
     const int r = REAL(mkdirat)(dirfd, path, mode);
-    return log ? name_end(&o, r) : r;
+    return log ? name_end(o, r) : r;
 }
 
 EXPORT int mkdir(const char *path, mode_t mode) { return mkdirat(AT_FDCWD, path, mode); }
 
 EXPORT int linkat(int od, const char *op, int nd, const char *np, int flags)
 {
-    name_op o;
+    name_op *o;
     const int log = name_begin(&o, PC_LINK, nd, np, 0, NULL);
     const int r = REAL(linkat)(od, op, nd, np, flags);
-    return log ? name_end(&o, r) : r;
+    return log ? name_end(o, r) : r;
 }
 
 EXPORT int link(const char *op, const char *np) { return linkat(AT_FDCWD, op, AT_FDCWD, np, 0); }
 
 EXPORT int symlinkat(const char *target, int dirfd, const char *path)
 {
-    name_op o;
+    name_op *o;
     const int log = name_begin(&o, PC_CREATE, dirfd, path, 0, NULL);
     const int r = REAL(symlinkat)(target, dirfd, path);
-    return log ? name_end(&o, r) : r;
+    return log ? name_end(o, r) : r;
 }
 
 EXPORT int symlink(const char *target, const char *path) { return symlinkat(target, AT_FDCWD, path); }
