@@ -1073,10 +1073,10 @@ int main(int argc, char **argv)
     const double cpu0 = prog_cpu_seconds();
     /* batches an earlier run sent whose ACK never came (and the daemon's queue) go first, under their ids */
     uint64_t replayed = 0;
-    int rc = daemon_replay(&a, &so, &replayed);
-    if (rc > 0)
-        rc = INGEST_ECLOSED; /* not all of them: a walk now could ship their files again in new batches */
-    for (int pass = 0; pass < 5 && rc == 0; pass++) {
+    const int replay_rc = daemon_replay(&a, &so, &replayed);
+    /* not all of them: a walk now could ship their files again in new batches */
+    int rc = replay_rc > 0 ? INGEST_ECLOSED : replay_rc;
+    for (int pass = 0; pass < 5 && replay_rc == 0; pass++) {
         rc = ship_pass(&a, &so);
         if (rc <= 0)
             break;
