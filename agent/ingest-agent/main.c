@@ -9,7 +9,10 @@
  * compressed and sent in manifest order; BATCH_COMMIT; then, while the
  * receiver makes the batch durable, the next batch is chunked and hashed,
  * and only then is the ACK read (the receiver may first ask again for
- * chunks it found stale).
+ * chunks it found stale).  Each batch is journaled SENT before its
+ * manifest goes out and its record goes with its ACK, so a batch whose
+ * ACK was lost is replayed under its id by the next run, before anything
+ * else (daemon_replay: the daemon's shipping).
  */
 #include "agent.h"
 #include "../common/http.h"
