@@ -71,6 +71,8 @@ typedef struct agent_state {
     ingest_store *st;
     ingest_havecache *have;
     ingest_filetable *ft;
+    /* the batch journal: the daemon's queue; --once journals each batch SENT before it goes, until its ack */
+    ingest_journal *j;
     /* The store (file table, have-cache) is used by the builder thread
      * (want_file) and the main thread (record_acked): one at a time. */
     pthread_mutex_t store_lock;
@@ -177,5 +179,8 @@ int throttle_wait_window(agent *a);
 
 /* The daemon (no --once): runs until SIGTERM/SIGINT; returns the exit status. */
 int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base);
+/* --once, first: the journal's unacknowledged batches shipped the daemon's way (daemon.c).  0 none left,
+ * 1 some left, < 0 a local failure; *replayed: those sent before (their ack lost). */
+int daemon_replay(agent *a, const ingest_sender_opts *base, uint64_t *replayed);
 
 #endif

@@ -78,48 +78,113 @@ static void reload(daemon_t *d)
     prog_log(INGEST_LOG_INFO, "configuration reloaded from %s (%zu sources)", d->config_path, d->nsrc);
 }
 
+/* ---- setting up and tearing down -------------------------------------------------- */
+
+/* d over agent a: its sources, the journal (a->state.j), the spool.  0, or -1 (logged); then daemon_free(d). */
+static int daemon_setup(daemon_t *d, agent *a, const char *config_path, const ingest_sender_opts *base)
+{
+    memset(d, 0, sizeof(*d));
+    d->a = a;
+    d->config_path = config_path;
+    d->base = *base;
+    d->ino = -1;
+    d->j = a->state.j;
+    a->userdata = d;
+    pthread_mutex_init(&d->slock, NULL);
+    d->sn.started = prog_now();
+    if (dmn_sources_make(d, a->cfg, &d->src, &d->ssrc) < 0)
+        return -1;
+    d->nsrc = a->cfg->sources_count;
+    apply_config(d);
+    d->base.userdata = a;
+    dmn_queue_recount(d);
+    if (d->q_files)
+        prog_log(INGEST_LOG_INFO, "resuming: %llu files, %llu bytes queued in the journal",
+                 (unsigned long long)d->q_files, (unsigned long long)d->q_bytes);
+    if (dmn_spool_init(d) != 0)
+        return -1;
+    if (d->spool_files)
+        prog_log(INGEST_LOG_INFO, "spool: %llu files, %llu bytes waiting to ship", (unsigned long long)d->spool_files,
+                 (unsigned long long)d->spool_bytes);
+    d->now = prog_now();
+    return 0;
+}
+
+static void daemon_free(daemon_t *d)
+{
+    dmn_open_reset(d);
+    for (size_t i = 0; i < VANISH_NAMES; i++)
+        free(d->vanish_names[i]);
+    free(d->of);
+    free(d->defer_seq);
+    for (size_t i = 0; i < d->ndirty; i++)
+        free(d->dirty[i]);
+    free(d->dirty);
+    dmn_watches_clear(d);
+    free(d->w);
+    for (size_t i = 0; i < d->ndeep; i++)
+        free(d->deep[i]);
+    free(d->deep);
+    if (d->ino >= 0)
+        close(d->ino);
+    dmn_sources_free(d);
+    dmn_snap_sources_free(&d->sn);
+    pthread_mutex_destroy(&d->slock);
+    d->a->userdata = NULL;
+}
+
+/*
+ * --once, before its walk: ship the journal's batches not acknowledged yet
+ * (sent by an earlier run whose ACK never came, or queued by the daemon)
+ * the daemon's way: one at a time, unpipelined, under their own batch ids
+ * (the core acknowledges one it landed before as a duplicate), a file that
+ * changed since leaving its batch (the walk that follows ships its new
+ * version).  No after-ship action runs (--once runs none), and a batch
+ * whose after-ship action the daemon deferred (ACKED) is left to the
+ * daemon.  0 when none is left, 1 when some are (the core unreachable, a
+ * stop), < 0 a local failure; *replayed: how many had been sent before.
+ */
+int daemon_replay(agent *a, const ingest_sender_opts *base, uint64_t *replayed)
+{
+    uint64_t nb = 0, nf = 0, nbytes = 0;
+    *replayed = 0;
+    if (ingest_journal_queued(a->state.j, &nb, &nf, &nbytes) < 0) {
+        prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
+        return -1;
+    }
+    if (nb == 0)
+        return 0;
+    daemon_t d;
+    int rc = daemon_setup(&d, a, NULL, base);
+    if (rc == 0) {
+        d.once = 1;
+        prog_log(INGEST_LOG_INFO, "%llu batches (%llu files) journaled and not acknowledged: shipping them first",
+                 (unsigned long long)nb, (unsigned long long)nf);
+        disconnect_core(a); /* the daemon's connection: unpipelined */
+        a->daemon = 1;
+        rc = throttle_wait_window(a) == 0 ? dmn_ship_queue(&d) : 1;
+        disconnect_core(a);
+        a->daemon = 0;
+        *replayed = d.batches_replayed;
+        if (rc == 0 && ingest_journal_queued(a->state.j, &nb, &nf, &nbytes) == 0 && nb > 0)
+            rc = 1;
+    }
+    daemon_free(&d);
+    return rc;
+}
+
 /* ---- the loop --------------------------------------------------------------------- */
 
 int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base)
 {
     daemon_t d;
-    memset(&d, 0, sizeof(d));
-    d.a = a;
-    d.config_path = config_path;
-    d.base = *base;
-    d.ino = -1;
-    a->userdata = &d;
-    pthread_mutex_init(&d.slock, NULL);
-    d.sn.started = prog_now();
     int status = 1;
     srand((unsigned)(getpid() ^ (unsigned)dmn_wall_now_ns()));
     /* A process opening a file while the after-ship action holds its lease sends us SIGIO (default: exit);
      * it just waits until the lease goes, a moment later. */
     signal(SIGIO, SIG_IGN);
-    if (ingest_journal_open(a->state.st, a->state.ft, &d.j) < 0) {
-        prog_log(INGEST_LOG_ERROR, "journal in %s: %s", a->cfg->state_dir, ingest_ctx_errmsg(a->ctx));
-        return 1;
-    }
-    if (dmn_sources_make(&d, a->cfg, &d.src, &d.ssrc) < 0)
+    if (daemon_setup(&d, a, config_path, base) != 0)
         goto out;
-    d.nsrc = a->cfg->sources_count;
-    apply_config(&d);
-    d.base.userdata = a;
-    /* batch ids stay unique: continue after the last journaled batch */
-    uint64_t last = 0, s = 0;
-    while (ingest_journal_next(d.j, s, &s) == 1)
-        last = s;
-    if (a->state.seq <= last)
-        a->state.seq = last + 1;
-    dmn_queue_recount(&d);
-    if (d.q_files)
-        prog_log(INGEST_LOG_INFO, "resuming: %llu files, %llu bytes queued in the journal",
-                 (unsigned long long)d.q_files, (unsigned long long)d.q_bytes);
-    if (dmn_spool_init(&d) != 0)
-        goto out;
-    if (d.spool_files)
-        prog_log(INGEST_LOG_INFO, "spool: %llu files, %llu bytes waiting to ship", (unsigned long long)d.spool_files,
-                 (unsigned long long)d.spool_bytes);
     d.ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (d.ino < 0)
         prog_log(INGEST_LOG_WARN, "inotify unavailable (%s): rescans only", strerror(errno));
@@ -233,25 +298,7 @@ out:
            (unsigned long long)a->report.special[SPECIAL_BAD_LINK], (unsigned long long)a->report.t.refused_edge,
            (unsigned long long)d.vanished);
     fflush(stdout);
-    dmn_open_reset(&d);
-    for (size_t i = 0; i < VANISH_NAMES; i++)
-        free(d.vanish_names[i]);
-    free(d.of);
-    free(d.defer_seq);
-    for (size_t i = 0; i < d.ndirty; i++)
-        free(d.dirty[i]);
-    free(d.dirty);
-    dmn_watches_clear(&d);
-    free(d.w);
-    for (size_t i = 0; i < d.ndeep; i++)
-        free(d.deep[i]);
-    free(d.deep);
-    if (d.ino >= 0)
-        close(d.ino);
-    dmn_sources_free(&d);
-    dmn_snap_sources_free(&d.sn);
-    pthread_mutex_destroy(&d.slock);
-    ingest_journal_close(d.j);
+    daemon_free(&d);
     return status;
 }
 

@@ -126,7 +126,8 @@ typedef struct daemon {
     ingest_sender_source *ssrc;
     dsource *src;
     size_t nsrc;
-    ingest_journal *j;
+    ingest_journal *j;   /* the agent's (a->state.j) */
+    int once;            /* --once replaying the journal (daemon_replay): no after-ship action, ACKED left */
 
     int ino;             /* inotify fd, -1 when off */
     int ino_full;        /* watches ran out: rescans only */

@@ -311,7 +311,7 @@ static void resettle_missing(daemon_t *d, const ingest_journal_batch *jb, const 
  */
 static int finish_acked(daemon_t *d, const ingest_journal_batch *jb, const ingest_journal_file *files, size_t n)
 {
-    if (dmn_after_ship(d, jb->seq, files, n) == 0) {
+    if (d->once || dmn_after_ship(d, jb->seq, files, n) == 0) { /* --once runs no after-ship action */
         dmn_defer_log_drop(d, jb->seq);
         return forget(d, jb->seq);
     }
@@ -335,8 +335,9 @@ static int ship_one(daemon_t *d, uint64_t seq)
         return rc == INGEST_ECORRUPT ? forget(d, seq) : rc;
     }
     if (jb->state == INGEST_JOURNAL_ACKED) {
-        /* acked before a restart, or a file's after-ship action deferred: (re)try, at most once a second */
-        rc = d->now >= d->defer_next ? finish_acked(d, jb, jb->files, jb->nfiles) : 0;
+        /* acked before a restart, or a file's after-ship action deferred: (re)try, at most once a second;
+         * --once leaves it to the daemon */
+        rc = d->now >= d->defer_next && !d->once ? finish_acked(d, jb, jb->files, jb->nfiles) : 0;
         ingest_journal_batch_free(d->j, jb);
         return rc;
     }
@@ -438,9 +439,10 @@ static int ship_one(daemon_t *d, uint64_t seq)
                      jb->id, ngot, jb->nfiles);
         }
     }
-    if (jb->state == INGEST_JOURNAL_SENT)
+    if (jb->state == INGEST_JOURNAL_SENT) {
         d->batches_replayed++;
-    else if ((rc = ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_SENT, NULL, 0)) < 0) {
+        prog_log(INGEST_LOG_INFO, "batch %s: replaying it under its id (sent before, its ack never came)", jb->id);
+    } else if ((rc = ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_SENT, NULL, 0)) < 0) {
         prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
         goto out;
     }

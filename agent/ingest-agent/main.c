@@ -9,7 +9,10 @@
  * compressed and sent in manifest order; BATCH_COMMIT; then, while the
  * receiver makes the batch durable, the next batch is chunked and hashed,
  * and only then is the ACK read (the receiver may first ask again for
- * chunks it found stale).
+ * chunks it found stale).  Each batch is journaled SENT before its
+ * manifest goes out and its record goes with its ACK, so a batch whose
+ * ACK was lost is replayed under its id by the next run, before anything
+ * else (daemon_replay: the daemon's shipping).
  */
 #include "agent.h"
 #include "../common/http.h"
@@ -336,10 +339,82 @@ int finish_batch(agent *a, ingest_sender_batch *b)
     return ingest_edge_finish_batch(a->net.edge, b, a->batch_t0);
 }
 
+/* --once: the journal's seq of batch b (its id is "{prefix}{seq}"). */
+static uint64_t batch_seq(const agent *a, const ingest_sender_batch *b)
+{
+    const char *id = ingest_sender_batch_id(b);
+    const size_t pl = strlen(a->state.prefix);
+    return strncmp(id, a->state.prefix, pl) == 0 ? strtoull(id + pl, NULL, 10) : 0;
+}
+
+/*
+ * --once: journal b SENT (its files as built) before its manifest goes out,
+ * as the daemon does, so that when its ACK is lost (the receiver made it
+ * durable, then the connection or the receiver died) the next run replays
+ * it under the same batch id (daemon_replay) and the core answers a
+ * duplicate, instead of landing its files a second time in a new batch.
+ * 0, or < 0 (logged: the batch is not sent).
+ */
+static int journal_sent(agent *a, ingest_sender_batch *b)
+{
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    ingest_journal_file *f = calloc(bs.files ? bs.files : 1, sizeof(*f));
+    if (f == NULL)
+        return INGEST_ENOMEM;
+    size_t n = 0;
+    for (uint64_t i = 0; i < bs.files; i++) {
+        ingest_sender_file_info info;
+        if (ingest_sender_batch_file(b, i, &info) != 0)
+            continue;
+        f[n++] = (ingest_journal_file){ info.path, info.size, info.mtime_ns, info.ctime_ns, info.ino };
+    }
+    const uint64_t seq = batch_seq(a, b);
+    pthread_mutex_lock(&a->state.store_lock);
+    int rc = ingest_journal_add(a->state.j, seq, ingest_sender_batch_id(b), f, n);
+    if (rc == 0)
+        rc = ingest_journal_set_state(a->state.j, seq, INGEST_JOURNAL_SENT, NULL, 0);
+    pthread_mutex_unlock(&a->state.store_lock);
+    free(f);
+    if (rc < 0) {
+        a->report.t.err_store++;
+        prog_log(INGEST_LOG_ERROR, "journal: batch %s: %s", ingest_sender_batch_id(b), ingest_ctx_errmsg(a->ctx));
+    }
+    return rc;
+}
+
+/* --once: batch seq is not at the core (refused, abandoned, not landed): its record goes, its files are found again. */
+static void journal_drop(agent *a, uint64_t seq)
+{
+    pthread_mutex_lock(&a->state.store_lock);
+    const int rc = ingest_journal_remove(a->state.j, seq);
+    pthread_mutex_unlock(&a->state.store_lock);
+    if (rc < 0 && rc != INGEST_ENOTFOUND) {
+        a->report.t.err_store++;
+        prog_log(INGEST_LOG_WARN, "journal: %s (the batch is replayed by the next run)", ingest_ctx_errmsg(a->ctx));
+    }
+}
+
+/*
+ * --once: *pend is the batch the edge held as pending (RECEIVED, its ACK
+ * to come; 0: none).  Once the edge holds it no more, its ACK came: a
+ * landed one took its record with it (record_acked); a refusal or "not
+ * landed" left it, and it goes now.  While the edge still holds it (the
+ * link failed) it stays SENT, for the next run to replay.
+ */
+static void pending_settled(agent *a, uint64_t *pend)
+{
+    const ingest_sender_batch *p = a->net.edge != NULL ? ingest_edge_pending(a->net.edge) : NULL;
+    if (*pend == 0 || (p != NULL && batch_seq(a, p) == *pend))
+        return;
+    journal_drop(a, *pend);
+    *pend = 0;
+}
+
 /*
  * After an ack: record every file of the batch in the file table (so an
  * unchanged file is not shipped again) and its chunks in the have-cache,
- * then commit the store.
+ * and remove the batch's journal record, in one commit.
  */
 static void record_acked(agent *a, ingest_sender_batch *b)
 {
@@ -364,7 +439,12 @@ static void record_acked(agent *a, ingest_sender_batch *b)
         if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0)
             rc = ingest_havecache_add(a->state.have, id);
     }
-    if (rc < 0 || ingest_store_commit(a->state.st) < 0) {
+    if (rc == 0) {
+        rc = ingest_journal_remove(a->state.j, batch_seq(a, b)); /* commits */
+        if (rc == INGEST_ENOTFOUND)
+            rc = ingest_store_commit(a->state.st);
+    }
+    if (rc < 0) {
         a->report.t.err_store++;
         prog_log(INGEST_LOG_WARN, "state store: %s (files of batch %s may be shipped again)", ingest_ctx_errmsg(a->ctx),
                  ingest_sender_batch_id(b));
@@ -694,6 +774,7 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
         return INGEST_ENOMEM;
     }
     int again = 0, failed = 0;
+    uint64_t pend = 0; /* the batch received and waiting for its ACK (pending_settled) */
     const uint64_t failed_before = a->report.t.ship.batches_failed;
     const uint64_t abandoned_before = a->report.t.ship.batches_abandoned;
     for (;;) {
@@ -716,17 +797,26 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
             ingest_sender_batch_stats_get(b, &bs);
             a->report.t.bytes_read += bs.bytes;
         }
+        const uint64_t seq = batch_seq(a, b);
+        if ((rc = journal_sent(a, b)) < 0) {
+            ingest_sender_batch_destroy(b);
+            break;
+        }
         rc = send_manifest(a, b);
         if (rc == 0)
             rc = finish_batch(a, b);
         if (rc < 0)
             a->report.t.err_session++;
         agent_metrics_sync(a);
+        pending_settled(a, &pend);
         if (rc == 3) {
             rc = 0; /* received; its ACK comes while the next batch ships */
+            pend = seq;
             continue;
         }
         ingest_sender_batch_destroy(b);
+        if (rc == 1 || rc == 2) /* abandoned or refused: not at the core (a failed link leaves it SENT) */
+            journal_drop(a, seq);
         if (rc == 1) {
             again = 1;
             disconnect_core(a);
@@ -741,8 +831,10 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     if (rc >= 0 && a->net.edge != NULL && ingest_edge_pending(a->net.edge) != NULL &&
         (rc = ingest_edge_wait_pending(a->net.edge)) < 0)
         a->report.t.err_session++;
+    pending_settled(a, &pend);
     if (a->net.edge != NULL && ingest_edge_pending(a->net.edge) != NULL) {
-        prog_log(INGEST_LOG_WARN, "batch %s was received but not acknowledged; it will be shipped again",
+        prog_log(INGEST_LOG_WARN,
+                 "batch %s was received but not acknowledged; it stays journaled: the next run replays it under its id",
                  ingest_sender_batch_id(ingest_edge_pending(a->net.edge)));
         disconnect_core(a); /* drops it */
     }
@@ -838,7 +930,8 @@ int load_state(agent *a)
     so.map_size = 1ull << 30;
     if (ingest_store_open(a->ctx, a->cfg->state_dir, &so, &a->state.st) < 0 ||
         ingest_havecache_open(a->state.st, a->cfg->havecache_max_entries, &a->state.have) < 0 ||
-        ingest_filetable_open(a->state.st, &a->state.ft) < 0) {
+        ingest_filetable_open(a->state.st, &a->state.ft) < 0 ||
+        ingest_journal_open(a->state.st, a->state.ft, &a->state.j) < 0) {
         prog_log(INGEST_LOG_ERROR, "state store in %s: %s", a->cfg->state_dir, ingest_ctx_errmsg(a->ctx));
         return -1;
     }
@@ -852,6 +945,12 @@ int load_state(agent *a)
             close(sfd);
     }
     a->state.seq = load_seq(a->cfg->state_dir);
+    /* batch ids stay unique: continue after the last journaled batch */
+    uint64_t last = 0, s = 0;
+    while (ingest_journal_next(a->state.j, s, &s) == 1)
+        last = s;
+    if (a->state.seq <= last)
+        a->state.seq = last + 1;
     if (load_instance(a->cfg->state_dir, a->state.instance, sizeof(a->state.instance)) != 0) {
         prog_log(INGEST_LOG_ERROR, "cannot make %s/instance: %s", a->cfg->state_dir, strerror(errno));
         return -1;
@@ -987,8 +1086,12 @@ int main(int argc, char **argv)
         goto out;
     }
     const double cpu0 = prog_cpu_seconds();
-    int rc = 0;
-    for (int pass = 0; pass < 5; pass++) {
+    /* batches an earlier run sent whose ACK never came (and the daemon's queue) go first, under their ids */
+    uint64_t replayed = 0;
+    const int replay_rc = daemon_replay(&a, &so, &replayed);
+    /* not all of them: a walk now could ship their files again in new batches */
+    int rc = replay_rc > 0 ? INGEST_ECLOSED : replay_rc;
+    for (int pass = 0; pass < 5 && replay_rc == 0; pass++) {
         rc = ship_pass(&a, &so);
         if (rc <= 0)
             break;
@@ -1002,7 +1105,7 @@ int main(int argc, char **argv)
            "chunk_raw_bytes=%llu wait_build_seconds=%.3f wait_want_seconds=%.3f send_seconds=%.3f "
            "wait_ack_seconds=%.3f latency_p50_seconds=%.3f latency_p99_seconds=%.3f chunk_groups=%llu "
            "record_seconds=%.3f files_refused=%llu skipped_symlinks=%llu skipped_fifos=%llu skipped_sockets=%llu "
-           "skipped_devices=%llu skipped_bad_links=%llu files_refused_edge=%llu\n",
+           "skipped_devices=%llu skipped_bad_links=%llu files_refused_edge=%llu batches_replayed=%llu\n",
            (unsigned long long)a.report.t.ship.files, (unsigned long long)a.report.t.unchanged, (unsigned long long)a.report.t.ship.bytes,
            (unsigned long long)a.report.t.ship.chunks,
            (unsigned long long)a.report.t.ship.chunks_sent, (unsigned long long)a.report.t.ship.chunks_dedup,
@@ -1014,7 +1117,8 @@ int main(int argc, char **argv)
            (unsigned long long)(a.report.t.ship.files_refused + a.report.t.refused_edge),
            (unsigned long long)a.report.special[SPECIAL_SYMLINK], (unsigned long long)a.report.special[SPECIAL_FIFO],
            (unsigned long long)a.report.special[SPECIAL_SOCKET], (unsigned long long)a.report.special[SPECIAL_DEVICE],
-           (unsigned long long)a.report.special[SPECIAL_BAD_LINK], (unsigned long long)a.report.t.refused_edge);
+           (unsigned long long)a.report.special[SPECIAL_BAD_LINK], (unsigned long long)a.report.t.refused_edge,
+           (unsigned long long)replayed);
     fflush(stdout);
     if (rc == 0 && a.report.t.ship.files_refused + a.report.t.refused_edge > 0) {
         fprintf(stderr,
@@ -1050,6 +1154,7 @@ out:
     }
     ingest_kafka_edge_close(a.net.kafka); /* waits for records still queued */
     ingest_session_destroy(a.net.ss);
+    ingest_journal_close(a.state.j);
     ingest_filetable_close(a.state.ft);
     ingest_havecache_close(a.state.have);
     ingest_store_close(a.state.st);

@@ -1,23 +1,30 @@
 #!/bin/sh
-# kill -9 of the receiver in the middle of a batch (batches pipelined), then recovery.
-# A 64 MiB tree of ~960 files is shipped in batches of 40 files.  Once a
-# batch has landed and the next one has temporary files in bronze, the
-# receiver is frozen (SIGSTOP, so the moment is certain) and killed with
-# SIGKILL.  Then:
-#   - the agent exits non-zero saying not everything was acknowledged;
+# kill -9 of the receiver inside the dangerous window of --once: a batch
+# made durable whose ACK the agent never read (batches pipelined), then
+# recovery, exactly once.
+# A 64 MiB tree of ~960 files is shipped in batches of 40 files by a
+# receiver that holds every ACK 5 s after its batch is durable
+# (INGEST_TEST_ACK_DELAY_MS).  As soon as the first batch is logged landed
+# (durable, its ACK held back), and once the next batch has temporary files
+# in bronze, the receiver is frozen (SIGSTOP, so the moment is certain) and
+# killed with SIGKILL.  Then:
+#   - the agent exits non-zero saying not everything was acknowledged, and
+#     that the batch received but not acknowledged stays journaled;
 #   - every file visible under a final name equals its source (nothing
 #     half-written is ever renamed into place);
 #   - after a restart the receiver removes the temporary files the crash
-#     left, and a re-run of the agent lands the rest.
-# "Exactly once" here: the landed tree holds each source file once, under
-# its final name, with the right bytes, and no temporary file remains.  A
-# path may be recorded in two batch manifests (a batch made durable whose
-# ack was lost in the crash is shipped again as a new batch): allowed only
-# when both records carry the same content hash.
+#     left, and a re-run of the agent replays the journaled batches under
+#     their ids first: the landed one is acknowledged as a duplicate (the
+#     receiver says so, the agent counts batches_replayed), then the rest.
+# Exactly once: the landed tree holds each source file once, under its
+# final name, with the right bytes, no temporary file remains, and each
+# path is recorded in exactly one batch manifest.
 . "$(dirname "$0")/lib.sh"
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
+export INGEST_TEST_ACK_DELAY_MS=5000
 start_receiver
+unset INGEST_TEST_ACK_DELAY_MS
 S="$T/src/data"
 "$CTL" bench gen --size 64MiB "$S" > /dev/null
 nfiles=$(find "$S" -type f | wc -l)
@@ -27,7 +34,7 @@ write_agent_config dev1 "$S" 'batch:
 
 "$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" &
 AGENT_PID=$!
-# Wait for a landed batch, then freeze the receiver while a later batch has temporary files.
+# Wait for a landed batch (its ACK held back), then freeze the receiver while the next batch has temporary files.
 wait_log " landed: " 600
 tries=0
 while :; do
@@ -40,6 +47,8 @@ while :; do
     sleep 0.002
 done
 landed_before=$(grep -c ' landed: ' "$T/receiver.log")
+window=$(sed -n 's/.*device dev1 batch \([^ ]*\) landed: .*/\1/p' "$T/receiver.log" | head -1)
+[ "$landed_before" -eq 1 ] || fail "$landed_before batches landed before the kill; the ACK delay lets one land, then holds its ACK"
 # --once pipelines batches (RECEIVED, then the ACK while the next batch ships): the crash hits that path.
 grep -q 'device dev1 connected .*pipelined' "$T/receiver.log" || fail "the connection was not pipelined"
 kill -KILL "$RECV_PID"
@@ -50,6 +59,8 @@ wait "$AGENT_PID" || rc=$?
 [ $rc -ne 0 ] || fail "agent exited 0 although the receiver was killed"
 grep -q "stopped before every batch was acknowledged" "$T/dev1.err" ||
     { cat "$T/dev1.err"; fail "agent gave no clear message after the receiver died"; }
+grep -q "batch $window was received but not acknowledged" "$T/dev1.err" ||
+    { cat "$T/dev1.err"; fail "batch $window landed but the agent did not say it was left unacknowledged"; }
 [ "$landed_before" -lt $(( (nfiles + 39) / 40 )) ] || fail "all batches had landed before the kill"
 pass "receiver killed mid-batch after $landed_before batches; agent exited $rc: $(grep -v '^shipped' "$T/dev1.err" | tail -1)"
 
@@ -75,13 +86,18 @@ same_tree "$S" "$(landed_root dev1)/data"
 [ "$(count_tmp "$T/bronze")" -eq 0 ] || fail "temporary files left after the re-run"
 find "$T/bronze/_manifests" -name '*.tmp' | grep -q . && fail "temporary manifest left"
 
-# Manifests: every source path recorded; a path recorded twice only with the same hash.
-for m in "$T/bronze/_manifests/dev1"/*.jsonl; do
-    sed -n 's/.*"path":"\([^"]*\)".*"hash":"\([0-9a-f]*\)".*/\1 \2/p' "$m"
-done | sort -u > "$T/recorded"
-[ "$(cut -d' ' -f1 "$T/recorded" | sort -u | wc -l)" -eq "$nfiles" ] ||
-    fail "manifests record $(cut -d' ' -f1 "$T/recorded" | sort -u | wc -l) distinct paths, source has $nfiles"
-dup=$(cut -d' ' -f1 "$T/recorded" | uniq -d | head -1)
-[ -z "$dup" ] || fail "path $dup recorded with two different contents"
-twice=$(for m in "$T/bronze/_manifests/dev1"/*.jsonl; do grep -o '"path":"[^"]*"' "$m"; done | sort | uniq -d | wc -l)
-pass "after recovery: $nfiles files landed once with the right bytes; manifests record each ($twice recorded twice, same content)"
+# Manifests: every source path recorded, each in exactly one manifest.
+manifest_paths dev1 | sort > "$T/recorded"
+[ "$(uniq "$T/recorded" | wc -l)" -eq "$nfiles" ] ||
+    fail "manifests record $(uniq "$T/recorded" | wc -l) distinct paths, source has $nfiles"
+twice=$(uniq -d "$T/recorded" | wc -l)
+[ "$twice" -eq 0 ] || { uniq -d "$T/recorded" | head -3; fail "$twice paths recorded in two manifests (landed twice)"; }
+[ "$(wc -l < "$T/recorded")" -eq "$nfiles" ] || fail "$(wc -l < "$T/recorded") FILE records for $nfiles files"
+# ... because the batch that landed in the window was replayed under its id, and acknowledged as a duplicate.
+grep -q "device dev1 batch $window was landed before; acknowledged again" "$T/receiver.log" ||
+    { grep dev1 "$T/receiver.log" | tail -5; fail "batch $window was not replayed to the restarted receiver"; }
+grep -q "batch $window: replaying it under its id" "$T/dev1.err" ||
+    { tail -5 "$T/dev1.err"; fail "the agent did not say it replayed batch $window"; }
+replayed=$(field dev1 batches_replayed)
+[ "${replayed:-0}" -ge 1 ] || fail "the agent's summary counts batches_replayed=${replayed:-none}, expected at least 1"
+pass "after recovery: $nfiles files landed once with the right bytes, each path in one manifest; batch $window (durable, ack lost) replayed as a duplicate ($replayed batches replayed)"
