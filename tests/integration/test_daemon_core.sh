@@ -5,7 +5,8 @@
 #     backoff; when the receiver comes up everything lands, once;
 #   - after_ship: delete removes only files whose batch was acknowledged:
 #     with the receiver stopped mid-way, the files written since still exist;
-#     a file passed over by a filter is never deleted.
+#     and when it is back with its ACKs held 6 s, while a batch has landed
+#     but is not acknowledged; a file passed over by a filter is never deleted.
 . "$(dirname "$0")/lib.sh"
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
@@ -61,7 +62,21 @@ cp "$S"/u*.log "$K/"
 sleep 2
 [ "$(find "$S" -name 'u*.log' | wc -l)" = 12 ] || fail "unacknowledged files were deleted"
 pass "receiver stopped mid-way: the 12 unacknowledged files still exist"
+# back with each ACK held 6 s after its batch is durable: in that window the batch has landed but is not
+# acknowledged, and none of its files may be deleted yet (looked at 1 s into the window, so that an agent
+# that deleted on anything but the ACK would have done it)
+landed0=$(grep -c ' landed: ' "$T/receiver.log" || true)
+export INGEST_TEST_ACK_DELAY_MS=6000
 start_receiver
+unset INGEST_TEST_ACK_DELAY_MS
+i=0
+while [ "$(grep -c ' landed: ' "$T/receiver.log" || true)" -le "$landed0" ]; do
+    i=$((i + 1)); [ $i -gt 600 ] && { tail -20 "$T/dev1.err"; fail "no batch landed after the receiver came back"; }
+    sleep 0.02
+done
+sleep 1
+[ "$(find "$S" -name 'u*.log' | wc -l)" = 12 ] || fail "files were deleted while their batch was landed but not yet acknowledged"
+pass "a batch landed, its ack held back: its files still exist"
 i=0
 while [ "$(find "$S" -name 'u*.log' | wc -l)" != 0 ]; do
     i=$((i + 1)); [ $i -gt 600 ] && { tail -20 "$T/dev1.err"; fail "u files were not shipped after the receiver came back"; }
