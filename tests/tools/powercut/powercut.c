@@ -33,6 +33,7 @@
 #include <limits.h>
 #include <linux/fs.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +58,7 @@ static struct {
     int nroots;
     uint64_t seq;
     uint64_t logsize; /* bytes in the log: a sync record covers the records before where it stood */
+    uint64_t cut_at, nsyncs; /* POWERCUT_CUT_AT_SYNC, and the sync calls so far */
     pthread_mutex_t mu;
     int (*open)(const char *, int, ...);
     int (*openat)(int, const char *, int, ...);
@@ -132,6 +134,8 @@ __attribute__((constructor)) static void pc_init(void)
     if (d == NULL || *d == '\0' || r == NULL || *r == '\0')
         return;
     snprintf(G.dir, sizeof(G.dir), "%s", d);
+    const char *cut = getenv("POWERCUT_CUT_AT_SYNC");
+    G.cut_at = cut != NULL ? strtoull(cut, NULL, 10) : 0;
     char buf[MAX_ROOTS * PATH_MAX];
     snprintf(buf, sizeof(buf), "%s", r);
     for (char *save = NULL, *t = strtok_r(buf, ":", &save); t && G.nroots < MAX_ROOTS; t = strtok_r(NULL, ":", &save)) {
@@ -316,11 +320,22 @@ static void after(int locked)
         pthread_mutex_unlock(&G.mu);
 }
 
-/* Where the log stands now: a sync that starts now covers the records before this. */
+/*
+ * Where the log stands now: a sync that starts now covers the records
+ * before this.  POWERCUT_CUT_AT_SYNC=N: the N-th sync call of the process
+ * (fsync, fdatasync, syncfs, sync, whatever it is on) does not happen: the
+ * process is killed just before it, so that a test can cut the power at
+ * every point where the program waits for durability, one run each.
+ */
 static uint64_t log_mark(void)
 {
     pthread_mutex_lock(&G.mu);
     const uint64_t m = G.logsize;
+    if (G.cut_at > 0 && ++G.nsyncs == G.cut_at) {
+        static const char msg[] = "powercut: the power is cut here (POWERCUT_CUT_AT_SYNC)\n";
+        (void)!REAL(write)(2, msg, sizeof(msg) - 1);
+        raise(SIGKILL); /* with the lock held: no other thread logs anything more */
+    }
     pthread_mutex_unlock(&G.mu);
     return m;
 }
