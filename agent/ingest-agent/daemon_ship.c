@@ -587,8 +587,8 @@ int dmn_ship_queue(daemon_t *d)
                 return 0;
             d->store_try_at = d->now + STORE_RETRY_S;
         }
-        if (d->scan_at != 0 && d->now >= d->scan_at)
-            return 0;
+        if (!d->once && d->scan_at != 0 && d->now >= d->scan_at)
+            return 0; /* (--once's replay ships the whole queue: it walks the sources after) */
         const int r = ingest_journal_next(d->j, seq, &seq);
         if (r <= 0)
             return r;

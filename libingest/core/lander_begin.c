@@ -232,33 +232,77 @@ static int lookup_known(ingest_lander_batch *b)
 }
 
 /*
- * (device, batch) was landed before: check that its landed manifest
- * describes the same batch (file count, bytes, first file's path and hash)
- * before calling this a replay.  INGEST_EEXIST when the id was reused for
- * other data; a missing landed manifest cannot be compared and is taken as
- * the same batch.  The batch is parsed whole: its first file's hash is
+ * (device, batch) was landed before: check that its landed manifest holds
+ * every file of this one, each with the same path and whole-file hash,
+ * before calling this a replay.  A replay may hold fewer files than the
+ * landed batch: the device leaves out a file that changed or vanished
+ * since it sent the batch (its new version ships in a batch of its own),
+ * and the rest, already landed, is acknowledged.  INGEST_EEXIST when the id
+ * was reused for other data (a file not among the landed ones, or with
+ * other bytes); a missing landed manifest cannot be compared and is taken
+ * as the same batch.  The batch is parsed whole: every file's hash is
  * known (derived from its chunk ids when the wire manifest left it out).
  */
+static int cmp_landed(const void *x, const void *y)
+{
+    return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
 static int same_landed_batch(ingest_lander_batch *b)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/_manifests/%s/%s.jsonl", b->l->root, b->device, b->name);
-    ingest_manifest_reader *r = NULL;
-    ingest_manifest_rec rec;
     if (access(path, F_OK) != 0)
         return 0;
+    ingest_manifest_reader *r = NULL;
+    ingest_manifest_rec rec;
+    /* the landed files, each as "path\0" followed by its hash, sorted by path */
+    char **landed = NULL;
+    size_t n = 0, cap = 0;
     int rc = ingest_manifest_reader_open(b->ctx, path, &r);
     if (rc == 0)
         rc = ingest_manifest_reader_next(r, &rec);
-    int same = rc == 1 && rec.type == INGEST_MREC_HEADER && rec.nfiles == b->hdr_files &&
-               rec.total_bytes == b->hdr_bytes;
-    if (same && b->nfiles > 0) {
-        const lfile *first = &b->files[0];
-        rc = ingest_manifest_reader_next(r, &rec);
-        same = rc == 1 && rec.type == INGEST_MREC_FILE && strcmp(rec.path, first->path) == 0 &&
-               memcmp(rec.hash, first->hash, INGEST_ID_BYTES) == 0;
+    int same = rc == 1 && rec.type == INGEST_MREC_HEADER;
+    while (same && (rc = ingest_manifest_reader_next(r, &rec)) == 1) {
+        if (rec.type != INGEST_MREC_FILE)
+            continue;
+        if (n == cap) {
+            const size_t nc = cap ? cap * 2 : 64;
+            char **nl = ingest__realloc(b->ctx, landed, cap * sizeof(*nl), nc * sizeof(*nl));
+            if (nl == NULL) {
+                rc = INGEST_ENOMEM;
+                break;
+            }
+            landed = nl;
+            cap = nc;
+        }
+        const size_t pl = strlen(rec.path);
+        if ((landed[n] = ingest__malloc(b->ctx, pl + 1 + INGEST_ID_BYTES)) == NULL) {
+            rc = INGEST_ENOMEM;
+            break;
+        }
+        memcpy(landed[n], rec.path, pl + 1);
+        memcpy(landed[n] + pl + 1, rec.hash, INGEST_ID_BYTES);
+        n++;
     }
     ingest_manifest_reader_close(r);
+    if (rc < 0)
+        same = 0;
+    if (same) {
+        qsort(landed, n, sizeof(*landed), cmp_landed);
+        for (uint32_t i = 0; same && i < b->nfiles; i++) {
+            const lfile *f = &b->files[i];
+            const char *key = f->path;
+            char **hit = bsearch(&key, landed, n, sizeof(*landed), cmp_landed);
+            same = hit != NULL && memcmp(*hit + strlen(*hit) + 1, f->hash, INGEST_ID_BYTES) == 0;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        ingest__free(b->ctx, landed[i]);
+    ingest__free(b->ctx, landed);
+    if (rc == INGEST_ENOMEM)
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: batch %s: out of memory comparing it with its landed manifest",
+                            b->name);
     if (!same)
         return ingest__fail(b->ctx, INGEST_EEXIST,
                             "lander: batch id %s of device %s was already used for other data; refusing to treat "
