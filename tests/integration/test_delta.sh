@@ -9,8 +9,10 @@
 #    same chunk after the receiver described it (DELTA_BASE) and before
 #    the delta comes: the rebuilt chunk does not match its id, the receiver
 #    says so, asks for the chunk whole and lands the file equal to the
-#    source.  (A landed copy changed before the ship needs nothing: the
-#    receiver hashes what is there, so the changed block is sent literal.)
+#    source.
+# 3. A landed copy changed downstream before the ship needs no re-ask: the
+#    receiver hashes what is there, so the changed block is sent literal
+#    (two literal blocks, at most 3 KiB of chunk data).
 . "$(dirname "$0")/lib.sh"
 S="$T/src/data"
 mkdir -p "$S"
@@ -76,3 +78,21 @@ grep -q "0 delta chunks rebuilt, 1 asked again whole" "$T/receiver.log" ||
 [ "$(field dev1 chunks_new)" -eq 2 ] || fail "stale predecessor: expected the delta and the whole chunk, $(field dev1 chunks_new) sent"
 [ "$(field dev1 chunk_bytes)" -gt 8192 ] || fail "stale predecessor: the whole chunk was not sent ($(field dev1 chunk_bytes) bytes)"
 pass "stale predecessor detected, chunk asked for whole ($(field dev1 chunk_bytes) bytes of chunk data), landed identical"
+
+# A landed copy changed downstream before the ship costs a literal block, not a re-ask: the receiver
+# hashes what is there.  Change it (size and mtime kept) at the start of the chunk holding offset
+# 600000, edit the source in the middle of that chunk, ship.
+set -- $("$CTL" chunk "$S/frame.bin" | awk '!/^#/ && $1 <= 600000 && $1 + $2 > 600000 { print $1, $2 }')
+[ $# -eq 2 ] && [ "$2" -ge 8192 ] || fail "cannot find the chunk at offset 600000 ($*)"
+touch -r "$L" "$mtime_ref"
+printf 'CHANGED DOWNSTREAM' | dd of="$L" bs=1 seek=$(($1 + 100)) conv=notrunc 2>/dev/null
+touch -r "$mtime_ref" "$L"
+sleep 1
+printf 'THIRD EDIT 16 B!' | dd of="$S/frame.bin" bs=1 seek=$(($1 + $2 / 2)) conv=notrunc 2>/dev/null
+ship dev1 > /dev/null
+cmp -s "$S/frame.bin" "$L" || fail "landed copy changed before the ship: landed file differs"
+[ "$(grep -c "1 delta chunks rebuilt, 0 asked again whole" "$T/receiver.log")" -eq 2 ] ||
+    { tail -5 "$T/receiver.log"; fail "landed copy changed before the ship: the delta did not land at once"; }
+[ "$(field dev1 chunk_bytes)" -le 3072 ] ||
+    fail "landed copy changed before the ship: $(field dev1 chunk_bytes) bytes of chunk data (at most 3072: two literal blocks)"
+pass "landed copy changed before the ship: $(field dev1 chunk_bytes) bytes of chunk data (two literal blocks), landed identical"
