@@ -28,6 +28,8 @@ const char *ingest_wire_type_name(unsigned type)
     case INGEST_MSG_FILE_REFUSED: return "FILE_REFUSED";
     case INGEST_MSG_LANDING: return "LANDING";
     case INGEST_MSG_FILE_WITHDRAWN: return "FILE_WITHDRAWN";
+    case INGEST_MSG_DELTA_BASE: return "DELTA_BASE";
+    case INGEST_MSG_CHUNK_DELTA: return "CHUNK_DELTA";
     default: return "UNKNOWN";
     }
 }
@@ -315,6 +317,36 @@ static int encode(ingest_ctx *ctx, const ingest_wire_msg *m, wr *w, int with_tai
             w_bytes(w, x->data, x->len);
         break;
     }
+    case INGEST_MSG_DELTA_BASE: {
+        const ingest_wire_delta_base *x = &m->u.delta_base;
+        if (x->base_len == 0 || x->base_len > INGEST_WIRE_DELTA_MAX || x->hashes == NULL)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: DELTA_BASE: base of %u bytes (1..%u) or no hashes",
+                                (unsigned)x->base_len, INGEST_WIRE_DELTA_MAX);
+        w_u32(w, x->index);
+        w_u32(w, x->base_len);
+        w_bytes(w, x->key, sizeof(x->key));
+        if (with_tail)
+            w_bytes(w, x->hashes, (size_t)INGEST_WIRE_DELTA_BLOCKS(x->base_len) * INGEST_WIRE_DELTA_HASH_BYTES);
+        break;
+    }
+    case INGEST_MSG_CHUNK_DELTA: {
+        const ingest_wire_chunk_delta *x = &m->u.delta;
+        if (x->nblocks == 0 || x->nblocks > INGEST_WIRE_DELTA_MAX_BLOCKS || x->map == NULL ||
+            (x->len > 0 && x->data == NULL))
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: CHUNK_DELTA: %u blocks (1..%u), or no map or bytes",
+                                (unsigned)x->nblocks, INGEST_WIRE_DELTA_MAX_BLOCKS);
+        const size_t mb = ((size_t)x->nblocks + 7) / 8;
+        if ((x->nblocks & 7) != 0 && (x->map[mb - 1] >> (x->nblocks & 7)) != 0)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: CHUNK_DELTA: map bits set past block %u",
+                                (unsigned)x->nblocks);
+        w_u32(w, x->index);
+        w_u32(w, x->nblocks);
+        if (with_tail) {
+            w_bytes(w, x->map, mb);
+            w_bytes(w, x->data, x->len);
+        }
+        break;
+    }
     default:
         return ingest__fail(ctx, INGEST_EINVAL, "wire: cannot encode unknown message type %u", (unsigned)m->type);
     }
@@ -346,6 +378,10 @@ size_t ingest_wire_encoded_size(const ingest_wire_msg *m)
         tail = 4 * (size_t)m->u.group.count + m->u.group.len;
     else if (m->type == INGEST_MSG_DICT_DATA)
         tail = m->u.dict_data.len;
+    else if (m->type == INGEST_MSG_DELTA_BASE)
+        tail = (size_t)INGEST_WIRE_DELTA_BLOCKS(m->u.delta_base.base_len) * INGEST_WIRE_DELTA_HASH_BYTES;
+    else if (m->type == INGEST_MSG_CHUNK_DELTA)
+        tail = ((size_t)m->u.delta.nblocks + 7) / 8 + m->u.delta.len;
     if (tail > INGEST_WIRE_MAX_PAYLOAD_HIGHEST)
         return 0;
     return w.len + tail;
@@ -407,6 +443,17 @@ static int r_u64(rd *r, const char *field, uint64_t *v)
     INGEST__FORWARD(r_need(r, 8, field));
     *v = ingest__get_u64(r->p + r->pos);
     r->pos += 8;
+    return 0;
+}
+
+/* A u32 field that must be within lo..hi. */
+static int r_u32_in(rd *r, const char *field, uint32_t *v, uint32_t lo, uint32_t hi)
+{
+    const size_t at = r->pos;
+    INGEST__FORWARD(r_u32(r, field, v));
+    if (*v < lo || *v > hi)
+        return ingest__fail(r->ctx, INGEST_ECORRUPT, "wire: %s: %s %u outside %u..%u (offset %zu)", r->what, field,
+                            (unsigned)*v, (unsigned)lo, (unsigned)hi, at);
     return 0;
 }
 
@@ -578,14 +625,8 @@ int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, s
     }
     case INGEST_MSG_LANDING: {
         ingest_wire_landing *x = &m->u.landing;
-        INGEST__FORWARD(r_u32(&r, "path max", &x->path_max));
-        if (x->path_max == 0 || x->path_max > INGEST_WIRE_LANDING_PATH_MAX)
-            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: LANDING: path max %u outside 1..%d (offset 0)",
-                                (unsigned)x->path_max, INGEST_WIRE_LANDING_PATH_MAX);
-        INGEST__FORWARD(r_u32(&r, "name max", &x->name_max));
-        if (x->name_max == 0 || x->name_max > INGEST_WIRE_LANDING_NAME_MAX)
-            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: LANDING: name max %u outside 1..%d (offset 4)",
-                                (unsigned)x->name_max, INGEST_WIRE_LANDING_NAME_MAX);
+        INGEST__FORWARD(r_u32_in(&r, "path max", &x->path_max, 1, INGEST_WIRE_LANDING_PATH_MAX));
+        INGEST__FORWARD(r_u32_in(&r, "name max", &x->name_max, 1, INGEST_WIRE_LANDING_NAME_MAX));
         INGEST__FORWARD(r_str(&r, "layout", x->layout, INGEST_WIRE_LAYOUT_MAX, 0));
         if (x->layout[0] == '\0')
             return ingest__fail(ctx, INGEST_ECORRUPT, "wire: LANDING: empty layout (offset 8)");
@@ -638,6 +679,36 @@ int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, s
                                 "wire: DICT_DATA: %zu bytes at dictionary offset %u end past %u (offset 4)",
                                 len - r.pos, (unsigned)x->offset, INGEST_WIRE_DICT_MAX);
         x->data = payload + r.pos;
+        x->len = len - r.pos;
+        return 0;
+    }
+    case INGEST_MSG_DELTA_BASE: {
+        ingest_wire_delta_base *x = &m->u.delta_base;
+        INGEST__FORWARD(r_u32(&r, "chunk index", &x->index));
+        INGEST__FORWARD(r_u32_in(&r, "base length", &x->base_len, 1, INGEST_WIRE_DELTA_MAX));
+        INGEST__FORWARD(r_need(&r, sizeof(x->key), "key"));
+        memcpy(x->key, payload + r.pos, sizeof(x->key));
+        r.pos += sizeof(x->key);
+        const size_t hb = (size_t)INGEST_WIRE_DELTA_BLOCKS(x->base_len) * INGEST_WIRE_DELTA_HASH_BYTES;
+        if (len - r.pos != hb)
+            return ingest__fail(ctx, INGEST_ECORRUPT,
+                                "wire: DELTA_BASE: a base of %u bytes has %zu hash bytes, %zu present (offset %zu)",
+                                (unsigned)x->base_len, hb, len - r.pos, r.pos);
+        x->hashes = payload + r.pos;
+        return 0;
+    }
+    case INGEST_MSG_CHUNK_DELTA: {
+        ingest_wire_chunk_delta *x = &m->u.delta;
+        INGEST__FORWARD(r_u32(&r, "chunk index", &x->index));
+        INGEST__FORWARD(r_u32_in(&r, "block count", &x->nblocks, 1, INGEST_WIRE_DELTA_MAX_BLOCKS));
+        const size_t mb = ((size_t)x->nblocks + 7) / 8;
+        INGEST__FORWARD(r_need(&r, mb, "block map"));
+        x->map = payload + r.pos;
+        if ((x->nblocks & 7) != 0 && (x->map[mb - 1] >> (x->nblocks & 7)) != 0)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: CHUNK_DELTA: map bits set past block %u (offset %zu)",
+                                (unsigned)x->nblocks, r.pos + mb - 1);
+        r.pos += mb;
+        x->data = len > r.pos ? payload + r.pos : NULL;
         x->len = len - r.pos;
         return 0;
     }

@@ -602,7 +602,7 @@ int connect_core(agent *a)
         /* --once pipelines batches across acks; the daemon ships one batch at a time from its journal */
         ingest_session_set_features(a->net.ss, INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK |
                                                INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_LANDING |
-                                               INGEST_SESSION_FEATURE_WITHDRAW |
+                                               INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_DELTA |
                                                (a->daemon ? 0u : INGEST_SESSION_FEATURE_PIPELINE) |
                                                (a->dict != NULL ? INGEST_SESSION_FEATURE_DICT : 0u)) < 0) {
         disconnect_core(a);
@@ -1105,7 +1105,8 @@ int main(int argc, char **argv)
            "chunk_raw_bytes=%llu wait_build_seconds=%.3f wait_want_seconds=%.3f send_seconds=%.3f "
            "wait_ack_seconds=%.3f latency_p50_seconds=%.3f latency_p99_seconds=%.3f chunk_groups=%llu "
            "record_seconds=%.3f files_refused=%llu skipped_symlinks=%llu skipped_fifos=%llu skipped_sockets=%llu "
-           "skipped_devices=%llu skipped_bad_links=%llu files_refused_edge=%llu batches_replayed=%llu\n",
+           "skipped_devices=%llu skipped_bad_links=%llu files_refused_edge=%llu batches_replayed=%llu "
+           "chunk_deltas=%llu\n",
            (unsigned long long)a.report.t.ship.files, (unsigned long long)a.report.t.unchanged, (unsigned long long)a.report.t.ship.bytes,
            (unsigned long long)a.report.t.ship.chunks,
            (unsigned long long)a.report.t.ship.chunks_sent, (unsigned long long)a.report.t.ship.chunks_dedup,
@@ -1118,7 +1119,7 @@ int main(int argc, char **argv)
            (unsigned long long)a.report.special[SPECIAL_SYMLINK], (unsigned long long)a.report.special[SPECIAL_FIFO],
            (unsigned long long)a.report.special[SPECIAL_SOCKET], (unsigned long long)a.report.special[SPECIAL_DEVICE],
            (unsigned long long)a.report.special[SPECIAL_BAD_LINK], (unsigned long long)a.report.t.refused_edge,
-           (unsigned long long)replayed);
+           (unsigned long long)replayed, (unsigned long long)a.report.t.ship.chunks_delta);
     fflush(stdout);
     if (rc == 0 && a.report.t.ship.files_refused + a.report.t.refused_edge > 0) {
         fprintf(stderr,

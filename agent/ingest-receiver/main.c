@@ -44,7 +44,7 @@
 #define CORE_FEATURES                                                                                  \
     (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK | \
      INGEST_SESSION_FEATURE_DICT | INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_LANDING | \
-     INGEST_SESSION_FEATURE_WITHDRAW)
+     INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_DELTA)
 
 /*
  * An authorized-devices set and the connections using it: SIGHUP swaps in a

@@ -56,6 +56,8 @@ typedef struct ingest_edge_stats {
     /* wall seconds: waiting for the WANT after a manifest, sending chunks
      * (read, compress, encrypt, write), waiting for the ACK after COMMIT */
     double wait_want_s, send_s, wait_ack_s;
+    /* chunks sent as CHUNK_DELTA (among chunks_sent; their map and literal bytes in chunk_bytes_sent) */
+    uint64_t chunks_delta;
 } ingest_edge_stats;
 
 typedef struct ingest_edge_opts {

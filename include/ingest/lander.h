@@ -303,6 +303,20 @@ INGEST_API int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const
 INGEST_API int ingest_lander_chunk_expect(const ingest_lander_batch *b, uint32_t i, uint8_t id[INGEST_ID_BYTES],
                                           uint32_t *len);
 /*
+ * Delta chunks (docs/compression.md): the predecessor of chunk i, the
+ * bytes at the chunk's offset in the version of its file landed before
+ * this batch (the regular file at its landed path), at most the chunk's
+ * length.  0 with *base_len (1..the chunk's length) and, when out is not
+ * NULL, those bytes in out[0, *base_len) (cap: at least the chunk's
+ * length, else INGEST_EINVAL); 1 when it has none (nothing landed there,
+ * the landed file not longer than the offset, a symlink, a refused file,
+ * a read that came short).  Cheapest with ascending i.  Touches only the
+ * batch and the bronze tree, never through a symlink; nothing it finds is
+ * trusted: what is rebuilt from it is verified like any received chunk.
+ */
+INGEST_API int ingest_lander_chunk_base(ingest_lander_batch *b, uint32_t i, void *out, size_t cap,
+                                        uint32_t *base_len);
+/*
  * As ingest_lander_put_chunk, for a chunk the caller has already decoded
  * and verified: raw[0,len) MUST hash (ingest_chunk_id with the fleet key)
  * to id, the id it was checked against (from ingest_lander_chunk_expect).

@@ -327,6 +327,24 @@ INGEST_API int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t chunk_
                                          size_t cap, size_t *out_len);
 
 /*
+ * Delta chunks (docs/compression.md, "Delta chunks"): encode chunk
+ * chunk_index against the predecessor a receiver described in a
+ * DELTA_BASE (wire.h): base_len bytes (1..the chunk's length, else
+ * INGEST_EINVAL), the 8-byte keyed hash of each of its 1 KiB blocks under
+ * key.  A block of the chunk whose length and hash equal the
+ * predecessor's block at the same place is copied from there; the others
+ * are literal.  When at least a quarter of the chunk's bytes are copied:
+ * 0, with *nblocks its block count, map[0, (*nblocks + 7) / 8) the block
+ * map (bit set: copied; map_cap >= INGEST_WIRE_DELTA_MAX_BLOCKS / 8) and
+ * out[0, *out_len) the literal blocks as one encoded chunk (cap >=
+ * ingest_sender_chunk_bound()).  1 (nothing written) when fewer match:
+ * send the chunk whole.  Errors as ingest_sender_batch_chunk.
+ */
+INGEST_API int ingest_sender_batch_chunk_delta(ingest_sender_batch *b, uint64_t chunk_index, const uint8_t *key,
+                                               const uint8_t *hashes, uint32_t base_len, uint8_t *map, size_t map_cap,
+                                               void *out, size_t cap, size_t *out_len, uint32_t *nblocks);
+
+/*
  * Small chunks travel compressed together (docs/compression.md, "Chunk
  * groups"): chunks of at most INGEST_SENDER_GROUP_CHUNK_MAX bytes, at most
  * INGEST_SENDER_GROUP_MAX_CHUNKS of them.

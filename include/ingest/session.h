@@ -178,11 +178,18 @@ enum {
  * (FILE_REFUSED).  Only with INGEST_SESSION_FEATURE_REFUSE.
  */
 #define INGEST_SESSION_FEATURE_WITHDRAW 0x40u
+/*
+ * INGEST_SESSION_FEATURE_DELTA: the receiver may describe the predecessor
+ * of a wanted chunk (DELTA_BASE, before the WANT) and the device may then
+ * send the chunk as literal blocks plus blocks of the predecessor
+ * (CHUNK_DELTA), docs/protocol.md "Delta chunks".
+ */
+#define INGEST_SESSION_FEATURE_DELTA 0x80u
 /* Every feature this library knows. */
 #define INGEST_SESSION_FEATURES_ALL                                                                    \
     (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK | \
      INGEST_SESSION_FEATURE_DICT | INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_LANDING |   \
-     INGEST_SESSION_FEATURE_WITHDRAW)
+     INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_DELTA)
 
 /* A piece of a frame's payload for ingest_session_sendv. */
 typedef struct ingest_iov {

@@ -17,7 +17,7 @@
  * UNTRUSTED INPUT: the decoders accept arbitrary bytes; every length is
  * checked against the payload and its own bound, trailing bytes are an
  * error, and nothing is allocated.  Decoded byte views (manifest parts,
- * chunk data, dictionary slices, WANT indexes) point into the payload buffer and are valid as
+ * chunk data, dictionary slices, WANT indexes, delta hashes and maps) point into the payload buffer and are valid as
  * long as it is.
  *
  * THREAD SAFETY: all functions here are thread-safe (no shared state); ctx
@@ -64,7 +64,9 @@ enum {
     INGEST_MSG_FILE_REFUSED = 16, /* receiver -> agent; only with INGEST_SESSION_FEATURE_REFUSE */
     INGEST_MSG_LANDING = 17,      /* receiver -> agent, first after the handshake; only with INGEST_SESSION_FEATURE_LANDING */
     INGEST_MSG_FILE_WITHDRAWN = 18, /* agent -> receiver; only with INGEST_SESSION_FEATURE_WITHDRAW */
-    INGEST_MSG_TYPE_LAST = 18,
+    INGEST_MSG_DELTA_BASE = 19,     /* receiver -> agent, before the WANT; only with INGEST_SESSION_FEATURE_DELTA */
+    INGEST_MSG_CHUNK_DELTA = 20,    /* agent -> receiver; answer to a DELTA_BASE; only with INGEST_SESSION_FEATURE_DELTA */
+    INGEST_MSG_TYPE_LAST = 20,
 };
 
 /* CHUNK_GROUP bounds: chunks in one group, and bytes they hold decoded. */
@@ -253,6 +255,53 @@ typedef struct ingest_wire_ping {
     uint64_t nonce; /* echoed by PONG */
 } ingest_wire_ping;
 
+/*
+ * Delta chunks (INGEST_SESSION_FEATURE_DELTA, docs/compression.md): a
+ * chunk's predecessor (the bytes at the same offset in the landed previous
+ * version of its file, at most as many as the chunk has) is cut into
+ * blocks of INGEST_WIRE_DELTA_BLOCK bytes (the last one shorter), each
+ * described by its 8-byte keyed hash (crypto_shorthash, SipHash-2-4, with
+ * the batch's random key).  A predecessor has 1..INGEST_WIRE_DELTA_MAX
+ * bytes; a delta chunk 1..INGEST_WIRE_DELTA_MAX_BLOCKS blocks.
+ */
+#define INGEST_WIRE_DELTA_BLOCK 1024u
+#define INGEST_WIRE_DELTA_MAX (64u * 1024u * 1024u)
+#define INGEST_WIRE_DELTA_MAX_BLOCKS (INGEST_WIRE_DELTA_MAX / INGEST_WIRE_DELTA_BLOCK)
+#define INGEST_WIRE_DELTA_KEY_BYTES 16
+#define INGEST_WIRE_DELTA_HASH_BYTES 8
+
+/* Blocks of n bytes (0 for 0). */
+#define INGEST_WIRE_DELTA_BLOCKS(n) (((n) + INGEST_WIRE_DELTA_BLOCK - 1) / INGEST_WIRE_DELTA_BLOCK)
+
+/*
+ * DELTA_BASE: the predecessor of wanted chunk index: its length base_len
+ * and the hash of each of its INGEST_WIRE_DELTA_BLOCKS(base_len) blocks
+ * (hashes: that many times INGEST_WIRE_DELTA_HASH_BYTES bytes).
+ */
+typedef struct ingest_wire_delta_base {
+    uint32_t index;
+    uint32_t base_len; /* 1..INGEST_WIRE_DELTA_MAX */
+    uint8_t key[INGEST_WIRE_DELTA_KEY_BYTES];
+    const uint8_t *hashes;
+} ingest_wire_delta_base;
+
+/*
+ * CHUNK_DELTA: chunk index rebuilt from its predecessor: it has nblocks
+ * blocks (1..INGEST_WIRE_DELTA_MAX_BLOCKS; the receiver checks them
+ * against the chunk's length in the manifest); bit j of map (byte j / 8,
+ * bit j % 8; (nblocks + 7) / 8 bytes, unused bits 0) set: block j is the
+ * predecessor's block j, else its bytes are literal.  data: an encoded
+ * chunk (codec.h) whose decoded bytes are the literal blocks in order, or
+ * nothing (len 0) when every block is copied.
+ */
+typedef struct ingest_wire_chunk_delta {
+    uint32_t index;
+    uint32_t nblocks;
+    const uint8_t *map;
+    const uint8_t *data;
+    size_t len;
+} ingest_wire_chunk_delta;
+
 /* Any message: type selects the member of u. */
 typedef struct ingest_wire_msg {
     uint8_t type;
@@ -274,6 +323,8 @@ typedef struct ingest_wire_msg {
         ingest_wire_file_refused refused;
         ingest_wire_landing landing;
         ingest_wire_file_withdrawn withdrawn;
+        ingest_wire_delta_base delta_base;
+        ingest_wire_chunk_delta delta;
     } u;
 } ingest_wire_msg;
 
@@ -298,8 +349,9 @@ INGEST_API int ingest_wire_encode(ingest_ctx *ctx, const ingest_wire_msg *m, uin
 
 /*
  * Encode only the fixed part of m, without the trailing bytes of a
- * MANIFEST_PART, CHUNK or DICT_DATA, or the index array and bytes of a
- * CHUNK_GROUP (which are then sent from their own buffers, see
+ * MANIFEST_PART, CHUNK or DICT_DATA, the index array and bytes of a
+ * CHUNK_GROUP, the hashes of a DELTA_BASE or the map and bytes of a
+ * CHUNK_DELTA (which are then sent from their own buffers, see
  * ingest_session_send_msg).  For the other types this is ingest_wire_encode.
  */
 INGEST_API int ingest_wire_encode_head(ingest_ctx *ctx, const ingest_wire_msg *m, uint8_t *out, size_t cap,

@@ -126,4 +126,39 @@ qitem *core_readq_pop(readq *q);
 /* Publish (or withdraw, with NULL) the open batch to the reader; returns the generation its chunks carry. */
 uint64_t core_readq_set_batch(readq *q, ingest_lander_batch *b);
 
+/* ---- delta chunks (delta.c) ---------------------------------------------- */
+
+/* Predecessors shorter than this get no DELTA_BASE (too little to gain). */
+#define INGEST_CORE_DELTA_MIN_BASE (4u * INGEST_WIRE_DELTA_BLOCK)
+
+/* The DELTA_BASEs of a link's open batch. */
+typedef struct core_delta {
+    ingest_ctx *ctx;  /* the allocator */
+    uint8_t key[INGEST_WIRE_DELTA_KEY_BYTES]; /* the batch's, random */
+    uint32_t *idx;    /* chunk indexes given a DELTA_BASE, ascending; high bit: no CHUNK_DELTA came yet */
+    uint32_t *blen;   /* their predecessor's length */
+    size_t n, icap, bcap;
+    uint8_t *buf, *lit, *hashes; /* scratch: a predecessor or rebuilt chunk, literal blocks, block hashes */
+    size_t bufcap, lcap, hcap;
+    uint64_t sent, rebuilt, stale; /* this batch: DELTA_BASEs, delta chunks landed, delta chunks asked again */
+} core_delta;
+
+/*
+ * Send a DELTA_BASE for each of the wanted chunks (ascending) whose file has
+ * a landed previous version reaching its offset, with a new random key.
+ * 0, or < 0 (why says what) when the link or memory failed.
+ */
+int core_delta_bases(core_delta *d, ingest_link *lk, ingest_lander_batch *b, const uint32_t *wants, size_t n,
+                     char *why, size_t cap);
+/*
+ * A CHUNK_DELTA (received: its payload's size): rebuilt, verified and put
+ * into b: 0; 1 when the rebuilt chunk is not the manifest's (its
+ * predecessor changed): nothing landed, ask for it whole; < 0 with why
+ * (INGEST_EPROTO not given a base or answered twice, INGEST_ECORRUPT a
+ * malformed delta, or the lander's failure).
+ */
+int core_delta_land(core_delta *d, ingest_lander_batch *b, ingest_codec *codec, const uint8_t key[INGEST_KEY_BYTES],
+                    const ingest_wire_chunk_delta *x, size_t received, char *why, size_t cap);
+void core_delta_free(core_delta *d);
+
 #endif

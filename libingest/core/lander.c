@@ -538,6 +538,7 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
     lander__close_fd(&b->srcfd);
     lander__close_fd(&b->run_fd);
     lander__close_fd(&b->spillfd);
+    lander__close_fd(&b->base_fd);
     ingest__free(ctx, b->dio_mem);
     if (b->files) {
         for (uint32_t i = 0; i < b->nfiles; i++) {

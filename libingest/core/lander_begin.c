@@ -474,7 +474,8 @@ int ingest_lander_parse(ingest_lander *l, const char *device, const void *manife
         return ingest__fail(l->ctx, INGEST_ENOMEM, "lander: out of memory");
     b->l = l;
     b->ctx = l->ctx;
-    b->fd = b->dirfd = b->srcfd = b->spillfd = b->run_fd = -1;
+    b->fd = b->dirfd = b->srcfd = b->spillfd = b->run_fd = b->base_fd = -1;
+    b->base_fi = UINT32_MAX;
     b->src_no = UINT64_MAX;
     b->state = B_DEAD; /* nothing to remove until landing starts */
     int rc;

@@ -218,6 +218,11 @@ struct ingest_lander_batch_s {
     bool clone_ok;    /* the file being written may take clones (its filesystem did not refuse one) */
     uint32_t blksize; /* its filesystem's block size (clone alignment) */
     dev_t dev;        /* its filesystem */
+    /* predecessors of wanted chunks (lander_delta.c): the landed file of base_fi
+     * (base_fd, base_size bytes, or -1) and the offset base_off of its chunk base_ci */
+    int base_fd;
+    uint32_t base_fi, base_ci;
+    uint64_t base_off, base_size;
     /* spill */
     int spillfd;
     uint64_t spill_len;

@@ -294,6 +294,21 @@ void *core_reader_main(void *arg)
             memcpy(it->data, m.u.manifest_part.data, m.u.manifest_part.len);
             it->m = m;
             it->m.u.manifest_part.data = it->data;
+        } else if (m.type == INGEST_MSG_CHUNK_DELTA) {
+            /* rebuilt by the serving thread, which reads the predecessor (delta.c) */
+            const size_t mb = ((size_t)m.u.delta.nblocks + 7) / 8;
+            if ((it = item_new(q, mb + m.u.delta.len)) == NULL)
+                break;
+            memcpy(it->data, m.u.delta.map, mb);
+            if (m.u.delta.len > 0)
+                memcpy(it->data + mb, m.u.delta.data, m.u.delta.len);
+            it->m = m;
+            it->m.u.delta.map = it->data;
+            it->m.u.delta.data = it->data + mb;
+            it->enc_len = 8 + mb + m.u.delta.len;
+            pthread_mutex_lock(&q->lock);
+            it->gen = q->gen;
+            pthread_mutex_unlock(&q->lock);
         } else if (m.type == INGEST_MSG_DICT_DATA) {
             if ((it = item_new(q, m.u.dict_data.len)) == NULL)
                 break;

@@ -47,8 +47,8 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Send the indexes as WANT frames (sorted, deduplicated), MORE on all but the last. */
-static int send_wants(ingest_link *lk, const char *batch, u32vec *w)
+/* Sort and deduplicate the indexes. */
+static void sort_wants(u32vec *w)
 {
     if (w->n > 1) /* w->v is NULL while nothing was pushed; qsort(NULL, 0) is undefined */
         qsort(w->v, w->n, sizeof(uint32_t), cmp_u32);
@@ -57,6 +57,12 @@ static int send_wants(ingest_link *lk, const char *batch, u32vec *w)
         if (n == 0 || w->v[i] != w->v[n - 1])
             w->v[n++] = w->v[i];
     w->n = n;
+}
+
+/* Send the indexes as WANT frames (sorted, deduplicated), MORE on all but the last. */
+static int send_wants(ingest_link *lk, const char *batch, u32vec *w)
+{
+    sort_wants(w);
     const size_t per = (INGEST_WIRE_MAX_PAYLOAD - 256) / 4;
     size_t off = 0;
     do {
@@ -512,6 +518,21 @@ static void drop_failed_batch(ingest_core *s, readq *q, ingest_lander_batch **b,
     *b = NULL;
 }
 
+/*
+ * A received chunk (what: "chunk", "delta chunk") failed the open batch
+ * with rc: say why, count it (errors of kind), drop the batch, tell the
+ * device.
+ */
+static void chunk_failed(ingest_core *s, readq *q, ingest_lander_batch **b, ingest_link *lk, const char *device,
+                         const char *batch, const char *what, const char *kind, uint32_t index, int rc, const char *why)
+{
+    core_log(s, INGEST_LOG_WARN, "device %s batch %s failed: %s %u: %s: %s", device, batch, what, index,
+             ingest_strerror(rc), why);
+    ingest_metric_add(s->m.errors, kind, 1);
+    drop_failed_batch(s, q, b, device);
+    send_error(lk, rc, why);
+}
+
 int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
 {
     ingest_ctx *ctx = ingest_ctx_create(NULL);
@@ -544,6 +565,9 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     ingest_codec *lcodec[2] = { NULL, NULL };
     conn_dicts cd;
     memset(&cd, 0, sizeof(cd));
+    core_delta dl; /* the open batch's DELTA_BASEs (delta feature) */
+    memset(&dl, 0, sizeof(dl));
+    dl.ctx = s->ctx;
     s->links++;
     ingest_metric_add(s->m.conns, NULL, 1);
     if (ctx == NULL)
@@ -777,6 +801,19 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
             core_log(s, INGEST_LOG_DEBUG, "device %s batch %s: %u chunks, %zu wanted", device, batch,
                      ingest_lander_batch_chunks(b), wants.n);
             gen = core_readq_set_batch(&q, b);
+            dl.n = 0;
+            if (link->features & INGEST_SESSION_FEATURE_DELTA) {
+                /* the predecessors first: the device reads them before the WANT that asks for their chunks */
+                sort_wants(&wants);
+                if ((rc = core_delta_bases(&dl, link, b, wants.v, wants.n, why, sizeof(why))) < 0) {
+                    core_log(s, INGEST_LOG_WARN, "device %s batch %s: delta bases: %s: %s", device, batch,
+                             ingest_strerror(rc), why);
+                    break;
+                }
+                if (dl.n > 0)
+                    core_log(s, INGEST_LOG_INFO, "device %s batch %s: %zu of %zu wanted chunks have a predecessor "
+                             "(DELTA_BASE sent)", device, batch, dl.n, wants.n);
+            }
             rc = send_wants(link, batch, &wants);
             wants.n = 0; /* from here on: re-wants not sent yet (found while chunks arrive) */
             break;
@@ -807,11 +844,36 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
             s->chunks_received++;
             s->bytes_received += it->enc_len;
             if (rc < 0) {
-                core_log(s, INGEST_LOG_WARN, "device %s batch %s failed: chunk %u: %s: %s", device, batch,
-                         m.u.chunk.index, ingest_strerror(rc), why);
-                ingest_metric_add(s->m.errors, "chunk", 1);
-                drop_failed_batch(s, &q, &b, device);
-                send_error(link, rc, why);
+                chunk_failed(s, &q, &b, link, device, batch, "chunk", "chunk", m.u.chunk.index, rc, why);
+                result = rc;
+                goto out;
+            }
+            break;
+        }
+        case INGEST_MSG_CHUNK_DELTA: {
+            if (b == NULL || !(link->features & INGEST_SESSION_FEATURE_DELTA) || it->gen != gen) {
+                rc = INGEST_EPROTO;
+                break;
+            }
+            const double tl = core_now();
+            char why[INGEST_WIRE_MESSAGE_MAX];
+            rc = core_delta_land(&dl, b, lcodec[k], s->dedup, &m.u.delta, it->enc_len, why, sizeof(why));
+            if (rc == 1) {
+                /* never landed unverified: asked for whole after the COMMIT, as a stale known chunk */
+                core_log(s, INGEST_LOG_INFO, "device %s batch %s: delta chunk %u: %s; asking for it whole", device,
+                         batch, m.u.delta.index, why);
+                rc = u32vec_push(&wants, &m.u.delta.index, 1) == 0 ? 0 : INGEST_ENOMEM;
+            } else if (rc == 0) {
+                rc = collect_rewants(b, &wants) == 0 ? 0 : INGEST_ENOMEM;
+            } else if (rc != INGEST_EPROTO && rc != INGEST_ECORRUPT) {
+                snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
+            }
+            ingest_metric_add_seconds(s->m.stage, "land", core_now() - tl);
+            s->chunks_received++;
+            s->bytes_received += it->enc_len;
+            if (rc < 0) {
+                chunk_failed(s, &q, &b, link, device, batch, "delta chunk", rc == INGEST_EPROTO ? "protocol" : "chunk",
+                             m.u.delta.index, rc, why);
                 result = rc;
                 goto out;
             }
@@ -866,6 +928,11 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 break;
             }
             const double t0 = core_now();
+            if (dl.n > 0) {
+                core_log(s, INGEST_LOG_INFO, "device %s batch %s: %llu delta chunks rebuilt, %llu asked again whole",
+                         device, batch, (unsigned long long)dl.rebuilt, (unsigned long long)dl.stale);
+                dl.n = 0; /* said once; a CHUNK_DELTA after the COMMIT is unexpected */
+            }
             /* wants holds the re-wants collected while chunks arrived: they were not sent yet */
             rc = ingest_lander_commit_prepare(b);
             if (rc == INGEST_EBUSY && collect_rewants(b, &wants) != 0)
@@ -994,6 +1061,7 @@ out:
     ingest__free(s->ctx, cd.buf);
     ingest__free(s->ctx, manifest);
     ingest__free(s->ctx, wants.v);
+    core_delta_free(&dl);
     ingest_ctx_destroy(ctx);
     if (claimed)
         core_device_release(s, device);

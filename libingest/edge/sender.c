@@ -8,10 +8,12 @@
 #include "ingest/chunkhash.h"
 #include "ingest/manifest.h"
 #include "ingest/sender.h"
+#include "ingest/wire.h"
 #include "walkahead.h"
 #include "../pathpolicy.h"
 
 #include <dirent.h>
+#include <sodium.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -1757,6 +1759,49 @@ int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t ci, void *out, si
         memset(&b->hint, 0, sizeof(b->hint));
     }
     return ingest_codec_encode_adaptive(b->s->codec, b->raw, c->len, out, cap, out_len, &b->hint);
+}
+
+int ingest_sender_batch_chunk_delta(ingest_sender_batch *b, uint64_t ci, const uint8_t *key, const uint8_t *hashes,
+                                    uint32_t base_len, uint8_t *map, size_t map_cap, void *out, size_t cap,
+                                    size_t *out_len, uint32_t *nblocks)
+{
+    *out_len = 0;
+    *nblocks = 0;
+    uint64_t fi = 0;
+    INGEST__FORWARD(ingest_sender_batch_chunk_file(b, ci, &fi));
+    const ingest_manifest_chunk *c = &b->chunks[ci];
+    const uint32_t nb = INGEST_WIRE_DELTA_BLOCKS(c->len);
+    if (base_len == 0 || base_len > c->len || nb > INGEST_WIRE_DELTA_MAX_BLOCKS || map_cap < (nb + 7u) / 8u)
+        return ingest__fail(b->ctx, INGEST_EINVAL, "sender: delta of chunk %" PRIu64 " (%u bytes) against %u bytes",
+                            ci, c->len, base_len);
+    if (cap < ingest_codec_bound(c->len))
+        return ingest__fail(b->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, chunk %" PRIu64 " needs %zu", cap,
+                            ci, ingest_codec_bound(c->len));
+    INGEST__FORWARD(raw_buffer(b));
+    INGEST__FORWARD(read_chunk(b, ci, fi, b->raw));
+    memset(map, 0, (nb + 7u) / 8u);
+    /* the literal blocks move down over the copied ones (never past where they were) */
+    size_t copied = 0, lit = 0;
+    for (uint32_t j = 0; j < nb; j++) {
+        const size_t at = (size_t)j * INGEST_WIRE_DELTA_BLOCK;
+        const size_t bl = c->len - at < INGEST_WIRE_DELTA_BLOCK ? c->len - at : INGEST_WIRE_DELTA_BLOCK;
+        uint8_t h[crypto_shorthash_BYTES];
+        if (at + bl <= base_len && (at + bl == base_len || bl == INGEST_WIRE_DELTA_BLOCK)) {
+            crypto_shorthash(h, b->raw + at, bl, key);
+            if (memcmp(h, hashes + (size_t)j * INGEST_WIRE_DELTA_HASH_BYTES, sizeof(h)) == 0) {
+                map[j / 8] |= (uint8_t)(1u << (j % 8));
+                copied += bl;
+                continue;
+            }
+        }
+        if (lit != at)
+            memmove(b->raw + lit, b->raw + at, bl);
+        lit += bl;
+    }
+    if (copied * 4 < c->len)
+        return 1;
+    *nblocks = nb;
+    return ingest_codec_encode(b->s->codec, b->raw, lit, out, cap, out_len);
 }
 
 int ingest_sender_batch_group(ingest_sender_batch *b, const uint32_t *idx, size_t n, size_t raw_max, void *out,

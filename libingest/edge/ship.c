@@ -26,6 +26,9 @@
 
 typedef struct encoder encoder;
 
+/* Bytes of the block map of the largest CHUNK_DELTA. */
+#define DELTA_MAP_MAX (INGEST_WIRE_DELTA_MAX_BLOCKS / 8u)
+
 struct ingest_edge {
     ingest_edge_opts o;
     ingest_ctx *ctx;
@@ -48,6 +51,21 @@ struct ingest_edge {
     unsigned withdrawn;       /* files of cur withdrawn so far (FILE_WITHDRAWN) */
     encoder *enc;
     uint8_t *chunkbuf;
+    uint8_t *dmap; /* send_each's block map of a CHUNK_DELTA */
+    /*
+     * The DELTA_BASEs of the batch being shipped (delta feature), for its
+     * first WANTs only (a chunk asked again is sent whole): chunk indexes
+     * ascending, their predecessor's length and where its block hashes
+     * are in dpool; dkey the batch's key.
+     */
+    struct delta_base {
+        uint32_t idx, base_len;
+        size_t at;
+    } *dbase;
+    size_t ndbase, dbase_cap;
+    uint8_t *dpool;
+    size_t dpool_len, dpool_cap;
+    uint8_t dkey[INGEST_WIRE_DELTA_KEY_BYTES];
 };
 
 static void edge_log(ingest_edge *a, int level, const char *fmt, ...) INGEST__PRINTF(3, 4);
@@ -105,7 +123,10 @@ int ingest_edge_create(ingest_ctx *ctx, const ingest_edge_opts *opts, ingest_edg
     if (opts->dict != NULL && (opts->dict_len == 0 || opts->dict_len > INGEST_WIRE_DICT_MAX))
         return ingest__fail(ctx, INGEST_EINVAL, "edge: a dictionary of 1..%u bytes", INGEST_WIRE_DICT_MAX);
     ingest_edge *a = ingest__calloc(ctx, 1, sizeof(*a));
-    if (a == NULL || (a->chunkbuf = ingest__malloc(ctx, opts->chunk_cap)) == NULL) {
+    if (a == NULL || (a->chunkbuf = ingest__malloc(ctx, opts->chunk_cap)) == NULL ||
+        (a->dmap = ingest__malloc(ctx, DELTA_MAP_MAX)) == NULL) {
+        if (a != NULL)
+            ingest__free(ctx, a->chunkbuf);
         ingest__free(ctx, a);
         return ingest__fail(ctx, INGEST_ENOMEM, "edge: out of memory");
     }
@@ -130,6 +151,9 @@ void ingest_edge_destroy(ingest_edge *a)
     ingest_codec_destroy(a->mcodec);
     ingest__free(a->ctx, a->mbuf);
     ingest__free(a->ctx, a->chunkbuf);
+    ingest__free(a->ctx, a->dmap);
+    ingest__free(a->ctx, a->dbase);
+    ingest__free(a->ctx, a->dpool);
     ingest__free(a->ctx, a);
 }
 
@@ -289,6 +313,99 @@ int ingest_edge_send_manifest(ingest_edge *a, ingest_sender_batch *b)
     return send_msg(a, &m, 0);
 }
 
+/* ---- delta chunks (INGEST_SESSION_FEATURE_DELTA) --------------------------- */
+
+/*
+ * Keep a DELTA_BASE of the open batch b: the chunk's predecessor as the
+ * receiver holds it.  Bounded by the manifest: one per chunk, ascending,
+ * at most as long as the chunk, so the hashes kept are at most 1/128 of
+ * the batch's bytes.
+ */
+static int take_delta_base(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_delta_base *x)
+{
+    uint8_t id[INGEST_ID_BYTES];
+    uint32_t len = 0;
+    uint64_t off = 0;
+    const char *why = NULL;
+    if (!(a->link->features & INGEST_SESSION_FEATURE_DELTA))
+        why = "the delta feature was not agreed";
+    else if (ingest_sender_batch_chunk_info(b, x->index, id, &len, &off) != 0)
+        why = "no such chunk";
+    else if (x->base_len > len)
+        why = "a predecessor longer than the chunk";
+    else if (a->ndbase > 0 && x->index <= a->dbase[a->ndbase - 1].idx)
+        why = "not after the previous one";
+    if (why != NULL) {
+        edge_log(a, INGEST_LOG_ERROR, "batch %s: DELTA_BASE of chunk %u (%u bytes): %s", ingest_sender_batch_id(b),
+                 x->index, x->base_len, why);
+        return INGEST_EPROTO;
+    }
+    const size_t hb = (size_t)INGEST_WIRE_DELTA_BLOCKS(x->base_len) * INGEST_WIRE_DELTA_HASH_BYTES;
+    if (a->ndbase == a->dbase_cap) {
+        const size_t cap = a->dbase_cap ? 2 * a->dbase_cap : 64;
+        void *p = ingest__realloc(a->ctx, a->dbase, a->dbase_cap * sizeof(*a->dbase), cap * sizeof(*a->dbase));
+        if (p == NULL)
+            return ingest__fail(a->ctx, INGEST_ENOMEM, "edge: out of memory for delta bases");
+        a->dbase = p;
+        a->dbase_cap = cap;
+    }
+    if (a->dpool_len + hb > a->dpool_cap) {
+        size_t cap = a->dpool_cap ? a->dpool_cap : 4096;
+        while (cap < a->dpool_len + hb)
+            cap *= 2;
+        void *p = ingest__realloc(a->ctx, a->dpool, a->dpool_cap, cap);
+        if (p == NULL)
+            return ingest__fail(a->ctx, INGEST_ENOMEM, "edge: out of memory for delta bases");
+        a->dpool = p;
+        a->dpool_cap = cap;
+    }
+    if (a->ndbase == 0)
+        memcpy(a->dkey, x->key, sizeof(a->dkey));
+    memcpy(a->dpool + a->dpool_len, x->hashes, hb);
+    a->dbase[a->ndbase].idx = x->index;
+    a->dbase[a->ndbase].base_len = x->base_len;
+    a->dbase[a->ndbase].at = a->dpool_len;
+    a->ndbase++;
+    a->dpool_len += hb;
+    return 0;
+}
+
+/* The DELTA_BASE of chunk idx, or NULL. */
+static const struct delta_base *delta_base_of(const ingest_edge *a, uint32_t idx)
+{
+    size_t lo = 0, hi = a->ndbase;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (a->dbase[mid].idx == idx)
+            return &a->dbase[mid];
+        if (a->dbase[mid].idx < idx)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/*
+ * Encode chunk idx into buf: against its predecessor when the receiver
+ * described one and enough of it matches (*nblocks > 0, map filled: a
+ * CHUNK_DELTA), else whole (*nblocks 0: a CHUNK).
+ */
+static int encode_chunk(ingest_edge *a, ingest_sender_batch *b, uint32_t idx, uint8_t *buf, uint8_t *map, size_t *n,
+                        uint32_t *nblocks)
+{
+    *nblocks = 0;
+    const struct delta_base *d = delta_base_of(a, idx);
+    if (d != NULL) {
+        const int rc = ingest_sender_batch_chunk_delta(b, idx, a->dkey, a->dpool + d->at, d->base_len, map,
+                                                       DELTA_MAP_MAX, buf, a->o.chunk_cap, n, nblocks);
+        if (rc < 0 || (rc == 0 && 8 + (*nblocks + 7) / 8 + *n <= a->link->peer_max_payload))
+            return rc;
+        *nblocks = 0;
+    }
+    return ingest_sender_batch_chunk(b, idx, buf, a->o.chunk_cap, n);
+}
+
 /*
  * The encoder thread: re-reads and compresses the wanted chunks of one
  * WANT frame, in order, into a ring of ENC_SLOTS buffers, while the
@@ -307,6 +424,8 @@ typedef struct enc_slot {
     int rc;
     uint32_t pos, count; /* the WANT's positions [pos, pos + count) */
     uint32_t *idx;       /* their chunk indexes (INGEST_SENDER_GROUP_MAX_CHUNKS) */
+    uint8_t *map;        /* a CHUNK_DELTA's block map (DELTA_MAP_MAX) */
+    uint32_t nblocks;    /* > 0: the unit is chunk idx[0] as a CHUNK_DELTA of that many blocks */
 } enc_slot;
 
 struct encoder {
@@ -341,7 +460,8 @@ static void encode_unit(ingest_edge *a, ingest_sender_batch *b, const ingest_wir
         uint32_t len = 0;
         uint64_t off = 0;
         ingest_sender_batch_chunk_info(b, idx, id, &len, &off);
-        const int small = len <= INGEST_SENDER_GROUP_CHUNK_MAX;
+        /* a chunk with a predecessor at the receiver travels alone, perhaps as a delta */
+        const int small = len <= INGEST_SENDER_GROUP_CHUNK_MAX && delta_base_of(a, idx) == NULL;
         if (m > 0 && (!small || total + len > INGEST_WIRE_GROUP_MAX_RAW))
             break;
         sl->idx[m++] = idx;
@@ -350,9 +470,10 @@ static void encode_unit(ingest_edge *a, ingest_sender_batch *b, const ingest_wir
             break;
     }
     size_t n = 0, taken = 1;
+    sl->nblocks = 0;
     const int rc = m > 1 ? ingest_sender_batch_group(b, sl->idx, m, INGEST_WIRE_GROUP_MAX_RAW, sl->buf, a->o.chunk_cap,
                                                      &n, &taken)
-                         : ingest_sender_batch_chunk(b, sl->idx[0], sl->buf, a->o.chunk_cap, &n);
+                         : encode_chunk(a, b, sl->idx[0], sl->buf, sl->map, &n, &sl->nblocks);
     sl->n = n;
     sl->rc = rc;
     sl->pos = pos;
@@ -394,6 +515,7 @@ static void encoder_free(ingest_ctx *ctx, encoder *e)
     for (int i = 0; i < ENC_SLOTS; i++) {
         ingest__free(ctx, e->slot[i].buf);
         ingest__free(ctx, e->slot[i].idx);
+        ingest__free(ctx, e->slot[i].map);
     }
     ingest__free(ctx, e);
 }
@@ -407,7 +529,8 @@ static int encoder_start(ingest_edge *a)
         return INGEST_ENOMEM;
     for (int i = 0; i < ENC_SLOTS; i++)
         if ((e->slot[i].buf = ingest__malloc(a->ctx, a->o.chunk_cap)) == NULL ||
-            (e->slot[i].idx = ingest__malloc(a->ctx, INGEST_SENDER_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL) {
+            (e->slot[i].idx = ingest__malloc(a->ctx, INGEST_SENDER_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL ||
+            (e->slot[i].map = ingest__malloc(a->ctx, DELTA_MAP_MAX)) == NULL) {
             encoder_free(a->ctx, e);
             return INGEST_ENOMEM;
         }
@@ -583,11 +706,12 @@ static int withdraw(ingest_edge *a, ingest_sender_batch *b, uint32_t idx, const 
 
 /*
  * Send one encoded unit (data[0, n)): chunk idx[0] alone (count 1, a
- * CHUNK) or the group of chunks idx[0, count) (a CHUNK_GROUP; idx is
- * rewritten in place as little-endian u32s for the wire).
+ * CHUNK, or with nblocks > 0 a CHUNK_DELTA with the block map map) or the
+ * group of chunks idx[0, count) (a CHUNK_GROUP; idx is rewritten in place
+ * as little-endian u32s for the wire).
  */
 static int send_unit(ingest_edge *a, ingest_sender_batch *b, uint32_t *idx, uint32_t count, const uint8_t *data, size_t n,
-                     uint32_t *sent)
+                     const uint8_t *map, uint32_t nblocks, uint32_t *sent)
 {
     uint64_t raw = 0;
     for (uint32_t i = 0; i < count; i++) {
@@ -599,7 +723,15 @@ static int send_unit(ingest_edge *a, ingest_sender_batch *b, uint32_t *idx, uint
     }
     ingest_wire_msg m;
     memset(&m, 0, sizeof(m));
-    if (count == 1) {
+    if (count == 1 && nblocks > 0) {
+        m.type = INGEST_MSG_CHUNK_DELTA;
+        m.u.delta.index = idx[0];
+        m.u.delta.nblocks = nblocks;
+        m.u.delta.map = map;
+        m.u.delta.data = data;
+        m.u.delta.len = n;
+        n += 8 + ((size_t)nblocks + 7) / 8; /* counted in chunk_bytes_sent: what replaces the chunk */
+    } else if (count == 1) {
         m.type = INGEST_MSG_CHUNK;
         m.u.chunk.index = idx[0];
         m.u.chunk.data = data;
@@ -628,6 +760,7 @@ static int send_unit(ingest_edge *a, ingest_sender_batch *b, uint32_t *idx, uint
     a->st->chunk_bytes_raw += raw;
     a->st->chunk_bytes_sent += n;
     a->st->groups_sent += count > 1;
+    a->st->chunks_delta += nblocks > 0;
     *sent += count;
     edge_progress(a);
     return 0;
@@ -647,7 +780,8 @@ static int send_each(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_w
         if (a->withdrawn > 0 && chunk_withdrawn(b, idx))
             continue;
         size_t n = 0;
-        int rc = ingest_sender_batch_chunk(b, idx, a->chunkbuf, a->o.chunk_cap, &n);
+        uint32_t nblocks = 0;
+        int rc = encode_chunk(a, b, idx, a->chunkbuf, a->dmap, &n, &nblocks);
         if (rc == INGEST_ESTALE) {
             char why[INGEST_WIRE_MESSAGE_MAX];
             snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(a->ctx));
@@ -665,7 +799,7 @@ static int send_each(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_w
                      ingest_ctx_errmsg(a->ctx));
             return rc;
         }
-        if ((rc = send_unit(a, b, &idx, 1, a->chunkbuf, n, sent)) < 0)
+        if ((rc = send_unit(a, b, &idx, 1, a->chunkbuf, n, a->dmap, nblocks, sent)) < 0)
             return rc;
     }
     return edge_stopping(a) ? INGEST_ECLOSED : 0;
@@ -713,7 +847,7 @@ static int send_wanted(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
                          ingest_ctx_errmsg(a->ctx));
                 rc = sl->rc;
             } else {
-                rc = send_unit(a, b, sl->idx, sl->count, sl->buf, sl->n, sent);
+                rc = send_unit(a, b, sl->idx, sl->count, sl->buf, sl->n, sl->map, sl->nblocks, sent);
             }
             pthread_mutex_lock(&e->mu);
             e->consumed++;
@@ -812,6 +946,8 @@ int ingest_edge_finish_batch(ingest_edge *a, ingest_sender_batch *b, double t0)
         return ingest__fail(a->ctx, INGEST_ECLOSED, "no link attached");
     a->cur = b;
     a->withdrawn = 0;
+    a->ndbase = 0;
+    a->dpool_len = 0;
     test_pause(a);
     const int rc = finish_batch_once(a, b, t0);
     a->cur = NULL;
@@ -949,6 +1085,12 @@ static int finish_batch_once(ingest_edge *a, ingest_sender_batch *b, double t0)
             a->st->wait_ack_s += now - t;
             break;
         }
+        if (m.type == INGEST_MSG_DELTA_BASE) {
+            /* before the WANT that asks for its chunk (the hashes are copied: the next receive reuses the buffer) */
+            if ((rc = take_delta_base(a, b, &m.u.delta_base)) < 0 || (rc = recv_msg(a, &m, a->reply_ms)) < 0)
+                return rc;
+            continue;
+        }
         if (m.type == INGEST_MSG_RECEIVED) {
             a->st->wait_ack_s += now - t;
             if (!a->pipeline || strcmp(m.u.received.batch_id, id) != 0) {
@@ -966,6 +1108,8 @@ static int finish_batch_once(ingest_edge *a, ingest_sender_batch *b, double t0)
         }
         a->st->wait_want_s += now - t;
         rc = serve_wants(a, b, &m, &sent, &stale);
+        a->ndbase = 0; /* a chunk asked again after the COMMIT is sent whole */
+        a->dpool_len = 0;
         t = edge_now();
         a->st->send_s += t - now;
         if (rc < 0)

@@ -816,6 +816,16 @@ int ingest_session_send_msg(ingest_session *s, int fd, const ingest_wire_msg *m)
         v[1].base = m->u.dict_data.data;
         v[1].len = m->u.dict_data.len;
         n = 2;
+    } else if (m->type == INGEST_MSG_DELTA_BASE) {
+        v[1].base = m->u.delta_base.hashes;
+        v[1].len = (size_t)INGEST_WIRE_DELTA_BLOCKS(m->u.delta_base.base_len) * INGEST_WIRE_DELTA_HASH_BYTES;
+        n = 2;
+    } else if (m->type == INGEST_MSG_CHUNK_DELTA) {
+        v[1].base = m->u.delta.map;
+        v[1].len = ((size_t)m->u.delta.nblocks + 7) / 8;
+        v[2].base = m->u.delta.data;
+        v[2].len = m->u.delta.len;
+        n = v[2].len > 0 ? 3 : 2;
     }
     return ingest_session_sendv(s, fd, m->type, v, n);
 }

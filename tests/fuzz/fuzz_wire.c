@@ -1,7 +1,7 @@
 /*
  * Fuzz target: the wire message decoders and the server's handshake parser.
- * Input: byte 0 selects the target (1..20: a message payload of that type,
- * 19..20 being unknown types; 0: a frame header; anything else: a
+ * Input: byte 0 selects the target (1..24: a message payload of that type,
+ * 21..24 being unknown types; 0: a frame header; anything else: a
  * HELLO fed to a server session over a socketpair); the rest is the payload.
  */
 #include <stddef.h>
@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)ingest_wire_hdr_decode(ctx, p, INGEST_WIRE_MAX_PAYLOAD, &h);
         return 0;
     }
-    if (sel <= 20) {
+    if (sel <= 24) {
         ingest_wire_msg m;
         if (ingest_wire_decode(ctx, sel, p, n, &m) == 0) {
             /* Round trip: whatever decodes re-encodes to the same bytes. */

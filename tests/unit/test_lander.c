@@ -1524,6 +1524,55 @@ static void test_new_version(void **state)
     free(v2);
 }
 
+/* Delta chunks: the predecessor of a wanted chunk is its landed file's bytes at the same offset, clipped. */
+static void test_chunk_base(void **state)
+{
+    env *e = *state;
+    const size_t n1 = 3 * CH + 100, n2 = 5 * CH;
+    uint8_t *v = pattern(n2, 91), *fresh = pattern(2 * CH, 92);
+    const tfile f1[] = {{"p/d", v, n1, T2024, 0644}};
+    tbatch t1, t2;
+    make_batch(e, "dev1", "b1", f1, 1, &t1);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t1.manifest, t1.mlen, &b), 0);
+    land_all(e, b, &t1);
+    ingest_lander_batch_destroy(b);
+    uint8_t *v2 = malloc(n2);
+    assert_non_null(v2);
+    memcpy(v2, v, n2);
+    v2[CH + 10] ^= 0x33; /* chunk 1 changed in place; chunks 3 (100 bytes were landed) and 4 are new */
+    const tfile f2[] = {{"n", fresh, 2 * CH, T2024, 0644}, {"p/d", v2, n2, T2024 + 1, 0644}};
+    make_batch(e, "dev1", "b2", f2, 2, &t2);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t2.manifest, t2.mlen, &b), 0);
+    const uint32_t *w;
+    size_t nw;
+    ingest_lander_wants(b, &w, &nw);
+    assert_int_equal(nw, 5); /* n: 0, 1; p/d: 3, 5, 6 */
+    static uint8_t got[CH];
+    uint32_t blen = 0;
+    assert_int_equal(ingest_lander_chunk_base(b, 0, got, sizeof got, &blen), 1); /* a new file: nothing landed */
+    assert_int_equal(blen, 0);
+    assert_int_equal(ingest_lander_chunk_base(b, 3, got, sizeof got, &blen), 0);
+    assert_int_equal(blen, CH);
+    assert_memory_equal(got, v + CH, CH); /* the old bytes at the chunk's offset */
+    assert_int_equal(ingest_lander_chunk_base(b, 5, got, sizeof got, &blen), 0);
+    assert_int_equal(blen, 100); /* clipped to the landed size */
+    assert_memory_equal(got, v + 3 * CH, 100);
+    assert_int_equal(ingest_lander_chunk_base(b, 6, NULL, 0, &blen), 1); /* past the landed size */
+    assert_int_equal(ingest_lander_chunk_base(b, 3, got, sizeof got, &blen), 0); /* backwards: from the file's start */
+    assert_memory_equal(got, v + CH, CH);
+    assert_int_equal(ingest_lander_chunk_base(b, 3, got, CH - 1, &blen), INGEST_EINVAL); /* cap below the chunk */
+    assert_int_equal(ingest_lander_chunk_base(b, 7, NULL, 0, &blen), INGEST_EINVAL);
+    land_all(e, b, &t2);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/p/d", v2, n2, T2024 + 1, 0644);
+    free(t1.manifest);
+    free(t2.manifest);
+    free(v);
+    free(v2);
+    free(fresh);
+}
+
 static void test_layout(void **state)
 {
     env *e = *state;
@@ -2717,6 +2766,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_withdraw_appended, setup, teardown),
         cmocka_unit_test_setup_teardown(test_withdraw_pending_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_new_version, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chunk_base, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hash_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_files, setup, teardown),

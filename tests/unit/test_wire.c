@@ -63,7 +63,7 @@ static size_t round_trip(const ingest_wire_msg *m, ingest_wire_msg *r, uint8_t *
     assert_int_equal(r->type, m->type);
     /* Every strict prefix is rejected (except where the tail is free-form). */
     if (m->type != INGEST_MSG_MANIFEST_PART && m->type != INGEST_MSG_CHUNK && m->type != INGEST_MSG_CHUNK_GROUP &&
-        m->type != INGEST_MSG_DICT_DATA) {
+        m->type != INGEST_MSG_DICT_DATA && m->type != INGEST_MSG_DELTA_BASE && m->type != INGEST_MSG_CHUNK_DELTA) {
         ingest_wire_msg t;
         for (size_t k = 0; k < len; k++)
             assert_int_equal(ingest_wire_decode(ctx, m->type, buf, k, &t), INGEST_ECORRUPT);
@@ -104,9 +104,13 @@ static void test_header(void **state)
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
     b[0] = INGEST_MSG_FILE_WITHDRAWN;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
-    b[0] = 19;
+    b[0] = INGEST_MSG_DELTA_BASE;
+    assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
+    b[0] = INGEST_MSG_CHUNK_DELTA;
+    assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
+    b[0] = 21;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EPROTO);
-    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 19"));
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 21"));
     b[0] = 1;
     b[1] = 2;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EVERSION);
@@ -381,7 +385,7 @@ static void test_received(void **state)
     ingest_wire_msg m, r;
     uint8_t buf[512];
     assert_int_equal(INGEST_MSG_RECEIVED, 11);
-    assert_int_equal(INGEST_MSG_TYPE_LAST, INGEST_MSG_FILE_WITHDRAWN);
+    assert_int_equal(INGEST_MSG_TYPE_LAST, INGEST_MSG_CHUNK_DELTA);
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_RECEIVED;
     strcpy(m.u.received.batch_id, "20240101T000000-0007");
@@ -731,6 +735,107 @@ static void test_file_withdrawn(void **state)
     expect_fail(INGEST_MSG_FILE_WITHDRAWN, bad, n - (n - 15), INGEST_ECORRUPT, "FILE_WITHDRAWN: empty message (offset 13)");
 }
 
+/* Set the u32 at p + at to v: decoding p[0, n) as type fails naming detail. */
+static void expect_u32_fail(unsigned type, uint8_t *p, size_t n, size_t at, uint32_t v, const char *detail)
+{
+    put_u32(p + at, v);
+    expect_fail(type, p, n, INGEST_ECORRUPT, detail);
+}
+
+/* DELTA_BASE and CHUNK_DELTA (delta chunks): golden bytes, round trips, bounds both ways. */
+static void test_delta(void **state)
+{
+    (void)state;
+    ingest_wire_msg m, r;
+    static uint8_t buf[64 * 1024 + 64], hashes[64 * 1024 + 8];
+    assert_int_equal(INGEST_MSG_DELTA_BASE, 19);
+    assert_int_equal(INGEST_MSG_CHUNK_DELTA, 20);
+    assert_string_equal(ingest_wire_type_name(INGEST_MSG_DELTA_BASE), "DELTA_BASE");
+    assert_string_equal(ingest_wire_type_name(INGEST_MSG_CHUNK_DELTA), "CHUNK_DELTA");
+    for (size_t i = 0; i < sizeof(hashes); i++)
+        hashes[i] = (uint8_t)(i * 7);
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_DELTA_BASE;
+    m.u.delta_base.index = 5;
+    m.u.delta_base.base_len = 2049; /* three blocks, the last of 1 byte */
+    for (int i = 0; i < 16; i++)
+        m.u.delta_base.key[i] = (uint8_t)(0xA0 + i);
+    m.u.delta_base.hashes = hashes;
+    size_t len = round_trip(&m, &r, buf, sizeof(buf));
+    assert_int_equal(len, 4 + 4 + 16 + 3 * 8);
+    const uint8_t golden[9] = { 5, 0, 0, 0, 0x01, 0x08, 0, 0, 0xA0 };
+    assert_memory_equal(buf, golden, sizeof(golden));
+    assert_int_equal(r.u.delta_base.index, 5);
+    assert_int_equal(r.u.delta_base.base_len, 2049);
+    assert_memory_equal(r.u.delta_base.key, m.u.delta_base.key, 16);
+    assert_memory_equal(r.u.delta_base.hashes, hashes, 24);
+    /* the hashes must be exactly the base's blocks: one short, one over */
+    expect_fail(INGEST_MSG_DELTA_BASE, buf, len - 1, INGEST_ECORRUPT, "a base of 2049 bytes has 24 hash bytes, 23 present");
+    buf[len] = 0;
+    expect_fail(INGEST_MSG_DELTA_BASE, buf, len + 1, INGEST_ECORRUPT, "25 present (offset 24)");
+    /* the length field is bounded before the hashes are looked at */
+    uint8_t bad[64];
+    memcpy(bad, buf, 24);
+    expect_u32_fail(INGEST_MSG_DELTA_BASE, bad, 24, 4, 0, "base length 0 outside 1..");
+    expect_u32_fail(INGEST_MSG_DELTA_BASE, bad, 24, 4, INGEST_WIRE_DELTA_MAX + 1, "base length 67108865 outside");
+    expect_u32_fail(INGEST_MSG_DELTA_BASE, bad, 20, 4, 2049, "truncated at key");
+    /* the largest base fits a default frame */
+    m.u.delta_base.base_len = INGEST_WIRE_DELTA_MAX;
+    assert_int_equal(ingest_wire_encoded_size(&m), 24 + (size_t)INGEST_WIRE_DELTA_MAX_BLOCKS * 8);
+    assert_true(ingest_wire_encoded_size(&m) <= INGEST_WIRE_MAX_PAYLOAD);
+    size_t n = 0;
+    m.u.delta_base.base_len = INGEST_WIRE_DELTA_MAX + 1;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &n), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "DELTA_BASE"));
+    m.u.delta_base.base_len = 0;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &n), INGEST_EINVAL);
+
+    /* CHUNK_DELTA: 10 blocks, blocks 0 and 9 copied, literal bytes after the map */
+    const uint8_t map[2] = { 0x01, 0x02 }, lit[5] = { 1, 2, 3, 4, 5 };
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_CHUNK_DELTA;
+    m.u.delta.index = 9;
+    m.u.delta.nblocks = 10;
+    m.u.delta.map = map;
+    m.u.delta.data = lit;
+    m.u.delta.len = sizeof(lit);
+    len = round_trip(&m, &r, buf, sizeof(buf));
+    assert_int_equal(len, 4 + 4 + 2 + 5);
+    const uint8_t golden2[10] = { 9, 0, 0, 0, 10, 0, 0, 0, 0x01, 0x02 };
+    assert_memory_equal(buf, golden2, sizeof(golden2));
+    assert_int_equal(r.u.delta.index, 9);
+    assert_int_equal(r.u.delta.nblocks, 10);
+    assert_memory_equal(r.u.delta.map, map, 2);
+    assert_int_equal(r.u.delta.len, 5);
+    assert_memory_equal(r.u.delta.data, lit, 5);
+    size_t hl = 0;
+    assert_int_equal(ingest_wire_encode_head(ctx, &m, buf, sizeof(buf), &hl), 0);
+    assert_int_equal(hl, 8);
+    /* every block copied: no literal bytes at all */
+    const uint8_t all[2] = { 0xff, 0x03 };
+    m.u.delta.map = all;
+    m.u.delta.data = NULL;
+    m.u.delta.len = 0;
+    len = round_trip(&m, &r, buf, sizeof(buf));
+    assert_int_equal(len, 10);
+    assert_int_equal(r.u.delta.len, 0);
+    /* bits past the last block, both ways */
+    const uint8_t over[2] = { 0x00, 0x04 };
+    m.u.delta.map = over;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &n), INGEST_EINVAL);
+    memcpy(bad, golden2, 8);
+    memcpy(bad + 8, over, 2);
+    expect_fail(INGEST_MSG_CHUNK_DELTA, bad, 10, INGEST_ECORRUPT, "map bits set past block 10 (offset 9)");
+    /* the block count is bounded, and the map must be there */
+    expect_u32_fail(INGEST_MSG_CHUNK_DELTA, bad, 10, 4, 0, "block count 0 outside 1..65536");
+    expect_u32_fail(INGEST_MSG_CHUNK_DELTA, bad, 10, 4, INGEST_WIRE_DELTA_MAX_BLOCKS + 1, "block count 65537 outside");
+    expect_u32_fail(INGEST_MSG_CHUNK_DELTA, bad, 10, 4, 17, "truncated at block map");
+    m.u.delta.nblocks = INGEST_WIRE_DELTA_MAX_BLOCKS + 1;
+    m.u.delta.map = all;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &n), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "CHUNK_DELTA"));
+}
+
 static void test_unknown_types(void **state)
 {
     (void)state;
@@ -738,7 +843,7 @@ static void test_unknown_types(void **state)
     uint8_t buf[16] = { 0 };
     expect_fail(0, buf, 8, INGEST_EPROTO, "unknown message type 0");
     expect_fail(200, buf, 8, INGEST_EPROTO, "unknown message type 200");
-    expect_fail(19, buf, 8, INGEST_EPROTO, "unknown message type 19");
+    expect_fail(21, buf, 8, INGEST_EPROTO, "unknown message type 21");
     expect_fail(255, buf, 8, INGEST_EPROTO, NULL);
     memset(&m, 0, sizeof(m));
     m.type = 42;
@@ -779,7 +884,7 @@ static void test_random_payloads(void **state)
         const size_t n = (size_t)(rand_r(&seed) % (int)sizeof(buf));
         for (size_t k = 0; k < n; k++)
             buf[k] = (uint8_t)rand_r(&seed);
-        const unsigned type = (unsigned)(rand_r(&seed) % 20); /* 0 and 19 are unknown */
+        const unsigned type = (unsigned)(rand_r(&seed) % 22); /* 0 and 21 are unknown */
         ingest_wire_msg m;
         if (ingest_wire_decode(ctx, type, buf, n, &m) == 0) {
             ok++;
@@ -810,6 +915,7 @@ int main(void)
         cmocka_unit_test(test_file_refused),
         cmocka_unit_test(test_landing),
         cmocka_unit_test(test_file_withdrawn),
+        cmocka_unit_test(test_delta),
         cmocka_unit_test(test_unknown_types),
         cmocka_unit_test(test_chunk_group),
         cmocka_unit_test(test_id_rule),
