@@ -56,6 +56,16 @@ extern "C" {
 #define INGEST_CORE_DEVICE_WAIT_S 30 /* a device's new link waits this long for the one it replaces to end */
 #define INGEST_CORE_QUEUE_BUDGET_DEFAULT (64u * 1024u * 1024u) /* bytes queued by all readers together */
 #define INGEST_CORE_SESSION_DICTS_MAX 8 /* dictionaries one link may offer */
+/*
+ * Stack size of the threads the core starts (a link's reader and
+ * committer), and the least a thread calling ingest_core_serve should have
+ * (the receiver gives its connection threads this).  The deepest use
+ * measured was under 64 KiB (a receiver run under `ulimit -s 64` shipped
+ * and landed; under 48 KiB it crashed; docs/architecture.md, "Connection
+ * model"): 256 KiB is four times that.  The default of 8 MiB is address
+ * space only, but 2 x 8 MiB per session is 16 GiB of it for 1,000 devices.
+ */
+#define INGEST_CORE_THREAD_STACK (256u * 1024u)
 
 typedef struct ingest_core ingest_core;
 typedef struct ingest_dictstore ingest_dictstore;

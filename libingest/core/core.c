@@ -8,6 +8,19 @@
 #include <string.h>
 #include <time.h>
 
+int core_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    pthread_attr_t attr;
+    int e = pthread_attr_init(&attr);
+    if (e != 0)
+        return e;
+    e = pthread_attr_setstacksize(&attr, INGEST_CORE_THREAD_STACK);
+    if (e == 0)
+        e = pthread_create(t, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    return e;
+}
+
 void core_log(ingest_core *s, int level, const char *fmt, ...)
 {
     if (s->o.log == NULL || level > s->o.log_level)

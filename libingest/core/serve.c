@@ -306,7 +306,7 @@ static int committer_give(committer *cm, ingest_lander_batch *b, ingest_ctx *lct
     if (!cm->started) {
         pthread_mutex_init(&cm->mu, NULL);
         pthread_cond_init(&cm->cv, NULL);
-        if (pthread_create(&cm->thread, NULL, committer_main, cm) != 0) {
+        if (core_thread_start(&cm->thread, committer_main, cm) != 0) {
             pthread_cond_destroy(&cm->cv);
             pthread_mutex_destroy(&cm->mu);
             return -1;
@@ -617,13 +617,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     q.stage = s->m.stage;
     q.ctx = ctx;
     q.pack = (link->features & INGEST_SESSION_FEATURE_PACK) != 0;
-    if (q.pack && ((q.gbuf = ingest__malloc(s->ctx, INGEST_WIRE_GROUP_MAX_RAW)) == NULL ||
-                   (q.gids = ingest__malloc(s->ctx, (size_t)INGEST_WIRE_GROUP_MAX_CHUNKS * INGEST_ID_BYTES)) == NULL ||
-                   (q.glens = ingest__malloc(s->ctx, INGEST_WIRE_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL)) {
-        core_log(s, INGEST_LOG_ERROR, "device %s: out of memory for its reader", device);
-        goto out;
-    }
-    if (ingest_codec_create(ctx, 1, &q.codec) < 0 || pthread_create(&reader, NULL, core_reader_main, &q) != 0) {
+    if (ingest_codec_create(ctx, 1, &q.codec) < 0 || core_thread_start(&reader, core_reader_main, &q) != 0) {
         core_log(s, INGEST_LOG_ERROR, "device %s: cannot start its reader: %s", device, ingest_ctx_errmsg(ctx));
         goto out;
     }
@@ -978,9 +972,6 @@ out:
     }
     core_readq_set_batch(&q, NULL);
     ingest_codec_destroy(q.codec);
-    ingest__free(s->ctx, q.gbuf);
-    ingest__free(s->ctx, q.gids);
-    ingest__free(s->ctx, q.glens);
     pthread_cond_destroy(&q.cond);
     pthread_mutex_destroy(&q.lock);
     ingest_lander_batch_destroy(b);
