@@ -14,7 +14,8 @@
 # seconds (utime + stime from /proc) per GB landed, and its peak RssAnon
 # (sampled every 50 ms) beside its peak VmRSS.  Every file must land
 # byte-identical (checked with sha256sum), or the script fails.
-# Prints a Markdown table.
+# Prints a Markdown table.  RECEIVER_STACK_KIB=N runs the receiver under
+# `ulimit -s N` (bench/stack-depth.sh).
 set -eu
 BUILD=$(cd "${1:?usage: fleet-idle.sh BUILD [IDLE] [PHASE_MIB]}" && pwd)
 IDLE=${2:-1000}
@@ -71,7 +72,12 @@ handshake:
 log:
   level: warn
 EOT
-"$RECEIVER" --config receiver.yaml --ready-file receiver.addr > receiver.log 2>&1 &
+# RECEIVER_STACK_KIB: run the receiver under `ulimit -s` (its threads' stacks, ingest_core_thread_stack(); bench/stack-depth.sh)
+if [ -n "${RECEIVER_STACK_KIB:-}" ]; then
+    (ulimit -s "$RECEIVER_STACK_KIB" && exec "$RECEIVER" --config receiver.yaml --ready-file receiver.addr) > receiver.log 2>&1 &
+else
+    "$RECEIVER" --config receiver.yaml --ready-file receiver.addr > receiver.log 2>&1 &
+fi
 RPID=$!
 i=0
 while [ ! -s receiver.addr ]; do

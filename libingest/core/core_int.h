@@ -65,7 +65,7 @@ struct ingest_core {
 void core_log(ingest_core *s, int level, const char *fmt, ...) INGEST__PRINTF(3, 4);
 /* Monotonic seconds. */
 double core_now(void);
-/* pthread_create with a stack of INGEST_CORE_THREAD_STACK (core.h says why): 0, or an errno value. */
+/* pthread_create with a stack of ingest_core_thread_stack() (core.h says why): 0, or an errno value. */
 int core_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 /*
  * Claim device for link: when another link serves it, that link is shut
