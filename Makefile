@@ -216,6 +216,11 @@ bench-fleet-idle: all tests
 # bench/results-fleet-scale.md): 64 devices at the same moment sharing half
 # of their incompressible trees (chunk bytes sent over unique content), and
 # 8 devices against one shipping the same total, interleaved, medians of 3.
+# How deep the receiver's thread stacks go: fleet-idle.sh under ulimit -s N
+# (bench/stack-depth.sh; results in bench/results-fleet-idle.md).
+.PHONY: bench-stack-depth
+bench-stack-depth: all tests
+	@bash bench/stack-depth.sh $(BUILD)
 .PHONY: bench-fleet-shared bench-fleet-scale
 bench-fleet-shared: all
 	@bash bench/fleet-scale.sh $(BUILD) shared
