@@ -213,12 +213,27 @@ bench-small: all
 bench-daemon: all
 	@bash bench/daemon-cpu.sh $(BUILD)
 
-# Fleet scale at the receiver (issue 14): IDLE (900) authenticated idle
+# Fleet scale at the receiver (issue 14): IDLE (1000) authenticated idle
 # sessions held while 1, 10 and 100 devices ship PHASE_MIB (64) MiB each
 # phase: RssAnon per idle session, peak RssAnon, CPU s per GB: bench/fleet-idle.sh.
 .PHONY: bench-fleet-idle
 bench-fleet-idle: all tests
-	@bash bench/fleet-idle.sh $(BUILD) $${IDLE:-900} $${PHASE_MIB:-64}
+	@bash bench/fleet-idle.sh $(BUILD) $${IDLE:-1000} $${PHASE_MIB:-64}
+
+# Issue 14's fleet figures (bench/fleet-scale.sh, results in
+# bench/results-fleet-scale.md): 64 devices at the same moment sharing half
+# of their incompressible trees (chunk bytes sent over unique content), and
+# 8 devices against one shipping the same total, interleaved, medians of 3.
+# How deep the receiver's thread stacks go: fleet-idle.sh under ulimit -s N
+# (bench/stack-depth.sh; results in bench/results-fleet-idle.md).
+.PHONY: bench-stack-depth
+bench-stack-depth: all tests
+	@bash bench/stack-depth.sh $(BUILD)
+.PHONY: bench-fleet-shared bench-fleet-scale
+bench-fleet-shared: all
+	@bash bench/fleet-scale.sh $(BUILD) shared
+bench-fleet-scale: all
+	@bash bench/fleet-scale.sh $(BUILD) scale
 
 # Landing work in proportion to the change (issue 16, item 5): a 1% append
 # to a LOG (100MiB) log and 8 MiB changed in 8 places of a BIG (4GiB) file,

@@ -5,8 +5,8 @@
 #
 #   bash bench/fleet-idle.sh BUILD [IDLE] [PHASE_MIB]
 #
-# IDLE (default 900) sessions connect first; the receiver's RssAnon is read
-# before and after (the cost of an idle session).  Then three phases, each
+# IDLE (default 1000) sessions connect first; the receiver's RssAnon is read
+# (and VmSize) before and after (the cost of an idle session).  Then three phases, each
 # shipping PHASE_MIB (default 64) MiB of incompressible files split over 1,
 # 10 and 100 devices (`ingest-agent --once`, all started at once; new
 # device ids per phase, so nothing dedups), with the idle sessions still
@@ -14,10 +14,11 @@
 # seconds (utime + stime from /proc) per GB landed, and its peak RssAnon
 # (sampled every 50 ms) beside its peak VmRSS.  Every file must land
 # byte-identical (checked with sha256sum), or the script fails.
-# Prints a Markdown table.
+# Prints a Markdown table.  RECEIVER_STACK_KIB=N runs the receiver under
+# `ulimit -s N` (bench/stack-depth.sh).
 set -eu
 BUILD=$(cd "${1:?usage: fleet-idle.sh BUILD [IDLE] [PHASE_MIB]}" && pwd)
-IDLE=${2:-900}
+IDLE=${2:-1000}
 PHASE_MIB=${3:-64}
 CTL="$BUILD/ingestctl"
 AGENT="$BUILD/ingest-agent"
@@ -71,7 +72,12 @@ handshake:
 log:
   level: warn
 EOT
-"$RECEIVER" --config receiver.yaml --ready-file receiver.addr > receiver.log 2>&1 &
+# RECEIVER_STACK_KIB: run the receiver under `ulimit -s` (its threads' stacks, ingest_core_thread_stack(); bench/stack-depth.sh)
+if [ -n "${RECEIVER_STACK_KIB:-}" ]; then
+    (ulimit -s "$RECEIVER_STACK_KIB" && exec "$RECEIVER" --config receiver.yaml --ready-file receiver.addr) > receiver.log 2>&1 &
+else
+    "$RECEIVER" --config receiver.yaml --ready-file receiver.addr > receiver.log 2>&1 &
+fi
 RPID=$!
 i=0
 while [ ! -s receiver.addr ]; do
@@ -84,6 +90,7 @@ cpu_s() { awk '{ print ($14 + $15) / '"$(getconf CLK_TCK)"' }' "/proc/$RPID/stat
 threads() { awk '$1 == "Threads:" { print $2 }' "/proc/$RPID/status"; }
 sleep 0.5
 anon0=$(kb RssAnon)
+vm0=$(kb VmSize)
 mkfifo idle.in
 "$IDLER" "$ADDR" keys/receiver.pub keys/idle "$IDLE" < idle.in > idle.out 2>&1 &
 IPID=$!
@@ -96,12 +103,14 @@ done
 grep -q "connected=$IDLE" idle.out || { cat idle.out; tail receiver.log; exit 1; }
 sleep 1
 anon1=$(kb RssAnon)
+vm1=$(kb VmSize)
 thr1=$(threads)
 echo "## Fleet: $IDLE idle sessions, then 1, 10 and 100 devices shipping $PHASE_MIB MiB per phase"
 echo
 echo "Command: \`bash bench/fleet-idle.sh BUILD $IDLE $PHASE_MIB\` (load average before: $(cut -d' ' -f1-3 /proc/loadavg))."
 echo
-echo "- receiver RssAnon: $((anon0)) KiB at start, $((anon1)) KiB with $IDLE idle sessions: $(( (anon1 - anon0) / IDLE )) KiB per idle session; $thr1 threads."
+echo "- receiver RssAnon: $((anon0)) KiB at start, $((anon1)) KiB with $IDLE idle sessions: $(( (anon1 - anon0) / IDLE )) KiB per idle session; $thr1 threads;"
+echo "  VmSize $((vm0 / 1024)) MiB at start, $((vm1 / 1024)) MiB with $IDLE idle sessions: $(( (vm1 - vm0) / IDLE )) KiB of address space per idle session."
 echo
 echo "| shipping devices | files | MiB | wall s | MB/s | receiver CPU s | CPU s per GB | peak RssAnon MiB | peak VmRSS MiB | all landed |"
 echo "|---|---|---|---|---|---|---|---|---|---|"

@@ -56,10 +56,27 @@ const char *prog_escape(char *out, size_t cap, const char *text)
     return ingest_escape(out, cap, text);
 }
 
+static pthread_key_t esc_key;
+static pthread_once_t esc_once = PTHREAD_ONCE_INIT;
+static void esc_key_make(void) { (void)pthread_key_create(&esc_key, free); }
+
+/*
+ * The slots are allocated by a thread when it first escapes, not held as
+ * thread-local arrays: glibc zero-fills static TLS in every thread the
+ * program starts, which cost the receiver 8 KiB of each session thread and
+ * each reader thread, most of which never escape (docs/architecture.md,
+ * "Connection model").  A thread's slots are freed when it exits.
+ */
 const char *prog_esc(const char *text)
 {
-    static _Thread_local char slot[PROG_ESC_SLOTS][PROG_ESC_BYTES];
+    static _Thread_local char (*slot)[PROG_ESC_BYTES];
     static _Thread_local unsigned next;
+    if (slot == NULL) {
+        (void)pthread_once(&esc_once, esc_key_make);
+        if ((slot = malloc((size_t)PROG_ESC_SLOTS * PROG_ESC_BYTES)) == NULL)
+            return "(escaped text: out of memory)";
+        (void)pthread_setspecific(esc_key, slot);
+    }
     char *out = slot[next++ % PROG_ESC_SLOTS];
     return prog_escape(out, PROG_ESC_BYTES, text);
 }

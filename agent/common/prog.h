@@ -51,8 +51,10 @@ const char *prog_escape(char *out, size_t cap, const char *text);
 /* A buffer that holds the escaped form of any text of n bytes. */
 #define PROG_ESCAPE_CAP(n) (4 * (n) + 4)
 /*
- * prog_escape into one of PROG_ESC_SLOTS thread-local buffers of
- * PROG_ESC_BYTES, used in turn: up to that many in one prog_log call, e.g.
+ * prog_escape into one of PROG_ESC_SLOTS buffers of PROG_ESC_BYTES of the
+ * calling thread (allocated at its first call, freed when it exits; a fixed
+ * "out of memory" text when they cannot be), used in turn: up to that many
+ * in one prog_log call, e.g.
  * prog_log(..., "after_ship move %s -> %s", prog_esc(full), prog_esc(dst)).
  */
 #define PROG_ESC_SLOTS 4

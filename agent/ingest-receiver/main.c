@@ -1032,6 +1032,9 @@ int main(int argc, char **argv)
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* a session thread runs the handshake and ingest_core_serve: the core's stack size, not 8 MiB
+         * (docs/architecture.md, "Connection model") */
+        pthread_attr_setstacksize(&attr, ingest_core_thread_stack());
         s.nconn++;
         pthread_mutex_lock(&s.conns_lock);
         c->prev = NULL;

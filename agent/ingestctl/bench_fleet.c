@@ -1,11 +1,12 @@
 /*
  * `ingestctl bench fleet --devices N [--size SIZE] [--shared PCT]
- * [--stagger DURATION] [--keep] [DIR]`: N devices shipping at once to one
- * receiver on loopback.
+ * [--stagger DURATION] [--random] [--keep] [DIR]`: N devices shipping at once
+ * to one receiver on loopback.
  *
  * Each device's tree is a shared part (`bench gen` seed 0, PCT% of SIZE, the
  * same bytes on every device) plus a part of its own (seed = the device's
- * number, the rest of SIZE).  One ingest-receiver on 127.0.0.1 authorizes
+ * number, the rest of SIZE); with --random both parts are files of random
+ * bytes (256 KiB each, the last one shorter), incompressible.  One ingest-receiver on 127.0.0.1 authorizes
  * the N devices (a key each); the N `ingest-agent --once --all` start
  * together (or one every --stagger), each with its own state_dir.  The
  * receiver looks chunks up in its index, which a batch joins when it
@@ -13,7 +14,9 @@
  * them, so cross-device dedup shows up only between batches that do not
  * overlap in time (--stagger).  When all have exited, one JSON
  * object: totals over the fleet (bytes, wall seconds, MB/s, wire bytes,
- * chunks, the share of chunks the core already had), the receiver's CPU and
+ * chunks, the share of chunks the core already had, the raw bytes of the
+ * chunks sent against the unique content: the shared part once plus each
+ * device's own part), the receiver's CPU and
  * memory, and one entry per device from its summary line and its rusage.
  *
  * The work directory (DIR/ingest-fleet.XXXXXX, DIR default $TMPDIR or /tmp)
@@ -23,6 +26,7 @@
  */
 #include "ingestctl.h"
 #include "bench_common.h"
+#include "bench_gen.h"
 
 #include <errno.h>
 #include <ingest.h>
@@ -54,10 +58,11 @@ typedef struct {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ingestctl bench fleet --devices N [--size SIZE] [--shared PCT] [--stagger DURATION]\n"
-               "                           [--keep] [DIR]\n"
+               "                           [--random] [--keep] [DIR]\n"
                "  N devices (1-%d) ship SIZE each (default 64MiB), PCT%% of it the same on every\n"
                "  device (default 50), to one receiver: all at once, or one every DURATION (500ms,\n"
-               "  2s).  The work directory is made in DIR (default $TMPDIR or /tmp) and removed\n"
+               "  2s).  --random: trees of random bytes (incompressible) instead of `bench gen`'s.\n"
+               "  The work directory is made in DIR (default $TMPDIR or /tmp) and removed\n"
                "  at the end unless --keep.\n",
                MAX_DEVICES);
 }
@@ -71,8 +76,31 @@ static int make_dir(const char *path)
     return 0;
 }
 
+/* ROOT/fNNNNN.bin: size random bytes from seed, in files of 256 KiB (the last shorter).  0 or -1. */
+static int random_tree(const char *root, uint64_t size, uint64_t seed)
+{
+    uint64_t buf[1024];
+    char name[32];
+    for (unsigned i = 0; size > 0; i++) {
+        const uint64_t fsize = size < (256u << 10) ? size : (256u << 10);
+        bgen_rng r = { bgen_seed(seed, 0x52, i, 0) }; /* a stream per file: no two overlap */
+        snprintf(name, sizeof(name), "f%05u.bin", i);
+        if (bgen_open(root, name, 0) != 0)
+            return -1;
+        for (uint64_t w = 0; w < fsize; w += sizeof(buf)) {
+            for (size_t k = 0; k < sizeof(buf) / sizeof(buf[0]); k++)
+                buf[k] = bgen_next(&r);
+            bgen_put(buf, fsize - w < sizeof(buf) ? (size_t)(fsize - w) : sizeof(buf));
+        }
+        if (bgen_close() != 0)
+            return -1;
+        size -= fsize;
+    }
+    return 0;
+}
+
 /* Device d's tree: WORK/ID/tree/shared and WORK/ID/tree/own.  0 or -1. */
-static int make_tree(device *d, unsigned number, uint64_t size, unsigned shared_pct)
+static int make_tree(device *d, unsigned number, uint64_t size, unsigned shared_pct, int random)
 {
     char p[4300];
     const uint64_t shared = size / 100 * shared_pct + size % 100 * shared_pct / 100;
@@ -81,10 +109,10 @@ static int make_tree(device *d, unsigned number, uint64_t size, unsigned shared_
     if (make_dir(d->dir) != 0 || make_dir(p) != 0)
         return -1;
     snprintf(p, sizeof(p), "%s/tree/shared", d->dir);
-    if (shared > 0 && bench_gen_tree(p, shared, SHARED_SEED, &files) != 0)
+    if (shared > 0 && (random ? random_tree(p, shared, SHARED_SEED) : bench_gen_tree(p, shared, SHARED_SEED, &files)) != 0)
         return -1;
     snprintf(p, sizeof(p), "%s/tree/own", d->dir);
-    if (size - shared > 0 && bench_gen_tree(p, size - shared, number, &files) != 0)
+    if (size - shared > 0 && (random ? random_tree(p, size - shared, number) : bench_gen_tree(p, size - shared, number, &files)) != 0)
         return -1;
     snprintf(p, sizeof(p), "%s/tree", d->dir);
     bench_tree_size(p, &d->tree_bytes, &d->tree_files);
@@ -240,7 +268,7 @@ static void json_seconds(const char *key, double v)
 static void print_json(const device *devs, unsigned n, uint64_t size, unsigned shared_pct, uint64_t stagger_ms,
                        double recv_cpu, long recv_hwm, long recv_anon)
 {
-    uint64_t src = 0, files = 0, wire = 0, chunks = 0, fresh = 0, dedup = 0, saved = 0;
+    uint64_t src = 0, files = 0, wire = 0, chunks = 0, fresh = 0, dedup = 0, saved = 0, sent_raw = 0;
     double t0 = devs[0].t_start, t1 = devs[0].t_end;
     for (unsigned i = 0; i < n; i++) {
         const char *l = devs[i].line;
@@ -253,21 +281,27 @@ static void print_json(const device *devs, unsigned n, uint64_t size, unsigned s
         /* Raw bytes of the chunks not sent: every shipped byte is in one chunk. */
         const uint64_t bytes = bench_summary_u64(l, "bytes"), raw = bench_summary_u64(l, "chunk_raw_bytes");
         saved += bytes > raw ? bytes - raw : 0;
+        sent_raw += raw;
         if (devs[i].t_start < t0)
             t0 = devs[i].t_start;
         if (devs[i].t_end > t1)
             t1 = devs[i].t_end;
     }
     const double secs = t1 - t0;
+    /* The unique content: the shared part once, each device's own part (its tree less the shared part) once. */
+    const uint64_t shared = size / 100 * shared_pct + size % 100 * shared_pct / 100;
+    const uint64_t unique = n > 0 && src >= (uint64_t)(n - 1) * shared ? src - (uint64_t)(n - 1) * shared : src;
     printf("{\"devices\":%u,\"device_size\":%llu,\"shared_pct\":%u,\"stagger_s\":%.3f,\"source_bytes\":%llu,"
            "\"source_files\":%llu,"
            "\"seconds\":%.3f,\"MBps\":%.1f,\"wire_bytes\":%llu,\"chunks\":%llu,\"chunks_new\":%llu,"
            "\"chunks_dedup\":%llu,\"cross_device_dedup\":%.4f,\"bytes_saved_by_dedup\":%llu,"
+           "\"unique_bytes\":%llu,\"chunk_raw_bytes_sent\":%llu,\"sent_over_unique\":%.4f,"
            "\"receiver_peak_rss_kib\":%ld,",
            n, (unsigned long long)size, shared_pct, (double)stagger_ms / 1000.0, (unsigned long long)src, (unsigned long long)files, secs,
            secs > 0 ? (double)src / 1e6 / secs : 0.0, (unsigned long long)wire, (unsigned long long)chunks,
            (unsigned long long)fresh, (unsigned long long)dedup, chunks ? (double)dedup / (double)chunks : 0.0,
-           (unsigned long long)saved, recv_hwm);
+           (unsigned long long)saved, (unsigned long long)unique, (unsigned long long)sent_raw,
+           unique ? (double)sent_raw / (double)unique : 0.0, recv_hwm);
     if (recv_anon < 0)
         printf("\"receiver_rss_anon_kib\":null,");
     else
@@ -297,7 +331,7 @@ int cmd_bench_fleet(int argc, char **argv)
     unsigned n = 0, shared_pct = 50;
     uint64_t size = 64ull << 20;
     uint64_t stagger_ms = 0;
-    int keep = 0;
+    int keep = 0, random = 0;
     const char *parent = NULL;
     for (int i = 1; i < argc; i++) {
         int ok = 1;
@@ -315,6 +349,8 @@ int cmd_bench_fleet(int argc, char **argv)
             shared_pct = (unsigned)v;
         } else if (strcmp(argv[i], "--stagger") == 0 && i + 1 < argc) {
             ok = ingest_parse_duration(NULL, argv[++i], &stagger_ms) == 0 && stagger_ms <= 3600 * 1000;
+        } else if (strcmp(argv[i], "--random") == 0) {
+            random = 1;
         } else if (strcmp(argv[i], "--keep") == 0) {
             keep = 1;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -363,7 +399,7 @@ int cmd_bench_fleet(int argc, char **argv)
         snprintf(devs[i].dir, sizeof(devs[i].dir), "%s/%s", work, devs[i].id);
         devs[i].pid = -1;
         ids[i] = devs[i].id;
-        if (make_tree(&devs[i], i + 1, size, shared_pct) != 0 || bench_interrupted())
+        if (make_tree(&devs[i], i + 1, size, shared_pct, random) != 0 || bench_interrupted())
             goto out;
     }
     if (bench_make_keys(ctx, WHO, work, ids, n) != 0 || write_receiver_config(work, n) != 0)

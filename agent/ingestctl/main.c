@@ -16,7 +16,7 @@ static const struct command bench_commands[] = {
     { "index", cmd_bench_index, "bench index [--entries N] [--dir DIR]" },
     { "scan", cmd_bench_scan, "bench scan DIR" },
     { "pipeline", cmd_bench_pipeline, "bench pipeline [--transport tcp] [--evolve] DIR" },
-    { "fleet", cmd_bench_fleet, "bench fleet --devices N [--size SIZE] [--shared PCT] [--stagger DURATION] [--keep] [DIR]" },
+    { "fleet", cmd_bench_fleet, "bench fleet --devices N [--size SIZE] [--shared PCT] [--stagger DURATION] [--random] [--keep] [DIR]" },
     { "stages", cmd_bench_stages, "bench stages [--level N] [--runs N] [--batch-files N] [--land DIR] TREE" },
     { "crypto", cmd_bench_crypto, "bench crypto [--size BYTES] [--small BYTES] [--runs N]" },
     { "catalog", cmd_bench_catalog, "bench catalog [--files N] [--runs N] [--per-batch N] [--keep] DIR" },

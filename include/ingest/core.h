@@ -56,6 +56,17 @@ extern "C" {
 #define INGEST_CORE_DEVICE_WAIT_S 30 /* a device's new link waits this long for the one it replaces to end */
 #define INGEST_CORE_QUEUE_BUDGET_DEFAULT (64u * 1024u * 1024u) /* bytes queued by all readers together */
 #define INGEST_CORE_SESSION_DICTS_MAX 8 /* dictionaries one link may offer */
+/*
+ * Stack size of the threads the core starts (a link's reader and
+ * committer), and the least a thread calling ingest_core_serve should have
+ * (the receiver gives its connection threads ingest_core_thread_stack()).
+ * The deepest use measured was under 64 KiB (bench/stack-depth.sh: a
+ * receiver under `ulimit -s 64` lands what 1, 10 and 100 devices ship;
+ * under 48 KiB it crashes; docs/architecture.md, "Connection model"):
+ * 256 KiB is four times that.  The default of 8 MiB is address space only,
+ * but 2 x 8 MiB per session is 16 GiB of it for 1,000 devices.
+ */
+#define INGEST_CORE_THREAD_STACK (256u * 1024u)
 
 typedef struct ingest_core ingest_core;
 typedef struct ingest_dictstore ingest_dictstore;
@@ -138,6 +149,12 @@ INGEST_API int ingest_core_serve(ingest_core *core, ingest_link *link, const cha
 /* End waits of ingest_core_serve for a device's slot (a stop is under way). */
 INGEST_API void ingest_core_stop(ingest_core *core);
 INGEST_API void ingest_core_stats_get(ingest_core *core, ingest_core_stats *st);
+
+/* The stack size the core gives its threads: INGEST_CORE_THREAD_STACK, or
+ * the soft stack limit (RLIMIT_STACK, `ulimit -s`) when that is lower, so
+ * the depth the core needs can be probed (bench/stack-depth.sh); never
+ * below PTHREAD_STACK_MIN. */
+INGEST_API size_t ingest_core_thread_stack(void);
 /* The land lock: hold it to use the store or index outside the core (an index flush). */
 INGEST_API void ingest_core_lock(ingest_core *core);
 /* 0 when taken, else INGEST_EBUSY. */

@@ -2,11 +2,35 @@
 #include "core_int.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <sys/resource.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+size_t ingest_core_thread_stack(void)
+{
+    size_t n = INGEST_CORE_THREAD_STACK;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < n)
+        n = (size_t)rl.rlim_cur;
+    return n < (size_t)PTHREAD_STACK_MIN ? (size_t)PTHREAD_STACK_MIN : n;
+}
+
+int core_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    pthread_attr_t attr;
+    int e = pthread_attr_init(&attr);
+    if (e != 0)
+        return e;
+    e = pthread_attr_setstacksize(&attr, ingest_core_thread_stack());
+    if (e == 0)
+        e = pthread_create(t, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    return e;
+}
 
 void core_log(ingest_core *s, int level, const char *fmt, ...)
 {

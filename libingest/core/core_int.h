@@ -65,6 +65,8 @@ struct ingest_core {
 void core_log(ingest_core *s, int level, const char *fmt, ...) INGEST__PRINTF(3, 4);
 /* Monotonic seconds. */
 double core_now(void);
+/* pthread_create with a stack of ingest_core_thread_stack() (core.h says why): 0, or an errno value. */
+int core_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 /*
  * Claim device for link: when another link serves it, that link is shut
  * down (a new authenticated session replaces a stale one, e.g. after a
@@ -112,7 +114,8 @@ typedef struct readq {
     ingest_codec *codec;        /* the reader's own decoder */
     ingest_ctx *ctx;            /* codec's */
     int pack;                   /* the pack feature was agreed */
-    /* CHUNK_GROUP scratch: the decoded bytes, and the expected ids and lengths */
+    /* CHUNK_GROUP scratch, held only while the reader handles one group (read_group): the decoded
+     * bytes, and the expected ids and lengths */
     uint8_t *gbuf, *gids;
     uint32_t *glens;
     int decoding;               /* the reader is decoding with codec (dictionaries are added only when not) */

@@ -117,10 +117,28 @@ static void reader_decoding(readq *q, int on)
     pthread_mutex_unlock(&q->lock);
 }
 
+/* Free a group's scratch (ids and lengths, and the decoded bytes when
+ * held) and give back what it took of the queue budget. */
+static void group_scratch_free(readq *q, size_t meta, size_t decoded)
+{
+    if (q->gbuf != NULL) {
+        ingest__free(q->core->ctx, q->gbuf);
+        q->gbuf = NULL;
+        budget_give(q, decoded);
+    }
+    ingest__free(q->core->ctx, q->gids);
+    q->gids = NULL;
+    q->glens = NULL;
+    budget_give(q, meta);
+}
+
 /*
  * A CHUNK_GROUP: decode it once, verify each chunk's id over its slice and
  * queue each as a verified CHUNK, so the landing sees what it would have
- * seen from one CHUNK per index.  A group that cannot be checked (no open
+ * seen from one CHUNK per index.  Its scratch is allocated for this group
+ * only, sized to it and charged to the core's queue budget (waiting, as a
+ * queued chunk does, while the budget is spent): an idle link, or one
+ * sending single CHUNKs, holds none.  A group that cannot be checked (no open
  * batch, an index past the batch, lengths past INGEST_WIRE_GROUP_MAX_RAW,
  * a bad frame, an id mismatch) is queued as one failed CHUNK_GROUP item
  * naming why.  Returns -1 only when out of memory.
@@ -132,10 +150,18 @@ static int read_group(readq *q, const ingest_wire_msg *m)
     char why[256] = "";
     size_t total = 0;
     uint32_t bad = ingest_wire_group_index(g, 0);
+    /* Scratch sized to this group (count is bounded by the wire parser), charged to the queue budget while held. */
+    const size_t meta = (size_t)g->count * (INGEST_ID_BYTES + sizeof(uint32_t));
+    budget_take(q, meta);
+    q->gids = ingest__malloc(q->core->ctx, meta);
+    if (q->gids == NULL) {
+        budget_give(q, meta);
+        return -1;
+    }
+    q->glens = (uint32_t *)(void *)(q->gids + (size_t)g->count * INGEST_ID_BYTES);
     pthread_mutex_lock(&q->lock);
     const uint64_t gen = q->gen;
     int ok = q->batch != NULL;
-    q->decoding = 1;
     for (uint32_t i = 0; ok && i < g->count; i++) {
         const uint32_t idx = ingest_wire_group_index(g, i);
         if (ingest_lander_chunk_expect(q->batch, idx, q->gids + (size_t)i * INGEST_ID_BYTES, &q->glens[i]) != 0) {
@@ -152,6 +178,15 @@ static int read_group(readq *q, const ingest_wire_msg *m)
         snprintf(why, sizeof(why), "CHUNK sent before the WANT that asks for it");
     size_t got = 0;
     int rc;
+    if (ok) { /* the budget is taken before decoding is marked: a dictionary load never waits on a budget wait */
+        budget_take(q, total);
+        if ((q->gbuf = ingest__malloc(q->core->ctx, total)) == NULL) {
+            budget_give(q, total);
+            group_scratch_free(q, meta, 0);
+            return -1;
+        }
+    }
+    reader_decoding(q, 1);
     if (ok && (rc = ingest_codec_decode(q->codec, g->data, g->len, q->gbuf, total, &got, NULL, NULL)) < 0) {
         snprintf(why, sizeof(why), "%s: %s", ingest_strerror(rc), ingest_ctx_errmsg(q->ctx));
         ok = 0;
@@ -171,6 +206,7 @@ static int read_group(readq *q, const ingest_wire_msg *m)
         }
     }
     if (!ok) {
+        group_scratch_free(q, meta, total);
         qitem *it = item_new(q, 0);
         if (it == NULL)
             return -1;
@@ -187,8 +223,10 @@ static int read_group(readq *q, const ingest_wire_msg *m)
     at = 0;
     for (uint32_t i = 0; i < g->count; at += q->glens[i], i++) {
         qitem *it = item_new(q, q->glens[i]);
-        if (it == NULL)
+        if (it == NULL) {
+            group_scratch_free(q, meta, total);
             return -1;
+        }
         memcpy(it->data, q->gbuf + at, q->glens[i]);
         it->verified = 1;
         memcpy(it->id, q->gids + (size_t)i * INGEST_ID_BYTES, INGEST_ID_BYTES);
@@ -200,6 +238,7 @@ static int read_group(readq *q, const ingest_wire_msg *m)
         enc_left -= it->enc_len;
         readq_push(q, it);
     }
+    group_scratch_free(q, meta, total);
     return 0;
 }
 

@@ -312,7 +312,7 @@ static int committer_give(committer *cm, ingest_lander_batch *b, ingest_ctx *lct
     if (!cm->started) {
         pthread_mutex_init(&cm->mu, NULL);
         pthread_cond_init(&cm->cv, NULL);
-        if (pthread_create(&cm->thread, NULL, committer_main, cm) != 0) {
+        if (core_thread_start(&cm->thread, committer_main, cm) != 0) {
             pthread_cond_destroy(&cm->cv);
             pthread_mutex_destroy(&cm->mu);
             return -1;
@@ -361,6 +361,8 @@ typedef struct conn_dicts {
     struct {
         uint32_t id;
         uint8_t hash[INGEST_DICT_HASH_BYTES];
+        const uint8_t *bytes; /* the store's or own[]: loaded into landers started later (landers_start) */
+        size_t len;
     } d[INGEST_CORE_SESSION_DICTS_MAX]; /* accepted on this session */
     unsigned n;
     uint8_t *own[INGEST_CORE_SESSION_DICTS_MAX]; /* bytes received on this connection: the codecs refer to them */
@@ -382,16 +384,19 @@ static int dict_load(readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const
     if (rc < 0) /* read while the reader cannot write ctx: it is not decoding */
         snprintf(why, cap, "%s", ingest_ctx_errmsg(ctx));
     pthread_mutex_unlock(&q->lock);
-    for (int i = 0; i < 2 && rc == 0; i++) /* landers decode only on the connection's thread: this one */
-        if ((rc = ingest_codec_add_dict_decode_ref(lc[i], bytes, len, NULL)) < 0)
+    for (int i = 0; i < 2 && rc == 0; i++) /* landers decode only on the connection's thread: this one; none before its first batch */
+        if (lc[i] != NULL && (rc = ingest_codec_add_dict_decode_ref(lc[i], bytes, len, NULL)) < 0)
             snprintf(why, cap, "%s", "cannot load it for landing (out of memory?)");
     return rc;
 }
 
-static void dict_accept(conn_dicts *cd, uint32_t id, const uint8_t hash[INGEST_DICT_HASH_BYTES])
+static void dict_accept(conn_dicts *cd, uint32_t id, const uint8_t hash[INGEST_DICT_HASH_BYTES], const uint8_t *bytes,
+                        size_t len)
 {
     cd->d[cd->n].id = id;
     memcpy(cd->d[cd->n].hash, hash, INGEST_DICT_HASH_BYTES);
+    cd->d[cd->n].bytes = bytes;
+    cd->d[cd->n].len = len;
     cd->n++;
 }
 
@@ -430,7 +435,7 @@ static int dict_offer(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *co
             snprintf(why, whycap, "the dictionary with this hash has id %u, not %u", ingest_dict_id(bytes, o->size),
                      (unsigned)o->dict_id);
         } else if (dict_load(q, lc, ctx, bytes, o->size, why, whycap) == 0) {
-            dict_accept(cd, o->dict_id, o->hash);
+            dict_accept(cd, o->dict_id, o->hash, bytes, o->size);
             a.u.dict_want.answer = INGEST_DICT_HAVE;
         }
     }
@@ -495,7 +500,7 @@ static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *con
         snprintf(why, cap, "dictionary %u is not usable: %s", (unsigned)o->dict_id, lwhy);
         return INGEST_ECORRUPT;
     }
-    dict_accept(cd, o->dict_id, o->hash);
+    dict_accept(cd, o->dict_id, o->hash, bytes, o->size);
     ingest_metric_add(s->m.dicts, "received", 1);
     char hex[2 * INGEST_DICT_HASH_BYTES + 1];
     ingest_to_hex(o->hash, INGEST_DICT_HASH_BYTES, hex);
@@ -505,6 +510,51 @@ static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *con
     else
         core_log(s, INGEST_LOG_WARN, "device %s: dictionary %u (%.16s) received, used on this session only: %s", device,
                  (unsigned)o->dict_id, hex, lwhy);
+    return 0;
+}
+
+/*
+ * The two landers of a link, their contexts and codecs, made at the link's
+ * first batch, not when it connects: an idle device holds none (about 40
+ * KiB of a session's heap, docs/architecture.md "Connection model").  The
+ * dictionaries accepted on the link so far are loaded into the new codecs.
+ * 0, or a code (logged).
+ */
+static int landers_start(ingest_core *s, ingest_link *link, const char *device, const conn_dicts *cd,
+                         const ingest_lander_lock *land_lk, ingest_ctx *lctx[2], ingest_codec *lcodec[2],
+                         ingest_lander *landers[2])
+{
+    for (int i = 0; i < 2; i++) {
+        if ((lctx[i] = ingest_ctx_create(&s->ctx->alloc)) == NULL) {
+            core_log(s, INGEST_LOG_ERROR, "device %s: cannot start landing: out of memory", device);
+            return INGEST_ENOMEM;
+        }
+        ingest_ctx_set_log(lctx[i], s->o.log, s->o.log_userdata, s->o.lib_log_level);
+        int rc = ingest_codec_create(lctx[i], 1, &lcodec[i]);
+        for (unsigned j = 0; rc == 0 && j < cd->n; j++)
+            rc = ingest_codec_add_dict_decode_ref(lcodec[i], cd->d[j].bytes, cd->d[j].len, NULL);
+        if (rc == 0)
+            rc = ingest_lander_create(lctx[i], s->o.store, s->o.index, s->o.bronze, s->o.layout, s->dedup, lcodec[i],
+                                      &landers[i]);
+        if (rc == 0)
+            rc = ingest_lander_set_direct_io(landers[i], s->o.direct_io);
+        if (rc == 0)
+            rc = ingest_lander_set_append(landers[i], s->o.append_in_place);
+        if (rc == 0)
+            rc = ingest_lander_set_lock(landers[i], land_lk);
+        if (rc == 0 && s->o.peer_wait_ms >= 0 && !link->sends_unwanted)
+            rc = ingest_lander_set_share_inflight(
+                landers[i], 1, s->o.peer_wait_ms > 0 ? s->o.peer_wait_ms : INGEST_CORE_PEER_WAIT_DEFAULT_MS);
+        if (rc == 0) {
+            ingest_lander_set_catalog(landers[i], s->o.catalog);
+            if (s->land_hook != NULL)
+                ingest__lander_set_hook(landers[i], s->land_hook, s->land_hook_ud);
+        }
+        if (rc < 0) {
+            core_log(s, INGEST_LOG_ERROR, "device %s: cannot start landing: %s", device, ingest_ctx_errmsg(lctx[i]));
+            return rc;
+        }
+    }
     return 0;
 }
 
@@ -535,7 +585,7 @@ static void chunk_failed(ingest_core *s, readq *q, ingest_lander_batch **b, inge
 
 int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
 {
-    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_ctx *ctx = ingest_ctx_create(&s->ctx->alloc);
     /* Two landers, each with its own context, used in turn: while the
      * committer thread finishes a batch of one, the next batch lands on the
      * other (pipelined links). */
@@ -605,34 +655,6 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     cm.s = s;
     cm.lk = link;
     cm.device = device;
-    for (int i = 0; i < 2; i++) {
-        if ((lctx[i] = ingest_ctx_create(NULL)) == NULL)
-            goto out;
-        ingest_ctx_set_log(lctx[i], s->o.log, s->o.log_userdata, s->o.lib_log_level);
-        rc = ingest_codec_create(lctx[i], 1, &lcodec[i]);
-        if (rc == 0)
-            rc = ingest_lander_create(lctx[i], s->o.store, s->o.index, s->o.bronze, s->o.layout, s->dedup, lcodec[i],
-                                      &landers[i]);
-        if (rc == 0)
-            rc = ingest_lander_set_direct_io(landers[i], s->o.direct_io);
-        if (rc == 0)
-            rc = ingest_lander_set_append(landers[i], s->o.append_in_place);
-        if (rc == 0)
-            rc = ingest_lander_set_lock(landers[i], &land_lk);
-        if (rc == 0 && s->o.peer_wait_ms >= 0 && !link->sends_unwanted)
-            rc = ingest_lander_set_share_inflight(
-                landers[i], 1, s->o.peer_wait_ms > 0 ? s->o.peer_wait_ms : INGEST_CORE_PEER_WAIT_DEFAULT_MS);
-        if (rc == 0) {
-            ingest_lander_set_catalog(landers[i], s->o.catalog);
-            if (s->land_hook != NULL)
-                ingest__lander_set_hook(landers[i], s->land_hook, s->land_hook_ud);
-        }
-        if (rc < 0) {
-            core_log(s, INGEST_LOG_ERROR, "device %s: cannot start landing: %s", device, ingest_ctx_errmsg(lctx[i]));
-            result = rc;
-            goto out;
-        }
-    }
     const int idle = s->o.idle_timeout_ms > 0 ? s->o.idle_timeout_ms : -1;
     q.link = link;
     q.core = s;
@@ -641,13 +663,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     q.stage = s->m.stage;
     q.ctx = ctx;
     q.pack = (link->features & INGEST_SESSION_FEATURE_PACK) != 0;
-    if (q.pack && ((q.gbuf = ingest__malloc(s->ctx, INGEST_WIRE_GROUP_MAX_RAW)) == NULL ||
-                   (q.gids = ingest__malloc(s->ctx, (size_t)INGEST_WIRE_GROUP_MAX_CHUNKS * INGEST_ID_BYTES)) == NULL ||
-                   (q.glens = ingest__malloc(s->ctx, INGEST_WIRE_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL)) {
-        core_log(s, INGEST_LOG_ERROR, "device %s: out of memory for its reader", device);
-        goto out;
-    }
-    if (ingest_codec_create(ctx, 1, &q.codec) < 0 || pthread_create(&reader, NULL, core_reader_main, &q) != 0) {
+    if (ingest_codec_create(ctx, 1, &q.codec) < 0 || core_thread_start(&reader, core_reader_main, &q) != 0) {
         core_log(s, INGEST_LOG_ERROR, "device %s: cannot start its reader: %s", device, ingest_ctx_errmsg(ctx));
         goto out;
     }
@@ -744,6 +760,11 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 m.u.manifest_end.manifest_bytes != mlen) {
                 rc = INGEST_EPROTO;
                 break;
+            }
+            if (landers[0] == NULL &&
+                (rc = landers_start(s, link, device, &cd, &land_lk, lctx, lcodec, landers)) < 0) {
+                result = rc;
+                goto out;
             }
             batch_t0 = core_now();
             /* parsed without the land lock; the lander takes it for the replay check and the lookups */
@@ -1045,9 +1066,6 @@ out:
     }
     core_readq_set_batch(&q, NULL);
     ingest_codec_destroy(q.codec);
-    ingest__free(s->ctx, q.gbuf);
-    ingest__free(s->ctx, q.gids);
-    ingest__free(s->ctx, q.glens);
     pthread_cond_destroy(&q.cond);
     pthread_mutex_destroy(&q.lock);
     ingest_lander_batch_destroy(b);

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,7 @@ static void *serve_main(void *arg)
 
 /* A core over a fresh bronze tree, serving one mem link with these features; 3 source files. */
 static size_t g_budget; /* queue_budget of the next env_new (0: the default) */
+static const ingest_allocator *g_alloc; /* the core context's allocator of the next env_new (NULL: malloc) */
 static ingest__lander_hook_fn g_hook; /* the landers' test hook of the next env_new (NULL: none) */
 static void *g_hook_ud;
 
@@ -70,7 +72,7 @@ static env *env_new(unsigned features, int idle_ms)
     write_random_file(e->src, "big.bin", 300 * 1024, 1);
     write_random_file(e->src, "small.bin", 5000, 2);
     write_random_file(e->src, "tiny.bin", 10, 3);
-    assert_non_null(e->ctx = ingest_ctx_create(NULL));
+    assert_non_null(e->ctx = ingest_ctx_create(g_alloc));
     assert_non_null(e->sctx = ingest_ctx_create(NULL));
     const ingest_store_opts so = { .map_size = 1ull << 28 };
     assert_int_equal(ingest_store_open(e->ctx, e->state, &so, &e->st), 0);
@@ -631,6 +633,81 @@ static void test_tiny_queue_budget_still_moves(void **state)
     env_free(e);
 }
 
+/*
+ * An allocator that counts the bytes held in allocations of 64 KiB or more
+ * (each block carries its size in front): group buffers, zstd contexts.
+ */
+#define BIG_ALLOC (64u * 1024u)
+static atomic_size_t g_big_live;
+
+static void *counting_alloc(void *opaque, size_t size)
+{
+    (void)opaque;
+    size_t *p = malloc(sizeof(max_align_t) + size);
+    if (p == NULL)
+        return NULL;
+    *p = size;
+    if (size >= BIG_ALLOC)
+        atomic_fetch_add(&g_big_live, size);
+    return (char *)p + sizeof(max_align_t);
+}
+
+static void counting_free(void *opaque, void *ptr)
+{
+    (void)opaque;
+    size_t *p = (size_t *)(void *)((char *)ptr - sizeof(max_align_t));
+    if (*p >= BIG_ALLOC)
+        atomic_fetch_sub(&g_big_live, *p);
+    free(p);
+}
+
+/* Wait (at most 10 s) for the core to answer a PING: the link's session loop runs. */
+static void ping(env *e)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_PING;
+    send_msg(e, &m);
+    recv_msg(e, &m);
+    assert_int_equal(m.type, INGEST_MSG_PONG);
+}
+
+/*
+ * Per-device buffers sized to what the link does now (issue 14): an idle
+ * link, with the pack feature agreed, holds its reader's codec and nothing
+ * else large: no group buffer (a group's scratch is allocated for that
+ * group only, under the queue budget; the integration tests ship groups)
+ * and no landers with their codecs (made at the first batch).  Before,
+ * every such link allocated INGEST_WIRE_GROUP_MAX_RAW (1 MiB) and 128 KiB
+ * of ids, and two landers' codecs, when it started.  The core's threads
+ * allocate through the core's context, as core.h says.
+ */
+static void test_idle_link_holds_no_large_buffers(void **state)
+{
+    (void)state;
+    static const ingest_allocator counting = { counting_alloc, counting_free, NULL };
+    ingest_ctx *cctx = ingest_ctx_create(&counting);
+    assert_non_null(cctx);
+    ingest_codec *c = NULL;
+    size_t codec_big = atomic_load(&g_big_live);
+    assert_int_equal(ingest_codec_create(cctx, 1, &c), 0);
+    codec_big = atomic_load(&g_big_live) - codec_big; /* what one codec holds in large blocks */
+    ingest_codec_destroy(c);
+    ingest_ctx_destroy(cctx);
+    /* counted from before the core exists: its serving thread starts inside env_new; the store, index and
+     * core hold no block that large */
+    const size_t before = atomic_load(&g_big_live);
+    g_alloc = &counting;
+    env *e = env_new(INGEST_SESSION_FEATURE_PACK | INGEST_SESSION_FEATURE_PIPELINE, 10000);
+    g_alloc = NULL;
+    ping(e);
+    const size_t idle = atomic_load(&g_big_live) - before;
+    if (idle > codec_big)
+        fail_msg("an idle link holds %zu bytes in blocks of 64 KiB or more; its reader's codec %zu", idle, codec_big);
+    env_free(e);
+    assert_int_equal(atomic_load(&g_big_live), 0);
+}
+
 typedef struct second {
     ingest_core *core;
     ingest_link *srv;
@@ -901,6 +978,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lands_then_duplicate_then_dedup),
         cmocka_unit_test(test_pipelined),
+        cmocka_unit_test(test_idle_link_holds_no_large_buffers),
         cmocka_unit_test(test_file_refused_alone),
         cmocka_unit_test(test_chunks_in_flight_are_not_asked_twice),
         cmocka_unit_test(test_lost_chunk_refuses_the_batch),
