@@ -343,7 +343,7 @@ static const cfg_row agent_rows[] = {
     { .name = "compression.dictionary", .type = T_PATH, .def = "",
       FIELD(A, compression_dictionary), .desc = "Trained zstd dictionary file (\"\" = none)" },
     { .name = "batch.max_files", .type = T_INT, .def = "1000", FIELD(A, batch_max_files), .min = 1,
-      .max = 10000000, .desc = "Close a batch at this many files" },
+      .max = 1000000, .desc = "Close a batch at this many files" },
     { .name = "batch.max_bytes", .type = T_SIZE, .def = "256MiB", FIELD(A, batch_max_bytes),
       .min = 64 * KiB, .max = 64 * GiB, .desc = "Close a batch at this many bytes of file data" },
     { .name = "batch.max_wait", .type = T_DURATION, .def = "5s", FIELD(A, batch_max_wait_ms),

@@ -73,6 +73,7 @@ typedef struct agent_state {
     ingest_filetable *ft;
     /* the batch journal: the daemon's queue; --once journals each batch SENT before it goes, until its ack */
     ingest_journal *j;
+    int lockfd;            /* state_dir/lock, held (flock) while the process runs */
     /* The store (file table, have-cache) is used by the builder thread
      * (want_file) and the main thread (record_acked): one at a time. */
     pthread_mutex_t store_lock;

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -926,6 +927,22 @@ int load_state(agent *a)
         prog_log(INGEST_LOG_ERROR, "state_dir %s: %s", a->cfg->state_dir, strerror(errno));
         return -1;
     }
+    /* one agent per state_dir: two (the daemon and a --once, say) would hand out the same batch numbers for
+     * different data and replay each other's batches; the lock goes with the process */
+    char lockp[4200];
+    snprintf(lockp, sizeof(lockp), "%s/lock", a->cfg->state_dir);
+    const int lfd = open(lockp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (lfd < 0 || flock(lfd, LOCK_EX | LOCK_NB) != 0) {
+        const int e = errno;
+        prog_log(INGEST_LOG_ERROR, "state_dir %s %s", a->cfg->state_dir,
+                 lfd >= 0 && e == EWOULDBLOCK ? "is in use by another ingest-agent (a daemon or another --once): "
+                                                "one agent per state_dir"
+                                              : strerror(e));
+        if (lfd >= 0)
+            close(lfd);
+        return -1;
+    }
+    a->state.lockfd = lfd;
     ingest_store_opts so = { 0 };
     so.map_size = 1ull << 30;
     if (ingest_store_open(a->ctx, a->cfg->state_dir, &so, &a->state.st) < 0 ||

@@ -48,6 +48,13 @@ same_tree "$K" "$(landed_root dev1)/data"
 [ -f "$S/never.skip" ] || fail "a filtered file was deleted"
 [ ! -e "$(landed_root dev1)/data/never.skip" ] || fail "a filtered file landed"
 pass "core up: all 60 files landed and were deleted after their ack; the filtered file stays"
+# one agent per state_dir: a --once with the daemon's config is refused, and says why
+rc=0
+"$AGENT" --config "$T/dev1.yaml" --once > "$T/once.out" 2> "$T/once.err" || rc=$?
+[ "$rc" -ne 0 ] || fail "a --once ran beside the daemon on the same state_dir"
+grep -q "is in use by another ingest-agent" "$T/once.err" || { cat "$T/once.err"; fail "the second agent did not say the state_dir is in use"; }
+kill -0 "$AGENT_PID" 2>/dev/null || fail "the daemon died when a second agent tried its state_dir"
+pass "a second agent on the daemon's state_dir is refused: $(grep -o 'state_dir .* one agent per state_dir' "$T/once.err" | sed "s|$T/||")"
 
 # stop the receiver mid-way: files written afterwards are not acked, so not deleted
 for i in $(seq 1 15); do gen_log "$S/r$i.log" 400 $((i + 100)); done
