@@ -311,7 +311,18 @@ static void resettle_missing(daemon_t *d, const ingest_journal_batch *jb, const 
  */
 static int finish_acked(daemon_t *d, const ingest_journal_batch *jb, const ingest_journal_file *files, size_t n)
 {
-    if (d->once || dmn_after_ship(d, jb->seq, files, n) == 0) { /* --once runs no after-ship action */
+    if (d->once) {
+        /* --once runs no after-ship action: a batch that needs one (the daemon queued it, --once replayed
+         * it) stays ACKED, and the daemon finishes it when it starts; the others go */
+        for (size_t i = 0; i < n; i++) {
+            const char *rel = NULL;
+            const dsource *s = dmn_source_of(d, files[i].path, &rel);
+            if (s != NULL && s->after != AFTER_KEEP)
+                return 0;
+        }
+        return forget(d, jb->seq);
+    }
+    if (dmn_after_ship(d, jb->seq, files, n) == 0) {
         dmn_defer_log_drop(d, jb->seq);
         return forget(d, jb->seq);
     }
