@@ -820,6 +820,14 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
             journal_drop(a, seq);
         if (rc == 1) {
             again = 1;
+            /* the batch received before this one may still wait for its ACK: leaving the connection drops
+             * it from the edge, not from the journal (SENT): the next pass replays it under its id */
+            const ingest_sender_batch *p = a->net.edge != NULL ? ingest_edge_pending(a->net.edge) : NULL;
+            if (pend != 0 && p != NULL && batch_seq(a, p) == pend) {
+                prog_log(INGEST_LOG_INFO, "batch %s was received but not acknowledged; it stays journaled and "
+                         "is replayed before the next pass", ingest_sender_batch_id(p));
+                pend = 0;
+            }
             disconnect_core(a);
             rc = 0;
         } else if (rc == 2) {
@@ -1109,6 +1117,17 @@ int main(int argc, char **argv)
     /* not all of them: a walk now could ship their files again in new batches */
     int rc = replay_rc > 0 ? INGEST_ECLOSED : replay_rc;
     for (int pass = 0; pass < 5 && replay_rc == 0; pass++) {
+        if (pass > 0) {
+            /* a batch a pass left journaled (received, its ACK lost when the pass gave up its connection)
+             * goes first, under its id: the next walk would otherwise ship its files again */
+            uint64_t more = 0;
+            const int r = daemon_replay(&a, &so, &more);
+            replayed += more;
+            if (r != 0) {
+                rc = r > 0 ? INGEST_ECLOSED : r;
+                break;
+            }
+        }
         rc = ship_pass(&a, &so);
         if (rc <= 0)
             break;
