@@ -857,12 +857,13 @@ static void held_device_does_not_stop_another(int phase)
  * tree and has not landed yet; dev2's batch of the same files is asked for
  * none of them, and lands by copying them once dev1's batch landed.  If the
  * batch receiving them does not land in time, dev2 is asked for them at
- * its commit and lands all the same.
+ * its commit and lands all the same; so too when dev1's session dies while
+ * dev2's commit waits for them.
  */
 static void test_chunks_in_flight_are_not_asked_twice(void **state)
 {
     (void)state;
-    for (int round = 0; round < 2; round++) {
+    for (int round = 0; round < 3; round++) {
         env *e = env_new(0, 30000);
         env *d2 = env_peer(e, "dev2");
         ingest_sender_batch *b1 = next_batch(e), *b2 = next_batch(d2);
@@ -881,6 +882,40 @@ static void test_chunks_in_flight_are_not_asked_twice(void **state)
             assert_int_equal(recv_ack(e, id1), INGEST_ACK_LANDED);
             send_commit(d2, id2, 0);
             assert_int_equal(recv_ack(d2, id2), INGEST_ACK_LANDED);
+        } else if (round == 2) {
+            /* dev1's session dies while dev2's commit waits for its chunks: dev2 is asked for them, and
+             * lands; dev1's batch never does */
+            send_commit(d2, id2, 0);
+            ingest_link_shutdown(e->dev);
+            /* asked as the landing reaches each of them (a WANT, the chunks, a COMMIT, again), then the ACK */
+            size_t asked = 0;
+            for (;;) {
+                ingest_wire_msg m;
+                recv_msg(d2, &m);
+                if (m.type == INGEST_MSG_ACK) {
+                    assert_string_equal(m.u.ack.batch_id, id2);
+                    assert_int_equal(m.u.ack.status, INGEST_ACK_LANDED);
+                    break;
+                }
+                if (m.type != INGEST_MSG_WANT)
+                    fail_msg("expected WANT or ACK, got %s", ingest_wire_type_name(m.type));
+                uint32_t sent = 0;
+                for (uint32_t i = 0; i < m.u.want.count; i++, sent++) {
+                    const uint32_t w = ingest_wire_want_index(&m.u.want, i);
+                    assert_int_equal(send_chunk(d2, b2, w, w), 0);
+                }
+                asked += sent;
+                if (!(m.u.want.flags & INGEST_WANT_MORE))
+                    send_commit(d2, id2, sent);
+            }
+            assert_int_equal(asked, n1); /* every chunk dev1's batch was receiving, once */
+            assert_all_landed(e, 1);
+            assert_int_equal(ingest__inflight_count(e->idx), 0);
+            ingest_sender_batch_destroy(b1);
+            ingest_sender_batch_destroy(b2);
+            env_free(d2);
+            env_free(e);
+            continue;
         } else {
             /* dev1 stalls: dev2's commit waits, then asks for them, and lands */
             send_commit(d2, id2, 0);
