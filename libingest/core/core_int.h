@@ -133,6 +133,8 @@ uint64_t core_readq_set_batch(readq *q, ingest_lander_batch *b);
 
 /* Predecessors shorter than this get no DELTA_BASE (too little to gain). */
 #define INGEST_CORE_DELTA_MIN_BASE (4u * INGEST_WIRE_DELTA_BLOCK)
+/* block hashes described per batch, at most (1/128 of the predecessor bytes: 8 MiB covers 1 GiB) */
+#define INGEST_CORE_DELTA_HASH_BUDGET (8u * 1024u * 1024u)
 
 /* The DELTA_BASEs of a link's open batch. */
 typedef struct core_delta {

@@ -53,12 +53,15 @@ int core_delta_bases(core_delta *d, ingest_link *lk, ingest_lander_batch *b, con
     d->n = 0;
     d->sent = d->rebuilt = d->stale = 0;
     randombytes_buf(d->key, sizeof(d->key));
+    size_t hashed = 0; /* bytes of block hashes sent for this batch: at most INGEST_CORE_DELTA_HASH_BUDGET */
     for (size_t k = 0; k < n; k++) {
         const uint32_t i = wants[k];
         uint8_t id[INGEST_ID_BYTES];
         uint32_t len = 0, blen = 0;
-        if (ingest_lander_chunk_expect(b, i, id, &len) != 0)
-            continue;
+        if (ingest_lander_chunk_expect(b, i, id, &len) != 0 || len < INGEST_CORE_DELTA_MIN_BASE)
+            continue; /* (a chunk too small for a delta: its predecessor is not even read) */
+        if (hashed + INGEST_WIRE_DELTA_BLOCKS(len) * INGEST_WIRE_DELTA_HASH_BYTES > INGEST_CORE_DELTA_HASH_BUDGET)
+            break; /* the rest is asked for whole: the hashes of a huge rewrite would cost more than they save */
         if (grow(d->ctx, (void **)&d->buf, &d->bufcap, len) != 0) {
             snprintf(why, cap, "out of memory for the predecessor of chunk %u", i);
             return INGEST_ENOMEM;
@@ -91,6 +94,7 @@ int core_delta_bases(core_delta *d, ingest_link *lk, ingest_lander_batch *b, con
             snprintf(why, cap, "%s", ingest_link_send_errmsg(lk));
             return rc;
         }
+        hashed += nb * INGEST_WIRE_DELTA_HASH_BYTES;
         d->idx[d->n] = i | 0x80000000u; /* the high bit: not answered yet (chunk indexes stay below it) */
         d->blen[d->n] = blen;
         d->n++;
@@ -174,6 +178,9 @@ int core_delta_land(core_delta *d, ingest_lander_batch *b, ingest_codec *codec, 
             from += bl;
         }
     }
+    /* This id check is the only guard on the rebuilt bytes: the whole-file hash covers chunk ids, not bytes,
+     * and put_verified believes its caller.  A predecessor changed downstream since its hashes were sent
+     * (or a hash collision) is caught here, and the chunk is asked for whole. */
     uint8_t got_id[INGEST_ID_BYTES];
     ingest_chunk_id(key, d->buf, len, got_id);
     if (memcmp(got_id, id, INGEST_ID_BYTES) != 0) {

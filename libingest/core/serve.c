@@ -823,7 +823,9 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                      ingest_lander_batch_chunks(b), wants.n);
             gen = core_readq_set_batch(&q, b);
             dl.n = 0;
-            if (link->features & INGEST_SESSION_FEATURE_DELTA) {
+            /* not with a layout shared by the devices (no {device}): the predecessor at a landed path could
+             * be another device's file, and its block hashes are not this device's to see */
+            if ((link->features & INGEST_SESSION_FEATURE_DELTA) && strstr(s->o.layout, "{device}") != NULL) {
                 /* the predecessors first: the device reads them before the WANT that asks for their chunks */
                 sort_wants(&wants);
                 if ((rc = core_delta_bases(&dl, link, b, wants.v, wants.n, why, sizeof(why))) < 0) {

@@ -315,11 +315,15 @@ int ingest_edge_send_manifest(ingest_edge *a, ingest_sender_batch *b)
 
 /* ---- delta chunks (INGEST_SESSION_FEATURE_DELTA) --------------------------- */
 
+/* block hashes kept per batch, at most: twice the receiver's budget (INGEST_CORE_DELTA_HASH_BUDGET) */
+#define INGEST_EDGE_DELTA_HASH_MAX (16u * 1024u * 1024u)
+
 /*
  * Keep a DELTA_BASE of the open batch b: the chunk's predecessor as the
  * receiver holds it.  Bounded by the manifest: one per chunk, ascending,
  * at most as long as the chunk, so the hashes kept are at most 1/128 of
- * the batch's bytes.
+ * the batch's bytes, and never more than INGEST_EDGE_DELTA_HASH_MAX: a
+ * base past that is not kept (its chunk goes whole).
  */
 static int take_delta_base(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_delta_base *x)
 {
@@ -341,6 +345,8 @@ static int take_delta_base(ingest_edge *a, ingest_sender_batch *b, const ingest_
         return INGEST_EPROTO;
     }
     const size_t hb = (size_t)INGEST_WIRE_DELTA_BLOCKS(x->base_len) * INGEST_WIRE_DELTA_HASH_BYTES;
+    if (a->dpool_len + hb > INGEST_EDGE_DELTA_HASH_MAX)
+        return 0; /* past what the edge keeps for a batch: that chunk is sent whole (the receiver allows less) */
     if (a->ndbase == a->dbase_cap) {
         const size_t cap = a->dbase_cap ? 2 * a->dbase_cap : 64;
         void *p = ingest__realloc(a->ctx, a->dbase, a->dbase_cap * sizeof(*a->dbase), cap * sizeof(*a->dbase));

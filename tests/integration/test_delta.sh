@@ -20,7 +20,7 @@ setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
 start_receiver
 # deterministic incompressible bytes
-awk 'BEGIN { srand(16); for (i = 0; i < 1048576; i++) printf "%c", int(rand() * 256) }' > "$T/rand.bin" 2>/dev/null ||
+LC_ALL=C awk 'BEGIN { srand(16); for (i = 0; i < 1048576; i++) printf "%c", int(rand() * 256) }' > "$T/rand.bin" 2>/dev/null ||
     fail "cannot generate the random file"
 head -c 1048576 "$T/rand.bin" > "$S/frame.bin"
 [ "$(wc -c < "$S/frame.bin")" -eq 1048576 ] || fail "the random file is not 1 MiB"
@@ -30,9 +30,14 @@ L="$(landed_root dev1)/data/frame.bin"
 cmp -s "$S/frame.bin" "$L" || fail "first ship: landed file differs"
 [ "$(field dev1 chunk_bytes)" -ge 1000000 ] || fail "first ship sent only $(field dev1 chunk_bytes) bytes of chunk data"
 
+# blk_at CHUNK_START CHUNK_LEN: an offset 100 bytes into a 1 KiB block in the middle of that chunk (the
+# receiver's block hashes start at the chunk's start: a 16-byte edit there never straddles two blocks)
+blk_at() { echo $(($1 + ($2 / 2 / 1024) * 1024 + 100)); }
 # edit 16 bytes in place in the middle (a second later: a new mtime)
+set -- $("$CTL" chunk "$S/frame.bin" | awk '!/^#/ && $1 <= 524300 && $1 + $2 > 524300 { print $1, $2 }')
+[ $# -eq 2 ] || fail "cannot find the chunk at offset 524300 ($*)"
 sleep 1
-printf 'SIXTEEN BYTES!!!' | dd of="$S/frame.bin" bs=1 seek=524300 conv=notrunc 2>/dev/null
+printf 'SIXTEEN BYTES!!!' | dd of="$S/frame.bin" bs=1 seek="$(blk_at "$1" "$2")" conv=notrunc 2>/dev/null
 ship dev1 > /dev/null
 cmp -s "$S/frame.bin" "$L" || fail "after the 16-byte edit: landed file differs"
 cb=$(field dev1 chunk_bytes)
@@ -48,7 +53,7 @@ pass "16-byte edit in a 1 MiB binary file: $cb bytes of chunk data, landed ident
 set -- $("$CTL" chunk "$S/frame.bin" | awk '!/^#/ && $1 <= 200000 && $1 + $2 > 200000 { print $1, $2 }')
 [ $# -eq 2 ] && [ "$2" -ge 8192 ] || fail "cannot find the chunk at offset 200000 ($*)"
 sleep 1
-printf 'SECOND EDIT 16 B' | dd of="$S/frame.bin" bs=1 seek=$(($1 + $2 / 2)) conv=notrunc 2>/dev/null
+printf 'SECOND EDIT 16 B' | dd of="$S/frame.bin" bs=1 seek="$(blk_at "$1" "$2")" conv=notrunc 2>/dev/null
 : > "$T/pause"
 INGEST_TEST_SHIP_PAUSE="$T/pause" "$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" &
 APID=$!
@@ -88,7 +93,7 @@ touch -r "$L" "$mtime_ref"
 printf 'CHANGED DOWNSTREAM' | dd of="$L" bs=1 seek=$(($1 + 100)) conv=notrunc 2>/dev/null
 touch -r "$mtime_ref" "$L"
 sleep 1
-printf 'THIRD EDIT 16 B!' | dd of="$S/frame.bin" bs=1 seek=$(($1 + $2 / 2)) conv=notrunc 2>/dev/null
+printf 'THIRD EDIT 16 B!' | dd of="$S/frame.bin" bs=1 seek="$(blk_at "$1" "$2")" conv=notrunc 2>/dev/null
 ship dev1 > /dev/null
 cmp -s "$S/frame.bin" "$L" || fail "landed copy changed before the ship: landed file differs"
 [ "$(grep -c "1 delta chunks rebuilt, 0 asked again whole" "$T/receiver.log")" -eq 2 ] ||
@@ -96,3 +101,21 @@ cmp -s "$S/frame.bin" "$L" || fail "landed copy changed before the ship: landed 
 [ "$(field dev1 chunk_bytes)" -le 3072 ] ||
     fail "landed copy changed before the ship: $(field dev1 chunk_bytes) bytes of chunk data (at most 3072: two literal blocks)"
 pass "landed copy changed before the ship: $(field dev1 chunk_bytes) bytes of chunk data (two literal blocks), landed identical"
+
+# A layout shared by the devices (no {device}): no predecessor is described, since the file at the landed
+# path may be another device's (its block hashes are not this device's to see); the edit goes whole.
+stop_receiver
+rm -rf "$T/bronze" "$T/rstate" "$T/astate-dev1"
+write_receiver_config 'layout: "{path}"
+layout_shared: true'
+start_receiver
+write_agent_config dev1 "$S"
+ship dev1 > /dev/null
+sleep 1
+set -- $("$CTL" chunk "$S/frame.bin" | awk '!/^#/ && $1 <= 524300 && $1 + $2 > 524300 { print $1, $2 }')
+printf 'FOURTH EDIT 16 B' | dd of="$S/frame.bin" bs=1 seek="$(blk_at "$1" "$2")" conv=notrunc 2>/dev/null
+write_agent_config dev2 "$S"
+ship dev2 > /dev/null
+cmp -s "$S/frame.bin" "$T/bronze/data/frame.bin" || fail "shared layout: landed file differs"
+[ "$(field dev2 chunk_deltas)" -eq 0 ] || fail "shared layout: dev2 was given the block hashes of dev1's file ($(field dev2 chunk_deltas) delta chunks)"
+pass "a layout shared by the devices: no predecessor described, the changed chunk sent whole ($(field dev2 chunk_bytes) bytes)"
