@@ -63,6 +63,7 @@ struct ingest_edge {
         size_t at;
     } *dbase;
     size_t ndbase, dbase_cap;
+    int dbase_closed; /* the batch's first WANTs were served: a DELTA_BASE now is a protocol error */
     uint8_t *dpool;
     size_t dpool_len, dpool_cap;
     uint8_t dkey[INGEST_WIRE_DELTA_KEY_BYTES];
@@ -333,6 +334,8 @@ static int take_delta_base(ingest_edge *a, ingest_sender_batch *b, const ingest_
     const char *why = NULL;
     if (!(a->link->features & INGEST_SESSION_FEATURE_DELTA))
         why = "the delta feature was not agreed";
+    else if (a->dbase_closed)
+        why = "after the batch's WANTs were served (predecessors come before them)";
     else if (ingest_sender_batch_chunk_info(b, x->index, id, &len, &off) != 0)
         why = "no such chunk";
     else if (x->base_len > len)
@@ -954,6 +957,7 @@ int ingest_edge_finish_batch(ingest_edge *a, ingest_sender_batch *b, double t0)
     a->withdrawn = 0;
     a->ndbase = 0;
     a->dpool_len = 0;
+    a->dbase_closed = 0;
     test_pause(a);
     const int rc = finish_batch_once(a, b, t0);
     a->cur = NULL;
@@ -1116,6 +1120,7 @@ static int finish_batch_once(ingest_edge *a, ingest_sender_batch *b, double t0)
         rc = serve_wants(a, b, &m, &sent, &stale);
         a->ndbase = 0; /* a chunk asked again after the COMMIT is sent whole */
         a->dpool_len = 0;
+        a->dbase_closed = 1;
         t = edge_now();
         a->st->send_s += t - now;
         if (rc < 0)
