@@ -84,6 +84,13 @@ start_receiver() {
     done
 }
 
+# pin_receiver_port: the running receiver's address goes into its config, so that restarts listen on the
+# same port (agents' configs written before a restart stay right)
+pin_receiver_port() {
+    ADDR=$(cat "$T/receiver.addr")
+    sed -i "s|^listen: .*|listen: $ADDR|" "$T/receiver.yaml"
+}
+
 stop_receiver() {
     [ -n "$RECV_PID" ] || return 0
     kill "$RECV_PID" 2>/dev/null || true

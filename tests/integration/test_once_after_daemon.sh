@@ -8,8 +8,7 @@
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
 start_receiver
-ADDR=$(cat "$T/receiver.addr")
-sed -i "s|^listen: .*|listen: $ADDR|" "$T/receiver.yaml"
+pin_receiver_port
 stop_receiver
 S="$T/src/data"
 mkdir -p "$S"

@@ -65,8 +65,7 @@ write_receiver_config 'layout: "{device}/{path}"'
 REAL_RECEIVER=$RECEIVER
 RECEIVER=$(powercut_wrapper "$REAL_RECEIVER" "$RT/pc-recv" "$RT/bronze:$RT/rstate")
 start_receiver
-ADDR=$(cat "$T/receiver.addr")
-sed -i "s|^listen: .*|listen: $ADDR|" "$T/receiver.yaml" # restarts take the same port
+pin_receiver_port
 S="$T/src/data"
 mkdir -p "$S/one/deep/er"
 head -c 30000 /dev/urandom > "$S/one/deep/er/alone.bin"

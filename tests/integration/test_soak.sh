@@ -43,8 +43,7 @@ RECEIVER=$(powercut_wrapper "$RECEIVER" "$RT/pc-recv" "$RT/bronze:$RT/rstate")
 # the soak could not tell it from a real one; test_powercut.sh cuts at a known moment after the deletions
 AGENT=$(powercut_wrapper "$AGENT" "$RT/pc-agent" "$RT/astate-dev1")
 start_receiver
-ADDR=$(cat "$T/receiver.addr")
-sed -i "s|^listen: .*|listen: $ADDR|" "$T/receiver.yaml" # restarts take the same port
+pin_receiver_port
 S="$T/src/data"
 K="$T/keep"
 mkdir -p "$S" "$K"
