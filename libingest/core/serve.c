@@ -881,6 +881,10 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
             const double tl = core_now();
             char why[INGEST_WIRE_MESSAGE_MAX];
             rc = core_delta_land(&dl, b, lcodec[k], s->dedup, &m.u.delta, it->enc_len, why, sizeof(why));
+            /* a malformed delta of a chunk that was given a base is asked for whole as well: failing the
+             * batch would only bring the same delta back with its retry, for ever */
+            if (rc == INGEST_ECORRUPT)
+                rc = 1;
             if (rc == 1) {
                 /* never landed unverified: asked for whole after the COMMIT, as a stale known chunk */
                 core_log(s, INGEST_LOG_INFO, "device %s batch %s: delta chunk %u: %s; asking for it whole", device,
