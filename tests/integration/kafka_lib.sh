@@ -4,7 +4,19 @@
 MOCK="$BUILD/tools/kafka-mock"
 [ -x "$MOCK" ] || fail "kafka-mock not built (make tests)"
 MOCK_PID=""
-trap '[ -n "$MOCK_PID" ] && kill "$MOCK_PID" 2>/dev/null; for p in ${EXTRA_PIDS:-}; do kill "$p" 2>/dev/null || true; done; cleanup' EXIT
+# kafka_stop_all: the receivers and agents first (a receiver leaving its group talks to the cluster), each
+# given 10 s after SIGTERM and then killed, so that none outlives the test; then the cluster
+kafka_stop_all() {
+    for p in ${EXTRA_PIDS:-}; do kill "$p" 2>/dev/null || true; done
+    for p in ${EXTRA_PIDS:-}; do
+        i=0
+        while kill -0 "$p" 2>/dev/null && [ $i -lt 200 ]; do i=$((i + 1)); sleep 0.05; done
+        kill -KILL "$p" 2>/dev/null || true
+    done
+    [ -n "$MOCK_PID" ] && kill "$MOCK_PID" 2>/dev/null
+    return 0
+}
+trap 'kafka_stop_all; cleanup' EXIT
 
 # start_mock BROKERS PARTITIONS: the cluster with topics ingest and ingest-replies; $BOOT
 start_mock() {
