@@ -18,15 +18,17 @@ _Static_assert(crypto_shorthash_BYTES == INGEST_WIRE_DELTA_HASH_BYTES, "a block 
 _Static_assert(crypto_shorthash_KEYBYTES == INGEST_WIRE_DELTA_KEY_BYTES, "the batch key is a SipHash key");
 
 /* Grow *p (holding *cap bytes) to at least n bytes. */
+/* *p holds at least n bytes (growing by half again at least: one base at a time costs no realloc each). */
 static int grow(ingest_ctx *ctx, void **p, size_t *cap, size_t n)
 {
     if (n <= *cap)
         return 0;
-    void *q = ingest__realloc(ctx, *p, *cap, n);
+    const size_t want = n > *cap + *cap / 2 ? n : *cap + *cap / 2;
+    void *q = ingest__realloc(ctx, *p, *cap, want);
     if (q == NULL)
         return -1;
     *p = q;
-    *cap = n;
+    *cap = want;
     return 0;
 }
 
