@@ -73,7 +73,8 @@ sed -i 's|^  - path: .*|&\n    settle: 100ms\n    after_ship: delete|' "$T/dev1.
     done
 ) &
 WRITER=$!
-trap 'touch "$T/stop"; kill "$WRITER" 2>/dev/null || true; cleanup' EXIT
+AGENT_PID=""
+trap 'touch "$T/stop"; kill "$WRITER" 2>/dev/null || true; [ -z "$AGENT_PID" ] || kill -9 "$AGENT_PID" 2>/dev/null || true; cleanup' EXIT
 
 rnd_ms() { od -An -N2 -tu2 /dev/urandom | awk -v lo="$1" -v hi="$2" '{ print lo + $1 % (hi - lo) }'; }
 start_agent() { "$AGENT" --config "$T/dev1.yaml" >> "$T/dev1.out" 2>> "$T/dev1.err" & AGENT_PID=$!; }

@@ -638,32 +638,19 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 
 /* ---- durability ---------------------------------------------------------- */
 
-EXPORT int fsync(int fd)
+/* A sync call on fd (all: 0 the file or directory, 1 its filesystem), logged once it returned 0. */
+static int synced(int (*call)(int), int fd, int all)
 {
     const uint64_t upto = G.on ? log_mark() : 0;
-    const int r = REAL(fsync)(fd);
+    const int r = call(fd);
     if (r == 0)
-        log_sync(fd, 0, upto);
+        log_sync(fd, all, upto);
     return r;
 }
 
-EXPORT int fdatasync(int fd)
-{
-    const uint64_t upto = G.on ? log_mark() : 0;
-    const int r = REAL(fdatasync)(fd);
-    if (r == 0)
-        log_sync(fd, 0, upto);
-    return r;
-}
-
-EXPORT int syncfs(int fd)
-{
-    const uint64_t upto = G.on ? log_mark() : 0;
-    const int r = REAL(syncfs)(fd);
-    if (r == 0)
-        log_sync(fd, 1, upto);
-    return r;
-}
+EXPORT int fsync(int fd) { return synced(REAL(fsync), fd, 0); }
+EXPORT int fdatasync(int fd) { return synced(REAL(fdatasync), fd, 0); }
+EXPORT int syncfs(int fd) { return synced(REAL(syncfs), fd, 1); }
 
 EXPORT void sync(void)
 {
