@@ -107,6 +107,7 @@ typedef struct readq {
     qitem *head, *tail;
     size_t bytes;
     int quit, ended;
+    int push_waiting, pop_waiting; /* threads waiting for room, for an item (woken only then) */
     ingest_lander_batch *batch; /* the open batch, for the expected chunk ids */
     uint64_t gen;               /* its generation: counts publications, 0 while none is open */
     ingest_link *link;

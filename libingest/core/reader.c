@@ -52,8 +52,11 @@ static void readq_push(readq *q, qitem *it)
 {
     budget_take(q, it->len + sizeof(*it));
     pthread_mutex_lock(&q->lock);
-    while (q->bytes > INGEST_CORE_READQ_MAX && !q->quit)
+    while (q->bytes > INGEST_CORE_READQ_MAX && !q->quit) {
+        q->push_waiting++;
         pthread_cond_wait(&q->cond, &q->lock);
+        q->push_waiting--;
+    }
     it->next = NULL;
     if (q->tail)
         q->tail->next = it;
@@ -61,22 +64,30 @@ static void readq_push(readq *q, qitem *it)
         q->head = it;
     q->tail = it;
     q->bytes += it->len + sizeof(*it);
-    pthread_cond_broadcast(&q->cond);
+    const int wake = q->pop_waiting > 0;
     pthread_mutex_unlock(&q->lock);
+    if (wake)
+        pthread_cond_broadcast(&q->cond);
 }
 
 qitem *core_readq_pop(readq *q)
 {
     pthread_mutex_lock(&q->lock);
-    while (q->head == NULL)
+    while (q->head == NULL) {
+        q->pop_waiting++;
         pthread_cond_wait(&q->cond, &q->lock);
+        q->pop_waiting--;
+    }
     qitem *it = q->head;
     q->head = it->next;
     if (q->head == NULL)
         q->tail = NULL;
     q->bytes -= it->len + sizeof(*it);
-    pthread_cond_broadcast(&q->cond);
+    /* the reader waits for room until the queue is down to half its bound: one wake-up per half, not per item */
+    const int wake = q->push_waiting > 0 && (q->bytes <= INGEST_CORE_READQ_MAX / 2 || q->quit);
     pthread_mutex_unlock(&q->lock);
+    if (wake)
+        pthread_cond_broadcast(&q->cond);
     budget_give(q, it->len + sizeof(*it));
     return it;
 }
