@@ -190,16 +190,17 @@ static int make_link(ingest_lander_batch *b, uint32_t i, const char *tn)
 /*
  * Commit step 1, run with the caller's lock released: every file's data
  * on disk under its temporary name, and its identity (recorded in the
- * index).  Few files, or not all on the bronze root's filesystem: an fsync
- * per file (and per directory in step 3).  A batch of many files on one
- * filesystem: each file's data written and waited for with
- * sync_file_range(), no journal commit; the one syncfs() of step 3 then
- * commits the files' blocks, sizes and final names in one journal
- * transaction, its cache flush covering the data written before.  A
- * rename can reach the journal before that syncfs (another fsync on the
- * filesystem, the journal's timer) but only after the data it names is
- * written.  syncfs reports the writeback errors of the filesystem since
- * Linux 5.8.  Touches only the batch and its files.
+ * index; read from the open file when it was finished).  Few files, or not
+ * all on the bronze root's filesystem: an fsync per file (and per
+ * directory in step 3).  A batch of many files on one filesystem: one
+ * syncfs(), which writes out every file's data (the flusher writes the
+ * small files together: they started no writeback of their own) and makes
+ * it durable before any rename; the syncfs of step 3 then commits the
+ * final names and the manifest.  A rename can reach the journal before
+ * that second syncfs (another fsync on the filesystem, the journal's
+ * timer) but only after the data it names is durable.  syncfs reports the
+ * writeback errors of the filesystem since Linux 5.8.  Touches only the
+ * batch and its files.
  */
 static int sync_temps(ingest_lander_batch *b)
 {
@@ -216,18 +217,36 @@ static int sync_temps(ingest_lander_batch *b)
             continue;
         lander__split_path(f->landed, dir, sizeof dir, &name);
         lander__data_name(b, name, i, tn, sizeof tn);
-        INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
-        struct stat sb;
-        if (fstatat(b->dirfd, tn, &sb, AT_SYMLINK_NOFOLLOW) < 0)
-            return lander__sys_fail(b->ctx, errno, "stat temporary file of", f->landed);
-        if (sb.st_dev != rs.st_dev)
+        if (!f->ident_set || f->link || f->append) {
+            INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
+            struct stat sb;
+            if (fstatat(b->dirfd, tn, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+                return lander__sys_fail(b->ctx, errno, "stat temporary file of", f->landed);
+            f->ident.dev = (uint64_t)sb.st_dev;
+            f->ident.ino = (uint64_t)sb.st_ino;
+            f->ident.size = (uint64_t)sb.st_size;
+            f->ident.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+        }
+        if (f->ident.dev != (uint64_t)rs.st_dev)
             use_syncfs = false;
-        f->ident.dev = (uint64_t)sb.st_dev;
-        f->ident.ino = (uint64_t)sb.st_ino;
-        f->ident.size = (uint64_t)sb.st_size;
-        f->ident.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
     }
     b->syncfs = use_syncfs;
+    if (use_syncfs) {
+        /* every file's data durable before any rename: one syncfs, the flusher writing the files together */
+        for (uint32_t i = 0; i < b->nfiles; i++) {
+            lfile *f = &b->files[i];
+            if (f->refused != NULL || !f->link)
+                continue;
+            lander__split_path(f->landed, dir, sizeof dir, &name);
+            lander__data_name(b, name, i, tn, sizeof tn);
+            INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
+            INGEST__FORWARD(make_link(b, i, tn));
+        }
+        if (syncfs(l->rootfd) < 0)
+            return lander__sys_fail(b->ctx, errno, "syncfs", l->root);
+        b->stats.syncs++;
+        return 0;
+    }
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         if (f->refused != NULL)

@@ -69,6 +69,8 @@
 #define DEV_TAG_HEX 16
 /* Batches of at least this many files are made durable with syncfs(). */
 #define INGEST_LANDER_SYNCFS_MIN 16u
+/* files this large start their writeback as soon as they are written (lander_land.c finish_file) */
+#define LANDER_EARLY_WRITEBACK_MIN (256u * 1024u)
 
 /* K_PEER: another batch is receiving it (inflight.h); copied once that batch landed it, else asked for */
 enum { K_RECV = 0, K_KNOWN = 1, K_DUP = 2, K_PEER = 3, K_MASK = 3 };
@@ -132,6 +134,7 @@ typedef struct lfile {
     uint32_t first, nchunks;
     uint64_t version;
     ingest_file_identity ident;
+    bool ident_set; /* ident read from the open temporary file when it was finished (finish_file) */
     bool created; /* its temporary file exists */
     bool renamed; /* moved to its final name */
     bool fresh;   /* nothing was at its final name when the renames began */

@@ -53,6 +53,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     if (b->fd < 0)
         return lander__sys_fail(b->ctx, errno, "create temporary file for", f->landed);
     f->created = true;
+    f->ident_set = false; /* read when it is finished */
     struct stat st;
     if (fstat(b->fd, &st) < 0)
         return lander__sys_fail(b->ctx, errno, "stat temporary file for", f->landed);
@@ -259,8 +260,17 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
     ts[0].tv_nsec = ts[1].tv_nsec = (long)ns;
     if (futimens(b->fd, ts) < 0)
         return lander__sys_fail(b->ctx, errno, "set mtime of", f->landed);
-    /* start writeback now; commit waits for it with one fsync per file */
-    (void)sync_file_range(b->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    struct stat sb;
+    if (fstat(b->fd, &sb) < 0)
+        return lander__sys_fail(b->ctx, errno, "stat", f->landed);
+    f->ident.dev = (uint64_t)sb.st_dev;
+    f->ident.ino = (uint64_t)sb.st_ino;
+    f->ident.size = (uint64_t)sb.st_size;
+    f->ident.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    f->ident_set = true;
+    /* a large file's writeback starts now; small ones are written out together at commit */
+    if (f->size >= LANDER_EARLY_WRITEBACK_MIN || b->nfiles < INGEST_LANDER_SYNCFS_MIN)
+        (void)sync_file_range(b->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     if (close(b->fd) < 0) {
         b->fd = -1;
         return lander__sys_fail(b->ctx, errno, "close", f->landed);
