@@ -342,7 +342,7 @@ static const cfg_row agent_rows[] = {
       .min = -7, .max = 19, .desc = "zstd level; 1 is the measured sweet spot, negative = faster" },
     { .name = "compression.dictionary", .type = T_PATH, .def = "",
       FIELD(A, compression_dictionary), .desc = "Trained zstd dictionary file (\"\" = none)" },
-    { .name = "batch.max_files", .type = T_INT, .def = "1000", FIELD(A, batch_max_files), .min = 1,
+    { .name = "batch.max_files", .type = T_INT, .def = "4000", FIELD(A, batch_max_files), .min = 1,
       .max = 1000000, .desc = "Close a batch at this many files" },
     { .name = "batch.max_bytes", .type = T_SIZE, .def = "256MiB", FIELD(A, batch_max_bytes),
       .min = 64 * KiB, .max = 64 * GiB, .desc = "Close a batch at this many bytes of file data" },

@@ -196,7 +196,7 @@ static void test_agent_defaults(void **state)
     assert_int_equal(c->chunking.max, 256 * 1024);
     assert_int_equal(c->compression_level, 1);
     assert_string_equal(c->compression_dictionary, "");
-    assert_int_equal(c->batch_max_files, 1000);
+    assert_int_equal(c->batch_max_files, 4000);
     assert_true(c->batch_max_bytes == 256ull << 20);
     assert_int_equal(c->batch_max_wait_ms, 5000);
     assert_int_equal(c->havecache_max_entries, 4000000);
@@ -446,7 +446,7 @@ static void test_agent_null_values_mean_default(void **state)
              "batch:\n  max_files: ~\ncompression:\n  dictionary:\nlog:\nmetrics: {listen: null}\n");
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     ingest_agent_config *c = agent_ok(ctx, buf);
-    assert_int_equal(c->batch_max_files, 1000);
+    assert_int_equal(c->batch_max_files, 4000);
     assert_string_equal(c->compression_dictionary, "");
     assert_string_equal(c->metrics_listen, "");
     ingest_agent_config_free(c);
