@@ -205,6 +205,7 @@ struct ingest_lander_batch_s {
     /* a zero chunk was skipped (a hole) and nothing written past it yet: the
      * file's size may be short of the bytes landed (fill_holes in lander_land.c) */
     bool size_short;
+    bool mode_set; /* the file being written has its landed mode already (no fchmod at its end) */
     ingest_filehash fh;
     /* known-chunk source cache */
     int srcfd;

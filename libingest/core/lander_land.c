@@ -7,6 +7,7 @@
 /* --------------------------------------------------------------- landing */
 
 static int run_flush(ingest_lander_batch *b);
+static uint32_t landed_mode(uint32_t mode);
 
 static int open_tmp(ingest_lander_batch *b, uint32_t fi)
 {
@@ -22,6 +23,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     if (app == 1) {
         /* appended in place (lander_append.c): b->fd is the landed file, read and written at the cursor */
         b->direct = false;
+        b->mode_set = false;
         b->clone_ok = false;
         b->file_off = 0;
         b->size_short = false;
@@ -42,14 +44,14 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
             const uintptr_t a = (uintptr_t)b->dio_mem;
             b->dio = (uint8_t *)b->dio_mem + ((DIO_ALIGN - a % DIO_ALIGN) % DIO_ALIGN);
         }
-        b->fd = openat(b->dirfd, tn, flags | O_DIRECT, 0600);
+        b->fd = openat(b->dirfd, tn, flags | O_DIRECT, (mode_t)landed_mode(f->mode));
         if (b->fd >= 0)
             b->direct = true;
         else if (errno != EINVAL) /* EINVAL: the filesystem does not take O_DIRECT; write through the cache */
             return lander__sys_fail(b->ctx, errno, "create temporary file for", f->landed);
     }
     if (b->fd < 0)
-        b->fd = openat(b->dirfd, tn, flags, 0600);
+        b->fd = openat(b->dirfd, tn, flags, (mode_t)landed_mode(f->mode));
     if (b->fd < 0)
         return lander__sys_fail(b->ctx, errno, "create temporary file for", f->landed);
     f->created = true;
@@ -59,6 +61,8 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
         return lander__sys_fail(b->ctx, errno, "stat temporary file for", f->landed);
     b->dev = st.st_dev;
     b->blksize = (uint32_t)st.st_blksize;
+    /* created with its landed mode, unless the umask took bits away or the name was there already */
+    b->mode_set = (st.st_mode & 07777) == (mode_t)landed_mode(f->mode);
     /* clones must be aligned to the filesystem's blocks, and to the direct I/O buffer's */
     b->clone_ok = !(b->l->clone_bad && b->l->clone_bad_dev == st.st_dev) && st.st_blksize >= (blksize_t)DIO_ALIGN &&
                   st.st_blksize <= (blksize_t)(1u << 20) && st.st_blksize % DIO_ALIGN == 0;
@@ -248,7 +252,7 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
     if (sodium_memcmp(h, f->hash, sizeof h) != 0)
         return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: whole-file hash differs from the manifest",
                             f->path);
-    if (fchmod(b->fd, (mode_t)landed_mode(f->mode)) < 0)
+    if (!b->mode_set && fchmod(b->fd, (mode_t)landed_mode(f->mode)) < 0)
         return lander__sys_fail(b->ctx, errno, "chmod", f->landed);
     struct timespec ts[2];
     int64_t s = f->mtime_ns / 1000000000, ns = f->mtime_ns % 1000000000;
