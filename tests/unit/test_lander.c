@@ -919,6 +919,42 @@ static void test_sweep(void **state)
 }
 
 /*
+ * A file put at a final name that was free when the batch began (another
+ * writer landed the path meanwhile): the batch's version replaces it like
+ * any earlier version, and every file lands.
+ */
+static void test_rename_name_taken_meanwhile(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(CH, 52);
+    const tfile f[] = {{"t1", a, 100, T2024, 0644}, {"t2", a + 100, 100, T2024, 0644},
+                       {"t3", a + 200, 100, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "b1", f, 3, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, b, &tb, w[k]), 0);
+    char p[512];
+    snprintf(p, sizeof p, "%s/dev1/2024/02/29/t2", e->bronze);
+    FILE *fp = fopen(p, "w");
+    assert_non_null(fp);
+    fputs("someone else's bytes", fp);
+    fclose(fp);
+    assert_int_equal(ingest_lander_commit(b), 0);
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(count_files(e), 3);
+    assert_file(e, "dev1/2024/02/29/t1", a, 100, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/t2", a + 100, 100, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/t3", a + 200, 100, T2024, 0644);
+    free(tb.manifest);
+    free(a);
+}
+
+/*
  * A final name taken by a directory after the batch began (downstream, or
  * by another writer): the batch fails before its first rename, and no file
  * of it is left under a final name.  Once the way is clear, a new batch
@@ -2754,6 +2790,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_verified, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rename_blocked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rename_name_taken_meanwhile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_header_claims_bounded_by_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_traversal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_symlink_in_bronze, setup, teardown),
