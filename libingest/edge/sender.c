@@ -113,6 +113,9 @@ struct ingest_sender_s {
     } *sc;
     char path[PATH_CAP]; /* "{source}/{relative path}" of the current entry */
     int peeked;          /* the entry at the top frame's cursor is a regular file, counted */
+    /* next_batch_id of seq land_bid_seq + 1 (0: none yet), for landing_refuses */
+    char land_bid[INGEST_WIRE_BATCH_ID_MAX + 32];
+    uint64_t land_bid_seq;
     struct stat peek_st;
     int peek_dirfd;          /* where the peeked file is: directory fd and name in it */
     const char *peek_name;
@@ -529,9 +532,12 @@ static int landing_refuses(ingest_sender *s)
         pthread_mutex_unlock(&s->land_mu);
         return 0;
     }
-    char batch[INGEST_WIRE_BATCH_ID_MAX + 32], out[INGEST_PATH_LANDED_MAX];
-    next_batch_id(s, batch, sizeof batch);
-    const int rc = ingest__path_landed(s->land_ctx, s->land_layout, s->device, batch, s->path,
+    char out[INGEST_PATH_LANDED_MAX];
+    if (s->land_bid_seq != s->seq + 1) { /* one snprintf per batch, not per file */
+        next_batch_id(s, s->land_bid, sizeof s->land_bid);
+        s->land_bid_seq = s->seq + 1;
+    }
+    const int rc = ingest__path_landed(s->land_ctx, s->land_layout, s->device, s->land_bid, s->path,
                                        ts_ns(&s->peek_st.st_mtim), s->land_name_max, out, (size_t)s->land_path_max + 1);
     char why[INGEST__ERRMSG_MAX];
     if (rc != 0)
