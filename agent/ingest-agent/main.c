@@ -372,9 +372,7 @@ static int journal_sent(agent *a, ingest_sender_batch *b)
     }
     const uint64_t seq = batch_seq(a, b);
     pthread_mutex_lock(&a->state.store_lock);
-    int rc = ingest_journal_add(a->state.j, seq, ingest_sender_batch_id(b), f, n);
-    if (rc == 0)
-        rc = ingest_journal_set_state(a->state.j, seq, INGEST_JOURNAL_SENT, NULL, 0);
+    const int rc = ingest_journal_add_sent(a->state.j, seq, ingest_sender_batch_id(b), f, n);
     pthread_mutex_unlock(&a->state.store_lock);
     free(f);
     if (rc < 0) {
