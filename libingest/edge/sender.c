@@ -113,6 +113,9 @@ struct ingest_sender_s {
     } *sc;
     char path[PATH_CAP]; /* "{source}/{relative path}" of the current entry */
     int peeked;          /* the entry at the top frame's cursor is a regular file, counted */
+    /* a whole-file hash keyed once (ingest_filehash_init with key), copied to start each file's:
+     * a byte array, as the struct is not allocated at its 64-byte alignment */
+    uint8_t fh0[sizeof(ingest_filehash)];
     /* next_batch_id of seq land_bid_seq + 1 (0: none yet), for landing_refuses */
     char land_bid[INGEST_WIRE_BATCH_ID_MAX + 32];
     uint64_t land_bid_seq;
@@ -345,6 +348,11 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
     for (size_t i = 0; i < sizeof(s->stack) / sizeof(s->stack[0]); i++)
         s->stack[i].fd = -1;
     memcpy(s->key, o->dedup_key, INGEST_KEY_BYTES);
+    {
+        ingest_filehash fh0;
+        ingest_filehash_init(&fh0, s->key);
+        memcpy(s->fh0, &fh0, sizeof(fh0));
+    }
     s->params = params;
     s->max_files = o->max_files ? o->max_files : DEFAULT_MAX_FILES;
     s->max_bytes = o->max_bytes ? o->max_bytes : DEFAULT_MAX_BYTES;
@@ -1254,7 +1262,7 @@ static int batch_add_link(ingest_sender *s, ingest_sender_batch *b)
         return 0;
     }
     ingest_filehash fh;
-    ingest_filehash_init(&fh, s->key);
+    memcpy(&fh, s->fh0, sizeof(fh)); /* ingest_filehash_init(&fh, s->key) */
     int rc = chunk_mem(s, b, &fh, target, (size_t)n);
     if (rc == 0)
         rc = batch_record(s, b, &st0, &fh, first, target);
@@ -1324,7 +1332,7 @@ retry:
     }
 
     ingest_filehash fh;
-    ingest_filehash_init(&fh, s->key);
+    memcpy(&fh, s->fh0, sizeof(fh)); /* ingest_filehash_init(&fh, s->key) */
     uint64_t total = 0;
     int err = 0;
     rc = s->pipe && (uint64_t)st0.st_size > SENDER_SMALL_FILE ? chunk_pipe(s, b, fd, path, &fh, &total, &err)
