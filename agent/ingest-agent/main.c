@@ -412,8 +412,10 @@ static void pending_settled(agent *a, uint64_t *pend)
 
 /*
  * After an ack: record every file of the batch in the file table (so an
- * unchanged file is not shipped again) and its chunks in the have-cache,
- * and remove the batch's journal record, in one commit.
+ * unchanged file is not shipped again) and, over Kafka, its chunks in the
+ * have-cache, and remove the batch's journal record, in one commit.  Over
+ * TCP nothing reads the have-cache (the core's WANT is the authority), so
+ * its writes, a random-key B-tree insert per chunk, are not made.
  */
 static void record_acked(agent *a, ingest_sender_batch *b)
 {
@@ -431,7 +433,8 @@ static void record_acked(agent *a, ingest_sender_batch *b)
         const ingest_file_state fs = { info.size, info.mtime_ns, info.ctime_ns, 0, 0 };
         rc = ingest_filetable_put(a->state.ft, info.path, &fs);
     }
-    for (uint64_t i = 0; i < bs.chunks && rc == 0; i++) {
+    const uint64_t have = a->cfg->transport == INGEST_TRANSPORT_KAFKA ? bs.chunks : 0;
+    for (uint64_t i = 0; i < have && rc == 0; i++) {
         uint8_t id[INGEST_ID_BYTES];
         uint32_t len;
         uint64_t off;
