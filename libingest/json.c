@@ -525,16 +525,33 @@ int ingest__json_put_str(ingest__buf *b, const char *s, size_t len)
     return ingest__buf_append(b, "\"", 1);
 }
 
+/* v in decimal, written backwards ending at end (20 digits at most): its first digit.  A
+ * manifest line has several numbers per file: this is what snprintf("%" PRIu64) writes, without
+ * its format parsing. */
+static char *dec_u64(char *end, uint64_t v)
+{
+    char *p = end;
+    do {
+        *--p = (char)('0' + (int)(v % 10));
+        v /= 10;
+    } while (v != 0);
+    return p;
+}
+
 int ingest__json_put_u64(ingest__buf *b, uint64_t v)
 {
     char tmp[24];
-    const int n = snprintf(tmp, sizeof(tmp), "%" PRIu64, v);
-    return ingest__buf_append(b, tmp, (size_t)n);
+    char *const end = tmp + sizeof(tmp);
+    const char *p = dec_u64(end, v);
+    return ingest__buf_append(b, p, (size_t)(end - p));
 }
 
 int ingest__json_put_i64(ingest__buf *b, int64_t v)
 {
     char tmp[24];
-    const int n = snprintf(tmp, sizeof(tmp), "%" PRId64, v);
-    return ingest__buf_append(b, tmp, (size_t)n);
+    char *const end = tmp + sizeof(tmp);
+    char *p = dec_u64(end, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
+    if (v < 0)
+        *--p = '-';
+    return ingest__buf_append(b, p, (size_t)(end - p));
 }

@@ -32,27 +32,38 @@ int ingest__path_check_id(ingest_ctx *ctx, const char *what, const char *s)
     return 0;
 }
 
-static int check_rel(ingest_ctx *ctx, const char *what, const char *p, size_t name_max)
+/* What check_rel's messages name: what, or with of given "file {of}: landed path" (made for a message only). */
+static const char *subject(const char *what, const char *of, char *buf, size_t cap)
 {
+    if (of == NULL)
+        return what;
+    snprintf(buf, cap, "file %.200s%s: landed path", of, strlen(of) > 200 ? "..." : "");
+    return buf;
+}
+
+static int check_rel(ingest_ctx *ctx, const char *what, const char *of, const char *p, size_t name_max)
+{
+    char wb[256];
+#define WHAT subject(what, of, wb, sizeof wb)
     const size_t n = strlen(p);
     if (n == 0)
-        return ingest__fail(ctx, INGEST_EINVAL, "%s: empty path", what);
+        return ingest__fail(ctx, INGEST_EINVAL, "%s: empty path", WHAT);
     if (n >= INGEST_PATH_LANDED_MAX)
-        return ingest__fail(ctx, INGEST_EINVAL, "%s: path of %zu bytes is too long (at most %u)", what, n,
+        return ingest__fail(ctx, INGEST_EINVAL, "%s: path of %zu bytes is too long (at most %u)", WHAT, n,
                             INGEST_PATH_LANDED_MAX - 1);
     if (p[0] == '/')
-        return ingest__fail(ctx, INGEST_EINVAL, "%s \"%.200s\": absolute path refused", what, p);
+        return ingest__fail(ctx, INGEST_EINVAL, "%s \"%.200s\": absolute path refused", WHAT, p);
     const char *c = p;
     for (;;) {
         const char *e = strchr(c, '/');
         const size_t cl = e ? (size_t)(e - c) : strlen(c);
         if (cl == 0)
-            return ingest__fail(ctx, INGEST_EINVAL, "%s \"%.200s\": empty path component", what, p);
+            return ingest__fail(ctx, INGEST_EINVAL, "%s \"%.200s\": empty path component", WHAT, p);
         if ((cl == 1 && c[0] == '.') || (cl == 2 && c[0] == '.' && c[1] == '.'))
-            return ingest__fail(ctx, INGEST_EINVAL, "%s \"%.200s\": \"%.*s\" component refused", what, p, (int)cl, c);
+            return ingest__fail(ctx, INGEST_EINVAL, "%s \"%.200s\": \"%.*s\" component refused", WHAT, p, (int)cl, c);
         if (cl > name_max)
             return ingest__fail(ctx, INGEST_EINVAL,
-                                "%s \"%.200s%s\": a component of %zu bytes; the bronze filesystem allows %zu", what, p,
+                                "%s \"%.200s%s\": a component of %zu bytes; the bronze filesystem allows %zu", WHAT, p,
                                 n > 200 ? "..." : "", cl, name_max);
         if (!e)
             break;
@@ -60,10 +71,11 @@ static int check_rel(ingest_ctx *ctx, const char *what, const char *p, size_t na
     }
     return 0;
 }
+#undef WHAT
 
 int ingest__path_check_rel(ingest_ctx *ctx, const char *what, const char *p)
 {
-    return check_rel(ctx, what, p, INGEST_PATH_NAME_MAX);
+    return check_rel(ctx, what, NULL, p, INGEST_PATH_NAME_MAX);
 }
 
 static int expand(ingest_ctx *ctx, const char *layout, const char *device, const char *batch, const char *relpath,
@@ -118,12 +130,10 @@ int ingest__path_landed(ingest_ctx *ctx, const char *layout, const char *device,
     if (cap == 0 || cap > INGEST_PATH_LANDED_MAX || name_max == 0 || name_max > INGEST_PATH_NAME_MAX)
         return ingest__fail(ctx, INGEST_EINVAL, "landed path: buffer of %zu bytes (1..%u), names of %zu (1..%u)", cap,
                             INGEST_PATH_LANDED_MAX, name_max, INGEST_PATH_NAME_MAX);
-    INGEST__FORWARD(check_rel(ctx, "file", relpath, INGEST_PATH_NAME_MAX));
+    INGEST__FORWARD(check_rel(ctx, "file", NULL, relpath, INGEST_PATH_NAME_MAX));
     INGEST__FORWARD(expand(ctx, layout, device, batch, relpath, mtime_ns, out, cap));
     /* a layout like "{device}-{path}" can make a component longer than the file's own */
-    char what[256];
-    snprintf(what, sizeof what, "file %.200s%s: landed path", relpath, strlen(relpath) > 200 ? "..." : "");
-    INGEST__FORWARD(check_rel(ctx, what, out, name_max));
+    INGEST__FORWARD(check_rel(ctx, NULL, relpath, out, name_max));
     if (strncmp(out, "_manifests", 10) == 0 && (out[10] == '/' || out[10] == '\0'))
         return ingest__fail(ctx, INGEST_EINVAL, "file %.200s: landed path %.200s is under _manifests", relpath, out);
     return 0;

@@ -535,7 +535,9 @@ static int ship_one(daemon_t *d, uint64_t seq)
                 !ingest_edge_file_withdrawn(&info)) /* a withdrawn file has no entry */
                 (void)ingest_filetable_set_hash(a->state.ft, info.path, info.hash);
         }
-        for (uint64_t i = 0; i < bs.chunks; i++) {
+        /* the have-cache is read over Kafka only (over TCP the core's WANT is the authority) */
+        const uint64_t have = a->cfg->transport == INGEST_TRANSPORT_KAFKA ? bs.chunks : 0;
+        for (uint64_t i = 0; i < have; i++) {
             uint8_t id[INGEST_ID_BYTES];
             uint32_t len;
             uint64_t off;

@@ -372,9 +372,7 @@ static int journal_sent(agent *a, ingest_sender_batch *b)
     }
     const uint64_t seq = batch_seq(a, b);
     pthread_mutex_lock(&a->state.store_lock);
-    int rc = ingest_journal_add(a->state.j, seq, ingest_sender_batch_id(b), f, n);
-    if (rc == 0)
-        rc = ingest_journal_set_state(a->state.j, seq, INGEST_JOURNAL_SENT, NULL, 0);
+    const int rc = ingest_journal_add_sent(a->state.j, seq, ingest_sender_batch_id(b), f, n);
     pthread_mutex_unlock(&a->state.store_lock);
     free(f);
     if (rc < 0) {
@@ -414,8 +412,10 @@ static void pending_settled(agent *a, uint64_t *pend)
 
 /*
  * After an ack: record every file of the batch in the file table (so an
- * unchanged file is not shipped again) and its chunks in the have-cache,
- * and remove the batch's journal record, in one commit.
+ * unchanged file is not shipped again) and, over Kafka, its chunks in the
+ * have-cache, and remove the batch's journal record, in one commit.  Over
+ * TCP nothing reads the have-cache (the core's WANT is the authority), so
+ * its writes, a random-key B-tree insert per chunk, are not made.
  */
 static void record_acked(agent *a, ingest_sender_batch *b)
 {
@@ -433,7 +433,8 @@ static void record_acked(agent *a, ingest_sender_batch *b)
         const ingest_file_state fs = { info.size, info.mtime_ns, info.ctime_ns, 0, 0 };
         rc = ingest_filetable_put(a->state.ft, info.path, &fs);
     }
-    for (uint64_t i = 0; i < bs.chunks && rc == 0; i++) {
+    const uint64_t have = a->cfg->transport == INGEST_TRANSPORT_KAFKA ? bs.chunks : 0;
+    for (uint64_t i = 0; i < have && rc == 0; i++) {
         uint8_t id[INGEST_ID_BYTES];
         uint32_t len;
         uint64_t off;

@@ -42,7 +42,8 @@ INGEST_API void ingest_chunk_id(const uint8_t key[INGEST_KEY_BYTES], const void 
  * manifest is this hash over the file's chunk ids in order (32 bytes each),
  * not over its bytes: the ids already cover the bytes, so each side hashes
  * the data once.  The state is a caller-owned, fixed-size object: no
- * allocation.
+ * allocation.  A state just initialised may be copied (memcpy) to start
+ * other hashes with the same key without keying each again.
  */
 typedef struct ingest_filehash {
     _Alignas(64) uint8_t opaque[384];

@@ -78,6 +78,14 @@ INGEST_API int ingest_journal_add(ingest_journal *j, uint64_t seq, const char *i
                                   size_t n) INGEST_WUR;
 
 /*
+ * The same in state SENT at once: ingest_journal_add then
+ * ingest_journal_set_state(SENT) in one transaction (the --once agent
+ * journals a batch just before its manifest goes out).
+ */
+INGEST_API int ingest_journal_add_sent(ingest_journal *j, uint64_t seq, const char *id,
+                                       const ingest_journal_file *files, size_t n) INGEST_WUR;
+
+/*
  * Move batch seq forward to SENT or ACKED (committed on return).  ACKED
  * also records every file of the batch in the file table, with the state
  * given in files[] (the versions the core acknowledged; NULL: those of the

@@ -199,7 +199,9 @@ static int clear_inflight(ingest_journal *j, const char *path, uint64_t seq)
     return rc == INGEST_ENOTFOUND ? 0 : rc;
 }
 
-int ingest_journal_add(ingest_journal *j, uint64_t seq, const char *id, const ingest_journal_file *files, size_t n)
+/* ingest_journal_add and ingest_journal_add_sent: the record in state (PENDING or SENT). */
+static int add_state(ingest_journal *j, uint64_t seq, const char *id, const ingest_journal_file *files, size_t n,
+                     int state)
 {
     const size_t idlen = id != NULL ? strlen(id) : 0;
     if (idlen == 0 || idlen > INGEST_JOURNAL_ID_MAX)
@@ -234,7 +236,7 @@ int ingest_journal_add(ingest_journal *j, uint64_t seq, const char *id, const in
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     v[0] = J_VERSION;
-    v[1] = INGEST_JOURNAL_PENDING;
+    v[1] = (uint8_t)state;
     ingest__put_u16(v + 2, (uint16_t)idlen);
     ingest__put_u32(v + 4, (uint32_t)n);
     ingest__put_u64(v + 8, bytes);
@@ -267,6 +269,17 @@ int ingest_journal_add(ingest_journal *j, uint64_t seq, const char *id, const in
 out:
     ingest_journal_batch_free(j, old);
     return rc;
+}
+
+int ingest_journal_add(ingest_journal *j, uint64_t seq, const char *id, const ingest_journal_file *files, size_t n)
+{
+    return add_state(j, seq, id, files, n, INGEST_JOURNAL_PENDING);
+}
+
+int ingest_journal_add_sent(ingest_journal *j, uint64_t seq, const char *id, const ingest_journal_file *files,
+                            size_t n)
+{
+    return add_state(j, seq, id, files, n, INGEST_JOURNAL_SENT);
 }
 
 static int seen_del(ingest_journal *j, const char *path)

@@ -113,6 +113,12 @@ struct ingest_sender_s {
     } *sc;
     char path[PATH_CAP]; /* "{source}/{relative path}" of the current entry */
     int peeked;          /* the entry at the top frame's cursor is a regular file, counted */
+    /* a whole-file hash keyed once (ingest_filehash_init with key), copied to start each file's:
+     * a byte array, as the struct is not allocated at its 64-byte alignment */
+    uint8_t fh0[sizeof(ingest_filehash)];
+    /* next_batch_id of seq land_bid_seq + 1 (0: none yet), for landing_refuses */
+    char land_bid[INGEST_WIRE_BATCH_ID_MAX + 32];
+    uint64_t land_bid_seq;
     struct stat peek_st;
     int peek_dirfd;          /* where the peeked file is: directory fd and name in it */
     const char *peek_name;
@@ -342,6 +348,11 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
     for (size_t i = 0; i < sizeof(s->stack) / sizeof(s->stack[0]); i++)
         s->stack[i].fd = -1;
     memcpy(s->key, o->dedup_key, INGEST_KEY_BYTES);
+    {
+        ingest_filehash fh0;
+        ingest_filehash_init(&fh0, s->key);
+        memcpy(s->fh0, &fh0, sizeof(fh0));
+    }
     s->params = params;
     s->max_files = o->max_files ? o->max_files : DEFAULT_MAX_FILES;
     s->max_bytes = o->max_bytes ? o->max_bytes : DEFAULT_MAX_BYTES;
@@ -529,9 +540,12 @@ static int landing_refuses(ingest_sender *s)
         pthread_mutex_unlock(&s->land_mu);
         return 0;
     }
-    char batch[INGEST_WIRE_BATCH_ID_MAX + 32], out[INGEST_PATH_LANDED_MAX];
-    next_batch_id(s, batch, sizeof batch);
-    const int rc = ingest__path_landed(s->land_ctx, s->land_layout, s->device, batch, s->path,
+    char out[INGEST_PATH_LANDED_MAX];
+    if (s->land_bid_seq != s->seq + 1) { /* one snprintf per batch, not per file */
+        next_batch_id(s, s->land_bid, sizeof s->land_bid);
+        s->land_bid_seq = s->seq + 1;
+    }
+    const int rc = ingest__path_landed(s->land_ctx, s->land_layout, s->device, s->land_bid, s->path,
                                        ts_ns(&s->peek_st.st_mtim), s->land_name_max, out, (size_t)s->land_path_max + 1);
     char why[INGEST__ERRMSG_MAX];
     if (rc != 0)
@@ -1248,7 +1262,7 @@ static int batch_add_link(ingest_sender *s, ingest_sender_batch *b)
         return 0;
     }
     ingest_filehash fh;
-    ingest_filehash_init(&fh, s->key);
+    memcpy(&fh, s->fh0, sizeof(fh)); /* ingest_filehash_init(&fh, s->key) */
     int rc = chunk_mem(s, b, &fh, target, (size_t)n);
     if (rc == 0)
         rc = batch_record(s, b, &st0, &fh, first, target);
@@ -1281,15 +1295,36 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
             report(s, path, e == ENOENT ? INGEST_SKIP_VANISHED : INGEST_SKIP_UNREADABLE, e);
         return 0;
     }
+    /*
+     * A small file (read whole by one read, its bytes kept: docs/sending.md)
+     * takes the walk's lstat as its stat before the read: when the fstat
+     * after the read matches it (device, inode, size, mtime, ctime), the
+     * bytes read are the version the walk saw, stable from that stat to
+     * this one.  When it does not (or the read failed), the file is taken
+     * as any other: fstat, read again from the start, fstat.
+     */
     struct stat st0, st1;
-    if (fstat(fd, &st0) != 0) {
-        const int e = errno;
-        report(s, path, INGEST_SKIP_UNREADABLE, e);
-        goto out;
-    }
-    if (!S_ISREG(st0.st_mode)) {
-        report_special(s, path, st0.st_mode);
-        goto out;
+    const uint64_t wsz = (uint64_t)s->peek_st.st_size;
+    int quick = S_ISREG(s->peek_st.st_mode) && wsz <= INGEST_SENDER_GROUP_CHUNK_MAX && wsz <= s->rbuf;
+    int again = 0;
+retry:
+    if (quick) {
+        st0 = s->peek_st;
+    } else {
+        if (fstat(fd, &st0) != 0) {
+            const int e = errno;
+            report(s, path, INGEST_SKIP_UNREADABLE, e);
+            goto out;
+        }
+        if (!S_ISREG(st0.st_mode)) {
+            report_special(s, path, st0.st_mode);
+            goto out;
+        }
+        if (again && lseek(fd, 0, SEEK_SET) != 0) {
+            const int e = errno;
+            report(s, path, INGEST_SKIP_UNREADABLE, e);
+            goto out;
+        }
     }
     if (b->nfiles > 0 && b->bytes + (uint64_t)st0.st_size > s->max_bytes) {
         rc = 1;
@@ -1297,7 +1332,7 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
     }
 
     ingest_filehash fh;
-    ingest_filehash_init(&fh, s->key);
+    memcpy(&fh, s->fh0, sizeof(fh)); /* ingest_filehash_init(&fh, s->key) */
     uint64_t total = 0;
     int err = 0;
     rc = s->pipe && (uint64_t)st0.st_size > SENDER_SMALL_FILE ? chunk_pipe(s, b, fd, path, &fh, &total, &err)
@@ -1308,11 +1343,21 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
     if (rc == 1) {
         rc = 0;
         b->nchunks = first;
+        if (quick) {
+            quick = 0;
+            again = 1;
+            goto retry;
+        }
         report(s, path, INGEST_SKIP_UNREADABLE, err);
         goto out;
     }
     if (fstat(fd, &st1) != 0 || !same_stat(&st0, &st1) || total != (uint64_t)st0.st_size) {
         b->nchunks = first;
+        if (quick) {
+            quick = 0;
+            again = 1;
+            goto retry;
+        }
         rc = batch_drop(b, path, INGEST_SKIP_CHANGED);
         if (rc < 0)
             goto fatal;

@@ -204,6 +204,18 @@ static void test_filehash_equals_oneshot(void **state)
     ingest_filehash_final(&h, got);
     ingest_chunk_id(ingest_default_dedup_key(), "", 0, want);
     assert_memory_equal(want, got, INGEST_ID_BYTES);
+    /* a state keyed once and copied (as the sender starts each file's) hashes as a fresh one */
+    uint8_t tmpl[sizeof(ingest_filehash)];
+    ingest_filehash_init(&h, ingest_default_dedup_key());
+    memcpy(tmpl, &h, sizeof(h));
+    for (int round = 0; round < 2; round++) {
+        ingest_filehash c;
+        memcpy(&c, tmpl, sizeof(c));
+        ingest_filehash_update(&c, d, round ? n : 1000);
+        ingest_filehash_final(&c, got);
+        ingest_chunk_id(ingest_default_dedup_key(), d, round ? n : 1000, want);
+        assert_memory_equal(want, got, INGEST_ID_BYTES);
+    }
     free(d);
 }
 

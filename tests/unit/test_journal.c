@@ -141,6 +141,32 @@ static void test_lifecycle(void **state)
     assert_int_equal(ingest_journal_get(f->j, 7, &b), INGEST_ENOTFOUND);
 }
 
+/* ingest_journal_add_sent: the record SENT at once, files in flight, then as any SENT batch. */
+static void test_add_sent(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(ingest_journal_add_sent(f->j, 9, "inst-000009", files3, 3), 0);
+    close_all(f);
+    open_all(f);
+    ingest_journal_batch *b = NULL;
+    assert_int_equal(ingest_journal_get(f->j, 9, &b), 0);
+    assert_int_equal(b->state, INGEST_JOURNAL_SENT);
+    assert_string_equal(b->id, "inst-000009");
+    assert_int_equal(b->nfiles, 3);
+    assert_string_equal(b->files[1].path, "src/d/b");
+    assert_int_equal(b->files[1].size, 20);
+    ingest_journal_batch_free(f->j, b);
+    uint64_t seq = 0;
+    assert_int_equal(ingest_journal_inflight(f->j, "src/d/c", &seq), 1);
+    assert_int_equal(seq, 9);
+    assert_int_equal(ingest_journal_add(f->j, 9, "inst-000009", files3, 1), INGEST_EEXIST);
+    assert_int_equal(ingest_journal_add_sent(f->j, 9, "inst-000009", files3, 1), INGEST_EEXIST);
+    assert_int_equal(ingest_journal_add_sent(f->j, 10, "inst-000010", files3, 0), INGEST_EINVAL);
+    assert_int_equal(ingest_journal_remove(f->j, 9), 0);
+    assert_int_equal(ingest_journal_inflight(f->j, "src/d/c", &seq), 0);
+    assert_int_equal(ingest_journal_get(f->j, 9, &b), INGEST_ENOTFOUND);
+}
+
 static void test_replace_and_remove(void **state)
 {
     fixture *f = *state;
@@ -487,6 +513,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lifecycle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_add_sent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replace_and_remove, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stability, setup, teardown),
         cmocka_unit_test_setup_teardown(test_format1_record, setup, teardown),

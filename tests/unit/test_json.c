@@ -1,8 +1,10 @@
 /* Unit tests of the internal JSON tokenizer and writer helpers. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -285,6 +287,31 @@ static void test_writer(void **state)
     const char want[] = "18446744073709551615 -9223372036854775808 0";
     assert_int_equal(b.len, sizeof(want) - 1);
     assert_memory_equal(b.buf, want, b.len);
+    /* every digit count, both signs: as snprintf writes them */
+    uint64_t u = 1;
+    for (int d = 1; d <= 20; d++, u = u * 10 + (uint64_t)(d % 10)) {
+        char exp[64];
+        ingest__buf_reset(&b);
+        assert_int_equal(ingest__json_put_u64(&b, u), 0);
+        snprintf(exp, sizeof exp, "%" PRIu64, u);
+        assert_int_equal(b.len, strlen(exp));
+        assert_memory_equal(b.buf, exp, b.len);
+        const int64_t s = (int64_t)(u % (uint64_t)INT64_MAX);
+        for (int sign = 0; sign < 2; sign++) {
+            const int64_t v = sign ? -s : s;
+            ingest__buf_reset(&b);
+            assert_int_equal(ingest__json_put_i64(&b, v), 0);
+            snprintf(exp, sizeof exp, "%" PRId64, v);
+            assert_int_equal(b.len, strlen(exp));
+            assert_memory_equal(b.buf, exp, b.len);
+        }
+    }
+    ingest__buf_reset(&b);
+    assert_int_equal(ingest__json_put_i64(&b, INT64_MAX), 0);
+    assert_int_equal(ingest__json_put_u64(&b, 0), 0);
+    assert_int_equal(ingest__json_put_i64(&b, -1), 0);
+    assert_int_equal(b.len, strlen("9223372036854775807" "0" "-1"));
+    assert_memory_equal(b.buf, "9223372036854775807" "0" "-1", b.len);
     /* Bounded: a string that does not fit fails with ETOOBIG. */
     char big[100];
     memset(big, 'x', sizeof(big));
