@@ -1295,36 +1295,15 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
             report(s, path, e == ENOENT ? INGEST_SKIP_VANISHED : INGEST_SKIP_UNREADABLE, e);
         return 0;
     }
-    /*
-     * A small file (read whole by one read, its bytes kept: docs/sending.md)
-     * takes the walk's lstat as its stat before the read: when the fstat
-     * after the read matches it (device, inode, size, mtime, ctime), the
-     * bytes read are the version the walk saw, stable from that stat to
-     * this one.  When it does not (or the read failed), the file is taken
-     * as any other: fstat, read again from the start, fstat.
-     */
     struct stat st0, st1;
-    const uint64_t wsz = (uint64_t)s->peek_st.st_size;
-    int quick = S_ISREG(s->peek_st.st_mode) && wsz <= INGEST_SENDER_GROUP_CHUNK_MAX && wsz <= s->rbuf;
-    int again = 0;
-retry:
-    if (quick) {
-        st0 = s->peek_st;
-    } else {
-        if (fstat(fd, &st0) != 0) {
-            const int e = errno;
-            report(s, path, INGEST_SKIP_UNREADABLE, e);
-            goto out;
-        }
-        if (!S_ISREG(st0.st_mode)) {
-            report_special(s, path, st0.st_mode);
-            goto out;
-        }
-        if (again && lseek(fd, 0, SEEK_SET) != 0) {
-            const int e = errno;
-            report(s, path, INGEST_SKIP_UNREADABLE, e);
-            goto out;
-        }
+    if (fstat(fd, &st0) != 0) {
+        const int e = errno;
+        report(s, path, INGEST_SKIP_UNREADABLE, e);
+        goto out;
+    }
+    if (!S_ISREG(st0.st_mode)) {
+        report_special(s, path, st0.st_mode);
+        goto out;
     }
     if (b->nfiles > 0 && b->bytes + (uint64_t)st0.st_size > s->max_bytes) {
         rc = 1;
@@ -1343,21 +1322,11 @@ retry:
     if (rc == 1) {
         rc = 0;
         b->nchunks = first;
-        if (quick) {
-            quick = 0;
-            again = 1;
-            goto retry;
-        }
         report(s, path, INGEST_SKIP_UNREADABLE, err);
         goto out;
     }
     if (fstat(fd, &st1) != 0 || !same_stat(&st0, &st1) || total != (uint64_t)st0.st_size) {
         b->nchunks = first;
-        if (quick) {
-            quick = 0;
-            again = 1;
-            goto retry;
-        }
         rc = batch_drop(b, path, INGEST_SKIP_CHANGED);
         if (rc < 0)
             goto fatal;
