@@ -194,7 +194,7 @@ fuzz:
 # bench-small run it on the trees of `ingestctl bench gen --profile gateway`
 # and `--profile small` (issue 16), into bench/results-gateway.md and
 # bench/results-small.md; SIZE, FILES (small), RUNS, TOOLS as for bench.
-.PHONY: bench-ship bench-gateway bench-small
+.PHONY: bench-ship bench-gateway bench-small bench-perfile
 bench bench-ship: all
 	@bash bench/ship.sh $(BUILD)
 bench-gateway: all
@@ -206,6 +206,10 @@ bench-kafka: all tests
 	@bash bench/kafka.sh $(BUILD)
 bench-small: all
 	@PROFILE=small bash bench/ship.sh $(BUILD)
+# Where each small file's CPU microseconds go at the agent and the receiver
+# (bench/perfile.sh, perf record of both; FILES=40000 RUNS=3 by default)
+bench-perfile: all
+	@bash bench/perfile.sh $(BUILD)
 # The edge daemon's CPU while one log of a 20,000-file source is appended to
 # (bench/daemon-cpu.sh, into bench/results-daemon-cpu.md); DURATION=10 for a
 # smoke run.
