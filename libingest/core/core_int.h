@@ -118,6 +118,7 @@ typedef struct readq {
     const uint8_t *key;
     ingest_metric *stage;       /* verify seconds */
     ingest_core *core;          /* its queue budget */
+    unsigned wait_pop, wait_push, wait_decoding; /* threads waiting on cond, by what for (reader.c) */
 } readq;
 
 void *core_reader_main(void *arg);

@@ -48,12 +48,23 @@ static void budget_give(readq *q, size_t n)
     pthread_mutex_unlock(&c->budget_lock);
 }
 
+/*
+ * The queue's one condition variable has three kinds of waiters, each
+ * counted so that nobody is woken for nothing (a wake-up per chunk costs a
+ * context switch on both sides): the serving thread waiting for an item
+ * (wait_pop) or for the reader to stop decoding (wait_decoding), the
+ * reader waiting for room (wait_push; woken once the queue is down to half
+ * its bound).  Signals go after the lock is released.
+ */
 static void readq_push(readq *q, qitem *it)
 {
     budget_take(q, it->len + sizeof(*it));
     pthread_mutex_lock(&q->lock);
-    while (q->bytes > INGEST_CORE_READQ_MAX && !q->quit)
+    while (q->bytes > INGEST_CORE_READQ_MAX && !q->quit) {
+        q->wait_push++;
         pthread_cond_wait(&q->cond, &q->lock);
+        q->wait_push--;
+    }
     it->next = NULL;
     if (q->tail)
         q->tail->next = it;
@@ -61,22 +72,29 @@ static void readq_push(readq *q, qitem *it)
         q->head = it;
     q->tail = it;
     q->bytes += it->len + sizeof(*it);
-    pthread_cond_broadcast(&q->cond);
+    const int wake = q->wait_pop > 0;
     pthread_mutex_unlock(&q->lock);
+    if (wake)
+        pthread_cond_broadcast(&q->cond);
 }
 
 qitem *core_readq_pop(readq *q)
 {
     pthread_mutex_lock(&q->lock);
-    while (q->head == NULL)
+    while (q->head == NULL) {
+        q->wait_pop++;
         pthread_cond_wait(&q->cond, &q->lock);
+        q->wait_pop--;
+    }
     qitem *it = q->head;
     q->head = it->next;
     if (q->head == NULL)
         q->tail = NULL;
     q->bytes -= it->len + sizeof(*it);
-    pthread_cond_broadcast(&q->cond);
+    const int wake = q->wait_push > 0 && q->bytes <= INGEST_CORE_READQ_MAX / 2;
     pthread_mutex_unlock(&q->lock);
+    if (wake)
+        pthread_cond_broadcast(&q->cond);
     budget_give(q, it->len + sizeof(*it));
     return it;
 }
@@ -112,9 +130,10 @@ static void reader_decoding(readq *q, int on)
 {
     pthread_mutex_lock(&q->lock);
     q->decoding = on;
-    if (!on)
-        pthread_cond_broadcast(&q->cond);
+    const int wake = !on && q->wait_decoding > 0;
     pthread_mutex_unlock(&q->lock);
+    if (wake)
+        pthread_cond_broadcast(&q->cond);
 }
 
 /*
@@ -230,12 +249,8 @@ void *core_reader_main(void *arg)
                            ingest_codec_decode(q->codec, m.u.chunk.data, m.u.chunk.len, it->data, len, &got, q->key,
                                                id) == 0 &&
                            got == len;
-            if (known) {
-                pthread_mutex_lock(&q->lock);
-                q->decoding = 0;
-                pthread_cond_broadcast(&q->cond);
-                pthread_mutex_unlock(&q->lock);
-            }
+            if (known)
+                reader_decoding(q, 0);
             if (ok) {
                 it->verified = 1;
                 memcpy(it->id, id, sizeof(it->id));
