@@ -515,7 +515,7 @@ run_ours_perf() {
     fi
 }
 # dso_shares DATA: "GROUP PERCENT" lines, the self CPU share of each group of
-# shared objects (libzstd, libsodium, kernel, libc, ours, liblmdb, other),
+# shared objects (libzstd, libcrypto, libsodium, kernel, libc, ours, liblmdb, other),
 # "samples N" and "other_dsos A,B,..."
 dso_shares() {
     perf report -i "$1" --stdio -n --no-children --sort dso -g none --percent-limit 0 2>/dev/null |
@@ -523,6 +523,7 @@ dso_shares() {
              $1 ~ /%$/ {
                  p = $1; sub(/%$/, "", p); n += $2; d = $3
                  if (d ~ /^libzstd/) g = "libzstd"
+                 else if (d ~ /^libcrypto/) g = "libcrypto"
                  else if (d ~ /^libsodium/) g = "libsodium"
                  else if (d ~ /^\[kernel|^\[guest\.kernel/) g = "kernel"
                  else if (d ~ /^libc[.-]/) g = "libc"
@@ -1011,7 +1012,7 @@ write_svg "$SVG_TMP"
             echo
             echo "| shared object | agent initial | receiver initial | agent incremental | receiver incremental |"
             echo "|---|---|---|---|---|"
-            for g in libzstd libsodium kernel libc ours liblmdb other; do
+            for g in libzstd libcrypto libsodium kernel libc ours liblmdb other; do
                 case $g in
                     kernel) gl="kernel ([kernel.kallsyms])" ;;
                     ours) gl="our binaries (ingest-agent, ingest-receiver)" ;;
