@@ -79,7 +79,7 @@ typedef struct ingest_edge_opts {
     void *log_userdata;
     int log_level;
     /* Encoder threads re-reading and compressing wanted chunks (compression.encoders);
-     * 0: the online CPUs, 1 to 3.  Added last: callers that zero the struct get 0. */
+     * 0: the online CPUs, 1 to 3; at most 4.  Added last: callers that zero the struct get 0. */
     unsigned encoders;
 } ingest_edge_opts;
 

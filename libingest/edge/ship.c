@@ -298,7 +298,7 @@ int ingest_edge_send_manifest(ingest_edge *a, ingest_sender_batch *b)
  * is done, encoders waiting for room only once half of the ring is free
  * again, and every signal is sent after the lock is released.
  */
-#define ENC_MAX 8
+#define ENC_MAX 4 /* each costs ~2 MiB: 4 keeps the agent under its 32 MiB */
 
 typedef struct enc_slot {
     uint8_t *buf;
