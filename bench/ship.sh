@@ -18,7 +18,10 @@
 # the landed trees in the first run, every run, or never), STAGES (auto|0:
 # `ingestctl bench stages` on the tree in each run: the ceiling), LOOP (auto|0:
 # loop-mounted ext4 per run when root), PERF (auto|0: one extra, uncounted run
-# of ours under perf record when perf works), RESULTS (output file,
+# of ours under perf record when perf works), BASE (a build directory, or any
+# directory, holding another ingest-agent and ingest-receiver: the tool
+# ours-base ships with them, interleaved with ours, for a before/after in
+# one run), RESULTS (output file,
 # bench/results.md; the SVG goes beside it, same name with .svg), KEEP=1 keeps
 # the work dir.
 # record() takes key=value words; $(dev_fields ...) is split into them on purpose.
@@ -78,8 +81,14 @@ installed() {
     esac
 }
 for t in $TOOLS; do
-    case $t in ours|ours-metrics|rsync-a|rsync-az|tar-zstd|restic|casync) ;; *) die "unknown tool $t" ;; esac
+    case $t in ours|ours-metrics|ours-base|rsync-a|rsync-az|tar-zstd|restic|casync) ;; *) die "unknown tool $t" ;; esac
 done
+case " $TOOLS " in
+    *" ours-base "*)
+        [ -n "${BASE:-}" ] || die "tool ours-base needs BASE, a directory with the other ingest-agent and ingest-receiver"
+        case $BASE in /*) ;; *) BASE=$TOP/$BASE ;; esac
+        for p in "$BASE/ingest-agent" "$BASE/ingest-receiver"; do [ -x "$p" ] || die "$p not found (BASE)"; done ;;
+esac
 # has TOOL: TOOL is in TOOLS and installed
 has() { case " $TOOLS " in *" $1 "*) installed "$1" ;; *) return 1 ;; esac; }
 
@@ -380,7 +389,10 @@ summary_fields() {
 # are scraped every second (tool ours-metrics: what metrics cost)
 run_ours() {
     local run=$1 d fs phase sums v0 t0 t1 tp sp tool=ours mp="" rpeak=0
+    # ours-base: the same with BASE's programs (seen by recv_up through bash's dynamic scope)
+    local AGENT=$AGENT RECEIVER=$RECEIVER
     if [ "${2:-}" = metrics ]; then tool=ours-metrics; OURS_METRICS=1; else OURS_METRICS=0; fi
+    if [ "${2:-}" = base ]; then tool=ours-base; AGENT=$BASE/ingest-agent; RECEIVER=$BASE/ingest-receiver; fi
     ours_start "$tool-$run"; d=$OD; fs=$FS
     fresh_source
     for phase in initial incremental; do
@@ -503,7 +515,7 @@ run_ours_perf() {
     fi
 }
 # dso_shares DATA: "GROUP PERCENT" lines, the self CPU share of each group of
-# shared objects (libzstd, libsodium, kernel, libc, ours, liblmdb, other),
+# shared objects (libzstd, libcrypto, libsodium, kernel, libc, ours, liblmdb, other),
 # "samples N" and "other_dsos A,B,..."
 dso_shares() {
     perf report -i "$1" --stdio -n --no-children --sort dso -g none --percent-limit 0 2>/dev/null |
@@ -511,6 +523,7 @@ dso_shares() {
              $1 ~ /%$/ {
                  p = $1; sub(/%$/, "", p); n += $2; d = $3
                  if (d ~ /^libzstd/) g = "libzstd"
+                 else if (d ~ /^libcrypto/) g = "libcrypto"
                  else if (d ~ /^libsodium/) g = "libsodium"
                  else if (d ~ /^\[kernel|^\[guest\.kernel/) g = "kernel"
                  else if (d ~ /^libc[.-]/) g = "libc"
@@ -755,6 +768,7 @@ for run in $(seq 1 "$RUNS"); do
         case $tool in
             ours) run_ours "$run" ;;
             ours-metrics) run_ours "$run" metrics ;;
+            ours-base) run_ours "$run" base ;;
             rsync-a|rsync-az) run_rsync "$tool" "$run" ;;
             tar-zstd) run_tar "$run" ;;
             restic|casync) run_repo "$tool" "$run" ;;
@@ -805,6 +819,7 @@ label() {
     case $1 in
         ours) echo "ours (ingest-agent -> ingest-receiver)" ;;
         ours-metrics) echo "ours, metrics on (both /metrics scraped every second)" ;;
+        ours-base) echo "ours, base build (BASE=$BASE)" ;;
         rsync-a) echo "rsync -a (daemon)" ;;
         rsync-az) echo "rsync -az (daemon)" ;;
         tar-zstd) echo "tar \\| zstd -1 \\| socat (incr = whole tree)" ;;
@@ -988,12 +1003,16 @@ write_svg "$SVG_TMP"
         echo "| per-file latency p50, batch build start to ack (\`latency_p50_seconds\`) | $(med ours initial agent_latency_p50_seconds) | $(med ours incremental agent_latency_p50_seconds) |"
         echo "| per-file latency p99 (\`latency_p99_seconds\`) | $(med ours initial agent_latency_p99_seconds) | $(med ours incremental agent_latency_p99_seconds) |"
         echo
+        if has ours-base; then
+            echo "The same medians for ours-base (BASE=$BASE), initial / incremental s: seconds $(med ours-base initial agent_seconds) / $(med ours-base incremental agent_seconds); wait_build $(med ours-base initial agent_wait_build_seconds) / $(med ours-base incremental agent_wait_build_seconds); wait_want $(med ours-base initial agent_wait_want_seconds) / $(med ours-base incremental agent_wait_want_seconds); send $(med ours-base initial agent_send_seconds) / $(med ours-base incremental agent_send_seconds); wait_ack $(med ours-base initial agent_wait_ack_seconds) / $(med ours-base incremental agent_wait_ack_seconds); CPU s agent $(med ours-base initial agent_cpu_s), receiver $(med ours-base initial receiver_cpu_s) (ours: $(med ours initial agent_cpu_s), $(med ours initial receiver_cpu_s)); agent RssAnon $(mib "$(med ours-base initial rssanon_kb)") (ours: $(mib "$(med ours initial rssanon_kb)"))."
+            echo
+        fi
         if [ "$PERF_STATE" = recorded ]; then
             echo "Where the CPU seconds went: one extra run of ours (not in the medians above) with the agent under \`perf record -g\` and \`perf record -g -p\` attached to the receiver for each phase; self CPU share by shared object, from \`perf report --no-children --sort dso\` (samples: agent $(share_of "$W/dso-agent-initial" samples) / $(share_of "$W/dso-agent-incremental" samples), receiver $(share_of "$W/dso-receiver-initial" samples) / $(share_of "$W/dso-receiver-incremental" samples); median CPU s of the counted runs: agent $(med ours initial agent_cpu_s) / $(med ours incremental agent_cpu_s), receiver $(med ours initial receiver_cpu_s) / $(med ours incremental receiver_cpu_s)):"
             echo
             echo "| shared object | agent initial | receiver initial | agent incremental | receiver incremental |"
             echo "|---|---|---|---|---|"
-            for g in libzstd libsodium kernel libc ours liblmdb other; do
+            for g in libzstd libcrypto libsodium kernel libc ours liblmdb other; do
                 case $g in
                     kernel) gl="kernel ([kernel.kallsyms])" ;;
                     ours) gl="our binaries (ingest-agent, ingest-receiver)" ;;
@@ -1070,6 +1089,30 @@ write_svg "$SVG_TMP"
                 a=$(med ours incremental wire_bytes); b=$(med rsync-az incremental wire_bytes)
                 echo "| gateway: incremental wire bytes <= 0.5x rsync -az's | $a vs $b ($(ratio "$a" "$b")x) | $(verdict "$(ratio "$a" "$b")" '<=' 0.5) |"
             fi
+        fi
+        # issue 19's targets (default profile)
+        if [ "$PROFILE" = default ]; then
+            if [ "$(med stages stages total_seconds)" != n/a ]; then
+                c2=$(awk -v b="$GEN0_BYTES" -v s="$(med stages stages total_seconds)" -v c="$(nproc)" 'BEGIN { printf "%.1f", c * b / s / 1e6 }')
+                r=$(ratio "$(med ours initial mbps)" "$c2")
+                echo "| ours >= 0.85x the ceiling that \`bench stages\` reports in the same run (initial) | ${r}x ($(med ours initial mbps) of $c2 MB/s) | $(verdict "$r" '>=' 0.85) |"
+            fi
+            if has rsync-az; then
+                r=$(ratio "$(med ours initial mbps)" "$(med rsync-az initial mbps)")
+                echo "| ours >= 1.5x rsync -az MB/s (initial) | ${r}x | $(verdict "$r" '>=' 1.5) |"
+                a=$(awk -v c="$(med ours initial agent_cpu_s)" -v b="$GEN0_BYTES" 'BEGIN { printf "%.2f", c / (b / 1e9) }')
+                b=$(awk -v c="$(med rsync-az initial client_cpu_s)" -v b="$GEN0_BYTES" 'BEGIN { printf "%.2f", c / (b / 1e9) }')
+                echo "| agent CPU s per GB shipped <= 0.6x rsync -az's sender (client) CPU s per GB (initial) | $a vs $b ($(ratio "$a" "$b")x) | $(verdict "$(ratio "$a" "$b")" '<=' 0.6) |"
+            fi
+            if has tar-zstd; then
+                r=$(ratio "$(med ours initial mbps)" "$(med tar-zstd initial mbps)")
+                echo "| ours >= 1.1x tar \\| zstd -1 \\| socat MB/s (initial) | ${r}x | $(verdict "$r" '>=' 1.1) |"
+            fi
+        fi
+        if has ours-base; then
+            echo "| (before/after) ours / ours-base initial MB/s | $(ratio "$(med ours initial mbps)" "$(med ours-base initial mbps)")x | info |"
+            echo "| (before/after) ours / ours-base agent CPU s (initial) | $(ratio "$(med ours initial agent_cpu_s)" "$(med ours-base initial agent_cpu_s)")x | info |"
+            echo "| (before/after) ours / ours-base receiver CPU s (initial) | $(ratio "$(med ours initial receiver_cpu_s)" "$(med ours-base initial receiver_cpu_s)")x | info |"
         fi
         if has ours-metrics; then
             r=$(awk -v a="$(med ours-metrics initial mbps)" -v b="$(med ours initial mbps)" 'BEGIN {

@@ -12,6 +12,7 @@
 #include "ingest/codec.h"
 
 #include "internal.h"
+#include "codec_int.h"
 
 #include <sodium.h>
 #include <string.h>
@@ -659,4 +660,18 @@ void ingest_buf_free(ingest_ctx *ctx, void *p)
 {
     if (ctx != NULL)
         ingest__free(ctx, p);
+}
+
+/* ---- for the edge's encoder threads (edge/sender_int.h) ------------------ */
+
+void ingest__codec_follow(ingest_codec *c, const ingest_codec *src)
+{
+    c->level = src->level;
+    c->filters = src->filters;
+    c->cur = src->cur; /* the CDict is only read while compressing: shared */
+}
+
+int ingest__codec_hint_settled(const ingest_codec_hint *h)
+{
+    return h->mode != INGEST_CODEC_HINT_PROBE && h->left > 0;
 }

@@ -340,6 +340,8 @@ static const cfg_row agent_rows[] = {
       .max = 64 * MiB, .desc = "Largest chunk (forced cut); min < avg < max" },
     { .name = "compression.level", .type = T_INT, .def = "1", FIELD(A, compression_level),
       .min = -7, .max = 19, .desc = "zstd level; 1 is the measured sweet spot, negative = faster" },
+    { .name = "compression.encoders", .type = T_INT, .def = "0", FIELD(A, compression_encoders), .min = 0,
+      .max = 4, .desc = "Threads that re-read and compress wanted chunks; 0 = the online CPUs, at most 3" },
     { .name = "compression.dictionary", .type = T_PATH, .def = "",
       FIELD(A, compression_dictionary), .desc = "Trained zstd dictionary file (\"\" = none)" },
     { .name = "batch.max_files", .type = T_INT, .def = "4000", FIELD(A, batch_max_files), .min = 1,

@@ -310,6 +310,7 @@ static int make_edge(agent *a)
     const ingest_edge_opts o = {
         .codec = a->codec,
         .chunk_cap = ingest_codec_bound(max),
+        .encoders = (unsigned)a->cfg->compression_encoders,
         .dict = a->dict,
         .dict_len = a->dict_len,
         .dict_name = a->cfg->compression_dictionary,

@@ -100,6 +100,7 @@ typedef struct ingest_agent_config {
     char *state_dir;                 /* state_dir (path) */
     ingest_chunk_params chunking;    /* chunking.min/avg/max, bytes */
     int compression_level;           /* compression.level */
+    int compression_encoders;        /* compression.encoders (0: auto) */
     char *compression_dictionary;    /* compression.dictionary (path, "" = none) */
     uint64_t batch_max_files;        /* batch.max_files */
     uint64_t batch_max_bytes;        /* batch.max_bytes, bytes */

@@ -87,6 +87,9 @@ typedef struct ingest_edge_opts {
     /* Tests only (NULL otherwise): after a batch's manifest is sent, while this file exists, wait
      * (at most a minute) before reading the WANT; "{it}.paused" is made while waiting. */
     const char *test_pause_file;
+    /* Encoder threads re-reading and compressing wanted chunks (compression.encoders);
+     * 0: the online CPUs, 1 to 3; at most 4.  Added last: callers that zero the struct get 0. */
+    unsigned encoders;
 } ingest_edge_opts;
 
 /*

@@ -120,6 +120,7 @@ typedef struct readq {
     uint8_t *gbuf, *gids;
     uint32_t *glens;
     int decoding;               /* the reader is decoding with codec (dictionaries are added only when not) */
+    int decoding_waiting;       /* threads waiting for decoding to end (dict_load; woken only then) */
     const uint8_t *key;
     ingest_metric *stage;       /* verify seconds */
     ingest_core *core;          /* its queue budget */

@@ -400,6 +400,7 @@ int lander__bufs_reserve(ingest_lander_batch *b, size_t n)
     ingest__free(b->ctx, b->cbuf);
     b->rbuf = ingest__malloc(b->ctx, n);
     b->cbuf = ingest__malloc(b->ctx, n);
+    b->inbuf = b->rbuf;
     b->bufcap = 0;
     if (!b->rbuf || !b->cbuf)
         return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory for %zu-byte chunk buffers", n);

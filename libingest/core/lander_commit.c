@@ -546,6 +546,7 @@ int ingest_lander_commit_prepare(ingest_lander_batch *b)
     ingest__free(b->ctx, b->rbuf);
     ingest__free(b->ctx, b->cbuf);
     b->rbuf = b->cbuf = NULL;
+    b->inbuf = NULL;
     b->bufcap = 0;
     b->state = B_PREPARED;
     return 0;

@@ -233,6 +233,9 @@ struct ingest_lander_batch_s {
     /* buffers */
     uint8_t *rbuf, *cbuf;
     size_t bufcap;
+    /* the verified bytes of the chunk being put (F_INBUF): rbuf, or the
+     * caller's (put_verified, which lands from them without a copy) */
+    const uint8_t *inbuf;
     /* directories to fsync at commit (relative, "" = root) */
     char **dirs;
     size_t ndirs, dirs_cap;

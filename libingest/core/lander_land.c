@@ -756,7 +756,7 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
     }
     if (kind == K_RECV) {
         if (b->cst[i] & F_INBUF)
-            return write_chunk(b, i, b->rbuf);
+            return write_chunk(b, i, b->inbuf);
         if (!(b->cst[i] & F_ARRIVED))
             return 1;
         const int r = lander__pread_full(b->spillfd, b->cbuf, n, b->pos[i]);
@@ -904,7 +904,7 @@ static int spill(ingest_lander_batch *b, uint32_t i)
     const uint32_t n = b->mc[i].len;
     size_t done = 0;
     while (done < n) {
-        const ssize_t w = pwrite(b->spillfd, b->rbuf + done, n - done, (off_t)(b->spill_len + done));
+        const ssize_t w = pwrite(b->spillfd, b->inbuf + done, n - done, (off_t)(b->spill_len + done));
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -971,6 +971,7 @@ int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const void *enco
     if (rc < 0)
         return rc;
     size_t got = 0;
+    b->inbuf = b->rbuf;
     rc = ingest_codec_decode(b->l->codec, encoded, len, b->rbuf, b->mc[i].len, &got, b->l->key, b->mc[i].id);
     if (rc < 0) {
         char keep[INGEST__ERRMSG_MAX];
@@ -999,8 +1000,13 @@ int ingest_lander_put_verified(ingest_lander_batch *b, uint32_t i, const void *r
         return lander__fail_batch(b, ingest__fail(b->ctx, INGEST_EMISMATCH,
                                           "lander: batch %s: chunk %u has %zu bytes, manifest says %u", b->name, i,
                                           len, b->mc[i].len));
-    memcpy(b->rbuf, raw, len);
-    return put_tail(b, i, received);
+    /* Landed (or spilled) straight from raw: no copy into rbuf. */
+    b->inbuf = raw;
+    rc = put_tail(b, i, received);
+    if (b->cst[i] & F_INBUF) /* not landed (the batch failed): keep its bytes past the caller's buffer */
+        memcpy(b->rbuf, raw, len);
+    b->inbuf = b->rbuf;
+    return rc;
 }
 
 

@@ -123,9 +123,10 @@ static void reader_decoding(readq *q, int on)
 {
     pthread_mutex_lock(&q->lock);
     q->decoding = on;
-    if (!on)
-        pthread_cond_broadcast(&q->cond);
+    const int wake = !on && q->decoding_waiting > 0; /* dict_load waits for the end of decoding */
     pthread_mutex_unlock(&q->lock);
+    if (wake)
+        pthread_cond_broadcast(&q->cond);
 }
 
 /* Free a group's scratch (ids and lengths, and the decoded bytes when
@@ -280,12 +281,8 @@ void *core_reader_main(void *arg)
                            ingest_codec_decode(q->codec, m.u.chunk.data, m.u.chunk.len, it->data, len, &got, q->key,
                                                id) == 0 &&
                            got == len;
-            if (known) {
-                pthread_mutex_lock(&q->lock);
-                q->decoding = 0;
-                pthread_cond_broadcast(&q->cond);
-                pthread_mutex_unlock(&q->lock);
-            }
+            if (known)
+                reader_decoding(q, 0);
             if (ok) {
                 it->verified = 1;
                 memcpy(it->id, id, sizeof(it->id));

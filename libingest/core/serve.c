@@ -378,8 +378,11 @@ static int dict_load(readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const
                      char *why, size_t cap)
 {
     pthread_mutex_lock(&q->lock);
-    while (q->decoding) /* the reader uses its codec without the lock */
+    while (q->decoding) { /* the reader uses its codec without the lock */
+        q->decoding_waiting++;
         pthread_cond_wait(&q->cond, &q->lock);
+        q->decoding_waiting--;
+    }
     int rc = ingest_codec_add_dict_decode_ref(q->codec, bytes, len, NULL);
     if (rc < 0) /* read while the reader cannot write ctx: it is not decoding */
         snprintf(why, cap, "%s", ingest_ctx_errmsg(ctx));

@@ -9,6 +9,7 @@
 #include "ingest/manifest.h"
 #include "ingest/sender.h"
 #include "ingest/wire.h"
+#include "sender_int.h"
 #include "walkahead.h"
 #include "../pathpolicy.h"
 
@@ -174,12 +175,11 @@ struct ingest_sender_batch_s {
     } *refusals;
     size_t nrefused;
     int *rootfd; /* per source, dup of the sender's, -1 when unused */
-    /* chunk access */
-    int cur_fd;
-    size_t cur_file; /* SIZE_MAX: none */
+    /* chunk access: the batch's own reader (ingest_sender_batch_chunk), with
+     * rd.file == SIZE_MAX for none; encoder threads bring their own */
+    ingest__sender_reader rd;
     uint64_t hint_file;     /* the file hint is about (UINT64_MAX: none) */
     ingest_codec_hint hint; /* adaptive encoding of that file's chunks */
-    uint8_t *raw;
     ingest__buf small; /* the bytes of small files as chunked (SENDER_SMALL_CACHE) */
     ingest_manifest_writer *mw;
     unsigned mw_flags; /* INGEST_SENDER_MANIFEST_* mw was written with */
@@ -1381,7 +1381,7 @@ void ingest_sender_batch_destroy(ingest_sender_batch *b)
     if (b == NULL)
         return;
     ingest_ctx *ctx = b->ctx;
-    close_fd(&b->cur_fd);
+    ingest__sender_reader_free(&b->rd);
     if (b->rootfd != NULL)
         for (size_t i = 0; i < b->s->nsrc; i++)
             close_fd(&b->rootfd[i]);
@@ -1394,7 +1394,6 @@ void ingest_sender_batch_destroy(ingest_sender_batch *b)
     ingest__free(ctx, b->chunks);
     ingest__free(ctx, b->offs);
     ingest__free(ctx, b->drops);
-    ingest__free(ctx, b->raw);
     ingest__buf_free(&b->paths);
     ingest__buf_free(&b->small);
     ingest_manifest_writer_destroy(b->mw);
@@ -1408,8 +1407,7 @@ static ingest_sender_batch *batch_new(ingest_sender *s)
         return NULL;
     b->s = s;
     b->ctx = s->ctx;
-    b->cur_fd = -1;
-    b->cur_file = SIZE_MAX;
+    ingest__sender_reader_init(&b->rd, s->codec, s->ctx);
     b->hint_file = UINT64_MAX;
     ingest__buf_init(&b->paths, s->ctx, SIZE_MAX / 2);
     ingest__buf_init(&b->small, s->ctx, SENDER_SMALL_CACHE);
@@ -1578,13 +1576,7 @@ int ingest_sender_batch_chunk_file(const ingest_sender_batch *b, uint64_t ci, ui
 {
     if (ci >= b->nchunks)
         return ingest__fail(b->ctx, INGEST_ENOTFOUND, "sender: batch %s has no chunk %" PRIu64, b->id, ci);
-    if (b->cur_file < b->nfiles) {
-        const bfile *f = &b->files[b->cur_file];
-        if (ci >= f->first_chunk && ci < f->first_chunk + f->nchunks) {
-            *file_index = b->cur_file;
-            return 0;
-        }
-    }
+    /* (No cache of the last file: encoder threads ask at once.) */
     /* Last file whose first chunk is <= ci: empty files share the first
      * chunk index of the next file, so the last one among equals owns it. */
     size_t lo = 0, hi = b->nfiles;
@@ -1622,13 +1614,13 @@ int ingest_sender_batch_dropped(const ingest_sender_batch *b, uint64_t i, const 
     return 0;
 }
 
-/* Make b->cur_fd the open file fi, checking it is still the file chunked. */
-static int batch_open(ingest_sender_batch *b, size_t fi)
+/* Make r->fd the open file fi, checking it is still the file chunked. */
+static int batch_open(ingest_sender_batch *b, ingest__sender_reader *r, size_t fi)
 {
-    if (b->cur_file == fi && b->cur_fd >= 0)
+    if (r->file == fi && r->fd >= 0)
         return 0;
-    close_fd(&b->cur_fd);
-    b->cur_file = SIZE_MAX;
+    close_fd(&r->fd);
+    r->file = SIZE_MAX;
     const bfile *f = &b->files[fi];
     const char *path = (const char *)b->paths.buf + f->path_off;
     const char *rel = path + b->s->srcs[f->src].name_len + 1;
@@ -1636,24 +1628,24 @@ static int batch_open(ingest_sender_batch *b, size_t fi)
     if (fd < 0) {
         const int e = errno;
         if (e == ENOENT || e == ENOTDIR)
-            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: vanished since it was chunked (%s)", path,
+            return ingest__fail(r->ctx, INGEST_ESTALE, "sender: %s: vanished since it was chunked (%s)", path,
                                 strerror(e));
         if (e == ELOOP)
-            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: replaced by a symlink since it was chunked", path);
-        return ingest__fail(b->ctx, ingest__errno(e), "sender: open %s: %s", path, strerror(e));
+            return ingest__fail(r->ctx, INGEST_ESTALE, "sender: %s: replaced by a symlink since it was chunked", path);
+        return ingest__fail(r->ctx, ingest__errno(e), "sender: open %s: %s", path, strerror(e));
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         const int e = errno;
         close(fd);
-        return ingest__fail(b->ctx, ingest__errno(e), "sender: fstat %s: %s", path, strerror(e));
+        return ingest__fail(r->ctx, ingest__errno(e), "sender: fstat %s: %s", path, strerror(e));
     }
     if (st.st_dev != f->dev || st.st_ino != f->ino) {
         close(fd);
-        return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: replaced since it was chunked", path);
+        return ingest__fail(r->ctx, INGEST_ESTALE, "sender: %s: replaced since it was chunked", path);
     }
-    b->cur_fd = fd;
-    b->cur_file = fi;
+    r->fd = fd;
+    r->file = fi;
     return 0;
 }
 
@@ -1663,7 +1655,7 @@ static int batch_open(ingest_sender_batch *b, size_t fi)
  * chunk's bytes must still hash to its id, else INGEST_ESTALE (a changed
  * target ships later as a new version, as a changed file does).
  */
-static int read_link_chunk(ingest_sender_batch *b, uint64_t ci, uint64_t fi, uint8_t *dst)
+static int read_link_chunk(ingest_sender_batch *b, ingest__sender_reader *r, uint64_t ci, uint64_t fi, uint8_t *dst)
 {
     const bfile *f = &b->files[fi];
     const ingest_manifest_chunk *c = &b->chunks[ci];
@@ -1675,26 +1667,26 @@ static int read_link_chunk(ingest_sender_batch *b, uint64_t ci, uint64_t fi, uin
     if (fstatat(dfd, rel, &st, AT_SYMLINK_NOFOLLOW) != 0) {
         const int e = errno;
         if (e == ENOENT || e == ENOTDIR)
-            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: %s", path, strerror(e));
-        return ingest__fail(b->ctx, ingest__errno(e), "sender: lstat %s: %s", path, strerror(e));
+            return ingest__fail(r->ctx, INGEST_ESTALE, "sender: %s: %s", path, strerror(e));
+        return ingest__fail(r->ctx, ingest__errno(e), "sender: lstat %s: %s", path, strerror(e));
     }
     if (!S_ISLNK(st.st_mode) || st.st_dev != f->dev || st.st_ino != f->ino || (uint64_t)st.st_size != f->size ||
         ts_ns(&st.st_mtim) != f->mtime_ns || ts_ns(&st.st_ctim) != f->ctime_ns)
-        return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: symlink replaced or changed since it was chunked",
+        return ingest__fail(r->ctx, INGEST_ESTALE, "sender: %s: symlink replaced or changed since it was chunked",
                             path);
     const ssize_t n = readlinkat(dfd, rel, target, sizeof(target));
     if (n < 0) {
         const int e = errno;
-        return ingest__fail(b->ctx, e == ENOENT || e == EINVAL ? INGEST_ESTALE : ingest__errno(e),
+        return ingest__fail(r->ctx, e == ENOENT || e == EINVAL ? INGEST_ESTALE : ingest__errno(e),
                             "sender: readlink %s: %s", path, strerror(e));
     }
     if ((uint64_t)n != f->size || b->offs[ci] + c->len > (uint64_t)n)
-        return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: symlink target changed since it was chunked", path);
+        return ingest__fail(r->ctx, INGEST_ESTALE, "sender: %s: symlink target changed since it was chunked", path);
     memcpy(dst, target + b->offs[ci], c->len);
     uint8_t id[INGEST_ID_BYTES];
     ingest_chunk_id(b->s->key, dst, c->len, id);
     if (memcmp(id, c->id, INGEST_ID_BYTES) != 0)
-        return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: symlink target changed since it was chunked", path);
+        return ingest__fail(r->ctx, INGEST_ESTALE, "sender: %s: symlink target changed since it was chunked", path);
     return 0;
 }
 
@@ -1702,7 +1694,7 @@ static int read_link_chunk(ingest_sender_batch *b, uint64_t ci, uint64_t fi, uin
  * Re-read chunk ci (of file fi) into dst and check it is still the chunk
  * of the manifest (INGEST_ESTALE otherwise).
  */
-static int read_chunk(ingest_sender_batch *b, uint64_t ci, uint64_t fi, uint8_t *dst)
+static int read_chunk(ingest_sender_batch *b, ingest__sender_reader *r, uint64_t ci, uint64_t fi, uint8_t *dst)
 {
     const ingest_manifest_chunk *c = &b->chunks[ci];
     if (b->files[fi].cache_off >= 0) {
@@ -1711,20 +1703,20 @@ static int read_chunk(ingest_sender_batch *b, uint64_t ci, uint64_t fi, uint8_t 
         return 0;
     }
     if (S_ISLNK(b->files[fi].mode))
-        return read_link_chunk(b, ci, fi, dst);
-    INGEST__FORWARD(batch_open(b, (size_t)fi));
+        return read_link_chunk(b, r, ci, fi, dst);
+    INGEST__FORWARD(batch_open(b, r, (size_t)fi));
     const char *path = (const char *)b->paths.buf + b->files[fi].path_off;
     size_t got = 0;
     while (got < c->len) {
-        const ssize_t n = pread(b->cur_fd, dst + got, c->len - got, (off_t)(b->offs[ci] + got));
+        const ssize_t n = pread(r->fd, dst + got, c->len - got, (off_t)(b->offs[ci] + got));
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             const int e = errno;
-            return ingest__fail(b->ctx, ingest__errno(e), "sender: read %s: %s", path, strerror(e));
+            return ingest__fail(r->ctx, ingest__errno(e), "sender: read %s: %s", path, strerror(e));
         }
         if (n == 0)
-            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: shorter than when chunked (chunk %" PRIu64 ")",
+            return ingest__fail(r->ctx, INGEST_ESTALE, "sender: %s: shorter than when chunked (chunk %" PRIu64 ")",
                                 path, ci);
         got += (size_t)n;
     }
@@ -1732,67 +1724,194 @@ static int read_chunk(ingest_sender_batch *b, uint64_t ci, uint64_t fi, uint8_t 
         /* Size, mtime and ctime as when chunked, before (batch_open) and after the read. */
         struct stat st;
         const bfile *bf = &b->files[fi];
-        if (fstat(b->cur_fd, &st) != 0 || (uint64_t)st.st_size != bf->size || ts_ns(&st.st_mtim) != bf->mtime_ns ||
+        if (fstat(r->fd, &st) != 0 || (uint64_t)st.st_size != bf->size || ts_ns(&st.st_mtim) != bf->mtime_ns ||
             ts_ns(&st.st_ctim) != bf->ctime_ns)
-            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: changed since it was chunked (chunk %" PRIu64
+            return ingest__fail(r->ctx, INGEST_ESTALE, "sender: %s: changed since it was chunked (chunk %" PRIu64
                                 " at offset %" PRIu64 ")", path, ci, b->offs[ci]);
     } else {
         uint8_t id[INGEST_ID_BYTES];
         ingest_chunk_id(b->s->key, dst, c->len, id);
         if (memcmp(id, c->id, INGEST_ID_BYTES) != 0)
-            return ingest__fail(b->ctx, INGEST_ESTALE, "sender: %s: changed since it was chunked (chunk %" PRIu64
+            return ingest__fail(r->ctx, INGEST_ESTALE, "sender: %s: changed since it was chunked (chunk %" PRIu64
                                 " at offset %" PRIu64 ")", path, ci, b->offs[ci]);
     }
     return 0;
 }
 
-static int raw_buffer(ingest_sender_batch *b)
+static int raw_buffer(ingest_sender_batch *b, ingest__sender_reader *r)
 {
-    if (b->raw == NULL) {
-        b->raw = ingest__malloc(b->ctx, b->s->params.max);
-        if (b->raw == NULL)
-            return ingest__fail(b->ctx, INGEST_ENOMEM, "sender: out of memory (%u bytes)", b->s->params.max);
+    if (r->raw == NULL) {
+        r->raw = ingest__malloc(r->ctx, b->s->params.max);
+        if (r->raw == NULL)
+            return ingest__fail(r->ctx, INGEST_ENOMEM, "sender: out of memory (%u bytes)", b->s->params.max);
     }
     return 0;
+}
+
+void ingest__sender_reader_init(ingest__sender_reader *r, ingest_codec *codec, ingest_ctx *ctx)
+{
+    memset(r, 0, sizeof(*r));
+    r->fd = -1;
+    r->file = SIZE_MAX;
+    r->codec = codec;
+    r->ctx = ctx;
+}
+
+void ingest__sender_reader_reset(ingest__sender_reader *r)
+{
+    close_fd(&r->fd);
+    r->file = SIZE_MAX;
+}
+
+void ingest__sender_reader_free(ingest__sender_reader *r)
+{
+    ingest__sender_reader_reset(r);
+    ingest__free(r->ctx, r->raw);
+    r->raw = NULL;
+}
+
+/* The file of chunk ci in *fi: the reader's open one when it holds ci (no search), else looked up. */
+static int reader_file(const ingest_sender_batch *b, const ingest__sender_reader *r, uint64_t ci, uint64_t *fi)
+{
+    if (ci >= b->nchunks)
+        return ingest__fail(r->ctx, INGEST_ENOTFOUND, "sender: batch %s has no chunk %" PRIu64, b->id, ci);
+    if (r->file < b->nfiles && ci >= b->files[r->file].first_chunk &&
+        ci < b->files[r->file].first_chunk + b->files[r->file].nchunks) {
+        *fi = r->file;
+        return 0;
+    }
+    return ingest_sender_batch_chunk_file(b, ci, fi);
+}
+
+/* Re-read chunk ci into r->raw (checked against its id); *fi gets its file. */
+static int chunk_read(ingest_sender_batch *b, ingest__sender_reader *r, uint64_t ci, size_t cap, uint64_t *fi)
+{
+    INGEST__FORWARD(reader_file(b, r, ci, fi));
+    const ingest_manifest_chunk *c = &b->chunks[ci];
+    const size_t need = ingest_codec_bound(c->len);
+    if (cap < need)
+        return ingest__fail(r->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, chunk %" PRIu64 " needs %zu",
+                            cap, ci, need);
+    INGEST__FORWARD(raw_buffer(b, r));
+    return read_chunk(b, r, ci, *fi, r->raw);
+}
+
+int ingest__sender_batch_chunk_r(ingest_sender_batch *b, ingest__sender_reader *r, uint64_t ci, void *out, size_t cap,
+                                 size_t *out_len, ingest_codec_hint *hint)
+{
+    *out_len = 0;
+    uint64_t fi = 0;
+    INGEST__FORWARD(chunk_read(b, r, ci, cap, &fi));
+    return ingest_codec_encode_adaptive(r->codec, r->raw, b->chunks[ci].len, out, cap, out_len, hint);
 }
 
 int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t ci, void *out, size_t cap, size_t *out_len)
 {
     *out_len = 0;
     uint64_t fi = 0;
-    INGEST__FORWARD(ingest_sender_batch_chunk_file(b, ci, &fi));
-    const ingest_manifest_chunk *c = &b->chunks[ci];
-    const size_t need = ingest_codec_bound(c->len);
-    if (cap < need)
-        return ingest__fail(b->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, chunk %" PRIu64 " needs %zu",
-                            cap, ci, need);
-    INGEST__FORWARD(raw_buffer(b));
-    INGEST__FORWARD(read_chunk(b, ci, fi, b->raw));
+    INGEST__FORWARD(chunk_read(b, &b->rd, ci, cap, &fi));
     if (b->hint_file != fi) {
         b->hint_file = fi;
         memset(&b->hint, 0, sizeof(b->hint));
     }
-    return ingest_codec_encode_adaptive(b->s->codec, b->raw, c->len, out, cap, out_len, &b->hint);
+    return ingest_codec_encode_adaptive(b->s->codec, b->rd.raw, b->chunks[ci].len, out, cap, out_len, &b->hint);
 }
 
-int ingest_sender_batch_chunk_delta(ingest_sender_batch *b, uint64_t ci, const uint8_t *key, const uint8_t *hashes,
-                                    uint32_t base_len, uint8_t *map, size_t map_cap, void *out, size_t cap,
-                                    size_t *out_len, uint32_t *nblocks)
+/*
+ * How many of idx[0, n) form a group: the longest prefix of small chunks
+ * (each at most INGEST_SENDER_GROUP_CHUNK_MAX bytes) adding up to at most
+ * raw_max (capped at chunking.max) bytes, in *k; -1 when an index of that
+ * prefix is not above the one before it (*k is its position).
+ */
+static int group_prefix(const ingest_sender_batch *b, const uint32_t *idx, size_t n, size_t raw_max, size_t *k)
+{
+    if (raw_max > b->s->params.max)
+        raw_max = b->s->params.max;
+    if (n > INGEST_SENDER_GROUP_MAX_CHUNKS)
+        n = INGEST_SENDER_GROUP_MAX_CHUNKS;
+    size_t total = 0;
+    *k = 0;
+    while (*k < n && idx[*k] < b->nchunks && b->chunks[idx[*k]].len <= INGEST_SENDER_GROUP_CHUNK_MAX &&
+           b->chunks[idx[*k]].len <= raw_max - total) {
+        if (*k > 0 && idx[*k] <= idx[*k - 1])
+            return -1;
+        total += b->chunks[idx[*k]].len;
+        (*k)++;
+    }
+    return 0;
+}
+
+size_t ingest__sender_batch_group_take(const ingest_sender_batch *b, const uint32_t *idx, size_t n, size_t raw_max)
+{
+    size_t k = 0;
+    group_prefix(b, idx, n, raw_max, &k);
+    return k;
+}
+
+ingest__sender_reader *ingest__sender_batch_reader(ingest_sender_batch *b) { return &b->rd; }
+
+void ingest__sender_batch_hint(ingest_sender_batch *b, uint64_t **file, ingest_codec_hint **hint)
+{
+    *file = &b->hint_file;
+    *hint = &b->hint;
+}
+
+/* The group of small chunks idx[0, k) (k >= 2, checked by the caller), encoded with r. */
+static int group_encode(ingest_sender_batch *b, ingest__sender_reader *r, const uint32_t *idx, size_t k, void *out,
+                        size_t cap, size_t *out_len, size_t *taken)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < k; i++)
+        total += b->chunks[idx[i]].len;
+    if (cap < ingest_codec_bound(total))
+        return ingest__fail(r->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, a group of %zu needs %zu", cap,
+                            total, ingest_codec_bound(total));
+    INGEST__FORWARD(raw_buffer(b, r));
+    size_t at = 0;
+    for (size_t i = 0; i < k; i++) {
+        uint64_t fi = 0;
+        INGEST__FORWARD(ingest_sender_batch_chunk_file(b, idx[i], &fi));
+        const int rc = read_chunk(b, r, idx[i], fi, r->raw + at);
+        if (rc < 0) {
+            *taken = i; /* which chunk failed (its file changed: INGEST_ESTALE) */
+            return rc;
+        }
+        at += b->chunks[idx[i]].len;
+    }
+    /* Text compresses across files: plain zstd, no probing (hints are per file). */
+    INGEST__FORWARD(ingest_codec_encode(r->codec, r->raw, total, out, cap, out_len));
+    *taken = k;
+    return 0;
+}
+
+int ingest__sender_batch_group_r(ingest_sender_batch *b, ingest__sender_reader *r, const uint32_t *idx, size_t k,
+                                 void *out, size_t cap, size_t *out_len, size_t *taken)
+{
+    *out_len = 0;
+    *taken = 0;
+    if (k < 2 || ingest__sender_batch_group_take(b, idx, k, INGEST_WIRE_GROUP_MAX_RAW) != k)
+        return ingest__fail(r->ctx, INGEST_EINVAL, "sender: not a group of %zu small chunks", k);
+    return group_encode(b, r, idx, k, out, cap, out_len, taken);
+}
+
+int ingest__sender_batch_chunk_delta_r(ingest_sender_batch *b, ingest__sender_reader *r, uint64_t ci, const uint8_t *key,
+                                       const uint8_t *hashes, uint32_t base_len, uint8_t *map, size_t map_cap,
+                                       void *out, size_t cap, size_t *out_len, uint32_t *nblocks)
 {
     *out_len = 0;
     *nblocks = 0;
     uint64_t fi = 0;
-    INGEST__FORWARD(ingest_sender_batch_chunk_file(b, ci, &fi));
+    INGEST__FORWARD(reader_file(b, r, ci, &fi));
     const ingest_manifest_chunk *c = &b->chunks[ci];
     const uint32_t nb = INGEST_WIRE_DELTA_BLOCKS(c->len);
     if (base_len == 0 || base_len > c->len || nb > INGEST_WIRE_DELTA_MAX_BLOCKS || map_cap < (nb + 7u) / 8u)
-        return ingest__fail(b->ctx, INGEST_EINVAL, "sender: delta of chunk %" PRIu64 " (%u bytes) against %u bytes",
+        return ingest__fail(r->ctx, INGEST_EINVAL, "sender: delta of chunk %" PRIu64 " (%u bytes) against %u bytes",
                             ci, c->len, base_len);
     if (cap < ingest_codec_bound(c->len))
-        return ingest__fail(b->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, chunk %" PRIu64 " needs %zu", cap,
+        return ingest__fail(r->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, chunk %" PRIu64 " needs %zu", cap,
                             ci, ingest_codec_bound(c->len));
-    INGEST__FORWARD(raw_buffer(b));
-    INGEST__FORWARD(read_chunk(b, ci, fi, b->raw));
+    INGEST__FORWARD(raw_buffer(b, r));
+    INGEST__FORWARD(read_chunk(b, r, ci, fi, r->raw));
     memset(map, 0, (nb + 7u) / 8u);
     /* the literal blocks move down over the copied ones (never past where they were) */
     size_t copied = 0, lit = 0;
@@ -1801,7 +1920,7 @@ int ingest_sender_batch_chunk_delta(ingest_sender_batch *b, uint64_t ci, const u
         const size_t bl = c->len - at < INGEST_WIRE_DELTA_BLOCK ? c->len - at : INGEST_WIRE_DELTA_BLOCK;
         uint8_t h[crypto_shorthash_BYTES];
         if (at + bl <= base_len && (at + bl == base_len || bl == INGEST_WIRE_DELTA_BLOCK)) {
-            crypto_shorthash(h, b->raw + at, bl, key);
+            crypto_shorthash(h, r->raw + at, bl, key);
             if (memcmp(h, hashes + (size_t)j * INGEST_WIRE_DELTA_HASH_BYTES, sizeof(h)) == 0) {
                 map[j / 8] |= (uint8_t)(1u << (j % 8));
                 copied += bl;
@@ -1809,13 +1928,21 @@ int ingest_sender_batch_chunk_delta(ingest_sender_batch *b, uint64_t ci, const u
             }
         }
         if (lit != at)
-            memmove(b->raw + lit, b->raw + at, bl);
+            memmove(r->raw + lit, r->raw + at, bl);
         lit += bl;
     }
     if (copied * 4 < c->len)
         return 1;
     *nblocks = nb;
-    return ingest_codec_encode(b->s->codec, b->raw, lit, out, cap, out_len);
+    return ingest_codec_encode(r->codec, r->raw, lit, out, cap, out_len);
+}
+
+int ingest_sender_batch_chunk_delta(ingest_sender_batch *b, uint64_t ci, const uint8_t *key, const uint8_t *hashes,
+                                    uint32_t base_len, uint8_t *map, size_t map_cap, void *out, size_t cap,
+                                    size_t *out_len, uint32_t *nblocks)
+{
+    return ingest__sender_batch_chunk_delta_r(b, &b->rd, ci, key, hashes, base_len, map, map_cap, out, cap, out_len,
+                                              nblocks);
 }
 
 int ingest_sender_batch_group(ingest_sender_batch *b, const uint32_t *idx, size_t n, size_t raw_max, void *out,
@@ -1825,42 +1952,15 @@ int ingest_sender_batch_group(ingest_sender_batch *b, const uint32_t *idx, size_
     *taken = 0;
     if (n == 0)
         return ingest__fail(b->ctx, INGEST_EINVAL, "sender: group of no chunks");
-    if (raw_max > b->s->params.max)
-        raw_max = b->s->params.max;
-    if (n > INGEST_SENDER_GROUP_MAX_CHUNKS)
-        n = INGEST_SENDER_GROUP_MAX_CHUNKS;
     /* How many of idx[] form the group: small chunks, together at most raw_max bytes. */
-    size_t k = 0, total = 0;
-    while (k < n && idx[k] < b->nchunks && b->chunks[idx[k]].len <= INGEST_SENDER_GROUP_CHUNK_MAX &&
-           b->chunks[idx[k]].len <= raw_max - total) {
-        if (k > 0 && idx[k] <= idx[k - 1])
-            return ingest__fail(b->ctx, INGEST_EINVAL, "sender: group indexes not increasing at %zu", k);
-        total += b->chunks[idx[k]].len;
-        k++;
-    }
+    size_t k = 0;
+    if (group_prefix(b, idx, n, raw_max, &k) != 0)
+        return ingest__fail(b->ctx, INGEST_EINVAL, "sender: group indexes not increasing at %zu", k);
     if (k < 2) {
         /* Not worth a group: the first chunk alone, encoded as ever. */
         INGEST__FORWARD(ingest_sender_batch_chunk(b, idx[0], out, cap, out_len));
         *taken = 1;
         return 0;
     }
-    if (cap < ingest_codec_bound(total))
-        return ingest__fail(b->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, a group of %zu needs %zu", cap,
-                            total, ingest_codec_bound(total));
-    INGEST__FORWARD(raw_buffer(b));
-    size_t at = 0;
-    for (size_t i = 0; i < k; i++) {
-        uint64_t fi = 0;
-        INGEST__FORWARD(ingest_sender_batch_chunk_file(b, idx[i], &fi));
-        const int rc = read_chunk(b, idx[i], fi, b->raw + at);
-        if (rc < 0) {
-            *taken = i; /* which chunk failed (its file changed: INGEST_ESTALE) */
-            return rc;
-        }
-        at += b->chunks[idx[i]].len;
-    }
-    /* Text compresses across files: plain zstd, no probing (hints are per file). */
-    INGEST__FORWARD(ingest_codec_encode(b->s->codec, b->raw, total, out, cap, out_len));
-    *taken = k;
-    return 0;
+    return group_encode(b, &b->rd, idx, k, out, cap, out_len, taken);
 }

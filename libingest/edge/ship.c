@@ -15,6 +15,7 @@
 #include "../pathpolicy.h"
 #include "ingest/edge.h"
 #include "ingest/session.h"
+#include "sender_int.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -397,71 +398,142 @@ static const struct delta_base *delta_base_of(const ingest_edge *a, uint32_t idx
 }
 
 /*
+ * Encode chunk idx into buf with reader r as a CHUNK_DELTA against its
+ * predecessor, when the receiver described one and enough of it matches
+ * (0: *nblocks > 0, map filled); 1 when it goes whole (a CHUNK), < 0 on
+ * failure.  The adaptive hint is not used: a delta leaves it as it was.
+ */
+static int encode_delta(ingest_edge *a, ingest_sender_batch *b, ingest__sender_reader *r, uint32_t idx, uint8_t *buf,
+                        uint8_t *map, size_t *n, uint32_t *nblocks)
+{
+    *nblocks = 0;
+    const struct delta_base *d = delta_base_of(a, idx);
+    if (d == NULL)
+        return 1;
+    const int rc = ingest__sender_batch_chunk_delta_r(b, r, idx, a->dkey, a->dpool + d->at, d->base_len, map,
+                                                      DELTA_MAP_MAX, buf, a->o.chunk_cap, n, nblocks);
+    if (rc < 0 || (rc == 0 && 8 + (*nblocks + 7) / 8 + *n <= a->link->peer_max_payload))
+        return rc;
+    *nblocks = 0;
+    return 1;
+}
+
+/*
  * Encode chunk idx into buf: against its predecessor when the receiver
  * described one and enough of it matches (*nblocks > 0, map filled: a
- * CHUNK_DELTA), else whole (*nblocks 0: a CHUNK).
+ * CHUNK_DELTA), else whole (*nblocks 0: a CHUNK).  The shipping thread's
+ * (send_each): the batch's own reader and hint.
  */
 static int encode_chunk(ingest_edge *a, ingest_sender_batch *b, uint32_t idx, uint8_t *buf, uint8_t *map, size_t *n,
                         uint32_t *nblocks)
 {
-    *nblocks = 0;
-    const struct delta_base *d = delta_base_of(a, idx);
-    if (d != NULL) {
-        const int rc = ingest_sender_batch_chunk_delta(b, idx, a->dkey, a->dpool + d->at, d->base_len, map,
-                                                       DELTA_MAP_MAX, buf, a->o.chunk_cap, n, nblocks);
-        if (rc < 0 || (rc == 0 && 8 + (*nblocks + 7) / 8 + *n <= a->link->peer_max_payload))
-            return rc;
-        *nblocks = 0;
-    }
+    const int rc = encode_delta(a, b, ingest__sender_batch_reader(b), idx, buf, map, n, nblocks);
+    if (rc <= 0)
+        return rc;
     return ingest_sender_batch_chunk(b, idx, buf, a->o.chunk_cap, n);
 }
 
 /*
- * The encoder thread: re-reads and compresses the wanted chunks of one
- * WANT frame, in order, into a ring of ENC_SLOTS buffers, while the
- * shipping thread encrypts and sends the ones before them, so that two
- * cores work on a batch's chunks (the builder thread, a third, chunks and
- * hashes the next batch).  A slot holds one unit: a chunk, or (with the
- * pack feature) a group of small chunks compressed together.  It stops at
- * the first unit that fails (a file that changed: INGEST_ESTALE) or when
- * told to.
+ * The encoder threads: re-read and compress the wanted chunks of one WANT
+ * frame into a ring of slots, a few units ahead of the shipping thread,
+ * which encrypts and sends them in WANT order, so that the cores work on
+ * a batch's chunks together (the builder thread chunks and hashes the
+ * next batch).  A slot holds one unit: a chunk, or (with the pack
+ * feature) a group of small chunks compressed together.  The units are
+ * planned in WANT order under the lock (which chunks form each unit
+ * depends only on their lengths), so the wire is the same whatever the
+ * number of encoders (compression.encoders).  Each thread has its own
+ * codec, open file and buffer (the first one uses the batch's own and
+ * the agent's codec).  A file's single chunks are encoded adaptively
+ * with one hint per file carried from chunk to chunk: a chunk whose hint
+ * is being probed by another encoder waits for that probe (the hint
+ * chain below), so the encodings are the one-thread ones; a chunk with a
+ * predecessor at the receiver (a delta candidate) is planned as such a
+ * probe too, since whether it goes whole, using the hint, is known only
+ * once it is encoded.  The job stops at the first unit that fails (a file
+ * that changed or vanished: INGEST_ESTALE) or when told to.
+ *
+ * Wake-ups: the shipping thread is woken only when the unit it waits for
+ * is done, encoders waiting for room only once half of the ring is free
+ * again, and every signal is sent after the lock is released.
  */
-#define ENC_SLOTS 4
+#define ENC_MAX 4 /* each costs ~2 MiB: 4 keeps the agent under its 32 MiB */
 
 typedef struct enc_slot {
     uint8_t *buf;
     size_t n;
     int rc;
+    int done;
     uint32_t pos, count; /* the WANT's positions [pos, pos + count) */
     uint32_t *idx;       /* their chunk indexes (INGEST_SENDER_GROUP_MAX_CHUNKS) */
     uint8_t *map;        /* a CHUNK_DELTA's block map (DELTA_MAP_MAX) */
     uint32_t nblocks;    /* > 0: the unit is chunk idx[0] as a CHUNK_DELTA of that many blocks */
+    int single;          /* one chunk (perhaps a delta), encoded whole with hint */
+    int publish;         /* hint is the chain's probe: give the result back */
+    uint64_t hfile;      /* single: the file of its chunk (the hint's) */
+    ingest_codec_hint hint;
+    ingest_ctx *ectx;    /* where a failure's detail is */
 } enc_slot;
 
-struct encoder {
+typedef struct enc_thread {
     pthread_t thread;
+    struct ingest_edge *a;
+    unsigned no;
+    int started;
+    ingest_ctx *ctx;            /* own (threads 1..): errors */
+    ingest_codec *codec;        /* own (threads 1..) */
+    ingest__sender_reader rd;   /* own (threads 1..) */
+} enc_thread;
+
+struct encoder {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int started, quit;
+    pthread_cond_t work;  /* encoders wait here */
+    pthread_cond_t ready; /* the shipping thread waits here */
+    unsigned n, nslots;
+    int quit;
     /* the job: chunks w->idx[0, count) of b */
     ingest_sender_batch *b;
     const ingest_wire_want *w;
     uint32_t count;
-    uint32_t pos;                /* the next WANT position to encode */
-    uint32_t produced, consumed; /* units; slots: i % ENC_SLOTS */
+    uint32_t pos;                /* the next WANT position to plan */
+    uint32_t claimed, consumed;  /* units; slots: i % nslots */
     int stop;                    /* the job ends early (a failure, or the shipping thread gave up) */
     int busy;                    /* a job is running */
-    int inside;                  /* the thread is encoding a slot (without the lock) */
-    enc_slot slot[ENC_SLOTS];
+    unsigned inside;             /* encoders encoding a slot (without the lock) */
+    unsigned idle;               /* encoders waiting on work */
+    int main_waiting;            /* the shipping thread waits on ready */
+    /* the hint chain: the adaptive hint of file hfile after the last single chunk planned */
+    uint64_t hfile;
+    ingest_codec_hint hint;
+    int hpending;                /* unit hticket probes: the hint is known when it is done */
+    uint32_t hticket;
+    enc_slot *slot;
+    enc_thread thr[ENC_MAX];
 };
 
-/*
- * Encode the unit that starts at WANT position pos into sl: with the pack
- * feature, the small chunks from there on as one group (at most
- * INGEST_WIRE_GROUP_MAX_RAW bytes, capped by chunking.max), else one chunk.
- */
-static void encode_unit(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_want *w, uint32_t pos, enc_slot *sl)
+/* Encoder threads: compression.encoders, or (0) the online CPUs, 1 to 3. */
+static unsigned encoder_count(const ingest_edge *a)
 {
+    unsigned n = a->o.encoders;
+    if (n == 0) {
+        const long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c < 1 ? 1u : c > 3 ? 3u : (unsigned)c;
+    }
+    return n > ENC_MAX ? ENC_MAX : n;
+}
+
+/*
+ * Under the lock: plan the unit that starts at WANT position e->pos into
+ * sl: with the pack feature, the small chunks from there on as one group
+ * (at most INGEST_WIRE_GROUP_MAX_RAW bytes, capped by chunking.max), else
+ * one chunk.  A single chunk takes its hint from the chain; 0 when it
+ * must wait for a probe of its file still running.
+ */
+static int plan_unit(ingest_edge *a, encoder *e, enc_slot *sl)
+{
+    ingest_sender_batch *b = e->b;
+    const ingest_wire_want *w = e->w;
+    const uint32_t pos = e->pos;
     uint32_t m = 0;
     size_t total = 0;
     while (pos + m < w->count && m < INGEST_SENDER_GROUP_MAX_CHUNKS) {
@@ -479,55 +551,154 @@ static void encode_unit(ingest_edge *a, ingest_sender_batch *b, const ingest_wir
         if (!small || !a->pack)
             break;
     }
+    uint32_t count = 1;
+    if (m > 1) {
+        const size_t k = ingest__sender_batch_group_take(b, sl->idx, m, INGEST_WIRE_GROUP_MAX_RAW);
+        count = k >= 2 ? (uint32_t)k : 1u;
+    }
+    sl->single = count == 1;
+    sl->publish = 0;
+    if (sl->single) {
+        uint64_t fi = UINT64_MAX;
+        if (ingest_sender_batch_chunk_file(b, sl->idx[0], &fi) != 0)
+            fi = UINT64_MAX; /* the encoding names the error */
+        if (fi != e->hfile) {
+            e->hfile = fi;
+            memset(&e->hint, 0, sizeof(e->hint));
+            e->hpending = 0;
+        } else if (e->hpending) {
+            return 0;
+        }
+        sl->hfile = fi;
+        sl->hint = e->hint;
+        if (ingest__codec_hint_settled(&e->hint) && delta_base_of(a, sl->idx[0]) == NULL) {
+            e->hint.left--; /* what ingest_codec_encode_adaptive does with it */
+        } else { /* a probe, or a delta that may go whole: the next chunk of the file waits for the result */
+            e->hpending = 1;
+            e->hticket = e->claimed;
+            sl->publish = 1;
+        }
+    }
+    sl->pos = pos;
+    sl->count = count;
+    sl->done = 0;
+    sl->rc = 0;
+    sl->n = 0;
+    e->pos += count;
+    return 1;
+}
+
+static int claimable(const encoder *e)
+{
+    return e->busy && !e->stop && e->pos < e->count && e->claimed - e->consumed < e->nslots;
+}
+
+static void encode_slot(enc_thread *t, ingest_sender_batch *b, enc_slot *sl)
+{
+    ingest_edge *a = t->a;
+    ingest__sender_reader *rd = t->no == 0 ? ingest__sender_batch_reader(b) : &t->rd;
     size_t n = 0, taken = 1;
+    int rc;
     sl->nblocks = 0;
-    const int rc = m > 1 ? ingest_sender_batch_group(b, sl->idx, m, INGEST_WIRE_GROUP_MAX_RAW, sl->buf, a->o.chunk_cap,
-                                                     &n, &taken)
-                         : encode_chunk(a, b, sl->idx[0], sl->buf, sl->map, &n, &sl->nblocks);
+    if (sl->single) {
+        rc = encode_delta(a, b, rd, sl->idx[0], sl->buf, sl->map, &n, &sl->nblocks);
+        if (rc > 0)
+            rc = ingest__sender_batch_chunk_r(b, rd, sl->idx[0], sl->buf, a->o.chunk_cap, &n, &sl->hint);
+    } else {
+        rc = ingest__sender_batch_group_r(b, rd, sl->idx, sl->count, sl->buf, a->o.chunk_cap, &n, &taken);
+    }
     sl->n = n;
     sl->rc = rc;
-    sl->pos = pos;
-    if (rc < 0 && m > 1 && taken < m)
+    sl->ectx = rd->ctx;
+    if (rc < 0 && sl->count > 1 && taken < sl->count)
         sl->idx[0] = sl->idx[taken]; /* the chunk that failed, for the log */
-    sl->count = rc < 0 ? 1 : (uint32_t)taken;
+    if (rc < 0)
+        sl->count = 1;
 }
 
 static void *encoder_main(void *arg)
 {
-    ingest_edge *a = arg;
-    encoder *e = a->enc;
+    enc_thread *t = arg;
+    encoder *e = t->a->enc;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->quit && !(e->busy && !e->stop && e->pos < e->count && e->produced - e->consumed < ENC_SLOTS))
-            pthread_cond_wait(&e->cv, &e->mu);
+        enc_slot *sl = NULL;
+        uint32_t ticket = 0;
+        while (!e->quit) {
+            if (claimable(e)) {
+                sl = &e->slot[e->claimed % e->nslots];
+                if (plan_unit(t->a, e, sl)) {
+                    ticket = e->claimed++;
+                    break;
+                }
+                sl = NULL; /* a probe of the same file runs: its end wakes us */
+            }
+            e->idle++;
+            pthread_cond_wait(&e->work, &e->mu);
+            e->idle--;
+        }
         if (e->quit)
             break;
-        enc_slot *sl = &e->slot[e->produced % ENC_SLOTS];
         ingest_sender_batch *b = e->b;
-        const uint32_t pos = e->pos;
-        e->inside = 1;
+        e->inside++;
+        /* Another encoder may take the next unit now. */
+        const int more = e->idle > 0 && claimable(e);
         pthread_mutex_unlock(&e->mu);
-        encode_unit(a, b, e->w, pos, sl);
+        if (more)
+            pthread_cond_signal(&e->work);
+        encode_slot(t, b, sl);
         pthread_mutex_lock(&e->mu);
-        e->inside = 0;
-        e->pos += sl->count;
-        e->produced++;
+        e->inside--;
+        sl->done = 1;
+        int wake_work = 0;
+        if (sl->publish && e->hpending && e->hticket == ticket) {
+            e->hint = sl->hint;
+            e->hpending = 0;
+            wake_work = e->idle > 0;
+        }
         if (sl->rc < 0)
             e->stop = 1;
-        pthread_cond_broadcast(&e->cv);
+        const int wake_main = e->main_waiting && (ticket == e->consumed || e->stop);
+        pthread_mutex_unlock(&e->mu);
+        if (wake_work)
+            pthread_cond_broadcast(&e->work);
+        if (wake_main)
+            pthread_cond_signal(&e->ready);
+        pthread_mutex_lock(&e->mu);
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
 }
 
-static void encoder_free(ingest_ctx *ctx, encoder *e)
+static void encoder_free(ingest_edge *a, encoder *e)
 {
-    for (int i = 0; i < ENC_SLOTS; i++) {
-        ingest__free(ctx, e->slot[i].buf);
-        ingest__free(ctx, e->slot[i].idx);
-        ingest__free(ctx, e->slot[i].map);
+    if (e->slot != NULL)
+        for (unsigned i = 0; i < e->nslots; i++) {
+            ingest__free(a->ctx, e->slot[i].buf);
+            ingest__free(a->ctx, e->slot[i].idx);
+            ingest__free(a->ctx, e->slot[i].map);
+        }
+    ingest__free(a->ctx, e->slot);
+    for (unsigned i = 1; i < e->n; i++) {
+        enc_thread *t = &e->thr[i];
+        if (t->ctx == NULL)
+            continue;
+        ingest__sender_reader_free(&t->rd);
+        ingest_codec_destroy(t->codec);
+        ingest_ctx_destroy(t->ctx);
     }
-    ingest__free(ctx, e);
+    ingest__free(a->ctx, e);
+}
+
+static void encoder_join(encoder *e)
+{
+    pthread_mutex_lock(&e->mu);
+    e->quit = 1;
+    pthread_mutex_unlock(&e->mu);
+    pthread_cond_broadcast(&e->work);
+    for (unsigned i = 0; i < e->n; i++)
+        if (e->thr[i].started)
+            pthread_join(e->thr[i].thread, NULL);
 }
 
 static int encoder_start(ingest_edge *a)
@@ -537,24 +708,49 @@ static int encoder_start(ingest_edge *a)
     encoder *e = ingest__calloc(a->ctx, 1, sizeof(*e));
     if (e == NULL)
         return INGEST_ENOMEM;
-    for (int i = 0; i < ENC_SLOTS; i++)
-        if ((e->slot[i].buf = ingest__malloc(a->ctx, a->o.chunk_cap)) == NULL ||
-            (e->slot[i].idx = ingest__malloc(a->ctx, INGEST_SENDER_GROUP_MAX_CHUNKS * sizeof(uint32_t))) == NULL ||
-            (e->slot[i].map = ingest__malloc(a->ctx, DELTA_MAP_MAX)) == NULL) {
-            encoder_free(a->ctx, e);
-            return INGEST_ENOMEM;
+    e->n = encoder_count(a);
+    e->nslots = 2 * e->n + 2;
+    e->slot = ingest__calloc(a->ctx, e->nslots, sizeof(*e->slot));
+    int ok = e->slot != NULL;
+    for (unsigned i = 0; ok && i < e->nslots; i++)
+        ok = (e->slot[i].buf = ingest__malloc(a->ctx, a->o.chunk_cap)) != NULL &&
+             (e->slot[i].idx = ingest__malloc(a->ctx, INGEST_SENDER_GROUP_MAX_CHUNKS * sizeof(uint32_t))) != NULL &&
+             (e->slot[i].map = ingest__malloc(a->ctx, DELTA_MAP_MAX)) != NULL;
+    for (unsigned i = 1; ok && i < e->n; i++) {
+        enc_thread *t = &e->thr[i];
+        ok = (t->ctx = ingest_ctx_create(&a->ctx->alloc)) != NULL;
+        if (ok) {
+            t->ctx->log_cb = a->ctx->log_cb;
+            t->ctx->log_ud = a->ctx->log_ud;
+            t->ctx->log_level = a->ctx->log_level;
+            ingest__sender_reader_init(&t->rd, NULL, t->ctx);
+            ok = ingest_codec_create(t->ctx, 1, &t->codec) == 0;
+            t->rd.codec = t->codec;
         }
-    pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->cv, NULL);
-    a->enc = e;
-    if (pthread_create(&e->thread, NULL, encoder_main, a) != 0) {
-        a->enc = NULL;
-        pthread_cond_destroy(&e->cv);
-        pthread_mutex_destroy(&e->mu);
-        encoder_free(a->ctx, e);
+    }
+    if (!ok) {
+        encoder_free(a, e);
         return INGEST_ENOMEM;
     }
-    e->started = 1;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->work, NULL);
+    pthread_cond_init(&e->ready, NULL);
+    a->enc = e;
+    for (unsigned i = 0; i < e->n; i++) {
+        e->thr[i].a = a;
+        e->thr[i].no = i;
+        if (pthread_create(&e->thr[i].thread, NULL, encoder_main, &e->thr[i]) != 0) {
+            if (i > 0)
+                break; /* fewer encoders */
+            a->enc = NULL;
+            pthread_cond_destroy(&e->ready);
+            pthread_cond_destroy(&e->work);
+            pthread_mutex_destroy(&e->mu);
+            encoder_free(a, e);
+            return INGEST_ENOMEM;
+        }
+        e->thr[i].started = 1;
+    }
     return 0;
 }
 
@@ -563,26 +759,51 @@ static void encoder_stop(ingest_edge *a)
     encoder *e = a->enc;
     if (e == NULL)
         return;
-    pthread_mutex_lock(&e->mu);
-    e->quit = 1;
-    pthread_cond_broadcast(&e->cv);
-    pthread_mutex_unlock(&e->mu);
-    pthread_join(e->thread, NULL);
-    pthread_cond_destroy(&e->cv);
+    encoder_join(e);
+    pthread_cond_destroy(&e->ready);
+    pthread_cond_destroy(&e->work);
     pthread_mutex_destroy(&e->mu);
-    encoder_free(a->ctx, e);
+    encoder_free(a, e);
     a->enc = NULL;
 }
 
-/* End the job: no more chunks are produced, and the one in progress is finished. */
+/* Start a job: the chunks of w, of batch b. */
+static void encoder_begin_job(ingest_edge *a, encoder *e, ingest_sender_batch *b, const ingest_wire_want *w)
+{
+    uint64_t *hfile = NULL;
+    ingest_codec_hint *hint = NULL;
+    ingest__sender_batch_hint(b, &hfile, &hint);
+    for (unsigned i = 1; i < e->n; i++)
+        ingest__codec_follow(e->thr[i].codec, a->o.codec);
+    pthread_mutex_lock(&e->mu);
+    e->b = b;
+    e->w = w;
+    e->count = w->count;
+    e->pos = 0;
+    e->claimed = e->consumed = 0;
+    e->stop = 0;
+    e->busy = 1;
+    e->hfile = *hfile;
+    e->hint = *hint;
+    e->hpending = 0;
+    pthread_mutex_unlock(&e->mu);
+    pthread_cond_broadcast(&e->work);
+}
+
+/* End the job: no more units are planned, and the ones in progress are finished. */
 static void encoder_end_job(encoder *e)
 {
     pthread_mutex_lock(&e->mu);
     e->stop = 1;
-    while (e->inside)
-        pthread_cond_wait(&e->cv, &e->mu);
+    while (e->inside > 0) {
+        e->main_waiting = 1;
+        pthread_cond_wait(&e->ready, &e->mu);
+        e->main_waiting = 0;
+    }
     e->busy = 0;
     pthread_mutex_unlock(&e->mu);
+    for (unsigned i = 1; i < e->n; i++)
+        ingest__sender_reader_reset(&e->thr[i].rd);
 }
 
 /* Log which file changed (or vanished) under chunk idx: why is the sender's detail. */
@@ -816,57 +1037,73 @@ static int send_each(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_w
 }
 
 /*
- * Send the chunks of one WANT frame.  With the encoder thread (more than
+ * Send the chunks of one WANT frame.  With the encoder threads (more than
  * one chunk wanted) chunks are read and compressed there, a few ahead; else
- * here (send_each).  A unit the encoder could not read because a file
+ * here (send_each).  A unit an encoder could not read because a file
  * vanished is sent again from its first chunk on by send_each, which finds
- * the file and withdraws it (a unit may hold chunks of several files).
+ * the file and withdraws it (a unit may hold chunks of several files); the
+ * units encoded past it are dropped.
  */
 static int send_wanted(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_want *w, uint32_t *sent, int *stale)
 {
     const unsigned wd_feat = INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_REFUSE;
     if (w->count > 1 && encoder_start(a) == 0) {
         encoder *e = a->enc;
-        pthread_mutex_lock(&e->mu);
-        e->b = b;
-        e->w = w;
-        e->count = w->count;
-        e->pos = 0;
-        e->produced = e->consumed = 0;
-        e->stop = 0;
-        e->busy = 1;
-        pthread_cond_broadcast(&e->cv);
+        /* the batch's adaptive hint as the units sent leave it (the one-thread encoder's, whatever the
+         * encoders planned past a failed unit): what send_each goes on from */
+        uint64_t *hfile = NULL;
+        ingest_codec_hint *hint = NULL;
+        ingest__sender_batch_hint(b, &hfile, &hint);
+        uint64_t cfile = *hfile;
+        ingest_codec_hint chint = *hint;
+        encoder_begin_job(a, e, b, w);
         int rc = 0, redo = 0;
         uint32_t redo_from = 0;
+        pthread_mutex_lock(&e->mu);
         for (uint32_t u = 0; rc == 0 && !edge_stopping(a); u++) {
-            while (e->produced <= u && e->pos < e->count && !e->stop)
-                pthread_cond_wait(&e->cv, &e->mu);
-            if (e->produced <= u)
-                break; /* every unit was sent */
-            enc_slot *sl = &e->slot[u % ENC_SLOTS];
+            enc_slot *sl = &e->slot[u % e->nslots];
+            while (!(u < e->claimed && sl->done) && !(u >= e->claimed && (e->pos >= e->count || e->stop))) {
+                e->main_waiting = 1;
+                pthread_cond_wait(&e->ready, &e->mu);
+                e->main_waiting = 0;
+            }
+            if (u >= e->claimed)
+                break; /* every unit was sent, or one failed before this */
             pthread_mutex_unlock(&e->mu);
             if (sl->rc == INGEST_ESTALE && (a->link->features & wd_feat) == wd_feat &&
-                chunk_vanished(b, sl->idx[0], ingest_ctx_errmsg(a->ctx))) {
+                chunk_vanished(b, sl->idx[0], ingest_ctx_errmsg(sl->ectx))) {
                 redo = 1;
                 redo_from = sl->pos; /* the unit's first WANT position: none of its chunks was sent */
             } else if (sl->rc == INGEST_ESTALE) {
-                log_stale(a, b, sl->idx[0], ingest_ctx_errmsg(a->ctx));
+                log_stale(a, b, sl->idx[0], ingest_ctx_errmsg(sl->ectx));
                 *stale = 1;
             } else if (sl->rc < 0) {
                 edge_log(a, INGEST_LOG_ERROR, "batch %s: chunk %u: %s", ingest_sender_batch_id(b), sl->idx[0],
-                         ingest_ctx_errmsg(a->ctx));
+                         ingest_ctx_errmsg(sl->ectx));
                 rc = sl->rc;
             } else {
+                if (sl->single && sl->nblocks == 0) { /* encoded whole with the file's hint (a delta leaves it) */
+                    cfile = sl->hfile;
+                    chint = sl->hint;
+                }
                 rc = send_unit(a, b, sl->idx, sl->count, sl->buf, sl->n, sl->map, sl->nblocks, sent);
             }
             pthread_mutex_lock(&e->mu);
             e->consumed++;
-            pthread_cond_broadcast(&e->cv);
+            /* Encoders waiting for room are woken once half of the ring is free. */
+            const int wake = e->idle > 0 && claimable(e) && e->claimed - e->consumed <= e->nslots / 2;
+            if (wake) {
+                pthread_mutex_unlock(&e->mu);
+                pthread_cond_broadcast(&e->work);
+                pthread_mutex_lock(&e->mu);
+            }
             if (*stale || redo)
                 break;
         }
         pthread_mutex_unlock(&e->mu);
         encoder_end_job(e);
+        *hfile = cfile;
+        *hint = chint;
         if (rc < 0 || *stale)
             return rc;
         if (redo) {
