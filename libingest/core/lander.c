@@ -323,6 +323,14 @@ void lander__hook(ingest_lander_batch *b, int phase)
  * writes) and the index over it, and the path versions together with the
  * renames they order.  Nothing of the lander's own files needs it.
  */
+void lander__ident_of(lfile *f, const struct stat *sb)
+{
+    f->ident.dev = (uint64_t)sb->st_dev;
+    f->ident.ino = (uint64_t)sb->st_ino;
+    f->ident.size = (uint64_t)sb->st_size;
+    f->ident.mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+}
+
 void lander__enter(ingest_lander *l)
 {
     if (l->own_lock)

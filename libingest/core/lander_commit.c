@@ -222,10 +222,7 @@ static int sync_temps(ingest_lander_batch *b)
             struct stat sb;
             if (fstatat(b->dirfd, tn, &sb, AT_SYMLINK_NOFOLLOW) < 0)
                 return lander__sys_fail(b->ctx, errno, "stat temporary file of", f->landed);
-            f->ident.dev = (uint64_t)sb.st_dev;
-            f->ident.ino = (uint64_t)sb.st_ino;
-            f->ident.size = (uint64_t)sb.st_size;
-            f->ident.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+            lander__ident_of(f, &sb);
         }
         if (f->ident.dev != (uint64_t)rs.st_dev)
             use_syncfs = false;

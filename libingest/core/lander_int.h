@@ -263,6 +263,8 @@ int lander__write_full(int fd, const void *p, size_t n);
 int lander__pread_full(int fd, void *p, size_t n, uint64_t off);
 void lander__close_fd(int *fd);
 void lander__split_path(const char *p, char *dir, size_t cap, const char **name);
+/* f's identity for the index (device, inode, size, mtime) from a stat of its data file */
+void lander__ident_of(lfile *f, const struct stat *sb);
 void lander__tmp_name(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap);
 void lander__tmp_link_name(const ingest_lander_batch *b, uint32_t fi, char *out, size_t cap);
 /* The temporary under which file fi is now (its data file, or the symlink made at commit). */

@@ -267,10 +267,7 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
     struct stat sb;
     if (fstat(b->fd, &sb) < 0)
         return lander__sys_fail(b->ctx, errno, "stat", f->landed);
-    f->ident.dev = (uint64_t)sb.st_dev;
-    f->ident.ino = (uint64_t)sb.st_ino;
-    f->ident.size = (uint64_t)sb.st_size;
-    f->ident.mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    lander__ident_of(f, &sb);
     f->ident_set = true;
     /* a large file's writeback starts now; small ones are written out together at commit */
     if (f->size >= LANDER_EARLY_WRITEBACK_MIN || b->nfiles < INGEST_LANDER_SYNCFS_MIN)
