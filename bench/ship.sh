@@ -23,7 +23,8 @@
 # ours-base ships with them, interleaved with ours, for a before/after in
 # one run), RESULTS (output file,
 # bench/results.md; the SVG goes beside it, same name with .svg), KEEP=1 keeps
-# the work dir.
+# the work dir, AGENT_YAML (YAML text appended to ours' agent.yaml, e.g.
+# "batch: {max_bytes: 64MiB}": a setting tried against the defaults).
 # record() takes key=value words; $(dev_fields ...) is split into them on purpose.
 # shellcheck disable=SC2046
 set -euo pipefail
@@ -352,6 +353,7 @@ EOT
     if [ "${OURS_METRICS:-0}" = 1 ]; then
         AMPORT=$(free_port); printf 'metrics:\n  listen: 127.0.0.1:%s\n' "$AMPORT" >> "$d/agent.yaml"
     fi
+    if [ -n "${AGENT_YAML:-}" ]; then printf '%s\n' "$AGENT_YAML" >> "$d/agent.yaml"; fi
 }
 # free_port: a TCP port nobody listens on (for the metrics endpoints)
 free_port() {

@@ -395,20 +395,32 @@ static void journal_drop(agent *a, uint64_t seq)
     }
 }
 
+/* --once: is the batch of journal seq one the edge holds as pending? */
+static bool edge_holds(const agent *a, uint64_t seq)
+{
+    for (unsigned i = 0; a->net.edge != NULL && i < INGEST_EDGE_PENDING_MAX; i++) {
+        const ingest_sender_batch *p = ingest_edge_pending_at(a->net.edge, i);
+        if (p != NULL && batch_seq(a, p) == seq)
+            return true;
+    }
+    return false;
+}
+
 /*
- * --once: *pend is the batch the edge held as pending (RECEIVED, its ACK
- * to come; 0: none).  Once the edge holds it no more, its ACK came: a
+ * --once: pend[] are the batches the edge held as pending (RECEIVED, their
+ * ACKs to come; 0: none).  Once the edge holds one no more, its ACK came: a
  * landed one took its record with it (record_acked); a refusal or "not
  * landed" left it, and it goes now.  While the edge still holds it (the
  * link failed) it stays SENT, for the next run to replay.
  */
-static void pending_settled(agent *a, uint64_t *pend)
+static void pending_settled(agent *a, uint64_t pend[INGEST_EDGE_PENDING_MAX])
 {
-    const ingest_sender_batch *p = a->net.edge != NULL ? ingest_edge_pending(a->net.edge) : NULL;
-    if (*pend == 0 || (p != NULL && batch_seq(a, p) == *pend))
-        return;
-    journal_drop(a, *pend);
-    *pend = 0;
+    for (unsigned i = 0; i < INGEST_EDGE_PENDING_MAX; i++) {
+        if (pend[i] == 0 || edge_holds(a, pend[i]))
+            continue;
+        journal_drop(a, pend[i]);
+        pend[i] = 0;
+    }
 }
 
 /*
@@ -777,7 +789,7 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
         return INGEST_ENOMEM;
     }
     int again = 0, failed = 0;
-    uint64_t pend = 0; /* the batch received and waiting for its ACK (pending_settled) */
+    uint64_t pend[INGEST_EDGE_PENDING_MAX] = { 0 }; /* batches received and waiting for their ACKs (pending_settled) */
     const uint64_t failed_before = a->report.t.ship.batches_failed;
     const uint64_t abandoned_before = a->report.t.ship.batches_abandoned;
     for (;;) {
@@ -811,10 +823,14 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
         if (rc < 0)
             a->report.t.err_session++;
         agent_metrics_sync(a);
-        pending_settled(a, &pend);
+        pending_settled(a, pend);
         if (rc == 3) {
-            rc = 0; /* received; its ACK comes while the next batch ships */
-            pend = seq;
+            rc = 0; /* received; its ACK comes while the next batches ship */
+            for (unsigned i = 0; i < INGEST_EDGE_PENDING_MAX; i++)
+                if (pend[i] == 0) { /* the edge holds at most as many: one is free */
+                    pend[i] = seq;
+                    break;
+                }
             continue;
         }
         ingest_sender_batch_destroy(b);
@@ -822,14 +838,15 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
             journal_drop(a, seq);
         if (rc == 1) {
             again = 1;
-            /* the batch received before this one may still wait for its ACK: leaving the connection drops
-             * it from the edge, not from the journal (SENT): the next pass replays it under its id */
-            const ingest_sender_batch *p = a->net.edge != NULL ? ingest_edge_pending(a->net.edge) : NULL;
-            if (pend != 0 && p != NULL && batch_seq(a, p) == pend) {
-                prog_log(INGEST_LOG_INFO, "batch %s was received but not acknowledged; it stays journaled and "
-                         "is replayed before the next pass", ingest_sender_batch_id(p));
-                pend = 0;
+            /* batches received before this one may still wait for their ACKs: leaving the connection drops
+             * them from the edge, not from the journal (SENT): the next pass replays them under their ids */
+            for (unsigned i = 0; a->net.edge != NULL && i < INGEST_EDGE_PENDING_MAX; i++) {
+                const ingest_sender_batch *p = ingest_edge_pending_at(a->net.edge, i);
+                if (p != NULL)
+                    prog_log(INGEST_LOG_INFO, "batch %s was received but not acknowledged; it stays journaled and "
+                             "is replayed before the next pass", ingest_sender_batch_id(p));
             }
+            memset(pend, 0, sizeof(pend));
             disconnect_core(a);
             rc = 0;
         } else if (rc == 2) {
@@ -842,12 +859,17 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     if (rc >= 0 && a->net.edge != NULL && ingest_edge_pending(a->net.edge) != NULL &&
         (rc = ingest_edge_wait_pending(a->net.edge)) < 0)
         a->report.t.err_session++;
-    pending_settled(a, &pend);
+    pending_settled(a, pend);
     if (a->net.edge != NULL && ingest_edge_pending(a->net.edge) != NULL) {
-        prog_log(INGEST_LOG_WARN,
-                 "batch %s was received but not acknowledged; it stays journaled: the next run replays it under its id",
-                 ingest_sender_batch_id(ingest_edge_pending(a->net.edge)));
-        disconnect_core(a); /* drops it */
+        for (unsigned i = 0; i < INGEST_EDGE_PENDING_MAX; i++) {
+            const ingest_sender_batch *p = ingest_edge_pending_at(a->net.edge, i);
+            if (p != NULL)
+                prog_log(INGEST_LOG_WARN,
+                         "batch %s was received but not acknowledged; it stays journaled: the next run replays it "
+                         "under its id",
+                         ingest_sender_batch_id(p));
+        }
+        disconnect_core(a); /* drops them */
     }
     if (a->report.t.ship.batches_failed > failed_before) /* refused, pipelined ones included */
         failed = 1;

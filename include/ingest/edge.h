@@ -10,7 +10,7 @@
  *       per batch:
  *           ingest_edge_send_manifest(e, b);
  *           ingest_edge_finish_batch(e, b, t0);  WANTs served, COMMIT, ACK (or RECEIVED)
- *       ingest_edge_wait_pending(e);            the last pipelined batch's ACK
+ *       ingest_edge_wait_pending(e);            the last pipelined batches' ACKs
  *       ingest_edge_detach(e);                  before the link goes
  *   ingest_edge_destroy(e);
  *
@@ -19,7 +19,8 @@
  * small chunks travel in groups).  A file that changed since its batch was
  * built abandons the batch (the core is told; the caller ships the files
  * again later).  With the pipeline feature, a batch the core answered
- * RECEIVED is held as pending: its ACK is read while the next one ships.
+ * RECEIVED is held as pending: its ACK is read while the next ones ship
+ * (at most INGEST_EDGE_PENDING_MAX batches wait so).
  *
  * THREAD SAFETY: an edge, its link while attached and the batches it is
  * given belong to one thread at a time; the edge's encoder thread only
@@ -147,10 +148,15 @@ INGEST_API int ingest_edge_send_manifest(ingest_edge *e, ingest_sender_batch *b)
  * built (for on_acked).
  */
 INGEST_API int ingest_edge_finish_batch(ingest_edge *e, ingest_sender_batch *b, double t0);
-/* Read the pending batch's ACK: 0 (none pending, or it came; a refusal is logged and counted in batches_failed), or < 0. */
+/* Batches answered RECEIVED and awaiting their ACKs at most (pipeline feature; docs/protocol.md). */
+#define INGEST_EDGE_PENDING_MAX 2
+/* Read the pending batches' ACKs: 0 (none pending, or they came; a refusal is logged and counted in
+ * batches_failed), or < 0. */
 INGEST_API int ingest_edge_wait_pending(ingest_edge *e);
-/* The pending batch, or NULL. */
+/* The oldest pending batch, or NULL. */
 INGEST_API ingest_sender_batch *ingest_edge_pending(const ingest_edge *e);
+/* Pending batch i (0 the oldest, up to INGEST_EDGE_PENDING_MAX - 1), or NULL. */
+INGEST_API ingest_sender_batch *ingest_edge_pending_at(const ingest_edge *e, unsigned i);
 
 INGEST_API void ingest_edge_stats_get(const ingest_edge *e, ingest_edge_stats *st);
 

@@ -248,12 +248,23 @@ static int finish_batch(ingest_core *s, ingest_lander_batch *b, ingest_ctx *lctx
 
 /*
  * A connection's committer thread (pipelined connections): makes the
- * prepared batch durable and sends its ACK while the connection's thread
- * receives the next batch.  One batch at a time: the connection's thread
- * waits for it to be idle before it hands over the next one (so ACKs go
- * out in batch order, each before the next RECEIVED) and before it sends
- * an ACK itself.
+ * prepared batches durable, in order, and sends their ACKs while the
+ * connection's thread receives the next batch.  It holds at most
+ * CORE_COMMIT_QUEUE batches (received, not yet acknowledged): the
+ * connection's thread waits for room before it sends the next RECEIVED,
+ * and for the queue to be empty before it sends an ACK itself (ACKs go
+ * out in batch order).
  */
+#define CORE_COMMIT_QUEUE 2
+#define CORE_LANDERS (CORE_COMMIT_QUEUE + 1) /* one per queued batch, and the open batch's */
+
+typedef struct commit_job {
+    ingest_lander_batch *b;
+    ingest_ctx *lctx;
+    char batch[INGEST_WIRE_BATCH_ID_MAX + 1];
+    double t0;
+} commit_job;
+
 typedef struct committer {
     ingest_core *s;
     ingest_link *lk;
@@ -261,11 +272,9 @@ typedef struct committer {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int started, quit, busy;
-    ingest_lander_batch *b;
-    ingest_ctx *lctx;
-    char batch[INGEST_WIRE_BATCH_ID_MAX + 1];
-    double t0;
+    int started, quit;
+    unsigned head, n; /* jobs q[head], q[head + 1]...: n of them, the first in the making while n > 0 */
+    commit_job q[CORE_COMMIT_QUEUE];
 } committer;
 
 static void *committer_main(void *arg)
@@ -274,22 +283,24 @@ static void *committer_main(void *arg)
     ingest_core *s = cm->s;
     pthread_mutex_lock(&cm->mu);
     for (;;) {
-        while (!cm->busy && !cm->quit)
+        while (cm->n == 0 && !cm->quit)
             pthread_cond_wait(&cm->cv, &cm->mu);
-        if (!cm->busy)
+        if (cm->n == 0)
             break;
+        commit_job *j = &cm->q[cm->head];
         pthread_mutex_unlock(&cm->mu);
         char why[INGEST_WIRE_MESSAGE_MAX];
-        const int rc = finish_batch(s, cm->b, cm->lctx, cm->device, cm->batch, cm->t0, why, sizeof(why));
+        const int rc = finish_batch(s, j->b, j->lctx, cm->device, j->batch, j->t0, why, sizeof(why));
         /* A lost connection loses only the ACK: the batch is durable, a resend is acked as a duplicate. */
         if (rc >= 0)
             test_ack_delay(s);
-        if (rc < 0 || send_refusals(s, cm->lk, cm->device, cm->batch, cm->b) == 0)
-            (void)send_ack(cm->lk, cm->batch, rc < 0 ? rc : INGEST_ACK_LANDED, rc < 0 ? why : "landed");
-        ingest_lander_batch_destroy(cm->b);
+        if (rc < 0 || send_refusals(s, cm->lk, cm->device, j->batch, j->b) == 0)
+            (void)send_ack(cm->lk, j->batch, rc < 0 ? rc : INGEST_ACK_LANDED, rc < 0 ? why : "landed");
+        ingest_lander_batch_destroy(j->b);
         pthread_mutex_lock(&cm->mu);
-        cm->b = NULL;
-        cm->busy = 0;
+        j->b = NULL;
+        cm->head = (cm->head + 1) % CORE_COMMIT_QUEUE;
+        cm->n--;
         pthread_cond_broadcast(&cm->cv);
     }
     pthread_mutex_unlock(&cm->mu);
@@ -301,12 +312,23 @@ static void committer_wait_idle(committer *cm)
     if (!cm->started)
         return;
     pthread_mutex_lock(&cm->mu);
-    while (cm->busy)
+    while (cm->n > 0)
         pthread_cond_wait(&cm->cv, &cm->mu);
     pthread_mutex_unlock(&cm->mu);
 }
 
-/* Hand a prepared batch over (the committer is idle); 0, or -1 when its thread cannot start. */
+/* Wait until the committer can take one more batch. */
+static void committer_wait_room(committer *cm)
+{
+    if (!cm->started)
+        return;
+    pthread_mutex_lock(&cm->mu);
+    while (cm->n >= CORE_COMMIT_QUEUE)
+        pthread_cond_wait(&cm->cv, &cm->mu);
+    pthread_mutex_unlock(&cm->mu);
+}
+
+/* Hand a prepared batch over (the committer has room); 0, or -1 when its thread cannot start. */
 static int committer_give(committer *cm, ingest_lander_batch *b, ingest_ctx *lctx, const char *batch, double t0)
 {
     if (!cm->started) {
@@ -320,17 +342,18 @@ static int committer_give(committer *cm, ingest_lander_batch *b, ingest_ctx *lct
         cm->started = 1;
     }
     pthread_mutex_lock(&cm->mu);
-    cm->b = b;
-    cm->lctx = lctx;
-    snprintf(cm->batch, sizeof(cm->batch), "%s", batch);
-    cm->t0 = t0;
-    cm->busy = 1;
+    commit_job *j = &cm->q[(cm->head + cm->n) % CORE_COMMIT_QUEUE];
+    j->b = b;
+    j->lctx = lctx;
+    snprintf(j->batch, sizeof(j->batch), "%s", batch);
+    j->t0 = t0;
+    cm->n++;
     pthread_cond_broadcast(&cm->cv);
     pthread_mutex_unlock(&cm->mu);
     return 0;
 }
 
-/* Let the batch in hand finish (its ACK is sent if the connection still stands), then end the thread. */
+/* Let the batches in hand finish (their ACKs are sent if the connection still stands), then end the thread. */
 static void committer_stop(committer *cm)
 {
     if (!cm->started)
@@ -374,7 +397,7 @@ typedef struct conn_dicts {
 } conn_dicts;
 
 /* Load a dictionary (bytes outlive the codecs) into the reader's codec and the landers': 0, or a code with why. */
-static int dict_load(readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const uint8_t *bytes, size_t len,
+static int dict_load(readq *q, ingest_codec *const lc[CORE_LANDERS], ingest_ctx *ctx, const uint8_t *bytes, size_t len,
                      char *why, size_t cap)
 {
     pthread_mutex_lock(&q->lock);
@@ -387,7 +410,7 @@ static int dict_load(readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const
     if (rc < 0) /* read while the reader cannot write ctx: it is not decoding */
         snprintf(why, cap, "%s", ingest_ctx_errmsg(ctx));
     pthread_mutex_unlock(&q->lock);
-    for (int i = 0; i < 2 && rc == 0; i++) /* landers decode only on the connection's thread: this one; none before its first batch */
+    for (int i = 0; i < CORE_LANDERS && rc == 0; i++) /* landers decode only on the connection's thread: this one; none before its first batch */
         if (lc[i] != NULL && (rc = ingest_codec_add_dict_decode_ref(lc[i], bytes, len, NULL)) < 0)
             snprintf(why, cap, "%s", "cannot load it for landing (out of memory?)");
     return rc;
@@ -404,7 +427,7 @@ static void dict_accept(conn_dicts *cd, uint32_t id, const uint8_t hash[INGEST_D
 }
 
 /* Answer a DICT_OFFER (no batch is open, the committer is idle). */
-static int dict_offer(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, ingest_link *lk,
+static int dict_offer(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *const lc[CORE_LANDERS], ingest_ctx *ctx, ingest_link *lk,
                       const char *device, const ingest_wire_dict_offer *o)
 {
     ingest_wire_msg a;
@@ -461,7 +484,7 @@ static int dict_offer(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *co
  * A DICT_DATA slice: 0 (more to come, or the dictionary is verified,
  * loaded and stored), or a code for an ERROR with why (nothing stored).
  */
-static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *const lc[2], ingest_ctx *ctx, const char *device,
+static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *const lc[CORE_LANDERS], ingest_ctx *ctx, const char *device,
                      const ingest_wire_dict_data *d, char *why, size_t cap)
 {
     const ingest_wire_dict_offer *o = &cd->offer;
@@ -517,17 +540,17 @@ static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *con
 }
 
 /*
- * The two landers of a link, their contexts and codecs, made at the link's
+ * The landers of a link (CORE_LANDERS), their contexts and codecs, made at the link's
  * first batch, not when it connects: an idle device holds none (about 40
  * KiB of a session's heap, docs/architecture.md "Connection model").  The
  * dictionaries accepted on the link so far are loaded into the new codecs.
  * 0, or a code (logged).
  */
 static int landers_start(ingest_core *s, ingest_link *link, const char *device, const conn_dicts *cd,
-                         const ingest_lander_lock *land_lk, ingest_ctx *lctx[2], ingest_codec *lcodec[2],
-                         ingest_lander *landers[2])
+                         const ingest_lander_lock *land_lk, ingest_ctx *lctx[CORE_LANDERS],
+                         ingest_codec *lcodec[CORE_LANDERS], ingest_lander *landers[CORE_LANDERS])
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < CORE_LANDERS; i++) {
         if ((lctx[i] = ingest_ctx_create(&s->ctx->alloc)) == NULL) {
             core_log(s, INGEST_LOG_ERROR, "device %s: cannot start landing: out of memory", device);
             return INGEST_ENOMEM;
@@ -589,11 +612,11 @@ static void chunk_failed(ingest_core *s, readq *q, ingest_lander_batch **b, inge
 int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
 {
     ingest_ctx *ctx = ingest_ctx_create(&s->ctx->alloc);
-    /* Two landers, each with its own context, used in turn: while the
-     * committer thread finishes a batch of one, the next batch lands on the
-     * other (pipelined links). */
-    ingest_lander *landers[2] = { NULL, NULL };
-    ingest_ctx *lctx[2] = { NULL, NULL };
+    /* Landers, each with its own context, used in turn: while the
+     * committer thread finishes the batches of two, the next batch lands on
+     * the third (pipelined links). */
+    ingest_lander *landers[CORE_LANDERS] = { NULL };
+    ingest_ctx *lctx[CORE_LANDERS] = { NULL };
     int k = 0;
     ingest_lander_batch *b = NULL;
     committer cm;
@@ -615,7 +638,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     qitem *it = NULL;
     /* The landers' decoders (one each: a lander's errors name the codec's detail from its own context):
      * this link's dictionaries only. */
-    ingest_codec *lcodec[2] = { NULL, NULL };
+    ingest_codec *lcodec[CORE_LANDERS] = { NULL };
     conn_dicts cd;
     memset(&cd, 0, sizeof(cd));
     core_delta dl; /* the open batch's DELTA_BASEs (delta feature) */
@@ -987,8 +1010,9 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
             if (rc == 0 && pipelined) {
                 /* Everything is in: the committer makes it durable and acks it while the next batch comes.
                  * RECEIVED goes out first: handed over first, the committer could ack the batch before
-                 * it, and the device would read the RECEIVED while its next batch is open. */
-                committer_wait_idle(&cm);
+                 * it, and the device would read the RECEIVED while its next batch is open.  Up to
+                 * CORE_COMMIT_QUEUE batches wait for their ACKs (the device keeps as many pending). */
+                committer_wait_room(&cm);
                 if ((rc = send_received(link, batch)) < 0) {
                     ingest_lander_batch_destroy(b); /* not acknowledged: the device sends it again */
                     b = NULL;
@@ -997,7 +1021,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 }
                 if (committer_give(&cm, b, lctx[k], batch, batch_t0) == 0) {
                     b = NULL;
-                    k ^= 1;
+                    k = (k + 1) % CORE_LANDERS;
                     batch[0] = '\0';
                     break;
                 }
@@ -1078,7 +1102,7 @@ out:
     pthread_cond_destroy(&q.cond);
     pthread_mutex_destroy(&q.lock);
     ingest_lander_batch_destroy(b);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < CORE_LANDERS; i++) {
         ingest_lander_destroy(landers[i]);
         ingest_codec_destroy(lcodec[i]); /* after its lander; before its context and the dictionary bytes */
         ingest_ctx_destroy(lctx[i]);

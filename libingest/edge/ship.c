@@ -42,9 +42,13 @@ struct ingest_edge {
     int pipeline, pack;
     ingest_codec *mcodec; /* the manifest's (pack) */
     uint8_t *mbuf;
-    ingest_sender_batch *pending;
-    uint32_t pending_sent;
-    double pending_t0;
+    /* batches answered RECEIVED, their ACKs to come, oldest first (at most INGEST_EDGE_PENDING_MAX) */
+    struct {
+        ingest_sender_batch *b;
+        uint32_t sent;
+        double t0;
+    } pending[INGEST_EDGE_PENDING_MAX];
+    unsigned npending;
     unsigned pending_refused;
     ingest_sender_batch *cur; /* the batch being shipped (finish_batch), for its FILE_REFUSED */
     int landing_taken;        /* this link's LANDING was read */
@@ -191,7 +195,12 @@ unsigned ingest_edge_features(const ingest_edge *a)
 
 ingest_sender_batch *ingest_edge_pending(const ingest_edge *a)
 {
-    return a->pending;
+    return ingest_edge_pending_at(a, 0);
+}
+
+ingest_sender_batch *ingest_edge_pending_at(const ingest_edge *a, unsigned i)
+{
+    return i < a->npending ? a->pending[i].b : NULL;
 }
 
 void ingest_edge_stats_get(const ingest_edge *a, ingest_edge_stats *st)
@@ -213,15 +222,16 @@ static int send_msg(ingest_edge *a, ingest_wire_msg *m, size_t extra)
 
 /*
  * FILE_REFUSED: the core does not land one file of the batch being shipped
- * or of the pending one (it comes before that batch's ACK); it is kept with
+ * or of a pending one (it comes before that batch's ACK); it is kept with
  * the batch, and batch_acked reports it.
  */
 static int take_refusal(ingest_edge *a, const ingest_wire_file_refused *r)
 {
     ingest_sender_batch *b = NULL;
-    if (a->pending != NULL && strcmp(ingest_sender_batch_id(a->pending), r->batch_id) == 0)
-        b = a->pending;
-    else if (a->cur != NULL && strcmp(ingest_sender_batch_id(a->cur), r->batch_id) == 0)
+    for (unsigned i = 0; i < a->npending && b == NULL; i++)
+        if (strcmp(ingest_sender_batch_id(a->pending[i].b), r->batch_id) == 0)
+            b = a->pending[i].b;
+    if (b == NULL && a->cur != NULL && strcmp(ingest_sender_batch_id(a->cur), r->batch_id) == 0)
         b = a->cur;
     if (!(a->link->features & INGEST_SESSION_FEATURE_REFUSE) || b == NULL) {
         edge_log(a, INGEST_LOG_ERROR, "unexpected FILE_REFUSED for batch %s%s", r->batch_id,
@@ -1184,7 +1194,7 @@ static void test_pause(ingest_edge *a)
  * Ship one batch whose manifest was sent: serve the WANTs, commit, read the
  * ACK.  Returns 0 acked, 1 abandoned (a file changed; ship again later),
  * < 0 failure of the connection, 2 a batch the receiver refused, 3
- * received (pipelined: b is now a->pending, its ACK is read later; the
+ * received (pipelined: b is now pending, its ACK is read later; the
  * caller must not destroy it).
  */
 int ingest_edge_finish_batch(ingest_edge *a, ingest_sender_batch *b, double t0)
@@ -1265,27 +1275,31 @@ static int batch_acked(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
     return 0;
 }
 
-/* m is an ACK: is it the pending batch's? */
+/* m is an ACK: is it the oldest pending batch's (the receiver acks in order)? */
 static int is_pending_ack(const ingest_edge *a, const ingest_wire_msg *m)
 {
-    return m->type == INGEST_MSG_ACK && a->pending != NULL &&
-           strcmp(m->u.ack.batch_id, ingest_sender_batch_id(a->pending)) == 0;
+    return m->type == INGEST_MSG_ACK && a->npending > 0 &&
+           strcmp(m->u.ack.batch_id, ingest_sender_batch_id(a->pending[0].b)) == 0;
 }
 
-/* The pending batch's ACK m: account for it and let the batch go. */
+/* The oldest pending batch's ACK m: account for it and let the batch go. */
 static void pending_acked(ingest_edge *a, const ingest_wire_msg *m)
 {
-    ingest_sender_batch *p = a->pending;
-    a->pending = NULL;
-    if (batch_acked(a, p, m, a->pending_sent, a->pending_t0) == 2)
+    ingest_sender_batch *p = a->pending[0].b;
+    const uint32_t sent = a->pending[0].sent;
+    const double t0 = a->pending[0].t0;
+    a->npending--;
+    memmove(&a->pending[0], &a->pending[1], a->npending * sizeof(a->pending[0]));
+    a->pending[a->npending].b = NULL;
+    if (batch_acked(a, p, m, sent, t0) == 2)
         a->pending_refused++;
     ingest_sender_batch_destroy(p);
 }
 
-/* Read the pending batch's ACK (nothing else may come before it). */
-int ingest_edge_wait_pending(ingest_edge *a)
+/* Read ACKs of pending batches (nothing else may come before them) until at most keep are pending. */
+static int wait_pending_until(ingest_edge *a, unsigned keep)
 {
-    while (a->pending != NULL) {
+    while (a->npending > keep) {
         ingest_wire_msg m;
         const double t = edge_now();
         const int rc = recv_msg(a, &m, a->reply_ms);
@@ -1294,7 +1308,7 @@ int ingest_edge_wait_pending(ingest_edge *a)
             return rc;
         if (!is_pending_ack(a, &m)) {
             edge_log(a, INGEST_LOG_ERROR, "unexpected %s from the receiver while waiting for the ack of batch %s",
-                     ingest_wire_type_name(m.type), ingest_sender_batch_id(a->pending));
+                     ingest_wire_type_name(m.type), ingest_sender_batch_id(a->pending[0].b));
             return INGEST_EPROTO;
         }
         pending_acked(a, &m);
@@ -1302,11 +1316,19 @@ int ingest_edge_wait_pending(ingest_edge *a)
     return 0;
 }
 
-/* The pending batch was not acknowledged (the connection failed): it is simply shipped again later. */
+int ingest_edge_wait_pending(ingest_edge *a)
+{
+    return wait_pending_until(a, 0);
+}
+
+/* The pending batches were not acknowledged (the connection failed): they are simply shipped again later. */
 static void drop_pending(ingest_edge *a)
 {
-    ingest_sender_batch_destroy(a->pending);
-    a->pending = NULL;
+    for (unsigned i = 0; i < a->npending; i++) {
+        ingest_sender_batch_destroy(a->pending[i].b);
+        a->pending[i].b = NULL;
+    }
+    a->npending = 0;
 }
 
 static int finish_batch_once(ingest_edge *a, ingest_sender_batch *b, double t0)
@@ -1346,12 +1368,14 @@ static int finish_batch_once(ingest_edge *a, ingest_sender_batch *b, double t0)
                          m.u.received.batch_id, id, a->pipeline ? "" : " (pipelining was not agreed)");
                 return INGEST_EPROTO;
             }
-            /* Everything is in; its ACK comes while the next batch ships.  At most one waits. */
-            if ((rc = ingest_edge_wait_pending(a)) < 0)
+            /* Everything is in; its ACK comes while the next batches ship.  At most
+             * INGEST_EDGE_PENDING_MAX wait: the oldest's ACK first when they are as many. */
+            if ((rc = wait_pending_until(a, INGEST_EDGE_PENDING_MAX - 1)) < 0)
                 return rc;
-            a->pending = b;
-            a->pending_sent = sent;
-            a->pending_t0 = t0;
+            a->pending[a->npending].b = b;
+            a->pending[a->npending].sent = sent;
+            a->pending[a->npending].t0 = t0;
+            a->npending++;
             return 3;
         }
         a->st->wait_want_s += now - t;
@@ -1364,7 +1388,7 @@ static int finish_batch_once(ingest_edge *a, ingest_sender_batch *b, double t0)
         if (rc < 0)
             return rc;
         if (stale) {
-            /* The previous batch's ACK first (the receiver is making it durable), then tell the
+            /* The previous batches' ACKs first (the receiver is making them durable), then tell the
              * receiver, which drops this batch and closes; the caller reconnects. */
             if ((rc = ingest_edge_wait_pending(a)) < 0)
                 return rc;

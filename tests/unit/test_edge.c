@@ -334,6 +334,92 @@ static void test_received_without_pipelining(void **state)
     env_free(e);
 }
 
+/* As the core: an empty WANT for batch id (it has every chunk), then `type` (RECEIVED or ACK) for batch of. */
+static void core_want_none_then(env *e, const char *id, unsigned type, const char *of)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_WANT;
+    snprintf(m.u.want.batch_id, sizeof(m.u.want.batch_id), "%s", id);
+    core_send(e, &m);
+    memset(&m, 0, sizeof(m));
+    m.type = type;
+    if (type == INGEST_MSG_RECEIVED)
+        snprintf(m.u.received.batch_id, sizeof(m.u.received.batch_id), "%s", of);
+    else
+        snprintf(m.u.ack.batch_id, sizeof(m.u.ack.batch_id), "%s", of);
+    core_send(e, &m);
+}
+
+static void core_ack(env *e, const char *id)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_ACK;
+    snprintf(m.u.ack.batch_id, sizeof(m.u.ack.batch_id), "%s", id);
+    core_send(e, &m);
+}
+
+/*
+ * Pipelined (docs/protocol.md, "Pipelined batches"): two batches may wait
+ * between RECEIVED and ACK.  RECEIVED of the second before the first's ACK
+ * leaves both pending (the edge reads no ACK for it); a third RECEIVED
+ * while two wait makes the edge read the oldest's ACK first; ACKs come in
+ * order and each is accounted to its batch.
+ */
+static void test_two_batches_pending(void **state)
+{
+    (void)state;
+    env *e = env_new(INGEST_SESSION_FEATURE_PIPELINE, 0, 0, 2000);
+    char id1[INGEST_WIRE_BATCH_ID_MAX + 1], id2[INGEST_WIRE_BATCH_ID_MAX + 1], id3[INGEST_WIRE_BATCH_ID_MAX + 1];
+    ingest_wire_msg m;
+    ingest_sender_batch *b1 = manifest_out(e, id1, sizeof(id1));
+    core_want_none_then(e, id1, INGEST_MSG_RECEIVED, id1);
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b1, 0), 3);
+    core_recv(e, &m, INGEST_MSG_BATCH_COMMIT);
+    ingest_sender_batch *b2 = manifest_out(e, id2, sizeof(id2));
+    core_want_none_then(e, id2, INGEST_MSG_RECEIVED, id2); /* no ACK of batch 1 yet */
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b2, 0), 3);
+    core_recv(e, &m, INGEST_MSG_BATCH_COMMIT);
+    assert_ptr_equal(ingest_edge_pending_at(e->edge, 0), b1);
+    assert_ptr_equal(ingest_edge_pending_at(e->edge, 1), b2);
+    assert_ptr_equal(ingest_edge_pending(e->edge), b1);
+    assert_int_equal(e->acked, 0);
+    /* a third: received while two wait; ACK 1 comes after that RECEIVED and is read first */
+    ingest_sender_batch *b3 = manifest_out(e, id3, sizeof(id3));
+    core_want_none_then(e, id3, INGEST_MSG_RECEIVED, id3);
+    core_ack(e, id1);
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b3, 0), 3);
+    core_recv(e, &m, INGEST_MSG_BATCH_COMMIT);
+    assert_int_equal(e->acked, 1);
+    assert_ptr_equal(ingest_edge_pending_at(e->edge, 0), b2);
+    assert_ptr_equal(ingest_edge_pending_at(e->edge, 1), b3);
+    assert_null(ingest_edge_pending_at(e->edge, 2));
+    /* an ACK out of order is a protocol error */
+    core_ack(e, id3);
+    assert_int_equal(ingest_edge_wait_pending(e->edge), INGEST_EPROTO);
+    env_free(e);
+    /* in order: both accounted */
+    e = env_new(INGEST_SESSION_FEATURE_PIPELINE, 0, 0, 2000);
+    b1 = manifest_out(e, id1, sizeof(id1));
+    core_want_none_then(e, id1, INGEST_MSG_RECEIVED, id1);
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b1, 0), 3);
+    core_recv(e, &m, INGEST_MSG_BATCH_COMMIT);
+    b2 = manifest_out(e, id2, sizeof(id2));
+    core_want_none_then(e, id2, INGEST_MSG_RECEIVED, id2);
+    assert_int_equal(ingest_edge_finish_batch(e->edge, b2, 0), 3);
+    core_recv(e, &m, INGEST_MSG_BATCH_COMMIT);
+    core_ack(e, id1);
+    core_ack(e, id2);
+    assert_int_equal(ingest_edge_wait_pending(e->edge), 0);
+    assert_int_equal(e->acked, 2);
+    assert_null(ingest_edge_pending(e->edge));
+    ingest_edge_stats st;
+    ingest_edge_stats_get(e->edge, &st);
+    assert_int_equal(st.batches_acked, 2);
+    env_free(e);
+}
+
 static void send_refusal(env *e, const char *id, uint32_t file_index)
 {
     ingest_wire_msg m;
@@ -446,6 +532,7 @@ int main(void)
         cmocka_unit_test(test_want_past_the_batch),
         cmocka_unit_test(test_ack_for_another_batch),
         cmocka_unit_test(test_received_without_pipelining),
+        cmocka_unit_test(test_two_batches_pending),
         cmocka_unit_test(test_refused_and_error),
         cmocka_unit_test(test_file_refused),
     };
