@@ -48,7 +48,8 @@ static void budget_give(readq *q, size_t n)
     pthread_mutex_unlock(&c->budget_lock);
 }
 
-static void readq_push(readq *q, qitem *it)
+/* Queue it (waiting for room); returns q->quit as seen under the lock. */
+static int readq_push(readq *q, qitem *it)
 {
     budget_take(q, it->len + sizeof(*it));
     pthread_mutex_lock(&q->lock);
@@ -64,10 +65,11 @@ static void readq_push(readq *q, qitem *it)
         q->head = it;
     q->tail = it;
     q->bytes += it->len + sizeof(*it);
-    const int wake = q->pop_waiting > 0;
+    const int wake = q->pop_waiting > 0, quit = q->quit;
     pthread_mutex_unlock(&q->lock);
     if (wake)
         pthread_cond_broadcast(&q->cond);
+    return quit;
 }
 
 qitem *core_readq_pop(readq *q)
@@ -367,8 +369,8 @@ void *core_reader_main(void *arg)
                 break;
             it->m = m;
         }
-        readq_push(q, it);
-        if (rc < 0 || q->quit)
+        /* quit is set by the serving thread: read under the lock (readq_push) */
+        if (readq_push(q, it) || rc < 0)
             break;
     }
     pthread_mutex_lock(&q->lock);

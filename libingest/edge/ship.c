@@ -1052,12 +1052,15 @@ static int send_each(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_w
  * here (send_each).  A unit an encoder could not read because a file
  * vanished is sent again from its first chunk on by send_each, which finds
  * the file and withdraws it (a unit may hold chunks of several files); the
- * units encoded past it are dropped.
+ * units encoded past it are dropped.  Once a file of the batch was
+ * withdrawn, its later WANTs are served by send_each too, which passes over
+ * that file's chunks (the encoders would read them again, and send them
+ * should its name be back).
  */
 static int send_wanted(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_want *w, uint32_t *sent, int *stale)
 {
     const unsigned wd_feat = INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_REFUSE;
-    if (w->count > 1 && encoder_start(a) == 0) {
+    if (w->count > 1 && a->withdrawn == 0 && encoder_start(a) == 0) {
         encoder *e = a->enc;
         /* the batch's adaptive hint as the units sent leave it (the one-thread encoder's, whatever the
          * encoders planned past a failed unit): what send_each goes on from */

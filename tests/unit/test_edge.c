@@ -70,6 +70,9 @@ static void on_acked(void *ud, ingest_sender_batch *b, uint32_t sent, double t0)
     assert_int_equal(bs.refused, e->acked_refused);
 }
 
+/* compression.encoders of the edges env_new makes (0: the online CPUs, at most 3) */
+static unsigned env_encoders;
+
 /*
  * An edge on a mem link with these features, and (with_core) the real
  * core serving the other end; nsmall extra files of 700 bytes in the tree.
@@ -116,7 +119,7 @@ static env *env_new(unsigned features, int with_core, unsigned nsmall, int reply
     assert_int_equal(ingest_codec_create(e->ectx, 1, &e->codec), 0);
     const ingest_edge_opts eo = {
         .codec = e->codec, .chunk_cap = ingest_sender_chunk_bound(e->snd), .userdata = e, .on_acked = on_acked,
-        .reply_timeout_ms = reply_ms,
+        .reply_timeout_ms = reply_ms, .encoders = env_encoders,
     };
     assert_int_equal(ingest_edge_create(e->ectx, &eo, &e->edge), 0);
     assert_int_equal(ingest_edge_attach(e->edge, e->dev), 0);
@@ -522,6 +525,118 @@ static void test_refused_and_error(void **state)
     env_free(e);
 }
 
+/* ingest_edge_finish_batch in a thread of its own, while the test plays the core */
+typedef struct finisher {
+    env *e;
+    ingest_sender_batch *b;
+    int rc;
+} finisher;
+
+static void *finish_main(void *arg)
+{
+    finisher *f = arg;
+    f->rc = ingest_edge_finish_batch(f->e->edge, f->b, 0);
+    return NULL;
+}
+
+static void send_want(env *e, const char *id, const uint32_t *idx, uint32_t n, int more)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_WANT;
+    snprintf(m.u.want.batch_id, sizeof(m.u.want.batch_id), "%s", id);
+    m.u.want.flags = more ? INGEST_WANT_MORE : 0;
+    m.u.want.count = n;
+    m.u.want.idx = idx;
+    core_send(e, &m);
+}
+
+/*
+ * A file withdrawn in one WANT frame (FILE_WITHDRAWN: it vanished) is
+ * passed over in the batch's later WANT frames too, with 1 and 3 encoder
+ * threads, even when its name is back by then (renamed away and back: the
+ * same file, which reads fine): the protocol never sends a chunk of a
+ * withdrawn file (the receiver refuses it as not awaited).
+ */
+static void test_withdrawn_file_skipped_in_later_wants(void **state)
+{
+    (void)state;
+    static const unsigned counts[] = { 1, 3 };
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        env_encoders = counts[c];
+        env *e = env_new(INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_REFUSE, 0, 0, 5000);
+        env_encoders = 0;
+        char id[INGEST_WIRE_BATCH_ID_MAX + 1];
+        ingest_sender_batch *b = manifest_out(e, id, sizeof(id));
+        /* big.bin (700 KiB: several chunks) and small.bin, one chunk */
+        ingest_sender_file_info big, small;
+        memset(&big, 0, sizeof(big));
+        memset(&small, 0, sizeof(small));
+        uint64_t fbig = 0, fsmall = 0;
+        for (uint64_t i = 0; i < 2; i++) {
+            ingest_sender_file_info fi;
+            assert_int_equal(ingest_sender_batch_file(b, i, &fi), 0);
+            if (strstr(fi.path, "big.bin") != NULL) {
+                big = fi;
+                fbig = i;
+            } else {
+                small = fi;
+                fsmall = i;
+            }
+        }
+        assert_true(fbig != fsmall);
+        assert_true(big.nchunks >= 4);
+        assert_int_equal(small.nchunks, 1);
+        char from[400], away[400];
+        snprintf(from, sizeof(from), "%s/big.bin", e->src);
+        snprintf(away, sizeof(away), "%s/big.away", e->src);
+        assert_int_equal(rename(from, away), 0);
+        finisher f = { e, b, 0 };
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, finish_main, &f), 0);
+        /* the first frame: its chunks cannot be read, the file is withdrawn */
+        const uint32_t first[2] = { (uint32_t)big.first_chunk, (uint32_t)big.first_chunk + 1 };
+        send_want(e, id, first, 2, 1);
+        ingest_wire_msg m;
+        core_recv(e, &m, INGEST_MSG_FILE_WITHDRAWN);
+        assert_int_equal(m.u.withdrawn.file_index, fbig);
+        /* the file is back (the same one) before the next frame asks for more of it */
+        assert_int_equal(rename(away, from), 0);
+        const uint32_t second[3] = { (uint32_t)big.first_chunk + 2, (uint32_t)big.first_chunk + 3,
+                                     (uint32_t)small.first_chunk };
+        send_want(e, id, second, 3, 0);
+        /* what the edge sends up to its COMMIT (the ACK then lets it finish, whatever came) */
+        unsigned chunks = 0, of_big = 0, commits = 0, sent = 0;
+        for (int k = 0; k < 16 && commits == 0; k++) {
+            assert_int_equal(ingest_link_recv(e->srv, &m, 5000), 0);
+            if (m.type == INGEST_MSG_CHUNK) {
+                chunks++;
+                of_big += m.u.chunk.index >= big.first_chunk && m.u.chunk.index < big.first_chunk + big.nchunks;
+            } else if (m.type == INGEST_MSG_BATCH_COMMIT) {
+                commits++;
+                sent = m.u.commit.chunks_sent;
+            }
+        }
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_ACK;
+        snprintf(m.u.ack.batch_id, sizeof(m.u.ack.batch_id), "%s", id);
+        core_send(e, &m);
+        assert_int_equal(pthread_join(th, NULL), 0);
+        assert_int_equal(commits, 1);
+        if (of_big > 0)
+            fail_msg("encoders %u: %u chunks of the withdrawn file were sent after its FILE_WITHDRAWN", counts[c],
+                     of_big);
+        assert_int_equal(chunks, 1); /* small.bin's */
+        assert_int_equal(sent, 1);
+        assert_int_equal(f.rc, 0);
+        ingest_edge_stats st;
+        ingest_edge_stats_get(e->edge, &st);
+        assert_int_equal(st.files_withdrawn, 1);
+        ingest_sender_batch_destroy(b);
+        env_free(e);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -535,6 +650,7 @@ int main(void)
         cmocka_unit_test(test_two_batches_pending),
         cmocka_unit_test(test_refused_and_error),
         cmocka_unit_test(test_file_refused),
+        cmocka_unit_test(test_withdrawn_file_skipped_in_later_wants),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
