@@ -72,6 +72,7 @@ static void on_acked(void *ud, ingest_sender_batch *b, uint32_t sent, double t0)
 
 /* compression.encoders of the edges env_new makes (0: the online CPUs, at most 3) */
 static unsigned env_encoders;
+static int env_ack_delay_ms; /* the real core holds each ACK this long once its batch is durable */
 
 /*
  * An edge on a mem link with these features, and (with_core) the real
@@ -105,6 +106,7 @@ static env *env_new(unsigned features, int with_core, unsigned nsmall, int reply
         const ingest_core_opts o = {
             .store = e->st, .index = e->idx, .bronze = e->bronze, .dedup_key = ingest_default_dedup_key(),
             .idle_timeout_ms = 10000, .features = INGEST_SESSION_FEATURES_ALL,
+            .test_ack_delay_ms = env_ack_delay_ms,
         };
         assert_int_equal(ingest_core_create(e->ctx, &o, &e->core), 0);
         assert_int_equal(pthread_create(&e->thread, NULL, serve_main, e), 0);
@@ -220,6 +222,29 @@ static void test_pipelined_and_packed(void **state)
     ingest_edge_stats_get(e->edge, &st);
     assert_true(st.groups_sent > 0); /* the small files travelled in groups */
     assert_landed(e, 42);
+    env_free(e);
+}
+
+/*
+ * The real core, its ACKs held 5 s after each batch is durable: it answers
+ * RECEIVED of the second batch while the first's ACK is still held (two
+ * batches received and unacknowledged), then sends both ACKs in order.
+ */
+static void test_core_receives_while_one_waits(void **state)
+{
+    (void)state;
+    env_ack_delay_ms = 5000;
+    env *e = env_new(INGEST_SESSION_FEATURE_PIPELINE, 1, 0, 30000);
+    env_ack_delay_ms = 0;
+    assert_int_equal(ship(e, next_batch(e)), 3);
+    write_random_file(e->src, "more.bin", 3000, 77);
+    assert_int_equal(ship(e, next_batch(e)), 3);
+    assert_int_equal(e->acked, 0); /* RECEIVED 2 came before ACK 1 */
+    assert_non_null(ingest_edge_pending_at(e->edge, 1));
+    assert_int_equal(ingest_edge_wait_pending(e->edge), 0);
+    assert_int_equal(e->acked, 2);
+    assert_landed(e, 3);
+    assert_int_equal(env_end_serve(e), 0);
     env_free(e);
 }
 
@@ -648,6 +673,7 @@ int main(void)
         cmocka_unit_test(test_ack_for_another_batch),
         cmocka_unit_test(test_received_without_pipelining),
         cmocka_unit_test(test_two_batches_pending),
+        cmocka_unit_test(test_core_receives_while_one_waits),
         cmocka_unit_test(test_refused_and_error),
         cmocka_unit_test(test_file_refused),
         cmocka_unit_test(test_withdrawn_file_skipped_in_later_wants),
