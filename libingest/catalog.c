@@ -210,6 +210,15 @@ void ingest_catalog_close(ingest_catalog *cat)
 {
     if (cat == NULL)
         return;
+    if (cat->adder_on) { /* it adds what is queued, then ends */
+        pthread_mutex_lock(&cat->aq_lock);
+        cat->adder_quit = true;
+        pthread_cond_broadcast(&cat->aq_cond);
+        pthread_mutex_unlock(&cat->aq_lock);
+        pthread_join(cat->adder, NULL);
+    }
+    pthread_cond_destroy(&cat->aq_cond);
+    pthread_mutex_destroy(&cat->aq_lock);
     env_close(cat);
     pthread_mutex_destroy(&cat->lock);
     ingest__catblock_w_free(&cat->bw);
@@ -231,6 +240,8 @@ int ingest_catalog_open(ingest_ctx *ctx, const char *bronze_root, unsigned flags
     cat->ctx = ctx;
     cat->flags = flags;
     pthread_mutex_init(&cat->lock, NULL);
+    pthread_mutex_init(&cat->aq_lock, NULL);
+    pthread_cond_init(&cat->aq_cond, NULL);
     ingest__catblock_w_init(&cat->bw, ctx);
     ingest__buf_init(&cat->scratch, ctx, (size_t)1 << 31);
     cat->br = ingest__malloc(ctx, sizeof(*cat->br));
@@ -779,6 +790,75 @@ out:
     mset_free(&m);
     pthread_mutex_unlock(&cat->lock);
     return ret;
+}
+
+/* ---- the adder ---------------------------------------------------------------------- */
+
+static void *adder_main(void *arg)
+{
+    ingest_catalog *cat = arg;
+    char device[INGEST__CAT_NAME_MAX + 1], batch[INGEST__CAT_NAME_MAX + 1];
+    pthread_mutex_lock(&cat->aq_lock);
+    for (;;) {
+        while (cat->aq_n == 0 && !cat->adder_quit)
+            pthread_cond_wait(&cat->aq_cond, &cat->aq_lock);
+        if (cat->aq_n == 0)
+            break;
+        memcpy(device, cat->aq[cat->aq_head].device, sizeof(device));
+        memcpy(batch, cat->aq[cat->aq_head].batch, sizeof(batch));
+        pthread_mutex_unlock(&cat->aq_lock);
+        (void)ingest_catalog_add_batch(cat, device, batch); /* a failure is logged; the next catch-up adds it */
+        pthread_mutex_lock(&cat->aq_lock);
+        cat->aq_head = (cat->aq_head + 1) % INGEST__CAT_ADD_QUEUE;
+        cat->aq_n--;
+        pthread_cond_broadcast(&cat->aq_cond); /* room, or drained */
+    }
+    pthread_mutex_unlock(&cat->aq_lock);
+    return NULL;
+}
+
+int ingest_catalog_start_adder(ingest_catalog *cat)
+{
+    if (cat == NULL)
+        return INGEST_EINVAL;
+    if (cat->flags & INGEST_CATALOG_RDONLY)
+        return ingest__fail(cat->ctx, INGEST_EINVAL, "catalog %s: opened read-only", cat->dir);
+    if (cat->adder_on)
+        return 0;
+    const int e = pthread_create(&cat->adder, NULL, adder_main, cat);
+    if (e != 0)
+        return ingest__fail(cat->ctx, INGEST_ENOMEM, "catalog: cannot start its adder thread: %s", strerror(e));
+    cat->adder_on = true;
+    return 0;
+}
+
+int ingest_catalog_add_batch_later(ingest_catalog *cat, const char *device, const char *batch)
+{
+    if (cat == NULL || device == NULL || batch == NULL || !name_ok(device, strlen(device)) ||
+        !name_ok(batch, strlen(batch)))
+        return cat ? ingest__fail(cat->ctx, INGEST_EINVAL, "catalog: bad device or batch name") : INGEST_EINVAL;
+    if (!cat->adder_on)
+        return ingest_catalog_add_batch(cat, device, batch);
+    pthread_mutex_lock(&cat->aq_lock);
+    while (cat->aq_n == INGEST__CAT_ADD_QUEUE)
+        pthread_cond_wait(&cat->aq_cond, &cat->aq_lock);
+    const unsigned at = (cat->aq_head + cat->aq_n) % INGEST__CAT_ADD_QUEUE;
+    snprintf(cat->aq[at].device, sizeof(cat->aq[at].device), "%s", device);
+    snprintf(cat->aq[at].batch, sizeof(cat->aq[at].batch), "%s", batch);
+    cat->aq_n++;
+    pthread_cond_broadcast(&cat->aq_cond);
+    pthread_mutex_unlock(&cat->aq_lock);
+    return 2;
+}
+
+void ingest_catalog_drain(ingest_catalog *cat)
+{
+    if (cat == NULL || !cat->adder_on)
+        return;
+    pthread_mutex_lock(&cat->aq_lock);
+    while (cat->aq_n > 0)
+        pthread_cond_wait(&cat->aq_cond, &cat->aq_lock);
+    pthread_mutex_unlock(&cat->aq_lock);
 }
 
 /* ---- catch-up --------------------------------------------------------------------- */

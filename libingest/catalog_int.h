@@ -4,6 +4,7 @@
 
 #include <lmdb.h>
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "catalog_fmt.h"
 #include "ingest/catalog.h"
@@ -16,6 +17,8 @@
 #define BLOCK_ARENA_MAX ((size_t)1 << 32)
 /* Batch records cached by a listing (direct-mapped by batch number). */
 #define INGEST__CAT_BCACHE 1024
+/* Batches queued for the adder thread (ingest_catalog_add_batch_later) at most; past it the caller waits. */
+#define INGEST__CAT_ADD_QUEUE 64
 
 typedef struct ingest__cat_batch {
     uint64_t batch_no; /* 0: empty slot */
@@ -38,6 +41,16 @@ struct ingest_catalog_s {
     ingest__catblock_r *br; /* a block reader (large: two path slots) */
     ingest__catfeed_r *fr;
     ingest__cat_batch *bcache;
+    /* the adder (ingest_catalog_start_adder): batches queued, added in order by its thread */
+    pthread_mutex_t aq_lock;
+    pthread_cond_t aq_cond;
+    pthread_t adder;
+    bool adder_on, adder_quit;
+    unsigned aq_head, aq_n;
+    struct {
+        char device[INGEST__CAT_NAME_MAX + 1];
+        char batch[INGEST__CAT_NAME_MAX + 1];
+    } aq[INGEST__CAT_ADD_QUEUE];
 };
 
 int ingest__cat_mdb(ingest_catalog *cat, int rc, const char *what);

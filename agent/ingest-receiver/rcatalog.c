@@ -24,6 +24,10 @@ ingest_catalog *rcatalog_open(const char *bronze)
         cat_ctx = NULL;
         return NULL;
     }
+    /* landed batches are added by the catalog's thread, not while their ACK waits */
+    if (ingest_catalog_start_adder(cat) < 0)
+        prog_log(INGEST_LOG_WARN, "catalog of %s: %s; batches are added as they land", bronze,
+                 ingest_ctx_errmsg(cat_ctx));
     prog_log(INGEST_LOG_INFO, "catalog of %s caught up in %.2fs: %llu batches (%llu files) added, %llu bad", bronze,
              prog_now() - t0, (unsigned long long)st.batches, (unsigned long long)st.files,
              (unsigned long long)st.bad);

@@ -84,6 +84,23 @@ INGEST_API int ingest_catalog_catch_up(ingest_catalog *cat, ingest_catalog_stats
  * < 0 on failure (a malformed manifest: INGEST_ECORRUPT).
  */
 INGEST_API int ingest_catalog_add_batch(ingest_catalog *cat, const char *device, const char *batch);
+/*
+ * The adder: a thread of the catalog's own that adds the batches queued by
+ * ingest_catalog_add_batch_later, in order, so that whoever lands a batch
+ * (the receiver's committer) does not wait for the catalog's commit.  Not
+ * for a read-only catalog.  ingest_catalog_close adds what is still queued,
+ * then ends it.  0, or < 0 (no thread: batches are then added at once).
+ */
+INGEST_API int ingest_catalog_start_adder(ingest_catalog *cat);
+/*
+ * Queue one batch for the adder (at most 64 wait; past that the caller
+ * waits for room): 2 queued; a failure to add it later is logged, and the
+ * next catch-up adds it (its manifest is there).  Without an adder, as
+ * ingest_catalog_add_batch.  INGEST_EINVAL for a bad device or batch name.
+ */
+INGEST_API int ingest_catalog_add_batch_later(ingest_catalog *cat, const char *device, const char *batch);
+/* Wait until the adder added every queued batch (nothing to wait for without one). */
+INGEST_API void ingest_catalog_drain(ingest_catalog *cat);
 /* What the catalog holds (batches, files, bytes); never reads manifests. */
 INGEST_API int ingest_catalog_info(ingest_catalog *cat, ingest_catalog_stats *stats);
 

@@ -513,7 +513,7 @@ static int do_commit(ingest_lander_batch *b, const ingest_lander_lock *lk)
     lk_unlock(lk);
     rc = sync_landed(b);
     if (rc == 0 && b->l->catalog != NULL) /* the manifest is durable; the catalog locks itself */
-        (void)ingest_catalog_add_batch(b->l->catalog, b->device, b->name);
+        (void)ingest_catalog_add_batch_later(b->l->catalog, b->device, b->name); /* queued when it has an adder */
     lk_lock(lk);
     if (rc < 0)
         return rc;

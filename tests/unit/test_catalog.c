@@ -326,6 +326,73 @@ static void test_catch_up_list_feed(void **state)
     free(bronze);
 }
 
+/*
+ * The adder: batches queued with ingest_catalog_add_batch_later are added by
+ * the catalog's thread, in order (the feed lists them in queue order);
+ * more than the queue holds makes the caller wait, none is lost; closing
+ * with batches queued adds them first.  Without an adder the call adds at
+ * once; a bad name is refused either way.
+ */
+static void test_adder(void **state)
+{
+    (void)state;
+    char *bronze = tmp_bronze();
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    enum { NB = 150 }; /* past the queue's 64 */
+    for (int i = 0; i < NB; i++) {
+        char batch[16], landed[32];
+        snprintf(batch, sizeof(batch), "b%03d", i);
+        snprintf(landed, sizeof(landed), "d1/f%03d.txt", i);
+        const char *l[] = { landed };
+        write_manifest(bronze, "d1", batch, 100 + i, 1, l, NULL);
+    }
+    ingest_catalog *cat = NULL;
+    assert_int_equal(ingest_catalog_open(ctx, bronze, INGEST_CATALOG_NOSYNC, &cat), 0);
+    assert_int_equal(ingest_catalog_add_batch_later(cat, "d1", "b000"), 1); /* no adder: added at once */
+    assert_int_equal(ingest_catalog_start_adder(cat), 0);
+    assert_int_equal(ingest_catalog_start_adder(cat), 0); /* once */
+    for (int i = 1; i < 100; i++) {
+        char batch[16];
+        snprintf(batch, sizeof(batch), "b%03d", i);
+        assert_int_equal(ingest_catalog_add_batch_later(cat, "d1", batch), 2);
+    }
+    assert_int_equal(ingest_catalog_add_batch_later(cat, "d1", ".bad"), INGEST_EINVAL);
+    ingest_catalog_drain(cat);
+    ingest_catalog_stats st;
+    assert_int_equal(ingest_catalog_info(cat, &st), 0);
+    assert_int_equal(st.batches, 100);
+    assert_int_equal(st.files, 100);
+    seen s;
+    memset(&s, 0, sizeof(s));
+    char cur[INGEST_CATALOG_CURSOR_MAX];
+    assert_int_equal(ingest_catalog_feed(cat, "", 0, NULL, collect, &s, cur, sizeof(cur)), 0);
+    assert_int_equal(s.count, 100);
+    for (int i = 0; i < 64; i++) { /* queue order */
+        char want[32];
+        snprintf(want, sizeof(want), "d1/f%03d.txt", i);
+        assert_string_equal(s.landed[i], want);
+    }
+    /* queued, then closed at once: the close adds them */
+    for (int i = 100; i < NB; i++) {
+        char batch[16];
+        snprintf(batch, sizeof(batch), "b%03d", i);
+        assert_int_equal(ingest_catalog_add_batch_later(cat, "d1", batch), 2);
+    }
+    ingest_catalog_close(cat);
+    assert_int_equal(ingest_catalog_open(ctx, bronze, INGEST_CATALOG_NOSYNC, &cat), 0);
+    assert_int_equal(ingest_catalog_info(cat, &st), 0);
+    assert_int_equal(st.batches, NB);
+    assert_int_equal(st.files, NB);
+    ingest_catalog_close(cat);
+    /* read-only: no adder */
+    assert_int_equal(ingest_catalog_open(ctx, bronze, INGEST_CATALOG_RDONLY, &cat), 0);
+    assert_int_equal(ingest_catalog_start_adder(cat), INGEST_EINVAL);
+    ingest_catalog_close(cat);
+    ingest_ctx_destroy(ctx);
+    rm_tree(bronze);
+    free(bronze);
+}
+
 /* Many files in interleaved batches: blocks split and merge; listing and prefixes stay exact. */
 static void test_many_files_blocks(void **state)
 {
@@ -389,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_varint_bounds),
         cmocka_unit_test(test_cursor_and_time),
         cmocka_unit_test(test_catch_up_list_feed),
+        cmocka_unit_test(test_adder),
         cmocka_unit_test(test_many_files_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
