@@ -16,8 +16,9 @@
  * Each served link uses two threads of the library's own: a reader that
  * receives, decodes and verifies chunks ahead of the landing (bounded by
  * INGEST_CORE_READQ_MAX bytes), and, with the pipeline feature, a
- * committer that makes one batch durable and acknowledges it while the
- * next one arrives.  The store, the chunk index and the landers share one
+ * committer that makes batches durable and acknowledges them, in order,
+ * while the next one arrives (at most two wait for it: docs/protocol.md,
+ * "Pipelined batches").  The store, the chunk index and the landers share one
  * LMDB environment, guarded by the core's land lock (ingest_core_lock):
  * the landers take it themselves only around their short steps on the
  * store and index (lookups, versions with renames, index updates and
