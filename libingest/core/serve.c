@@ -540,17 +540,17 @@ static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *con
 }
 
 /*
- * The landers of a link (CORE_LANDERS), their contexts and codecs, made at the link's
+ * The landers of a link (n: CORE_LANDERS pipelined, else one), their contexts and codecs, made at the link's
  * first batch, not when it connects: an idle device holds none (about 40
  * KiB of a session's heap, docs/architecture.md "Connection model").  The
  * dictionaries accepted on the link so far are loaded into the new codecs.
  * 0, or a code (logged).
  */
 static int landers_start(ingest_core *s, ingest_link *link, const char *device, const conn_dicts *cd,
-                         const ingest_lander_lock *land_lk, ingest_ctx *lctx[CORE_LANDERS],
+                         const ingest_lander_lock *land_lk, int n, ingest_ctx *lctx[CORE_LANDERS],
                          ingest_codec *lcodec[CORE_LANDERS], ingest_lander *landers[CORE_LANDERS])
 {
-    for (int i = 0; i < CORE_LANDERS; i++) {
+    for (int i = 0; i < n; i++) {
         if ((lctx[i] = ingest_ctx_create(&s->ctx->alloc)) == NULL) {
             core_log(s, INGEST_LOG_ERROR, "device %s: cannot start landing: out of memory", device);
             return INGEST_ENOMEM;
@@ -614,7 +614,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     ingest_ctx *ctx = ingest_ctx_create(&s->ctx->alloc);
     /* Landers, each with its own context, used in turn: while the
      * committer thread finishes the batches of two, the next batch lands on
-     * the third (pipelined links). */
+     * the third (pipelined links; a link without pipelining has one). */
     ingest_lander *landers[CORE_LANDERS] = { NULL };
     ingest_ctx *lctx[CORE_LANDERS] = { NULL };
     int k = 0;
@@ -788,7 +788,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 break;
             }
             if (landers[0] == NULL &&
-                (rc = landers_start(s, link, device, &cd, &land_lk, lctx, lcodec, landers)) < 0) {
+                (rc = landers_start(s, link, device, &cd, &land_lk, pipelined ? CORE_LANDERS : 1, lctx, lcodec, landers)) < 0) {
                 result = rc;
                 goto out;
             }
