@@ -307,26 +307,18 @@ static void *committer_main(void *arg)
     return NULL;
 }
 
-static void committer_wait_idle(committer *cm)
+/* Wait until the committer holds at most keep batches (0: idle; CORE_COMMIT_QUEUE - 1: room for one more). */
+static void committer_wait(committer *cm, unsigned keep)
 {
     if (!cm->started)
         return;
     pthread_mutex_lock(&cm->mu);
-    while (cm->n > 0)
+    while (cm->n > keep)
         pthread_cond_wait(&cm->cv, &cm->mu);
     pthread_mutex_unlock(&cm->mu);
 }
 
-/* Wait until the committer can take one more batch. */
-static void committer_wait_room(committer *cm)
-{
-    if (!cm->started)
-        return;
-    pthread_mutex_lock(&cm->mu);
-    while (cm->n >= CORE_COMMIT_QUEUE)
-        pthread_cond_wait(&cm->cv, &cm->mu);
-    pthread_mutex_unlock(&cm->mu);
-}
+static void committer_wait_idle(committer *cm) { committer_wait(cm, 0); }
 
 /* Hand a prepared batch over (the committer has room); 0, or -1 when its thread cannot start. */
 static int committer_give(committer *cm, ingest_lander_batch *b, ingest_ctx *lctx, const char *batch, double t0)
@@ -1012,7 +1004,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                  * RECEIVED goes out first: handed over first, the committer could ack the batch before
                  * it, and the device would read the RECEIVED while its next batch is open.  Up to
                  * CORE_COMMIT_QUEUE batches wait for their ACKs (the device keeps as many pending). */
-                committer_wait_room(&cm);
+                committer_wait(&cm, CORE_COMMIT_QUEUE - 1);
                 if ((rc = send_received(link, batch)) < 0) {
                     ingest_lander_batch_destroy(b); /* not acknowledged: the device sends it again */
                     b = NULL;
