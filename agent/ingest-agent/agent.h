@@ -161,9 +161,12 @@ int save_seq(const char *state_dir, uint64_t seq);
 int load_state(agent *a);
 int connect_core(agent *a);
 void disconnect_core(agent *a);
+/* daemon_ship.c: the edge's on_acked hook in daemon mode (a pending batch's ACK came). */
+void dmn_edge_acked(agent *a, ingest_sender_batch *b);
 /* Send BATCH_BEGIN, the manifest and MANIFEST_END. */
 int send_manifest(agent *a, ingest_sender_batch *b);
-/* After send_manifest: 0 acked, 1 abandoned (a file changed), 2 refused, < 0 connection failure. */
+/* After send_manifest: 0 acked, 1 abandoned (a file changed), 2 refused, 3 received (pipelined: the edge
+ * holds b until its ACK), < 0 connection failure. */
 int finish_batch(agent *a, ingest_sender_batch *b);
 void on_skip(void *ud, const char *path, int reason);
 /* The one message for a directory past INGEST_SENDER_MAX_DEPTH ("{source}/{path}"): from a walk

@@ -136,7 +136,7 @@ static void daemon_free(daemon_t *d)
 /*
  * --once, before its walk: ship the journal's batches not acknowledged yet
  * (sent by an earlier run whose ACK never came, or queued by the daemon)
- * the daemon's way: one at a time, unpipelined, under their own batch ids
+ * the daemon's way: built one at a time, pipelined, under their own batch ids
  * (the core acknowledges one it landed before as a duplicate), a file that
  * changed since leaving its batch (the walk that follows ships its new
  * version).  No after-ship action runs (--once runs none), and a batch
@@ -160,7 +160,7 @@ int daemon_replay(agent *a, const ingest_sender_opts *base, uint64_t *replayed)
         d.once = 1;
         prog_log(INGEST_LOG_INFO, "%llu batches (%llu files) journaled and not acknowledged: shipping them first",
                  (unsigned long long)nb, (unsigned long long)nf);
-        disconnect_core(a); /* the daemon's connection: unpipelined */
+        disconnect_core(a); /* the daemon's connection (over Kafka: unpipelined) */
         a->daemon = 1;
         rc = throttle_wait_window(a) == 0 ? dmn_ship_queue(&d) : 1;
         disconnect_core(a);

@@ -21,6 +21,9 @@
  *     settles again), marked SENT, shipped, and marked ACKED together with
  *     the file table; then the after-ship action runs and the record goes
  *     (it stays, retried, while a file to delete or move is open elsewhere).
+ *     Pipelined (over TCP): a batch the core answered RECEIVED waits for its
+ *     ACK (d->pend, at most INGEST_EDGE_PENDING_MAX) while the next ones are
+ *     built and shipped; the ACKs due are read before a walk.
  *   - the core unreachable: batches stay queued in the journal (bounded:
  *     when the queue is full discovery stops taking files = backpressure)
  *     and connections are retried with exponential backoff and jitter.
@@ -157,6 +160,10 @@ typedef struct daemon {
 
     uint64_t q_files, q_bytes; /* journaled, not acked (open batch included) */
     int backpressure;
+    /* batches the core answered RECEIVED, their ACKs to come (pipelined link; daemon_ship.c), oldest
+     * first; none outside dmn_ship_queue */
+    struct dship *pend[INGEST_EDGE_PENDING_MAX];
+    unsigned npend;
 
     double next_connect;
     unsigned backoff_ms;

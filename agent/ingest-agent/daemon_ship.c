@@ -332,9 +332,241 @@ static int finish_acked(daemon_t *d, const ingest_journal_batch *jb, const inges
 }
 
 /*
- * Ship journaled batch seq.  Returns 0 done (acked, or dropped and its files
- * left to discovery), 1 the connection failed (the batch stays queued),
- * < 0 a local failure.
+ * A journaled batch being shipped: what ship_one built for it.  On a
+ * pipelined link it is kept, once the core answered RECEIVED, until its
+ * ACK came (d->pend, oldest first, as the edge holds the batches).
+ */
+typedef struct dship {
+    uint64_t seq;
+    ingest_journal_batch *jb;
+    const char **paths;
+    ingest_journal_file *got; /* the versions built into the batch (their paths point into b) */
+    size_t ngot;
+    ingest_sender_source *bsrc;
+    char **spooled;
+    ingest_sender *s;
+    ingest_sender_batch *b;     /* ours to destroy unless edge_owned */
+    int edge_owned;             /* the edge holds b as pending (it destroys it when the ACK comes) */
+    int acked;                  /* the ACK was recorded: the after-ship action runs once b is gone */
+    int rc;                     /* of recording the ACK from the edge's hook (< 0: a local failure) */
+    ingest_journal_file *after; /* with files refused: the after-ship list without them */
+    size_t nafter;
+    char **eref; /* the files refused at the edge when it was built (a->edge_refused then) */
+    size_t neref;
+} dship;
+
+/* x's batch and sender go (they hold its files open: a lease is refused while any descriptor is open, ours
+ * too), then an acked batch's after-ship action runs and x goes. */
+static int dship_end(daemon_t *d, dship *x)
+{
+    int rc = 0;
+    if (!x->edge_owned)
+        ingest_sender_batch_destroy(x->b);
+    ingest_sender_destroy(x->s);
+    /* the journaled versions are those shipped (a file that changed left the batch), or files now gone */
+    if (x->acked)
+        rc = x->after != NULL ? finish_acked(d, x->jb, x->after, x->nafter)
+                              : finish_acked(d, x->jb, x->jb->files, x->jb->nfiles);
+    free(x->after);
+    for (size_t i = 0; i < x->neref; i++)
+        free(x->eref[i]);
+    free(x->eref);
+    for (size_t i = 0; x->spooled != NULL && i < d->nsrc; i++)
+        free(x->spooled[i]);
+    free(x->spooled);
+    free(x->bsrc);
+    free(x->paths);
+    free(x->got);
+    ingest_journal_batch_free(d->j, x->jb);
+    free(x);
+    return rc;
+}
+
+/*
+ * Batch b of x was acknowledged as landed (or landed before): its refused
+ * files are marked, the batch is journaled ACKED with the file table, and
+ * x->acked set (the after-ship action is dship_end's).  0, or < 0 when
+ * the journal could not record it (the batch is shipped again later: the
+ * core answers a duplicate).
+ */
+static int record_ack(daemon_t *d, dship *x, ingest_sender_batch *b)
+{
+    agent *a = d->a;
+    const ingest_journal_batch *jb = x->jb;
+    ingest_journal_file *got = x->got;
+    size_t ngot = x->ngot;
+    uint64_t withdrawn = 0, withdrawn_bytes = 0;
+    int rc = 0;
+    d->last_ack_ns = dmn_wall_now_ns();
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs); /* the refusals came with the answer */
+    if (bs.refused > 0 || x->neref > 0) {
+        /* A file the core refused alone stays where it is (no after-ship action) and counts as
+         * shipped: it is not sent again until it changes.  got[i] is file i of the batch.  Its file
+         * table entry says so (INGEST_FILE_STATE_REFUSED, in the store transaction of the ack), so
+         * the after-ship pass skips it whenever it runs (now, deferred, after a restart); the list
+         * for now (jb's files, whose paths outlive the batch) leaves it out too. */
+        size_t keep = 0, nafter = 0;
+        x->after = calloc(jb->nfiles ? jb->nfiles : 1, sizeof(*x->after));
+        if (x->after == NULL)
+            return INGEST_ENOMEM;
+        for (size_t k = 0; k < jb->nfiles; k++) {
+            int refused = 0;
+            for (size_t i = 0; i < ngot && !refused; i++) {
+                ingest_sender_file_info fi;
+                refused = ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL &&
+                          strcmp(fi.path, jb->files[k].path) == 0;
+            }
+            for (size_t r = 0; r < x->neref && !refused; r++)
+                refused = strcmp(x->eref[r], jb->files[k].path) == 0; /* refused at the edge */
+            if (!refused)
+                x->after[nafter++] = jb->files[k];
+        }
+        /* vanished while the batch was shipped: withdrawn by the edge; not shipped */
+        for (size_t i = 0; i < ngot; i++) {
+            ingest_sender_file_info fi;
+            if (ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL) {
+                if (ingest_edge_file_withdrawn(&fi)) {
+                    /* it never landed: no file table entry, so the file, should it come back (moved
+                     * away and back, or copied with its mtime), is found and shipped like a new one */
+                    withdrawn++;
+                    withdrawn_bytes += fi.size;
+                    if ((rc = ingest_filetable_del(a->state.ft, got[i].path)) < 0 && rc != INGEST_ENOTFOUND) {
+                        prog_log(INGEST_LOG_ERROR, "state store: %s", ingest_ctx_errmsg(a->ctx));
+                        return rc;
+                    }
+                    rc = 0;
+                    continue;
+                }
+                const ingest_file_state rs = { got[i].size, got[i].mtime_ns, got[i].ctime_ns,
+                                               INGEST_FILE_STATE_REFUSED, 0 };
+                if ((rc = ingest_filetable_put(a->state.ft, got[i].path, &rs)) < 0) {
+                    prog_log(INGEST_LOG_ERROR, "state store: %s", ingest_ctx_errmsg(a->ctx));
+                    return rc;
+                }
+                continue; /* set_state records the others */
+            }
+            got[keep++] = got[i];
+        }
+        ngot = keep;
+        x->ngot = keep;
+        x->nafter = nafter;
+        d->files_refused += bs.refused - withdrawn;
+        d->vanished += withdrawn;
+        if (withdrawn > 0 && a->report.metrics != NULL)
+            ingest_metric_add(a->report.m.files_skipped, "vanished", withdrawn);
+    }
+    if ((rc = dmn_store_check(d, ingest_journal_set_state(d->j, x->seq, INGEST_JOURNAL_ACKED, got, ngot),
+                              "journal")) < 0)
+        return rc; /* the batch is shipped again later: the core answers a duplicate */
+    /* the shipped versions' whole-file hashes: a later change of ctime alone is compared against them */
+    for (uint64_t i = 0; i < bs.files; i++) {
+        ingest_sender_file_info info;
+        if (ingest_sender_batch_file(b, i, &info) == 0 &&
+            !ingest_edge_file_withdrawn(&info)) /* a withdrawn file has no entry */
+            (void)ingest_filetable_set_hash(a->state.ft, info.path, info.hash);
+    }
+    /* the have-cache is read over Kafka only (over TCP the core's WANT is the authority) */
+    const uint64_t have = a->cfg->transport == INGEST_TRANSPORT_KAFKA ? bs.chunks : 0;
+    for (uint64_t i = 0; i < have; i++) {
+        uint8_t id[INGEST_ID_BYTES];
+        uint32_t len;
+        uint64_t off;
+        if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0 && ingest_havecache_add(a->state.have, id) < 0)
+            break;
+    }
+    (void)dmn_store_check(d, ingest_store_commit(a->state.st), "state store");
+    agent_metrics_latency(a, (double)(dmn_wall_now_ns() - jb->created_ns) / 1e9, bs.files);
+    d->batches_acked++;
+    d->shipped_files += bs.files - withdrawn;
+    d->shipped_bytes += bs.bytes - withdrawn_bytes;
+    prog_log(INGEST_LOG_INFO, "batch %s acked: %llu files, %llu bytes", jb->id,
+             (unsigned long long)(bs.files - withdrawn), (unsigned long long)(bs.bytes - withdrawn_bytes));
+    x->acked = 1;
+    return 0;
+}
+
+/* The edge's on_acked hook (main.c): a pending batch's ACK came (the batch ackowledged at once is
+ * recorded by ship_one when finish_batch returns). */
+void dmn_edge_acked(agent *a, ingest_sender_batch *b)
+{
+    daemon_t *d = a->userdata;
+    for (unsigned i = 0; d != NULL && i < d->npend; i++) {
+        dship *x = d->pend[i];
+        if (x->b != b || !x->edge_owned)
+            continue;
+        x->rc = record_ack(d, x, b);
+        x->b = NULL; /* the edge destroys it now */
+        return;
+    }
+}
+
+/*
+ * After each call that may read ACKs of pending batches: a batch the edge
+ * holds no more had its ACK.  Landed: its after-ship action runs.  Not
+ * landed (refused, or not landed over Kafka: the edge logged why): its
+ * record goes and its files are found again, as for a batch refused at
+ * once.  link_gone: the edge dropped what it held (the connection failed
+ * or was closed): those batches stay journaled SENT and are replayed
+ * under their ids.  Returns 0, or the first local failure (< 0).
+ */
+static int settle(daemon_t *d, int link_gone)
+{
+    int rc = 0;
+    unsigned keep = 0;
+    for (unsigned i = 0; i < d->npend; i++) {
+        dship *x = d->pend[i];
+        int held = 0;
+        for (unsigned k = 0; x->b != NULL && d->a->net.edge != NULL && k < INGEST_EDGE_PENDING_MAX; k++)
+            held |= ingest_edge_pending_at(d->a->net.edge, k) == x->b;
+        if (held && !link_gone) {
+            d->pend[keep++] = x;
+            continue;
+        }
+        int r = x->rc;
+        if (x->b != NULL && !link_gone) { /* not landed: the ACK said why */
+            const int f = forget(d, x->seq);
+            if (r == 0)
+                r = f;
+            dmn_schedule_scan(d, d->now);
+        }
+        x->b = NULL;
+        const int e = dship_end(d, x);
+        if (r == 0)
+            r = e;
+        if (rc == 0 && r < 0)
+            rc = r;
+    }
+    d->npend = keep;
+    return rc;
+}
+
+/* Close the connection: pending batches stay journaled SENT (replayed under their ids). */
+static void dmn_disconnect(daemon_t *d)
+{
+    (void)settle(d, 0); /* those whose ACKs came first */
+    disconnect_core(d->a);
+    (void)settle(d, 1);
+}
+
+/* Read the pending batches' ACKs: 0, 1 the connection failed (they stay SENT), < 0 a local failure. */
+static int drain(daemon_t *d)
+{
+    if (d->npend == 0)
+        return 0;
+    if (d->a->net.edge == NULL || ingest_edge_wait_pending(d->a->net.edge) < 0) {
+        dmn_disconnect(d);
+        if (!stopping && !reload_requested)
+            backoff(d);
+        return 1;
+    }
+    return settle(d, 0);
+}
+
+/*
+ * Ship journaled batch seq.  Returns 0 done (acked, received and pending
+ * in d->pend, or dropped and its files left to discovery), 1 the
+ * connection failed (the batch stays queued), < 0 a local failure.
  */
 static int ship_one(daemon_t *d, uint64_t seq)
 {
@@ -366,16 +598,21 @@ static int ship_one(daemon_t *d, uint64_t seq)
             prog_log(INGEST_LOG_INFO, "connected to the core again");
         d->backoff_ms = 0;
     }
-    const char **paths = calloc(jb->nfiles, sizeof(*paths));
-    ingest_journal_file *got = calloc(jb->nfiles, sizeof(*got));
-    ingest_sender_source *bsrc = calloc(d->nsrc, sizeof(*bsrc));
-    char **spooled = calloc(d->nsrc, sizeof(*spooled));
-    ingest_sender *s = NULL;
-    ingest_sender_batch *b = NULL;
-    size_t ngot = 0, nafter_files = 0;
-    ingest_journal_file *after = NULL; /* with files refused: the after-ship list without them */
-    uint64_t withdrawn = 0, withdrawn_bytes = 0;
-    int acked = 0;
+    dship *x = calloc(1, sizeof(*x));
+    if (x == NULL) {
+        ingest_journal_batch_free(d->j, jb);
+        return INGEST_ENOMEM;
+    }
+    x->seq = seq;
+    x->jb = jb;
+    x->paths = calloc(jb->nfiles, sizeof(*x->paths));
+    x->got = calloc(jb->nfiles, sizeof(*x->got));
+    x->bsrc = calloc(d->nsrc, sizeof(*x->bsrc));
+    x->spooled = calloc(d->nsrc, sizeof(*x->spooled));
+    const char **paths = x->paths;
+    ingest_journal_file *got = x->got;
+    char **spooled = x->spooled;
+    ingest_sender_source *bsrc = x->bsrc;
     if (paths == NULL || got == NULL || bsrc == NULL || spooled == NULL) {
         rc = INGEST_ENOMEM;
         goto out;
@@ -400,14 +637,14 @@ static int ship_one(daemon_t *d, uint64_t seq)
         paths[i] = jb->files[i].path;
     /* Build it from its files as they were taken; each round drops at least one file, so this ends. */
     for (;;) {
-        rc = build_batch(d, jb, bsrc, spooled, paths, npaths, &s, &b, got, &ngot);
-        if (rc <= 0 || drop_changed(jb, got, ngot, paths, &npaths) == 0)
+        rc = build_batch(d, jb, bsrc, spooled, paths, npaths, &x->s, &x->b, got, &x->ngot);
+        if (rc <= 0 || drop_changed(jb, got, x->ngot, paths, &npaths) == 0)
             break;
-        ingest_sender_batch_destroy(b);
-        ingest_sender_destroy(s);
-        b = NULL;
-        s = NULL;
-        ngot = 0;
+        ingest_sender_batch_destroy(x->b);
+        ingest_sender_destroy(x->s);
+        x->b = NULL;
+        x->s = NULL;
+        x->ngot = 0;
         if (npaths == 0) {
             rc = 0;
             break;
@@ -420,12 +657,25 @@ static int ship_one(daemon_t *d, uint64_t seq)
     }
     if (rc < 0)
         goto out;
-    resettle_missing(d, jb, got, ngot);
+    resettle_missing(d, jb, got, x->ngot);
+    /* the files refused at the edge while building it: its ACK may come after the next batch was built */
+    if (rc > 0 && a->nedge_refused > 0) {
+        if ((x->eref = calloc(a->nedge_refused, sizeof(*x->eref))) == NULL) {
+            rc = INGEST_ENOMEM;
+            goto out;
+        }
+        for (; x->neref < a->nedge_refused; x->neref++)
+            if ((x->eref[x->neref] = strdup(a->edge_refused[x->neref])) == NULL) {
+                rc = INGEST_ENOMEM;
+                goto out;
+            }
+    }
     if (rc == 0) {
         prog_log(INGEST_LOG_INFO, "batch %s: none of its %zu files is left to ship", jb->id, jb->nfiles);
         rc = forget(d, seq);
         goto out;
     }
+    ingest_sender_batch *b = x->b;
     if (strcmp(ingest_sender_batch_id(b), jb->id) != 0) {
         prog_log(INGEST_LOG_ERROR, "batch %s rebuilt as %s: dropped (its files will be found again)", jb->id,
                  ingest_sender_batch_id(b));
@@ -436,10 +686,10 @@ static int ship_one(daemon_t *d, uint64_t seq)
     ingest_sender_batch_stats_get(b, &bs);
     d->bytes_read += bs.bytes;
     a->report.t.bytes_read += bs.bytes;
-    if (files_differ(jb, got, ngot)) {
+    if (files_differ(jb, got, x->ngot)) {
         if (jb->state == INGEST_JOURNAL_PENDING) {
             /* never sent: record what will really go, so a replay after a crash is the same batch */
-            if ((rc = ingest_journal_add(d->j, seq, jb->id, got, ngot)) < 0) {
+            if ((rc = ingest_journal_add(d->j, seq, jb->id, got, x->ngot)) < 0) {
                 prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
                 goto out;
             }
@@ -447,7 +697,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
         } else {
             prog_log(INGEST_LOG_WARN,
                      "batch %s: replaying %zu of its %zu files (the others changed or vanished since it was sent)",
-                     jb->id, ngot, jb->nfiles);
+                     jb->id, x->ngot, jb->nfiles);
         }
     }
     if (jb->state == INGEST_JOURNAL_SENT) {
@@ -464,132 +714,48 @@ static int ship_one(daemon_t *d, uint64_t seq)
     if (rc == 0)
         rc = finish_batch(a, b);
     d->inflight[0] = '\0';
-    if (rc == 0) {
-        d->last_ack_ns = dmn_wall_now_ns();
-        ingest_sender_batch_stats_get(b, &bs); /* the refusals came with the answer */
-        if (bs.refused > 0 || a->nedge_refused > 0) {
-            /* A file the core refused alone stays where it is (no after-ship action) and counts as
-             * shipped: it is not sent again until it changes.  got[i] is file i of the batch.  Its file
-             * table entry says so (INGEST_FILE_STATE_REFUSED, in the store transaction of the ack), so
-             * the after-ship pass skips it whenever it runs (now, deferred, after a restart); the list
-             * for now (jb's files, whose paths outlive the batch) leaves it out too. */
-            size_t keep = 0, nafter = 0;
-            after = calloc(jb->nfiles ? jb->nfiles : 1, sizeof(*after));
-            if (after == NULL) {
-                rc = INGEST_ENOMEM;
-                goto out;
-            }
-            for (size_t k = 0; k < jb->nfiles; k++) {
-                int refused = 0;
-                for (size_t i = 0; i < ngot && !refused; i++) {
-                    ingest_sender_file_info fi;
-                    refused = ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL &&
-                              strcmp(fi.path, jb->files[k].path) == 0;
-                }
-                for (size_t r = 0; r < a->nedge_refused && !refused; r++)
-                    refused = strcmp(a->edge_refused[r], jb->files[k].path) == 0; /* refused at the edge */
-                if (!refused)
-                    after[nafter++] = jb->files[k];
-            }
-            /* vanished while the batch was shipped: withdrawn by the edge; not shipped */
-            withdrawn = withdrawn_bytes = 0;
-            for (size_t i = 0; i < ngot; i++) {
-                ingest_sender_file_info fi;
-                if (ingest_sender_batch_file(b, i, &fi) == 0 && fi.refused != NULL) {
-                    if (ingest_edge_file_withdrawn(&fi)) {
-                        /* it never landed: no file table entry, so the file, should it come back (moved
-                         * away and back, or copied with its mtime), is found and shipped like a new one */
-                        withdrawn++;
-                        withdrawn_bytes += fi.size;
-                        if ((rc = ingest_filetable_del(a->state.ft, got[i].path)) < 0 && rc != INGEST_ENOTFOUND) {
-                            prog_log(INGEST_LOG_ERROR, "state store: %s", ingest_ctx_errmsg(a->ctx));
-                            goto out;
-                        }
-                        rc = 0;
-                        continue;
-                    }
-                    const ingest_file_state rs = { got[i].size, got[i].mtime_ns, got[i].ctime_ns,
-                                                   INGEST_FILE_STATE_REFUSED, 0 };
-                    if ((rc = ingest_filetable_put(a->state.ft, got[i].path, &rs)) < 0) {
-                        prog_log(INGEST_LOG_ERROR, "state store: %s", ingest_ctx_errmsg(a->ctx));
-                        goto out;
-                    }
-                    continue; /* set_state records the others */
-                }
-                got[keep++] = got[i];
-            }
-            ngot = keep;
-            nafter_files = nafter;
-            d->files_refused += bs.refused - withdrawn;
-            d->vanished += withdrawn;
-            if (withdrawn > 0 && a->report.metrics != NULL)
-                ingest_metric_add(a->report.m.files_skipped, "vanished", withdrawn);
-        }
-        if ((rc = dmn_store_check(d, ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_ACKED, got, ngot),
-                                  "journal")) < 0)
-            goto out; /* the batch is shipped again later: the core answers a duplicate */
-        /* the shipped versions' whole-file hashes: a later change of ctime alone is compared against them */
-        for (uint64_t i = 0; i < bs.files; i++) {
-            ingest_sender_file_info info;
-            if (ingest_sender_batch_file(b, i, &info) == 0 &&
-                !ingest_edge_file_withdrawn(&info)) /* a withdrawn file has no entry */
-                (void)ingest_filetable_set_hash(a->state.ft, info.path, info.hash);
-        }
-        /* the have-cache is read over Kafka only (over TCP the core's WANT is the authority) */
-        const uint64_t have = a->cfg->transport == INGEST_TRANSPORT_KAFKA ? bs.chunks : 0;
-        for (uint64_t i = 0; i < have; i++) {
-            uint8_t id[INGEST_ID_BYTES];
-            uint32_t len;
-            uint64_t off;
-            if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0 && ingest_havecache_add(a->state.have, id) < 0)
-                break;
-        }
-        (void)dmn_store_check(d, ingest_store_commit(a->state.st), "state store");
-        agent_metrics_latency(a, (double)(dmn_wall_now_ns() - jb->created_ns) / 1e9, bs.files);
-        d->batches_acked++;
-        d->shipped_files += bs.files - withdrawn;
-        d->shipped_bytes += bs.bytes - withdrawn_bytes;
-        prog_log(INGEST_LOG_INFO, "batch %s acked: %llu files, %llu bytes", jb->id,
-                 (unsigned long long)(bs.files - withdrawn), (unsigned long long)(bs.bytes - withdrawn_bytes));
-        acked = 1;
+    if (rc == 3) {
+        /* received: its ACK comes while the next batches ship (the edge holds it, dmn_edge_acked) */
+        rc = settle(d, 0); /* the ACKs of earlier ones may have come meanwhile */
+        x->edge_owned = 1;
+        d->pend[d->npend++] = x; /* as the edge: at most INGEST_EDGE_PENDING_MAX */
+        x = NULL;
+    } else if (rc == 0) {
+        rc = settle(d, 0);
+        const int r = record_ack(d, x, b);
+        if (rc == 0)
+            rc = r;
     } else if (rc == 1 || rc == 2) {
         /* abandoned (a file changed) or refused: its files go back to discovery */
-        disconnect_core(a);
+        dmn_disconnect(d);
         rc = forget(d, seq);
         dmn_schedule_scan(d, d->now);
     } else {
-        disconnect_core(a);
+        dmn_disconnect(d);
         if (!stopping && !reload_requested && !a->thr.window_closed)
             backoff(d);
         rc = 1;
     }
 out:
-    ingest_sender_batch_destroy(b);
-    ingest_sender_destroy(s);
-    /* After the batch closed its files: a lease is refused while any descriptor is open, ours too.  The
-     * journaled versions are those shipped (a file that changed left the batch), or files now gone. */
-    if (acked)
-        rc = after != NULL ? finish_acked(d, jb, after, nafter_files) : finish_acked(d, jb, jb->files, jb->nfiles);
-    free(after);
-    for (size_t i = 0; spooled != NULL && i < d->nsrc; i++)
-        free(spooled[i]);
-    free(spooled);
-    free(bsrc);
-    free(paths);
-    free(got);
-    ingest_journal_batch_free(d->j, jb);
+    if (x != NULL) {
+        const int e = dship_end(d, x);
+        if (rc == 0)
+            rc = e;
+    }
     return rc;
 }
 
 #define STORE_RETRY_S 10.0
 
-/* Ship the queue, oldest first, until it is empty (0), the core fails (1) or a walk is due. */
+/* Ship the queue, oldest first, until it is empty (0), the core fails (1) or a walk is due.  On a
+ * pipelined link up to INGEST_EDGE_PENDING_MAX batches wait for their ACKs while the next ones ship;
+ * their ACKs are read before it returns. */
 int dmn_ship_queue(daemon_t *d)
 {
     uint64_t seq = 0;
     for (;;) {
         if (stopping || reload_requested)
-            return 0;
+            return drain(d);
         d->now = prog_now();
         /* store_full: an ack could not be recorded, so shipping waits for room (dmn_store_check) but
          * tries again every STORE_RETRY_S: an ack that goes through frees its spool copies, which may be
@@ -597,14 +763,16 @@ int dmn_ship_queue(daemon_t *d)
          * next try as a duplicate) */
         if (d->store_full) {
             if (d->now < d->store_try_at)
-                return 0;
+                return drain(d);
             d->store_try_at = d->now + STORE_RETRY_S;
         }
         if (!d->once && d->scan_at != 0 && d->now >= d->scan_at)
-            return 0; /* (--once's replay ships the whole queue: it walks the sources after) */
+            return drain(d); /* (--once's replay ships the whole queue: it walks the sources after) */
         const int r = ingest_journal_next(d->j, seq, &seq);
-        if (r <= 0)
-            return r;
+        if (r <= 0) {
+            const int dr = drain(d);
+            return r < 0 ? r : dr;
+        }
         if (seq == d->open_seq)
             continue;
         int in = 0;
@@ -613,15 +781,17 @@ int dmn_ship_queue(daemon_t *d)
                 prog_log(INGEST_LOG_INFO, "throttle.window %s is closed: nothing is sent for %d min (%llu files queued)",
                          d->a->cfg->throttle_window, in, (unsigned long long)d->q_files);
             d->a->thr.window_closed = 1;
-            disconnect_core(d->a);
+            dmn_disconnect(d);
             return 0;
         }
         if (d->a->thr.window_closed)
             prog_log(INGEST_LOG_INFO, "throttle.window %s is open: shipping", d->a->cfg->throttle_window);
         d->a->thr.window_closed = 0;
         const int rc = ship_one(d, seq);
-        if (rc != 0)
+        if (rc != 0) {
+            if (rc < 0)
+                dmn_disconnect(d); /* pending batches stay SENT: replayed */
             return rc;
+        }
     }
 }
-

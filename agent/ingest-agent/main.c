@@ -432,8 +432,10 @@ static void pending_settled(agent *a, uint64_t pend[INGEST_EDGE_PENDING_MAX])
  */
 static void record_acked(agent *a, ingest_sender_batch *b)
 {
-    if (a->daemon)
-        return; /* the daemon records acks in its journal (daemon_ship.c) */
+    if (a->daemon) {
+        dmn_edge_acked(a, b); /* the daemon records acks in its journal (daemon_ship.c) */
+        return;
+    }
     ingest_sender_batch_stats bs;
     ingest_sender_batch_stats_get(b, &bs);
     int rc = 0;
@@ -577,7 +579,7 @@ static int connect_kafka(agent *a)
     const ingest_klink_edge_opts lo = {
         .device = a->cfg->device_id,
         .keys = &keys,
-        /* the daemon ships one batch at a time from its journal; --once pipelines */
+        /* over Kafka the daemon ships one batch at a time from its journal; --once pipelines */
         .features = a->daemon ? 0u : INGEST_SESSION_FEATURE_PIPELINE,
         .have = kafka_have,
         .held = kafka_held,
@@ -614,11 +616,11 @@ int connect_core(agent *a)
     ingest_session_destroy(a->net.ss);
     a->net.ss = NULL;
     if (ingest_session_client_create(a->ctx, a->cfg->device_id, &a->key, a->receiver_pub, &a->net.ss) < 0 ||
-        /* --once pipelines batches across acks; the daemon ships one batch at a time from its journal */
+        /* both --once and the daemon pipeline batches across acks (docs/protocol.md) */
         ingest_session_set_features(a->net.ss, INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK |
                                                INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_LANDING |
                                                INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_DELTA |
-                                               (a->daemon ? 0u : INGEST_SESSION_FEATURE_PIPELINE) |
+                                               INGEST_SESSION_FEATURE_PIPELINE |
                                                (a->dict != NULL ? INGEST_SESSION_FEATURE_DICT : 0u)) < 0) {
         disconnect_core(a);
         return -1;
