@@ -486,7 +486,7 @@ static int record_ack(daemon_t *d, dship *x, ingest_sender_batch *b)
     return 0;
 }
 
-/* The edge's on_acked hook (main.c): a pending batch's ACK came (the batch ackowledged at once is
+/* The edge's on_acked hook (main.c): a pending batch's ACK came (a batch acknowledged at once is
  * recorded by ship_one when finish_batch returns). */
 void dmn_edge_acked(agent *a, ingest_sender_batch *b)
 {
