@@ -112,6 +112,7 @@ static int daemon_setup(daemon_t *d, agent *a, const char *config_path, const in
 
 static void daemon_free(daemon_t *d)
 {
+    dmn_ship_release(d);
     dmn_open_reset(d);
     for (size_t i = 0; i < VANISH_NAMES; i++)
         free(d->vanish_names[i]);

@@ -8,7 +8,7 @@
  * the spool and the after-ship actions; daemon_ship.c: the open batch and
  * shipping from the journal; daemon_status.c: the status snapshot.
  *
- * One thread runs a loop:
+ * One thread runs a loop (and, while it ships, a builder thread builds the next batch):
  *   - discovery: a walk of the sources whose want_file hook never lets the
  *     sender chunk anything: it only chooses files (filters, unchanged since
  *     their ack, not in flight, stable for `settle`) and appends them to the
@@ -23,7 +23,8 @@
  *     (it stays, retried, while a file to delete or move is open elsewhere).
  *     Pipelined (over TCP): a batch the core answered RECEIVED waits for its
  *     ACK (d->pend, at most INGEST_EDGE_PENDING_MAX) while the next ones are
- *     built and shipped; the ACKs due are read before a walk.
+ *     built and shipped; the ACKs due are read before a walk.  The batch
+ *     after the one being shipped is built on a builder thread (d->bld).
  *   - the core unreachable: batches stay queued in the journal (bounded:
  *     when the queue is full discovery stops taking files = backpressure)
  *     and connections are retried with exponential backoff and jitter.
@@ -164,6 +165,10 @@ typedef struct daemon {
      * first; none outside dmn_ship_queue */
     struct dship *pend[INGEST_EDGE_PENDING_MAX];
     unsigned npend;
+    /* the next journaled batch, built on a thread of its own while one ships (daemon_ship.c); none
+     * outside dmn_ship_queue */
+    struct dship *bld;
+    pthread_t bld_thread;
 
     double next_connect;
     unsigned backoff_ms;
@@ -257,6 +262,8 @@ int dmn_open_close(daemon_t *d);
 int dmn_open_add(daemon_t *d, const dsource *s, const char *rel, const char *path, const ingest_sender_stat *st);
 void dmn_queue_recount(daemon_t *d);
 int dmn_ship_queue(daemon_t *d);
+/* The batch being built ahead, if any, goes (it stays journaled as it was). */
+void dmn_ship_release(daemon_t *d);
 void dmn_snap_sources_free(snap *sn);
 void dmn_publish_sources(daemon_t *d);
 void dmn_publish(daemon_t *d);

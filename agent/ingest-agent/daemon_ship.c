@@ -174,27 +174,53 @@ static int same_as_taken(const ingest_journal_file *taken, const ingest_journal_
            (taken->ino == 0 || taken->ino == built->ino);
 }
 
+/* A dship's build records what the sender said (replayed on the daemon's thread): skips and refusals. */
+typedef struct brec {
+    char *path;
+    int reason; /* INGEST_SKIP_*, or -1: refused at the edge */
+    ingest_sender_stat st;
+    char *why;
+} brec;
+
+typedef struct dship dship;
+static int brec_add(dship *x, const char *path, int reason, const ingest_sender_stat *st, const char *why);
+
+static void rec_skip(void *ud, const char *path, int reason)
+{
+    (void)brec_add(ud, path, reason, NULL, NULL);
+}
+
+static void rec_refuse(void *ud, const char *path, const ingest_sender_stat *st, const char *why)
+{
+    (void)brec_add(ud, path, -1, st, why);
+}
+
 /*
  * Build journaled batch jb from paths[0, n) (its files, or the part of
  * them still to ship, in its order): 1 with *sp, *bp and got[0, *ngot)
  * (the versions chunked; their paths point into *bp), 0 when none of the
- * files is left, < 0 a failure (logged).
+ * files is left, < 0 a failure (its message in err).  Touches nothing of
+ * the daemon's but a->landing (read; set only on connecting, never while
+ * a build runs): it may run on the builder thread; what the sender says
+ * goes to x (brec_add), its errors to ctx (x's).
  */
-static int build_batch(daemon_t *d, const ingest_journal_batch *jb, const ingest_sender_source *bsrc,
-                       char *const *spooled, const char **paths, size_t n, ingest_sender **sp,
-                       ingest_sender_batch **bp, ingest_journal_file *got, size_t *ngot)
+static int build_batch(daemon_t *d, dship *x, ingest_ctx *ctx, const ingest_journal_batch *jb,
+                       const ingest_sender_source *bsrc, char *const *spooled, const char **paths, size_t n,
+                       ingest_sender **sp, ingest_sender_batch **bp, ingest_journal_file *got, size_t *ngot, char *err,
+                       size_t errlen)
 {
     agent *a = d->a;
     ingest_sender_opts o = d->base;
     o.want_file = NULL;
-    o.on_skip = dmn_on_skip; /* a file gone since it was taken: counted, said once per batch */
+    o.on_skip = rec_skip; /* a file gone since it was taken: counted, said once per batch (replayed) */
+    o.on_refuse = rec_refuse;
+    o.userdata = x;
     o.sources = bsrc;
     o.batch_seq = jb->seq;
     o.max_files = n;
     o.max_bytes = UINT64_MAX / 4;
     *ngot = 0;
-    agent_edge_refused_clear(a);
-    int rc = ingest_sender_create(a->ctx, &o, sp);
+    int rc = ingest_sender_create(ctx, &o, sp);
     if (rc == 0)
         (void)agent_landing_apply(a, *sp);
     if (rc == 0)
@@ -202,25 +228,8 @@ static int build_batch(daemon_t *d, const ingest_journal_batch *jb, const ingest
     if (rc == 0)
         rc = ingest_sender_next_batch(*sp, bp);
     if (rc < 0) {
-        prog_log(INGEST_LOG_ERROR, "batch %s: %s", jb->id, ingest_ctx_errmsg(a->ctx));
+        snprintf(err, errlen, "%s", ingest_ctx_errmsg(ctx));
         return rc;
-    }
-    /* Files refused at the edge (on_refuse): their journaled version is marked refused (the sender may
-     * have read a spool copy, whose ctime differs), so discovery passes them over until they change and
-     * no after-ship action touches them; without the mark the batch does not go. */
-    for (size_t r = 0; r < a->nedge_refused; r++) {
-        for (size_t k = 0; k < jb->nfiles; k++) {
-            if (strcmp(jb->files[k].path, a->edge_refused[r]) != 0)
-                continue;
-            const ingest_file_state rs = { jb->files[k].size, jb->files[k].mtime_ns, jb->files[k].ctime_ns,
-                                           INGEST_FILE_STATE_REFUSED, 0 };
-            const int mrc = ingest_filetable_put(a->state.ft, jb->files[k].path, &rs);
-            if (mrc < 0) {
-                prog_log(INGEST_LOG_ERROR, "batch %s: state store: %s", jb->id, ingest_ctx_errmsg(a->ctx));
-                return mrc;
-            }
-            break;
-        }
     }
     if (rc == 0)
         return 0;
@@ -336,7 +345,7 @@ static int finish_acked(daemon_t *d, const ingest_journal_batch *jb, const inges
  * pipelined link it is kept, once the core answered RECEIVED, until its
  * ACK came (d->pend, oldest first, as the edge holds the batches).
  */
-typedef struct dship {
+struct dship {
     uint64_t seq;
     ingest_journal_batch *jb;
     const char **paths;
@@ -353,7 +362,52 @@ typedef struct dship {
     size_t nafter;
     char **eref; /* the files refused at the edge when it was built (a->edge_refused then) */
     size_t neref;
-} dship;
+    /* the build (build_run, on the builder thread or not): its result, what the sender said meanwhile */
+    size_t npaths;
+    int build_rc;
+    char build_err[512];
+    brec *rec;
+    size_t nrec, caprec;
+    int rec_lost; /* a record could not be kept (no memory) */
+    /* the sender's context: its messages (building on the builder thread, reading at send time on an
+     * encoder thread) are its own, never mixed with the daemon's (a->ctx) */
+    ingest_ctx *ctx;
+};
+
+static int brec_add(dship *x, const char *path, int reason, const ingest_sender_stat *st, const char *why)
+{
+    if (x->nrec == x->caprec) {
+        const size_t nc = x->caprec ? x->caprec * 2 : 8;
+        brec *n = realloc(x->rec, nc * sizeof(*n));
+        if (n == NULL) {
+            x->rec_lost = 1;
+            return -1;
+        }
+        x->rec = n;
+        x->caprec = nc;
+    }
+    brec *r = &x->rec[x->nrec];
+    memset(r, 0, sizeof(*r));
+    r->reason = reason;
+    if (st != NULL)
+        r->st = *st;
+    if ((r->path = strdup(path)) == NULL || (why != NULL && (r->why = strdup(why)) == NULL)) {
+        free(r->path);
+        x->rec_lost = 1;
+        return -1;
+    }
+    x->nrec++;
+    return 0;
+}
+
+static void brec_clear(dship *x)
+{
+    for (size_t i = 0; i < x->nrec; i++) {
+        free(x->rec[i].path);
+        free(x->rec[i].why);
+    }
+    x->nrec = 0;
+}
 
 /* x's batch and sender go (they hold its files open: a lease is refused while any descriptor is open, ours
  * too), then an acked batch's after-ship action runs and x goes. */
@@ -363,11 +417,15 @@ static int dship_end(daemon_t *d, dship *x)
     if (!x->edge_owned)
         ingest_sender_batch_destroy(x->b);
     ingest_sender_destroy(x->s);
+    if (x->ctx != NULL)
+        ingest_ctx_destroy(x->ctx); /* after the batch: the edge destroyed a pending one before settle */
     /* the journaled versions are those shipped (a file that changed left the batch), or files now gone */
     if (x->acked)
         rc = x->after != NULL ? finish_acked(d, x->jb, x->after, x->nafter)
                               : finish_acked(d, x->jb, x->jb->files, x->jb->nfiles);
     free(x->after);
+    brec_clear(x);
+    free(x->rec);
     for (size_t i = 0; i < x->neref; i++)
         free(x->eref[i]);
     free(x->eref);
@@ -550,11 +608,13 @@ static void dmn_disconnect(daemon_t *d)
 }
 
 /* Read the pending batches' ACKs: 0, 1 the connection failed (they stay SENT), < 0 a local failure. */
+static void drop_prebuilt(daemon_t *d);
 static int drain(daemon_t *d)
 {
     if (d->npend == 0)
         return 0;
     if (d->a->net.edge == NULL || ingest_edge_wait_pending(d->a->net.edge) < 0) {
+        drop_prebuilt(d);
         dmn_disconnect(d);
         if (!stopping && !reload_requested)
             backoff(d);
@@ -564,89 +624,123 @@ static int drain(daemon_t *d)
 }
 
 /*
- * Ship journaled batch seq.  Returns 0 done (acked, received and pending
- * in d->pend, or dropped and its files left to discovery), 1 the
- * connection failed (the batch stays queued), < 0 a local failure.
+ * Set up the build of journaled batch jb (PENDING or SENT, seq): *out
+ * with its paths and sources (a spooled source is read from the spool).
+ * 0, or < 0 (jb freed).
  */
-static int ship_one(daemon_t *d, uint64_t seq)
+static int prepare_start(daemon_t *d, uint64_t seq, ingest_journal_batch *jb, dship **out)
 {
-    agent *a = d->a;
-    ingest_journal_batch *jb = NULL;
-    int rc = ingest_journal_get(d->j, seq, &jb);
-    if (rc < 0) {
-        prog_log(INGEST_LOG_ERROR, "journal: batch %llu: %s", (unsigned long long)seq, ingest_ctx_errmsg(a->ctx));
-        return rc == INGEST_ECORRUPT ? forget(d, seq) : rc;
-    }
-    if (jb->state == INGEST_JOURNAL_ACKED) {
-        /* acked before a restart, or a file's after-ship action deferred: (re)try, at most once a second;
-         * --once leaves it to the daemon */
-        rc = d->now >= d->defer_next && !d->once ? finish_acked(d, jb, jb->files, jb->nfiles) : 0;
-        ingest_journal_batch_free(d->j, jb);
-        return rc;
-    }
-    if (a->net.link == NULL) {
-        if (d->now < d->next_connect) {
-            ingest_journal_batch_free(d->j, jb);
-            return 1;
-        }
-        if (connect_core(a) != 0) {
-            backoff(d);
-            ingest_journal_batch_free(d->j, jb);
-            return 1;
-        }
-        if (d->backoff_ms)
-            prog_log(INGEST_LOG_INFO, "connected to the core again");
-        d->backoff_ms = 0;
-    }
     dship *x = calloc(1, sizeof(*x));
+    *out = NULL;
     if (x == NULL) {
         ingest_journal_batch_free(d->j, jb);
         return INGEST_ENOMEM;
     }
     x->seq = seq;
     x->jb = jb;
-    x->paths = calloc(jb->nfiles, sizeof(*x->paths));
-    x->got = calloc(jb->nfiles, sizeof(*x->got));
+    if ((x->ctx = ingest_ctx_create(NULL)) == NULL) {
+        (void)dship_end(d, x);
+        return INGEST_ENOMEM;
+    }
+    ingest_ctx_set_log(x->ctx, prog_lib_log, NULL,
+                       d->a->cfg->log_level >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
+    x->paths = calloc(jb->nfiles ? jb->nfiles : 1, sizeof(*x->paths));
+    x->got = calloc(jb->nfiles ? jb->nfiles : 1, sizeof(*x->got));
     x->bsrc = calloc(d->nsrc, sizeof(*x->bsrc));
     x->spooled = calloc(d->nsrc, sizeof(*x->spooled));
-    const char **paths = x->paths;
-    ingest_journal_file *got = x->got;
-    char **spooled = x->spooled;
-    ingest_sender_source *bsrc = x->bsrc;
-    if (paths == NULL || got == NULL || bsrc == NULL || spooled == NULL) {
-        rc = INGEST_ENOMEM;
-        goto out;
+    if (x->paths == NULL || x->got == NULL || x->bsrc == NULL || x->spooled == NULL) {
+        (void)dship_end(d, x);
+        return INGEST_ENOMEM;
     }
-    /* a source whose files were spooled for this batch is read from the spool */
     for (size_t i = 0; i < d->nsrc; i++) {
-        bsrc[i] = d->ssrc[i];
+        x->bsrc[i] = d->ssrc[i];
         char sp[PATH_MAX];
         struct stat st;
         if ((size_t)snprintf(sp, sizeof(sp), "%s/%llu/%s", d->spool_dir, (unsigned long long)seq, d->src[i].name) <
                 sizeof(sp) &&
             lstat(sp, &st) == 0 && S_ISDIR(st.st_mode)) {
-            if ((spooled[i] = strdup(sp)) == NULL) {
-                rc = INGEST_ENOMEM;
-                goto out;
+            if ((x->spooled[i] = strdup(sp)) == NULL) {
+                (void)dship_end(d, x);
+                return INGEST_ENOMEM;
             }
-            bsrc[i].path = spooled[i];
+            x->bsrc[i].path = x->spooled[i];
         }
     }
-    size_t npaths = jb->nfiles;
+    x->npaths = jb->nfiles;
     for (size_t i = 0; i < jb->nfiles; i++)
-        paths[i] = jb->files[i].path;
-    /* Build it from its files as they were taken; each round drops at least one file, so this ends. */
+        x->paths[i] = jb->files[i].path;
+    *out = x;
+    return 0;
+}
+
+/*
+ * Build x from its files as they were taken (x->build_rc as build_batch
+ * returns); each round drops at least one file that changed, so this
+ * ends.  Touches only x (and reads the daemon's sources): the builder
+ * thread runs it for the next batch while the daemon ships one.
+ */
+static void build_run(daemon_t *d, dship *x)
+{
+    int rc;
     for (;;) {
-        rc = build_batch(d, jb, bsrc, spooled, paths, npaths, &x->s, &x->b, got, &x->ngot);
-        if (rc <= 0 || drop_changed(jb, got, x->ngot, paths, &npaths) == 0)
+        brec_clear(x); /* what the last round said is what counts */
+        rc = build_batch(d, x, x->ctx, x->jb, x->bsrc, x->spooled, x->paths, x->npaths, &x->s, &x->b, x->got, &x->ngot,
+                         x->build_err, sizeof(x->build_err));
+        if (rc <= 0 || drop_changed(x->jb, x->got, x->ngot, x->paths, &x->npaths) == 0)
             break;
         ingest_sender_batch_destroy(x->b);
         ingest_sender_destroy(x->s);
         x->b = NULL;
         x->s = NULL;
         x->ngot = 0;
-        if (npaths == 0) {
+        if (x->npaths == 0) {
             rc = 0;
+            break;
+        }
+    }
+    x->build_rc = rc;
+}
+
+/*
+ * On the daemon's thread, after build_run: what the sender said is said
+ * (vanished files counted, refusals marked), the journal follows the build.
+ * 1 with x ready to send, 0 nothing to send (none of its files is left, or
+ * it was rebuilt under another id: its record went), < 0 a local failure;
+ * x is gone unless 1.
+ */
+static int prepare_finish(daemon_t *d, dship *x)
+{
+    agent *a = d->a;
+    ingest_journal_batch *jb = x->jb;
+    const uint64_t seq = x->seq;
+    int rc = x->build_rc;
+    agent_edge_refused_clear(a);
+    for (size_t i = 0; i < x->nrec; i++) {
+        const brec *r = &x->rec[i];
+        if (r->reason < 0)
+            on_refuse(a, r->path, &r->st, r->why != NULL ? r->why : r->path);
+        else
+            dmn_on_skip(a, r->path, r->reason);
+    }
+    if (x->rec_lost)
+        prog_log(INGEST_LOG_WARN, "batch %s: out of memory: files skipped or refused while it was built are not all "
+                 "said", jb->id);
+    if (rc < 0)
+        prog_log(INGEST_LOG_ERROR, "batch %s: %s", jb->id, x->build_err);
+    /* Files refused at the edge (on_refuse): their journaled version is marked refused (the sender may
+     * have read a spool copy, whose ctime differs), so discovery passes them over until they change and
+     * no after-ship action touches them; without the mark the batch does not go. */
+    for (size_t r = 0; r < a->nedge_refused && rc >= 0; r++) {
+        for (size_t k = 0; k < jb->nfiles; k++) {
+            if (strcmp(jb->files[k].path, a->edge_refused[r]) != 0)
+                continue;
+            const ingest_file_state rs = { jb->files[k].size, jb->files[k].mtime_ns, jb->files[k].ctime_ns,
+                                           INGEST_FILE_STATE_REFUSED, 0 };
+            const int mrc = ingest_filetable_put(a->state.ft, jb->files[k].path, &rs);
+            if (mrc < 0) {
+                prog_log(INGEST_LOG_ERROR, "batch %s: state store: %s", jb->id, ingest_ctx_errmsg(a->ctx));
+                rc = mrc;
+            }
             break;
         }
     }
@@ -657,7 +751,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
     }
     if (rc < 0)
         goto out;
-    resettle_missing(d, jb, got, x->ngot);
+    resettle_missing(d, jb, x->got, x->ngot);
     /* the files refused at the edge while building it: its ACK may come after the next batch was built */
     if (rc > 0 && a->nedge_refused > 0) {
         if ((x->eref = calloc(a->nedge_refused, sizeof(*x->eref))) == NULL) {
@@ -675,21 +769,20 @@ static int ship_one(daemon_t *d, uint64_t seq)
         rc = forget(d, seq);
         goto out;
     }
-    ingest_sender_batch *b = x->b;
-    if (strcmp(ingest_sender_batch_id(b), jb->id) != 0) {
+    if (strcmp(ingest_sender_batch_id(x->b), jb->id) != 0) {
         prog_log(INGEST_LOG_ERROR, "batch %s rebuilt as %s: dropped (its files will be found again)", jb->id,
-                 ingest_sender_batch_id(b));
+                 ingest_sender_batch_id(x->b));
         rc = forget(d, seq);
         goto out;
     }
     ingest_sender_batch_stats bs;
-    ingest_sender_batch_stats_get(b, &bs);
+    ingest_sender_batch_stats_get(x->b, &bs);
     d->bytes_read += bs.bytes;
     a->report.t.bytes_read += bs.bytes;
-    if (files_differ(jb, got, x->ngot)) {
+    if (files_differ(jb, x->got, x->ngot)) {
         if (jb->state == INGEST_JOURNAL_PENDING) {
             /* never sent: record what will really go, so a replay after a crash is the same batch */
-            if ((rc = ingest_journal_add(d->j, seq, jb->id, got, x->ngot)) < 0) {
+            if ((rc = ingest_journal_add(d->j, seq, jb->id, x->got, x->ngot)) < 0) {
                 prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
                 goto out;
             }
@@ -700,16 +793,132 @@ static int ship_one(daemon_t *d, uint64_t seq)
                      jb->id, x->ngot, jb->nfiles);
         }
     }
+    return 1;
+out:
+    {
+        const int e = dship_end(d, x);
+        if (rc == 0)
+            rc = e;
+    }
+    return rc;
+}
+
+/* ---- the builder thread: the next journaled batch is built while one ships ---------- */
+
+static void *builder_main(void *arg)
+{
+    daemon_t *d = arg;
+    dship *x = d->bld;
+    build_run(d, x);
+    prog_log(INGEST_LOG_DEBUG, "batch %s built ahead: %zu of its %zu files", x->jb->id, x->ngot, x->jb->nfiles);
+    return NULL;
+}
+
+/* The build ahead, if any, ends and goes unsent: its batch stays journaled as it was, and is built again. */
+static void drop_prebuilt(daemon_t *d)
+{
+    if (d->bld == NULL)
+        return;
+    pthread_join(d->bld_thread, NULL);
+    (void)dship_end(d, d->bld);
+    d->bld = NULL;
+}
+
+/* Start building the batch after seq (not the open one, not one acked) on the builder thread. */
+static void build_ahead(daemon_t *d, uint64_t seq)
+{
+    if (d->bld != NULL || stopping || reload_requested)
+        return;
+    do {
+        if (ingest_journal_next(d->j, seq, &seq) <= 0)
+            return;
+    } while (seq == d->open_seq);
+    ingest_journal_batch *jb = NULL;
+    if (ingest_journal_get(d->j, seq, &jb) < 0)
+        return; /* ship_one says why, when it comes to it */
+    if (jb->state == INGEST_JOURNAL_ACKED) {
+        ingest_journal_batch_free(d->j, jb);
+        return;
+    }
+    dship *x = NULL;
+    if (prepare_start(d, seq, jb, &x) < 0)
+        return;
+    d->bld = x;
+    if (pthread_create(&d->bld_thread, NULL, builder_main, d) != 0) {
+        d->bld = NULL;
+        (void)dship_end(d, x); /* built on this thread when its turn comes */
+    }
+}
+
+void dmn_ship_release(daemon_t *d)
+{
+    drop_prebuilt(d);
+}
+
+/*
+ * Ship journaled batch seq.  Returns 0 done (acked, received and pending
+ * in d->pend, or dropped and its files left to discovery), 1 the
+ * connection failed (the batch stays queued), < 0 a local failure.  The
+ * batch after it is built on the builder thread meanwhile (build_ahead).
+ */
+static int ship_one(daemon_t *d, uint64_t seq)
+{
+    agent *a = d->a;
+    dship *x = NULL;
+    int rc;
+    if (d->bld != NULL && d->bld->seq == seq && a->net.link != NULL) {
+        pthread_join(d->bld_thread, NULL); /* built while the batch before was shipped */
+        x = d->bld;
+        d->bld = NULL;
+    } else {
+        drop_prebuilt(d);
+        ingest_journal_batch *jb = NULL;
+        rc = ingest_journal_get(d->j, seq, &jb);
+        if (rc < 0) {
+            prog_log(INGEST_LOG_ERROR, "journal: batch %llu: %s", (unsigned long long)seq, ingest_ctx_errmsg(a->ctx));
+            return rc == INGEST_ECORRUPT ? forget(d, seq) : rc;
+        }
+        if (jb->state == INGEST_JOURNAL_ACKED) {
+            /* acked before a restart, or a file's after-ship action deferred: (re)try, at most once a second;
+             * --once leaves it to the daemon */
+            rc = d->now >= d->defer_next && !d->once ? finish_acked(d, jb, jb->files, jb->nfiles) : 0;
+            ingest_journal_batch_free(d->j, jb);
+            return rc;
+        }
+        if (a->net.link == NULL) {
+            if (d->now < d->next_connect) {
+                ingest_journal_batch_free(d->j, jb);
+                return 1;
+            }
+            if (connect_core(a) != 0) {
+                backoff(d);
+                ingest_journal_batch_free(d->j, jb);
+                return 1;
+            }
+            if (d->backoff_ms)
+                prog_log(INGEST_LOG_INFO, "connected to the core again");
+            d->backoff_ms = 0;
+        }
+        if ((rc = prepare_start(d, seq, jb, &x)) < 0)
+            return rc;
+        build_run(d, x);
+    }
+    if ((rc = prepare_finish(d, x)) <= 0)
+        return rc;
+    ingest_sender_batch *b = x->b;
+    const ingest_journal_batch *jb = x->jb;
     if (jb->state == INGEST_JOURNAL_SENT) {
         d->batches_replayed++;
         prog_log(INGEST_LOG_INFO, "batch %s: replaying it under its id (sent before, its ack never came)", jb->id);
     } else if ((rc = ingest_journal_set_state(d->j, seq, INGEST_JOURNAL_SENT, NULL, 0)) < 0) {
         prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
-        goto out;
+        (void)dship_end(d, x);
+        return rc;
     }
     a->report.t.batches++;
     snprintf(d->inflight, sizeof(d->inflight), "%s", jb->id);
     dmn_publish(d);
+    build_ahead(d, seq);
     rc = send_manifest(a, b);
     if (rc == 0)
         rc = finish_batch(a, b);
@@ -727,16 +936,17 @@ static int ship_one(daemon_t *d, uint64_t seq)
             rc = r;
     } else if (rc == 1 || rc == 2) {
         /* abandoned (a file changed) or refused: its files go back to discovery */
+        drop_prebuilt(d);
         dmn_disconnect(d);
         rc = forget(d, seq);
         dmn_schedule_scan(d, d->now);
     } else {
+        drop_prebuilt(d);
         dmn_disconnect(d);
         if (!stopping && !reload_requested && !a->thr.window_closed)
             backoff(d);
         rc = 1;
     }
-out:
     if (x != NULL) {
         const int e = dship_end(d, x);
         if (rc == 0)
@@ -754,22 +964,29 @@ int dmn_ship_queue(daemon_t *d)
 {
     uint64_t seq = 0;
     for (;;) {
-        if (stopping || reload_requested)
+        if (stopping || reload_requested) {
+            drop_prebuilt(d);
             return drain(d);
+        }
         d->now = prog_now();
         /* store_full: an ack could not be recorded, so shipping waits for room (dmn_store_check) but
          * tries again every STORE_RETRY_S: an ack that goes through frees its spool copies, which may be
          * what the store needs; one that does not leaves the batch journaled (the core answers the
          * next try as a duplicate) */
         if (d->store_full) {
-            if (d->now < d->store_try_at)
+            if (d->now < d->store_try_at) {
+                drop_prebuilt(d);
                 return drain(d);
+            }
             d->store_try_at = d->now + STORE_RETRY_S;
         }
-        if (!d->once && d->scan_at != 0 && d->now >= d->scan_at)
+        if (!d->once && d->scan_at != 0 && d->now >= d->scan_at) {
+            drop_prebuilt(d);
             return drain(d); /* (--once's replay ships the whole queue: it walks the sources after) */
+        }
         const int r = ingest_journal_next(d->j, seq, &seq);
         if (r <= 0) {
+            drop_prebuilt(d);
             const int dr = drain(d);
             return r < 0 ? r : dr;
         }
@@ -781,6 +998,7 @@ int dmn_ship_queue(daemon_t *d)
                 prog_log(INGEST_LOG_INFO, "throttle.window %s is closed: nothing is sent for %d min (%llu files queued)",
                          d->a->cfg->throttle_window, in, (unsigned long long)d->q_files);
             d->a->thr.window_closed = 1;
+            drop_prebuilt(d);
             dmn_disconnect(d);
             return 0;
         }
@@ -789,6 +1007,7 @@ int dmn_ship_queue(daemon_t *d)
         d->a->thr.window_closed = 0;
         const int rc = ship_one(d, seq);
         if (rc != 0) {
+            drop_prebuilt(d);
             if (rc < 0)
                 dmn_disconnect(d); /* pending batches stay SENT: replayed */
             return rc;

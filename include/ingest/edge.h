@@ -25,7 +25,9 @@
  * THREAD SAFETY: an edge, its link while attached and the batches it is
  * given belong to one thread at a time; the edge's encoder thread only
  * reads the batch being shipped, with the codec given in opts (which
- * nobody else may use meanwhile).
+ * nobody else may use meanwhile).  A batch's sender may have a context of
+ * its own (another thread building the next batch meanwhile): the edge
+ * reports a failed read of the batch with that context's message.
  */
 #ifndef INGEST_EDGE_H
 #define INGEST_EDGE_H

@@ -220,6 +220,12 @@ static int send_msg(ingest_edge *a, ingest_wire_msg *m, size_t extra)
     return 0;
 }
 
+/* The message of the last failed call on batch b (its sender's context: not necessarily the edge's). */
+static const char *batch_errmsg(ingest_sender_batch *b)
+{
+    return ingest_ctx_errmsg(ingest__sender_batch_reader(b)->ctx);
+}
+
 /*
  * FILE_REFUSED: the core does not land one file of the batch being shipped
  * or of a pending one (it comes before that batch's ACK); it is kept with
@@ -244,7 +250,7 @@ static int take_refusal(ingest_edge *a, const ingest_wire_file_refused *r)
         return 0; /* the answer to our FILE_WITHDRAWN: recorded when it was sent */
     const int rc = ingest_sender_batch_refuse(b, r->file_index, r->code, r->message);
     if (rc < 0)
-        edge_log(a, INGEST_LOG_ERROR, "FILE_REFUSED for batch %s: %s", r->batch_id, ingest_ctx_errmsg(a->ctx));
+        edge_log(a, INGEST_LOG_ERROR, "FILE_REFUSED for batch %s: %s", r->batch_id, batch_errmsg(b));
     return rc == INGEST_ENOMEM ? rc : rc < 0 ? INGEST_EPROTO : 0;
 }
 
@@ -1025,7 +1031,7 @@ static int send_each(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_w
         int rc = encode_chunk(a, b, idx, a->chunkbuf, a->dmap, &n, &nblocks);
         if (rc == INGEST_ESTALE) {
             char why[INGEST_WIRE_MESSAGE_MAX];
-            snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(a->ctx));
+            snprintf(why, sizeof(why), "%s", batch_errmsg(b));
             const int wd = withdraw(a, b, idx, why);
             if (wd < 0)
                 return wd;
@@ -1036,8 +1042,7 @@ static int send_each(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_w
             return 0;
         }
         if (rc < 0) {
-            edge_log(a, INGEST_LOG_ERROR, "batch %s: chunk %u: %s", ingest_sender_batch_id(b), idx,
-                     ingest_ctx_errmsg(a->ctx));
+            edge_log(a, INGEST_LOG_ERROR, "batch %s: chunk %u: %s", ingest_sender_batch_id(b), idx, batch_errmsg(b));
             return rc;
         }
         if ((rc = send_unit(a, b, &idx, 1, a->chunkbuf, n, a->dmap, nblocks, sent)) < 0)
