@@ -132,6 +132,14 @@ struct agent {
     char **edge_refused;
     size_t nedge_refused, capedge_refused;
     int refuse_uncommitted;
+    /* --once: versions refused at the edge on the builder thread, queued (under state.store_lock) for
+     * the main thread to mark in the file table (agent_refusals_record): an LMDB write transaction
+     * belongs to the thread that began it, and the builder thread must not begin one */
+    struct agent_refq {
+        char *path;
+        ingest_file_state fs;
+    } *refq;
+    size_t nrefq, caprefq;
 };
 
 /* Set by signal handlers: SIGTERM/SIGINT, and SIGHUP (daemon: reload the config). */
@@ -155,6 +163,9 @@ void agent_landing_learned(agent *a, const ingest_wire_landing *r);
 void agent_landing_forget(agent *a);
 void agent_edge_refused_clear(agent *a);
 void on_refuse(void *ud, const char *path, const ingest_sender_stat *st, const char *why);
+/* --once, on the main thread, state.store_lock held: mark the versions on_refuse queued (the next commit
+ * makes them durable; taken in this order, the store lock, then LMDB's writer lock, never the reverse). */
+void agent_refusals_record(agent *a);
 
 uint64_t load_seq(const char *state_dir);
 int save_seq(const char *state_dir, uint64_t seq);

@@ -194,15 +194,38 @@ void on_refuse(void *ud, const char *path, const ingest_sender_stat *st, const c
             a->nedge_refused++;
         return;
     }
+    /* on the builder thread: queued for the main thread, which owns the store's write transactions */
     const ingest_file_state rs = { st->size, st->mtime_ns, st->ctime_ns, INGEST_FILE_STATE_REFUSED, 0 };
-    char err[256] = "";
+    int queued = 0;
     pthread_mutex_lock(&a->state.store_lock);
-    const int rc = ingest_filetable_put(a->state.ft, path, &rs);
-    if (rc == 0)
-        a->refuse_uncommitted = 1;
-    else
-        snprintf(err, sizeof err, "%s", ingest_ctx_errmsg(a->ctx));
+    if (a->nrefq == a->caprefq) {
+        const size_t cap = a->caprefq ? a->caprefq * 2 : 8;
+        struct agent_refq *n = realloc(a->refq, cap * sizeof(*n));
+        if (n != NULL) {
+            a->refq = n;
+            a->caprefq = cap;
+        }
+    }
+    if (a->nrefq < a->caprefq && (a->refq[a->nrefq].path = strdup(path)) != NULL) {
+        a->refq[a->nrefq++].fs = rs;
+        queued = 1;
+    }
     pthread_mutex_unlock(&a->state.store_lock);
-    if (rc < 0)
-        prog_log(INGEST_LOG_WARN, "state store: %s (%s is tried again on the next run)", err, prog_esc(path));
+    if (!queued)
+        prog_log(INGEST_LOG_WARN, "out of memory: %s is not marked refused (tried again on the next run)",
+                 prog_esc(path));
+}
+
+void agent_refusals_record(agent *a)
+{
+    for (size_t i = 0; i < a->nrefq; i++) {
+        const int rc = ingest_filetable_put(a->state.ft, a->refq[i].path, &a->refq[i].fs);
+        if (rc == 0)
+            a->refuse_uncommitted = 1;
+        else
+            prog_log(INGEST_LOG_WARN, "state store: %s (%s is tried again on the next run)", ingest_ctx_errmsg(a->ctx),
+                     prog_esc(a->refq[i].path));
+        free(a->refq[i].path);
+    }
+    a->nrefq = 0;
 }

@@ -373,6 +373,7 @@ static int journal_sent(agent *a, ingest_sender_batch *b)
     }
     const uint64_t seq = batch_seq(a, b);
     pthread_mutex_lock(&a->state.store_lock);
+    agent_refusals_record(a); /* the marks the builder queued go with this commit */
     const int rc = ingest_journal_add_sent(a->state.j, seq, ingest_sender_batch_id(b), f, n);
     pthread_mutex_unlock(&a->state.store_lock);
     free(f);
@@ -890,6 +891,7 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     a->landing_snd = NULL;
     ingest_sender_destroy(bl.snd);
     pthread_mutex_lock(&a->state.store_lock);
+    agent_refusals_record(a); /* the builder stopped: what it queued last */
     if (a->refuse_uncommitted && ingest_store_commit(a->state.st) < 0) /* marks of files refused at the edge */
         prog_log(INGEST_LOG_WARN, "state store: %s (the files refused at the edge are tried again next time)",
                  ingest_ctx_errmsg(a->ctx));
@@ -1225,6 +1227,9 @@ out:
     free(a.dict);
     agent_edge_refused_clear(&a);
     free(a.edge_refused);
+    for (size_t i = 0; i < a.nrefq; i++) /* queued and not recorded (a pass that failed): found again */
+        free(a.refq[i].path);
+    free(a.refq);
     ingest_throttle_destroy(a.thr.throttle);
     ingest_secret_key_wipe(&a.key);
     ingest_agent_config_free(a.cfg);
