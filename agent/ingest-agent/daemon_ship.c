@@ -698,6 +698,7 @@ static void build_run(daemon_t *d, dship *x)
             break;
         }
     }
+    ingest_sender_trim(x->s); /* the batch stays; the walk's and chunking's buffers and threads go */
     x->build_rc = rc;
 }
 

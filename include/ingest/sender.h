@@ -227,6 +227,16 @@ INGEST_API int ingest_sender_scan(ingest_sender *s);
 INGEST_API int ingest_sender_scan_list(ingest_sender *s, const char *const *paths, size_t n);
 
 /*
+ * Done building: free what the walk and the chunking hold (read buffer,
+ * directory buffers, the chunk+hash threads; a few MiB) while the batches
+ * built stay good until destroyed (they keep only the key, codec and
+ * sources).  A scan or next_batch after it is INGEST_EINVAL.  For a caller
+ * that keeps a sender alive only for the batch it built (one sender per
+ * batch), as the daemon does while that batch waits for its ACK.
+ */
+INGEST_API void ingest_sender_trim(ingest_sender *s);
+
+/*
  * Build the next batch from the walk: returns 1 with *out (destroy it with
  * ingest_sender_batch_destroy), 0 when the walk is done or was never
  * started with ingest_sender_scan (*out NULL), < 0 on

@@ -79,6 +79,7 @@ struct ingest_sender_s {
     ingest_chunk_params params;
     ingest_codec *codec;
     int own_codec;
+    int trimmed; /* ingest_sender_trim: no walk or chunking any more, its batches still good */
     source *srcs;
     size_t nsrc;
     uint64_t max_files, max_bytes;
@@ -573,8 +574,31 @@ void ingest_sender_get_stats(const ingest_sender *s, ingest_sender_stats *st) { 
 
 size_t ingest_sender_chunk_bound(const ingest_sender *s) { return ingest_codec_bound(s->params.max); }
 
+void ingest_sender_trim(ingest_sender *s)
+{
+    if (s == NULL)
+        return;
+    walk_reset(s);
+    ingest__wa_destroy(s->wa);
+    s->wa = NULL;
+    ingest__free(s->ctx, s->sc);
+    s->sc = NULL;
+    ingest__free(s->ctx, s->dents);
+    s->dents = NULL;
+    ingest_chunker_destroy(s->chunker);
+    s->chunker = NULL;
+    ingest_chunkhash_destroy(s->pipe); /* its threads end */
+    s->pipe = NULL;
+    ingest__free(s->ctx, s->buf);
+    s->buf = NULL;
+    s->bufcap = 0;
+    s->trimmed = 1;
+}
+
 int ingest_sender_scan(ingest_sender *s)
 {
+    if (s->trimmed)
+        return ingest__fail(s->ctx, INGEST_EINVAL, "sender: scan after ingest_sender_trim");
     walk_reset(s);
     s->cur_src = 0;
     return 0;
@@ -582,6 +606,8 @@ int ingest_sender_scan(ingest_sender *s)
 
 int ingest_sender_scan_list(ingest_sender *s, const char *const *paths, size_t n)
 {
+    if (s->trimmed)
+        return ingest__fail(s->ctx, INGEST_EINVAL, "sender: scan_list after ingest_sender_trim");
     walk_reset(s);
     if (n > 0 && paths == NULL)
         return ingest__fail(s->ctx, INGEST_EINVAL, "sender: scan_list: NULL path list");
@@ -1425,6 +1451,8 @@ int ingest_sender_next_batch(ingest_sender *s, ingest_sender_batch **out)
 {
     int rc = 0;
     *out = NULL;
+    if (s->trimmed)
+        return ingest__fail(s->ctx, INGEST_EINVAL, "sender: next_batch after ingest_sender_trim");
     ingest_sender_batch *b = batch_new(s);
     if (b == NULL)
         return ingest__fail(s->ctx, INGEST_ENOMEM, "sender: out of memory");
@@ -1849,6 +1877,13 @@ size_t ingest__sender_batch_group_take(const ingest_sender_batch *b, const uint3
 }
 
 ingest__sender_reader *ingest__sender_batch_reader(ingest_sender_batch *b) { return &b->rd; }
+
+void ingest__sender_batch_sent(ingest_sender_batch *b)
+{
+    for (size_t i = 0; i < b->nfiles; i++)
+        b->files[i].cache_off = -1; /* read again, should a chunk ever be wanted again */
+    ingest__buf_free(&b->small);
+}
 
 void ingest__sender_batch_hint(ingest_sender_batch *b, uint64_t **file, ingest_codec_hint **hint)
 {

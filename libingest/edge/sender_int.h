@@ -39,6 +39,9 @@ int ingest__sender_batch_group_r(ingest_sender_batch *b, ingest__sender_reader *
                                  void *out, size_t cap, size_t *out_len, size_t *taken);
 /* The batch's own reader (ingest_sender_batch_chunk's): one thread at a time. */
 ingest__sender_reader *ingest__sender_batch_reader(ingest_sender_batch *b);
+/* Every chunk of b is at the core (RECEIVED): the small files' bytes kept for sending go (up to
+ * SENDER_SMALL_CACHE per batch, while the batch waits for its ACK). */
+void ingest__sender_batch_sent(ingest_sender_batch *b);
 /* The batch's own adaptive-encoding state: the file its hint is about, and the hint. */
 void ingest__sender_batch_hint(ingest_sender_batch *b, uint64_t **file, ingest_codec_hint **hint);
 

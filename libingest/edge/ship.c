@@ -1380,6 +1380,7 @@ static int finish_batch_once(ingest_edge *a, ingest_sender_batch *b, double t0)
              * INGEST_EDGE_PENDING_MAX wait: the oldest's ACK first when they are as many. */
             if ((rc = wait_pending_until(a, INGEST_EDGE_PENDING_MAX - 1)) < 0)
                 return rc;
+            ingest__sender_batch_sent(b); /* what it kept for sending is not needed while it waits */
             a->pending[a->npending].b = b;
             a->pending[a->npending].sent = sent;
             a->pending[a->npending].t0 = t0;

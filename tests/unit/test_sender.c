@@ -1027,6 +1027,68 @@ static void test_chunks_encode(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* ingest_sender_trim: the batch built stays good (its chunks read and verified, small files too);
+ * the sender builds no more. */
+static void test_trim(void **state)
+{
+    (void)state;
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    mkdirs(d, "src");
+    put_random(d, "src/a.bin", 200 * 1024, 31);
+    put_random(d, "src/b.bin", 3000, 32); /* small: kept in memory as chunked */
+    char p[4096];
+    join(p, sizeof(p), d, "src");
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    const ingest_sender_source src[] = { { "s", p, 0 } };
+    ingest_sender_opts o = base_opts(src, 1, &r);
+    small_chunks(&o);
+    ingest_sender *s = NULL;
+    assert_int_equal(ingest_sender_create(ctx, &o, &s), 0);
+    assert_int_equal(ingest_sender_scan(s), 0);
+    ingest_sender_batch *b = NULL;
+    assert_int_equal(ingest_sender_next_batch(s, &b), 1);
+    ingest_sender_trim(s);
+    ingest_sender_trim(s); /* twice: nothing more to free */
+    ingest_codec *dec = NULL;
+    assert_int_equal(ingest_codec_create(ctx, 1, &dec), 0);
+    const size_t cap = ingest_sender_chunk_bound(s);
+    uint8_t *enc = malloc(cap), *raw = malloc(4096);
+    assert_non_null(enc);
+    assert_non_null(raw);
+    size_t la = 0, lb = 0;
+    uint8_t *da = slurp(p, "a.bin", &la), *db = slurp(p, "b.bin", &lb);
+    ingest_sender_file_info fb0;
+    assert_int_equal(ingest_sender_batch_file(b, 1, &fb0), 0);
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    assert_int_equal(bs.files, 2);
+    for (uint64_t ci = 0; ci < bs.chunks; ci++)
+        check_chunk(b, dec, ci, ci < fb0.first_chunk ? da : db, cap, enc, raw);
+    const void *m = NULL;
+    size_t ml = 0;
+    assert_int_equal(ingest_sender_batch_manifest(b, &m, &ml), 0);
+    assert_true(ml > 0);
+    ingest_sender_batch *b2 = NULL;
+    assert_int_equal(ingest_sender_scan(s), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "after ingest_sender_trim"));
+    assert_int_equal(ingest_sender_next_batch(s, &b2), INGEST_EINVAL);
+    assert_null(b2);
+    const char *paths[] = { "s/a.bin" };
+    assert_int_equal(ingest_sender_scan_list(s, paths, 1), INGEST_EINVAL);
+    free(da);
+    free(db);
+    free(enc);
+    free(raw);
+    ingest_codec_destroy(dec);
+    ingest_sender_batch_destroy(b);
+    ingest_sender_destroy(s);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
 /* Small chunks compressed together (ingest_sender_batch_group). */
 static void test_chunk_groups(void **state)
 {
@@ -1784,6 +1846,7 @@ int main(void)
         cmocka_unit_test(test_symlinks_shipped),
         cmocka_unit_test(test_landing_rules),
         cmocka_unit_test(test_memory_bounded),
+        cmocka_unit_test(test_trim),
         cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
