@@ -216,6 +216,13 @@ bench-perfile: all
 .PHONY: bench-daemon
 bench-daemon: all
 	@bash bench/daemon-cpu.sh $(BUILD)
+# The daemon catching up on a backlog: the 1 GiB default tree there when it
+# starts, seconds until all acknowledged, CPU, peak RssAnon, beside --once
+# (bench/daemon-catchup.sh, into bench/results-daemon-catchup.md); SIZE,
+# PROFILE, RUNS (3), COLD=1 (page cache dropped before each run).
+.PHONY: bench-daemon-catchup
+bench-daemon-catchup: all
+	@bash bench/daemon-catchup.sh $(BUILD)
 
 # Fleet scale at the receiver (issue 14): IDLE (1000) authenticated idle
 # sessions held while 1, 10 and 100 devices ship PHASE_MIB (64) MiB each
