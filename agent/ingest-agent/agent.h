@@ -127,6 +127,7 @@ struct agent {
     ingest_wire_landing landing;
     int landing_known;
     ingest_sender *landing_snd; /* --once: the pass's sender, told when the rules change */
+    ingest_ctx *landing_ctx;    /* its context (the builder thread's, not a->ctx) */
     /* files refused at the edge since build_batch last took them (the daemon marks the journaled
      * version, not the spool copy the sender saw); --once marks at once and commits per pass */
     char **edge_refused;
@@ -158,7 +159,8 @@ const char *agent_special_name(int kind);
 
 /* landing.c */
 void agent_landing_load(agent *a);
-int agent_landing_apply(agent *a, ingest_sender *s);
+/* Give sender s (whose context is sctx: its errors are said from there) the rules known. */
+int agent_landing_apply(agent *a, ingest_sender *s, ingest_ctx *sctx);
 void agent_landing_learned(agent *a, const ingest_wire_landing *r);
 void agent_landing_forget(agent *a);
 void agent_edge_refused_clear(agent *a);

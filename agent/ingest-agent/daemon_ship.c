@@ -222,7 +222,7 @@ static int build_batch(daemon_t *d, dship *x, ingest_ctx *ctx, const ingest_jour
     *ngot = 0;
     int rc = ingest_sender_create(ctx, &o, sp);
     if (rc == 0)
-        (void)agent_landing_apply(a, *sp);
+        (void)agent_landing_apply(a, *sp, ctx);
     if (rc == 0)
         rc = ingest_sender_scan_list(*sp, paths, n);
     if (rc == 0)

@@ -119,12 +119,12 @@ static int landing_save(agent *a)
     return prog_write_file_durable(p, buf); /* the file, its rename and its directory: a cut keeps the rules */
 }
 
-int agent_landing_apply(agent *a, ingest_sender *s)
+int agent_landing_apply(agent *a, ingest_sender *s, ingest_ctx *sctx)
 {
     if (!a->landing_known || s == NULL)
         return 0;
     if (ingest_sender_set_landing(s, a->landing.layout, a->landing.path_max, a->landing.name_max) < 0) {
-        prog_log(INGEST_LOG_WARN, "the receiver's landing rules are not used: %s", ingest_ctx_errmsg(a->ctx));
+        prog_log(INGEST_LOG_WARN, "the receiver's landing rules are not used: %s", ingest_ctx_errmsg(sctx));
         a->landing_known = 0;
         return -1;
     }
@@ -137,7 +137,7 @@ void agent_landing_learned(agent *a, const ingest_wire_landing *r)
                      strcmp(a->landing.layout, r->layout) == 0;
     a->landing = *r;
     a->landing_known = 1;
-    (void)agent_landing_apply(a, a->landing_snd);
+    (void)agent_landing_apply(a, a->landing_snd, a->landing_ctx);
     if (same)
         return;
     prog_log(INGEST_LOG_DEBUG, "the receiver's landing rules: layout \"%s\", paths up to %u bytes, names up to %u",
@@ -153,7 +153,7 @@ void agent_landing_forget(agent *a)
     char p[4096];
     a->landing_known = 0;
     if (a->landing_snd != NULL && ingest_sender_set_landing(a->landing_snd, NULL, 0, 0) < 0)
-        prog_log(INGEST_LOG_WARN, "%s", ingest_ctx_errmsg(a->ctx)); /* forgetting cannot fail */
+        prog_log(INGEST_LOG_WARN, "%s", ingest_ctx_errmsg(a->landing_ctx)); /* forgetting cannot fail */
     if (landing_path(a, p, sizeof p) == 0 && unlink(p) != 0 && errno != ENOENT)
         prog_log(INGEST_LOG_WARN, "%s: %s", prog_esc(p), strerror(errno));
 }

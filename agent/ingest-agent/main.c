@@ -687,6 +687,7 @@ void disconnect_core(agent *a)
 typedef struct builder {
     agent *a;
     ingest_sender *snd;
+    ingest_ctx *ctx; /* snd's context */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -716,7 +717,7 @@ static void *builder_main(void *arg)
             pthread_cond_wait(&bl->cond, &bl->lock);
         if (bl->quit || rc != 1) {
             if (rc < 0 && rc != INGEST_EIO)
-                prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(bl->a->ctx));
+                prog_log(INGEST_LOG_ERROR, "scan: %s", ingest_ctx_errmsg(bl->ctx));
             bl->done = 1;
             bl->rc = rc < 0 ? rc : 0;
             pthread_cond_broadcast(&bl->cond);
@@ -773,22 +774,33 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
         /* Rules kept from an earlier run are used only once the receiver confirmed them on this
          * connection (they may have changed): connect first; unreachable, the core refuses alone. */
         a->landing_known = 0;
-    int rc = ingest_sender_create(a->ctx, o, &bl.snd);
+    /* The sender's own context: the builder thread's errors (and those of reading its batches at send
+     * time, encoder 0's) never mix with the shipping thread's (a->ctx). */
+    if ((bl.ctx = ingest_ctx_create(NULL)) == NULL)
+        return INGEST_ENOMEM;
+    ingest_ctx_set_log(bl.ctx, prog_lib_log, NULL,
+                       a->cfg->log_level >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
+    int rc = ingest_sender_create(bl.ctx, o, &bl.snd);
     if (rc < 0) {
-        prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
+        prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(bl.ctx));
+        ingest_ctx_destroy(bl.ctx);
         return rc;
     }
-    (void)agent_landing_apply(a, bl.snd);
+    (void)agent_landing_apply(a, bl.snd, bl.ctx);
     if ((rc = ingest_sender_scan(bl.snd)) < 0) {
         ingest_sender_destroy(bl.snd);
+        ingest_ctx_destroy(bl.ctx);
         return rc;
     }
     a->landing_snd = bl.snd; /* rules learned on connecting apply to the batches built after */
+    a->landing_ctx = bl.ctx;
     pthread_mutex_init(&bl.lock, NULL);
     pthread_cond_init(&bl.cond, NULL);
     if (pthread_create(&bl.thread, NULL, builder_main, &bl) != 0) {
         a->landing_snd = NULL;
+        a->landing_ctx = NULL;
         ingest_sender_destroy(bl.snd);
+        ingest_ctx_destroy(bl.ctx);
         return INGEST_ENOMEM;
     }
     int again = 0, failed = 0;
@@ -889,7 +901,9 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     a->state.seq = ingest_sender_next_seq(bl.snd);
     save_seq(a->cfg->state_dir, a->state.seq);
     a->landing_snd = NULL;
-    ingest_sender_destroy(bl.snd);
+    a->landing_ctx = NULL;
+    ingest_sender_destroy(bl.snd); /* every batch of it went before (acked, or dropped with the link) */
+    ingest_ctx_destroy(bl.ctx);
     pthread_mutex_lock(&a->state.store_lock);
     agent_refusals_record(a); /* the builder stopped: what it queued last */
     if (a->refuse_uncommitted && ingest_store_commit(a->state.st) < 0) /* marks of files refused at the edge */
