@@ -7,8 +7,9 @@
 # batch.max_wait 10ms): it walks it, journals its batches and ships them to
 # a receiver on loopback.  Measured per run: the wall seconds from the
 # daemon's start until its status says every file shipped (acknowledged),
-# the daemon's CPU seconds, and its largest private memory (RssAnon,
-# sampled with the status every 50 ms).  ONCE=1 (default) adds a run of the
+# the daemon's CPU seconds (--once's: as last sampled before it exits),
+# and its largest private memory (RssAnon, sampled with the status every
+# 50 ms).  ONCE=1 (default) adds a run of the
 # first build's `ingest-agent --once` on the same tree (its own wall time)
 # for comparison.  RUNS rounds (default 3), the builds interleaved, each run
 # landing into a fresh loop-mounted ext4 when run as root (else a fresh

@@ -182,8 +182,74 @@ typedef struct brec {
     char *why;
 } brec;
 
-typedef struct dship dship;
-static int brec_add(dship *x, const char *path, int reason, const ingest_sender_stat *st, const char *why);
+/*
+ * A journaled batch being shipped: what ship_one built for it.  On a
+ * pipelined link it is kept, once the core answered RECEIVED, until its
+ * ACK came (d->pend, oldest first, as the edge holds the batches).
+ */
+typedef struct dship {
+    uint64_t seq;
+    ingest_journal_batch *jb;
+    const char **paths;
+    ingest_journal_file *got; /* the versions built into the batch (their paths point into b) */
+    size_t ngot;
+    ingest_sender_source *bsrc;
+    char **spooled;
+    ingest_sender *s;
+    ingest_sender_batch *b;     /* ours to destroy unless edge_owned */
+    int edge_owned;             /* the edge holds b as pending (it destroys it when the ACK comes) */
+    int acked;                  /* the ACK was recorded: the after-ship action runs once b is gone */
+    int rc;                     /* of recording the ACK from the edge's hook (< 0: a local failure) */
+    ingest_journal_file *after; /* with files refused: the after-ship list without them */
+    size_t nafter;
+    char **eref; /* the files refused at the edge when it was built (a->edge_refused then) */
+    size_t neref;
+    /* the build (build_run, on the builder thread or not): its result, what the sender said meanwhile */
+    size_t npaths;
+    int build_rc;
+    char build_err[512];
+    brec *rec;
+    size_t nrec, caprec;
+    int rec_lost; /* a record could not be kept (no memory) */
+    /* the sender's context: its messages (building on the builder thread, reading at send time on an
+     * encoder thread) are its own, never mixed with the daemon's (a->ctx) */
+    ingest_ctx *ctx;
+} dship;
+
+static int brec_add(dship *x, const char *path, int reason, const ingest_sender_stat *st, const char *why)
+{
+    if (x->nrec == x->caprec) {
+        const size_t nc = x->caprec ? x->caprec * 2 : 8;
+        brec *n = realloc(x->rec, nc * sizeof(*n));
+        if (n == NULL) {
+            x->rec_lost = 1;
+            return -1;
+        }
+        x->rec = n;
+        x->caprec = nc;
+    }
+    brec *r = &x->rec[x->nrec];
+    memset(r, 0, sizeof(*r));
+    r->reason = reason;
+    if (st != NULL)
+        r->st = *st;
+    if ((r->path = strdup(path)) == NULL || (why != NULL && (r->why = strdup(why)) == NULL)) {
+        free(r->path);
+        x->rec_lost = 1;
+        return -1;
+    }
+    x->nrec++;
+    return 0;
+}
+
+static void brec_clear(dship *x)
+{
+    for (size_t i = 0; i < x->nrec; i++) {
+        free(x->rec[i].path);
+        free(x->rec[i].why);
+    }
+    x->nrec = 0;
+}
 
 static void rec_skip(void *ud, const char *path, int reason)
 {
@@ -196,63 +262,63 @@ static void rec_refuse(void *ud, const char *path, const ingest_sender_stat *st,
 }
 
 /*
- * Build journaled batch jb from paths[0, n) (its files, or the part of
- * them still to ship, in its order): 1 with *sp, *bp and got[0, *ngot)
- * (the versions chunked; their paths point into *bp), 0 when none of the
- * files is left, < 0 a failure (its message in err).  Touches nothing of
- * the daemon's but a->landing (read; set only on connecting, never while
- * a build runs): it may run on the builder thread; what the sender says
- * goes to x (brec_add), its errors to ctx (x's).
+ * Build x's journaled batch from x->paths[0, x->npaths) (its files, or the
+ * part of them still to ship, in its order): 1 with x->s, x->b and
+ * x->got[0, x->ngot) (the versions chunked; their paths point into x->b),
+ * 0 when none of the files is left, < 0 a failure (its message in
+ * x->build_err).  Touches nothing of the daemon's but a->landing (read;
+ * set only on connecting, never while a build runs): it may run on the
+ * builder thread; what the sender says goes to x (brec_add), its errors to
+ * x->ctx.
  */
-static int build_batch(daemon_t *d, dship *x, ingest_ctx *ctx, const ingest_journal_batch *jb,
-                       const ingest_sender_source *bsrc, char *const *spooled, const char **paths, size_t n,
-                       ingest_sender **sp, ingest_sender_batch **bp, ingest_journal_file *got, size_t *ngot, char *err,
-                       size_t errlen)
+static int build_batch(daemon_t *d, dship *x)
 {
     agent *a = d->a;
+    const ingest_journal_batch *jb = x->jb;
+    ingest_journal_file *got = x->got;
     ingest_sender_opts o = d->base;
     o.want_file = NULL;
     o.on_skip = rec_skip; /* a file gone since it was taken: counted, said once per batch (replayed) */
     o.on_refuse = rec_refuse;
     o.userdata = x;
-    o.sources = bsrc;
+    o.sources = x->bsrc;
     o.batch_seq = jb->seq;
-    o.max_files = n;
+    o.max_files = x->npaths;
     o.max_bytes = UINT64_MAX / 4;
-    *ngot = 0;
-    int rc = ingest_sender_create(ctx, &o, sp);
+    x->ngot = 0;
+    int rc = ingest_sender_create(x->ctx, &o, &x->s);
     if (rc == 0)
-        (void)agent_landing_apply(a, *sp, ctx);
+        (void)agent_landing_apply(a, x->s, x->ctx);
     if (rc == 0)
-        rc = ingest_sender_scan_list(*sp, paths, n);
+        rc = ingest_sender_scan_list(x->s, x->paths, x->npaths);
     if (rc == 0)
-        rc = ingest_sender_next_batch(*sp, bp);
+        rc = ingest_sender_next_batch(x->s, &x->b);
     if (rc < 0) {
-        snprintf(err, errlen, "%s", ingest_ctx_errmsg(ctx));
+        snprintf(x->build_err, sizeof(x->build_err), "%s", ingest_ctx_errmsg(x->ctx));
         return rc;
     }
     if (rc == 0)
         return 0;
     ingest_sender_batch_stats bs;
-    ingest_sender_batch_stats_get(*bp, &bs);
+    ingest_sender_batch_stats_get(x->b, &bs);
     for (uint64_t i = 0; i < bs.files; i++) {
         ingest_sender_file_info info;
-        if (ingest_sender_batch_file(*bp, i, &info) != 0)
+        if (ingest_sender_batch_file(x->b, i, &info) != 0)
             continue;
-        got[*ngot].path = info.path;
-        got[*ngot].size = info.size;
-        got[*ngot].mtime_ns = info.mtime_ns;
-        got[*ngot].ctime_ns = info.ctime_ns;
-        got[*ngot].ino = info.ino;
-        (*ngot)++;
+        got[x->ngot].path = info.path;
+        got[x->ngot].size = info.size;
+        got[x->ngot].mtime_ns = info.mtime_ns;
+        got[x->ngot].ctime_ns = info.ctime_ns;
+        got[x->ngot].ino = info.ino;
+        x->ngot++;
     }
     /* A spool copy has its own ctime and inode: the version shipped is the original's (journaled) one. */
-    for (size_t i = 0, k = 0; i < *ngot && k < jb->nfiles; i++) {
+    for (size_t i = 0, k = 0; i < x->ngot && k < jb->nfiles; i++) {
         while (k < jb->nfiles && strcmp(jb->files[k].path, got[i].path) != 0)
             k++;
         const char *rel = NULL;
         const dsource *src = k < jb->nfiles ? dmn_source_of(d, got[i].path, &rel) : NULL;
-        if (src != NULL && spooled[src - d->src] != NULL && got[i].size == jb->files[k].size &&
+        if (src != NULL && x->spooled[src - d->src] != NULL && got[i].size == jb->files[k].size &&
             got[i].mtime_ns == jb->files[k].mtime_ns) {
             got[i].ctime_ns = jb->files[k].ctime_ns;
             got[i].ino = jb->files[k].ino;
@@ -338,75 +404,6 @@ static int finish_acked(daemon_t *d, const ingest_journal_batch *jb, const inges
     dmn_spool_drop(d, jb->seq);
     d->defer_pending = 1;
     return 0;
-}
-
-/*
- * A journaled batch being shipped: what ship_one built for it.  On a
- * pipelined link it is kept, once the core answered RECEIVED, until its
- * ACK came (d->pend, oldest first, as the edge holds the batches).
- */
-struct dship {
-    uint64_t seq;
-    ingest_journal_batch *jb;
-    const char **paths;
-    ingest_journal_file *got; /* the versions built into the batch (their paths point into b) */
-    size_t ngot;
-    ingest_sender_source *bsrc;
-    char **spooled;
-    ingest_sender *s;
-    ingest_sender_batch *b;     /* ours to destroy unless edge_owned */
-    int edge_owned;             /* the edge holds b as pending (it destroys it when the ACK comes) */
-    int acked;                  /* the ACK was recorded: the after-ship action runs once b is gone */
-    int rc;                     /* of recording the ACK from the edge's hook (< 0: a local failure) */
-    ingest_journal_file *after; /* with files refused: the after-ship list without them */
-    size_t nafter;
-    char **eref; /* the files refused at the edge when it was built (a->edge_refused then) */
-    size_t neref;
-    /* the build (build_run, on the builder thread or not): its result, what the sender said meanwhile */
-    size_t npaths;
-    int build_rc;
-    char build_err[512];
-    brec *rec;
-    size_t nrec, caprec;
-    int rec_lost; /* a record could not be kept (no memory) */
-    /* the sender's context: its messages (building on the builder thread, reading at send time on an
-     * encoder thread) are its own, never mixed with the daemon's (a->ctx) */
-    ingest_ctx *ctx;
-};
-
-static int brec_add(dship *x, const char *path, int reason, const ingest_sender_stat *st, const char *why)
-{
-    if (x->nrec == x->caprec) {
-        const size_t nc = x->caprec ? x->caprec * 2 : 8;
-        brec *n = realloc(x->rec, nc * sizeof(*n));
-        if (n == NULL) {
-            x->rec_lost = 1;
-            return -1;
-        }
-        x->rec = n;
-        x->caprec = nc;
-    }
-    brec *r = &x->rec[x->nrec];
-    memset(r, 0, sizeof(*r));
-    r->reason = reason;
-    if (st != NULL)
-        r->st = *st;
-    if ((r->path = strdup(path)) == NULL || (why != NULL && (r->why = strdup(why)) == NULL)) {
-        free(r->path);
-        x->rec_lost = 1;
-        return -1;
-    }
-    x->nrec++;
-    return 0;
-}
-
-static void brec_clear(dship *x)
-{
-    for (size_t i = 0; i < x->nrec; i++) {
-        free(x->rec[i].path);
-        free(x->rec[i].why);
-    }
-    x->nrec = 0;
 }
 
 /* x's batch and sender go (they hold its files open: a lease is refused while any descriptor is open, ours
@@ -684,8 +681,7 @@ static void build_run(daemon_t *d, dship *x)
     int rc;
     for (;;) {
         brec_clear(x); /* what the last round said is what counts */
-        rc = build_batch(d, x, x->ctx, x->jb, x->bsrc, x->spooled, x->paths, x->npaths, &x->s, &x->b, x->got, &x->ngot,
-                         x->build_err, sizeof(x->build_err));
+        rc = build_batch(d, x);
         if (rc <= 0 || drop_changed(x->jb, x->got, x->ngot, x->paths, &x->npaths) == 0)
             break;
         ingest_sender_batch_destroy(x->b);
