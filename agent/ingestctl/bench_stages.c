@@ -601,9 +601,10 @@ int cmd_bench_stages(int argc, char **argv)
     ingest_chunk_params_default(&cp);
     s.ctx = ingest_ctx_create(NULL);
     s.piece = malloc(READ_PIECE);
-    s.dec_cap = cp.max;
+    /* groups of small chunks up to 1 MiB whatever chunking.max, as the agent's (libingest/edge/ship.c) */
+    s.grp_cap = INGEST_WIRE_GROUP_MAX_RAW;
+    s.dec_cap = cp.max > s.grp_cap ? cp.max : s.grp_cap;
     s.dec = malloc(s.dec_cap);
-    s.grp_cap = cp.max < INGEST_WIRE_GROUP_MAX_RAW ? cp.max : INGEST_WIRE_GROUP_MAX_RAW;
     s.grp = malloc(s.grp_cap);
     s.grp_starts = malloc(INGEST_SENDER_GROUP_MAX_CHUNKS * sizeof(*s.grp_starts));
     s.grp_lens = malloc(INGEST_SENDER_GROUP_MAX_CHUNKS * sizeof(*s.grp_lens));

@@ -1766,12 +1766,18 @@ static int read_chunk(ingest_sender_batch *b, ingest__sender_reader *r, uint64_t
     return 0;
 }
 
-static int raw_buffer(ingest_sender_batch *b, ingest__sender_reader *r)
+/* r->raw holds at least need bytes (and chunking.max): a chunk, or a group of small ones up to 1 MiB. */
+static int raw_buffer(ingest_sender_batch *b, ingest__sender_reader *r, size_t need)
 {
-    if (r->raw == NULL) {
-        r->raw = ingest__malloc(r->ctx, b->s->params.max);
+    if (need < b->s->params.max)
+        need = b->s->params.max;
+    if (r->raw == NULL || r->raw_cap < need) {
+        ingest__free(r->ctx, r->raw);
+        r->raw_cap = 0;
+        r->raw = ingest__malloc(r->ctx, need);
         if (r->raw == NULL)
-            return ingest__fail(r->ctx, INGEST_ENOMEM, "sender: out of memory (%u bytes)", b->s->params.max);
+            return ingest__fail(r->ctx, INGEST_ENOMEM, "sender: out of memory (%zu bytes)", need);
+        r->raw_cap = need;
     }
     return 0;
 }
@@ -1796,6 +1802,7 @@ void ingest__sender_reader_free(ingest__sender_reader *r)
     ingest__sender_reader_reset(r);
     ingest__free(r->ctx, r->raw);
     r->raw = NULL;
+    r->raw_cap = 0;
 }
 
 /* The file of chunk ci in *fi: the reader's open one when it holds ci (no search), else looked up. */
@@ -1820,7 +1827,7 @@ static int chunk_read(ingest_sender_batch *b, ingest__sender_reader *r, uint64_t
     if (cap < need)
         return ingest__fail(r->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, chunk %" PRIu64 " needs %zu",
                             cap, ci, need);
-    INGEST__FORWARD(raw_buffer(b, r));
+    INGEST__FORWARD(raw_buffer(b, r, 0));
     return read_chunk(b, r, ci, *fi, r->raw);
 }
 
@@ -1848,13 +1855,13 @@ int ingest_sender_batch_chunk(ingest_sender_batch *b, uint64_t ci, void *out, si
 /*
  * How many of idx[0, n) form a group: the longest prefix of small chunks
  * (each at most INGEST_SENDER_GROUP_CHUNK_MAX bytes) adding up to at most
- * raw_max (capped at chunking.max) bytes, in *k; -1 when an index of that
+ * raw_max (capped at INGEST_WIRE_GROUP_MAX_RAW) bytes, in *k; -1 when an index of that
  * prefix is not above the one before it (*k is its position).
  */
 static int group_prefix(const ingest_sender_batch *b, const uint32_t *idx, size_t n, size_t raw_max, size_t *k)
 {
-    if (raw_max > b->s->params.max)
-        raw_max = b->s->params.max;
+    if (raw_max > INGEST_WIRE_GROUP_MAX_RAW)
+        raw_max = INGEST_WIRE_GROUP_MAX_RAW;
     if (n > INGEST_SENDER_GROUP_MAX_CHUNKS)
         n = INGEST_SENDER_GROUP_MAX_CHUNKS;
     size_t total = 0;
@@ -1883,6 +1890,7 @@ void ingest__sender_batch_sent(ingest_sender_batch *b)
     for (size_t i = 0; i < b->nfiles; i++)
         b->files[i].cache_off = -1; /* read again, should a chunk ever be wanted again */
     ingest__buf_free(&b->small);
+    ingest__sender_reader_free(&b->rd); /* its buffer (up to a 1 MiB group) and open file, made again on use */
 }
 
 void ingest__sender_batch_hint(ingest_sender_batch *b, uint64_t **file, ingest_codec_hint **hint)
@@ -1901,7 +1909,7 @@ static int group_encode(ingest_sender_batch *b, ingest__sender_reader *r, const 
     if (cap < ingest_codec_bound(total))
         return ingest__fail(r->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, a group of %zu needs %zu", cap,
                             total, ingest_codec_bound(total));
-    INGEST__FORWARD(raw_buffer(b, r));
+    INGEST__FORWARD(raw_buffer(b, r, total));
     size_t at = 0;
     for (size_t i = 0; i < k; i++) {
         uint64_t fi = 0;
@@ -1920,11 +1928,11 @@ static int group_encode(ingest_sender_batch *b, ingest__sender_reader *r, const 
 }
 
 int ingest__sender_batch_group_r(ingest_sender_batch *b, ingest__sender_reader *r, const uint32_t *idx, size_t k,
-                                 void *out, size_t cap, size_t *out_len, size_t *taken)
+                                 size_t raw_max, void *out, size_t cap, size_t *out_len, size_t *taken)
 {
     *out_len = 0;
     *taken = 0;
-    if (k < 2 || ingest__sender_batch_group_take(b, idx, k, INGEST_WIRE_GROUP_MAX_RAW) != k)
+    if (k < 2 || ingest__sender_batch_group_take(b, idx, k, raw_max) != k)
         return ingest__fail(r->ctx, INGEST_EINVAL, "sender: not a group of %zu small chunks", k);
     return group_encode(b, r, idx, k, out, cap, out_len, taken);
 }
@@ -1945,7 +1953,7 @@ int ingest__sender_batch_chunk_delta_r(ingest_sender_batch *b, ingest__sender_re
     if (cap < ingest_codec_bound(c->len))
         return ingest__fail(r->ctx, INGEST_ETOOBIG, "sender: output of %zu bytes, chunk %" PRIu64 " needs %zu", cap,
                             ci, ingest_codec_bound(c->len));
-    INGEST__FORWARD(raw_buffer(b, r));
+    INGEST__FORWARD(raw_buffer(b, r, 0));
     INGEST__FORWARD(read_chunk(b, r, ci, fi, r->raw));
     memset(map, 0, (nb + 7u) / 8u);
     /* the literal blocks move down over the copied ones (never past where they were) */
@@ -1987,7 +1995,9 @@ int ingest_sender_batch_group(ingest_sender_batch *b, const uint32_t *idx, size_
     *taken = 0;
     if (n == 0)
         return ingest__fail(b->ctx, INGEST_EINVAL, "sender: group of no chunks");
-    /* How many of idx[] form the group: small chunks, together at most raw_max bytes. */
+    /* How many of idx[] form the group: small chunks, together at most raw_max (and chunking.max) bytes. */
+    if (raw_max > b->s->params.max)
+        raw_max = b->s->params.max;
     size_t k = 0;
     if (group_prefix(b, idx, n, raw_max, &k) != 0)
         return ingest__fail(b->ctx, INGEST_EINVAL, "sender: group indexes not increasing at %zu", k);
