@@ -108,6 +108,7 @@ typedef struct st {
     uint64_t grp_file;              /* file of its first chunk */
     int grpfd;                      /* where grouped chunks land (-1: no --land) */
     long batch_files;               /* files per batch: groups end at a batch's end */
+    uint64_t batch_bytes;           /* bytes per batch at most (but one file), as batch.max_bytes */
     int landfd;                     /* directory to land into, or -1 */
     double sec[S_N];
     uint64_t bytes, files, chunks, encoded;
@@ -528,11 +529,13 @@ static int cmp_dbl(const void *a, const void *b)
 }
 
 static const char usage_text[] =
-    "usage: ingestctl bench stages [--level N] [--runs N] [--batch-files N] [--land DIR] TREE\n";
+    "usage: ingestctl bench stages [--level N] [--runs N] [--batch-files N] [--batch-bytes SIZE] [--land DIR] TREE\n";
 
 int cmd_bench_stages(int argc, char **argv)
 {
-    long level = 1, runs = 1, batch_files = 1000;
+    /* the agent's batch.max_files and batch.max_bytes defaults (docs/config.md) */
+    long level = 1, runs = 1, batch_files = 4000;
+    uint64_t batch_bytes = 256ull << 20;
     const char *tree = NULL, *land = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -568,6 +571,11 @@ int cmd_bench_stages(int argc, char **argv)
                 fprintf(stderr, "ingestctl bench stages: bad --batch-files '%s'\n", v);
                 return 2;
             }
+        } else if (strcmp(a, "--batch-bytes") == 0) {
+            if (ingest_parse_size(NULL, v, &batch_bytes) != 0 || batch_bytes == 0) {
+                fprintf(stderr, "ingestctl bench stages: bad --batch-bytes '%s'\n", v);
+                return 2;
+            }
         } else if (strcmp(a, "--land") == 0) {
             land = v;
         } else {
@@ -591,6 +599,7 @@ int cmd_bench_stages(int argc, char **argv)
     s.landfd = -1;
     s.grpfd = -1;
     s.batch_files = batch_files;
+    s.batch_bytes = batch_bytes;
     char landdir[4200] = "";
     double sec[S_N][MAX_RUNS], sync_wall[MAX_RUNS];
     if (collect(tree, 0, &p) != 0)
@@ -656,15 +665,33 @@ int cmd_bench_stages(int argc, char **argv)
         memset(s.sec, 0, sizeof s.sec);
         s.bytes = s.files = s.chunks = s.encoded = 0;
         s.hint_file = UINT64_MAX;
+        /* A batch of the agent ends after batch_files files (empty ones count), or before a file that
+         * would take it past batch_bytes (libingest/edge/sender.c): so do its groups. */
+        long in_batch = 0;
+        uint64_t batch_sum = 0;
         for (size_t i = 0; i < p.n; i++) {
+            struct stat sb;
+            const uint64_t size = lstat(p.v[i], &sb) == 0 ? (uint64_t)sb.st_size : 0;
+            if (in_batch > 0 && batch_sum + size > s.batch_bytes) {
+                if (flush_group(&s) != 0) {
+                    fprintf(stderr, "ingestctl bench stages: a group of small chunks failed\n");
+                    goto out;
+                }
+                in_batch = 0;
+                batch_sum = 0;
+            }
             if (one_file(&s, p.v[i], i) != 0) {
                 fprintf(stderr, "ingestctl bench stages: %s failed\n", p.v[i]);
                 goto out;
             }
-            /* a batch of the agent ends after batch_files files (empty ones count): so do its groups */
-            if (((i + 1) % (size_t)s.batch_files == 0 || i + 1 == p.n) && flush_group(&s) != 0) {
-                fprintf(stderr, "ingestctl bench stages: a group of small chunks failed\n");
-                goto out;
+            batch_sum += size;
+            if (++in_batch == s.batch_files || i + 1 == p.n) {
+                if (flush_group(&s) != 0) {
+                    fprintf(stderr, "ingestctl bench stages: a group of small chunks failed\n");
+                    goto out;
+                }
+                in_batch = 0;
+                batch_sum = 0;
             }
         }
         sync_wall[r] = 0;

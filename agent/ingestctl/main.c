@@ -17,7 +17,7 @@ static const struct command bench_commands[] = {
     { "scan", cmd_bench_scan, "bench scan DIR" },
     { "pipeline", cmd_bench_pipeline, "bench pipeline [--transport tcp] [--evolve] DIR" },
     { "fleet", cmd_bench_fleet, "bench fleet --devices N [--size SIZE] [--shared PCT] [--stagger DURATION] [--random] [--keep] [DIR]" },
-    { "stages", cmd_bench_stages, "bench stages [--level N] [--runs N] [--batch-files N] [--land DIR] TREE" },
+    { "stages", cmd_bench_stages, "bench stages [--level N] [--runs N] [--batch-files N] [--batch-bytes SIZE] [--land DIR] TREE" },
     { "crypto", cmd_bench_crypto, "bench crypto [--size BYTES] [--small BYTES] [--runs N]" },
     { "catalog", cmd_bench_catalog, "bench catalog [--files N] [--runs N] [--per-batch N] [--keep] DIR" },
     { "gen", cmd_bench_gen, "bench gen [--profile default|gateway|small|empty] [--size BYTES] [--files N] [--seed N] [--evolve] DIR (--help)" },

@@ -50,3 +50,24 @@ ship dev1
 [ "$(field dev1 chunk_bytes)" = "$enc" ] || fail "the agent sent $(field dev1 chunk_bytes) bytes of chunks, bench stages encoded $enc"
 same_tree "$T/tree" "$(landed_root dev1)/tree"
 pass "a ship of the tree sends the $enc chunk bytes bench stages encoded, and lands it byte for byte"
+
+# Batches end where the agent's do, by files or by bytes (batch.max_bytes), and so do the groups of
+# small chunks: 1,500 small files in batches of at most 300 KiB.
+mkdir -p "$T/ev/events"
+i=0
+while [ $i -lt 1500 ]; do
+    printf '{"seq":%06d,"v":"%0970d"}\n' $i $((i * 7919)) > "$T/ev/events/e$i.json"
+    i=$((i + 1))
+done
+"$CTL" bench stages --batch-bytes 300KiB "$T/ev" > "$T/ev.json" 2> "$T/err" || { cat "$T/err"; fail "bench stages --batch-bytes failed"; }
+evenc=$(tr ',{}' '\n\n\n' < "$T/ev.json" | sed -n 's/^"encoded_bytes"://p' | head -1)
+rm -rf "$T/astate-dev1"
+write_agent_config dev1 "$T/ev" "batch:
+  max_bytes: 300KiB"
+ship dev1
+[ "$(field dev1 batches)" -ge 5 ] || fail "the small files went in $(field dev1 batches) batches of at most 300 KiB"
+[ "$(field dev1 chunk_bytes)" = "$evenc" ] ||
+    fail "batches of 300 KiB: the agent sent $(field dev1 chunk_bytes) bytes of chunks, bench stages --batch-bytes 300KiB encoded $evenc"
+rc=0; "$CTL" bench stages --batch-bytes x "$T/ev" 2> "$T/err" || rc=$?
+[ $rc -eq 2 ] && grep -q -- "--batch-bytes" "$T/err" || fail "--batch-bytes x: exit $rc, $(cat "$T/err")"
+pass "batches of at most 300 KiB: $(field dev1 batches) of them, the $evenc chunk bytes bench stages --batch-bytes 300KiB encoded; a bad --batch-bytes exits 2"

@@ -6,7 +6,8 @@
 # a few chunks, a log of many compressible chunks (zstd kept after the first
 # probe) and random data of over 64 chunks (stored raw, probed again every
 # 64 chunks; files whose first chunk is random and the rest text), so
-# the per-file hints carried between encoders matter.
+# the per-file hints carried between encoders matter, and 1.5 MB of small
+# files.
 . "$(dirname "$0")/lib.sh"
 "$CTL" bench gen --size 6MiB "$T/tree" > /dev/null
 gen_log "$T/tree/big.log" 6000000 7
@@ -24,6 +25,14 @@ for i in 1 2 3 4 5 6 7 8; do
     { head -c "$first" "$T/r"; cat "$T/text"; } > "$T/tree/mixed-$i.bin"
 done
 rm "$T/text" "$T/r"
+# 1.5 MB of small JSON files (groups of up to 1 MiB, beyond chunking.max), planned alike by every count;
+# bench stages ends its groups where the agent's default batches end (4000 files: it used to end them every 1000)
+mkdir "$T/tree/events"
+i=0
+while [ $i -lt 1500 ]; do
+    printf '{"seq":%06d,"v":"%0970d"}\n' $i $((i * 7919)) > "$T/tree/events/e$i.json"
+    i=$((i + 1))
+done
 "$CTL" bench stages "$T/tree" > "$T/stages.json" 2> "$T/err" || { cat "$T/err"; fail "bench stages failed"; }
 enc=$(tr ',{}' '\n\n\n' < "$T/stages.json" | sed -n 's/^"encoded_bytes"://p' | head -1)
 [ -n "$enc" ] && [ "$enc" -gt 0 ] || fail "no encoded_bytes from bench stages: $(cat "$T/stages.json")"
