@@ -132,6 +132,17 @@ gen_log() {
     }' | head -c "$2" >> "$1"
 }
 
+# gen_events DIR N: N small JSON events DIR/e0.json .. of exactly 1,000 bytes each, alike but for their
+# numbers (they compress well together, as a gateway's events do)
+gen_events() {
+    mkdir -p "$1"
+    _i=0
+    while [ $_i -lt "$2" ]; do
+        printf '{"seq":%06d,"sensor":"s-%03d","pad":"%0959d"}\n' $_i $((_i % 97)) $((_i * 7919)) > "$1/e$_i.json"
+        _i=$((_i + 1))
+    done
+}
+
 # count_tmp DIR: number of lander temporary files under the bronze root DIR
 # (their names hold the tree's tag: .*.ingest-tmp-TAG.*)
 count_tmp() {

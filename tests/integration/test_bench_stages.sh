@@ -53,12 +53,7 @@ pass "a ship of the tree sends the $enc chunk bytes bench stages encoded, and la
 
 # Batches end where the agent's do, by files or by bytes (batch.max_bytes), and so do the groups of
 # small chunks: 1,500 small files in batches of at most 300 KiB.
-mkdir -p "$T/ev/events"
-i=0
-while [ $i -lt 1500 ]; do
-    printf '{"seq":%06d,"v":"%0970d"}\n' $i $((i * 7919)) > "$T/ev/events/e$i.json"
-    i=$((i + 1))
-done
+gen_events "$T/ev/events" 1500
 "$CTL" bench stages --batch-bytes 300KiB "$T/ev" > "$T/ev.json" 2> "$T/err" || { cat "$T/err"; fail "bench stages --batch-bytes failed"; }
 evenc=$(tr ',{}' '\n\n\n' < "$T/ev.json" | sed -n 's/^"encoded_bytes"://p' | head -1)
 rm -rf "$T/astate-dev1"

@@ -27,12 +27,7 @@ done
 rm "$T/text" "$T/r"
 # 1.5 MB of small JSON files (groups of up to 1 MiB, beyond chunking.max), planned alike by every count;
 # bench stages ends its groups where the agent's default batches end (4000 files: it used to end them every 1000)
-mkdir "$T/tree/events"
-i=0
-while [ $i -lt 1500 ]; do
-    printf '{"seq":%06d,"v":"%0970d"}\n' $i $((i * 7919)) > "$T/tree/events/e$i.json"
-    i=$((i + 1))
-done
+gen_events "$T/tree/events" 1500
 "$CTL" bench stages "$T/tree" > "$T/stages.json" 2> "$T/err" || { cat "$T/err"; fail "bench stages failed"; }
 enc=$(tr ',{}' '\n\n\n' < "$T/stages.json" | sed -n 's/^"encoded_bytes"://p' | head -1)
 [ -n "$enc" ] && [ "$enc" -gt 0 ] || fail "no encoded_bytes from bench stages: $(cat "$T/stages.json")"

@@ -6,13 +6,7 @@
 # group before: 256 KiB groups by default, 5 of them here); every file is
 # wanted, sent and landed byte for byte.
 . "$(dirname "$0")/lib.sh"
-mkdir -p "$T/tree/events"
-i=0
-while [ $i -lt 1200 ]; do
-    # 1,000 bytes each: a JSON event whose padding differs per file
-    printf '{"seq":%06d,"sensor":"s-%03d","pad":"%0959d"}\n' $i $((i % 97)) $((i * 7919)) > "$T/tree/events/e$i.json"
-    i=$((i + 1))
-done
+gen_events "$T/tree/events" 1200
 [ "$(cat "$T"/tree/events/*.json | wc -c)" -eq 1200000 ] || fail "the generated files are not 1,000 bytes each"
 setup_keys
 bytes1=""
