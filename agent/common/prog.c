@@ -10,6 +10,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef __GLIBC__
+#include <malloc.h> /* mallopt */
+#endif
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -175,6 +178,13 @@ void prog_lib_log(void *userdata, int level, const char *msg)
 {
     (void)userdata;
     prog_log(level, "%s", msg);
+}
+
+void prog_malloc_tune(void)
+{
+#ifdef __GLIBC__
+    (void)mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+#endif
 }
 
 double prog_now(void)

@@ -66,6 +66,15 @@ void prog_lib_log(void *userdata, int level, const char *msg);
 int prog_parse_level(const char *s);
 
 /* Monotonic clock in seconds. */
+/*
+ * Fix glibc's mmap threshold at 128 KiB (no-op elsewhere): every buffer
+ * from 128 KiB up is mapped when allocated and unmapped when freed.  By
+ * default glibc raises the threshold to the size of each such buffer freed,
+ * and the next ones then come from its heaps, which keep their pages (the
+ * agent's per-batch read buffers and 1 MiB chunk groups, the receiver's
+ * per-batch buffers): docs/operations.md, "Sizing".
+ */
+void prog_malloc_tune(void);
 double prog_now(void);
 /* CPU seconds used by this process (user + system). */
 double prog_cpu_seconds(void);

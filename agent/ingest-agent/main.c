@@ -22,9 +22,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1032,16 +1029,7 @@ int load_state(agent *a)
 
 int main(int argc, char **argv)
 {
-#ifdef __GLIBC__
-    /*
-     * Buffers of 128 KiB and more (a batch's read buffer, up to a 1 MiB
-     * chunk group, per batch) are mapped and given back when freed.  By
-     * default glibc raises this threshold to the size of each such buffer
-     * freed, and later ones then stay in its heaps: 5-7 MiB more private
-     * memory on the gateway bench tree (docs/sending.md, "Limits and costs").
-     */
-    (void)mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-#endif
+    prog_malloc_tune(); /* before any large allocation */
     const char *config = NULL;
     int once = 0, check = 0, all = 0;
     double stats_interval = 0;

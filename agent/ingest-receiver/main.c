@@ -833,6 +833,7 @@ static int make_core(server *s)
 
 int main(int argc, char **argv)
 {
+    prog_malloc_tune(); /* before any large allocation */
     const char *config = NULL, *ready = NULL;
     int check = 0, rebuild = 0;
     double stats_interval = 0;
