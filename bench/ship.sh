@@ -87,6 +87,7 @@ done
 case " $TOOLS " in
     *" ours-base "*)
         [ -n "${BASE:-}" ] || die "tool ours-base needs BASE, a directory with the other ingest-agent and ingest-receiver"
+        BASE_SHOWN=$BASE # as given: the report never names a path of this machine through it
         case $BASE in /*) ;; *) BASE=$TOP/$BASE ;; esac
         for p in "$BASE/ingest-agent" "$BASE/ingest-receiver"; do [ -x "$p" ] || die "$p not found (BASE)"; done ;;
 esac
@@ -821,7 +822,7 @@ label() {
     case $1 in
         ours) echo "ours (ingest-agent -> ingest-receiver)" ;;
         ours-metrics) echo "ours, metrics on (both /metrics scraped every second)" ;;
-        ours-base) echo "ours, base build (BASE=$BASE)" ;;
+        ours-base) echo "ours, base build (BASE=${BASE_SHOWN:-$BASE})" ;;
         rsync-a) echo "rsync -a (daemon)" ;;
         rsync-az) echo "rsync -az (daemon)" ;;
         tar-zstd) echo "tar \\| zstd -1 \\| socat (incr = whole tree)" ;;
@@ -1006,7 +1007,7 @@ write_svg "$SVG_TMP"
         echo "| per-file latency p99 (\`latency_p99_seconds\`) | $(med ours initial agent_latency_p99_seconds) | $(med ours incremental agent_latency_p99_seconds) |"
         echo
         if has ours-base; then
-            echo "The same medians for ours-base (BASE=$BASE), initial / incremental s: seconds $(med ours-base initial agent_seconds) / $(med ours-base incremental agent_seconds); wait_build $(med ours-base initial agent_wait_build_seconds) / $(med ours-base incremental agent_wait_build_seconds); wait_want $(med ours-base initial agent_wait_want_seconds) / $(med ours-base incremental agent_wait_want_seconds); send $(med ours-base initial agent_send_seconds) / $(med ours-base incremental agent_send_seconds); wait_ack $(med ours-base initial agent_wait_ack_seconds) / $(med ours-base incremental agent_wait_ack_seconds); CPU s agent $(med ours-base initial agent_cpu_s), receiver $(med ours-base initial receiver_cpu_s) (ours: $(med ours initial agent_cpu_s), $(med ours initial receiver_cpu_s)); agent RssAnon $(mib "$(med ours-base initial rssanon_kb)") (ours: $(mib "$(med ours initial rssanon_kb)"))."
+            echo "The same medians for ours-base (BASE=${BASE_SHOWN:-$BASE}), initial / incremental s: seconds $(med ours-base initial agent_seconds) / $(med ours-base incremental agent_seconds); wait_build $(med ours-base initial agent_wait_build_seconds) / $(med ours-base incremental agent_wait_build_seconds); wait_want $(med ours-base initial agent_wait_want_seconds) / $(med ours-base incremental agent_wait_want_seconds); send $(med ours-base initial agent_send_seconds) / $(med ours-base incremental agent_send_seconds); wait_ack $(med ours-base initial agent_wait_ack_seconds) / $(med ours-base incremental agent_wait_ack_seconds); CPU s agent $(med ours-base initial agent_cpu_s), receiver $(med ours-base initial receiver_cpu_s) (ours: $(med ours initial agent_cpu_s), $(med ours initial receiver_cpu_s)); agent RssAnon $(mib "$(med ours-base initial rssanon_kb)") (ours: $(mib "$(med ours initial rssanon_kb)"))."
             echo
         fi
         if [ "$PERF_STATE" = recorded ]; then
