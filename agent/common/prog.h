@@ -65,7 +65,6 @@ void prog_lib_log(void *userdata, int level, const char *msg);
 /* Parse "error|warn|info|debug"; -1 if unknown. */
 int prog_parse_level(const char *s);
 
-/* Monotonic clock in seconds. */
 /*
  * Fix glibc's mmap threshold at 128 KiB (no-op elsewhere): every buffer
  * from 128 KiB up is mapped when allocated and unmapped when freed.  By
@@ -75,6 +74,7 @@ int prog_parse_level(const char *s);
  * per-batch buffers): docs/operations.md, "Sizing".
  */
 void prog_malloc_tune(void);
+/* Monotonic clock in seconds. */
 double prog_now(void);
 /* CPU seconds used by this process (user + system). */
 double prog_cpu_seconds(void);

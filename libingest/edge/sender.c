@@ -1928,11 +1928,11 @@ static int group_encode(ingest_sender_batch *b, ingest__sender_reader *r, const 
 }
 
 int ingest__sender_batch_group_r(ingest_sender_batch *b, ingest__sender_reader *r, const uint32_t *idx, size_t k,
-                                 size_t raw_max, void *out, size_t cap, size_t *out_len, size_t *taken)
+                                 void *out, size_t cap, size_t *out_len, size_t *taken)
 {
     *out_len = 0;
     *taken = 0;
-    if (k < 2 || ingest__sender_batch_group_take(b, idx, k, raw_max) != k)
+    if (k < 2 || ingest__sender_batch_group_take(b, idx, k, INGEST_WIRE_GROUP_MAX_RAW) != k)
         return ingest__fail(r->ctx, INGEST_EINVAL, "sender: not a group of %zu small chunks", k);
     return group_encode(b, r, idx, k, out, cap, out_len, taken);
 }

@@ -36,11 +36,10 @@ int ingest__sender_batch_chunk_delta_r(ingest_sender_batch *b, ingest__sender_re
 /* How many of idx[0, n) form a group of at most raw_max (<= INGEST_WIRE_GROUP_MAX_RAW) bytes (< 2: none,
  * idx[0] goes alone). */
 size_t ingest__sender_batch_group_take(const ingest_sender_batch *b, const uint32_t *idx, size_t n, size_t raw_max);
-/* The group idx[0, k), exactly what ingest__sender_batch_group_take gave (>= 2) for raw_max; unlike
- * ingest_sender_batch_group, raw_max is not capped at chunking.max (only at INGEST_WIRE_GROUP_MAX_RAW):
- * cap >= ingest_codec_bound(the group's bytes). */
+/* The group idx[0, k), exactly what ingest__sender_batch_group_take gave (>= 2) for INGEST_WIRE_GROUP_MAX_RAW;
+ * unlike ingest_sender_batch_group, not capped at chunking.max: cap >= ingest_codec_bound(the group's bytes). */
 int ingest__sender_batch_group_r(ingest_sender_batch *b, ingest__sender_reader *r, const uint32_t *idx, size_t k,
-                                 size_t raw_max, void *out, size_t cap, size_t *out_len, size_t *taken);
+                                 void *out, size_t cap, size_t *out_len, size_t *taken);
 /* The batch's own reader (ingest_sender_batch_chunk's): one thread at a time. */
 ingest__sender_reader *ingest__sender_batch_reader(ingest_sender_batch *b);
 /* Every chunk of b is at the core (RECEIVED): the small files' bytes kept for sending go (up to

@@ -528,15 +528,6 @@ struct encoder {
     enc_thread thr[ENC_MAX];
 };
 
-/*
- * Groups of small chunks take up to 1 MiB of raw bytes, the most the wire
- * allows, whatever chunking.max is: zstd -1 on 1 MiB pieces of JSON
- * events came out 8% smaller than on 256 KiB pieces (docs/compression.md).
- * The planning depends on chunk lengths only, so the frames stay the same
- * for any number of encoders.  A slot's buffer has room for a whole group
- * stored raw; only the pages an encoding writes are ever touched.
- */
-#define GROUP_RAW INGEST_WIRE_GROUP_MAX_RAW
 
 /* Encoder threads: compression.encoders, or (0) the online CPUs, 1 to 3. */
 static unsigned encoder_count(const ingest_edge *a)
@@ -552,9 +543,12 @@ static unsigned encoder_count(const ingest_edge *a)
 /*
  * Under the lock: plan the unit that starts at WANT position e->pos into
  * sl: with the pack feature, the small chunks from there on as one group
- * (at most GROUP_RAW bytes: 1 MiB, whatever chunking.max is), else
- * one chunk.  A single chunk takes its hint from the chain; 0 when it
- * must wait for a probe of its file still running.
+ * (at most INGEST_WIRE_GROUP_MAX_RAW bytes, the most the wire allows,
+ * whatever chunking.max is: zstd -1 on 1 MiB pieces of JSON events came
+ * out 8% smaller than on 256 KiB pieces, docs/compression.md), else one
+ * chunk.  It depends on chunk lengths only, so the frames are the same for
+ * any number of encoders.  A single chunk takes its hint from the chain; 0
+ * when it must wait for a probe of its file still running.
  */
 static int plan_unit(ingest_edge *a, encoder *e, enc_slot *sl)
 {
@@ -571,7 +565,7 @@ static int plan_unit(ingest_edge *a, encoder *e, enc_slot *sl)
         ingest_sender_batch_chunk_info(b, idx, id, &len, &off);
         /* a chunk with a predecessor at the receiver travels alone, perhaps as a delta */
         const int small = len <= INGEST_SENDER_GROUP_CHUNK_MAX && delta_base_of(a, idx) == NULL;
-        if (m > 0 && (!small || total + len > GROUP_RAW))
+        if (m > 0 && (!small || total + len > INGEST_WIRE_GROUP_MAX_RAW))
             break;
         sl->idx[m++] = idx;
         total += len;
@@ -580,7 +574,7 @@ static int plan_unit(ingest_edge *a, encoder *e, enc_slot *sl)
     }
     uint32_t count = 1;
     if (m > 1) {
-        const size_t k = ingest__sender_batch_group_take(b, sl->idx, m, GROUP_RAW);
+        const size_t k = ingest__sender_batch_group_take(b, sl->idx, m, INGEST_WIRE_GROUP_MAX_RAW);
         count = k >= 2 ? (uint32_t)k : 1u;
     }
     sl->single = count == 1;
@@ -632,8 +626,7 @@ static void encode_slot(enc_thread *t, ingest_sender_batch *b, enc_slot *sl)
         if (rc > 0)
             rc = ingest__sender_batch_chunk_r(b, rd, sl->idx[0], sl->buf, a->o.chunk_cap, &n, &sl->hint);
     } else {
-        rc = ingest__sender_batch_group_r(b, rd, sl->idx, sl->count, GROUP_RAW, sl->buf, a->enc->slot_cap, &n,
-                                          &taken);
+        rc = ingest__sender_batch_group_r(b, rd, sl->idx, sl->count, sl->buf, a->enc->slot_cap, &n, &taken);
     }
     sl->n = n;
     sl->rc = rc;
@@ -686,7 +679,6 @@ static void *encoder_main(void *arg)
         }
         if (sl->rc < 0)
             e->stop = 1;
-
         const int wake_main = e->main_waiting && (ticket == e->consumed || e->stop);
         pthread_mutex_unlock(&e->mu);
         if (wake_work)
@@ -739,7 +731,9 @@ static int encoder_start(ingest_edge *a)
         return INGEST_ENOMEM;
     e->n = encoder_count(a);
     e->nslots = 2 * e->n + 2;
-    e->slot_cap = a->o.chunk_cap > ingest_codec_bound(GROUP_RAW) ? a->o.chunk_cap : ingest_codec_bound(GROUP_RAW);
+    /* room for a chunk or a whole group stored raw; only the pages an encoding writes are touched */
+    const size_t group_cap = ingest_codec_bound(INGEST_WIRE_GROUP_MAX_RAW);
+    e->slot_cap = a->o.chunk_cap > group_cap ? a->o.chunk_cap : group_cap;
     e->slot = ingest__calloc(a->ctx, e->nslots, sizeof(*e->slot));
     int ok = e->slot != NULL;
     for (unsigned i = 0; ok && i < e->nslots; i++)
