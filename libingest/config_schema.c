@@ -350,6 +350,8 @@ static const cfg_row agent_rows[] = {
       .min = 64 * KiB, .max = 64 * GiB, .desc = "Close a batch at this many bytes of file data" },
     { .name = "batch.max_wait", .type = T_DURATION, .def = "5s", FIELD(A, batch_max_wait_ms),
       .min = 10, .max = 24 * HOUR, .desc = "Close a batch this long after its first file" },
+    { .name = "batch.push_max", .type = T_SIZE, .def = "32KiB", FIELD(A, batch_push_max), .min = 0,
+      .max = 32 * KiB, .desc = "Files of at most this size are sent without chunk ids in the manifest (0 = never)" },
     { .name = "havecache.max_entries", .type = T_INT, .def = "4000000",
       FIELD(A, havecache_max_entries), .min = 1024, .max = 1000000000,
       .desc = "Chunk ids the agent remembers the core holds" },

@@ -256,12 +256,12 @@ static int next_line(ingest_manifest_reader *r, const char **line, size_t *len)
 /* Keys of each record type, with a bit each. */
 enum {
     K_TYPE, K_FORMAT, K_DEVICE, K_BATCH, K_FILES, K_BYTES, K_CREATED,
-    K_PATH, K_LANDED, K_SIZE, K_MTIME, K_MODE, K_VERSION, K_HASH, K_NCHUNKS, K_CHUNKS, K_REFUSED,
+    K_PATH, K_LANDED, K_SIZE, K_MTIME, K_MODE, K_VERSION, K_HASH, K_NCHUNKS, K_CHUNKS, K_REFUSED, K_DIGEST,
     K_COUNT
 };
 static const char *const key_names[K_COUNT] = {
     "type", "format", "device", "batch", "files", "bytes", "created_ns",
-    "path", "landed", "size", "mtime_ns", "mode", "version", "hash", "nchunks", "chunks", "refused",
+    "path", "landed", "size", "mtime_ns", "mode", "version", "hash", "nchunks", "chunks", "refused", "digest",
 };
 #define BIT(k) (1u << (k))
 static const unsigned keys_header =
@@ -372,13 +372,27 @@ static int get_chunks(ingest_manifest_reader *r, uint32_t ti, ingest_manifest_re
         }
     }
     uint32_t e = ti + 1;
+    rec->npushed = 0;
     for (uint32_t i = 0; i < arr->len; i++) {
         const ingest__json_tok *c = &j->toks[e];
-        if (c->type != INGEST__JSON_ARRAY || c->len != 2 || j->toks[e + 1].type != INGEST__JSON_STRING ||
-            j->toks[e + 2].type != INGEST__JSON_INT)
-            return badf(r, INGEST_ECORRUPT, c->pos, "a chunk must be [\"64 hex digits\", length]", "chunks");
-        INGEST__FORWARD(get_hex(r, e + 1, K_CHUNKS, r->chunks[i].id));
-        const ingest__json_tok *l = &j->toks[e + 2];
+        const ingest__json_tok *l;
+        if ((r->flags & INGEST_MANIFEST_READ_ID_OPTIONAL) && c->type == INGEST__JSON_ARRAY && c->len == 1 &&
+            j->toks[e + 1].type == INGEST__JSON_INT) {
+            /* pushed: its id is taken from its bytes when they arrive */
+            memset(r->chunks[i].id, 0, INGEST_ID_BYTES);
+            rec->npushed++;
+            l = &j->toks[e + 1];
+        } else {
+            if (c->type != INGEST__JSON_ARRAY || c->len != 2 || j->toks[e + 1].type != INGEST__JSON_STRING ||
+                j->toks[e + 2].type != INGEST__JSON_INT)
+                return badf(r, INGEST_ECORRUPT, c->pos,
+                            (r->flags & INGEST_MANIFEST_READ_ID_OPTIONAL)
+                                ? "a chunk must be [\"64 hex digits\", length] or [length]"
+                                : "a chunk must be [\"64 hex digits\", length]",
+                            "chunks");
+            INGEST__FORWARD(get_hex(r, e + 1, K_CHUNKS, r->chunks[i].id));
+            l = &j->toks[e + 2];
+        }
         if (l->neg || l->u == 0 || l->u > CHUNK_LEN_MAX)
             return badf(r, INGEST_ECORRUPT, l->pos, "chunk length must be 1..67108864", "chunks");
         r->chunks[i].len = (uint32_t)l->u;
@@ -481,6 +495,10 @@ static int parse_line(ingest_manifest_reader *r, const char *line, size_t len, i
         INGEST__FORWARD(get_u64(r, at[K_FILES], K_FILES, UINT64_MAX, &rec->nfiles));
         INGEST__FORWARD(get_u64(r, at[K_BYTES], K_BYTES, UINT64_MAX, &rec->total_bytes));
         INGEST__FORWARD(get_i64(r, at[K_CREATED], K_CREATED, &rec->created_ns));
+        if (seen & BIT(K_DIGEST)) {
+            INGEST__FORWARD(get_hex(r, at[K_DIGEST], K_DIGEST, rec->digest));
+            rec->has_digest = 1;
+        }
         r->have_header = 1;
         r->nfiles = rec->nfiles;
         r->total_bytes = rec->total_bytes;
@@ -573,6 +591,15 @@ int ingest_manifest_reader_next(ingest_manifest_reader *r, ingest_manifest_rec *
     return 0;
 }
 
+void ingest_manifest_digest_add(ingest_filehash *h, const char *path, const uint8_t hash[INGEST_ID_BYTES])
+{
+    const size_t n = strlen(path);
+    const uint8_t len[4] = { (uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24) };
+    ingest_filehash_update(h, len, sizeof len);
+    ingest_filehash_update(h, path, n);
+    ingest_filehash_update(h, hash, INGEST_ID_BYTES);
+}
+
 /* --- writer -------------------------------------------------------------- */
 
 struct ingest_manifest_writer_s {
@@ -645,13 +672,15 @@ static int put_hex(ingest__buf *b, const uint8_t id[INGEST_ID_BYTES])
     return ingest__buf_append(b, hex, 2 * INGEST_ID_BYTES + 2);
 }
 
-static int put_chunks(ingest__buf *b, const ingest_manifest_chunk *c, size_t n)
+static int put_chunks(ingest__buf *b, const ingest_manifest_chunk *c, size_t n, uint32_t push_max)
 {
     INGEST__FORWARD(put(b, "\"chunks\":["));
     for (size_t i = 0; i < n; i++) {
         INGEST__FORWARD(put(b, i ? ",[" : "["));
-        INGEST__FORWARD(put_hex(b, c[i].id));
-        INGEST__FORWARD(put(b, ","));
+        if (c[i].len > push_max) {
+            INGEST__FORWARD(put_hex(b, c[i].id));
+            INGEST__FORWARD(put(b, ","));
+        }
         INGEST__FORWARD(ingest__json_put_u64(b, c[i].len));
         INGEST__FORWARD(put(b, "]"));
     }
@@ -673,6 +702,10 @@ static int write_header(ingest_manifest_writer *w, const ingest_manifest_rec *re
     INGEST__FORWARD(ingest__json_put_u64(b, rec->total_bytes));
     INGEST__FORWARD(put(b, ",\"created_ns\":"));
     INGEST__FORWARD(ingest__json_put_i64(b, rec->created_ns));
+    if (rec->has_digest) {
+        INGEST__FORWARD(put(b, ",\"digest\":"));
+        INGEST__FORWARD(put_hex(b, rec->digest));
+    }
     return put(b, "}\n");
 }
 
@@ -702,13 +735,13 @@ static int write_file(ingest__buf *b, const ingest_manifest_rec *rec, const char
     INGEST__FORWARD(ingest__json_put_u64(b, rec->nchunks));
     INGEST__FORWARD(put(b, ","));
     size_t done = rec->nchunks < INGEST_MANIFEST_CHUNKS_PER_LINE ? rec->nchunks : INGEST_MANIFEST_CHUNKS_PER_LINE;
-    INGEST__FORWARD(put_chunks(b, rec->chunks, done));
+    INGEST__FORWARD(put_chunks(b, rec->chunks, done, rec->push_max));
     while (done < rec->nchunks) {
         size_t n = rec->nchunks - done;
         if (n > INGEST_MANIFEST_CHUNKS_PER_LINE)
             n = INGEST_MANIFEST_CHUNKS_PER_LINE;
         INGEST__FORWARD(put(b, "{\"type\":\"chunks\","));
-        INGEST__FORWARD(put_chunks(b, rec->chunks + done, n));
+        INGEST__FORWARD(put_chunks(b, rec->chunks + done, n, rec->push_max));
         done += n;
     }
     return 0;

@@ -30,6 +30,7 @@ const char *ingest_wire_type_name(unsigned type)
     case INGEST_MSG_FILE_WITHDRAWN: return "FILE_WITHDRAWN";
     case INGEST_MSG_DELTA_BASE: return "DELTA_BASE";
     case INGEST_MSG_CHUNK_DELTA: return "CHUNK_DELTA";
+    case INGEST_MSG_CHUNK_RUN: return "CHUNK_RUN";
     default: return "UNKNOWN";
     }
 }
@@ -86,8 +87,21 @@ uint32_t ingest_wire_want_index(const ingest_wire_want *w, uint32_t i)
     return ingest__get_u32(w->raw + 4u * (size_t)i);
 }
 
+void ingest_wire_want_run(const ingest_wire_want *w, uint32_t k, uint32_t *first, uint32_t *n)
+{
+    if (w->idx != NULL) {
+        *first = w->idx[2 * (size_t)k];
+        *n = w->idx[2 * (size_t)k + 1];
+    } else {
+        *first = ingest__get_u32(w->raw + 8u * (size_t)k);
+        *n = ingest__get_u32(w->raw + 8u * (size_t)k + 4);
+    }
+}
+
 uint32_t ingest_wire_group_index(const ingest_wire_chunk_group *g, uint32_t i)
 {
+    if (g->raw == NULL)
+        return g->first + i;
     return ingest__get_u32(g->raw + 4u * (size_t)i);
 }
 
@@ -189,13 +203,27 @@ static int encode(ingest_ctx *ctx, const ingest_wire_msg *m, wr *w, int with_tai
     case INGEST_MSG_WANT: {
         const ingest_wire_want *x = &m->u.want;
         INGEST__FORWARD(check_id(ctx, name, x->batch_id, &n));
-        if ((x->flags & ~INGEST_WANT_MORE) != 0)
+        if ((x->flags & ~(INGEST_WANT_MORE | INGEST_WANT_RUNS)) != 0)
             return ingest__fail(ctx, INGEST_EINVAL, "wire: WANT: unknown flags 0x%02x", (unsigned)x->flags);
         if (x->count > 0 && x->idx == NULL && x->raw == NULL)
             return ingest__fail(ctx, INGEST_EINVAL, "wire: WANT: %u indexes but no array", (unsigned)x->count);
         w_str(w, x->batch_id, n);
         w_u8(w, x->flags);
         w_u32(w, x->count);
+        if (x->flags & INGEST_WANT_RUNS) {
+            uint64_t end = 0; /* past the previous run */
+            for (uint32_t k = 0; k < x->count && !w->over; k++) {
+                uint32_t first, cnt;
+                ingest_wire_want_run(x, k, &first, &cnt);
+                if (cnt == 0 || (k > 0 && first < end) || (uint64_t)first + cnt > UINT32_MAX)
+                    return ingest__fail(ctx, INGEST_EINVAL, "wire: WANT: run %u (%u, %u) empty, overlapping or past "
+                                        "the last index", (unsigned)k, (unsigned)first, (unsigned)cnt);
+                end = (uint64_t)first + cnt;
+                w_u32(w, first);
+                w_u32(w, cnt);
+            }
+            break;
+        }
         for (uint32_t i = 0; i < x->count && !w->over; i++) {
             const uint32_t v = ingest_wire_want_index(x, i);
             if (i > 0 && v <= ingest_wire_want_index(x, i - 1))
@@ -229,6 +257,19 @@ static int encode(ingest_ctx *ctx, const ingest_wire_msg *m, wr *w, int with_tai
             w_bytes(w, g->raw, 4 * (size_t)g->count);
             w_bytes(w, g->data, g->len);
         }
+        break;
+    }
+    case INGEST_MSG_CHUNK_RUN: {
+        const ingest_wire_chunk_group *g = &m->u.group;
+        if (g->count == 0 || g->count > INGEST_WIRE_GROUP_MAX_CHUNKS || (uint64_t)g->first + g->count > UINT32_MAX + 1ull)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: CHUNK_RUN: %u chunks from %u (1..%u, within u32)",
+                                (unsigned)g->count, (unsigned)g->first, INGEST_WIRE_GROUP_MAX_CHUNKS);
+        if (g->data == NULL || g->len == 0)
+            return ingest__fail(ctx, INGEST_EINVAL, "wire: CHUNK_RUN: no bytes");
+        w_u32(w, g->first);
+        w_u32(w, g->count);
+        if (with_tail)
+            w_bytes(w, g->data, g->len);
         break;
     }
     case INGEST_MSG_BATCH_COMMIT:
@@ -366,7 +407,7 @@ size_t ingest_wire_encoded_size(const ingest_wire_msg *m)
         size_t n = strnlen(m->u.want.batch_id, INGEST_WIRE_BATCH_ID_MAX + 1);
         if (!ingest_wire_id_valid(m->u.want.batch_id, n))
             return 0;
-        return 2 + n + 1 + 4 + 4 * (size_t)m->u.want.count;
+        return 2 + n + 1 + 4 + ((m->u.want.flags & INGEST_WANT_RUNS) ? 8 : 4) * (size_t)m->u.want.count;
     }
     if (encode(NULL, m, &w, 0) != 0)
         return 0;
@@ -376,6 +417,8 @@ size_t ingest_wire_encoded_size(const ingest_wire_msg *m)
         tail = m->u.chunk.len;
     else if (m->type == INGEST_MSG_CHUNK_GROUP)
         tail = 4 * (size_t)m->u.group.count + m->u.group.len;
+    else if (m->type == INGEST_MSG_CHUNK_RUN)
+        tail = m->u.group.len;
     else if (m->type == INGEST_MSG_DICT_DATA)
         tail = m->u.dict_data.len;
     else if (m->type == INGEST_MSG_DELTA_BASE)
@@ -538,9 +581,30 @@ int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, s
         ingest_wire_want *x = &m->u.want;
         INGEST__FORWARD(r_batch_id(&r, x->batch_id));
         INGEST__FORWARD(r_u8(&r, "flags", &x->flags));
-        if ((x->flags & ~INGEST_WANT_MORE) != 0)
+        if ((x->flags & ~(INGEST_WANT_MORE | INGEST_WANT_RUNS)) != 0)
             return ingest__fail(ctx, INGEST_ECORRUPT, "wire: WANT: unknown flags 0x%02x at offset %zu",
                                 (unsigned)x->flags, r.pos - 1);
+        if (x->flags & INGEST_WANT_RUNS) {
+            INGEST__FORWARD(r_u32(&r, "run count", &x->count));
+            if (x->count > (len - r.pos) / 8)
+                return ingest__fail(ctx, INGEST_ECORRUPT,
+                                    "wire: WANT: run count %u needs %zu bytes, %zu present (offset %zu)",
+                                    (unsigned)x->count, 8 * (size_t)x->count, len - r.pos, r.pos - 4);
+            x->raw = payload + r.pos;
+            uint64_t end = 0;
+            for (uint32_t k = 0; k < x->count; k++) {
+                uint32_t first, cnt;
+                ingest_wire_want_run(x, k, &first, &cnt);
+                if (cnt == 0 || (k > 0 && first < end) || (uint64_t)first + cnt > UINT32_MAX)
+                    return ingest__fail(ctx, INGEST_ECORRUPT,
+                                        "wire: WANT: run %u (first %u, %u indexes) is empty, overlaps the one before "
+                                        "or passes the last index (offset %zu)",
+                                        (unsigned)k, (unsigned)first, (unsigned)cnt, r.pos + 8 * (size_t)k);
+                end = (uint64_t)first + cnt;
+            }
+            r.pos += 8 * (size_t)x->count;
+            return r_end(&r);
+        }
         INGEST__FORWARD(r_u32(&r, "index count", &x->count));
         /* Bound the count by the bytes present before touching the array. */
         if (x->count > (len - r.pos) / 4)
@@ -585,6 +649,21 @@ int ingest_wire_decode(ingest_ctx *ctx, unsigned type, const uint8_t *payload, s
                                     (unsigned)b, (unsigned)i, (unsigned)a, r.pos + 4 * (size_t)i);
         }
         r.pos += 4 * (size_t)g->count;
+        g->data = payload + r.pos;
+        g->len = len - r.pos;
+        return 0;
+    }
+    case INGEST_MSG_CHUNK_RUN: {
+        ingest_wire_chunk_group *g = &m->u.group;
+        INGEST__FORWARD(r_u32(&r, "first index", &g->first));
+        INGEST__FORWARD(r_u32(&r, "chunk count", &g->count));
+        if (g->count == 0 || g->count > INGEST_WIRE_GROUP_MAX_CHUNKS || (uint64_t)g->first + g->count > UINT32_MAX + 1ull)
+            return ingest__fail(ctx, INGEST_ECORRUPT,
+                                "wire: CHUNK_RUN: chunk count %u at offset 4 is not 1..%u, or runs past index %u",
+                                (unsigned)g->count, INGEST_WIRE_GROUP_MAX_CHUNKS, UINT32_MAX);
+        if (r.pos == len)
+            return ingest__fail(ctx, INGEST_ECORRUPT, "wire: CHUNK_RUN: no chunk bytes after the indexes");
+        g->raw = NULL;
         g->data = payload + r.pos;
         g->len = len - r.pos;
         return 0;

@@ -301,6 +301,35 @@ static void hook_acked(void *ud, ingest_sender_batch *b, uint32_t sent, double t
     record_acked(a, b);
 }
 
+static int kafka_have(void *ud, const uint8_t id[INGEST_ID_BYTES]);
+
+/*
+ * A batch was acknowledged: the have-cache learns its chunks that later
+ * batches look up: every chunk over Kafka (the link sends only what the
+ * core lacks), over TCP those of at most batch.push_max bytes (a small file
+ * keeps its ids when the core holds them).  Called with the store lock
+ * held; the caller commits.
+ */
+int agent_have_record(agent *a, ingest_sender_batch *b)
+{
+    const bool kafka = a->cfg->transport == INGEST_TRANSPORT_KAFKA;
+    if (!kafka && a->cfg->batch_push_max == 0)
+        return 0;
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    for (uint64_t i = 0; i < bs.chunks; i++) {
+        uint8_t id[INGEST_ID_BYTES];
+        uint32_t len;
+        uint64_t off;
+        if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) != 0 || (!kafka && len > a->cfg->batch_push_max))
+            continue;
+        const int rc = ingest_havecache_add(a->state.have, id);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* The edge, made on first use (chunks up to chunking.max). */
 static int make_edge(agent *a)
 {
@@ -311,6 +340,8 @@ static int make_edge(agent *a)
         .codec = a->codec,
         .chunk_cap = ingest_codec_bound(max),
         .encoders = (unsigned)a->cfg->compression_encoders,
+        .push_max = (uint32_t)a->cfg->batch_push_max,
+        .known = kafka_have,
         .dict = a->dict,
         .dict_len = a->dict_len,
         .dict_name = a->cfg->compression_dictionary,
@@ -449,14 +480,7 @@ static void record_acked(agent *a, ingest_sender_batch *b)
         const ingest_file_state fs = { info.size, info.mtime_ns, info.ctime_ns, 0, 0 };
         rc = ingest_filetable_put(a->state.ft, info.path, &fs);
     }
-    const uint64_t have = a->cfg->transport == INGEST_TRANSPORT_KAFKA ? bs.chunks : 0;
-    for (uint64_t i = 0; i < have && rc == 0; i++) {
-        uint8_t id[INGEST_ID_BYTES];
-        uint32_t len;
-        uint64_t off;
-        if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0)
-            rc = ingest_havecache_add(a->state.have, id);
-    }
+    rc = rc == 0 ? agent_have_record(a, b) : rc;
     if (rc == 0) {
         rc = ingest_journal_remove(a->state.j, batch_seq(a, b)); /* commits */
         if (rc == INGEST_ENOTFOUND)
@@ -524,7 +548,8 @@ static double latency_quantile(agent *a, double q)
     return a->report.lat[a->report.nlat - 1].s;
 }
 
-/* The have-cache as the Kafka link sees it (docs/kafka.md): what the core is known to hold. */
+/* The have-cache (docs/kafka.md): what the core is known to hold.  Read by the Kafka link, and over TCP
+ * by the edge to keep the ids of small files the core holds (batch.push_max: renamed, copied). */
 static int kafka_have(void *ud, const uint8_t id[INGEST_ID_BYTES])
 {
     agent *a = ud;
@@ -608,25 +633,36 @@ int connect_core(agent *a)
         return -1;
     if (a->cfg->transport == INGEST_TRANSPORT_KAFKA)
         return connect_kafka(a);
-    a->net.fd = prog_connect(a->cfg->core_address, 10000, err, sizeof(err));
-    if (a->net.fd < 0) {
-        prog_log(INGEST_LOG_ERROR, "cannot reach the core: %s", err);
-        a->report.t.err_connect++;
-        return -1;
-    }
-    ingest_session_destroy(a->net.ss);
-    a->net.ss = NULL;
-    if (ingest_session_client_create(a->ctx, a->cfg->device_id, &a->key, a->receiver_pub, &a->net.ss) < 0 ||
-        /* both --once and the daemon pipeline batches across acks (docs/protocol.md) */
-        ingest_session_set_features(a->net.ss, INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK |
-                                               INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_LANDING |
-                                               INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_DELTA |
-                                               INGEST_SESSION_FEATURE_PIPELINE |
-                                               (a->dict != NULL ? INGEST_SESSION_FEATURE_DICT : 0u)) < 0) {
+    /* both --once and the daemon pipeline batches across acks (docs/protocol.md) */
+    unsigned features = INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK | INGEST_SESSION_FEATURE_REFUSE |
+                        INGEST_SESSION_FEATURE_LANDING | INGEST_SESSION_FEATURE_WITHDRAW |
+                        INGEST_SESSION_FEATURE_DELTA | INGEST_SESSION_FEATURE_PIPELINE |
+                        (a->dict != NULL ? INGEST_SESSION_FEATURE_DICT : 0u) |
+                        INGEST_SESSION_FEATURE_RUNS | (a->cfg->batch_push_max > 0 ? INGEST_SESSION_FEATURE_PUSH : 0u);
+    int rc;
+    for (;;) {
+        a->net.fd = prog_connect(a->cfg->core_address, 10000, err, sizeof(err));
+        if (a->net.fd < 0) {
+            prog_log(INGEST_LOG_ERROR, "cannot reach the core: %s", err);
+            a->report.t.err_connect++;
+            return -1;
+        }
+        ingest_session_destroy(a->net.ss);
+        a->net.ss = NULL;
+        if (ingest_session_client_create(a->ctx, a->cfg->device_id, &a->key, a->receiver_pub, &a->net.ss) < 0 ||
+            ingest_session_set_features(a->net.ss, features) < 0) {
+            disconnect_core(a);
+            return -1;
+        }
+        rc = ingest_session_handshake_fd(a->net.ss, a->net.fd, HANDSHAKE_TIMEOUT_MS);
+        if (rc != INGEST_EVERSION || (features & ~INGEST_SESSION_FEATURES_V1) == 0)
+            break;
+        /* A receiver of protocol version 1 (it takes no feature past the first byte): again without those. */
+        prog_log(INGEST_LOG_INFO, "the receiver at %s speaks protocol version 1: connecting again without pushed "
+                 "chunks and index runs (%s)", a->cfg->core_address, ingest_ctx_errmsg(a->ctx));
         disconnect_core(a);
-        return -1;
+        features &= INGEST_SESSION_FEATURES_V1;
     }
-    int rc = ingest_session_handshake_fd(a->net.ss, a->net.fd, HANDSHAKE_TIMEOUT_MS);
     if (rc < 0) {
         prog_log(INGEST_LOG_ERROR, "handshake with %s failed: %s: %s", a->cfg->core_address, ingest_strerror(rc),
                  ingest_ctx_errmsg(a->ctx));

@@ -44,7 +44,8 @@
 #define CORE_FEATURES                                                                                  \
     (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK | \
      INGEST_SESSION_FEATURE_DICT | INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_LANDING | \
-     INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_DELTA)
+     INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_DELTA | INGEST_SESSION_FEATURE_PUSH | \
+     INGEST_SESSION_FEATURE_RUNS)
 
 /*
  * An authorized-devices set and the connections using it: SIGHUP swaps in a
@@ -605,7 +606,9 @@ static void serve(conn *c)
     ingest_ctx_set_log(ctx, prog_lib_log, NULL, prog_log_level() >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
     auth = auth_get(s); /* kept while the session lives: it borrows the set */
     if (ingest_session_server_create(ctx, &s->key, auth->set, &ss) < 0 ||
-        ingest_session_set_features(ss, CORE_FEATURES) < 0)
+        ingest_session_set_features(ss, CORE_FEATURES) < 0 ||
+        /* tests only: behave as a receiver of protocol version 1 (tests/integration/test_push.sh) */
+        (getenv("INGEST_TEST_PROTOCOL_V1") != NULL && ingest_session_set_max_version(ss, 1) < 0))
         goto out;
     if (authenticate(c, ss, ctx) != 0)
         goto out;

@@ -105,6 +105,7 @@ typedef struct ingest_agent_config {
     uint64_t batch_max_files;        /* batch.max_files */
     uint64_t batch_max_bytes;        /* batch.max_bytes, bytes */
     uint64_t batch_max_wait_ms;      /* batch.max_wait, milliseconds */
+    uint64_t batch_push_max;         /* batch.push_max, bytes (0: push nothing) */
     uint64_t havecache_max_entries;  /* havecache.max_entries */
     int log_level;                   /* log.level: INGEST_LOG_* */
     char *metrics_listen;            /* metrics.listen, "host:port" or "" = off */

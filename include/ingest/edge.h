@@ -93,6 +93,12 @@ typedef struct ingest_edge_opts {
     /* Encoder threads re-reading and compressing wanted chunks (compression.encoders);
      * 0: the online CPUs, 1 to 3; at most 4.  Added last: callers that zero the struct get 0. */
     unsigned encoders;
+    /* batch.push_max: with INGEST_SESSION_FEATURE_PUSH agreed, files of at most this many bytes are
+     * pushed (listed without chunk ids: docs/protocol.md "Pushed chunks"); 0: never.  Added last. */
+    uint32_t push_max;
+    /* With push_max: 1 when the core is known to hold a chunk (the agent's have-cache; optional): a small
+     * file with such a chunk keeps its ids (renamed or copied, it is not sent again).  Added last. */
+    int (*known)(void *userdata, const uint8_t id[INGEST_ID_BYTES]);
 } ingest_edge_opts;
 
 /*

@@ -245,6 +245,20 @@ INGEST_API int ingest_lander_landed_path(ingest_lander *l, const char *device, c
  */
 INGEST_API int ingest_lander_parse(ingest_lander *l, const char *device, const void *manifest, size_t len,
                                    ingest_lander_batch **out) INGEST_WUR;
+/*
+ * As ingest_lander_parse, with flags.  INGEST_LANDER_PARSE_PUSH: the
+ * manifest may list chunks without their id (pushed, [length]: the session
+ * agreed INGEST_SESSION_FEATURE_PUSH; docs/protocol.md "Pushed chunks").
+ * A pushed chunk is wanted without a lookup; its id is taken from its bytes
+ * when it arrives (ingest_lander_put_chunk computes it; put_verified takes
+ * the caller's), and a file with pushed chunks and no "hash" gets its hash
+ * when it has landed.  A replay of a landed batch with pushed chunks is
+ * recognised by the header's "digest" (ingest_manifest_digest_*); without
+ * one it is INGEST_EEXIST.
+ */
+#define INGEST_LANDER_PARSE_PUSH 0x1u
+INGEST_API int ingest_lander_parse_ex(ingest_lander *l, const char *device, const void *manifest, size_t len,
+                                      unsigned flags, ingest_lander_batch **out) INGEST_WUR;
 INGEST_API int ingest_lander_lookup(ingest_lander_batch *b) INGEST_WUR;
 
 /*
@@ -303,6 +317,13 @@ INGEST_API int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const
 INGEST_API int ingest_lander_chunk_expect(const ingest_lander_batch *b, uint32_t i, uint8_t id[INGEST_ID_BYTES],
                                           uint32_t *len);
 /*
+ * 1 when chunk i was pushed (listed without an id: chunk_expect gives an
+ * all-zero id for it, and the caller verifies nothing but computes its id,
+ * ingest_chunk_id, to pass to put_verified), 0 otherwise or past the end.
+ * Fixed at parse: safe from another thread as chunk_expect is.
+ */
+INGEST_API int ingest_lander_chunk_pushed(const ingest_lander_batch *b, uint32_t i);
+/*
  * Delta chunks (docs/compression.md): the predecessor of chunk i, the
  * bytes at the chunk's offset in the version of its file landed before
  * this batch (the regular file at its landed path), at most the chunk's
@@ -326,6 +347,7 @@ INGEST_API int ingest_lander_chunk_base(ingest_lander_batch *b, uint32_t i, void
  * sent before the WANT that asked for it) never lands.  received is the
  * encoded size, for the statistics.
  */
+/* (A pushed chunk takes id as its own: the caller computed it from raw.) */
 INGEST_API int ingest_lander_put_verified(ingest_lander_batch *b, uint32_t i, const void *raw, size_t len,
                                           size_t received, const uint8_t id[INGEST_ID_BYTES]);
 

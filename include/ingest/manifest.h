@@ -51,6 +51,12 @@ typedef struct ingest_manifest_rec {
     uint64_t nfiles;       /* file records that follow */
     uint64_t total_bytes;  /* sum of file sizes */
     int64_t created_ns;    /* unix time the batch landed */
+    /* "digest" (optional, wire manifests with pushed chunks): keyed over each
+     * file's path and whole-file hash in order (ingest_manifest_digest_*);
+     * the receiver compares a replay with the landed batch by it.  Writer:
+     * written when has_digest; reader: has_digest says it was there. */
+    int has_digest;
+    uint8_t digest[INGEST_ID_BYTES];
     /* INGEST_MREC_FILE */
     const char *path;      /* relative path under the source (any bytes but NUL; see docs) */
     const char *landed;    /* path relative to the bronze root ("" when unknown) */
@@ -64,6 +70,12 @@ typedef struct ingest_manifest_rec {
      * then zero).  Only a manifest on the wire may omit it: the receiver
      * derives it from the chunk ids and lands it in full. */
     int omit_hash;
+    /* Writer: chunks of at most push_max bytes are written as [length],
+     * without their id ("pushed", a wire manifest only, with omit_hash;
+     * docs/manifest.md).  Reader: with INGEST_MANIFEST_READ_ID_OPTIONAL such
+     * a chunk reads with an all-zero id, and npushed counts them on the line. */
+    uint32_t push_max;
+    uint32_t npushed;
     uint64_t nchunks_total;        /* chunks of the whole file */
     /* A file of the batch the core did not land (written by the core only):
      * why, 1..INGEST_MANIFEST_REFUSED_MAX bytes; landed is "" and version 0.
@@ -84,6 +96,7 @@ INGEST_API int ingest_manifest_reader_mem(ingest_ctx *ctx, const void *buf, size
 INGEST_API void ingest_manifest_reader_close(ingest_manifest_reader *r);
 /* Reader flags (ingest_manifest_reader_set_flags; 0 by default). */
 #define INGEST_MANIFEST_READ_HASH_OPTIONAL 0x1u /* a file record may lack "hash" (rec.omit_hash) */
+#define INGEST_MANIFEST_READ_ID_OPTIONAL 0x2u   /* a chunk may be [length] without its id (pushed: id all zero) */
 INGEST_API void ingest_manifest_reader_set_flags(ingest_manifest_reader *r, unsigned flags);
 /*
  * Next record: 1 with *rec valid until the next call, 0 at the end, < 0 on
@@ -92,6 +105,14 @@ INGEST_API void ingest_manifest_reader_set_flags(ingest_manifest_reader *r, unsi
  * CHUNKS records to reach nchunks_total, and as many files as announced.
  */
 INGEST_API int ingest_manifest_reader_next(ingest_manifest_reader *r, ingest_manifest_rec *rec);
+
+/*
+ * The header's "digest" (docs/manifest.md): an ingest_filehash keyed with
+ * the fleet's dedup key (ingest_filehash_init), fed each file in manifest
+ * order with this call (its path's length as 4 bytes little-endian, the
+ * path, its 32-byte whole-file hash), then ingest_filehash_final.
+ */
+INGEST_API void ingest_manifest_digest_add(ingest_filehash *h, const char *path, const uint8_t hash[INGEST_ID_BYTES]);
 
 /*
  * Writer: formats records into memory; the caller writes the bytes out

@@ -134,7 +134,11 @@ enum {
 /*
  * Session features, negotiated in the handshake (docs/protocol.md 2.1-2.2):
  * the device offers a set, the receiver agrees to the offered bits it
- * supports.  Both bytes are covered by the handshake's authentication.
+ * supports.  Both sets are covered by the handshake's authentication.
+ * Bits 0-7 travel in a HELLO of protocol version 1; a device that offers a
+ * higher bit sends a HELLO of version 2 (32 feature bits), which a receiver
+ * of version 1 refuses (INGEST_EVERSION): the device then connects again
+ * offering bits 0-7 only (docs/protocol.md 2.1.1).
  *
  * INGEST_SESSION_FEATURE_PIPELINE: the receiver may answer a BATCH_COMMIT
  * with RECEIVED and send the batch's ACK later, while the next batch
@@ -185,11 +189,29 @@ enum {
  * (CHUNK_DELTA), docs/protocol.md "Delta chunks".
  */
 #define INGEST_SESSION_FEATURE_DELTA 0x80u
+/*
+ * INGEST_SESSION_FEATURE_PUSH: the wire manifest may list a small chunk
+ * without its id ("pushed"): the receiver wants it without a lookup and
+ * takes its id from its bytes when it arrives (docs/protocol.md "Pushed
+ * chunks").  Needs INGEST_SESSION_FEATURE_PACK; a HELLO of version 2.
+ */
+#define INGEST_SESSION_FEATURE_PUSH 0x100u
+/*
+ * INGEST_SESSION_FEATURE_RUNS: indexes travel as runs where they are
+ * consecutive: a WANT may carry (first, n) pairs (INGEST_WANT_RUNS) and the
+ * device may send a group of consecutive chunks as CHUNK_RUN (first, count)
+ * instead of CHUNK_GROUP's 4 bytes per index (docs/protocol.md).  Needs
+ * INGEST_SESSION_FEATURE_PACK; a HELLO of version 2.
+ */
+#define INGEST_SESSION_FEATURE_RUNS 0x200u
+/* The features a HELLO of version 1 can carry (one byte). */
+#define INGEST_SESSION_FEATURES_V1 0xffu
 /* Every feature this library knows. */
 #define INGEST_SESSION_FEATURES_ALL                                                                    \
     (INGEST_SESSION_FEATURE_PIPELINE | INGEST_SESSION_FEATURE_SHUFFLE2 | INGEST_SESSION_FEATURE_PACK | \
      INGEST_SESSION_FEATURE_DICT | INGEST_SESSION_FEATURE_REFUSE | INGEST_SESSION_FEATURE_LANDING |   \
-     INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_DELTA)
+     INGEST_SESSION_FEATURE_WITHDRAW | INGEST_SESSION_FEATURE_DELTA | INGEST_SESSION_FEATURE_PUSH |     \
+     INGEST_SESSION_FEATURE_RUNS)
 
 /* A piece of a frame's payload for ingest_session_sendv. */
 typedef struct ingest_iov {
@@ -236,6 +258,13 @@ INGEST_API int ingest_session_set_features(ingest_session *s, unsigned features)
  * the same on both sides.  0 before the handshake and after a failed one.
  */
 INGEST_API unsigned ingest_session_features(const ingest_session *s);
+/*
+ * Server: the highest handshake version it takes, 1 or 2 (the default).
+ * At 1 it answers a HELLO of version 2 as a receiver of version 1 does
+ * (status 2), so that a device's fallback can be tried against it.
+ * INGEST_EINVAL for another value, on a client, or after the handshake.
+ */
+INGEST_API int ingest_session_set_max_version(ingest_session *s, unsigned version);
 
 /*
  * Run the handshake over a connected stream socket (or pipe-like fd;

@@ -66,7 +66,8 @@ enum {
     INGEST_MSG_FILE_WITHDRAWN = 18, /* agent -> receiver; only with INGEST_SESSION_FEATURE_WITHDRAW */
     INGEST_MSG_DELTA_BASE = 19,     /* receiver -> agent, before the WANT; only with INGEST_SESSION_FEATURE_DELTA */
     INGEST_MSG_CHUNK_DELTA = 20,    /* agent -> receiver; answer to a DELTA_BASE; only with INGEST_SESSION_FEATURE_DELTA */
-    INGEST_MSG_TYPE_LAST = 20,
+    INGEST_MSG_CHUNK_RUN = 21,      /* agent -> receiver; a CHUNK_GROUP of consecutive indexes; only with INGEST_SESSION_FEATURE_RUNS */
+    INGEST_MSG_TYPE_LAST = 21,
 };
 
 /* CHUNK_GROUP bounds: chunks in one group, and bytes they hold decoded. */
@@ -77,6 +78,8 @@ enum {
 
 /* WANT flag: more WANT frames for the same batch follow. */
 #define INGEST_WANT_MORE 0x01u
+/* WANT flag (only with INGEST_SESSION_FEATURE_RUNS): the indexes travel as runs (first, n). */
+#define INGEST_WANT_RUNS 0x02u
 
 /*
  * Dictionaries (INGEST_SESSION_FEATURE_DICT, docs/protocol.md): a
@@ -139,10 +142,15 @@ typedef struct ingest_wire_manifest_end {
 
 typedef struct ingest_wire_want {
     char batch_id[INGEST_WIRE_BATCH_ID_MAX + 1];
-    uint8_t flags;        /* INGEST_WANT_MORE */
-    uint32_t count;       /* number of indexes */
-    const uint8_t *raw;   /* count little-endian u32, strictly increasing */
-    const uint32_t *idx;  /* encode only: the indexes (raw is ignored) */
+    uint8_t flags;        /* INGEST_WANT_MORE, INGEST_WANT_RUNS */
+    /* Without INGEST_WANT_RUNS: count indexes, raw count little-endian u32,
+     * strictly increasing (ingest_wire_want_index).  With it: count runs,
+     * raw count pairs of u32 (first, n >= 1), each run starting past the
+     * previous one's end (ingest_wire_want_run); idx then holds 2 * count
+     * u32 when encoding. */
+    uint32_t count;
+    const uint8_t *raw;
+    const uint32_t *idx;  /* encode only: the indexes, or the runs' pairs (raw is ignored) */
 } ingest_wire_want;
 
 typedef struct ingest_wire_chunk {
@@ -158,7 +166,10 @@ typedef struct ingest_wire_chunk {
  */
 typedef struct ingest_wire_chunk_group {
     uint32_t count;      /* 1..INGEST_WIRE_GROUP_MAX_CHUNKS */
-    const uint8_t *raw;  /* count little-endian u32 indexes, strictly increasing */
+    /* CHUNK_GROUP: count little-endian u32 indexes, strictly increasing.
+     * CHUNK_RUN: NULL, the indexes are first .. first + count - 1. */
+    const uint8_t *raw;
+    uint32_t first;
     const uint8_t *data; /* the encoded chunk */
     size_t len;
 } ingest_wire_chunk_group;
@@ -330,7 +341,9 @@ typedef struct ingest_wire_msg {
 
 /* Index i (< w->count) of a decoded WANT. */
 INGEST_API uint32_t ingest_wire_want_index(const ingest_wire_want *w, uint32_t i);
-/* Index i (< g->count) of a CHUNK_GROUP. */
+/* Run k (< w->count) of a WANT with INGEST_WANT_RUNS (decoded or for encoding). */
+INGEST_API void ingest_wire_want_run(const ingest_wire_want *w, uint32_t k, uint32_t *first, uint32_t *n);
+/* Index i (< g->count) of a CHUNK_GROUP or CHUNK_RUN. */
 INGEST_API uint32_t ingest_wire_group_index(const ingest_wire_chunk_group *g, uint32_t i);
 
 /*

@@ -115,6 +115,7 @@ typedef struct readq {
     ingest_codec *codec;        /* the reader's own decoder */
     ingest_ctx *ctx;            /* codec's */
     int pack;                   /* the pack feature was agreed */
+    int runs;                   /* the runs feature was agreed (CHUNK_RUN) */
     /* CHUNK_GROUP scratch, held only while the reader handles one group (read_group): the decoded
      * bytes, and the expected ids and lengths */
     uint8_t *gbuf, *gids;

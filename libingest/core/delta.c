@@ -60,8 +60,9 @@ int core_delta_bases(core_delta *d, ingest_link *lk, ingest_lander_batch *b, con
         const uint32_t i = wants[k];
         uint8_t id[INGEST_ID_BYTES];
         uint32_t len = 0, blen = 0;
-        if (ingest_lander_chunk_expect(b, i, id, &len) != 0 || len < INGEST_CORE_DELTA_MIN_BASE)
-            continue; /* (a chunk too small for a delta: its predecessor is not even read) */
+        if (ingest_lander_chunk_expect(b, i, id, &len) != 0 || len < INGEST_CORE_DELTA_MIN_BASE ||
+            ingest_lander_chunk_pushed(b, i))
+            continue; /* (too small for a delta: its predecessor is not even read; pushed: its id is not known yet) */
         if (hashed + INGEST_WIRE_DELTA_BLOCKS(len) * INGEST_WIRE_DELTA_HASH_BYTES > INGEST_CORE_DELTA_HASH_BUDGET)
             break; /* the rest is asked for whole: the hashes of a huge rewrite would cost more than they save */
         if (grow(d->ctx, (void **)&d->buf, &d->bufcap, len) != 0) {

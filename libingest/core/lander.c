@@ -370,7 +370,8 @@ void lander__inflight_release(ingest_lander_batch *b, bool locked)
     if (!locked)
         b->l->lk.lock(b->l->lk.ud);
     for (size_t k = 0; k < b->nwants; k++)
-        ingest__inflight_del(b->l->idx, b->device, b->mc[b->wants[k]].id, b);
+        if (b->pushed == NULL || !b->pushed[b->wants[k]]) /* (a pushed chunk was never registered) */
+            ingest__inflight_del(b->l->idx, b->device, b->mc[b->wants[k]].id, b);
     b->registered = false;
     if (!locked)
         b->l->lk.unlock(b->l->lk.ud);
@@ -568,6 +569,7 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
     ingest__free(ctx, b->pos);
     ingest__free(ctx, b->src);
     ingest__free(ctx, b->cst);
+    ingest__free(ctx, b->pushed);
     ingest__free(ctx, b->wants);
     ingest__free(ctx, b->rew);
     ingest__free(ctx, b->rbuf);

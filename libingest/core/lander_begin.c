@@ -123,12 +123,21 @@ static int classify_dups(ingest_lander_batch *b)
     while (tcap < (uint64_t)n * 2)
         tcap *= 2;
     tab = ingest__calloc(b->ctx, tcap, sizeof *tab);
-    if (!b->pos || !b->src || !b->cst || !b->wants || !b->rew || !tab) {
+    if (b->npushed > 0)
+        b->pushed = ingest__calloc(b->ctx, n, 1);
+    if (!b->pos || !b->src || !b->cst || !b->wants || !b->rew || !tab || (b->npushed > 0 && !b->pushed)) {
         rc = ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory for %u chunks", n);
         goto out;
     }
+    static const uint8_t zero[INGEST_ID_BYTES];
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *id = b->mc[i].id;
+        if (b->npushed > 0 && memcmp(id, zero, INGEST_ID_BYTES) == 0) {
+            /* pushed: received whatever it holds (its id is not known before it arrives) */
+            b->pushed[i] = 1;
+            b->cst[i] = K_RECV;
+            continue;
+        }
         uint64_t s = tab_hash(l, id) & (tcap - 1);
         bool dup = false;
         while (tab[s] != 0) {
@@ -196,6 +205,10 @@ static int lookup_known(ingest_lander_batch *b)
             skip_end = b->files[fi].first + b->files[fi].nchunks;
         if (i < skip_end || (b->cst[i] & K_MASK) == K_DUP)
             continue;
+        if (b->pushed != NULL && b->pushed[i]) {
+            b->wants[b->nwants++] = i; /* never looked up, never shared in flight */
+            continue;
+        }
         ingest_chunk_loc loc;
         rc = ingest_index_find_for(l->idx, b->device, b->mc[i].id, &loc);
         bool known = false;
@@ -289,13 +302,27 @@ static int same_landed_batch(ingest_lander_batch *b)
     if (rc < 0)
         same = 0;
     if (same) {
+        /* Files with pushed chunks have no hash yet: the device's digest of (path, hash) per file stands
+         * for them, computed here again from the landed hashes of the same paths. */
+        bool late = false;
+        for (uint32_t i = 0; i < b->nfiles; i++)
+            late = late || b->files[i].hash_late;
+        ingest_filehash dg;
+        ingest_filehash_init(&dg, b->l->key);
         qsort(landed, n, sizeof(*landed), cmp_landed);
         for (uint32_t i = 0; same && i < b->nfiles; i++) {
             const lfile *f = &b->files[i];
             const char *key = f->path;
             char **hit = bsearch(&key, landed, n, sizeof(*landed), cmp_landed);
-            same = hit != NULL && memcmp(*hit + strlen(*hit) + 1, f->hash, INGEST_ID_BYTES) == 0;
+            const uint8_t *h = hit != NULL ? (const uint8_t *)*hit + strlen(*hit) + 1 : NULL;
+            same = h != NULL && (f->hash_late || memcmp(h, f->hash, INGEST_ID_BYTES) == 0);
+            if (same && late)
+                ingest_manifest_digest_add(&dg, f->path, h);
         }
+        uint8_t d[INGEST_ID_BYTES];
+        ingest_filehash_final(&dg, d);
+        if (same && late)
+            same = b->has_digest && sodium_memcmp(d, b->digest, sizeof d) == 0;
     }
     for (size_t i = 0; i < n; i++)
         ingest__free(b->ctx, landed[i]);
@@ -322,7 +349,8 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
     int rc = ingest_manifest_reader_mem(b->ctx, buf, len, &r);
     if (rc < 0)
         return rc;
-    ingest_manifest_reader_set_flags(r, INGEST_MANIFEST_READ_HASH_OPTIONAL);
+    ingest_manifest_reader_set_flags(r, INGEST_MANIFEST_READ_HASH_OPTIONAL |
+                                            (b->push ? INGEST_MANIFEST_READ_ID_OPTIONAL : 0u));
     rc = ingest_manifest_reader_next(r, &rec);
     if (rc == 0)
         rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: empty manifest from device %s", device);
@@ -347,6 +375,8 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
     }
     b->hdr_files = rec.nfiles;
     b->hdr_bytes = rec.total_bytes;
+    b->has_digest = rec.has_digest != 0;
+    memcpy(b->digest, rec.digest, sizeof b->digest);
     lander__hook(b, INGEST__LANDER_HOOK_PARSE);
     if (rec.nfiles > l->max_files) {
         rc = ingest__fail(b->ctx, INGEST_ETOOBIG, "lander: batch %s announces %llu files (at most %u)", b->name,
@@ -373,8 +403,11 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
             goto out;
         if (rc == 0 || rec.type == INGEST_MREC_FILE) {
             if (f && derive) {
-                /* the wire manifest left the hash out: it is that of the chunk ids (docs/manifest.md) */
+                /* the wire manifest left the hash out: it is that of the chunk ids (docs/manifest.md),
+                 * known now unless some were pushed (then when the file has landed: finish_file) */
                 ingest_filehash_final(&dh, f->hash);
+                if (f->hash_late)
+                    memset(f->hash, 0, sizeof f->hash);
                 derive = 0;
             }
             if (f && fsum != f->size) {
@@ -443,9 +476,12 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
                 fsum += cl;
                 if (derive)
                     ingest_filehash_update(&dh, rec.chunks[k].id, INGEST_ID_BYTES);
+                if (rec.npushed > 0 && derive)
+                    f->hash_late = true; /* (with a hash given, it is checked when the file has landed) */
                 b->mc[b->nchunks++] = rec.chunks[k];
             }
             fchunks += rec.nchunks;
+            b->npushed += rec.npushed;
         }
     }
     if (b->nfiles_read != b->nfiles) {
@@ -462,9 +498,15 @@ out:
 int ingest_lander_parse(ingest_lander *l, const char *device, const void *manifest, size_t len,
                         ingest_lander_batch **out)
 {
+    return ingest_lander_parse_ex(l, device, manifest, len, 0, out);
+}
+
+int ingest_lander_parse_ex(ingest_lander *l, const char *device, const void *manifest, size_t len, unsigned flags,
+                           ingest_lander_batch **out)
+{
     if (out)
         *out = NULL;
-    if (!l || !device || !manifest || !out)
+    if (!l || !device || !manifest || !out || (flags & ~INGEST_LANDER_PARSE_PUSH) != 0)
         return INGEST_EINVAL;
     if (l->busy)
         return ingest__fail(l->ctx, INGEST_EBUSY, "lander: batch %s still open", l->busy->name);
@@ -477,6 +519,7 @@ int ingest_lander_parse(ingest_lander *l, const char *device, const void *manife
     b->fd = b->dirfd = b->srcfd = b->spillfd = b->run_fd = b->base_fd = -1;
     b->base_fi = UINT32_MAX;
     b->src_no = UINT64_MAX;
+    b->push = (flags & INGEST_LANDER_PARSE_PUSH) != 0;
     b->state = B_DEAD; /* nothing to remove until landing starts */
     int rc;
     b->device = ingest__strdup(l->ctx, device);

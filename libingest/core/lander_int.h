@@ -12,7 +12,7 @@
  * array so the manifest writer takes a file's chunks in place), a u64
  * position (offset in the spill file before it is written, offset in its
  * landed file after), a u32 (first occurrence of a duplicate) and a state
- * byte.  Per file: its paths.  Two chunk buffers of the largest chunk
+ * byte (and a byte more when some chunks were pushed).  Per file: its paths.  Two chunk buffers of the largest chunk
  * seen.  Nothing else grows with the batch.
  *
  * Landing is a cursor over the chunk list.  A chunk is landed when the
@@ -131,6 +131,9 @@ typedef struct lfile {
     int64_t mtime_ns;
     uint32_t mode;
     uint8_t hash[INGEST_ID_BYTES];
+    /* some of its chunks were pushed (ids taken from their bytes): hash is
+     * known only once it landed (finish_file), not from the manifest */
+    bool hash_late;
     uint32_t first, nchunks;
     uint64_t version;
     ingest_file_identity ident;
@@ -180,6 +183,16 @@ struct ingest_lander_batch_s {
     uint32_t *src;
     uint8_t *cst;
     uint32_t nchunks, chunk_cap;
+    /* Pushed chunks (INGEST_LANDER_PARSE_PUSH, docs/protocol.md "Pushed
+     * chunks"): listed without an id, wanted without a lookup, their id
+     * taken from their bytes when they arrive.  pushed[i] is fixed at parse
+     * (other threads read it, ingest_lander_chunk_pushed); NULL when none. */
+    bool push;
+    uint8_t *pushed;
+    uint32_t npushed;
+    /* the header's digest of (path, hash) per file (ingest_manifest_digest), for the replay check */
+    bool has_digest;
+    uint8_t digest[INGEST_ID_BYTES];
     uint32_t *wants;
     size_t nwants;
     uint32_t *rew;

@@ -249,7 +249,9 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
     if (b->file_off != f->size)
         return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: wrote %llu bytes, size is %llu", f->path,
                             (unsigned long long)b->file_off, (unsigned long long)f->size);
-    if (sodium_memcmp(h, f->hash, sizeof h) != 0)
+    if (f->hash_late)
+        memcpy(f->hash, h, sizeof h); /* some chunks were pushed: now known */
+    else if (sodium_memcmp(h, f->hash, sizeof h) != 0)
         return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: whole-file hash differs from the manifest",
                             f->path);
     if (!b->mode_set && fchmod(b->fd, (mode_t)landed_mode(f->mode)) < 0)
@@ -921,9 +923,17 @@ int ingest_lander_chunk_expect(const ingest_lander_batch *b, uint32_t i, uint8_t
 {
     if (b == NULL || i >= b->nchunks)
         return INGEST_EINVAL;
-    memcpy(id, b->mc[i].id, INGEST_ID_BYTES);
+    if (b->pushed != NULL && b->pushed[i])
+        memset(id, 0, INGEST_ID_BYTES); /* (its entry takes the id the landing computes: not read here) */
+    else
+        memcpy(id, b->mc[i].id, INGEST_ID_BYTES);
     *len = b->mc[i].len;
     return 0;
+}
+
+int ingest_lander_chunk_pushed(const ingest_lander_batch *b, uint32_t i)
+{
+    return b != NULL && i < b->nchunks && b->pushed != NULL && b->pushed[i];
 }
 
 /* Checks shared by put_chunk and put_verified: is chunk i awaited? */
@@ -969,7 +979,9 @@ int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const void *enco
         return rc;
     size_t got = 0;
     b->inbuf = b->rbuf;
-    rc = ingest_codec_decode(b->l->codec, encoded, len, b->rbuf, b->mc[i].len, &got, b->l->key, b->mc[i].id);
+    const bool pushed = b->pushed != NULL && b->pushed[i];
+    rc = ingest_codec_decode(b->l->codec, encoded, len, b->rbuf, b->mc[i].len, &got, pushed ? NULL : b->l->key,
+                             pushed ? NULL : b->mc[i].id);
     if (rc < 0) {
         char keep[INGEST__ERRMSG_MAX];
         memcpy(keep, b->ctx->errmsg, sizeof keep);
@@ -979,6 +991,8 @@ int ingest_lander_put_chunk(ingest_lander_batch *b, uint32_t i, const void *enco
         return lander__fail_batch(b, ingest__fail(b->ctx, INGEST_EMISMATCH,
                                           "lander: batch %s: chunk %u decodes to %zu bytes, manifest says %u", b->name,
                                           i, got, b->mc[i].len));
+    if (pushed) /* its id is that of its bytes */
+        ingest_chunk_id(b->l->key, b->rbuf, got, b->mc[i].id);
     return put_tail(b, i, len);
 }
 
@@ -988,7 +1002,9 @@ int ingest_lander_put_verified(ingest_lander_batch *b, uint32_t i, const void *r
     int rc = put_check(b, i, raw, len);
     if (rc < 0)
         return rc;
-    if (id == NULL || sodium_memcmp(id, b->mc[i].id, INGEST_ID_BYTES) != 0)
+    if (id != NULL && b->pushed != NULL && b->pushed[i])
+        memcpy(b->mc[i].id, id, INGEST_ID_BYTES); /* pushed: the caller computed it from its bytes */
+    else if (id == NULL || sodium_memcmp(id, b->mc[i].id, INGEST_ID_BYTES) != 0)
         return lander__fail_batch(b, ingest__fail(b->ctx, INGEST_EMISMATCH,
                                           "lander: batch %s: chunk %u was verified against another id than the "
                                           "manifest's (sent before the WANT that asked for it?)",

@@ -5,6 +5,7 @@
  */
 #include "core_int.h"
 
+#include <sodium.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,8 +177,10 @@ static int read_group(readq *q, const ingest_wire_msg *m)
     pthread_mutex_lock(&q->lock);
     const uint64_t gen = q->gen;
     int ok = q->batch != NULL;
+    uint32_t npushed = 0; /* pushed chunks have an all-zero id here: theirs is computed below */
     for (uint32_t i = 0; ok && i < g->count; i++) {
         const uint32_t idx = ingest_wire_group_index(g, i);
+        npushed += ingest_lander_chunk_pushed(q->batch, idx) != 0;
         if (ingest_lander_chunk_expect(q->batch, idx, q->gids + (size_t)i * INGEST_ID_BYTES, &q->glens[i]) != 0) {
             snprintf(why, sizeof(why), "chunk %u is past the batch's chunk list", idx);
             bad = idx;
@@ -212,8 +215,12 @@ static int read_group(readq *q, const ingest_wire_msg *m)
     size_t at = 0;
     for (uint32_t i = 0; ok && i < g->count; at += q->glens[i], i++) {
         uint8_t id[INGEST_ID_BYTES];
+        uint8_t *want = q->gids + (size_t)i * INGEST_ID_BYTES;
         ingest_chunk_id(q->key, q->gbuf + at, q->glens[i], id);
-        if (memcmp(id, q->gids + (size_t)i * INGEST_ID_BYTES, INGEST_ID_BYTES) != 0) {
+        if (npushed > 0 && sodium_is_zero(want, INGEST_ID_BYTES)) {
+            /* pushed (listed without an id): the lander takes this id as the chunk's (put_verified) */
+            memcpy(want, id, INGEST_ID_BYTES);
+        } else if (memcmp(id, want, INGEST_ID_BYTES) != 0) {
             bad = ingest_wire_group_index(g, i);
             snprintf(why, sizeof(why), "chunk %u does not match its id in the manifest", bad);
             ok = 0;
@@ -274,15 +281,18 @@ void *core_reader_main(void *arg)
             uint32_t len = 0;
             pthread_mutex_lock(&q->lock);
             const int known = q->batch != NULL && ingest_lander_chunk_expect(q->batch, m.u.chunk.index, id, &len) == 0;
+            const int pushed = known && ingest_lander_chunk_pushed(q->batch, m.u.chunk.index);
             const uint64_t gen = q->gen;
             q->decoding = known;
             pthread_mutex_unlock(&q->lock);
             size_t got = 0;
             const double t0 = core_now();
             const int ok = known && (it = item_new(q, len)) != NULL &&
-                           ingest_codec_decode(q->codec, m.u.chunk.data, m.u.chunk.len, it->data, len, &got, q->key,
-                                               id) == 0 &&
+                           ingest_codec_decode(q->codec, m.u.chunk.data, m.u.chunk.len, it->data, len, &got,
+                                               pushed ? NULL : q->key, pushed ? NULL : id) == 0 &&
                            got == len;
+            if (ok && pushed) /* listed without an id: its id is that of its bytes */
+                ingest_chunk_id(q->key, it->data, len, id);
             if (known)
                 reader_decoding(q, 0);
             if (ok) {
@@ -300,7 +310,7 @@ void *core_reader_main(void *arg)
             it->gen = gen;
             it->enc_len = m.u.chunk.len;
             it->m.u.chunk.data = NULL;
-        } else if (m.type == INGEST_MSG_CHUNK_GROUP && q->pack) {
+        } else if ((m.type == INGEST_MSG_CHUNK_GROUP && q->pack) || (m.type == INGEST_MSG_CHUNK_RUN && q->runs)) {
             if (read_group(q, &m) != 0)
                 break;
             continue;

@@ -59,10 +59,53 @@ static void sort_wants(u32vec *w)
     w->n = n;
 }
 
+/* With the runs feature: the sorted indexes w as WANT frames of runs (first, n), MORE on all but the last. */
+static int send_want_runs(ingest_link *lk, const char *batch, const u32vec *w, size_t nruns)
+{
+    uint32_t *pairs = ingest__malloc(w->ctx, 2 * nruns * sizeof *pairs);
+    if (pairs == NULL)
+        return ingest__fail(w->ctx, INGEST_ENOMEM, "out of memory for %zu runs of wanted chunks", nruns);
+    size_t k = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        if (k > 0 && w->v[i] == pairs[2 * (k - 1)] + pairs[2 * (k - 1) + 1]) {
+            pairs[2 * (k - 1) + 1]++;
+        } else {
+            pairs[2 * k] = w->v[i];
+            pairs[2 * k + 1] = 1;
+            k++;
+        }
+    }
+    const size_t per = (INGEST_WIRE_MAX_PAYLOAD - 256) / 8;
+    size_t off = 0;
+    int rc = 0;
+    do {
+        const size_t c = nruns - off < per ? nruns - off : per;
+        ingest_wire_msg m;
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_WANT;
+        snprintf(m.u.want.batch_id, sizeof(m.u.want.batch_id), "%s", batch);
+        m.u.want.count = (uint32_t)c;
+        m.u.want.idx = pairs + 2 * off;
+        m.u.want.flags = INGEST_WANT_RUNS | (off + c < nruns ? INGEST_WANT_MORE : 0);
+        if ((rc = ingest_link_send(lk, &m)) < 0)
+            break;
+        off += c;
+    } while (off < nruns);
+    ingest__free(w->ctx, pairs);
+    return rc;
+}
+
 /* Send the indexes as WANT frames (sorted, deduplicated), MORE on all but the last. */
 static int send_wants(ingest_link *lk, const char *batch, u32vec *w)
 {
     sort_wants(w);
+    if (lk->features & INGEST_SESSION_FEATURE_RUNS) {
+        size_t nruns = 0;
+        for (size_t i = 0; i < w->n; i++)
+            nruns += i == 0 || w->v[i] != w->v[i - 1] + 1;
+        if (nruns > 0 && 2 * nruns < w->n) /* 8 bytes a run against 4 an index */
+            return send_want_runs(lk, batch, w, nruns);
+    }
     const size_t per = (INGEST_WIRE_MAX_PAYLOAD - 256) / 4;
     size_t off = 0;
     do {
@@ -681,6 +724,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     q.stage = s->m.stage;
     q.ctx = ctx;
     q.pack = (link->features & INGEST_SESSION_FEATURE_PACK) != 0;
+    q.runs = q.pack && (link->features & INGEST_SESSION_FEATURE_RUNS) != 0;
     if (ingest_codec_create(ctx, 1, &q.codec) < 0 || core_thread_start(&reader, core_reader_main, &q) != 0) {
         core_log(s, INGEST_LOG_ERROR, "device %s: cannot start its reader: %s", device, ingest_ctx_errmsg(ctx));
         goto out;
@@ -786,7 +830,9 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
             }
             batch_t0 = core_now();
             /* parsed without the land lock; the lander takes it for the replay check and the lookups */
-            rc = ingest_lander_parse(landers[k], device, manifest, mlen, &b);
+            rc = ingest_lander_parse_ex(landers[k], device, manifest, mlen,
+                                        (link->features & INGEST_SESSION_FEATURE_PUSH) ? INGEST_LANDER_PARSE_PUSH : 0u,
+                                        &b);
             if (rc == 0)
                 rc = ingest_lander_lookup(b);
             char why[INGEST_WIRE_MESSAGE_MAX];

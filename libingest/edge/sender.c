@@ -184,6 +184,7 @@ struct ingest_sender_batch_s {
     ingest__buf small; /* the bytes of small files as chunked (SENDER_SMALL_CACHE) */
     ingest_manifest_writer *mw;
     unsigned mw_flags; /* INGEST_SENDER_MANIFEST_* mw was written with */
+    uint32_t mw_push;  /* and its push_max */
 };
 
 static int on_chunk(void *ud, const ingest_chunk_info *c);
@@ -1502,8 +1503,30 @@ int ingest_sender_batch_manifest(ingest_sender_batch *b, const void **ptr, size_
 
 int ingest_sender_batch_manifest_ex(ingest_sender_batch *b, unsigned flags, const void **ptr, size_t *len)
 {
+    return ingest_sender_batch_manifest_push(b, flags, 0, NULL, NULL, ptr, len);
+}
+
+/* File f is pushed: at most push_max bytes, some chunk, none the core is known to hold. */
+static bool file_pushed(const ingest_sender_batch *b, const bfile *f, uint32_t push_max,
+                        int (*known)(void *, const uint8_t *), void *ud)
+{
+    if (f->nchunks == 0 || f->size > push_max)
+        return false;
+    for (uint64_t k = f->first_chunk; known != NULL && k < f->first_chunk + f->nchunks; k++)
+        if (known(ud, b->chunks[k].id) == 1)
+            return false;
+    return true;
+}
+
+int ingest_sender_batch_manifest_push(ingest_sender_batch *b, unsigned flags, uint32_t push_max,
+                                      int (*known)(void *ud, const uint8_t id[INGEST_ID_BYTES]), void *ud,
+                                      const void **ptr, size_t *len)
+{
+    bool *pushed = NULL;
     int rc = 0;
-    if (b->mw != NULL && b->mw_flags != flags) {
+    if (!(flags & INGEST_SENDER_MANIFEST_NO_HASH))
+        push_max = 0; /* a pushed file's hash is the receiver's to work out */
+    if (b->mw != NULL && (b->mw_flags != flags || b->mw_push != push_max)) {
         ingest_manifest_writer_destroy(b->mw);
         b->mw = NULL;
     }
@@ -1519,6 +1542,24 @@ int ingest_sender_batch_manifest_ex(ingest_sender_batch *b, unsigned flags, cons
         rec.nfiles = b->nfiles;
         rec.total_bytes = b->bytes;
         rec.created_ns = b->created_ns;
+        bool pushing = false;
+        if (push_max > 0 && b->nfiles > 0) {
+            if ((pushed = ingest__calloc(b->ctx, b->nfiles, sizeof *pushed)) == NULL) {
+                ingest_manifest_writer_destroy(w);
+                return ingest__fail(b->ctx, INGEST_ENOMEM, "sender: out of memory for the manifest of %s", b->id);
+            }
+            for (size_t i = 0; i < b->nfiles; i++)
+                pushing |= pushed[i] = file_pushed(b, &b->files[i], push_max, known, ud);
+        }
+        if (pushing) {
+            /* the replay check's stand-in for the hashes the receiver cannot know before the bytes arrive */
+            ingest_filehash dg;
+            ingest_filehash_init(&dg, b->s->key);
+            for (size_t i = 0; i < b->nfiles; i++)
+                ingest_manifest_digest_add(&dg, (const char *)b->paths.buf + b->files[i].path_off, b->files[i].hash);
+            ingest_filehash_final(&dg, rec.digest);
+            rec.has_digest = 1;
+        }
         rc = ingest_manifest_writer_add(w, &rec);
         for (size_t i = 0; rc == 0 && i < b->nfiles; i++) {
             const bfile *f = &b->files[i];
@@ -1532,17 +1573,21 @@ int ingest_sender_batch_manifest_ex(ingest_sender_batch *b, unsigned flags, cons
             rec.version = 0;
             memcpy(rec.hash, f->hash, INGEST_ID_BYTES);
             rec.omit_hash = (flags & INGEST_SENDER_MANIFEST_NO_HASH) != 0;
+            if (pushed != NULL && pushed[i])
+                rec.push_max = push_max; /* every chunk of it: none is longer than the file */
             rec.nchunks_total = f->nchunks;
             rec.chunks = f->nchunks ? &b->chunks[f->first_chunk] : NULL;
             rec.nchunks = (uint32_t)f->nchunks;
             rc = ingest_manifest_writer_add(w, &rec);
         }
+        ingest__free(b->ctx, pushed);
         if (rc < 0) {
             ingest_manifest_writer_destroy(w);
             return rc;
         }
         b->mw = w;
         b->mw_flags = flags;
+        b->mw_push = push_max;
     }
     *ptr = ingest_manifest_writer_data(b->mw, len);
     return 0;

@@ -40,6 +40,9 @@ struct ingest_edge {
     uint8_t dict_hash[INGEST_DICT_HASH_BYTES];
     int dict_said; /* why it could not be used was logged (once) */
     int pipeline, pack;
+    int runs; /* the runs feature: WANTs may come as runs, consecutive groups go as CHUNK_RUN */
+    uint32_t *wexp; /* a WANT of runs, expanded to its indexes (at most the batch's chunks) */
+    size_t wexp_cap;
     ingest_codec *mcodec; /* the manifest's (pack) */
     uint8_t *mbuf;
     /* batches answered RECEIVED, their ACKs to come, oldest first (at most INGEST_EDGE_PENDING_MAX) */
@@ -157,6 +160,7 @@ void ingest_edge_destroy(ingest_edge *a)
     ingest_codec_destroy(a->mcodec);
     ingest__free(a->ctx, a->mbuf);
     ingest__free(a->ctx, a->chunkbuf);
+    ingest__free(a->ctx, a->wexp);
     ingest__free(a->ctx, a->dmap);
     ingest__free(a->ctx, a->dbase);
     ingest__free(a->ctx, a->dpool);
@@ -170,6 +174,7 @@ int ingest_edge_attach(ingest_edge *a, ingest_link *link)
     a->landing_taken = 0;
     a->pipeline = (link->features & INGEST_SESSION_FEATURE_PIPELINE) != 0;
     a->pack = (link->features & INGEST_SESSION_FEATURE_PACK) != 0;
+    a->runs = a->pack && (link->features & INGEST_SESSION_FEATURE_RUNS) != 0;
     if (a->pack && a->mcodec == NULL) {
         /* The manifest's own codec and buffer.  Level 1: on the bench profiles' manifests (mostly hex
          * ids and repeated keys) it came out smaller than level 3 and costs less CPU (docs/compression.md). */
@@ -289,7 +294,9 @@ int ingest_edge_send_manifest(ingest_edge *a, ingest_sender_batch *b)
 {
     const void *mp;
     size_t mlen;
-    int rc = ingest_sender_batch_manifest_ex(b, a->pack ? INGEST_SENDER_MANIFEST_NO_HASH : 0u, &mp, &mlen);
+    const uint32_t push = a->pack && (a->link->features & INGEST_SESSION_FEATURE_PUSH) ? a->o.push_max : 0u;
+    int rc = ingest_sender_batch_manifest_push(b, a->pack ? INGEST_SENDER_MANIFEST_NO_HASH : 0u, push, a->o.known,
+                                               a->o.userdata, &mp, &mlen);
     if (rc < 0)
         return rc;
     ingest_sender_batch_stats bs;
@@ -991,6 +998,14 @@ static int send_unit(ingest_edge *a, ingest_sender_batch *b, uint32_t *idx, uint
         m.u.chunk.index = idx[0];
         m.u.chunk.data = data;
         m.u.chunk.len = n;
+    } else if (a->runs && idx[count - 1] - idx[0] == count - 1) {
+        /* consecutive indexes (strictly increasing): the first and the count say them all */
+        m.type = INGEST_MSG_CHUNK_RUN;
+        m.u.group.count = count;
+        m.u.group.first = idx[0];
+        m.u.group.raw = NULL;
+        m.u.group.data = data;
+        m.u.group.len = n;
     } else {
         for (uint32_t i = 0; i < count; i++) {
             const uint32_t v = idx[i];
@@ -1141,6 +1156,55 @@ static int send_wanted(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
     return send_each(a, b, w, 0, sent, stale);
 }
 
+/*
+ * A WANT of runs (the runs feature): its indexes into a->wexp, w then
+ * naming them as a WANT of indexes.  The runs are ordered and disjoint (the
+ * wire decoder checked); every index must be one of the batch's chunks, so
+ * the buffer is at most the batch's chunk list.
+ */
+static int expand_runs(ingest_edge *a, ingest_sender_batch *b, ingest_wire_want *w)
+{
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    if (!a->runs) {
+        edge_log(a, INGEST_LOG_ERROR, "batch %s: a WANT of runs, but the runs feature was not agreed",
+                 ingest_sender_batch_id(b));
+        return INGEST_EPROTO;
+    }
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < w->count; k++) {
+        uint32_t first, n;
+        ingest_wire_want_run(w, k, &first, &n);
+        if ((uint64_t)first + n > bs.chunks) {
+            edge_log(a, INGEST_LOG_ERROR, "batch %s: WANT run %u asks for chunks %u..%llu, past the batch's %llu",
+                     ingest_sender_batch_id(b), (unsigned)k, (unsigned)first, (unsigned long long)first + n - 1,
+                     (unsigned long long)bs.chunks);
+            return INGEST_EPROTO;
+        }
+        total += n;
+    }
+    if (total > a->wexp_cap) {
+        uint32_t *p = ingest__realloc(a->ctx, a->wexp, a->wexp_cap * sizeof(*p), total * sizeof(*p));
+        if (p == NULL)
+            return ingest__fail(a->ctx, INGEST_ENOMEM, "out of memory for a WANT of %llu chunks",
+                                (unsigned long long)total);
+        a->wexp = p;
+        a->wexp_cap = total;
+    }
+    size_t j = 0;
+    for (uint32_t k = 0; k < w->count; k++) {
+        uint32_t first, n;
+        ingest_wire_want_run(w, k, &first, &n);
+        for (uint32_t i = 0; i < n; i++)
+            a->wexp[j++] = first + i;
+    }
+    w->idx = a->wexp;
+    w->raw = NULL;
+    w->count = (uint32_t)total;
+    w->flags &= (uint8_t)~INGEST_WANT_RUNS;
+    return 0;
+}
+
 /* Read WANT frames until one without MORE, sending the chunks of each. */
 static int serve_wants(ingest_edge *a, ingest_sender_batch *b, ingest_wire_msg *first, uint32_t *sent, int *stale)
 {
@@ -1152,8 +1216,11 @@ static int serve_wants(ingest_edge *a, ingest_sender_batch *b, ingest_wire_msg *
             return INGEST_EPROTO;
         }
         const int more = (m.u.want.flags & INGEST_WANT_MORE) != 0;
+        int rc;
+        if ((m.u.want.flags & INGEST_WANT_RUNS) && (rc = expand_runs(a, b, &m.u.want)) < 0)
+            return rc;
         /* The WANT's index list lives in the session's receive buffer: send before the next receive. */
-        int rc = send_wanted(a, b, &m.u.want, sent, stale);
+        rc = send_wanted(a, b, &m.u.want, sent, stale);
         if (rc < 0 || *stale || !more)
             return rc;
         if ((rc = recv_msg(a, &m, a->reply_ms)) < 0)

@@ -17,11 +17,19 @@
 #include <unistd.h>
 
 #define HS_MAGIC "INGST"
-#define HS_VERSION 1
-#define HS_PREFIX 13 /* magic 5, version, cipher offer, features, max payload 4, id length */
-#define HS_HELLO_MAX (HS_PREFIX + INGEST_DEVICE_ID_MAX + 32)
+/*
+ * Version 1 carries one byte of features, version 2 four (the only
+ * difference).  A device sends version 2 only when it offers a feature
+ * above bit 7; a receiver speaks both and answers in the device's version.
+ */
+#define HS_VERSION 2    /* the highest we speak */
+#define HS_PREFIX 13    /* v1: magic 5, version, cipher offer, features, max payload 4, id length */
+#define HS_PREFIX_V2 16 /* v2: magic 5, version, cipher offer, features 4, max payload 4, id length */
+#define HS_HELLO_MAX (HS_PREFIX_V2 + INGEST_DEVICE_ID_MAX + 32)
 #define HS_REPLY_HEAD 2 /* status, version */
-#define HS_REPLY 72     /* head, cipher, features, max payload 4, e_r 32, mac 32 */
+#define HS_REPLY 72     /* v1: head, cipher, features, max payload 4, e_r 32, mac 32 */
+#define HS_REPLY_V2 75  /* v2: head, cipher, features 4, max payload 4, e_r 32, mac 32 */
+#define HS_REPLY_MAX HS_REPLY_V2
 #define HS_MAC 32
 #define HS_LABEL "ingest-session-v1"
 #define KDF_CONTEXT "ingestv1"
@@ -56,6 +64,7 @@ struct ingest_session_s {
     int cipher;
     unsigned features_pref; /* client: offered; server: supported */
     unsigned features;      /* agreed; set only when the handshake succeeds */
+    unsigned max_version;   /* server: the highest HELLO version taken (HS_VERSION; tests: 1) */
     size_t max_payload;      /* what we accept */
     size_t peer_max_payload; /* what the peer accepts */
     int send_timeout_ms;
@@ -210,6 +219,7 @@ static int session_new(ingest_ctx *ctx, const ingest_secret_key *self, int is_se
         return ingest__fail(ctx, INGEST_ENOMEM, "session: out of memory");
     s->ctx = ctx;
     s->is_server = is_server;
+    s->max_version = HS_VERSION;
     s->max_payload = INGEST_WIRE_MAX_PAYLOAD;
     s->send_timeout_ms = 60000;
     s->self = *self;
@@ -319,6 +329,15 @@ int ingest_session_set_features(ingest_session *s, unsigned features)
 
 unsigned ingest_session_features(const ingest_session *s) { return s->established ? s->features : 0; }
 
+int ingest_session_set_max_version(ingest_session *s, unsigned version)
+{
+    if (!s->is_server || s->established || version < 1 || version > HS_VERSION)
+        return ingest__fail(s->ctx, INGEST_EINVAL, "session: max version %u (a server's, before the handshake, 1..%d)",
+                            version, HS_VERSION);
+    s->max_version = version;
+    return 0;
+}
+
 size_t ingest_session_peer_max_payload(const ingest_session *s) { return s->established ? s->peer_max_payload : 0; }
 
 const char *ingest_session_peer_id(const ingest_session *s) { return s->peer_id; }
@@ -331,7 +350,7 @@ const char *ingest_session_recv_errmsg(const ingest_session *s) { return s->rx.e
 /*
  * Transcript hash: label, receiver static, device static, the whole HELLO and
  * the reply up to the MAC.  So mac_r and mac_c authenticate the cipher offer
- * and choice, the features offered (HELLO byte 7) and agreed (REPLY byte 3),
+ * and choice, the features offered and agreed (a byte each in version 1, a u32 in version 2),
  * both payload bounds, the id and both ephemeral keys.
  */
 static void transcript(uint8_t h[32], const uint8_t rs[32], const uint8_t cs[32], const uint8_t *hello,
@@ -398,9 +417,13 @@ static int hs_io_fail(ingest_session *s, const char *step, int rc, int err)
 
 static int client_handshake(ingest_session *s, int fd, int64_t deadline)
 {
-    uint8_t hello[HS_HELLO_MAX], reply[HS_REPLY];
+    uint8_t hello[HS_HELLO_MAX], reply[HS_REPLY_MAX];
     uint8_t e_pk[32], e_sk[32], dh[128], h[32], c2s[32], s2c[32], mac_s[32], mac_c[32];
     size_t n, id_len = strlen(s->peer_id);
+    /* version 2 only when a feature needs it: a receiver of version 1 takes every other HELLO */
+    const unsigned version = (s->features_pref & ~INGEST_SESSION_FEATURES_V1) != 0 ? 2u : 1u;
+    const size_t pre = version == 2 ? HS_PREFIX_V2 : HS_PREFIX;
+    const size_t rlen = version == 2 ? HS_REPLY_V2 : HS_REPLY;
     int rc, err;
     crypto_kx_keypair(e_pk, e_sk);
 
@@ -410,14 +433,19 @@ static int client_handshake(ingest_session *s, int fd, int64_t deadline)
     if (s->cipher_pref != INGEST_CIPHER_AES256GCM)
         offer |= OFFER_XCHACHA;
     memcpy(hello, HS_MAGIC, 5);
-    hello[5] = HS_VERSION;
+    hello[5] = (uint8_t)version;
     hello[6] = offer;
-    hello[7] = (uint8_t)s->features_pref;
-    ingest__put_u32(hello + 8, (uint32_t)s->max_payload);
-    hello[12] = (uint8_t)id_len;
-    memcpy(hello + HS_PREFIX, s->peer_id, id_len);
-    memcpy(hello + HS_PREFIX + id_len, e_pk, 32);
-    const size_t hello_len = HS_PREFIX + id_len + 32;
+    if (version == 2) {
+        ingest__put_u32(hello + 7, (uint32_t)s->features_pref);
+        ingest__put_u32(hello + 11, (uint32_t)s->max_payload);
+    } else {
+        hello[7] = (uint8_t)s->features_pref;
+        ingest__put_u32(hello + 8, (uint32_t)s->max_payload);
+    }
+    hello[pre - 1] = (uint8_t)id_len;
+    memcpy(hello + pre, s->peer_id, id_len);
+    memcpy(hello + pre + id_len, e_pk, 32);
+    const size_t hello_len = pre + id_len + 32;
 
     rc = write_full(fd, hello, hello_len, deadline, &n, &err);
     if (rc != 0) {
@@ -437,7 +465,7 @@ static int client_handshake(ingest_session *s, int fd, int64_t deadline)
         goto out;
     case ST_VERSION:
         rc = ingest__fail(s->ctx, INGEST_EVERSION,
-                          "handshake: the receiver does not speak protocol version %d (it speaks %u)", HS_VERSION,
+                          "handshake: the receiver does not speak protocol version %u (it speaks %u)", version,
                           (unsigned)reply[1]);
         goto out;
     case ST_MALFORMED:
@@ -452,19 +480,19 @@ static int client_handshake(ingest_session *s, int fd, int64_t deadline)
                           (unsigned)reply[0]);
         goto out;
     }
-    if (reply[1] != HS_VERSION) {
-        rc = ingest__fail(s->ctx, INGEST_EVERSION, "handshake: receiver answered with protocol version %u, expected %d",
-                          (unsigned)reply[1], HS_VERSION);
+    if (reply[1] != version) {
+        rc = ingest__fail(s->ctx, INGEST_EVERSION, "handshake: receiver answered with protocol version %u, expected %u",
+                          (unsigned)reply[1], version);
         goto out;
     }
-    rc = read_full(fd, reply + HS_REPLY_HEAD, HS_REPLY - HS_REPLY_HEAD, deadline, &n, &err);
+    rc = read_full(fd, reply + HS_REPLY_HEAD, rlen - HS_REPLY_HEAD, deadline, &n, &err);
     if (rc != 0) {
         rc = hs_io_fail(s, "reading the receiver's reply", rc, err);
         goto out;
     }
     const uint8_t cipher = reply[2];
-    const uint8_t agreed = reply[3];
-    const uint32_t peer_max = ingest__get_u32(reply + 4);
+    const uint32_t agreed = version == 2 ? ingest__get_u32(reply + 3) : reply[3];
+    const uint32_t peer_max = ingest__get_u32(reply + (version == 2 ? 7 : 4));
     if (!((cipher == INGEST_CIPHER_AES256GCM && (offer & OFFER_AES)) ||
           (cipher == INGEST_CIPHER_XCHACHA20POLY1305 && (offer & OFFER_XCHACHA))) ||
         peer_max < MIN_PAYLOAD_BOUND || peer_max > INGEST_WIRE_MAX_PAYLOAD_HIGHEST) {
@@ -473,22 +501,22 @@ static int client_handshake(ingest_session *s, int fd, int64_t deadline)
                           (unsigned)cipher, (unsigned)peer_max);
         goto out;
     }
-    if ((agreed & ~hello[7]) != 0) {
+    if ((agreed & ~s->features_pref) != 0) {
         rc = ingest__fail(s->ctx, INGEST_EPROTO,
                           "handshake: the receiver agreed to features 0x%02x, but we offered only 0x%02x "
                           "(a broken receiver, or the exchange was tampered with)",
-                          (unsigned)agreed, (unsigned)hello[7]);
+                          (unsigned)agreed, s->features_pref);
         goto out;
     }
-    const uint8_t *e_r = reply + 8;
+    const uint8_t *e_r = reply + rlen - HS_MAC - 32;
     if (crypto_scalarmult(dh, e_sk, s->peer_static) != 0 || crypto_scalarmult(dh + 32, s->self.sk, s->peer_static) != 0 ||
         crypto_scalarmult(dh + 64, e_sk, e_r) != 0 || crypto_scalarmult(dh + 96, s->self.sk, e_r) != 0) {
         rc = ingest__fail(s->ctx, INGEST_ECRYPTO, "handshake: weak public key from the receiver");
         goto out;
     }
-    transcript(h, s->peer_static, s->self.pk, hello, hello_len, reply, HS_REPLY - HS_MAC);
+    transcript(h, s->peer_static, s->self.pk, hello, hello_len, reply, rlen - HS_MAC);
     derive(dh, h, c2s, s2c, mac_s, mac_c);
-    if (sodium_memcmp(mac_s, reply + HS_REPLY - HS_MAC, HS_MAC) != 0) {
+    if (sodium_memcmp(mac_s, reply + rlen - HS_MAC, HS_MAC) != 0) {
         rc = ingest__fail(s->ctx, INGEST_ECRYPTO,
                           "handshake: the key exchange did not verify: this device is not in the receiver's "
                           "authorized_devices or is listed there with another key, or the receiver does not hold "
@@ -519,9 +547,9 @@ out:
 }
 
 /* Send a refusal {status, version}; the caller's error stands either way. */
-static void refuse(int fd, int64_t deadline, uint8_t status)
+static void refuse(const ingest_session *s, int fd, int64_t deadline, uint8_t status)
 {
-    const uint8_t r[2] = { status, HS_VERSION };
+    const uint8_t r[2] = { status, (uint8_t)s->max_version };
     size_t n;
     int err;
     (void)write_full(fd, r, sizeof(r), deadline, &n, &err);
@@ -546,7 +574,7 @@ static void unknown_id_key(const ingest_session *s, const char *id, size_t id_le
 
 static int server_handshake(ingest_session *s, int fd, int64_t deadline)
 {
-    uint8_t hello[HS_HELLO_MAX], reply[HS_REPLY];
+    uint8_t hello[HS_HELLO_MAX], reply[HS_REPLY_MAX];
     uint8_t e_pk[32], e_sk[32], dh[128], h[32], c2s[32], s2c[32], mac_s[32], mac_c[32], got_mac[32];
     uint8_t dev_pk[INGEST_PUBKEY_BYTES];
     size_t n;
@@ -562,34 +590,42 @@ static int server_handshake(ingest_session *s, int fd, int64_t deadline)
         rc = ingest__fail(s->ctx, INGEST_EPROTO, "handshake: bad magic in HELLO (not an ingest agent?)");
         goto out;
     }
-    if (hello[5] != HS_VERSION) {
-        refuse(fd, deadline, ST_VERSION);
-        rc = ingest__fail(s->ctx, INGEST_EVERSION, "handshake: device speaks protocol version %u, we speak %d",
-                          (unsigned)hello[5], HS_VERSION);
+    const unsigned version = hello[5];
+    if (version != 1 && (version != 2 || s->max_version < 2)) {
+        refuse(s, fd, deadline, ST_VERSION);
+        rc = ingest__fail(s->ctx, INGEST_EVERSION, "handshake: device speaks protocol version %u, we speak 1 to %u",
+                          version, s->max_version);
+        goto out;
+    }
+    const size_t pre = version == 2 ? HS_PREFIX_V2 : HS_PREFIX;
+    const size_t rlen = version == 2 ? HS_REPLY_V2 : HS_REPLY;
+    if (version == 2 && (rc = read_full(fd, hello + HS_PREFIX, HS_PREFIX_V2 - HS_PREFIX, deadline, &n, &err)) != 0) {
+        rc = hs_io_fail(s, "reading HELLO", rc, err);
         goto out;
     }
     const uint8_t offer = hello[6];
     /* Offered features we do not know are not an error: we just do not agree. */
-    const uint8_t agreed = (uint8_t)(hello[7] & s->features_pref);
-    const uint32_t peer_max = ingest__get_u32(hello + 8);
-    const size_t id_len = hello[12];
+    const uint32_t offered = version == 2 ? ingest__get_u32(hello + 7) : hello[7];
+    const uint32_t agreed = offered & s->features_pref;
+    const uint32_t peer_max = ingest__get_u32(hello + (version == 2 ? 11 : 8));
+    const size_t id_len = hello[pre - 1];
     if ((offer & ~(OFFER_AES | OFFER_XCHACHA)) != 0 || offer == 0 ||
         peer_max < MIN_PAYLOAD_BOUND || peer_max > INGEST_WIRE_MAX_PAYLOAD_HIGHEST || id_len == 0 ||
         id_len > INGEST_DEVICE_ID_MAX) {
-        refuse(fd, deadline, ST_MALFORMED);
+        refuse(s, fd, deadline, ST_MALFORMED);
         rc = ingest__fail(s->ctx, INGEST_EPROTO,
                           "handshake: malformed HELLO (offer 0x%02x, max payload %u, id length %zu)",
                           (unsigned)offer, (unsigned)peer_max, id_len);
         goto out;
     }
-    rc = read_full(fd, hello + HS_PREFIX, id_len, deadline, &n, &err);
+    rc = read_full(fd, hello + pre, id_len, deadline, &n, &err);
     if (rc != 0) {
         rc = hs_io_fail(s, "reading HELLO", rc, err);
         goto out;
     }
-    const char *id = (const char *)hello + HS_PREFIX;
+    const char *id = (const char *)hello + pre;
     if (!ingest_wire_id_valid(id, id_len)) {
-        refuse(fd, deadline, ST_MALFORMED);
+        refuse(s, fd, deadline, ST_MALFORMED);
         rc = ingest__fail(s->ctx, INGEST_EPROTO, "handshake: malformed device id in HELLO");
         goto out;
     }
@@ -616,18 +652,18 @@ static int server_handshake(ingest_session *s, int fd, int64_t deadline)
     else
         cipher = (offer & OFFER_XCHACHA) ? INGEST_CIPHER_XCHACHA20POLY1305 : 0;
     if (cipher == 0) {
-        refuse(fd, deadline, ST_NO_CIPHER);
+        refuse(s, fd, deadline, ST_NO_CIPHER);
         rc = ingest__fail(s->ctx, INGEST_EPROTO, "handshake: device '%s': no common cipher (offered 0x%02x)",
                           s->peer_id, (unsigned)offer);
         goto out;
     }
-    rc = read_full(fd, hello + HS_PREFIX + id_len, 32, deadline, &n, &err);
+    rc = read_full(fd, hello + pre + id_len, 32, deadline, &n, &err);
     if (rc != 0) {
         rc = hs_io_fail(s, "reading HELLO", rc, err);
         goto out;
     }
-    const uint8_t *e_c = hello + HS_PREFIX + id_len;
-    const size_t hello_len = HS_PREFIX + id_len + 32;
+    const uint8_t *e_c = hello + pre + id_len;
+    const size_t hello_len = pre + id_len + 32;
 
     crypto_kx_keypair(e_pk, e_sk);
     if (crypto_scalarmult(dh, s->self.sk, e_c) != 0 || crypto_scalarmult(dh + 32, s->self.sk, dev_pk) != 0 ||
@@ -636,15 +672,20 @@ static int server_handshake(ingest_session *s, int fd, int64_t deadline)
         goto out;
     }
     reply[0] = ST_OK;
-    reply[1] = HS_VERSION;
+    reply[1] = (uint8_t)version;
     reply[2] = cipher;
-    reply[3] = agreed;
-    ingest__put_u32(reply + 4, (uint32_t)s->max_payload);
-    memcpy(reply + 8, e_pk, 32);
-    transcript(h, s->self.pk, dev_pk, hello, hello_len, reply, HS_REPLY - HS_MAC);
+    if (version == 2) {
+        ingest__put_u32(reply + 3, agreed);
+        ingest__put_u32(reply + 7, (uint32_t)s->max_payload);
+    } else {
+        reply[3] = (uint8_t)agreed;
+        ingest__put_u32(reply + 4, (uint32_t)s->max_payload);
+    }
+    memcpy(reply + rlen - HS_MAC - 32, e_pk, 32);
+    transcript(h, s->self.pk, dev_pk, hello, hello_len, reply, rlen - HS_MAC);
     derive(dh, h, c2s, s2c, mac_s, mac_c);
-    memcpy(reply + HS_REPLY - HS_MAC, mac_s, HS_MAC);
-    rc = write_full(fd, reply, HS_REPLY, deadline, &n, &err);
+    memcpy(reply + rlen - HS_MAC, mac_s, HS_MAC);
+    rc = write_full(fd, reply, rlen, deadline, &n, &err);
     if (rc != 0) {
         rc = hs_io_fail(s, "sending the reply", rc, err);
         goto out;
@@ -812,6 +853,10 @@ int ingest_session_send_msg(ingest_session *s, int fd, const ingest_wire_msg *m)
         v[2].base = m->u.group.data;
         v[2].len = m->u.group.len;
         n = 3;
+    } else if (m->type == INGEST_MSG_CHUNK_RUN) {
+        v[1].base = m->u.group.data;
+        v[1].len = m->u.group.len;
+        n = 2;
     } else if (m->type == INGEST_MSG_DICT_DATA) {
         v[1].base = m->u.dict_data.data;
         v[1].len = m->u.dict_data.len;

@@ -8,7 +8,8 @@
  *                confirmation; 1: device side, the input is a receiver's
  *                REPLY (or refusal)
  *   bits 1-2  cipher preference: auto, AES-256-GCM, XChaCha20-Poly1305, auto
- *   bits 3-5  features offered (device) or supported (receiver)
+ *   bits 3-6  features 0x01-0x08 offered (device) or supported (receiver)
+ *   bit 7     and push (0x100): a device then sends a HELLO of version 2
  *
  * The receiver knows two devices: "dev-01" (public key: the X25519 base
  * point) and "gw-0042" (a fixed key pair).  Without the secret keys and the
@@ -30,7 +31,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define HS_REPLY_BYTES 72 /* session.c HS_REPLY: the most a receiver sends */
+#define HS_REPLY_BYTES 75 /* session.c HS_REPLY_V2: the most a receiver sends */
 #define INPUT_MAX 4096    /* well inside a socketpair's buffer */
 
 static ingest_ctx *fz_ctx;
@@ -79,7 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const int ciphers[] = { INGEST_CIPHER_AUTO, INGEST_CIPHER_AES256GCM, INGEST_CIPHER_XCHACHA20POLY1305,
                                    INGEST_CIPHER_AUTO };
     const int cipher = ciphers[(setup >> 1) & 3u];
-    const unsigned features = (setup >> 3) & INGEST_SESSION_FEATURES_ALL;
+    const unsigned features = ((setup >> 3) & 0x0fu) | ((setup & 0x80u) ? INGEST_SESSION_FEATURE_PUSH : 0u);
     const uint8_t *p = data + 1;
     const size_t n = size - 1;
 

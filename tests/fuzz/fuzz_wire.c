@@ -1,7 +1,7 @@
 /*
  * Fuzz target: the wire message decoders and the server's handshake parser.
  * Input: byte 0 selects the target (1..24: a message payload of that type,
- * 21..24 being unknown types; 0: a frame header; anything else: a
+ * 22..24 being unknown types; 0: a frame header; anything else: a
  * HELLO fed to a server session over a socketpair); the rest is the payload.
  */
 #include <stddef.h>

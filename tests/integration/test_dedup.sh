@@ -28,8 +28,10 @@ printf 'a small file only dev2 has\n' > "$B/new/small.txt"
 new_chunks=$(distinct_chunks "$B/new/n1.log" "$B/new/n2.log" "$B/new/small.txt")
 new_bytes=$(cat "$B"/new/* | wc -c)
 
-write_agent_config dev1 "$A"
-write_agent_config dev2 "$B"
+# ids listed for every file (batch.push_max 0): dedup of small files is measured here, and pushed files
+# travel whatever the core holds (tests/integration/test_push.sh)
+write_agent_config dev1 "$A" 'batch: {push_max: 0}'
+write_agent_config dev2 "$B" 'batch: {push_max: 0}'
 ship dev1
 same_tree "$A" "$(landed_root dev1)/data"
 ship dev2

@@ -44,7 +44,8 @@ stop_receiver
 write_receiver_config 'layout: "{device}/{path}"
 direct_io: false'
 start_receiver
-write_agent_config dev2 "$S"
+# (ids listed for every file, batch.push_max 0: dev2's small files would otherwise be pushed, whatever the core holds)
+write_agent_config dev2 "$S" 'batch: {push_max: 0}'
 ship dev2
 [ "$(field dev2 chunks_new)" -eq 0 ] || fail "dev2 sent $(field dev2 chunks_new) chunks; the core held all of them"
 L2="$(landed_root dev2)/sp"

@@ -1074,7 +1074,7 @@ static void test_keys_docs_and_help(void **state)
     assert_non_null(receiver);
     key_check kc = { doc, agent, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_AGENT, check_key, &kc), 0);
-    assert_int_equal(kc.keys, 44); /* with the kafka keys, sources[].symlinks and compression.encoders */
+    assert_int_equal(kc.keys, 45); /* with the kafka keys, sources[].symlinks, compression.encoders and batch.push_max */
     kc = (key_check){ doc, receiver, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_RECEIVER, check_key, &kc), 0);
     assert_int_equal(kc.keys, 27); /* with dedup.scope, layout_shared, memory.queue_budget, append_in_place and the kafka keys */

@@ -107,6 +107,10 @@ static int teardown(void **state)
 /* Chunk lengths for make_batch_cuts: cuts[k] is the length of chunk k of every file (then CH). */
 static const uint32_t *g_cuts;
 static size_t g_ncuts;
+/* Pushed files (docs/protocol.md "Pushed chunks"): files of at most g_push bytes are listed without
+ * chunk ids nor hash; the header then has the digest unless g_no_digest. */
+static uint32_t g_push;
+static int g_no_digest;
 
 /* Compose a device manifest for files (fixed-size chunks, or g_cuts). */
 static void make_batch(env *e, const char *device, const char *batch, const tfile *f, size_t n, tbatch *tb)
@@ -125,6 +129,25 @@ static void make_batch(env *e, const char *device, const char *batch, const tfil
     rec.nfiles = n;
     rec.total_bytes = total;
     rec.created_ns = 1;
+    if (g_push > 0 && !g_no_digest) {
+        ingest_filehash dg;
+        ingest_filehash_init(&dg, e->key);
+        for (size_t i = 0; i < n; i++) {
+            uint8_t h[INGEST_ID_BYTES];
+            ingest_filehash fh;
+            ingest_filehash_init(&fh, e->key);
+            for (size_t off = 0, cl; off < f[i].len; off += cl) {
+                uint8_t id[INGEST_ID_BYTES];
+                cl = f[i].len - off < CH ? f[i].len - off : CH;
+                ingest_chunk_id(e->key, f[i].data + off, cl, id);
+                ingest_filehash_update(&fh, id, INGEST_ID_BYTES);
+            }
+            ingest_filehash_final(&fh, h);
+            ingest_manifest_digest_add(&dg, f[i].path, h);
+        }
+        ingest_filehash_final(&dg, rec.digest);
+        rec.has_digest = 1;
+    }
     assert_int_equal(ingest_manifest_writer_add(w, &rec), 0);
     memset(tb, 0, sizeof *tb);
     for (size_t i = 0; i < n; i++) {
@@ -155,6 +178,10 @@ static void make_batch(env *e, const char *device, const char *batch, const tfil
         rec.chunks = ch;
         rec.nchunks = nc;
         rec.nchunks_total = nc;
+        if (g_push > 0 && f[i].len <= g_push) {
+            rec.omit_hash = 1;
+            rec.push_max = g_push;
+        }
         assert_int_equal(ingest_manifest_writer_add(w, &rec), 0);
     }
     size_t len;
@@ -684,6 +711,132 @@ static void test_put_verified(void **state)
     free(tb.manifest);
     free(a);
     free(other);
+}
+
+/* The landed manifest of (dev1, batch) has each file's chunk ids and whole-file hash of its bytes. */
+static void assert_landed_ids(const env *e, const char *batch, const tfile *f, size_t n)
+{
+    char mp[256];
+    snprintf(mp, sizeof mp, "%s/_manifests/dev1/%s.jsonl", e->bronze, batch);
+    ingest_manifest_reader *r = NULL;
+    ingest_manifest_rec rec;
+    assert_int_equal(ingest_manifest_reader_open(e->ctx, mp, &r), 0);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+        assert_string_equal(rec.path, f[i].path);
+        ingest_filehash fh;
+        ingest_filehash_init(&fh, e->key);
+        for (uint32_t k = 0; k < rec.nchunks; k++) {
+            uint8_t id[INGEST_ID_BYTES];
+            ingest_chunk_id(e->key, f[i].data + (size_t)k * CH, rec.chunks[k].len, id);
+            assert_memory_equal(rec.chunks[k].id, id, INGEST_ID_BYTES);
+            ingest_filehash_update(&fh, id, INGEST_ID_BYTES);
+        }
+        uint8_t h[INGEST_ID_BYTES];
+        ingest_filehash_final(&fh, h);
+        assert_memory_equal(rec.hash, h, INGEST_ID_BYTES);
+    }
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 0);
+    ingest_manifest_reader_close(r);
+}
+
+/*
+ * Pushed chunks: listed without ids, wanted without a lookup (also when
+ * the index holds them), their ids taken from their bytes (put_chunk, or
+ * the caller's with put_verified); the landed manifest has every id and
+ * hash.  A replay is recognised by the digest; a reused id with other
+ * bytes, or a pushed replay without a digest, is EEXIST; a lander not told
+ * of push refuses such a manifest.
+ */
+static void test_pushed(void **state)
+{
+    env *e = *state;
+    uint8_t *s1 = pattern(300, 61), *big = pattern(3 * CH, 62), *s2 = pattern(300, 63);
+    const tfile f[] = {
+        {"s1.json", s1, 300, T2024, 0644},
+        {"s1-copy.json", s1, 300, T2024, 0644},
+        {"big.bin", big, 3 * CH, T2024, 0644},
+    };
+    g_push = 2000;
+    tbatch tb;
+    make_batch(e, "dev1", "b1", f, 3, &tb);
+    ingest_lander_batch *b = NULL;
+    /* not agreed: the lander refuses the form */
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "a chunk must be"));
+    assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b), 0);
+    assert_int_equal(ingest_lander_lookup(b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, 5); /* the copy too: a pushed chunk is never found a repeat */
+    const uint8_t zero[INGEST_ID_BYTES] = {0};
+    uint8_t id[INGEST_ID_BYTES];
+    uint32_t len;
+    for (uint32_t i = 0; i < 5; i++) {
+        assert_int_equal(ingest_lander_chunk_pushed(b, i), i < 2);
+        assert_int_equal(ingest_lander_chunk_expect(b, i, id, &len), 0);
+        assert_int_equal(memcmp(id, zero, INGEST_ID_BYTES) == 0, i < 2);
+    }
+    assert_int_equal(ingest_lander_chunk_pushed(b, 5), 0);
+    land_all(e, b, &tb);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/s1.json", s1, 300, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/s1-copy.json", s1, 300, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/big.bin", big, 3 * CH, T2024, 0644);
+    assert_landed_ids(e, "b1", f, 3);
+    ingest_chunk_loc loc;
+    ingest_chunk_id(e->key, s1, 300, id);
+    assert_int_equal(ingest_index_find(e->idx, id, &loc), 0);
+    assert_int_equal(loc.length, 300);
+
+    /* the replay: recognised by its digest */
+    assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b), 0);
+    assert_int_equal(ingest_lander_lookup(b), INGEST_LANDER_ALREADY);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+    /* the same id for other bytes of a pushed file: refused */
+    const tfile g[] = {
+        {"s1.json", s2, 300, T2024, 0644},
+        {"s1-copy.json", s1, 300, T2024, 0644},
+        {"big.bin", big, 3 * CH, T2024, 0644},
+    };
+    make_batch(e, "dev1", "b1", g, 3, &tb);
+    assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b), 0);
+    assert_int_equal(ingest_lander_lookup(b), INGEST_EEXIST);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "already used for other data"));
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+    /* the same bytes without a digest: cannot be told a replay */
+    g_no_digest = 1;
+    make_batch(e, "dev1", "b1", f, 3, &tb);
+    g_no_digest = 0;
+    assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b), 0);
+    assert_int_equal(ingest_lander_lookup(b), INGEST_EEXIST);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+
+    /* known content pushed again (a new batch): wanted, and landed with put_verified and the caller's ids */
+    const tfile h[] = {{"again.json", s1, 300, T2024, 0644}, {"s2.json", s2, 300, T2024, 0644}};
+    make_batch(e, "dev1", "b2", h, 2, &tb);
+    assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b), 0);
+    assert_int_equal(ingest_lander_lookup(b), 0);
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, 2);
+    for (uint32_t i = 0; i < 2; i++) {
+        ingest_chunk_id(e->key, h[i].data, 300, id);
+        assert_int_equal(ingest_lander_put_verified(b, i, h[i].data, 300, 300, id), 0);
+    }
+    assert_int_equal(ingest_lander_commit(b), 0);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/s2.json", s2, 300, T2024, 0644);
+    assert_landed_ids(e, "b2", h, 2);
+    free(tb.manifest);
+    g_push = 0;
+    free(s1);
+    free(s2);
+    free(big);
 }
 
 static void touch(const env *e, const char *rel)
@@ -2788,6 +2941,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_id, setup, teardown),
         cmocka_unit_test_setup_teardown(test_protocol_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_put_verified, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pushed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rename_blocked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rename_name_taken_meanwhile, setup, teardown),

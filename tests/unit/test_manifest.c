@@ -343,6 +343,139 @@ static void test_hash_omitted(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/*
+ * Pushed chunks (docs/manifest.md, "On the wire"): with push_max the
+ * writer lists the chunks of at most that length as [length]; only a
+ * reader with INGEST_MANIFEST_READ_ID_OPTIONAL takes them (all-zero id,
+ * counted in npushed).  The header's "digest" round-trips.
+ */
+static void test_chunks_pushed(void **state)
+{
+    (void)state;
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    assert_non_null(ctx);
+    file_spec f;
+    memset(&f, 0, sizeof(f));
+    f.path = "ev/1.json";
+    f.landed = "";
+    f.mode = 0100644;
+    make_chunks(&f, 3, 11);
+    uint32_t longest = 0;
+    for (uint32_t i = 0; i < 3; i++)
+        longest = f.chunks[i].len > longest ? f.chunks[i].len : longest;
+    ingest_manifest_writer *w = NULL;
+    assert_int_equal(ingest_manifest_writer_create(ctx, &w), 0);
+    ingest_manifest_rec hdr = header_rec("dev-01", "b1", 1, f.size);
+    hdr.has_digest = 1;
+    fill_id(hdr.digest, 77);
+    assert_int_equal(ingest_manifest_writer_add(w, &hdr), 0);
+    ingest_manifest_rec fr = file_rec(&f);
+    fr.omit_hash = 1;
+    fr.push_max = longest;
+    assert_int_equal(ingest_manifest_writer_add(w, &fr), 0);
+    size_t len;
+    const char *data = ingest_manifest_writer_data(w, &len);
+    char hex[2 * INGEST_ID_BYTES + 1], want[32];
+    ingest_to_hex(f.chunks[0].id, INGEST_ID_BYTES, hex);
+    assert_null(memmem(data, len, hex, 2 * INGEST_ID_BYTES));
+    snprintf(want, sizeof want, "[[%u],[", f.chunks[0].len);
+    assert_non_null(memmem(data, len, want, strlen(want)));
+    assert_non_null(memmem(data, len, "\"digest\":\"", 10));
+    ingest_manifest_reader *r = NULL;
+    ingest_manifest_rec rec;
+    /* Without the flag: refused, naming the form expected. */
+    assert_int_equal(ingest_manifest_reader_mem(ctx, data, len, &r), 0);
+    ingest_manifest_reader_set_flags(r, INGEST_MANIFEST_READ_HASH_OPTIONAL);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_int_equal(rec.has_digest, 1);
+    assert_memory_equal(rec.digest, hdr.digest, INGEST_ID_BYTES);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "a chunk must be [\"64 hex digits\", length]"));
+    ingest_manifest_reader_close(r);
+    /* With it: zero ids, the lengths, npushed. */
+    assert_int_equal(ingest_manifest_reader_mem(ctx, data, len, &r), 0);
+    ingest_manifest_reader_set_flags(r, INGEST_MANIFEST_READ_HASH_OPTIONAL | INGEST_MANIFEST_READ_ID_OPTIONAL);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_int_equal(rec.nchunks, 3);
+    assert_int_equal(rec.npushed, 3);
+    const uint8_t zero[INGEST_ID_BYTES] = { 0 };
+    for (uint32_t i = 0; i < 3; i++) {
+        assert_memory_equal(rec.chunks[i].id, zero, INGEST_ID_BYTES);
+        assert_int_equal(rec.chunks[i].len, f.chunks[i].len);
+    }
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 0);
+    ingest_manifest_reader_close(r);
+    ingest_manifest_writer_destroy(w);
+    /* push_max below a chunk's length: that chunk keeps its id; a header without digest reads so. */
+    assert_int_equal(ingest_manifest_writer_create(ctx, &w), 0);
+    hdr.has_digest = 0;
+    assert_int_equal(ingest_manifest_writer_add(w, &hdr), 0);
+    fr.push_max = f.chunks[1].len - 1;
+    assert_int_equal(ingest_manifest_writer_add(w, &fr), 0);
+    data = ingest_manifest_writer_data(w, &len);
+    assert_null(memmem(data, len, "\"digest\"", 8));
+    assert_int_equal(ingest_manifest_reader_mem(ctx, data, len, &r), 0);
+    ingest_manifest_reader_set_flags(r, INGEST_MANIFEST_READ_HASH_OPTIONAL | INGEST_MANIFEST_READ_ID_OPTIONAL);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    assert_int_equal(rec.has_digest, 0);
+    assert_int_equal(ingest_manifest_reader_next(r, &rec), 1);
+    uint32_t pushed = 0;
+    for (uint32_t i = 0; i < 3; i++) {
+        const int is_pushed = f.chunks[i].len <= fr.push_max;
+        pushed += (uint32_t)is_pushed;
+        assert_memory_equal(rec.chunks[i].id, is_pushed ? zero : f.chunks[i].id, INGEST_ID_BYTES);
+    }
+    assert_int_equal(rec.npushed, pushed);
+    assert_true(pushed < 3);
+    ingest_manifest_reader_close(r);
+    ingest_manifest_writer_destroy(w);
+    /* Malformed pushed chunks, and a bad digest, each named. */
+    static const struct {
+        const char *chunks, *digest, *what;
+    } bad[] = {
+        { "[[]]", "", "a chunk must be [\"64 hex digits\", length] or [length]" },
+        { "[[\"x\"]]", "", "a chunk must be [\"64 hex digits\", length] or [length]" },
+        { "[[0]]", "", "chunk length must be 1..67108864" },
+        { "[[5,5]]", "", "a chunk must be [\"64 hex digits\", length] or [length]" },
+        { "[[5]]", ",\"digest\":\"00\"", "expected exactly 64 hex digits" },
+        { "[[5]]", ",\"digest\":5", "expected a string of 64 hex digits" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char m[512];
+        snprintf(m, sizeof m,
+                 "{\"type\":\"batch\",\"format\":2,\"device\":\"d\",\"batch\":\"b\",\"files\":1,\"bytes\":5,"
+                 "\"created_ns\":1%s}\n{\"type\":\"file\",\"path\":\"a\",\"landed\":\"\",\"size\":5,\"mtime_ns\":1,"
+                 "\"mode\":33188,\"version\":0,\"nchunks\":1,\"chunks\":%s}\n",
+                 bad[i].digest, bad[i].chunks);
+        assert_int_equal(ingest_manifest_reader_mem(ctx, m, strlen(m), &r), 0);
+        ingest_manifest_reader_set_flags(r, INGEST_MANIFEST_READ_HASH_OPTIONAL | INGEST_MANIFEST_READ_ID_OPTIONAL);
+        int rc = ingest_manifest_reader_next(r, &rec);
+        if (rc == 1)
+            rc = ingest_manifest_reader_next(r, &rec);
+        if (rc != INGEST_ECORRUPT || strstr(ingest_ctx_errmsg(ctx), bad[i].what) == NULL)
+            fail_msg("case %zu: %d (%s), expected \"%s\"", i, rc, ingest_ctx_errmsg(ctx), bad[i].what);
+        ingest_manifest_reader_close(r);
+    }
+    /* The digest: path and hash of each file, in order; any change changes it. */
+    uint8_t k[INGEST_KEY_BYTES], h1[INGEST_ID_BYTES], h2[INGEST_ID_BYTES], d[3][INGEST_ID_BYTES];
+    memset(k, 7, sizeof k);
+    fill_id(h1, 1);
+    fill_id(h2, 2);
+    const char *paths[3][2] = { { "a", "b" }, { "b", "a" }, { "a", "c" } };
+    for (int i = 0; i < 3; i++) {
+        ingest_filehash dg;
+        ingest_filehash_init(&dg, k);
+        ingest_manifest_digest_add(&dg, paths[i][0], h1);
+        ingest_manifest_digest_add(&dg, paths[i][1], h2);
+        ingest_filehash_final(&dg, d[i]);
+    }
+    assert_memory_not_equal(d[0], d[1], INGEST_ID_BYTES);
+    assert_memory_not_equal(d[0], d[2], INGEST_ID_BYTES);
+    free(f.chunks);
+    ingest_ctx_destroy(ctx);
+}
+
 /* A file the core refused: "refused" round-trips; it needs landed "" and version 0, and a reason of 1..1024 bytes. */
 static void test_refused_record(void **state)
 {
@@ -910,6 +1043,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_hash_omitted),
+        cmocka_unit_test(test_chunks_pushed),
         cmocka_unit_test(test_refused_record),
         cmocka_unit_test(test_reader_lenient_parts),
         cmocka_unit_test(test_malformed_mem),

@@ -523,10 +523,10 @@ static void test_features_unknown_bits(void **state)
     int crc, src;
     assert_int_equal(ingest_session_client_create(f->cctx, "dev-01", &f->dev, f->rcv.pk, &f->c), 0);
     assert_int_equal(ingest_session_server_create(f->sctx, &f->rcv, f->auth, &f->s), 0);
-    assert_int_equal(ingest_session_set_features(f->c, 0x200), INGEST_EINVAL);
-    assert_non_null(strstr(ingest_ctx_errmsg(f->cctx), "unknown feature bits 0x200"));
-    assert_int_equal(ingest_session_set_features(f->s, INGEST_SESSION_FEATURE_PIPELINE | 0x100), INGEST_EINVAL);
-    assert_non_null(strstr(ingest_ctx_errmsg(f->sctx), "unknown feature bits 0x100"));
+    assert_int_equal(ingest_session_set_features(f->c, 0x800), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(f->cctx), "unknown feature bits 0x800"));
+    assert_int_equal(ingest_session_set_features(f->s, INGEST_SESSION_FEATURE_PIPELINE | 0x400), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(f->sctx), "unknown feature bits 0x400"));
     assert_int_equal(ingest_session_set_features(f->c, ~0u), INGEST_EINVAL);
     /* A refused call changed nothing: the server still supports nothing. */
     assert_int_equal(ingest_session_set_features(f->c, INGEST_SESSION_FEATURE_PIPELINE), 0);
@@ -571,6 +571,56 @@ static void test_features_unknown_offer_accepted(void **state)
         assert_int_equal(ingest_session_features(f->s), 0);
         reset_pair(f);
     }
+}
+
+/*
+ * A feature past bit 7 (push) needs a HELLO of version 2 (four feature
+ * bytes): agreed with a receiver that speaks it, refused by one of version
+ * 1 with its version named (the device's cue to connect again without it),
+ * and a device offering bits 0-7 only still sends version 1.
+ */
+static void test_features_v2(void **state)
+{
+    fx *f = *state;
+    int crc, src;
+    const unsigned push = INGEST_SESSION_FEATURE_PUSH;
+    const unsigned pipe = INGEST_SESSION_FEATURE_PIPELINE;
+    static const struct {
+        unsigned offer, support;
+    } cases[] = { { push | pipe, push | pipe }, { push | pipe, pipe }, { push, push | pipe }, { pipe, push | pipe } };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        create_with_features(f, cases[i].offer, cases[i].support);
+        run_handshake(f, &crc, &src);
+        if (crc != 0 || src != 0)
+            fail_msg("case %zu: client %d (%s), server %d (%s)", i, crc, ingest_ctx_errmsg(f->cctx), src,
+                     ingest_ctx_errmsg(f->sctx));
+        assert_int_equal(ingest_session_features(f->c), cases[i].offer & cases[i].support);
+        assert_int_equal(ingest_session_features(f->s), cases[i].offer & cases[i].support);
+        reset_pair(f);
+    }
+    /* A receiver of version 1 refuses version 2 and says what it speaks. */
+    create_with_features(f, push | pipe, push | pipe);
+    assert_int_equal(ingest_session_set_max_version(f->s, 1), 0);
+    run_handshake(f, &crc, &src);
+    assert_int_equal(crc, INGEST_EVERSION);
+    assert_non_null(strstr(ingest_ctx_errmsg(f->cctx), "does not speak protocol version 2 (it speaks 1)"));
+    assert_int_equal(src, INGEST_EVERSION);
+    assert_int_equal(ingest_session_features(f->c), 0);
+    reset_pair(f);
+    /* ... and takes a device of version 1 as before. */
+    create_with_features(f, pipe, push | pipe);
+    assert_int_equal(ingest_session_set_max_version(f->s, 1), 0);
+    run_handshake(f, &crc, &src);
+    assert_int_equal(crc, 0);
+    assert_int_equal(src, 0);
+    assert_int_equal(ingest_session_features(f->c), pipe);
+    /* Bounds of the call. */
+    assert_int_equal(ingest_session_set_max_version(f->c, 1), INGEST_EINVAL);
+    assert_int_equal(ingest_session_set_max_version(f->s, 2), INGEST_EINVAL); /* after the handshake */
+    reset_pair(f);
+    assert_int_equal(ingest_session_server_create(f->sctx, &f->rcv, f->auth, &f->s), 0);
+    assert_int_equal(ingest_session_set_max_version(f->s, 3), INGEST_EINVAL);
+    assert_int_equal(ingest_session_set_max_version(f->s, 0), INGEST_EINVAL);
 }
 
 /* An on-path change of either feature byte fails the key confirmation. */
@@ -1455,6 +1505,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_features_unknown_bits, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_features_unknown_offer_accepted, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_features_tampered, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_features_v2, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_reply_agrees_to_unoffered_feature, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_tampered_frame, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_tampered_tag_and_length, fx_setup, fx_teardown),

@@ -63,6 +63,7 @@ static size_t round_trip(const ingest_wire_msg *m, ingest_wire_msg *r, uint8_t *
     assert_int_equal(r->type, m->type);
     /* Every strict prefix is rejected (except where the tail is free-form). */
     if (m->type != INGEST_MSG_MANIFEST_PART && m->type != INGEST_MSG_CHUNK && m->type != INGEST_MSG_CHUNK_GROUP &&
+        m->type != INGEST_MSG_CHUNK_RUN &&
         m->type != INGEST_MSG_DICT_DATA && m->type != INGEST_MSG_DELTA_BASE && m->type != INGEST_MSG_CHUNK_DELTA) {
         ingest_wire_msg t;
         for (size_t k = 0; k < len; k++)
@@ -108,9 +109,11 @@ static void test_header(void **state)
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
     b[0] = INGEST_MSG_CHUNK_DELTA;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
-    b[0] = 21;
+    b[0] = INGEST_MSG_CHUNK_RUN;
+    assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), 0);
+    b[0] = 22;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EPROTO);
-    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 21"));
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "unknown message type 22"));
     b[0] = 1;
     b[1] = 2;
     assert_int_equal(ingest_wire_hdr_decode(ctx, b, ~0u, &r), INGEST_EVERSION);
@@ -233,6 +236,98 @@ static void test_want(void **state)
     expect_fail(INGEST_MSG_WANT, lying, sizeof(lying), INGEST_ECORRUPT, "index count 4294967295");
     const uint8_t badflags[] = { 1, 0, 'b', 0x80, 0, 0, 0, 0 };
     expect_fail(INGEST_MSG_WANT, badflags, sizeof(badflags), INGEST_ECORRUPT, "unknown flags");
+}
+
+/* A WANT of runs (the runs feature): (first, n) pairs, ordered and disjoint, 8 bytes each. */
+static void test_want_runs(void **state)
+{
+    (void)state;
+    ingest_wire_msg m, r;
+    uint8_t buf[1024];
+    const uint32_t runs[] = { 0, 4000, 4001, 1, 4005, 2, 0xFFFFFFF0u, 15 };
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_WANT;
+    strcpy(m.u.want.batch_id, "b7");
+    m.u.want.flags = INGEST_WANT_RUNS | INGEST_WANT_MORE;
+    m.u.want.count = 4;
+    m.u.want.idx = runs;
+    assert_int_equal(round_trip(&m, &r, buf, sizeof(buf)), 2 + 2 + 1 + 4 + 32);
+    assert_int_equal(r.u.want.flags, INGEST_WANT_RUNS | INGEST_WANT_MORE);
+    assert_int_equal(r.u.want.count, 4);
+    for (uint32_t k = 0; k < 4; k++) {
+        uint32_t first, n;
+        ingest_wire_want_run(&r.u.want, k, &first, &n);
+        assert_int_equal(first, runs[2 * k]);
+        assert_int_equal(n, runs[2 * k + 1]);
+    }
+    /* Empty, overlapping, touching the previous run's inside, or past the last index: refused both ways. */
+    static const uint32_t bad[][4] = {
+        { 5, 0, 9, 1 },             /* empty run */
+        { 5, 3, 7, 1 },             /* overlaps */
+        { 5, 3, 4, 1 },             /* goes back */
+        { 0xFFFFFFFEu, 2, 0, 0 },   /* past the last index (one run) */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        m.u.want.idx = bad[i];
+        m.u.want.count = i == 3 ? 1 : 2;
+        m.u.want.flags = INGEST_WANT_RUNS;
+        if (ingest_wire_encode(ctx, &m, buf, sizeof(buf), &(size_t){ 0 }) != INGEST_EINVAL)
+            fail_msg("case %zu: encoded", i);
+        uint8_t p[4 + 4 + 16] = { 1, 0, 'b', INGEST_WANT_RUNS };
+        ingest__put_u32_test(p + 4, m.u.want.count);
+        for (uint32_t k = 0; k < 2 * m.u.want.count; k++)
+            ingest__put_u32_test(p + 8 + 4 * k, bad[i][k]);
+        expect_fail(INGEST_MSG_WANT, p, 8 + 8 * (size_t)m.u.want.count, INGEST_ECORRUPT,
+                    "is empty, overlaps the one before or passes the last index");
+    }
+    /* A run count larger than the bytes present, refused before reading them. */
+    const uint8_t lying[] = { 1, 0, 'b', INGEST_WANT_RUNS, 2, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0 };
+    expect_fail(INGEST_MSG_WANT, lying, sizeof(lying), INGEST_ECORRUPT, "run count 2 needs 16 bytes, 8 present");
+}
+
+/* CHUNK_RUN: a group of consecutive indexes, first and count instead of the list. */
+static void test_chunk_run(void **state)
+{
+    (void)state;
+    ingest_wire_msg m, r;
+    uint8_t data[40], buf[100];
+    for (int i = 0; i < 40; i++)
+        data[i] = (uint8_t)(3 * i);
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_CHUNK_RUN;
+    m.u.group.first = 1000;
+    m.u.group.count = 4096;
+    m.u.group.data = data;
+    m.u.group.len = sizeof(data);
+    assert_int_equal(round_trip(&m, &r, buf, sizeof(buf)), 8 + 40);
+    const uint8_t golden[8] = { 0xE8, 0x03, 0, 0, 0, 0x10, 0, 0 };
+    assert_memory_equal(buf, golden, 8);
+    assert_null(r.u.group.raw);
+    assert_int_equal(r.u.group.count, 4096);
+    assert_int_equal(ingest_wire_group_index(&r.u.group, 0), 1000);
+    assert_int_equal(ingest_wire_group_index(&r.u.group, 4095), 5095);
+    assert_memory_equal(r.u.group.data, data, 40);
+    size_t hl;
+    assert_int_equal(ingest_wire_encode_head(ctx, &m, buf, sizeof(buf), &hl), 0);
+    assert_int_equal(hl, 8);
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &hl), 0);
+    for (size_t k = 0; k <= 8; k++)
+        expect_fail(INGEST_MSG_CHUNK_RUN, buf, k, INGEST_ECORRUPT,
+                    k < 4 ? "truncated at first index" : k < 8 ? "truncated at chunk count" : "no chunk bytes");
+    uint8_t bad[12];
+    memcpy(bad, buf, sizeof bad);
+    ingest__put_u32_test(bad + 4, 0);
+    expect_fail(INGEST_MSG_CHUNK_RUN, bad, sizeof bad, INGEST_ECORRUPT, "chunk count 0");
+    ingest__put_u32_test(bad + 4, 4097);
+    expect_fail(INGEST_MSG_CHUNK_RUN, bad, sizeof bad, INGEST_ECORRUPT, "is not 1..4096");
+    ingest__put_u32_test(bad, 0xFFFFFFFFu);
+    ingest__put_u32_test(bad + 4, 2);
+    expect_fail(INGEST_MSG_CHUNK_RUN, bad, sizeof bad, INGEST_ECORRUPT, "runs past index");
+    m.u.group.count = 0;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &hl), INGEST_EINVAL);
+    m.u.group.count = 1;
+    m.u.group.len = 0;
+    assert_int_equal(ingest_wire_encode(ctx, &m, buf, sizeof(buf), &hl), INGEST_EINVAL);
 }
 
 static void test_chunk(void **state)
@@ -385,7 +480,7 @@ static void test_received(void **state)
     ingest_wire_msg m, r;
     uint8_t buf[512];
     assert_int_equal(INGEST_MSG_RECEIVED, 11);
-    assert_int_equal(INGEST_MSG_TYPE_LAST, INGEST_MSG_CHUNK_DELTA);
+    assert_int_equal(INGEST_MSG_TYPE_LAST, INGEST_MSG_CHUNK_RUN);
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_RECEIVED;
     strcpy(m.u.received.batch_id, "20240101T000000-0007");
@@ -843,7 +938,7 @@ static void test_unknown_types(void **state)
     uint8_t buf[16] = { 0 };
     expect_fail(0, buf, 8, INGEST_EPROTO, "unknown message type 0");
     expect_fail(200, buf, 8, INGEST_EPROTO, "unknown message type 200");
-    expect_fail(21, buf, 8, INGEST_EPROTO, "unknown message type 21");
+    expect_fail(22, buf, 8, INGEST_EPROTO, "unknown message type 22");
     expect_fail(255, buf, 8, INGEST_EPROTO, NULL);
     memset(&m, 0, sizeof(m));
     m.type = 42;
@@ -918,6 +1013,8 @@ int main(void)
         cmocka_unit_test(test_delta),
         cmocka_unit_test(test_unknown_types),
         cmocka_unit_test(test_chunk_group),
+        cmocka_unit_test(test_want_runs),
+        cmocka_unit_test(test_chunk_run),
         cmocka_unit_test(test_id_rule),
         cmocka_unit_test(test_random_payloads),
     };
