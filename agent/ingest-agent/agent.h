@@ -173,7 +173,6 @@ uint64_t load_seq(const char *state_dir);
 int save_seq(const char *state_dir, uint64_t seq);
 int load_state(agent *a);
 int connect_core(agent *a);
-int agent_have_record(agent *a, ingest_sender_batch *b);
 void disconnect_core(agent *a);
 /* daemon_ship.c: the edge's on_acked hook in daemon mode (a pending batch's ACK came). */
 void dmn_edge_acked(agent *a, ingest_sender_batch *b);

@@ -521,7 +521,15 @@ static int record_ack(daemon_t *d, dship *x, ingest_sender_batch *b)
             !ingest_edge_file_withdrawn(&info)) /* a withdrawn file has no entry */
             (void)ingest_filetable_set_hash(a->state.ft, info.path, info.hash);
     }
-    (void)agent_have_record(a, b); /* best effort: a chunk it misses is only pushed again */
+    /* the have-cache is read over Kafka only (over TCP the core's WANT is the authority) */
+    const uint64_t have = a->cfg->transport == INGEST_TRANSPORT_KAFKA ? bs.chunks : 0;
+    for (uint64_t i = 0; i < have; i++) {
+        uint8_t id[INGEST_ID_BYTES];
+        uint32_t len;
+        uint64_t off;
+        if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0 && ingest_havecache_add(a->state.have, id) < 0)
+            break;
+    }
     (void)dmn_store_check(d, ingest_store_commit(a->state.st), "state store");
     agent_metrics_latency(a, (double)(dmn_wall_now_ns() - jb->created_ns) / 1e9, bs.files);
     d->batches_acked++;

@@ -301,33 +301,19 @@ static void hook_acked(void *ud, ingest_sender_batch *b, uint32_t sent, double t
     record_acked(a, b);
 }
 
-static int kafka_have(void *ud, const uint8_t id[INGEST_ID_BYTES]);
-
 /*
- * A batch was acknowledged: the have-cache learns its chunks that later
- * batches look up: every chunk over Kafka (the link sends only what the
- * core lacks), over TCP those of at most batch.push_max bytes (a small file
- * keeps its ids when the core holds them).  Called with the store lock
- * held; the caller commits.
+ * The edge's fresh hook (batch.push_max): 1 when this device never shipped
+ * the path (no file-table entry), so that a small file is pushed only the
+ * first time; shipped again (touched, --all) it keeps its ids.
  */
-int agent_have_record(agent *a, ingest_sender_batch *b)
+static int path_fresh(void *ud, const char *path)
 {
-    const bool kafka = a->cfg->transport == INGEST_TRANSPORT_KAFKA;
-    if (!kafka && a->cfg->batch_push_max == 0)
-        return 0;
-    ingest_sender_batch_stats bs;
-    ingest_sender_batch_stats_get(b, &bs);
-    for (uint64_t i = 0; i < bs.chunks; i++) {
-        uint8_t id[INGEST_ID_BYTES];
-        uint32_t len;
-        uint64_t off;
-        if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) != 0 || (!kafka && len > a->cfg->batch_push_max))
-            continue;
-        const int rc = ingest_havecache_add(a->state.have, id);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
+    agent *a = ud;
+    ingest_file_state fs;
+    pthread_mutex_lock(&a->state.store_lock);
+    const int found = ingest_filetable_get(a->state.ft, path, &fs) == 0;
+    pthread_mutex_unlock(&a->state.store_lock);
+    return !found;
 }
 
 /* The edge, made on first use (chunks up to chunking.max). */
@@ -341,7 +327,7 @@ static int make_edge(agent *a)
         .chunk_cap = ingest_codec_bound(max),
         .encoders = (unsigned)a->cfg->compression_encoders,
         .push_max = (uint32_t)a->cfg->batch_push_max,
-        .known = kafka_have,
+        .fresh = path_fresh,
         .dict = a->dict,
         .dict_len = a->dict_len,
         .dict_name = a->cfg->compression_dictionary,
@@ -480,7 +466,14 @@ static void record_acked(agent *a, ingest_sender_batch *b)
         const ingest_file_state fs = { info.size, info.mtime_ns, info.ctime_ns, 0, 0 };
         rc = ingest_filetable_put(a->state.ft, info.path, &fs);
     }
-    rc = rc == 0 ? agent_have_record(a, b) : rc;
+    const uint64_t have = a->cfg->transport == INGEST_TRANSPORT_KAFKA ? bs.chunks : 0;
+    for (uint64_t i = 0; i < have && rc == 0; i++) {
+        uint8_t id[INGEST_ID_BYTES];
+        uint32_t len;
+        uint64_t off;
+        if (ingest_sender_batch_chunk_info(b, i, id, &len, &off) == 0)
+            rc = ingest_havecache_add(a->state.have, id);
+    }
     if (rc == 0) {
         rc = ingest_journal_remove(a->state.j, batch_seq(a, b)); /* commits */
         if (rc == INGEST_ENOTFOUND)
@@ -548,8 +541,7 @@ static double latency_quantile(agent *a, double q)
     return a->report.lat[a->report.nlat - 1].s;
 }
 
-/* The have-cache (docs/kafka.md): what the core is known to hold.  Read by the Kafka link, and over TCP
- * by the edge to keep the ids of small files the core holds (batch.push_max: renamed, copied). */
+/* The have-cache as the Kafka link sees it (docs/kafka.md): what the core is known to hold. */
 static int kafka_have(void *ud, const uint8_t id[INGEST_ID_BYTES])
 {
     agent *a = ud;

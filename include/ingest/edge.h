@@ -96,9 +96,9 @@ typedef struct ingest_edge_opts {
     /* batch.push_max: with INGEST_SESSION_FEATURE_PUSH agreed, files of at most this many bytes are
      * pushed (listed without chunk ids: docs/protocol.md "Pushed chunks"); 0: never.  Added last. */
     uint32_t push_max;
-    /* With push_max: 1 when the core is known to hold a chunk (the agent's have-cache; optional): a small
-     * file with such a chunk keeps its ids (renamed or copied, it is not sent again).  Added last. */
-    int (*known)(void *userdata, const uint8_t id[INGEST_ID_BYTES]);
+    /* With push_max: 1 when a path was never shipped by this device (the agent's file table; optional,
+     * NULL: every small file is): only such files are pushed, a file shipped again keeps its ids.  Added last. */
+    int (*fresh)(void *userdata, const char *path);
 } ingest_edge_opts;
 
 /*

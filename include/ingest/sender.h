@@ -279,14 +279,15 @@ INGEST_API int ingest_sender_batch_manifest_ex(ingest_sender_batch *b, unsigned 
  * bytes (0: none; with NO_HASH, for a receiver that agreed to
  * INGEST_SESSION_FEATURE_PUSH): their chunks are listed as [length], without
  * ids, and the header carries the batch's "digest" (ingest_manifest_digest_add
- * over every file) when any file is pushed.  known (optional): 1 when the
- * core is known to hold a chunk (the caller's have-cache); a file with such a
- * chunk keeps its ids, so that a small file renamed or copied is not sent
- * again.  docs/protocol.md "Pushed chunks".
+ * over every file) when any file is pushed.  fresh (optional): 1 when a
+ * file's path was never shipped by this device (the caller's file table),
+ * 0 when it was; only fresh files are pushed, so that a file shipped again
+ * (touched, or --all) keeps its ids and is deduplicated.  NULL: every file
+ * of at most push_max bytes is pushed.  docs/protocol.md "Pushed chunks".
  */
 INGEST_API int ingest_sender_batch_manifest_push(ingest_sender_batch *b, unsigned flags, uint32_t push_max,
-                                                 int (*known)(void *ud, const uint8_t id[INGEST_ID_BYTES]),
-                                                 void *ud, const void **ptr, size_t *len);
+                                                 int (*fresh)(void *ud, const char *path), void *ud,
+                                                 const void **ptr, size_t *len);
 
 typedef struct ingest_sender_batch_stats {
     uint64_t files;

@@ -1506,21 +1506,18 @@ int ingest_sender_batch_manifest_ex(ingest_sender_batch *b, unsigned flags, cons
     return ingest_sender_batch_manifest_push(b, flags, 0, NULL, NULL, ptr, len);
 }
 
-/* File f is pushed: at most push_max bytes, some chunk, none the core is known to hold. */
+/* File f is pushed: at most push_max bytes, some chunk, a path this device never shipped. */
 static bool file_pushed(const ingest_sender_batch *b, const bfile *f, uint32_t push_max,
-                        int (*known)(void *, const uint8_t *), void *ud)
+                        int (*fresh)(void *, const char *), void *ud)
 {
     if (f->nchunks == 0 || f->size > push_max)
         return false;
-    for (uint64_t k = f->first_chunk; known != NULL && k < f->first_chunk + f->nchunks; k++)
-        if (known(ud, b->chunks[k].id) == 1)
-            return false;
-    return true;
+    return fresh == NULL || fresh(ud, (const char *)b->paths.buf + f->path_off) == 1;
 }
 
 int ingest_sender_batch_manifest_push(ingest_sender_batch *b, unsigned flags, uint32_t push_max,
-                                      int (*known)(void *ud, const uint8_t id[INGEST_ID_BYTES]), void *ud,
-                                      const void **ptr, size_t *len)
+                                      int (*fresh)(void *ud, const char *path), void *ud, const void **ptr,
+                                      size_t *len)
 {
     bool *pushed = NULL;
     int rc = 0;
@@ -1549,7 +1546,7 @@ int ingest_sender_batch_manifest_push(ingest_sender_batch *b, unsigned flags, ui
                 return ingest__fail(b->ctx, INGEST_ENOMEM, "sender: out of memory for the manifest of %s", b->id);
             }
             for (size_t i = 0; i < b->nfiles; i++)
-                pushing |= pushed[i] = file_pushed(b, &b->files[i], push_max, known, ud);
+                pushing |= pushed[i] = file_pushed(b, &b->files[i], push_max, fresh, ud);
         }
         if (pushing) {
             /* the replay check's stand-in for the hashes the receiver cannot know before the bytes arrive */

@@ -295,7 +295,7 @@ int ingest_edge_send_manifest(ingest_edge *a, ingest_sender_batch *b)
     const void *mp;
     size_t mlen;
     const uint32_t push = a->pack && (a->link->features & INGEST_SESSION_FEATURE_PUSH) ? a->o.push_max : 0u;
-    int rc = ingest_sender_batch_manifest_push(b, a->pack ? INGEST_SENDER_MANIFEST_NO_HASH : 0u, push, a->o.known,
+    int rc = ingest_sender_batch_manifest_push(b, a->pack ? INGEST_SENDER_MANIFEST_NO_HASH : 0u, push, a->o.fresh,
                                                a->o.userdata, &mp, &mlen);
     if (rc < 0)
         return rc;

@@ -1,7 +1,10 @@
 #!/bin/sh
 # The real receiver and agent on loopback: a generated sensor tree lands
 # byte for byte; a second run of the unchanged tree sends no chunk data;
-# a renamed directory of 100 files sends no chunk data.
+# a renamed directory of 100 small files lands for few bytes: new paths to
+# the agent, they are pushed (docs/protocol.md, "Pushed chunks"): their bytes
+# travel again, compressed together, instead of their ids.  With ids listed
+# (batch.push_max 0) the same rename sends no chunk data.
 . "$(dirname "$0")/lib.sh"
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
@@ -24,9 +27,19 @@ pass "second run of an unchanged tree sends no chunk data"
 
 mv "$T/src/data/many" "$T/src/data/many-renamed"
 ship dev1
-[ "$(field dev1 chunks_new)" -eq 0 ] || fail "renamed directory sent $(field dev1 chunks_new) chunks"
+[ "$(field dev1 files)" -eq 100 ] || fail "the renamed directory shipped $(field dev1 files) files, not 100"
+# 100 files of ~550 alike bytes: a few KB as one chunk group
+[ "$(field dev1 chunk_bytes)" -le 8000 ] || fail "renamed directory sent $(field dev1 chunk_bytes) chunk bytes"
 same_tree "$T/src/data/many-renamed" "$(landed_root dev1)/data/many-renamed"
-pass "renamed directory of 100 files sends no chunk data"
+pushed_wire=$(field dev1 wire_bytes)
+write_agent_config dev1 "$T/src/data" 'batch: {push_max: 0}'
+mv "$T/src/data/many-renamed" "$T/src/data/many-again"
+ship dev1
+[ "$(field dev1 chunks_new)" -eq 0 ] || fail "renamed directory, ids listed, sent $(field dev1 chunks_new) chunks"
+# (on these alike files the pushed bytes cost less than 100 ids)
+[ "$pushed_wire" -lt "$(field dev1 wire_bytes)" ] || fail "pushed: $pushed_wire wire bytes, ids listed: $(field dev1 wire_bytes)"
+same_tree "$T/src/data/many-again" "$(landed_root dev1)/data/many-again"
+pass "renamed directory of 100 small files: $pushed_wire wire bytes pushed; with ids listed no chunk data, $(field dev1 wire_bytes) wire bytes"
 
 # Two devices at once: both sessions are served concurrently and both trees land.
 "$CTL" bench gen --size 6MiB --seed 7 "$T/src2/data" > /dev/null
