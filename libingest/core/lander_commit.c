@@ -34,6 +34,9 @@ static int write_manifest(ingest_lander_batch *b)
     rec.nfiles = b->nfiles;
     rec.total_bytes = b->stats.bytes;
     rec.created_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    /* the device's digest, kept so that a replay of exactly this batch is recognised by it (same_landed_batch) */
+    rec.has_digest = b->has_digest;
+    memcpy(rec.digest, b->digest, sizeof rec.digest);
     for (uint32_t i = 0; i <= b->nfiles; i++) {
         if ((rc = ingest_manifest_writer_add(w, &rec)) < 0)
             goto out;

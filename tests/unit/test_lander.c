@@ -833,6 +833,24 @@ static void test_pushed(void **state)
     assert_file(e, "dev1/2024/02/29/s2.json", s2, 300, T2024, 0644);
     assert_landed_ids(e, "b2", h, 2);
     free(tb.manifest);
+
+    /* a pushed file refused (a directory where it lands): its hash is never known at the core, and the
+     * replay of exactly that batch is still recognised, by the digest kept in the landed manifest */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/dev1/2024/02/29/x.json", e->bronze);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    const tfile x[] = {{"x.json", s2, 300, T2024, 0644}, {"y.json", big, 300, T2024, 0644}};
+    make_batch(e, "dev1", "b3", x, 2, &tb);
+    assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b), 0);
+    assert_int_equal(ingest_lander_refused_count(b), 1);
+    assert_int_equal(ingest_lander_lookup(b), 0);
+    land_all(e, b, &tb);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, "dev1/2024/02/29/y.json", big, 300, T2024, 0644);
+    assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b), 0);
+    assert_int_equal(ingest_lander_lookup(b), INGEST_LANDER_ALREADY);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
     g_push = 0;
     free(s1);
     free(s2);
