@@ -73,6 +73,8 @@ enum {
 /* CHUNK_GROUP bounds: chunks in one group, and bytes they hold decoded. */
 #define INGEST_WIRE_GROUP_MAX_CHUNKS 4096u
 #define INGEST_WIRE_GROUP_MAX_RAW (1024u * 1024u)
+/* With INGEST_SESSION_FEATURE_PUSH: the largest file whose chunks a wire manifest may list without ids. */
+#define INGEST_WIRE_PUSH_FILE_MAX (32u * 1024u)
 /* With INGEST_SESSION_FEATURE_PACK: decoded bytes of one MANIFEST_PART. */
 #define INGEST_WIRE_MANIFEST_PART_MAX_RAW (4u * 1024u * 1024u)
 

@@ -182,8 +182,10 @@ static int lookup_known(ingest_lander_batch *b)
     if (b->nrefused > 0) {
         /* A refused file is written (to its scratch copy) only when a file that lands repeats one of its
          * chunks; else none of its chunks is asked for and the landing passes it over (lander__pump). */
+        /* (a refused file with pushed chunks is still received: its hash, then known, keeps the landed
+         * manifest true and its replays recognisable) */
         for (uint32_t fi = 0; fi < b->nfiles; fi++)
-            b->files[fi].skip = b->files[fi].refused != NULL;
+            b->files[fi].skip = b->files[fi].refused != NULL && !b->files[fi].hash_late;
         /* last to first: a refused file that is needed needs in turn the files it repeats chunks of
          * (a chunk's first occurrence is always in the same or an earlier file) */
         for (uint32_t fi = b->nfiles; fi-- > 0;) {
@@ -254,7 +256,9 @@ static int lookup_known(ingest_lander_batch *b)
  * was reused for other data (a file not among the landed ones, or with
  * other bytes); a missing landed manifest cannot be compared and is taken
  * as the same batch.  The batch is parsed whole: every file's hash is
- * known (derived from its chunk ids when the wire manifest left it out).
+ * known (derived from its chunk ids when the wire manifest left it out), but
+ * that of a file with pushed chunks, known only once it landed: the
+ * device's digest stands for those.
  */
 static int cmp_landed(const void *x, const void *y)
 {
@@ -484,6 +488,13 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
                     ingest_filehash_update(&dh, rec.chunks[k].id, INGEST_ID_BYTES);
                 if (rec.npushed > 0 && derive)
                     f->hash_late = true; /* (with a hash given, it is checked when the file has landed) */
+                if (rec.npushed > 0 && f->size > INGEST_WIRE_PUSH_FILE_MAX) {
+                    /* (bounds what a manifest of short [length] entries can make the receiver hold) */
+                    rc = ingest__fail(b->ctx, INGEST_ECORRUPT,
+                                      "lander: file %s: %llu bytes, chunks listed without ids (at most %u bytes)",
+                                      f->path, (unsigned long long)f->size, INGEST_WIRE_PUSH_FILE_MAX);
+                    goto out;
+                }
                 b->mc[b->nchunks++] = rec.chunks[k];
             }
             fchunks += rec.nchunks;
@@ -493,6 +504,11 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
     if (b->nfiles_read != b->nfiles) {
         rc = ingest__fail(b->ctx, INGEST_ECORRUPT, "lander: batch %s: %u files listed, %u announced", b->name,
                           b->nfiles_read, b->nfiles);
+        goto out;
+    }
+    if (b->npushed > 0 && !b->has_digest) {
+        rc = ingest__fail(b->ctx, INGEST_ECORRUPT,
+                          "lander: batch %s: chunks listed without ids, and no digest in the header", b->name);
         goto out;
     }
     rc = 0;

@@ -524,6 +524,32 @@ static int do_commit(ingest_lander_batch *b, const ingest_lander_lock *lk)
     return lander__leave(b, index_batch(b));
 }
 
+/*
+ * A batch with pushed chunks: the hashes its files landed with are those
+ * the device's digest covers (the ids were taken from the bytes that came,
+ * so this is the end-to-end check a listed id gives).  Not checkable when
+ * a pushed file was withdrawn (its bytes never came).
+ */
+static int check_digest(ingest_lander_batch *b)
+{
+    if (b->npushed == 0)
+        return 0;
+    ingest_filehash dg;
+    ingest_filehash_init(&dg, b->l->key);
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        if (b->files[i].hash_late)
+            return 0;
+        ingest_manifest_digest_add(&dg, b->files[i].path, b->files[i].hash);
+    }
+    uint8_t d[INGEST_ID_BYTES];
+    ingest_filehash_final(&dg, d);
+    if (sodium_memcmp(d, b->digest, sizeof d) != 0)
+        return ingest__fail(b->ctx, INGEST_EMISMATCH,
+                            "lander: batch %s: the files' hashes do not match the manifest's digest (a pushed chunk "
+                            "came with other bytes than the device hashed)", b->name);
+    return 0;
+}
+
 int ingest_lander_commit_prepare(ingest_lander_batch *b)
 {
     if (b && b->state == B_PREPARED)
@@ -538,6 +564,8 @@ int ingest_lander_commit_prepare(ingest_lander_batch *b)
     if (b->awaited > 0 || b->cur_file < b->nfiles)
         return ingest__fail(b->ctx, INGEST_EBUSY, "lander: batch %s: %u chunks still awaited (%zu re-wanted)",
                             b->name, b->awaited, b->nrew);
+    if ((rc = check_digest(b)) < 0)
+        return lander__fail_batch(b, rc);
     /* nothing more is read: release the sources and the chunk buffers now */
     lander__close_fd(&b->srcfd);
     b->src_no = UINT64_MAX;

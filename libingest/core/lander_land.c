@@ -249,8 +249,10 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
     if (b->file_off != f->size)
         return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: wrote %llu bytes, size is %llu", f->path,
                             (unsigned long long)b->file_off, (unsigned long long)f->size);
-    if (f->hash_late)
-        memcpy(f->hash, h, sizeof h); /* some chunks were pushed: now known */
+    if (f->hash_late) {
+        memcpy(f->hash, h, sizeof h); /* some chunks were pushed: now known (checked against the digest at commit) */
+        f->hash_late = false;
+    }
     else if (sodium_memcmp(h, f->hash, sizeof h) != 0)
         return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: whole-file hash differs from the manifest",
                             f->path);

@@ -99,7 +99,8 @@ static int send_want_runs(ingest_link *lk, const char *batch, const u32vec *w, s
 static int send_wants(ingest_link *lk, const char *batch, u32vec *w)
 {
     sort_wants(w);
-    if (lk->features & INGEST_SESSION_FEATURE_RUNS) {
+    if ((lk->features & (INGEST_SESSION_FEATURE_RUNS | INGEST_SESSION_FEATURE_PACK)) ==
+        (INGEST_SESSION_FEATURE_RUNS | INGEST_SESSION_FEATURE_PACK)) { /* (runs come with pack: the device's rule) */
         size_t nruns = 0;
         for (size_t i = 0; i < w->n; i++)
             nruns += i == 0 || w->v[i] != w->v[i - 1] + 1;
@@ -831,7 +832,10 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
             batch_t0 = core_now();
             /* parsed without the land lock; the lander takes it for the replay check and the lookups */
             rc = ingest_lander_parse_ex(landers[k], device, manifest, mlen,
-                                        (link->features & INGEST_SESSION_FEATURE_PUSH) ? INGEST_LANDER_PARSE_PUSH : 0u,
+                                        (link->features & (INGEST_SESSION_FEATURE_PUSH | INGEST_SESSION_FEATURE_PACK)) ==
+                                                (INGEST_SESSION_FEATURE_PUSH | INGEST_SESSION_FEATURE_PACK)
+                                            ? INGEST_LANDER_PARSE_PUSH
+                                            : 0u,
                                         &b);
             if (rc == 0)
                 rc = ingest_lander_lookup(b);

@@ -966,6 +966,15 @@ static int withdraw(ingest_edge *a, ingest_sender_batch *b, uint32_t idx, const 
     return 1;
 }
 
+
+/* idx[0, count) are idx[0], idx[0] + 1, ...: a CHUNK_RUN says them. */
+static int consecutive(const uint32_t *idx, uint32_t count)
+{
+    for (uint32_t i = 1; i < count; i++)
+        if (idx[i] != idx[0] + i)
+            return 0;
+    return 1;
+}
 /*
  * Send one encoded unit (data[0, n)): chunk idx[0] alone (count 1, a
  * CHUNK, or with nblocks > 0 a CHUNK_DELTA with the block map map) or the
@@ -998,7 +1007,7 @@ static int send_unit(ingest_edge *a, ingest_sender_batch *b, uint32_t *idx, uint
         m.u.chunk.index = idx[0];
         m.u.chunk.data = data;
         m.u.chunk.len = n;
-    } else if (a->runs && idx[count - 1] - idx[0] == count - 1) {
+    } else if (a->runs && consecutive(idx, count)) {
         /* consecutive indexes (strictly increasing): the first and the count say them all */
         m.type = INGEST_MSG_CHUNK_RUN;
         m.u.group.count = count;

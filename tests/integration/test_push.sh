@@ -42,7 +42,7 @@ fresh_ship() {
     # every landed record has its hash and ids (a pushed chunk is written as [length] on the wire only)
     ! grep -h -E '\[\[[0-9]|"type":"file"' "$T"/bronze/_manifests/dev1/*.jsonl | grep -v '"hash":"[0-9a-f]\{64\}"' |
         grep -q . || fail "$1: a landed manifest lacks a hash"
-    ! grep -h -q -E '\[\[[0-9]+\]' "$T"/bronze/_manifests/dev1/*.jsonl || fail "$1: a landed manifest lacks a chunk id"
+    ! grep -h -q -E '\[[0-9]+\]' "$T"/bronze/_manifests/dev1/*.jsonl || fail "$1: a landed manifest lacks a chunk id"
 }
 f() { tail -1 "$T/$1.out" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 

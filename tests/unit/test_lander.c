@@ -808,14 +808,30 @@ static void test_pushed(void **state)
     assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "already used for other data"));
     ingest_lander_batch_destroy(b);
     free(tb.manifest);
-    /* the same bytes without a digest: cannot be told a replay */
+    /* pushed chunks without a digest: refused at parse */
     g_no_digest = 1;
     make_batch(e, "dev1", "b1", f, 3, &tb);
     g_no_digest = 0;
+    assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b),
+                     INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "no digest"));
+    free(tb.manifest);
+    /* a replay that leaves a file out (changed since): the digest of the rest, from the landed hashes */
+    make_batch(e, "dev1", "b1", (const tfile[]){f[0], f[2]}, 2, &tb);
     assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b), 0);
-    assert_int_equal(ingest_lander_lookup(b), INGEST_EEXIST);
+    assert_int_equal(ingest_lander_lookup(b), INGEST_LANDER_ALREADY);
     ingest_lander_batch_destroy(b);
     free(tb.manifest);
+    /* a pushed file of another size than the receiver's bound: refused (what [length] entries may cost) */
+    uint8_t *huge = pattern(40000, 64);
+    g_push = 64000;
+    make_batch(e, "dev1", "b9", (const tfile[]){{"huge.json", huge, 40000, T2024, 0644}}, 1, &tb);
+    g_push = 2000;
+    assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b),
+                     INGEST_ECORRUPT);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "chunks listed without ids (at most 32768 bytes)"));
+    free(tb.manifest);
+    free(huge);
 
     /* known content pushed again (a new batch): wanted, and landed with put_verified and the caller's ids */
     const tfile h[] = {{"again.json", s1, 300, T2024, 0644}, {"s2.json", s2, 300, T2024, 0644}};
@@ -844,9 +860,18 @@ static void test_pushed(void **state)
     assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b), 0);
     assert_int_equal(ingest_lander_refused_count(b), 1);
     assert_int_equal(ingest_lander_lookup(b), 0);
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, 2); /* the refused file's too: its hash is known once its bytes came */
     land_all(e, b, &tb);
     ingest_lander_batch_destroy(b);
     assert_file(e, "dev1/2024/02/29/y.json", big, 300, T2024, 0644);
+    assert_landed_ids(e, "b3", x, 2); /* the refused record with its real ids and hash */
+    assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b), 0);
+    assert_int_equal(ingest_lander_lookup(b), INGEST_LANDER_ALREADY);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+    /* ... and a replay without it (the other file only), by the landed hashes */
+    make_batch(e, "dev1", "b3", x + 1, 1, &tb);
     assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b), 0);
     assert_int_equal(ingest_lander_lookup(b), INGEST_LANDER_ALREADY);
     ingest_lander_batch_destroy(b);

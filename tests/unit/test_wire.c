@@ -260,6 +260,12 @@ static void test_want_runs(void **state)
         assert_int_equal(first, runs[2 * k]);
         assert_int_equal(n, runs[2 * k + 1]);
     }
+    /* Adjacent runs (one starting where the one before ends) are valid. */
+    const uint32_t adjacent[] = { 0, 2, 2, 1 };
+    m.u.want.idx = adjacent;
+    m.u.want.count = 2;
+    m.u.want.flags = INGEST_WANT_RUNS;
+    assert_int_equal(round_trip(&m, &r, buf, sizeof(buf)), 2 + 2 + 1 + 4 + 16);
     /* Empty, overlapping, touching the previous run's inside, or past the last index: refused both ways. */
     static const uint32_t bad[][4] = {
         { 5, 0, 9, 1 },             /* empty run */
