@@ -675,3 +675,16 @@ int ingest__codec_hint_settled(const ingest_codec_hint *h)
 {
     return h->mode != INGEST_CODEC_HINT_PROBE && h->left > 0;
 }
+
+int ingest__codec_hint_take_store(ingest_codec_hint *h)
+{
+    if (h->mode != INGEST_CODEC_HINT_STORE || h->left == 0)
+        return 0;
+    h->left--;
+    return 1;
+}
+
+void ingest__codec_put_raw(uint8_t *dst, size_t n)
+{
+    put_header(dst, INGEST_CODEC_METHOD_RAW, INGEST_CODEC_FILTER_NONE, 0, (uint32_t)n);
+}

@@ -102,6 +102,53 @@ int ingest__aead_seal(ingest__aead *a, uint64_t ctr, const uint8_t *ad, size_t a
     return 0;
 }
 
+int ingest__aead_sealv(ingest__aead *a, uint64_t ctr, const uint8_t *ad, size_t adlen, const ingest__aead_seg *seg,
+                       size_t nseg, uint8_t *out)
+{
+    size_t ptlen = 0;
+    for (size_t i = 0; i < nseg; i++) {
+        if (seg[i].len > INT_MAX - ptlen)
+            return INGEST_ETOOBIG;
+        ptlen += seg[i].len;
+    }
+    if (!a->seal)
+        return INGEST_EINVAL;
+    if (a->cipher == INGEST_CIPHER_XCHACHA20POLY1305) {
+        /* one pass over contiguous bytes: gather into out, then seal in place */
+        size_t at = 0;
+        for (size_t i = 0; i < nseg; i++) {
+            if (seg[i].len > 0)
+                memcpy(out + at, seg[i].p, seg[i].len);
+            at += seg[i].len;
+        }
+        return ingest__aead_seal(a, ctr, ad, adlen, out, ptlen, out);
+    }
+    if (a->cipher != INGEST_CIPHER_AES256GCM)
+        return INGEST_EINVAL;
+    if (adlen > INT_MAX)
+        return INGEST_ETOOBIG;
+    uint8_t nonce[24];
+    make_nonce(nonce, ctr);
+    EVP_CIPHER_CTX *c = a->gcm;
+    int l = 0;
+    size_t at = 0;
+    if (EVP_EncryptInit_ex2(c, NULL, NULL, nonce, NULL) != 1 ||
+        (adlen > 0 && EVP_EncryptUpdate(c, NULL, &l, ad, (int)adlen) != 1))
+        return INGEST_ECRYPTO;
+    /* GCM is a stream: updates of any length give the bytes of one update over their concatenation */
+    for (size_t i = 0; i < nseg; i++) {
+        if (seg[i].len == 0)
+            continue;
+        if (EVP_EncryptUpdate(c, out + at, &l, seg[i].p, (int)seg[i].len) != 1 || (size_t)l != seg[i].len)
+            return INGEST_ECRYPTO;
+        at += (size_t)l;
+    }
+    if (EVP_EncryptFinal_ex(c, out + at, &l) != 1 || l != 0 ||
+        EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_GET_TAG, INGEST__AEAD_TAG, out + ptlen) != 1)
+        return INGEST_ECRYPTO;
+    return 0;
+}
+
 int ingest__aead_open(ingest__aead *a, uint64_t ctr, const uint8_t *ad, size_t adlen, const uint8_t *in,
                       size_t inlen, uint8_t *out)
 {

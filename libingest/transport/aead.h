@@ -53,6 +53,21 @@ void ingest__aead_free(ingest__aead *a);
 int ingest__aead_seal(ingest__aead *a, uint64_t ctr, const uint8_t *ad, size_t adlen, const uint8_t *pt,
                       size_t ptlen, uint8_t *out);
 
+/* One piece of the plaintext of ingest__aead_sealv. */
+typedef struct ingest__aead_seg {
+    const uint8_t *p;
+    size_t len;
+} ingest__aead_seg;
+
+/*
+ * Like ingest__aead_seal, the plaintext being the concatenation of
+ * seg[0, nseg): the same bytes, without gathering it first (AES-256-GCM
+ * encrypts each piece straight into out; XChaCha gathers it in out and
+ * seals there).  out must not overlap any piece.
+ */
+int ingest__aead_sealv(ingest__aead *a, uint64_t ctr, const uint8_t *ad, size_t adlen, const ingest__aead_seg *seg,
+                       size_t nseg, uint8_t *out);
+
 /*
  * Open in[0, inlen) (ciphertext then tag, inlen >= INGEST__AEAD_TAG) into
  * out[0, inlen - INGEST__AEAD_TAG).  out may equal in.  0, or INGEST_ECRYPTO

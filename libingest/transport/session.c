@@ -42,6 +42,7 @@ enum { ST_OK = 0, ST_UNKNOWN_DEVICE = 1, ST_VERSION = 2, ST_MALFORMED = 3, ST_NO
 
 #define REC_LEN 4  /* length prefix of a record */
 #define REC_TAG INGEST__AEAD_TAG /* AEAD tag (both ciphers) */
+#define SEND_SEGS 8             /* pieces a frame is sealed from without gathering them (header included) */
 #define REC_MIN (INGEST_WIRE_HDR_BYTES + REC_TAG)
 #define MIN_PAYLOAD_BOUND 64u
 
@@ -784,18 +785,34 @@ int ingest_session_sendv(ingest_session *s, int fd, unsigned type, const ingest_
         return kill_dir(d, ingest__fail(&d->ectx, INGEST_ECRYPTO, "send: nonce counter exhausted"));
     const size_t ptlen = INGEST_WIRE_HDR_BYTES + len;
     const size_t reclen = REC_LEN + ptlen + REC_TAG;
-    INGEST__FORWARD(ensure(d, &d->pt, &d->ptcap, ptlen));
     INGEST__FORWARD(ensure(d, &d->buf, &d->cap, reclen));
     const ingest_wire_hdr hdr = { (uint8_t)type, INGEST_WIRE_VERSION, 0, (uint32_t)len };
-    ingest_wire_hdr_encode(&hdr, d->pt);
-    size_t at = INGEST_WIRE_HDR_BYTES;
-    for (size_t i = 0; i < n; i++) {
-        if (iov[i].len > 0)
-            memcpy(d->pt + at, iov[i].base, iov[i].len);
-        at += iov[i].len;
+    uint8_t hb[INGEST_WIRE_HDR_BYTES];
+    ingest_wire_hdr_encode(&hdr, hb);
+    /* The pieces are sealed straight into the record, without a copy of the payload before (up to
+     * SEND_SEGS pieces, as every message of ours; more are gathered first). */
+    ingest__aead_seg seg[SEND_SEGS];
+    size_t nseg = 0;
+    seg[nseg].p = hb;
+    seg[nseg++].len = sizeof hb;
+    if (n < SEND_SEGS) {
+        for (size_t i = 0; i < n; i++) {
+            seg[nseg].p = iov[i].base;
+            seg[nseg++].len = iov[i].len;
+        }
+    } else {
+        INGEST__FORWARD(ensure(d, &d->pt, &d->ptcap, len));
+        size_t at = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (iov[i].len > 0)
+                memcpy(d->pt + at, iov[i].base, iov[i].len);
+            at += iov[i].len;
+        }
+        seg[nseg].p = d->pt;
+        seg[nseg++].len = len;
     }
     ingest__put_u32(d->buf, (uint32_t)(ptlen + REC_TAG));
-    rc = ingest__aead_seal(&d->aead, d->ctr, d->buf, REC_LEN, d->pt, ptlen, d->buf + REC_LEN);
+    rc = ingest__aead_sealv(&d->aead, d->ctr, d->buf, REC_LEN, seg, nseg, d->buf + REC_LEN);
     if (rc != 0)
         return kill_dir(d, ingest__fail(&d->ectx, rc, "send: sealing frame %llu failed; send closed",
                                         (unsigned long long)d->ctr));

@@ -1249,6 +1249,82 @@ static void test_record_aead_libcrypto_equals_libsodium(void **state)
     free(p2);
 }
 
+/* Sealing from pieces gives the bytes of sealing their concatenation, for both ciphers and any split. */
+static void test_record_aead_sealv(void **state)
+{
+    (void)state;
+    uint8_t key[32];
+    for (int i = 0; i < 32; i++)
+        key[i] = (uint8_t)(0x11 * i + 3);
+    const size_t n = 70000;
+    uint8_t *pt = malloc(n), *one = malloc(n + 16), *many = malloc(n + 16);
+    assert_non_null(pt);
+    assert_non_null(one);
+    assert_non_null(many);
+    for (size_t i = 0; i < n; i++)
+        pt[i] = (uint8_t)(i * 131 + (i >> 9));
+    static const int ciphers[] = { INGEST_CIPHER_AES256GCM, INGEST_CIPHER_XCHACHA20POLY1305 };
+    /* piece boundaries: empty pieces, pieces shorter than a block, unaligned cuts */
+    static const size_t cuts[][6] = { { 0, 0, 1, 17, 4096, 70000 },
+                                      { 8, 8, 9, 33, 65544, 70000 },
+                                      { 15, 16, 31, 48, 69999, 70000 } };
+    const uint8_t ad[4] = { 1, 2, 3, 4 };
+    for (size_t c = 0; c < sizeof ciphers / sizeof ciphers[0]; c++) {
+        if (ciphers[c] == INGEST_CIPHER_AES256GCM && !ingest__aead_aes_available())
+            continue;
+        ingest__aead tx;
+        assert_int_equal(ingest__aead_init(&tx, ciphers[c], key, 1), 0);
+        for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+            ingest__aead_seg seg[7];
+            size_t at = 0;
+            for (size_t i = 0; i < 6; i++) {
+                seg[i].p = pt + at;
+                seg[i].len = cuts[k][i] - at;
+                at = cuts[k][i];
+            }
+            assert_int_equal(ingest__aead_seal(&tx, 7 + k, ad, 4, pt, n, one), 0);
+            memset(many, 0, n + 16);
+            assert_int_equal(ingest__aead_sealv(&tx, 7 + k, ad, 4, seg, 6, many), 0);
+            assert_memory_equal(one, many, n + 16);
+            /* nothing at all */
+            assert_int_equal(ingest__aead_seal(&tx, 99, ad, 4, pt, 0, one), 0);
+            assert_int_equal(ingest__aead_sealv(&tx, 99, ad, 4, seg, 0, many), 0);
+            assert_memory_equal(one, many, 16);
+        }
+        ingest__aead_free(&tx);
+    }
+    free(pt);
+    free(one);
+    free(many);
+}
+
+/* ingest_session_sendv: a frame of few pieces (sealed from them) and of many (gathered first) arrives whole. */
+static void test_sendv_pieces(void **state)
+{
+    fx *f = *state;
+    make_pair(f, INGEST_CIPHER_AUTO);
+    static const char text[] = "pieces of one frame, sealed without being copied first";
+    const size_t tl = sizeof(text) - 1;
+    uint8_t buf[256];
+    for (size_t np = 1; np <= 20; np += 3) {
+        ingest_iov v[20];
+        size_t at = 0;
+        for (size_t i = 0; i < np; i++) {
+            const size_t len = i + 1 == np ? tl - at : (i % 3 == 1 ? 0 : (tl / np));
+            v[i].base = text + at;
+            v[i].len = len;
+            at += len;
+        }
+        assert_int_equal(ingest_session_sendv(f->c, f->cfd, INGEST_MSG_PING, v, np), 0);
+        unsigned type = 0;
+        size_t len = 0;
+        assert_int_equal(ingest_session_recv(f->s, f->sfd, &type, buf, sizeof(buf), &len, 1000), 0);
+        assert_int_equal(type, INGEST_MSG_PING);
+        assert_int_equal(len, tl);
+        assert_memory_equal(buf, text, tl);
+    }
+}
+
 static void test_key_files(void **state)
 {
     (void)state;
@@ -1519,8 +1595,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_recv_timeout_keeps_session, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_messages_over_session, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_full_duplex_threads, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_sendv_pieces, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_throughput, fx_setup, fx_teardown),
         cmocka_unit_test(test_record_aead_libcrypto_equals_libsodium),
+        cmocka_unit_test(test_record_aead_sealv),
         cmocka_unit_test(test_key_files),
         cmocka_unit_test(test_dedup_key_file),
         cmocka_unit_test(test_key_file_modes),
