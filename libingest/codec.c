@@ -19,6 +19,11 @@
 #include <zdict.h>
 #include <zstd.h>
 #include <zstd_errors.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#elif defined(__ARM_NEON)
+#include <arm_neon.h>
+#endif
 
 /* Dictionaries one codec can hold; loading one more fails. */
 #define CODEC_MAX_DICTS 64
@@ -148,11 +153,33 @@ static int scratch_reserve(ingest_codec *c, uint8_t **buf, size_t *cap, size_t n
  * sample's low bytes, then its high bytes); an odd last byte stays last.
  * Slowly varying int16 signals compress about 1.6x better so.
  */
+/*
+ * shuffle2 and its inverse run over every byte of a filtered chunk, so they
+ * go 16 pairs at a time where the target has vectors (SSE2 is part of
+ * x86-64; NEON of aarch64), then pair by pair for the rest.
+ */
 static void shuffle2(const uint8_t *src, size_t n, uint8_t *dst)
 {
     const size_t h = n / 2;
     uint8_t *lo = dst, *hi = dst + h;
-    for (size_t i = 0; i < h; i++) {
+    size_t i = 0;
+#if defined(__SSE2__)
+    const __m128i low = _mm_set1_epi16(0x00ff);
+    for (; i + 16 <= h; i += 16) {
+        const __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(src + 2 * i));
+        const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + 2 * i + 16));
+        _mm_storeu_si128((__m128i *)(void *)(lo + i),
+                         _mm_packus_epi16(_mm_and_si128(a, low), _mm_and_si128(b, low)));
+        _mm_storeu_si128((__m128i *)(void *)(hi + i), _mm_packus_epi16(_mm_srli_epi16(a, 8), _mm_srli_epi16(b, 8)));
+    }
+#elif defined(__ARM_NEON)
+    for (; i + 16 <= h; i += 16) {
+        const uint8x16x2_t v = vld2q_u8(src + 2 * i);
+        vst1q_u8(lo + i, v.val[0]);
+        vst1q_u8(hi + i, v.val[1]);
+    }
+#endif
+    for (; i < h; i++) {
         lo[i] = src[2 * i];
         hi[i] = src[2 * i + 1];
     }
@@ -164,7 +191,23 @@ static void unshuffle2(const uint8_t *src, size_t n, uint8_t *dst)
 {
     const size_t h = n / 2;
     const uint8_t *lo = src, *hi = src + h;
-    for (size_t i = 0; i < h; i++) {
+    size_t i = 0;
+#if defined(__SSE2__)
+    for (; i + 16 <= h; i += 16) {
+        const __m128i l = _mm_loadu_si128((const __m128i *)(const void *)(lo + i));
+        const __m128i u = _mm_loadu_si128((const __m128i *)(const void *)(hi + i));
+        _mm_storeu_si128((__m128i *)(void *)(dst + 2 * i), _mm_unpacklo_epi8(l, u));
+        _mm_storeu_si128((__m128i *)(void *)(dst + 2 * i + 16), _mm_unpackhi_epi8(l, u));
+    }
+#elif defined(__ARM_NEON)
+    for (; i + 16 <= h; i += 16) {
+        uint8x16x2_t v;
+        v.val[0] = vld1q_u8(lo + i);
+        v.val[1] = vld1q_u8(hi + i);
+        vst2q_u8(dst + 2 * i, v);
+    }
+#endif
+    for (; i < h; i++) {
         dst[2 * i] = lo[i];
         dst[2 * i + 1] = hi[i];
     }
