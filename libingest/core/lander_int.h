@@ -219,6 +219,7 @@ struct ingest_lander_batch_s {
      * file's size may be short of the bytes landed (fill_holes in lander_land.c) */
     bool size_short;
     bool mode_set; /* the file being written has its landed mode already (no fchmod at its end) */
+    bool mode_late; /* ...or it is checked with the stat at its end (a file smaller than a block) */
     ingest_filehash fh;
     /* known-chunk source cache */
     int srcfd;

@@ -17,6 +17,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     lander__split_path(f->landed, dir, sizeof dir, &name);
     INGEST__FORWARD(lander__enter_dir(b, f->path, dir, true));
     INGEST__FORWARD(lander__add_dir(b, dir));
+    b->mode_late = false;
     const int app = lander__app_try(b, fi);
     if (app < 0)
         return app;
@@ -56,6 +57,21 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
         return lander__sys_fail(b->ctx, errno, "create temporary file for", f->landed);
     f->created = true;
     f->ident_set = false; /* read when it is finished */
+    if (f->size < DIO_ALIGN) {
+        /* Smaller than a block: nothing is ever cloned into it, so its filesystem's block size is not
+         * needed, and its mode is checked with the stat at its end (finish_file): one stat per small
+         * file, not two. */
+        b->blksize = DIO_ALIGN;
+        b->clone_ok = false;
+        b->mode_set = true;
+        b->mode_late = true;
+        b->file_off = 0;
+        b->size_short = false;
+        b->dio_fill = b->dio_zeros = 0;
+        b->dio_base = 0;
+        ingest_filehash_init(&b->fh, b->l->key);
+        return 0;
+    }
     struct stat st;
     if (fstat(b->fd, &st) < 0)
         return lander__sys_fail(b->ctx, errno, "stat temporary file for", f->landed);
@@ -273,6 +289,11 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
         return lander__sys_fail(b->ctx, errno, "stat", f->landed);
     lander__ident_of(f, &sb);
     f->ident_set = true;
+    /* created with its landed mode, unless the umask took bits away or the name was there already
+     * (the mode is not part of its identity: changing it now leaves that as read) */
+    if (b->mode_late && (sb.st_mode & 07777) != (mode_t)landed_mode(f->mode) &&
+        fchmod(b->fd, (mode_t)landed_mode(f->mode)) < 0)
+        return lander__sys_fail(b->ctx, errno, "chmod", f->landed);
     /* a large file's writeback starts now; small ones are written out together at commit */
     if (f->size >= LANDER_EARLY_WRITEBACK_MIN || b->nfiles < INGEST_LANDER_SYNCFS_MIN)
         (void)sync_file_range(b->fd, 0, 0, SYNC_FILE_RANGE_WRITE);

@@ -277,6 +277,42 @@ static int count_files(const env *e)
 
 #define T2024 (1709251199ll * 1000000000ll + 123456789ll) /* 2024-02-29T23:59:59.123456789Z */
 
+/*
+ * Landed modes whatever the umask: 0644, or 0755 for a file executable at
+ * the edge.  A file smaller than a block has its mode checked with the stat
+ * at its end (open_tmp), a larger one right after it is created: both
+ * kinds, under a umask that takes bits away.
+ */
+static void test_land_modes_under_umask(void **state)
+{
+    env *e = *state;
+    uint8_t *a = pattern(100, 5), *a2 = pattern(50, 7), *c = pattern(CH, 6), *c2 = pattern(5000, 8);
+    const tfile f[] = {
+        {"small.txt", a, 100, T2024, 0600},
+        {"small.sh", a2, 50, T2024, 0700},
+        {"empty.sh", a, 0, T2024, 0711},
+        {"big.sh", c, CH, T2024 + 1, 0750},
+        {"big.bin", c2, 5000, T2024 + 2, 0444},
+    };
+    tbatch tb;
+    make_batch(e, "dev1", "m1", f, 5, &tb);
+    const mode_t old = umask(077);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    land_all(e, b, &tb);
+    ingest_lander_batch_destroy(b);
+    umask(old);
+    assert_file(e, "dev1/2024/02/29/small.txt", a, 100, T2024, 0644);
+    assert_file(e, "dev1/2024/02/29/small.sh", a2, 50, T2024, 0755);
+    assert_file(e, "dev1/2024/02/29/empty.sh", a, 0, T2024, 0755);
+    assert_file(e, "dev1/2024/02/29/big.sh", c, CH, T2024 + 1, 0755);
+    assert_file(e, "dev1/2024/02/29/big.bin", c2, 5000, T2024 + 2, 0644);
+    free(a);
+    free(a2);
+    free(c);
+    free(c2);
+}
+
 static void test_land_new(void **state)
 {
     env *e = *state;
@@ -2974,6 +3010,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_land_new, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_land_modes_under_umask, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_copies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_scope_device, setup, teardown),
         cmocka_unit_test_setup_teardown(test_direct_io_repeats, setup, teardown),
