@@ -307,6 +307,7 @@ static void test_land_modes_under_umask(void **state)
     assert_file(e, "dev1/2024/02/29/empty.sh", a, 0, T2024, 0755);
     assert_file(e, "dev1/2024/02/29/big.sh", c, CH, T2024 + 1, 0755);
     assert_file(e, "dev1/2024/02/29/big.bin", c2, 5000, T2024 + 2, 0644);
+    free(tb.manifest);
     free(a);
     free(a2);
     free(c);
