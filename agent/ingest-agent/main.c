@@ -1173,6 +1173,7 @@ int main(int argc, char **argv)
     so.batch_prefix = a.state.prefix;
     /* The receiver re-derives every chunk id; a stat check here saves a hash pass. */
     so.recheck = INGEST_SENDER_RECHECK_STAT;
+    so.ramp = 1; /* the first batches smaller: shipping starts sooner (docs/sending.md, "Batches") */
     so.userdata = &a;
     prog_notify("READY=1"); /* state open: a Type=notify unit is started (docs/operations.md) */
     a.report.t0 = prog_now();
