@@ -808,7 +808,11 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
         return INGEST_ENOMEM;
     ingest_ctx_set_log(bl.ctx, prog_lib_log, NULL,
                        a->cfg->log_level >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
-    int rc = ingest_sender_create(bl.ctx, o, &bl.snd);
+    /* A pass ramps (its first batches smaller: shipping starts sooner; docs/sending.md, "Ramp"); the
+     * daemon's journaled batches, and their replays, are built from the same options without it. */
+    ingest_sender_opts po = *o;
+    po.ramp = 1;
+    int rc = ingest_sender_create(bl.ctx, &po, &bl.snd);
     if (rc < 0) {
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(bl.ctx));
         ingest_ctx_destroy(bl.ctx);
@@ -1173,7 +1177,6 @@ int main(int argc, char **argv)
     so.batch_prefix = a.state.prefix;
     /* The receiver re-derives every chunk id; a stat check here saves a hash pass. */
     so.recheck = INGEST_SENDER_RECHECK_STAT;
-    so.ramp = 1; /* the first batches smaller: shipping starts sooner (docs/sending.md, "Batches") */
     so.userdata = &a;
     prog_notify("READY=1"); /* state open: a Type=notify unit is started (docs/operations.md) */
     a.report.t0 = prog_now();

@@ -172,6 +172,14 @@ typedef struct ingest_sender_opts {
 #define INGEST_SENDER_RAMP_MIN_FILES 64u
 #define INGEST_SENDER_RAMP_MIN_BYTES (4u * 1024u * 1024u)
 
+/*
+ * The limits batch number k (0 first) of a ramping sender closes at, given
+ * max_files and max_bytes (both > 0): what opts.ramp does, for tools that
+ * model the agent's batches (ingestctl bench stages).
+ */
+INGEST_API void ingest_sender_ramp_limits(uint64_t k, uint64_t max_files, uint64_t max_bytes, uint64_t *files,
+                                          uint64_t *bytes);
+
 typedef struct ingest_sender_stats {
     uint64_t files_seen;         /* regular files found by the walk (and symlinks of sources that ship them) */
     uint64_t files_batched;      /* files put in a batch */

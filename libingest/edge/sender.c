@@ -1458,22 +1458,30 @@ static ingest_sender_batch *batch_new(ingest_sender *s)
  * batches of the sender close early (1/16, then 1/4 of the limits), so the
  * receiver has a batch to take while the next, larger one is built.
  */
-static void ramp_limits(ingest_sender *s)
+void ingest_sender_ramp_limits(uint64_t k, uint64_t max_files, uint64_t max_bytes, uint64_t *files, uint64_t *bytes)
 {
-    s->lim_files = s->max_files;
-    s->lim_bytes = s->max_bytes;
-    if (!s->ramp || s->st.batches >= 2)
+    *files = max_files;
+    *bytes = max_bytes;
+    if (k >= 2)
         return;
-    const unsigned shift = s->st.batches == 0 ? 4 : 2;
-    uint64_t f = s->max_files >> shift, by = s->max_bytes >> shift;
+    const unsigned shift = k == 0 ? 4 : 2;
+    uint64_t f = max_files >> shift, by = max_bytes >> shift;
     if (f < INGEST_SENDER_RAMP_MIN_FILES)
         f = INGEST_SENDER_RAMP_MIN_FILES;
     if (by < INGEST_SENDER_RAMP_MIN_BYTES)
         by = INGEST_SENDER_RAMP_MIN_BYTES;
-    if (f < s->lim_files)
-        s->lim_files = f;
-    if (by < s->lim_bytes)
-        s->lim_bytes = by;
+    if (f < *files)
+        *files = f;
+    if (by < *bytes)
+        *bytes = by;
+}
+
+static void ramp_limits(ingest_sender *s)
+{
+    s->lim_files = s->max_files;
+    s->lim_bytes = s->max_bytes;
+    if (s->ramp)
+        ingest_sender_ramp_limits(s->st.batches, s->max_files, s->max_bytes, &s->lim_files, &s->lim_bytes);
 }
 
 int ingest_sender_next_batch(ingest_sender *s, ingest_sender_batch **out)

@@ -647,24 +647,45 @@ static void test_batch_ramp(void **state)
     o.max_files = 1100; /* 68, 275, then 1100 */
     walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
     assert_string_equal(counts, "68,232");
+    o.max_files = 128; /* the floor twice (128/16 and 128/4 are below 64), then the full 128 */
+    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
+    assert_string_equal(counts, "64,64,128,44");
+    o.ramp = 0;
+    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
+    assert_string_equal(counts, "128,128,44");
+    uint64_t lf = 0, lb = 0;
+    ingest_sender_ramp_limits(0, 4000, 256u << 20, &lf, &lb);
+    assert_true(lf == 250 && lb == 16u << 20);
+    ingest_sender_ramp_limits(1, 4000, 256u << 20, &lf, &lb);
+    assert_true(lf == 1000 && lb == 64u << 20);
+    ingest_sender_ramp_limits(2, 4000, 256u << 20, &lf, &lb);
+    assert_true(lf == 4000 && lb == 256u << 20);
+    ingest_sender_ramp_limits(0, 10, 1000, &lf, &lb); /* the floors never raise a limit */
+    assert_true(lf == 10 && lb == 1000);
 
     /* bytes: 12 files of 1 MiB with max_bytes 64 MiB close at 4 MiB, then 16 MiB */
     rm_tree(d);
     d = mk_tmpdir();
     mkdirs(d, "src");
-    for (int i = 0; i < 12; i++) {
+    for (int i = 0; i < 20; i++) {
         snprintf(name, sizeof(name), "src/m%02d", i);
         put_random(d, name, 1024 * 1024, (uint64_t)i + 500);
     }
     join(p, sizeof(p), d, "src");
     const ingest_sender_source src2[] = { { "s", p, 0 } };
     o = base_opts(src2, 1, &r);
-    o.max_bytes = 64u * 1024 * 1024;
+    o.max_bytes = 64u * 1024 * 1024; /* 4 MiB, 16 MiB, then the rest */
     walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
-    assert_string_equal(counts, "12");
+    assert_string_equal(counts, "20");
     o.ramp = 1;
     walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
-    assert_string_equal(counts, "4,8");
+    assert_string_equal(counts, "4,16");
+    o.max_bytes = 16u * 1024 * 1024; /* the 4 MiB floor twice (1 MiB and 4 MiB), then 16 MiB */
+    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
+    assert_string_equal(counts, "4,4,12");
+    o.ramp = 0;
+    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
+    assert_string_equal(counts, "16,4");
     rm_tree(d);
     ingest_ctx_destroy(ctx);
 }
