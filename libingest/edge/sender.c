@@ -1916,12 +1916,14 @@ int ingest__sender_batch_chunk_r(ingest_sender_batch *b, ingest__sender_reader *
     *out_len = 0;
     uint64_t fi = 0;
     if (hint != NULL && ci < b->nchunks && cap >= ingest_codec_bound(b->chunks[ci].len) &&
-        ingest__codec_hint_take_store(hint)) {
-        /* stored raw: read straight into the encoding, after its header (no copy) */
+        hint->mode == INGEST_CODEC_HINT_STORE && hint->left > 0) {
+        /* stored raw: read straight into the encoding, after its header (no copy); the hint counts
+         * the chunk once it is read, as ingest_codec_encode_adaptive would */
         uint8_t *const d = out;
         const uint32_t len = b->chunks[ci].len;
         INGEST__FORWARD(reader_file(b, r, ci, &fi));
         INGEST__FORWARD(read_chunk(b, r, ci, fi, d + INGEST_CODEC_HEADER));
+        (void)ingest__codec_hint_take_store(hint);
         ingest__codec_put_raw(d, len);
         *out_len = INGEST_CODEC_HEADER + (size_t)len;
         return 0;
