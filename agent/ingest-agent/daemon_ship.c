@@ -285,7 +285,6 @@ static int build_batch(daemon_t *d, dship *x)
     o.batch_seq = jb->seq;
     o.max_files = x->npaths;
     o.max_bytes = UINT64_MAX / 4;
-    o.ramp = 0; /* one batch of exactly the journaled files */
     x->ngot = 0;
     int rc = ingest_sender_create(x->ctx, &o, &x->s);
     if (rc == 0)

@@ -808,11 +808,7 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
         return INGEST_ENOMEM;
     ingest_ctx_set_log(bl.ctx, prog_lib_log, NULL,
                        a->cfg->log_level >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
-    /* A pass ramps (its first batches smaller: shipping starts sooner; docs/sending.md, "Ramp"); the
-     * daemon's journaled batches, and their replays, are built from the same options without it. */
-    ingest_sender_opts po = *o;
-    po.ramp = 1;
-    int rc = ingest_sender_create(bl.ctx, &po, &bl.snd);
+    int rc = ingest_sender_create(bl.ctx, o, &bl.snd);
     if (rc < 0) {
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(bl.ctx));
         ingest_ctx_destroy(bl.ctx);

@@ -17,10 +17,8 @@
  *               allowed, for chunks over 32 KiB; smaller ones compressed
  *               together in groups as the agent's CHUNK_GROUP frames are
  *               (consecutive in walk order, up to chunking.max bytes, ending
- *               at a large chunk and at each batch's end: --batch-files files
- *               (4000 by default like batch.max_files) or --batch-bytes, the
- *               first two batches ramped as ingest-agent --once does them,
- *               docs/sending.md "Ramp"): what the agent does with a
+ *               at a large chunk and after every --batch-files files, 1000 by
+ *               default like batch.max_files): what the agent does with a
  *               receiver of this version
  *   seal        AEAD of each encoded chunk (AES-256-GCM through OpenSSL's
  *               EVP, one context keyed once, when the CPU has AES-NI,
@@ -670,34 +668,30 @@ int cmd_bench_stages(int argc, char **argv)
         /* A batch of the agent ends after batch_files files (empty ones count), or before a file that
          * would take it past batch_bytes (libingest/edge/sender.c): so do its groups. */
         long in_batch = 0;
-        uint64_t batch_sum = 0, nbatch = 0, lim_files = 0, lim_bytes = 0;
-        /* and its first two batches are smaller (ingest-agent --once ramps: docs/sending.md, "Ramp") */
-        ingest_sender_ramp_limits(nbatch, (uint64_t)s.batch_files, s.batch_bytes, &lim_files, &lim_bytes);
+        uint64_t batch_sum = 0;
         for (size_t i = 0; i < p.n; i++) {
             struct stat sb;
             const uint64_t size = lstat(p.v[i], &sb) == 0 ? (uint64_t)sb.st_size : 0;
-            if (in_batch > 0 && batch_sum + size > lim_bytes) {
+            if (in_batch > 0 && batch_sum + size > s.batch_bytes) {
                 if (flush_group(&s) != 0) {
                     fprintf(stderr, "ingestctl bench stages: a group of small chunks failed\n");
                     goto out;
                 }
                 in_batch = 0;
                 batch_sum = 0;
-                ingest_sender_ramp_limits(++nbatch, (uint64_t)s.batch_files, s.batch_bytes, &lim_files, &lim_bytes);
             }
             if (one_file(&s, p.v[i], i) != 0) {
                 fprintf(stderr, "ingestctl bench stages: %s failed\n", p.v[i]);
                 goto out;
             }
             batch_sum += size;
-            if ((uint64_t)++in_batch == lim_files || i + 1 == p.n) {
+            if (++in_batch == s.batch_files || i + 1 == p.n) {
                 if (flush_group(&s) != 0) {
                     fprintf(stderr, "ingestctl bench stages: a group of small chunks failed\n");
                     goto out;
                 }
                 in_batch = 0;
                 batch_sum = 0;
-                ingest_sender_ramp_limits(++nbatch, (uint64_t)s.batch_files, s.batch_bytes, &lim_files, &lim_bytes);
             }
         }
         sync_wall[r] = 0;

@@ -160,25 +160,8 @@ typedef struct ingest_sender_opts {
      * time, which saves a hash pass when the receiver verifies every id
      * anyway (a change within one timestamp tick is then caught there). */
     int recheck;
-    /* 1: the first batches of this sender are smaller, so that shipping
-     * starts before a whole batch is built: the first closes at 1/16 of
-     * max_files and max_bytes (at least INGEST_SENDER_RAMP_MIN_FILES files
-     * and INGEST_SENDER_RAMP_MIN_BYTES bytes), the second at 1/4, the
-     * others at the full limits.  0: every batch at the full limits. */
-    int ramp;
     void *userdata;
 } ingest_sender_opts;
-
-#define INGEST_SENDER_RAMP_MIN_FILES 64u
-#define INGEST_SENDER_RAMP_MIN_BYTES (4u * 1024u * 1024u)
-
-/*
- * The limits batch number k (0 first) of a ramping sender closes at, given
- * max_files and max_bytes (both > 0): what opts.ramp does, for tools that
- * model the agent's batches (ingestctl bench stages).
- */
-INGEST_API void ingest_sender_ramp_limits(uint64_t k, uint64_t max_files, uint64_t max_bytes, uint64_t *files,
-                                          uint64_t *bytes);
 
 typedef struct ingest_sender_stats {
     uint64_t files_seen;         /* regular files found by the walk (and symlinks of sources that ship them) */

@@ -83,8 +83,6 @@ struct ingest_sender_s {
     source *srcs;
     size_t nsrc;
     uint64_t max_files, max_bytes;
-    uint64_t lim_files, lim_bytes; /* the batch being built closes at these (ramp) */
-    int ramp;
     int recheck; /* INGEST_SENDER_RECHECK_* */
     size_t rbuf;
     void (*on_skip)(void *, const char *, int);
@@ -360,9 +358,6 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
     s->params = params;
     s->max_files = o->max_files ? o->max_files : DEFAULT_MAX_FILES;
     s->max_bytes = o->max_bytes ? o->max_bytes : DEFAULT_MAX_BYTES;
-    s->lim_files = s->max_files;
-    s->lim_bytes = s->max_bytes;
-    s->ramp = o->ramp != 0;
     s->rbuf = o->read_buffer ? o->read_buffer : INGEST_SENDER_READ_BUFFER_DEFAULT;
     s->seq = o->batch_seq;
     s->on_skip = o->on_skip;
@@ -1269,7 +1264,7 @@ static int batch_add_link(ingest_sender *s, ingest_sender_batch *b)
         report(s, path, INGEST_SKIP_CHANGED, 0);
         return 0;
     }
-    if (b->nfiles > 0 && b->bytes + (uint64_t)st0.st_size > s->lim_bytes)
+    if (b->nfiles > 0 && b->bytes + (uint64_t)st0.st_size > s->max_bytes)
         return 1;
     const ssize_t n = readlinkat(s->peek_dirfd, s->peek_name, (char *)target, sizeof(target));
     if (n < 0) {
@@ -1337,7 +1332,7 @@ static int batch_add_file(ingest_sender *s, ingest_sender_batch *b)
         report_special(s, path, st0.st_mode);
         goto out;
     }
-    if (b->nfiles > 0 && b->bytes + (uint64_t)st0.st_size > s->lim_bytes) {
+    if (b->nfiles > 0 && b->bytes + (uint64_t)st0.st_size > s->max_bytes) {
         rc = 1;
         goto out;
     }
@@ -1453,37 +1448,6 @@ static ingest_sender_batch *batch_new(ingest_sender *s)
     return b;
 }
 
-/*
- * The limits of the batch about to be built: with the ramp, the first two
- * batches of the sender close early (1/16, then 1/4 of the limits), so the
- * receiver has a batch to take while the next, larger one is built.
- */
-void ingest_sender_ramp_limits(uint64_t k, uint64_t max_files, uint64_t max_bytes, uint64_t *files, uint64_t *bytes)
-{
-    *files = max_files;
-    *bytes = max_bytes;
-    if (k >= 2)
-        return;
-    const unsigned shift = k == 0 ? 4 : 2;
-    uint64_t f = max_files >> shift, by = max_bytes >> shift;
-    if (f < INGEST_SENDER_RAMP_MIN_FILES)
-        f = INGEST_SENDER_RAMP_MIN_FILES;
-    if (by < INGEST_SENDER_RAMP_MIN_BYTES)
-        by = INGEST_SENDER_RAMP_MIN_BYTES;
-    if (f < *files)
-        *files = f;
-    if (by < *bytes)
-        *bytes = by;
-}
-
-static void ramp_limits(ingest_sender *s)
-{
-    s->lim_files = s->max_files;
-    s->lim_bytes = s->max_bytes;
-    if (s->ramp)
-        ingest_sender_ramp_limits(s->st.batches, s->max_files, s->max_bytes, &s->lim_files, &s->lim_bytes);
-}
-
 int ingest_sender_next_batch(ingest_sender *s, ingest_sender_batch **out)
 {
     int rc = 0;
@@ -1493,16 +1457,15 @@ int ingest_sender_next_batch(ingest_sender *s, ingest_sender_batch **out)
     ingest_sender_batch *b = batch_new(s);
     if (b == NULL)
         return ingest__fail(s->ctx, INGEST_ENOMEM, "sender: out of memory");
-    ramp_limits(s);
     for (;;) {
         rc = walk_peek(s);
         if (rc < 0)
             goto fail;
         if (rc == 0)
             break;
-        if (b->nfiles >= s->lim_files)
+        if (b->nfiles >= s->max_files)
             break;
-        if (b->nfiles > 0 && b->bytes + (uint64_t)s->peek_st.st_size > s->lim_bytes)
+        if (b->nfiles > 0 && b->bytes + (uint64_t)s->peek_st.st_size > s->max_bytes)
             break;
         rc = batch_add_file(s, b);
         if (rc < 0)

@@ -611,85 +611,6 @@ static void test_batch_limits(void **state)
     ingest_ctx_destroy(ctx);
 }
 
-/* The ramp: the first batch closes at 1/16 of the limits, the second at 1/4 (with floors), then the full limits. */
-static void test_batch_ramp(void **state)
-{
-    (void)state;
-    struct failing fa = { 0 };
-    ingest_ctx *ctx = make_ctx(&fa);
-    char *d = mk_tmpdir();
-    mkdirs(d, "src");
-    char name[64];
-    for (int i = 0; i < 300; i++) {
-        snprintf(name, sizeof(name), "src/f%03d", i);
-        put_random(d, name, 100, (uint64_t)i + 1);
-    }
-    char p[4096];
-    join(p, sizeof(p), d, "src");
-    struct rec r;
-    memset(&r, 0, sizeof(r));
-    const ingest_sender_source src[] = { { "s", p, 0 } };
-    ingest_sender_opts o = base_opts(src, 1, &r);
-    char paths[300 * 8 + 64], counts[256];
-
-    o.max_files = 64;
-    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
-    assert_string_equal(counts, "64,64,64,64,44");
-    o.ramp = 1; /* 64/16 and 64/4 are below the floor of INGEST_SENDER_RAMP_MIN_FILES: no change */
-    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
-    assert_string_equal(counts, "64,64,64,64,44");
-    o.max_files = 2048; /* 128, then 512: the rest */
-    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
-    assert_string_equal(counts, "128,172");
-    o.max_files = 4096; /* 256, then the rest */
-    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
-    assert_string_equal(counts, "256,44");
-    o.max_files = 1100; /* 68, 275, then 1100 */
-    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
-    assert_string_equal(counts, "68,232");
-    o.max_files = 128; /* the floor twice (128/16 and 128/4 are below 64), then the full 128 */
-    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
-    assert_string_equal(counts, "64,64,128,44");
-    o.ramp = 0;
-    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
-    assert_string_equal(counts, "128,128,44");
-    uint64_t lf = 0, lb = 0;
-    ingest_sender_ramp_limits(0, 4000, 256u << 20, &lf, &lb);
-    assert_true(lf == 250 && lb == 16u << 20);
-    ingest_sender_ramp_limits(1, 4000, 256u << 20, &lf, &lb);
-    assert_true(lf == 1000 && lb == 64u << 20);
-    ingest_sender_ramp_limits(2, 4000, 256u << 20, &lf, &lb);
-    assert_true(lf == 4000 && lb == 256u << 20);
-    ingest_sender_ramp_limits(0, 10, 1000, &lf, &lb); /* the floors never raise a limit */
-    assert_true(lf == 10 && lb == 1000);
-
-    /* bytes: 12 files of 1 MiB with max_bytes 64 MiB close at 4 MiB, then 16 MiB */
-    rm_tree(d);
-    d = mk_tmpdir();
-    mkdirs(d, "src");
-    for (int i = 0; i < 20; i++) {
-        snprintf(name, sizeof(name), "src/m%02d", i);
-        put_random(d, name, 1024 * 1024, (uint64_t)i + 500);
-    }
-    join(p, sizeof(p), d, "src");
-    const ingest_sender_source src2[] = { { "s", p, 0 } };
-    o = base_opts(src2, 1, &r);
-    o.max_bytes = 64u * 1024 * 1024; /* 4 MiB, 16 MiB, then the rest */
-    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
-    assert_string_equal(counts, "20");
-    o.ramp = 1;
-    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
-    assert_string_equal(counts, "4,16");
-    o.max_bytes = 16u * 1024 * 1024; /* the 4 MiB floor twice (1 MiB and 4 MiB), then 16 MiB */
-    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
-    assert_string_equal(counts, "4,4,12");
-    o.ramp = 0;
-    walk_all(ctx, &o, paths, sizeof(paths), counts, sizeof(counts), NULL);
-    assert_string_equal(counts, "16,4");
-    rm_tree(d);
-    ingest_ctx_destroy(ctx);
-}
-
 static void test_multi_source(void **state)
 {
     (void)state;
@@ -1913,7 +1834,6 @@ int main(void)
         cmocka_unit_test(test_walk_listing_ahead),
         cmocka_unit_test(test_unreadable),
         cmocka_unit_test(test_batch_limits),
-        cmocka_unit_test(test_batch_ramp),
         cmocka_unit_test(test_multi_source),
         cmocka_unit_test(test_depth_limit),
         cmocka_unit_test(test_invalid_opts),
