@@ -9,6 +9,16 @@
 static int run_flush(ingest_lander_batch *b);
 static uint32_t landed_mode(uint32_t mode);
 
+/* The cursor at the start of the file just opened (created or appended to). */
+static void cursor_start(ingest_lander_batch *b)
+{
+    b->file_off = 0;
+    b->size_short = false;
+    b->dio_fill = b->dio_zeros = 0;
+    b->dio_base = 0;
+    ingest_filehash_init(&b->fh, b->l->key);
+}
+
 static int open_tmp(ingest_lander_batch *b, uint32_t fi)
 {
     lfile *f = &b->files[fi];
@@ -26,11 +36,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
         b->direct = false;
         b->mode_set = false;
         b->clone_ok = false;
-        b->file_off = 0;
-        b->size_short = false;
-        b->dio_fill = b->dio_zeros = 0;
-        b->dio_base = 0;
-        ingest_filehash_init(&b->fh, b->l->key);
+        cursor_start(b);
         return 0;
     }
     lander__tmp_name(b, name, fi, tn, sizeof tn);
@@ -65,11 +71,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
         b->clone_ok = false;
         b->mode_set = true;
         b->mode_late = true;
-        b->file_off = 0;
-        b->size_short = false;
-        b->dio_fill = b->dio_zeros = 0;
-        b->dio_base = 0;
-        ingest_filehash_init(&b->fh, b->l->key);
+        cursor_start(b);
         return 0;
     }
     struct stat st;
@@ -82,12 +84,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     /* clones must be aligned to the filesystem's blocks, and to the direct I/O buffer's */
     b->clone_ok = !(b->l->clone_bad && b->l->clone_bad_dev == st.st_dev) && st.st_blksize >= (blksize_t)DIO_ALIGN &&
                   st.st_blksize <= (blksize_t)(1u << 20) && st.st_blksize % DIO_ALIGN == 0;
-    b->file_off = 0;
-    b->size_short = false;
-    b->dio_fill = 0;
-    b->dio_zeros = 0;
-    b->dio_base = 0;
-    ingest_filehash_init(&b->fh, b->l->key);
+    cursor_start(b);
     return 0;
 }
 
