@@ -19,6 +19,7 @@
 #include "ingest/link.h"
 #include "ingest/wire.h"
 #include "lander_hook.h"
+#include "lander_syncs.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -36,6 +37,7 @@ struct ingest_core {
      * (ingest_lander_set_lock); ingest_core_lock gives it to other users
      * of the store (the receiver's index flush). */
     pthread_mutex_t land_lock;
+    ingest__syncs syncs; /* the syncfs calls of every lander on the bronze filesystem (lander_syncs.h) */
     ingest__lander_hook_fn land_hook; /* tests: set on every lander (lander_hook.h), or NULL */
     void *land_hook_ud;
     atomic_int stopping;

@@ -233,6 +233,10 @@ int ingest_lander_create(ingest_ctx *ctx, ingest_store *st, ingest_index *idx, c
     l->idx = idx;
     l->codec = codec;
     l->rootfd = -1;
+    atomic_init(&l->own_syncs.started, 0);
+    atomic_init(&l->own_syncs.done, 0);
+    atomic_init(&l->own_syncs.failed, false);
+    l->syncs = &l->own_syncs;
     l->max_files = INGEST_LANDER_MAX_FILES_DEFAULT;
     l->max_chunks = INGEST_LANDER_MAX_CHUNKS_DEFAULT;
     memcpy(l->key, key, INGEST_KEY_BYTES);
@@ -309,6 +313,11 @@ void ingest__lander_set_hook(ingest_lander *l, ingest__lander_hook_fn fn, void *
 {
     l->hook = fn;
     l->hook_ud = ud;
+}
+
+void ingest__lander_share_syncs(ingest_lander *l, ingest__syncs *sy)
+{
+    l->syncs = sy != NULL ? sy : &l->own_syncs;
 }
 
 void lander__hook(ingest_lander_batch *b, int phase)

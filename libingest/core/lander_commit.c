@@ -190,6 +190,40 @@ static int make_link(ingest_lander_batch *b, uint32_t i, const char *tn)
     return 0;
 }
 
+static void note_max(atomic_uint_fast64_t *v, uint_fast64_t n)
+{
+    uint_fast64_t cur = atomic_load(v);
+    while (cur < n && !atomic_compare_exchange_weak(v, &cur, n))
+        ;
+}
+
+/* A syncfs of the bronze filesystem, numbered in the lander's count (lander_syncs.h). */
+static int lander_syncfs(ingest_lander_batch *b)
+{
+    ingest__syncs *sy = b->l->syncs;
+    const uint_fast64_t n = atomic_fetch_add(&sy->started, 1) + 1;
+    if (syncfs(b->l->rootfd) < 0) {
+        const int e = errno;
+        atomic_store(&sy->failed, true);
+        return lander__sys_fail(b->ctx, e, "syncfs", b->l->root);
+    }
+    note_max(&sy->done, n);
+    b->stats.syncs++;
+    return 0;
+}
+
+/*
+ * Did a syncfs that began after b's files were all written (commit_prepare)
+ * return 0?  It wrote their data, typically the second syncfs of the batch
+ * before, made while this one waited its turn.  Never once a syncfs failed
+ * (a writeback error is reported once per open file, maybe to another).
+ */
+static bool data_synced(const ingest_lander_batch *b)
+{
+    const ingest__syncs *sy = b->l->syncs;
+    return !atomic_load(&sy->failed) && atomic_load(&sy->done) > b->syncs_seen;
+}
+
 /*
  * Commit step 1, run with the caller's lock released: every file's data
  * on disk under its temporary name, and its identity (recorded in the
@@ -202,8 +236,11 @@ static int make_link(ingest_lander_batch *b, uint32_t i, const char *tn)
  * final names and the manifest.  A rename can reach the journal before
  * that second syncfs (another fsync on the filesystem, the journal's
  * timer) but only after the data it names is durable.  syncfs reports the
- * writeback errors of the filesystem since Linux 5.8.  Touches only the
- * batch and its files.
+ * writeback errors of the filesystem since Linux 5.8.  That first syncfs
+ * is left out when one begun after the batch's last write returned 0
+ * (data_synced): when the committer is behind, the second syncfs of the
+ * batch before it wrote this one's data.  Touches only the batch and its
+ * files.
  */
 static int sync_temps(ingest_lander_batch *b)
 {
@@ -242,10 +279,7 @@ static int sync_temps(ingest_lander_batch *b)
             INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
             INGEST__FORWARD(make_link(b, i, tn));
         }
-        if (syncfs(l->rootfd) < 0)
-            return lander__sys_fail(b->ctx, errno, "syncfs", l->root);
-        b->stats.syncs++;
-        return 0;
+        return data_synced(b) ? 0 : lander_syncfs(b);
     }
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
@@ -428,12 +462,8 @@ static int sync_landed(ingest_lander_batch *b)
     for (uint32_t i = 0; i < b->nfiles; i++)
         b->files[i].app_done = b->files[i].append;
     lander__close_fd(&b->dirfd);
-    if (b->syncfs) {
-        if (syncfs(b->l->rootfd) < 0)
-            return lander__sys_fail(b->ctx, errno, "syncfs", b->l->root);
-        b->stats.syncs++;
-        return 0;
-    }
+    if (b->syncfs)
+        return lander_syncfs(b);
     return sync_dirs(b, landed_dirs); /* the manifest's directory (and any made for it) */
 }
 
@@ -576,6 +606,7 @@ int ingest_lander_commit_prepare(ingest_lander_batch *b)
     b->rbuf = b->cbuf = NULL;
     b->inbuf = NULL;
     b->bufcap = 0;
+    b->syncs_seen = atomic_load(&b->l->syncs->started); /* every file is written: a syncfs begun later covers them */
     b->state = B_PREPARED;
     return 0;
 }

@@ -31,6 +31,7 @@
 #include "../store.h"
 #include "../pathpolicy.h"
 #include "lander_hook.h"
+#include "lander_syncs.h"
 #include "inflight.h"
 
 #include <errno.h>
@@ -122,6 +123,8 @@ struct ingest_lander_s {
     bool clone_bad;
     dev_t clone_bad_dev;
     bool append; /* land growing files in place (ingest_lander_set_append, lander_append.c) */
+    ingest__syncs own_syncs; /* the syncfs count of this lander alone ... */
+    ingest__syncs *syncs;    /* ... or the one its core shares (ingest__lander_share_syncs) */
 };
 
 typedef struct lfile {
@@ -200,6 +203,7 @@ struct ingest_lander_batch_s {
     uint32_t awaited;
     bool lookahead_done;
     bool syncfs; /* commit syncs with syncfs() */
+    uint64_t syncs_seen; /* the lander's syncfs count when its last file was written (commit_prepare) */
     bool wrote;  /* store writes of ours not committed yet (see settle) */
     /* cursor */
     uint32_t cur_file, cur_chunk;

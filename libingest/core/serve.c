@@ -609,6 +609,7 @@ static int landers_start(ingest_core *s, ingest_link *link, const char *device, 
                 landers[i], 1, s->o.peer_wait_ms > 0 ? s->o.peer_wait_ms : INGEST_CORE_PEER_WAIT_DEFAULT_MS);
         if (rc == 0) {
             ingest_lander_set_catalog(landers[i], s->o.catalog);
+            ingest__lander_share_syncs(landers[i], &s->syncs);
             if (s->land_hook != NULL)
                 ingest__lander_set_hook(landers[i], s->land_hook, s->land_hook_ud);
         }

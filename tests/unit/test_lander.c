@@ -26,6 +26,7 @@
 #include "ingest/lander.h"
 #include "ingest/manifest.h"
 #include "store.h" /* the store probe takes its write lock from another process */
+#include "core/lander_syncs.h" /* landers counting their syncfs calls together, as a core's do */
 
 #define CH 4096 /* fixed-size chunking of the tests */
 #define MAXCH 256
@@ -1874,6 +1875,99 @@ static void test_layout(void **state)
     }
 }
 
+/* A batch of nf files under dir/, its chunks all put, prepared (not committed). */
+static ingest_lander_batch *prepared_batch(env *e, ingest_lander *l, const char *name, const char *dir, int nf,
+                                           uint8_t **d, char (*names)[32], tbatch *tb)
+{
+    tfile f[32];
+    assert_true(nf <= 32);
+    for (int i = 0; i < nf; i++) {
+        d[i] = pattern(300 + (size_t)i, (uint32_t)(name[0] * 100 + i));
+        snprintf(names[i], 32, "%s/f%02d", dir, i);
+        f[i] = (tfile){names[i], d[i], 300 + (size_t)i, T2024, 0644};
+    }
+    make_batch(e, "dev1", name, f, (size_t)nf, tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(l, "dev1", tb->manifest, tb->mlen, &b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, (size_t)nf);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, b, tb, w[k]), 0);
+    assert_int_equal(ingest_lander_commit_prepare(b), 0);
+    return b;
+}
+
+/*
+ * Landers sharing their syncfs count (a core's): a batch whose files were
+ * all written before the second syncfs of the batch ahead of it needs no
+ * syncfs of its own before its renames; one prepared after it does.
+ */
+static void test_syncfs_shared(void **state)
+{
+    env *e = *state;
+    enum { NF = 20 };
+    ingest__syncs sy;
+    atomic_init(&sy.started, 0);
+    atomic_init(&sy.done, 0);
+    atomic_init(&sy.failed, false);
+    ingest_lander *l2 = NULL;
+    assert_int_equal(ingest_lander_create(e->ctx, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &l2), 0);
+    ingest__lander_share_syncs(e->l, &sy);
+    ingest__lander_share_syncs(l2, &sy);
+    uint8_t *d[3][NF];
+    char names[3][NF][32];
+    tbatch tb[3];
+    ingest_lander_batch *a = prepared_batch(e, e->l, "a1", "x", NF, d[0], names[0], &tb[0]);
+    ingest_lander_batch *b = prepared_batch(e, l2, "b1", "y", NF, d[1], names[1], &tb[1]);
+    ingest_lander_stats s;
+    assert_int_equal(ingest_lander_commit_finish(a, NULL), 0);
+    ingest_lander_batch_stats(a, &s);
+    assert_int_equal(s.syncs, 2); /* its data, then its names and manifest (b's data with them) */
+    assert_int_equal(ingest_lander_commit_finish(b, NULL), 0);
+    ingest_lander_batch_stats(b, &s);
+    assert_int_equal(s.syncs, 1); /* a's second syncfs began after b's last write */
+    ingest_lander_batch_destroy(a);
+    ingest_lander_batch_destroy(b);
+    /* prepared after every syncfs so far: its own two */
+    ingest_lander_batch *c = prepared_batch(e, e->l, "c1", "z", NF, d[2], names[2], &tb[2]);
+    assert_int_equal(ingest_lander_commit_finish(c, NULL), 0);
+    ingest_lander_batch_stats(c, &s);
+    assert_int_equal(s.syncs, 2);
+    assert_int_equal(atomic_load(&sy.started), 5);
+    ingest_lander_batch_destroy(c);
+    /* a lander counting alone does not see the others' syncfs */
+    ingest__lander_share_syncs(l2, NULL);
+    uint8_t *d4[NF];
+    char n4[NF][32];
+    tbatch t4;
+    ingest_lander_batch *g = prepared_batch(e, l2, "g1", "w", NF, d4, n4, &t4);
+    assert_int_equal(ingest_lander_commit_finish(g, NULL), 0); /* its own count had none since: both its own */
+    ingest_lander_batch_stats(g, &s);
+    assert_int_equal(s.syncs, 2);
+    ingest_lander_batch_destroy(g);
+    ingest_lander_destroy(l2);
+    ingest__lander_share_syncs(e->l, NULL); /* sy ends with this function */
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < NF; i++) {
+            char rel[64];
+            snprintf(rel, sizeof rel, "dev1/2024/02/29/%s", names[k][i]);
+            assert_file(e, rel, d[k][i], 300 + (size_t)i, T2024, 0644);
+            free(d[k][i]);
+        }
+        free(tb[k].manifest);
+    }
+    for (int i = 0; i < NF; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "dev1/2024/02/29/%s", n4[i]);
+        assert_file(e, rel, d4[i], 300 + (size_t)i, T2024, 0644);
+        free(d4[i]);
+    }
+    free(t4.manifest);
+    assert_int_equal(count_files(e), 4 * NF);
+}
+
 static void test_hash_mismatch(void **state)
 {
     env *e = *state;
@@ -3041,6 +3135,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_chunk_base, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hash_mismatch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_syncfs_shared, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_phase_equals_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finish_lock_fsync, setup, teardown),
