@@ -452,6 +452,7 @@ int lander__chunks_grow(ingest_lander_batch *b, uint32_t need)
 void lander__remove_temps(ingest_lander_batch *b)
 {
     char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
+    lander__dw_stop(b); /* no write in flight into a file closed or removed below */
     lander__close_fd(&b->fd);
     lander__app_undo(b); /* files appended in place: cut back (nothing durable records their new bytes) */
     for (uint32_t i = 0; i < b->nfiles; i++) {
@@ -552,6 +553,7 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
         return;
     ingest_ctx *ctx = b->ctx;
     ingest_lander_abort(b);
+    lander__dw_stop(b);
     lander__close_fd(&b->fd);
     lander__close_fd(&b->dirfd);
     lander__close_fd(&b->srcfd);

@@ -212,6 +212,8 @@ struct ingest_lander_batch_s {
      * at dio_base, the tail padded to DIO_ALIGN and the file truncated */
     bool direct;
     uint8_t *dio;     /* DIO_BUF bytes aligned to DIO_ALIGN inside dio_mem, or NULL */
+    uint8_t *dio_other; /* the other DIO_BUF bytes: being written by the direct-I/O writer (lander_dw.c) */
+    struct lander_dw *dw; /* that writer, NULL before the batch's first direct write */
     void *dio_mem;    /* the allocation (context's allocator) dio lies in */
     size_t dio_fill;
     size_t dio_zeros; /* bytes at the end of dio[0, dio_fill) known to be zeros (added by a hole) */
@@ -280,6 +282,10 @@ int lander__sys_fail(ingest_ctx *ctx, int err, const char *what, const char *pat
 int lander__write_full(int fd, const void *p, size_t n);
 int lander__pread_full(int fd, void *p, size_t n, uint64_t off);
 void lander__close_fd(int *fd);
+/* The direct-I/O writer (lander_dw.c): a write handed over (-1 errno: one before failed), its end awaited, stopped. */
+int lander__dw_post(ingest_lander_batch *b, int fd, const uint8_t *buf, size_t len, uint64_t off);
+int lander__dw_wait(ingest_lander_batch *b);
+void lander__dw_stop(ingest_lander_batch *b);
 void lander__split_path(const char *p, char *dir, size_t cap, const char **name);
 /* f's identity for the index (device, inode, size, mtime) from a stat of its data file */
 void lander__ident_of(lfile *f, const struct stat *sb);

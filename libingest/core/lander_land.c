@@ -45,11 +45,12 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     if (b->l->direct_io && f->size >= DIO_ALIGN) {
         if (b->dio == NULL) {
             /* the context's allocator has no alignment: over-allocate and align inside */
-            b->dio_mem = ingest__malloc(b->ctx, DIO_BUF + DIO_ALIGN);
+            b->dio_mem = ingest__malloc(b->ctx, 2 * DIO_BUF + DIO_ALIGN);
             if (b->dio_mem == NULL)
                 return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory (direct I/O buffer)");
             const uintptr_t a = (uintptr_t)b->dio_mem;
             b->dio = (uint8_t *)b->dio_mem + ((DIO_ALIGN - a % DIO_ALIGN) % DIO_ALIGN);
+            b->dio_other = b->dio + DIO_BUF;
         }
         b->fd = openat(b->dirfd, tn, flags | O_DIRECT, (mode_t)landed_mode(f->mode));
         if (b->fd >= 0)
@@ -88,7 +89,12 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     return 0;
 }
 
-/* Write the direct I/O buffer at dio_base: whole (len DIO_BUF) or, at the end of the file, padded. */
+/*
+ * Hand the direct I/O buffer to the writer (lander_dw.c), to be written at
+ * dio_base: whole (len DIO_BUF) or, at the end of the file, padded; the
+ * other buffer is filled meanwhile.  Anything that reads, truncates, clones
+ * into or closes the file waits for the write first (lander__dw_wait).
+ */
 static int dio_flush(ingest_lander_batch *b, bool last)
 {
     size_t len = b->dio_fill;
@@ -99,20 +105,11 @@ static int dio_flush(ingest_lander_batch *b, bool last)
         memset(b->dio + len, 0, pad);
         len += pad;
     }
-    size_t done = 0;
-    while (done < len) {
-        const ssize_t w = pwrite(b->fd, b->dio + done, len - done, (off_t)(b->dio_base + done));
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (w == 0) {
-            errno = EIO;
-            return -1;
-        }
-        done += (size_t)w;
-    }
+    if (lander__dw_post(b, b->fd, b->dio, len, b->dio_base) < 0)
+        return -1;
+    uint8_t *const t = b->dio;
+    b->dio = b->dio_other;
+    b->dio_other = t;
     b->dio_base += b->dio_fill;
     b->dio_fill = 0;
     return 0;
@@ -187,6 +184,8 @@ static int fill_holes(ingest_lander_batch *b)
 {
     if (!b->size_short)
         return 0;
+    if (b->direct && lander__dw_wait(b) < 0)
+        return -1;
     if (ftruncate(b->fd, (off_t)(b->direct ? b->dio_base : b->file_off)) < 0)
         return -1;
     b->size_short = false;
@@ -223,6 +222,8 @@ static bool all_zero(const uint8_t *p, size_t n)
 static int read_current(ingest_lander_batch *b, int fd, uint64_t pos, size_t n, uint8_t *out)
 {
     size_t from_file = n;
+    if (b->direct && lander__dw_wait(b) < 0) /* the bytes below dio_base on the disk */
+        return -1;
     if (fill_holes(b) < 0)
         return -1;
     if (b->direct && pos + n > b->dio_base) {
@@ -247,7 +248,7 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
     INGEST__FORWARD(run_flush(b));
     if (b->direct) {
         /* the padded last block, then the exact size (before the mtime: truncating sets it) */
-        if (dio_flush(b, true) < 0)
+        if (dio_flush(b, true) < 0 || lander__dw_wait(b) < 0)
             return lander__sys_fail(b->ctx, errno, "write", f->landed);
         if (ftruncate(b->fd, (off_t)b->file_off) < 0)
             return lander__sys_fail(b->ctx, errno, "truncate", f->landed);
@@ -339,7 +340,7 @@ static int run_copy(ingest_lander_batch *b, uint64_t from, uint64_t to)
  */
 static int run_clone(ingest_lander_batch *b, uint64_t a, uint64_t z)
 {
-    if (b->direct && dio_flush(b, false) < 0)
+    if (b->direct && (dio_flush(b, false) < 0 || lander__dw_wait(b) < 0))
         return lander__sys_fail(b->ctx, errno, "write", b->files[b->cur_file].landed);
     /* the file must reach a (it may end before, in a hole) */
     if (b->size_short && ftruncate(b->fd, (off_t)a) < 0)
@@ -1080,6 +1081,7 @@ int ingest_lander_withdraw(ingest_lander_batch *b, uint32_t i, int code, const c
         /* the cursor is in it: its temporary file goes, with a directory made for it alone */
         char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
         const char *name;
+        (void)lander__dw_wait(b); /* the file goes: a failed write of it is of no matter */
         lander__close_fd(&b->fd);
         b->dio_fill = 0;
         lander__split_path(f->landed, dir, sizeof dir, &name);

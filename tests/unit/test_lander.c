@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -443,6 +444,49 @@ static void test_direct_io_repeats(void **state)
     free(tb.manifest);
     free(d);
     free(small);
+}
+
+/*
+ * A direct write that fails in the direct-I/O writer (lander_dw.c; here past
+ * RLIMIT_FSIZE: EFBIG) fails the batch with the write's error and the
+ * file's name, as a write of the landing thread's own would; nothing of
+ * the batch stays.
+ */
+static void test_direct_write_fails(void **state)
+{
+    env *e = *state;
+    enum { NCH = 200 };
+    const size_t len = (size_t)NCH * CH;
+    uint8_t *d = pattern(len, 77), *o = pattern(40 * CH, 78);
+    const tfile f[] = {{"ok.bin", o, 40 * CH, T2024, 0644}, {"big.bin", d, len, T2024, 0644}};
+    tbatch tb;
+    make_batch(e, "dev1", "dwfail", f, 2, &tb);
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 512 * 1024;
+    void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    int rc = 0;
+    for (size_t k = 0; k < n && rc == 0; k++)
+        rc = put(e, b, &tb, w[k]);
+    if (rc == 0)
+        rc = ingest_lander_commit(b);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, oldsig);
+    assert_int_equal(rc, ingest__errno(EFBIG));
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "write"));
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "big.bin"));
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(count_files(e), 0);
+    free(tb.manifest);
+    free(d);
+    free(o);
 }
 
 /*
@@ -3136,6 +3180,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_layout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hash_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_syncfs_shared, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_direct_write_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_many_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_phase_equals_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finish_lock_fsync, setup, teardown),
