@@ -66,9 +66,7 @@ int ingest_core_create(ingest_ctx *ctx, const ingest_core_opts *opts, ingest_cor
     if (s != NULL) {
         s->ctx = ctx;
         pthread_mutex_init(&s->land_lock, NULL);
-        atomic_init(&s->syncs.started, 0);
-        atomic_init(&s->syncs.done, 0);
-        atomic_init(&s->syncs.failed, false);
+        ingest__syncs_init(&s->syncs);
         pthread_mutex_init(&s->dev_lock, NULL);
         pthread_cond_init(&s->dev_cond, NULL);
         pthread_mutex_init(&s->budget_lock, NULL);

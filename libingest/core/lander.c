@@ -233,9 +233,7 @@ int ingest_lander_create(ingest_ctx *ctx, ingest_store *st, ingest_index *idx, c
     l->idx = idx;
     l->codec = codec;
     l->rootfd = -1;
-    atomic_init(&l->own_syncs.started, 0);
-    atomic_init(&l->own_syncs.done, 0);
-    atomic_init(&l->own_syncs.failed, false);
+    ingest__syncs_init(&l->own_syncs);
     l->syncs = &l->own_syncs;
     l->max_files = INGEST_LANDER_MAX_FILES_DEFAULT;
     l->max_chunks = INGEST_LANDER_MAX_CHUNKS_DEFAULT;
@@ -313,6 +311,13 @@ void ingest__lander_set_hook(ingest_lander *l, ingest__lander_hook_fn fn, void *
 {
     l->hook = fn;
     l->hook_ud = ud;
+}
+
+void ingest__syncs_init(ingest__syncs *sy)
+{
+    atomic_init(&sy->started, 0);
+    atomic_init(&sy->done, 0);
+    atomic_init(&sy->failed, false);
 }
 
 void ingest__lander_share_syncs(ingest_lander *l, ingest__syncs *sy)

@@ -21,6 +21,8 @@ typedef struct ingest__syncs {
     atomic_bool failed;           /* one failed: no batch counts on another's syncfs from then on */
 } ingest__syncs;
 
+/* A count with no syncfs yet. */
+void ingest__syncs_init(ingest__syncs *sy);
 /* Count l's syncfs calls in sy (zeroed, outliving l), shared with the landers of the same bronze filesystem. */
 void ingest__lander_share_syncs(ingest_lander *l, ingest__syncs *sy);
 

@@ -1953,9 +1953,7 @@ static void test_syncfs_shared(void **state)
     env *e = *state;
     enum { NF = 20 };
     ingest__syncs sy;
-    atomic_init(&sy.started, 0);
-    atomic_init(&sy.done, 0);
-    atomic_init(&sy.failed, false);
+    ingest__syncs_init(&sy);
     ingest_lander *l2 = NULL;
     assert_int_equal(ingest_lander_create(e->ctx, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &l2), 0);
     ingest__lander_share_syncs(e->l, &sy);
