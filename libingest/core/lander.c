@@ -85,6 +85,10 @@ void lander__split_path(const char *p, char *dir, size_t cap, const char **name)
  */
 void lander__tmp_name(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap)
 {
+    if (b->files[fi].stage != 0) { /* in a staged directory: its final name there (lander__data_dir) */
+        snprintf(out, cap, "%s", name);
+        return;
+    }
     const int n = snprintf(out, cap, ".%s%s%s.%s", name, b->l->tmp_mark, b->devtag, b->name);
     if (n < 0 || (size_t)n > NAME_MAX_BYTES)
         snprintf(out, cap, "%s%s.%s.%u", b->l->tmp_mark, b->devtag, b->name, fi);
@@ -103,7 +107,7 @@ void lander__tmp_link_name(const ingest_lander_batch *b, uint32_t fi, char *out,
 
 void lander__tmp_of(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap)
 {
-    if (b->files[fi].linked)
+    if (b->files[fi].linked && b->files[fi].stage == 0)
         lander__tmp_link_name(b, fi, out, cap);
     else
         lander__tmp_name(b, name, fi, out, cap);
@@ -467,14 +471,16 @@ void lander__remove_temps(ingest_lander_batch *b)
         const char *name;
         lander__split_path(f->landed, dir, sizeof dir, &name);
         lander__tmp_name(b, name, i, tn, sizeof tn);
+        char ddir[LANDED_MAX];
+        lander__data_dir(b, i, dir, ddir, sizeof ddir);
         int dfd = -1;
         const int saved_state = b->state;
         /* walk_dir may record an error detail: keep the original one */
         char keep[INGEST__ERRMSG_MAX];
         memcpy(keep, b->ctx->errmsg, sizeof keep);
-        if (lander__walk_dir(b, f->landed, dir, false, &dfd) == 0 && dfd >= 0) {
+        if (lander__walk_dir(b, f->landed, ddir, false, &dfd) == 0 && dfd >= 0) {
             unlinkat(dfd, tn, 0);
-            if (f->link) { /* its symlink, made at commit (or half made) */
+            if (f->link && f->stage == 0) { /* its symlink, made at commit (or half made) */
                 lander__tmp_link_name(b, i, tn, sizeof tn);
                 unlinkat(dfd, tn, 0);
             }
@@ -561,11 +567,18 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
     lander__dw_stop(b);
     lander__close_fd(&b->fd);
     lander__close_fd(&b->dirfd);
+    lander__close_fd(&b->sdirfd);
     lander__close_fd(&b->srcfd);
     lander__close_fd(&b->run_fd);
     lander__close_fd(&b->spillfd);
     lander__close_fd(&b->base_fd);
     ingest__free(ctx, b->dio_mem);
+    for (size_t i = 0; i < b->nstages; i++) {
+        ingest__free(ctx, b->stages[i].final);
+        ingest__free(ctx, b->stages[i].real);
+    }
+    ingest__free(ctx, b->stages);
+    ingest__free(ctx, b->s_dir);
     if (b->files) {
         for (uint32_t i = 0; i < b->nfiles; i++) {
             ingest__free(ctx, b->files[i].path);

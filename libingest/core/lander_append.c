@@ -128,7 +128,7 @@ int lander__app_try(ingest_lander_batch *b, uint32_t fi)
 {
     lfile *f = &b->files[fi];
     /* a landed path with a newline cannot be written in the intent's line format: landed the usual way */
-    if (!b->l->append || f->app_off || f->link || f->refused != NULL || f->nchunks == 0 ||
+    if (!b->l->append || f->app_off || f->link || f->stage != 0 || f->refused != NULL || f->nchunks == 0 ||
         (b->cst[f->first] & K_MASK) != K_KNOWN || strchr(f->landed, '\n') != NULL)
         return 0;
     char dir[LANDED_MAX];

@@ -224,6 +224,14 @@ static bool data_synced(const ingest_lander_batch *b)
     return !atomic_load(&sy->failed) && atomic_load(&sy->done) > b->syncs_seen;
 }
 
+/* Make b->dirfd the directory file i's data is in now (dir: its final one). */
+static int enter_data_dir(ingest_lander_batch *b, uint32_t i, const char *dir)
+{
+    char ddir[LANDED_MAX];
+    lander__data_dir(b, i, dir, ddir, sizeof ddir);
+    return lander__enter_dir(b, b->files[i].path, ddir, false);
+}
+
 /*
  * Commit step 1, run with the caller's lock released: every file's data
  * on disk under its temporary name, and its identity (recorded in the
@@ -258,7 +266,7 @@ static int sync_temps(ingest_lander_batch *b)
         lander__split_path(f->landed, dir, sizeof dir, &name);
         lander__data_name(b, name, i, tn, sizeof tn);
         if (!f->ident_set || f->link || f->append) {
-            INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
+            INGEST__FORWARD(enter_data_dir(b, i, dir));
             struct stat sb;
             if (fstatat(b->dirfd, tn, &sb, AT_SYMLINK_NOFOLLOW) < 0)
                 return lander__sys_fail(b->ctx, errno, "stat temporary file of", f->landed);
@@ -276,7 +284,7 @@ static int sync_temps(ingest_lander_batch *b)
                 continue;
             lander__split_path(f->landed, dir, sizeof dir, &name);
             lander__data_name(b, name, i, tn, sizeof tn);
-            INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
+            INGEST__FORWARD(enter_data_dir(b, i, dir));
             INGEST__FORWARD(make_link(b, i, tn));
         }
         return data_synced(b) ? 0 : lander_syncfs(b);
@@ -287,7 +295,7 @@ static int sync_temps(ingest_lander_batch *b)
             continue;
         lander__split_path(f->landed, dir, sizeof dir, &name);
         lander__data_name(b, name, i, tn, sizeof tn);
-        INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
+        INGEST__FORWARD(enter_data_dir(b, i, dir));
         if (f->link) {
             /* durable with its directory (the directory fsyncs of step 3, or the syncfs) */
             INGEST__FORWARD(make_link(b, i, tn));
@@ -323,21 +331,124 @@ static int sync_temps(ingest_lander_batch *b)
  * settle).
  */
 /*
+ * Make b->dirfd the final directory dir of file f of a merged stage:
+ * *missing (b->dirfd untouched) when it is not there yet.
+ */
+static int enter_final_dir(ingest_lander_batch *b, const lfile *f, const char *dir, bool *missing)
+{
+    *missing = false;
+    if (b->dirfd >= 0 && b->cur_dir && strcmp(b->cur_dir, dir) == 0)
+        return 0;
+    int fd = -1;
+    INGEST__FORWARD(lander__walk_dir(b, f->path, dir, false, &fd));
+    if (fd < 0) {
+        *missing = true;
+        return 0;
+    }
+    lander__close_fd(&b->dirfd);
+    ingest__free(b->ctx, b->cur_dir);
+    b->dirfd = fd;
+    b->cur_dir = ingest__strdup(b->ctx, dir);
+    return b->cur_dir ? 0 : ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+}
+
+/* Make b->sdirfd the directory dir (cached by name): where a merged stage's file is moved from. */
+static int enter_src_dir(ingest_lander_batch *b, const lfile *f, const char *dir)
+{
+    if (b->sdirfd >= 0 && b->s_dir && strcmp(b->s_dir, dir) == 0)
+        return 0;
+    lander__close_fd(&b->sdirfd);
+    ingest__free(b->ctx, b->s_dir);
+    b->s_dir = NULL;
+    INGEST__FORWARD(lander__walk_dir(b, f->path, dir, false, &b->sdirfd));
+    if (b->sdirfd < 0)
+        return ingest__fail(b->ctx, INGEST_EIO, "lander: file %s: staged directory %s vanished", f->path, dir);
+    b->s_dir = ingest__strdup(b->ctx, dir);
+    return b->s_dir ? 0 : ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+}
+
+/* Does a file of b that lands (not refused) lie in stage s? */
+static bool stage_used(const ingest_lander_batch *b, size_t s)
+{
+    for (uint32_t i = 0; i < b->nfiles; i++)
+        if (b->files[i].stage == s + 1 && b->files[i].refused == NULL && b->files[i].created)
+            return true;
+    return false;
+}
+
+/* Open the parent directory of bronze-relative path p: *pfd, and *name its last component. */
+static int open_parent(ingest_lander_batch *b, const char *p, int *pfd, const char **name)
+{
+    char parent[LANDED_MAX];
+    lander__split_path(p, parent, sizeof parent, name);
+    INGEST__FORWARD(lander__walk_dir(b, p, parent, false, pfd));
+    if (*pfd < 0)
+        return ingest__fail(b->ctx, INGEST_EIO, "lander: batch %s: the directory %s vanished", b->name,
+                            parent[0] ? parent : ".");
+    return 0;
+}
+
+/*
+ * Each stage: renamed into place whole if its final name is free (a
+ * directory another batch made meanwhile, often the batch before with the
+ * same new directory, makes it a merge: its files are moved one by one).
+ * Anything else there refuses the batch, before any rename.
+ */
+static int check_stages(ingest_lander_batch *b)
+{
+    for (size_t s = 0; s < b->nstages; s++) {
+        lstage *st = &b->stages[s];
+        st->whole = false;
+        if (st->gone || !stage_used(b, s))
+            continue;
+        int pfd = -1;
+        const char *name;
+        INGEST__FORWARD(open_parent(b, st->final, &pfd, &name));
+        struct stat sb;
+        const int r = fstatat(pfd, name, &sb, AT_SYMLINK_NOFOLLOW);
+        const int e = errno;
+        close(pfd);
+        if (r < 0 && e != ENOENT)
+            return lander__sys_fail(b->ctx, e, "stat the final name of directory", st->final);
+        if (r < 0)
+            st->whole = true;
+        else if (!S_ISDIR(sb.st_mode))
+            return ingest__fail(b->ctx, INGEST_EEXIST,
+                                "lander: batch %s: cannot make directory %s: a %s is there (nothing of the batch was "
+                                "put in place)",
+                                b->name, st->final, S_ISLNK(sb.st_mode) ? "symlink" : "file");
+    }
+    return 0;
+}
+
+/*
  * Before the first rename: every final name must be free or a regular file
  * (an earlier version).  A directory, symlink or other file there would
  * fail its rename halfway through the batch; refusing here leaves nothing
- * of the batch under a final name.
+ * of the batch under a final name.  The files of a stage put in place
+ * whole are new (their directory was not there).
  */
 static int check_final_names(ingest_lander_batch *b)
 {
     char dir[LANDED_MAX];
     const char *name;
+    INGEST__FORWARD(check_stages(b));
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         if (f->refused != NULL)
             continue;
         lander__split_path(f->landed, dir, sizeof dir, &name);
-        INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
+        if (f->stage != 0) {
+            bool missing = false;
+            if (!b->stages[f->stage - 1].whole)
+                INGEST__FORWARD(enter_final_dir(b, f, dir, &missing));
+            if (b->stages[f->stage - 1].whole || missing) {
+                f->fresh = true;
+                continue;
+            }
+        } else {
+            INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
+        }
         struct stat sb;
         if (fstatat(b->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
             if (errno != ENOENT)
@@ -361,6 +472,55 @@ static int check_final_names(ingest_lander_batch *b)
     return 0;
 }
 
+/* Rename directory from to to (bronze-relative, one parent), never over anything there. */
+static int rename_dir(ingest_lander_batch *b, const char *from, const char *to)
+{
+    int pfd = -1;
+    const char *fname, *tname;
+    char fparent[LANDED_MAX], tparent[LANDED_MAX];
+    lander__split_path(from, fparent, sizeof fparent, &fname);
+    lander__split_path(to, tparent, sizeof tparent, &tname);
+    if (strcmp(fparent, tparent) != 0)
+        return ingest__fail(b->ctx, INGEST_EINVAL, "lander: %s and %s differ in their directory", from, to);
+    INGEST__FORWARD(open_parent(b, to, &pfd, &tname));
+    int r = renameat2(pfd, fname, pfd, tname, RENAME_NOREPLACE);
+    if (r < 0 && errno == EINVAL) /* a filesystem without RENAME_NOREPLACE: the name was checked free */
+        r = renameat(pfd, fname, pfd, tname);
+    const int e = errno;
+    close(pfd);
+    return r < 0 ? lander__sys_fail(b->ctx, e, "rename into place the directory", to) : 0;
+}
+
+/* The directories to fsync (step 3) under from now lie under to. */
+static int move_dirs(ingest_lander_batch *b, const char *from, const char *to)
+{
+    const size_t fl = strlen(from);
+    for (size_t i = 0; i < b->ndirs; i++) {
+        const char *d = b->dirs[i];
+        if (strncmp(d, from, fl) != 0 || (d[fl] != '\0' && d[fl] != '/'))
+            continue;
+        char nd[LANDED_MAX];
+        snprintf(nd, sizeof nd, "%s%s", to, d + fl);
+        char *c = ingest__strdup(b->ctx, nd);
+        if (!c)
+            return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+        ingest__free(b->ctx, b->dirs[i]);
+        b->dirs[i] = c;
+    }
+    return 0;
+}
+
+/* Put stage st in place whole: one rename of its directory. */
+static int place_stage(ingest_lander_batch *b, lstage *st)
+{
+    INGEST__FORWARD(rename_dir(b, st->real, st->final));
+    st->placed = true;
+    lander__close_fd(&b->dirfd); /* a cached descriptor may name a directory by a path now gone */
+    ingest__free(b->ctx, b->cur_dir);
+    b->cur_dir = NULL;
+    return move_dirs(b, st->real, st->final);
+}
+
 /*
  * A rename failed after others succeeded (an I/O error: check_final_names
  * found every name usable): take back the files that had no earlier
@@ -374,6 +534,16 @@ static void undo_renames(ingest_lander_batch *b)
     const char *name;
     char keep[INGEST__ERRMSG_MAX];
     memcpy(keep, b->ctx->errmsg, sizeof keep);
+    for (size_t s = 0; s < b->nstages; s++) {
+        lstage *st = &b->stages[s];
+        if (!st->placed || rename_dir(b, st->final, st->real) < 0)
+            continue;
+        st->placed = false;
+        (void)move_dirs(b, st->final, st->real);
+        for (uint32_t i = 0; i < b->nfiles; i++)
+            if (b->files[i].stage == s + 1 && b->files[i].renamed && !b->files[i].append)
+                b->files[i].renamed = false;
+    }
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         if (!f->renamed)
@@ -385,6 +555,16 @@ static void undo_renames(ingest_lander_batch *b)
             ingest__log(b->ctx, INGEST_LOG_WARN,
                         "lander: batch %s failed during its renames: %s stays as the newer version", b->name,
                         f->landed);
+            continue;
+        }
+        if (f->stage != 0) {
+            if (b->stages[f->stage - 1].placed)
+                continue; /* its stage could not be taken back */
+            char ddir[LANDED_MAX];
+            lander__data_dir(b, i, dir, ddir, sizeof ddir);
+            if (lander__enter_dir(b, f->path, dir, false) == 0 && enter_src_dir(b, f, ddir) == 0 &&
+                renameat(b->dirfd, name, b->sdirfd, name) == 0)
+                f->renamed = false;
             continue;
         }
         lander__tmp_of(b, name, i, tn, sizeof tn);
@@ -426,6 +606,26 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
             continue;
         }
         lander__split_path(f->landed, dir, sizeof dir, &name);
+        if (f->stage != 0 && b->stages[f->stage - 1].whole) {
+            lstage *st = &b->stages[f->stage - 1];
+            if (!st->placed && (r = place_stage(b, st)) < 0)
+                goto fail;
+            f->renamed = true; /* in place with its directory */
+            continue;
+        }
+        if (f->stage != 0) {
+            /* a merged stage: from its place in the stage to its final directory (made if missing) */
+            char ddir[LANDED_MAX];
+            lander__data_dir(b, i, dir, ddir, sizeof ddir);
+            if ((r = enter_src_dir(b, f, ddir)) < 0 || (r = lander__enter_dir(b, f->path, dir, true)) < 0)
+                goto fail;
+            if (renameat(b->sdirfd, name, b->dirfd, name) < 0) {
+                r = lander__sys_fail(b->ctx, errno, "rename into place", f->landed);
+                goto fail;
+            }
+            f->renamed = true;
+            continue;
+        }
         lander__tmp_of(b, name, i, tn, sizeof tn);
         if ((r = lander__enter_dir(b, f->path, dir, false)) < 0)
             goto fail;
@@ -628,6 +828,10 @@ int ingest_lander_commit_finish(ingest_lander_batch *b, const ingest_lander_lock
         return lander__fail_batch(b, rc);
     b->state = B_COMMITTED;
     lander__app_finished(b);
+    lander__close_fd(&b->sdirfd);
+    for (size_t s = 0; s < b->nstages; s++)
+        if (!b->stages[s].placed)
+            lander__remove_stage_dirs(b, s); /* merged (or left empty): its files were moved out */
     if (b->nrefused > 0)
         lander__remove_temps(b); /* the refused files' scratch copies: every other file was renamed */
     ingest__log(b->ctx, INGEST_LOG_INFO, "lander: batch %s of %s landed: %u files, %llu bytes%s", b->name, b->device,

@@ -145,6 +145,9 @@ typedef struct lfile {
     bool renamed; /* moved to its final name */
     bool fresh;   /* nothing was at its final name when the renames began */
     bool link;    /* its manifest mode is a symlink: lands as a symlink (INGEST_LANDER_LINK_MAX) */
+    /* 1 + the batch's stage its directory is in (lander__enter_land_dir), 0: none.  Its data file then
+     * has its final name, in the stage, until the stage is put in place. */
+    uint32_t stage;
     bool linked;  /* its temporary is now a symlink (lander__tmp_link_name), the data file removed */
     /* Refused (ingest_lander_refused): why, and the code; landed is then a
      * scratch place under _manifests/.refused where its bytes are written
@@ -167,6 +170,22 @@ typedef struct lfile {
     int64_t app_mtime;
     uint32_t app_mode;
 } lfile;
+
+/*
+ * A staged directory (docs/landing.md, "New directories"): a directory
+ * missing from the bronze tree when the batch first wrote under it, made
+ * under a temporary name (real) in its parent instead of its final name;
+ * the batch's files under it are written there with their final names.
+ * At commit it is renamed into place whole when its final name is still
+ * free (whole), or else its files are moved one by one (merge).
+ */
+typedef struct lstage {
+    char *final; /* bronze-relative */
+    char *real;  /* its parent's path and the temporary name */
+    bool whole;  /* check_final_names found the final name free */
+    bool placed; /* renamed into place whole (undo renames it back) */
+    bool gone;   /* removed again (its only file withdrawn): never used */
+} lstage;
 
 struct ingest_lander_batch_s {
     ingest_lander *l;
@@ -259,6 +278,11 @@ struct ingest_lander_batch_s {
     /* directories to fsync at commit (relative, "" = root) */
     char **dirs;
     size_t ndirs, dirs_cap;
+    /* staged directories (lander__enter_land_dir), in order */
+    lstage *stages;
+    size_t nstages, stages_cap;
+    int sdirfd;       /* a directory files are moved from at commit (merged stages), -1 */
+    char *s_dir;      /* its path */
     /* directories this batch created, in order (removed again, when empty, with its temporary files) */
     char **made;
     size_t nmade, made_cap;
@@ -323,6 +347,12 @@ int lander__landed_path(ingest_lander *l, const char *device, const char *batch,
 int lander__add_dir(ingest_lander_batch *b, const char *dir);
 int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create, int *fd);
 int lander__enter_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create);
+/* Make b->dirfd the directory file fi's data is written in (dir: its final one), staging a missing one. */
+int lander__enter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir);
+/* The directory file fi's data is in now (dir: its final one): dir, or its place in a stage not yet in place. */
+void lander__data_dir(const ingest_lander_batch *b, uint32_t fi, const char *dir, char *out, size_t cap);
+/* Remove the directories made under stage s's temporary name (empty now), deepest first, and forget them. */
+void lander__remove_stage_dirs(ingest_lander_batch *b, size_t s);
 
 int lander__cmp_strp(const void *a, const void *b);
 

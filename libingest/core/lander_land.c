@@ -25,7 +25,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
     const char *name;
     lander__split_path(f->landed, dir, sizeof dir, &name);
-    INGEST__FORWARD(lander__enter_dir(b, f->path, dir, true));
+    INGEST__FORWARD(lander__enter_land_dir(b, fi, dir));
     INGEST__FORWARD(lander__add_dir(b, dir));
     b->mode_late = false;
     const int app = lander__app_try(b, fi);
@@ -806,8 +806,10 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
             const char *name;
             lander__split_path(sf->landed, dir, sizeof dir, &name);
             lander__data_name(b, name, lo, tn, sizeof tn);
+            char ddir[LANDED_MAX];
+            lander__data_dir(b, lo, dir, ddir, sizeof ddir);
             int dfd = -1;
-            INGEST__FORWARD(lander__walk_dir(b, sf->path, dir, false, &dfd));
+            INGEST__FORWARD(lander__walk_dir(b, sf->path, ddir, false, &dfd));
             if (dfd >= 0) {
                 fd = openat(dfd, tn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
                 close(dfd);

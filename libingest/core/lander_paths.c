@@ -87,6 +87,51 @@ static bool sweep_match(const sweep *w, const char *dir, int depth, const char *
     return w->mark[0] != '\0' && strstr(name, w->mark) != NULL;
 }
 
+/* Deepest a staged directory's tree is removed (a staged directory holds the batch's files under it). */
+#define SWEEP_TREE_DEPTH 64
+
+/*
+ * Remove directory name in dfd, a staged directory a batch left (its name
+ * holds the tag): everything in it was written by that batch and never put
+ * in place.  Symlinks in it are removed, never followed.
+ */
+static void sweep_tree(sweep *w, int dfd, const char *name, const char *dir, int depth)
+{
+    const int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d || depth > SWEEP_TREE_DEPTH) {
+        if (d)
+            closedir(d);
+        else if (fd >= 0)
+            close(fd);
+        w->failed++;
+        ingest__log(w->ctx, INGEST_LOG_WARN, "lander: sweep: cannot remove staged directory %s/%s: %s", dir, name,
+                    d ? "too deep" : strerror(errno));
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        if (unlinkat(dirfd(d), de->d_name, 0) == 0) {
+            w->removed++;
+            continue;
+        }
+        if (errno == EISDIR || errno == EPERM) /* EPERM: what Linux says for unlink of a directory */
+            sweep_tree(w, dirfd(d), de->d_name, dir, depth + 1);
+        else
+            w->failed++;
+    }
+    closedir(d);
+    if (unlinkat(dfd, name, AT_REMOVEDIR) == 0) {
+        w->removed++;
+    } else {
+        w->failed++;
+        ingest__log(w->ctx, INGEST_LOG_WARN, "lander: sweep: cannot remove staged directory %s/%s: %s", dir, name,
+                    strerror(errno));
+    }
+}
+
 static void sweep_dir(sweep *w, char *dir)
 {
     int depth = 0;
@@ -114,7 +159,9 @@ static void sweep_dir(sweep *w, char *dir)
             type = S_ISDIR(sb.st_mode) ? DT_DIR : S_ISREG(sb.st_mode) ? DT_REG : S_ISLNK(sb.st_mode) ? DT_LNK
                                                                                                   : DT_UNKNOWN;
         }
-        if (type == DT_DIR) {
+        if (type == DT_DIR && sweep_match(w, dir, depth, name)) {
+            sweep_tree(w, dirfd(d), name, dir, 0); /* a staged directory (docs/landing.md, "New directories") */
+        } else if (type == DT_DIR) {
             if (sweep_push(w, dir, name) < 0)
                 w->failed++;
         } else if ((type == DT_REG || type == DT_LNK) && sweep_match(w, dir, depth, name)) {
@@ -260,6 +307,9 @@ void lander__drop_made_tail(ingest_lander_batch *b)
             break;
         if (!remove_if_empty(b, d))
             break;
+        for (size_t s = 0; s < b->nstages; s++)
+            if (strcmp(b->stages[s].real, d) == 0)
+                b->stages[s].gone = true; /* made for the withdrawn file alone */
         size_t k = 0;
         for (size_t j = 0; j < b->ndirs; j++) {
             if (strcmp(b->dirs[j], d) == 0) {
@@ -381,3 +431,151 @@ int lander__enter_dir(ingest_lander_batch *b, const char *file, const char *dir,
     return 0;
 }
 
+
+/* ------------------------------------------------------ staged directories */
+
+/* Does path p lie at or under directory d (both bronze-relative)? */
+static bool under_dir(const char *p, const char *d)
+{
+    const size_t n = strlen(d);
+    return strncmp(p, d, n) == 0 && (p[n] == '\0' || p[n] == '/');
+}
+
+void lander__data_dir(const ingest_lander_batch *b, uint32_t fi, const char *dir, char *out, size_t cap)
+{
+    const uint32_t s = b->files[fi].stage;
+    if (s == 0 || b->stages[s - 1].placed) {
+        snprintf(out, cap, "%s", dir);
+        return;
+    }
+    const lstage *st = &b->stages[s - 1];
+    snprintf(out, cap, "%s%s", st->real, dir + strlen(st->final));
+}
+
+/*
+ * The temporary name of a staged directory whose final name is name:
+ * ".{name}{mark}{devtag}.{batch}.d", or "{mark}{devtag}.{batch}.{k}.d"
+ * past 255 bytes.  It holds the tree's tag, so the sweep removes it, with
+ * everything in it, after a crash; the ".d" keeps it apart from the
+ * temporary file of a file of that name.
+ */
+static void stage_name(const ingest_lander_batch *b, const char *name, size_t k, char *out, size_t cap)
+{
+    const int n = snprintf(out, cap, ".%s%s%s.%s.d", name, b->l->tmp_mark, b->devtag, b->name);
+    if (n < 0 || (size_t)n > NAME_MAX_BYTES)
+        snprintf(out, cap, "%s%s.%s.%zu.d", b->l->tmp_mark, b->devtag, b->name, k);
+}
+
+/*
+ * Stage dir (final), missing: its parents made as usual (found or made
+ * under their final names, as for any file), dir itself under its
+ * temporary name.  The deepest directory only: the batch after, landing
+ * while this one commits, meets the same missing directory only where a
+ * directory's files are split between the two (it then merges).  1: staged
+ * (b->nstages grew); 0: nothing staged (dir is there, or the temporary name
+ * is taken, left by an earlier try: the usual way is taken); < 0: an error.
+ */
+static int stage_missing(ingest_lander_batch *b, const lfile *f, const char *dir)
+{
+    char parent[LANDED_MAX];
+    const char *name;
+    lander__split_path(dir, parent, sizeof parent, &name);
+    int pfd = -1;
+    INGEST__FORWARD(lander__walk_dir(b, f->path, parent, true, &pfd));
+    char tn[NAME_MAX_BYTES + 1];
+    stage_name(b, name, b->nstages, tn, sizeof tn);
+    if (mkdirat(pfd, tn, 0755) < 0) {
+        const int e = errno;
+        close(pfd);
+        if (e == EEXIST)
+            return 0;
+        return lander__sys_fail(b->ctx, e, "mkdir under bronze root:", dir);
+    }
+    /* made after the walk found it missing: if dir appeared meanwhile, the commit merges */
+    close(pfd);
+    if (b->nstages == b->stages_cap) {
+        const size_t nc = b->stages_cap ? b->stages_cap * 2 : 8;
+        lstage *ns = ingest__malloc(b->ctx, nc * sizeof *ns);
+        if (!ns)
+            return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+        if (b->nstages)
+            memcpy(ns, b->stages, b->nstages * sizeof *ns);
+        ingest__free(b->ctx, b->stages);
+        b->stages = ns;
+        b->stages_cap = nc;
+    }
+    char real[LANDED_MAX];
+    const int rl = snprintf(real, sizeof real, "%s%s%s", parent, parent[0] ? "/" : "", tn);
+    lstage *st = &b->stages[b->nstages];
+    memset(st, 0, sizeof *st);
+    st->final = ingest__strdup(b->ctx, dir);
+    st->real = rl > 0 && (size_t)rl < sizeof real ? ingest__strdup(b->ctx, real) : NULL;
+    if (!st->final || !st->real) {
+        ingest__free(b->ctx, st->final);
+        ingest__free(b->ctx, st->real);
+        (void)unlinkat(b->l->rootfd, real, AT_REMOVEDIR);
+        return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    }
+    b->nstages++;
+    /* its entry lives in the parent: synced with it; removed again with the batch's other directories */
+    INGEST__FORWARD(lander__add_dir(b, parent));
+    INGEST__FORWARD(made_dir(b, real, strlen(real)));
+    return 1;
+}
+
+int lander__enter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir)
+{
+    lfile *f = &b->files[fi];
+    f->stage = 0;
+    /* Only batches made durable by syncfs stage (those of few files sync each file and directory), and
+     * never a symlink (made at commit under a name of its own) nor a refused file's scratch copy. */
+    if (b->nfiles < INGEST_LANDER_SYNCFS_MIN || f->link || f->refused != NULL || under_dir(dir, "_manifests"))
+        return lander__enter_dir(b, f->path, dir, true);
+    if (b->dirfd >= 0 && b->cur_dir && strcmp(b->cur_dir, dir) == 0)
+        return 0; /* the directory of the file before: there, not staged */
+    for (size_t s = b->nstages; s-- > 0;) {
+        const lstage *st = &b->stages[s];
+        if (!st->gone && under_dir(dir, st->final)) {
+            f->stage = (uint32_t)s + 1;
+            char real[LANDED_MAX];
+            lander__data_dir(b, fi, dir, real, sizeof real);
+            return lander__enter_dir(b, f->path, real, true);
+        }
+    }
+    int fd = -1;
+    INGEST__FORWARD(lander__walk_dir(b, f->path, dir, false, &fd));
+    if (fd >= 0) { /* there already: entered as enter_dir would */
+        lander__close_fd(&b->dirfd);
+        ingest__free(b->ctx, b->cur_dir);
+        b->dirfd = fd;
+        b->cur_dir = ingest__strdup(b->ctx, dir);
+        return b->cur_dir ? 0 : ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+    }
+    const int r = stage_missing(b, f, dir);
+    if (r < 0)
+        return r;
+    if (r == 1) {
+        f->stage = (uint32_t)b->nstages;
+        char real[LANDED_MAX];
+        lander__data_dir(b, fi, dir, real, sizeof real);
+        return lander__enter_dir(b, f->path, real, true);
+    }
+    return lander__enter_dir(b, f->path, dir, true);
+}
+
+void lander__remove_stage_dirs(ingest_lander_batch *b, size_t s)
+{
+    const char *real = b->stages[s].real;
+    size_t k = 0;
+    for (size_t i = b->nmade; i-- > 0;) {
+        if (under_dir(b->made[i], real)) {
+            (void)remove_if_empty(b, b->made[i]);
+            ingest__free(b->ctx, b->made[i]);
+            b->made[i] = NULL;
+        }
+    }
+    for (size_t i = 0; i < b->nmade; i++)
+        if (b->made[i] != NULL)
+            b->made[k++] = b->made[i];
+    b->nmade = k;
+}

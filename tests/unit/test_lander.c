@@ -2010,6 +2010,245 @@ static void test_syncfs_shared(void **state)
     assert_int_equal(count_files(e), 4 * NF);
 }
 
+/* Names in bronze/rel holding the temporary-file tag (a staged directory or a temporary file). */
+static int tagged_entries(const env *e, const char *rel)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    DIR *d = opendir(p);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        n += strstr(de->d_name, ".ingest-tmp-") != NULL;
+    closedir(d);
+    return n;
+}
+
+static void free_files(uint8_t **d, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(d[i]);
+}
+
+#define DAY "dev1/2024/02/29/"
+
+/*
+ * A batch of 16 files or more writes the files of a directory missing from
+ * bronze into that directory made under a temporary name, and renames it
+ * into place whole at commit: before the commit the final directory is not
+ * there (only its staged twin), after it every file is, byte for byte, a
+ * directory made inside the staged one included, and no temporary name is
+ * left.
+ */
+static void test_stage_whole(void **state)
+{
+    env *e = *state;
+    uint8_t *d[20];
+    char names[20][32];
+    tfile f[20];
+    for (int i = 0; i < 20; i++) {
+        d[i] = pattern(200 + (size_t)i, 700u + (uint32_t)i);
+        snprintf(names[i], 32, i < 17 ? "n1/s/f%02d" : "n1/s/in/g%02d", i);
+        f[i] = (tfile){names[i], d[i], 200 + (size_t)i, T2024, 0644};
+    }
+    tbatch tb;
+    make_batch(e, "dev1", "w1", f, 20, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, 20);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, b, &tb, w[k]), 0);
+    assert_int_equal(ingest_lander_commit_prepare(b), 0);
+    assert_true(exists(e, DAY "n1"));        /* its parent: made as for any file */
+    assert_false(exists(e, DAY "n1/s"));     /* not there before the commit ... */
+    assert_int_equal(tagged_entries(e, DAY "n1"), 1); /* ... but its staged twin is */
+    assert_int_equal(ingest_lander_commit_finish(b, NULL), 0);
+    ingest_lander_batch_destroy(b);
+    for (int i = 0; i < 20; i++) {
+        char rel[96];
+        snprintf(rel, sizeof rel, DAY "%s", names[i]);
+        assert_file(e, rel, d[i], 200 + (size_t)i, T2024, 0644);
+    }
+    assert_int_equal(count_files(e), 20);
+    assert_int_equal(tagged_entries(e, DAY "n1"), 0);
+    assert_int_equal(tagged_entries(e, DAY "n1/s"), 0);
+    free(tb.manifest);
+    free_files(d, 20);
+}
+
+/*
+ * Two batches landing into the same new directory, the second written
+ * before the first commits (a pipelined link: a directory's files split
+ * between batches): both stage it; the first is renamed into place, the
+ * second finds the directory there and moves its files in one by one
+ * (merge), a directory the first did not make included.  Every file lands,
+ * and no staged directory is left.
+ */
+static void test_stage_merge(void **state)
+{
+    env *e = *state;
+    uint8_t *d1[20], *d2[20];
+    char n1[20][32], n2[20][32];
+    tbatch t1, t2;
+    ingest_lander_batch *b1 = prepared_batch(e, e->l, "m1", "m/x", 20, d1, n1, &t1);
+    /* the second batch: 18 files beside the first's, 2 in a directory under it */
+    tfile f[20];
+    for (int i = 0; i < 20; i++) {
+        d2[i] = pattern(300 + (size_t)i, 900u + (uint32_t)i);
+        snprintf(n2[i], 32, i < 18 ? "m/x/h%02d" : "m/x/y/h%02d", i);
+        f[i] = (tfile){n2[i], d2[i], 300 + (size_t)i, T2024, 0644};
+    }
+    make_batch(e, "dev1", "m2", f, 20, &t2);
+    ingest_lander *l2 = NULL; /* a second lander of the tree, as a core's next batch has */
+    assert_int_equal(ingest_lander_create(e->ctx, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &l2), 0);
+    ingest_lander_batch *b2 = NULL;
+    assert_int_equal(ingest_lander_begin(l2, "dev1", t2.manifest, t2.mlen, &b2), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b2, &w, &n);
+    assert_int_equal(n, 20);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, b2, &t2, w[k]), 0);
+    assert_int_equal(ingest_lander_commit_prepare(b2), 0);
+    assert_int_equal(tagged_entries(e, DAY "m"), 2); /* both staged m/x */
+    assert_int_equal(ingest_lander_commit_finish(b1, NULL), 0);
+    assert_int_equal(ingest_lander_commit_finish(b2, NULL), 0);
+    ingest_lander_batch_destroy(b1);
+    ingest_lander_batch_destroy(b2);
+    ingest_lander_destroy(l2);
+    for (int i = 0; i < 20; i++) {
+        char rel[96];
+        snprintf(rel, sizeof rel, DAY "%s", n1[i]);
+        assert_file(e, rel, d1[i], 300 + (size_t)i, T2024, 0644);
+        snprintf(rel, sizeof rel, DAY "%s", n2[i]);
+        assert_file(e, rel, d2[i], 300 + (size_t)i, T2024, 0644);
+    }
+    assert_int_equal(count_files(e), 40);
+    assert_int_equal(tagged_entries(e, DAY "m"), 0);
+    assert_int_equal(tagged_entries(e, DAY "m/x"), 0);
+    free(t1.manifest);
+    free(t2.manifest);
+    free_files(d1, 20);
+    free_files(d2, 20);
+}
+
+/*
+ * A file put where a staged directory goes, after the batch wrote it: the
+ * commit refuses the batch before any rename, naming the directory; nothing
+ * of the batch stays, its staged directory included.  Once the way is
+ * clear, the batch lands.
+ */
+static void test_stage_blocked(void **state)
+{
+    env *e = *state;
+    uint8_t *d[20];
+    char names[20][32];
+    tbatch tb;
+    ingest_lander_batch *b = prepared_batch(e, e->l, "k1", "k/z", 20, d, names, &tb);
+    touch(e, DAY "k/z");
+    assert_int_equal(ingest_lander_commit_finish(b, NULL), INGEST_EEXIST);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "cannot make directory " DAY "k/z: a file is there"));
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(count_files(e), 1); /* the file in the way alone */
+    assert_int_equal(tagged_entries(e, DAY "k"), 0);
+    assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", "k1"), 0);
+    char p[512];
+    snprintf(p, sizeof p, "%s/" DAY "k/z", e->bronze);
+    assert_int_equal(unlink(p), 0);
+    free(tb.manifest);
+    free_files(d, 20);
+    b = prepared_batch(e, e->l, "k1", "k/z", 20, d, names, &tb);
+    assert_int_equal(ingest_lander_commit_finish(b, NULL), 0);
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(count_files(e), 20);
+    free(tb.manifest);
+    free_files(d, 20);
+}
+
+/*
+ * The only file of a staged directory withdrawn while it was being
+ * written: the staged directory goes with it, and the batch's other files
+ * (in another staged directory, one written after the withdrawal
+ * included) land; nothing of the withdrawn one is left.
+ */
+static void test_stage_withdraw(void **state)
+{
+    env *e = *state;
+    uint8_t *d[18];
+    char names[18][32];
+    tfile f[18];
+    for (int i = 0; i < 18; i++) {
+        const size_t len = i == 16 ? 3 * CH : 100 + (size_t)i;
+        d[i] = pattern(len, 1100u + (uint32_t)i);
+        snprintf(names[i], 32, i == 16 ? "wd/q/w" : "wd/p/a%02d", i);
+        f[i] = (tfile){names[i], d[i], len, T2024, 0644};
+    }
+    tbatch tb;
+    make_batch(e, "dev1", "sw1", f, 18, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    for (uint32_t k = 0; k <= 16; k++) /* files 0..15, then the first chunk of wd/q/w */
+        assert_int_equal(put(e, b, &tb, k), 0);
+    assert_int_equal(tagged_entries(e, DAY "wd"), 2);
+    assert_int_equal(ingest_lander_withdraw(b, 16, INGEST_ENOTFOUND, "vanished at the edge"), 0);
+    assert_int_equal(tagged_entries(e, DAY "wd"), 1); /* wd/q's staged directory went with it */
+    assert_int_equal(put(e, b, &tb, 19), 0);
+    assert_int_equal(ingest_lander_commit(b), 0);
+    assert_int_equal(ingest_lander_refused_count(b), 1);
+    ingest_lander_batch_destroy(b);
+    for (int i = 0; i < 18; i++) {
+        char rel[96];
+        snprintf(rel, sizeof rel, DAY "%s", names[i]);
+        if (i == 16)
+            assert_false(exists(e, rel));
+        else
+            assert_file(e, rel, d[i], 100 + (size_t)i, T2024, 0644);
+    }
+    assert_false(exists(e, DAY "wd/q"));
+    assert_int_equal(tagged_entries(e, DAY "wd"), 0);
+    assert_int_equal(count_files(e), 17);
+    free(tb.manifest);
+    free_files(d, 18);
+}
+
+/*
+ * A staged directory a crash left (files, a directory and a symlink in it)
+ * is removed by the sweep with all it holds, the symlink's target
+ * untouched; a directory whose name lacks the tag stays.
+ */
+static void test_sweep_staged(void **state)
+{
+    env *e = *state;
+    char tag[64] = "", p[512];
+    snprintf(p, sizeof p, "%s/_manifests/.tmp-tag", e->bronze);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(tag, sizeof tag, f));
+    fclose(f);
+    tag[16] = '\0';
+    char st[256], rel[320];
+    snprintf(st, sizeof st, DAY ".z.ingest-tmp-%s.0123456789abcdef.b3.d", tag);
+    snprintf(rel, sizeof rel, "%s/a.json", st);
+    touch(e, rel);
+    snprintf(rel, sizeof rel, "%s/in/b.json", st);
+    touch(e, rel);
+    touch(e, DAY "keep/c.json");
+    snprintf(p, sizeof p, "%s/%s/link", e->bronze, st);
+    char target[512];
+    snprintf(target, sizeof target, "%s/" DAY "keep", e->bronze);
+    assert_int_equal(symlink(target, p), 0);
+    uint64_t removed = 0, failed = 99;
+    assert_int_equal(ingest_lander_sweep(e->ctx, e->bronze, &removed, &failed), 0);
+    assert_int_equal(failed, 0);
+    assert_int_equal(removed, 5); /* a.json, link, in/b.json, in and the staged directory */
+    assert_false(exists(e, st));
+    assert_true(exists(e, DAY "keep/c.json"));
+    assert_int_equal(count_files(e), 1);
+}
+
 static void test_hash_mismatch(void **state)
 {
     env *e = *state;
@@ -3147,6 +3386,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_land_new, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stage_whole, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stage_merge, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stage_blocked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sweep_staged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stage_withdraw, setup, teardown),
         cmocka_unit_test_setup_teardown(test_land_modes_under_umask, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_copies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_scope_device, setup, teardown),
