@@ -152,50 +152,60 @@ pass "the edge: 2 more files, a cut at rest after a clean stop, and a ninth land
 
 # ---- 4. a cut at every point where the receiver waits for durability ----
 # Run k starts a receiver under the layer that is killed just before its
-# k-th sync call (POWERCUT_CUT_AT_SYNC=k: at start-up, in the batch of 6 new
+# k-th sync call (POWERCUT_CUT_AT_SYNC=k: at start-up, in the batch of new
 # files it is landing, in its commit), the power is cut there, and the
 # receiver is started again; the agent (--once, it journals its batches)
 # ships again until it exits 0.  After each run every file shipped so far
 # is in bronze once (one FILE record), byte-identical.  Runs go on until a
-# receiver lands its batch before its k-th sync.
-R4="$T/src4"
-mkdir -p "$R4"
-k=0
-cuts=0
-while :; do
-    k=$((k + 1))
-    [ $k -le 80 ] || fail "the receiver still had not landed a batch of 6 files before its 80th sync"
-    mkdir -p "$R4/k$k"
-    for n in 1 2 3 4 5 6; do head -c $((2000 + n * 333 + k)) /dev/urandom > "$R4/k$k/f$n"; done
-    stop_receiver
-    RECEIVER=$(powercut_wrapper "$REAL_RECEIVER" "$RT/pc-recv4" "$RT/bronze:$RT/rstate")
-    export POWERCUT_CUT_AT_SYNC=$k
-    rm -f "$T/receiver.addr"
-    "$RECEIVER" --config "$T/receiver.yaml" --ready-file "$T/receiver.addr" >> "$T/receiver.log" 2>&1 &
-    RECV_PID=$!
-    unset POWERCUT_CUT_AT_SYNC
-    while [ ! -s "$T/receiver.addr" ] && kill -0 "$RECV_PID" 2>/dev/null; do sleep 0.02; done
-    survived=0
-    if [ -s "$T/receiver.addr" ]; then
-        write_agent_config dev1 "$R4" 'batch:
-  max_files: 6'
-        "$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" || true
-        kill -0 "$RECV_PID" 2>/dev/null && survived=1
-    fi
-    kill -9 "$RECV_PID" 2>/dev/null || true
-    wait "$RECV_PID" 2>/dev/null || true
-    RECV_PID=""
-    "$RESTORE" "$RT/pc-recv4" > "$T/cut4.out" 2>&1 || { cat "$T/cut4.out"; fail "run $k: powercut-restore failed"; }
-    [ $survived = 1 ] || cuts=$((cuts + 1))
-    RECEIVER=$REAL_RECEIVER
-    start_receiver
-    write_agent_config dev1 "$R4" 'batch:
-  max_files: 6'
-    ship dev1 > /dev/null
-    same_tree "$R4" "$(landed_root dev1)/src4"
-    dups=$(manifest_paths dev1 | sort | uniq -d | wc -l)
-    [ "$dups" = 0 ] || fail "run $k (power cut before the receiver's sync $k): $dups paths recorded twice"
-    [ $survived = 1 ] && break
-done
-total=$(find "$R4" -type f | wc -l)
-pass "a cut before each of the receiver's first $((k - 1)) sync calls ($cuts cuts, landing $total files in batches of 6): every file landed once, byte-identical"
+# receiver lands its batch before its k-th sync.  Twice: batches of 6 files
+# (a sync per file and directory), then batches of 20 files in a new
+# directory each (one syncfs before the renames and one after; the
+# directory is staged and renamed into place whole: docs/landing.md, "New
+# directories").
+cut_every_sync() { # NAME FILES_PER_BATCH
+    R4="$T/$1"
+    mkdir -p "$R4"
+    k=0
+    cuts=0
+    while :; do
+        k=$((k + 1))
+        [ $k -le 80 ] || fail "the receiver still had not landed a batch of $2 files before its 80th sync"
+        mkdir -p "$R4/k$k"
+        n=1
+        while [ $n -le "$2" ]; do head -c $((2000 + n * 333 + k)) /dev/urandom > "$R4/k$k/f$n"; n=$((n + 1)); done
+        stop_receiver
+        RECEIVER=$(powercut_wrapper "$REAL_RECEIVER" "$RT/pc-recv4" "$RT/bronze:$RT/rstate")
+        export POWERCUT_CUT_AT_SYNC=$k
+        rm -f "$T/receiver.addr"
+        "$RECEIVER" --config "$T/receiver.yaml" --ready-file "$T/receiver.addr" >> "$T/receiver.log" 2>&1 &
+        RECV_PID=$!
+        unset POWERCUT_CUT_AT_SYNC
+        while [ ! -s "$T/receiver.addr" ] && kill -0 "$RECV_PID" 2>/dev/null; do sleep 0.02; done
+        survived=0
+        if [ -s "$T/receiver.addr" ]; then
+            write_agent_config dev1 "$R4" "batch:
+  max_files: $2"
+            "$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" || true
+            kill -0 "$RECV_PID" 2>/dev/null && survived=1
+        fi
+        kill -9 "$RECV_PID" 2>/dev/null || true
+        wait "$RECV_PID" 2>/dev/null || true
+        RECV_PID=""
+        "$RESTORE" "$RT/pc-recv4" > "$T/cut4.out" 2>&1 || { cat "$T/cut4.out"; fail "$1 run $k: powercut-restore failed"; }
+        [ $survived = 1 ] || cuts=$((cuts + 1))
+        RECEIVER=$REAL_RECEIVER
+        start_receiver
+        write_agent_config dev1 "$R4" "batch:
+  max_files: $2"
+        ship dev1 > /dev/null
+        same_tree "$R4" "$(landed_root dev1)/$1"
+        dups=$(manifest_paths dev1 | sort | uniq -d | wc -l)
+        [ "$dups" = 0 ] || fail "$1 run $k (power cut before the receiver's sync $k): $dups paths recorded twice"
+        [ "$(count_tmp "$RT/bronze")" -eq 0 ] || fail "$1 run $k: temporary files or staged directories left"
+        [ $survived = 1 ] && break
+    done
+    total=$(find "$R4" -type f | wc -l)
+    pass "a cut before each of the receiver's first $((k - 1)) sync calls ($cuts cuts, landing $total files in batches of $2): every file landed once, byte-identical"
+}
+cut_every_sync src4 6
+cut_every_sync src5 20

@@ -67,7 +67,7 @@ pass "receiver killed mid-batch after $landed_before batches; agent exited $rc: 
 # Before the restart: every file under a final name equals its source.
 ntmp=$(count_tmp "$T/bronze")
 [ "$ntmp" -gt 0 ] || fail "no temporary file found after the kill"
-(cd "$(landed_root dev1)/data" && find . -type f ! -name '*.ingest-tmp-*' | sort) > "$T/final.list"
+(cd "$(landed_root dev1)/data" && find . -type f ! -path '*.ingest-tmp-*' | sort) > "$T/final.list"
 nfinal=$(wc -l < "$T/final.list")
 [ "$nfinal" -gt 0 ] || fail "nothing landed before the kill"
 [ "$nfinal" -lt "$nfiles" ] || fail "every file had landed before the kill"

@@ -78,7 +78,7 @@ trap 'touch "$T/stop"; kill "$WRITER" 2>/dev/null || true; [ -z "$AGENT_PID" ] |
 
 rnd_ms() { od -An -N2 -tu2 /dev/urandom | awk -v lo="$1" -v hi="$2" '{ print lo + $1 % (hi - lo) }'; }
 start_agent() { "$AGENT" --config "$T/dev1.yaml" >> "$T/dev1.out" 2>> "$T/dev1.err" & AGENT_PID=$!; }
-landed_count() { find "$(landed_root dev1)/data" -type f ! -name '*.ingest-tmp-*' 2>/dev/null | wc -l; }
+landed_count() { find "$(landed_root dev1)/data" -type f ! -path '*.ingest-tmp-*' 2>/dev/null | wc -l; }
 written() { cat "$T/written" 2>/dev/null || echo 0; }
 
 start_agent

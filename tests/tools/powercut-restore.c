@@ -11,7 +11,9 @@
  * everything; an O_DSYNC write its own range.  Data is put back first, by
  * inode (each written inode is found under the roots or, if its names were
  * removed, under DIR/shadow; one no longer anywhere is gone for good), newest
- * record first; then the name changes are undone, newest first.
+ * record first; then the name changes are undone, newest first (one made in
+ * a directory no longer at its path, removed or replaced by a durable
+ * change, is gone for good as well).
  *
  * Prints one line of what it undid; exits 1 when the log is malformed or a
  * change cannot be undone (the message says which record and why).
@@ -113,6 +115,30 @@ static const char *path_of_inode(uint64_t dev, uint64_t ino)
         if (inodes[j].dev == dev && inodes[j].ino == ino)
             return inodes[j].path;
     return NULL;
+}
+
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Is the directory that holds path p the inode (dev, ino)?  Both 0: not known, taken as yes. */
+static int parent_is(const char *p, uint64_t dev, uint64_t ino)
+{
+    if (dev == 0 && ino == 0)
+        return 1;
+    char d[PC_PATH_MAX];
+    snprintf(d, sizeof d, "%s", p);
+    char *slash = strrchr(d, '/');
+    if (slash == NULL)
+        return 1;
+    if (slash == d)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    struct stat st;
+    return stat(d, &st) == 0 && (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino;
 }
 
 static int read_path(int fd, uint64_t at, uint32_t len, char *out)
@@ -316,6 +342,14 @@ int main(int argc, char **argv)
             bad(i, "cannot read its paths", NULL, 0);
             continue;
         }
+        if (!parent_is(p1, h->p1dev, h->p1ino) || (h->kind == PC_RENAME && !parent_is(p2, h->p2dev, h->p2ino))) {
+            /* made in a directory whose name is gone for good (removed or replaced by a durable change, as
+             * a batch's directory removed at its abort and made again): nothing can reach it after the cut */
+            gone++;
+            if (verbose)
+                fprintf(stderr, "powercut-restore: record %zu: its directory is no longer at %s\n", i, p1);
+            continue;
+        }
         names++;
         if (verbose)
             fprintf(stderr, "powercut-restore: undo %s %s%s%s\n",
@@ -336,7 +370,8 @@ int main(int argc, char **argv)
                 bad(i, "cannot remove the new directory", p1, errno);
             break;
         case PC_UNLINK:
-            if (p2[0] ? link(p2, p1) < 0 : mkdir(p1, 0755) < 0)
+            /* a directory there already: made again by a durable change; this one was empty when removed */
+            if (p2[0] ? link(p2, p1) < 0 : mkdir(p1, 0755) < 0 && !(errno == EEXIST && is_dir(p1)))
                 bad(i, "cannot bring back the removed name", p1, errno);
             break;
         case PC_RENAME:
