@@ -32,6 +32,23 @@ int lander__write_full(int fd, const void *p, size_t n)
     return 0;
 }
 
+int lander__pwrite_full(int fd, const void *p, size_t n, uint64_t off)
+{
+    const uint8_t *q = p;
+    while (n > 0) {
+        const ssize_t w = pwrite(fd, q, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        q += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
 /* 0 read all, 1 short (end of file), -1 error (errno). */
 int lander__pread_full(int fd, void *p, size_t n, uint64_t off)
 {
@@ -241,6 +258,7 @@ int ingest_lander_create(ingest_ctx *ctx, ingest_store *st, ingest_index *idx, c
     l->syncs = &l->own_syncs;
     l->max_files = INGEST_LANDER_MAX_FILES_DEFAULT;
     l->max_chunks = INGEST_LANDER_MAX_CHUNKS_DEFAULT;
+    l->dio_min = LANDER_DIO_MIN;
     memcpy(l->key, key, INGEST_KEY_BYTES);
     randombytes_buf(l->tabkey, sizeof l->tabkey);
     l->root = ingest__strdup(ctx, bronze_root);
@@ -315,6 +333,11 @@ void ingest__lander_set_hook(ingest_lander *l, ingest__lander_hook_fn fn, void *
 {
     l->hook = fn;
     l->hook_ud = ud;
+}
+
+void ingest__lander_set_dio_min(ingest_lander *l, uint64_t bytes)
+{
+    l->dio_min = bytes < DIO_ALIGN ? DIO_ALIGN : bytes;
 }
 
 void ingest__syncs_init(ingest__syncs *sy)

@@ -10,6 +10,8 @@
 
 #include "ingest/lander.h"
 
+#include <stdint.h>
+
 enum {
     INGEST__LANDER_HOOK_PARSE = 1, /* ingest_lander_parse, the header read, the files not yet */
     INGEST__LANDER_HOOK_LOOKUP = 2, /* ingest_lander_lookup, with the store's lock held */
@@ -19,5 +21,9 @@ enum {
 typedef void (*ingest__lander_hook_fn)(void *ud, const char *device, int phase);
 
 void ingest__lander_set_hook(ingest_lander *l, ingest__lander_hook_fn fn, void *ud);
+
+/* With direct I/O on: the smallest file written with O_DIRECT (at least 4 KiB; LANDER_DIO_MIN by default), so
+ * tests can take that path with small files. */
+void ingest__lander_set_dio_min(ingest_lander *l, uint64_t bytes);
 
 #endif

@@ -42,7 +42,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     lander__tmp_name(b, name, fi, tn, sizeof tn);
     const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC;
     b->direct = false;
-    if (b->l->direct_io && f->size >= DIO_ALIGN) {
+    if (b->l->direct_io && f->size >= b->l->dio_min) {
         if (b->dio == NULL) {
             /* the context's allocator has no alignment: over-allocate and align inside */
             b->dio_mem = ingest__malloc(b->ctx, 2 * DIO_BUF + DIO_ALIGN);
@@ -247,10 +247,25 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
     lfile *f = &b->files[fi];
     INGEST__FORWARD(run_flush(b));
     if (b->direct) {
-        /* the padded last block, then the exact size (before the mtime: truncating sets it) */
-        if (dio_flush(b, true) < 0 || lander__dw_wait(b) < 0)
+        /* The whole blocks, then the last part block written through the page cache: a padded block
+         * truncated back would make ext4 read that block from the device to zero its end. */
+        const size_t tail = b->dio_fill % DIO_ALIGN;
+        const uint64_t tail_at = b->dio_base + (b->dio_fill - tail);
+        uint8_t keep[DIO_ALIGN];
+        memcpy(keep, b->dio + (b->dio_fill - tail), tail);
+        b->dio_fill -= tail;
+        if (dio_flush(b, false) < 0 || lander__dw_wait(b) < 0)
             return lander__sys_fail(b->ctx, errno, "write", f->landed);
-        if (ftruncate(b->fd, (off_t)b->file_off) < 0)
+        if (tail > 0) {
+            const int fl = fcntl(b->fd, F_GETFL);
+            if (fl < 0 || fcntl(b->fd, F_SETFL, fl & ~O_DIRECT) < 0)
+                return lander__sys_fail(b->ctx, errno, "write", f->landed);
+            b->direct = false;
+            if (lander__pwrite_full(b->fd, keep, tail, tail_at) < 0)
+                return lander__sys_fail(b->ctx, errno, "write", f->landed);
+        }
+        /* the exact size: set by the last part block's write, else (whole blocks, or a hole at the end) here */
+        if (tail == 0 && ftruncate(b->fd, (off_t)b->file_off) < 0)
             return lander__sys_fail(b->ctx, errno, "truncate", f->landed);
     } else if (b->size_short && ftruncate(b->fd, (off_t)b->file_off) < 0) {
         /* it ends with a hole: its size (before the mtime: truncating sets it) */

@@ -28,6 +28,7 @@
 #include "ingest/manifest.h"
 #include "store.h" /* the store probe takes its write lock from another process */
 #include "core/lander_syncs.h" /* landers counting their syncfs calls together, as a core's do */
+#include "core/lander_hook.h" /* the smallest file written with O_DIRECT */
 
 #define CH 4096 /* fixed-size chunking of the tests */
 #define MAXCH 256
@@ -85,10 +86,12 @@ static int setup(void **state)
     assert_int_equal(ingest_codec_create(e->ctx, 1, &e->codec), 0);
     e->key = ingest_default_dedup_key();
     assert_int_equal(ingest_lander_create(e->ctx, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &e->l), 0);
-    /* every test lands files of 4 KiB or more with O_DIRECT (smaller ones through the cache), as
-     * the receiver does; INGEST_TEST_BUFFERED=1 runs them all through the cache */
+    /* every test lands files of 4 KiB or more with O_DIRECT (smaller ones through the cache; the
+     * receiver's lander from 256 KiB), so small test files take that path; INGEST_TEST_BUFFERED=1 runs
+     * them all through the cache */
     const char *buffered = getenv("INGEST_TEST_BUFFERED");
     assert_int_equal(ingest_lander_set_direct_io(e->l, !(buffered && buffered[0] == '1')), 0);
+    ingest__lander_set_dio_min(e->l, 4096);
     *state = e;
     return 0;
 }
