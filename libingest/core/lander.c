@@ -32,23 +32,6 @@ int lander__write_full(int fd, const void *p, size_t n)
     return 0;
 }
 
-int lander__pwrite_full(int fd, const void *p, size_t n, uint64_t off)
-{
-    const uint8_t *q = p;
-    while (n > 0) {
-        const ssize_t w = pwrite(fd, q, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        q += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
 /* 0 read all, 1 short (end of file), -1 error (errno). */
 int lander__pread_full(int fd, void *p, size_t n, uint64_t off)
 {

@@ -330,28 +330,6 @@ static int sync_temps(ingest_lander_batch *b)
  * commit_now: commit the store before the caller's lock is released (see
  * settle).
  */
-/*
- * Make b->dirfd the final directory dir of file f of a merged stage:
- * *missing (b->dirfd untouched) when it is not there yet.
- */
-static int enter_final_dir(ingest_lander_batch *b, const lfile *f, const char *dir, bool *missing)
-{
-    *missing = false;
-    if (b->dirfd >= 0 && b->cur_dir && strcmp(b->cur_dir, dir) == 0)
-        return 0;
-    int fd = -1;
-    INGEST__FORWARD(lander__walk_dir(b, f->path, dir, false, &fd));
-    if (fd < 0) {
-        *missing = true;
-        return 0;
-    }
-    lander__close_fd(&b->dirfd);
-    ingest__free(b->ctx, b->cur_dir);
-    b->dirfd = fd;
-    b->cur_dir = ingest__strdup(b->ctx, dir);
-    return b->cur_dir ? 0 : ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
-}
-
 /* Make b->sdirfd the directory dir (cached by name): where a merged stage's file is moved from. */
 static int enter_src_dir(ingest_lander_batch *b, const lfile *f, const char *dir)
 {
@@ -389,10 +367,11 @@ static int open_parent(ingest_lander_batch *b, const char *p, int *pfd, const ch
 }
 
 /*
- * Each stage: renamed into place whole if its final name is free (a
- * directory another batch made meanwhile, often the batch before with the
- * same new directory, makes it a merge: its files are moved one by one).
- * Anything else there refuses the batch, before any rename.
+ * Each stage: renamed into place whole when nothing is at its final name.
+ * A directory there (made meanwhile by another batch, often the batch
+ * before with the same new directory) makes it a merge: its files are
+ * moved one by one.  Anything else there refuses the batch, before any
+ * rename.
  */
 static int check_stages(ingest_lander_batch *b)
 {
@@ -441,7 +420,7 @@ static int check_final_names(ingest_lander_batch *b)
         if (f->stage != 0) {
             bool missing = false;
             if (!b->stages[f->stage - 1].whole)
-                INGEST__FORWARD(enter_final_dir(b, f, dir, &missing));
+                INGEST__FORWARD(lander__enter_dir_found(b, f->path, dir, &missing));
             if (b->stages[f->stage - 1].whole || missing) {
                 f->fresh = true;
                 continue;
@@ -613,23 +592,21 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
             f->renamed = true; /* in place with its directory */
             continue;
         }
+        lander__tmp_of(b, name, i, tn, sizeof tn); /* in a merged stage: its final name there */
+        int from;
         if (f->stage != 0) {
             /* a merged stage: from its place in the stage to its final directory (made if missing) */
             char ddir[LANDED_MAX];
             lander__data_dir(b, i, dir, ddir, sizeof ddir);
             if ((r = enter_src_dir(b, f, ddir)) < 0 || (r = lander__enter_dir(b, f->path, dir, true)) < 0)
                 goto fail;
-            if (renameat(b->sdirfd, name, b->dirfd, name) < 0) {
-                r = lander__sys_fail(b->ctx, errno, "rename into place", f->landed);
+            from = b->sdirfd;
+        } else {
+            if ((r = lander__enter_dir(b, f->path, dir, false)) < 0)
                 goto fail;
-            }
-            f->renamed = true;
-            continue;
+            from = b->dirfd;
         }
-        lander__tmp_of(b, name, i, tn, sizeof tn);
-        if ((r = lander__enter_dir(b, f->path, dir, false)) < 0)
-            goto fail;
-        if (renameat(b->dirfd, tn, b->dirfd, name) < 0) {
+        if (renameat(from, tn, b->dirfd, name) < 0) {
             r = lander__sys_fail(b->ctx, errno, "rename into place", f->landed);
             goto fail;
         }

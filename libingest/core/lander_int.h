@@ -314,7 +314,6 @@ struct ingest_lander_batch_s {
  */
 int lander__sys_fail(ingest_ctx *ctx, int err, const char *what, const char *path);
 int lander__write_full(int fd, const void *p, size_t n);
-int lander__pwrite_full(int fd, const void *p, size_t n, uint64_t off);
 int lander__pread_full(int fd, void *p, size_t n, uint64_t off);
 void lander__close_fd(int *fd);
 /* The direct-I/O writer (lander_dw.c): a write handed over (-1 errno: one before failed), its end awaited, stopped. */
@@ -358,6 +357,8 @@ int lander__landed_path(ingest_lander *l, const char *device, const char *batch,
 int lander__add_dir(ingest_lander_batch *b, const char *dir);
 int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create, int *fd);
 int lander__enter_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create);
+/* Make b->dirfd the directory dir (cached by name) if it is there; *missing (b->dirfd untouched) if not. */
+int lander__enter_dir_found(ingest_lander_batch *b, const char *file, const char *dir, bool *missing);
 /* Make b->dirfd the directory file fi's data is written in (dir: its final one), staging a missing one. */
 int lander__enter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir);
 /* The directory file fi's data is in now (dir: its final one): dir, or its place in a stage not yet in place. */

@@ -261,7 +261,7 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
             if (fl < 0 || fcntl(b->fd, F_SETFL, fl & ~O_DIRECT) < 0)
                 return lander__sys_fail(b->ctx, errno, "write", f->landed);
             b->direct = false;
-            if (lander__pwrite_full(b->fd, keep, tail, tail_at) < 0)
+            if (lseek(b->fd, (off_t)tail_at, SEEK_SET) < 0 || lander__write_full(b->fd, keep, tail) < 0)
                 return lander__sys_fail(b->ctx, errno, "write", f->landed);
         }
         /* the exact size: set by the last part block's write, else (whole blocks, or a hole at the end) here */

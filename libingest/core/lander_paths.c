@@ -414,6 +414,24 @@ int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, 
     return 0;
 }
 
+int lander__enter_dir_found(ingest_lander_batch *b, const char *file, const char *dir, bool *missing)
+{
+    *missing = false;
+    if (b->dirfd >= 0 && b->cur_dir && strcmp(b->cur_dir, dir) == 0)
+        return 0;
+    int fd = -1;
+    INGEST__FORWARD(lander__walk_dir(b, file, dir, false, &fd));
+    if (fd < 0) {
+        *missing = true;
+        return 0;
+    }
+    lander__close_fd(&b->dirfd);
+    ingest__free(b->ctx, b->cur_dir);
+    b->dirfd = fd;
+    b->cur_dir = ingest__strdup(b->ctx, dir);
+    return b->cur_dir ? 0 : ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
+}
+
 /* Make b->dirfd the directory dir (cached by name). */
 int lander__enter_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create)
 {
@@ -542,15 +560,10 @@ int lander__enter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir)
             return lander__enter_dir(b, f->path, real, true);
         }
     }
-    int fd = -1;
-    INGEST__FORWARD(lander__walk_dir(b, f->path, dir, false, &fd));
-    if (fd >= 0) { /* there already: entered as enter_dir would */
-        lander__close_fd(&b->dirfd);
-        ingest__free(b->ctx, b->cur_dir);
-        b->dirfd = fd;
-        b->cur_dir = ingest__strdup(b->ctx, dir);
-        return b->cur_dir ? 0 : ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
-    }
+    bool missing = false;
+    INGEST__FORWARD(lander__enter_dir_found(b, f->path, dir, &missing));
+    if (!missing)
+        return 0; /* there already */
     const int r = stage_missing(b, f, dir);
     if (r < 0)
         return r;

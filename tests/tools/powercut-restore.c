@@ -11,9 +11,9 @@
  * everything; an O_DSYNC write its own range.  Data is put back first, by
  * inode (each written inode is found under the roots or, if its names were
  * removed, under DIR/shadow; one no longer anywhere is gone for good), newest
- * record first; then the name changes are undone, newest first (one made in
- * a directory no longer at its path, removed or replaced by a durable
- * change, is gone for good as well).
+ * record first; then the name changes are undone, newest first.  A
+ * directory removed (empty) where one stands again, made by a later change
+ * that was durable, is as it was.
  *
  * Prints one line of what it undid; exits 1 when the log is malformed or a
  * change cannot be undone (the message says which record and why).
@@ -121,24 +121,6 @@ static int is_dir(const char *p)
 {
     struct stat st;
     return lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* Is the directory that holds path p the inode (dev, ino)?  Both 0: not known, taken as yes. */
-static int parent_is(const char *p, uint64_t dev, uint64_t ino)
-{
-    if (dev == 0 && ino == 0)
-        return 1;
-    char d[PC_PATH_MAX];
-    snprintf(d, sizeof d, "%s", p);
-    char *slash = strrchr(d, '/');
-    if (slash == NULL)
-        return 1;
-    if (slash == d)
-        slash[1] = '\0';
-    else
-        *slash = '\0';
-    struct stat st;
-    return stat(d, &st) == 0 && (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino;
 }
 
 static int read_path(int fd, uint64_t at, uint32_t len, char *out)
@@ -340,14 +322,6 @@ int main(int argc, char **argv)
             read_path(fd, r[i].at + sizeof(pc_rec) + h->plen1, h->plen2, p2) < 0 ||
             read_path(fd, r[i].at + sizeof(pc_rec) + h->plen1 + h->plen2, h->plen3, p3) < 0) {
             bad(i, "cannot read its paths", NULL, 0);
-            continue;
-        }
-        if (!parent_is(p1, h->p1dev, h->p1ino) || (h->kind == PC_RENAME && !parent_is(p2, h->p2dev, h->p2ino))) {
-            /* made in a directory whose name is gone for good (removed or replaced by a durable change, as
-             * a batch's directory removed at its abort and made again): nothing can reach it after the cut */
-            gone++;
-            if (verbose)
-                fprintf(stderr, "powercut-restore: record %zu: its directory is no longer at %s\n", i, p1);
             continue;
         }
         names++;

@@ -1141,17 +1141,23 @@ static void test_append_in_place(void **state)
     free(v3);
 }
 
+/* The bronze tree's temporary-file tag (16 hex digits) into tag; p: the tag file's path. */
+static void read_tag(const env *e, char tag[64], char p[512])
+{
+    snprintf(p, 512, "%s/_manifests/.tmp-tag", e->bronze);
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(tag, 64, f));
+    fclose(f);
+    assert_int_equal(strlen(tag), 17);
+    tag[16] = '\0';
+}
+
 static void test_sweep(void **state)
 {
     env *e = *state;
     char tag[64] = "", p[512];
-    snprintf(p, sizeof p, "%s/_manifests/.tmp-tag", e->bronze);
-    FILE *f = fopen(p, "r");
-    assert_non_null(f);
-    assert_non_null(fgets(tag, sizeof tag, f));
-    fclose(f);
-    assert_int_equal(strlen(tag), 17);
-    tag[16] = '\0';
+    read_tag(e, tag, p);
     char mine[256], mine_long[256];
     snprintf(mine, sizeof mine, "dev1/a/.x.csv.ingest-tmp-%s.b7", tag);
     snprintf(mine_long, sizeof mine_long, "dev1/deep/er/.ingest-tmp-%s.b7.3", tag);
@@ -1188,7 +1194,7 @@ static void test_sweep(void **state)
         assert_true(exists(e, kept[i]));
     assert_true(exists(e, "_manifests/.tmp-tag"));
     /* a malformed tag stops the sweep with a message naming the file */
-    f = fopen(p, "w");
+    FILE *f = fopen(p, "w");
     assert_non_null(f);
     fputs("not hex\n", f);
     fclose(f);
@@ -2226,12 +2232,7 @@ static void test_sweep_staged(void **state)
 {
     env *e = *state;
     char tag[64] = "", p[512];
-    snprintf(p, sizeof p, "%s/_manifests/.tmp-tag", e->bronze);
-    FILE *f = fopen(p, "r");
-    assert_non_null(f);
-    assert_non_null(fgets(tag, sizeof tag, f));
-    fclose(f);
-    tag[16] = '\0';
+    read_tag(e, tag, p);
     char st[256], rel[320];
     snprintf(st, sizeof st, DAY ".z.ingest-tmp-%s.0123456789abcdef.b3.d", tag);
     snprintf(rel, sizeof rel, "%s/a.json", st);
