@@ -484,6 +484,9 @@ static void stage_name(const ingest_lander_batch *b, const char *name, size_t k,
         snprintf(out, cap, "%s%s.%s.%zu.d", b->l->tmp_mark, b->devtag, b->name, k);
 }
 
+/* Does a file of name_len bytes in a directory of path dir_len bytes (staged) fit a landed path? */
+static bool stage_fits(size_t dir_len, size_t name_len) { return dir_len + 1 + name_len < LANDED_MAX; }
+
 /*
  * Stage dir (final), missing: its parents made as usual (found or made
  * under their final names, as for any file), dir itself under its
@@ -493,15 +496,17 @@ static void stage_name(const ingest_lander_batch *b, const char *name, size_t k,
  * (b->nstages grew); 0: nothing staged (dir is there, or the temporary name
  * is taken, left by an earlier try: the usual way is taken); < 0: an error.
  */
-static int stage_missing(ingest_lander_batch *b, const lfile *f, const char *dir)
+static int stage_missing(ingest_lander_batch *b, const lfile *f, const char *dir, size_t name_len)
 {
     char parent[LANDED_MAX];
     const char *name;
     lander__split_path(dir, parent, sizeof parent, &name);
-    int pfd = -1;
-    INGEST__FORWARD(lander__walk_dir(b, f->path, parent, true, &pfd));
     char tn[NAME_MAX_BYTES + 1];
     stage_name(b, name, b->nstages, tn, sizeof tn);
+    if (!stage_fits(strlen(parent) + (parent[0] ? 1 : 0) + strlen(tn), name_len))
+        return 0;
+    int pfd = -1;
+    INGEST__FORWARD(lander__walk_dir(b, f->path, parent, true, &pfd));
     if (mkdirat(pfd, tn, 0755) < 0) {
         const int e = errno;
         close(pfd);
@@ -551,9 +556,14 @@ int lander__enter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir)
         return lander__enter_dir(b, f->path, dir, true);
     if (b->dirfd >= 0 && b->cur_dir && strcmp(b->cur_dir, dir) == 0)
         return 0; /* the directory of the file before: there, not staged */
+    /* the temporary name is longer than the final one: a path near the bound is landed the usual way */
+    const char *base = strrchr(f->landed, '/');
+    const size_t name_len = strlen(base ? base + 1 : f->landed);
     for (size_t s = b->nstages; s-- > 0;) {
         const lstage *st = &b->stages[s];
         if (!st->gone && under_dir(dir, st->final)) {
+            if (!stage_fits(strlen(st->real) + strlen(dir) - strlen(st->final), name_len))
+                break;
             f->stage = (uint32_t)s + 1;
             char real[LANDED_MAX];
             lander__data_dir(b, fi, dir, real, sizeof real);
@@ -564,7 +574,7 @@ int lander__enter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir)
     INGEST__FORWARD(lander__enter_dir_found(b, f->path, dir, &missing));
     if (!missing)
         return 0; /* there already */
-    const int r = stage_missing(b, f, dir);
+    const int r = stage_missing(b, f, dir, name_len);
     if (r < 0)
         return r;
     if (r == 1) {

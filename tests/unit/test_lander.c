@@ -2223,6 +2223,79 @@ static void test_stage_withdraw(void **state)
     free_files(d, 18);
 }
 
+/* Read bronze/rel (any length: opened one component at a time) into buf; its length, or -1. */
+static ssize_t read_deep(const env *e, const char *rel, uint8_t *buf, size_t cap)
+{
+    int fd = open(e->bronze, O_RDONLY | O_DIRECTORY);
+    char part[4400];
+    snprintf(part, sizeof part, "%s", rel);
+    char *c = part;
+    for (char *slash; fd >= 0 && (slash = strchr(c, '/')) != NULL; c = slash + 1) {
+        *slash = '\0';
+        const int nfd = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+        close(fd);
+        fd = nfd;
+    }
+    if (fd < 0)
+        return -1;
+    const int f = openat(fd, c, O_RDONLY | O_NOFOLLOW);
+    close(fd);
+    if (f < 0)
+        return -1;
+    const ssize_t n = read(f, buf, cap);
+    close(f);
+    return n;
+}
+
+/*
+ * A new directory whose staged path would pass the bound of a landed path
+ * (the temporary name is longer than the final one): its files, landed at
+ * 4,076 bytes, are written the usual way, and every one lands.
+ */
+static void test_stage_long_path(void **state)
+{
+    env *e = *state;
+    static char dir[4200], names[20][4300];
+    size_t o = 0;
+    for (int k = 0; k < 17; k++) {
+        /* the last one short enough for its staged name to be the long form: its name and the tags */
+        const size_t n = k < 16 ? 244 : 119;
+        memset(dir + o, 'a' + k, n);
+        o += n;
+        dir[o++] = '/';
+    }
+    dir[o - 1] = '\0'; /* 17 components: 4,039 bytes */
+    uint8_t *d[20];
+    tfile f[20];
+    for (int i = 0; i < 20; i++) {
+        d[i] = pattern(100 + (size_t)i, 1300u + (uint32_t)i);
+        char base[21];
+        memset(base, 'x', 20);
+        base[20] = '\0';
+        base[0] = (char)('A' + i);
+        snprintf(names[i], sizeof names[i], "%s/%s", dir, base);
+        f[i] = (tfile){names[i], d[i], 100 + (size_t)i, T2024, 0644};
+    }
+    /* 4,076 bytes landed; staged, the directory alone would be 4,107 */
+    assert_int_equal(strlen(DAY) + strlen(names[0]), 4076);
+    tbatch tb;
+    make_batch(e, "dev1", "lp1", f, 20, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    land_all(e, b, &tb);
+    ingest_lander_batch_destroy(b);
+    for (int i = 0; i < 20; i++) {
+        char rel[4400];
+        snprintf(rel, sizeof rel, DAY "%.4200s", names[i]);
+        uint8_t got[256];
+        assert_int_equal(read_deep(e, rel, got, sizeof got), 100 + i);
+        assert_memory_equal(got, d[i], 100 + (size_t)i);
+    }
+    assert_int_equal(count_files(e), 20);
+    free(tb.manifest);
+    free_files(d, 20);
+}
+
 /*
  * A staged directory a crash left (files, a directory and a symlink in it)
  * is removed by the sweep with all it holds, the symlink's target
@@ -3395,6 +3468,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stage_blocked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sweep_staged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stage_withdraw, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stage_long_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_land_modes_under_umask, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_copies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_scope_device, setup, teardown),
