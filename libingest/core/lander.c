@@ -107,7 +107,7 @@ void lander__tmp_link_name(const ingest_lander_batch *b, uint32_t fi, char *out,
 
 void lander__tmp_of(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap)
 {
-    if (b->files[fi].linked && b->files[fi].stage == 0)
+    if (b->files[fi].linked)
         lander__tmp_link_name(b, fi, out, cap);
     else
         lander__tmp_name(b, name, fi, out, cap);
@@ -486,7 +486,7 @@ void lander__remove_temps(ingest_lander_batch *b)
         memcpy(keep, b->ctx->errmsg, sizeof keep);
         if (lander__walk_dir(b, f->landed, ddir, false, &dfd) == 0 && dfd >= 0) {
             unlinkat(dfd, tn, 0);
-            if (f->link && f->stage == 0) { /* its symlink, made at commit (or half made) */
+            if (f->link) { /* its symlink, made at commit (or half made) */
                 lander__tmp_link_name(b, i, tn, sizeof tn);
                 unlinkat(dfd, tn, 0);
             }
