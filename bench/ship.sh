@@ -17,7 +17,10 @@
 # reported as "not installed" when missing), VERIFY (first|all|none: checksum
 # the landed trees in the first run, every run, or never), STAGES (auto|0:
 # `ingestctl bench stages` on the tree in each run: the ceiling), LOOP (auto|0:
-# loop-mounted ext4 per run when root), PERF (auto|0: one extra, uncounted run
+# loop-mounted ext4 per run when root), LOOP_DIO (0|1|auto: 1 and auto make
+# the loop device read and write its image with direct I/O, auto only when
+# it can; 0 leaves it caching the image),
+# PERF (auto|0: one extra, uncounted run
 # of ours under perf record when perf works), BASE (a build directory, or any
 # directory, holding another ingest-agent and ingest-receiver: the tool
 # ours-base ships with them, interleaved with ours, for a before/after in
@@ -41,6 +44,7 @@ RUNS=${RUNS:-3}
 TOOLS=${TOOLS:-ours ours-metrics rsync-a rsync-az tar-zstd restic casync}
 VERIFY=${VERIFY:-first}
 LOOP=${LOOP:-auto}
+LOOP_DIO=${LOOP_DIO:-0}
 PERF=${PERF:-auto}
 STAGES=${STAGES:-auto}
 case $PROFILE in
@@ -118,6 +122,23 @@ trap 'exit 130' INT TERM
 if [ "$LOOP" != 0 ] && [ "$(id -u)" = 0 ]; then
     USE_LOOP=1
     FS_KIND="a fresh loop-mounted ext4 (with journal) per tool and run, image on $(df --output=target "$W" | tail -1)"
+    if [ "$LOOP_DIO" != 0 ]; then
+        # can a loop device of an image here do direct I/O (the image's filesystem takes O_DIRECT)?
+        truncate -s 64M "$W/probe.img"
+        if dev=$(losetup -f --show --direct-io=on "$W/probe.img" 2>/dev/null) && [ "$(cat "/sys/block/${dev##*/}/loop/dio" 2>/dev/null)" = 1 ]; then
+            losetup -d "$dev"
+        else
+            [ -n "${dev:-}" ] && losetup -d "$dev"
+            [ "$LOOP_DIO" = auto ] || die "LOOP_DIO=$LOOP_DIO: a loop device of an image under $W cannot do direct I/O"
+            LOOP_DIO=0
+        fi
+        rm -f "$W/probe.img"
+    fi
+    if [ "$LOOP_DIO" != 0 ]; then
+        FS_KIND="$FS_KIND, the loop device in direct I/O mode (losetup --direct-io=on: the image is written without a second page cache and its copy, as a disk is)"
+    else
+        FS_KIND="$FS_KIND, the loop device caching its image in the page cache (LOOP_DIO=0: each byte landed is copied once more, by a kernel worker, into the image's page cache)"
+    fi
 else
     USE_LOOP=0
     FS_KIND="a fresh directory under $W per tool and run (not root: no loop mount; the filesystem is shared and aged)"
@@ -146,6 +167,8 @@ tv_cpu() { awk -F': ' '/User time \(seconds\)|System time \(seconds\)/ { s += $2
 fdiv() { awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "n/a"; else printf "%.3f", a / b }'; }
 us2s() { awk -v a="$1" 'BEGIN { printf "%.3f", a / 1e6 }'; }
 mbps() { awk -v b="$1" -v us="$2" 'BEGIN { if (us <= 0) print "n/a"; else printf "%.1f", b / us }'; }
+# dmbps BYTES US SYNC_S: MB/s counting the sync -f after the tool (durable, as ours is when it returns)
+dmbps() { awk -v b="$1" -v us="$2" -v s="$3" 'BEGIN { t = us + s * 1e6; if (t <= 0) print "n/a"; else printf "%.1f", b / t }'; }
 tree_bytes() { find "$1" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }'; }
 tree_files() { find "$1" -type f | wc -l; }
 free_port() {
@@ -180,6 +203,7 @@ fresh_fs() {
         mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "${MKFS_INODES[@]}" "$W/img-$1" >/dev/null
         mount -o loop "$W/img-$1" "$mp"
         MOUNTS+=("$mp")
+        [ "$LOOP_DIO" = 0 ] || losetup --direct-io=on "$(findmnt -no SOURCE --target "$mp")"
     fi
 }
 drop_fs() {
@@ -443,7 +467,7 @@ run_ours() {
         br_b=$(du -sb "$fs/bronze" | cut -f1)
         br_a=$(du -s --block-size=1 "$fs/bronze" | cut -f1)
         # shellcheck disable=SC2086  # $fields: key=value words
-        record "$tool" "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" \
+        record "$tool" "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" durable_mbps="$(dmbps "$bytes" $((t1 - t0)) "$syncs")" \
             wire_bytes="$wire" cpu_s="$(awk -v a="$acpu" -v b="$rcpu" 'BEGIN { printf "%.2f", a + b }')" \
             agent_cpu_s="$acpu" receiver_cpu_s="$rcpu" \
             peak_rss_kb="$(tv "$d/time-$phase" 'Maximum resident set size (kbytes)')" \
@@ -589,7 +613,7 @@ EOT
         if [ $phase = initial ]; then bytes=$GEN0_BYTES; else bytes=$GEN1_BYTES; fi
         ccpu=$(tv_cpu "$d/time-$phase")
         dcpu=$(awk -v t=$((c1 - c0)) -v h="$CLK_TCK" 'BEGIN { printf "%.2f", t / h }')
-        record "$tool" "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" \
+        record "$tool" "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" durable_mbps="$(dmbps "$bytes" $((t1 - t0)) "$syncs")" \
             wire_bytes=$((sent + recv)) cpu_s="$(awk -v a="$ccpu" -v b="$dcpu" 'BEGIN { printf "%.2f", a + b }')" \
             client_cpu_s="$ccpu" daemon_cpu_s="$dcpu" \
             peak_rss_kb="$(tv "$d/time-$phase" 'Maximum resident set size (kbytes)')" \
@@ -635,7 +659,7 @@ run_tar() {
         wire=$(tr '\r' '\n' < "$d/zstd-$phase" | sed -n 's/.*B => *\([0-9]*\) B,.*/\1/p' | tail -1)
         [ -n "$wire" ] || { cat "$d/zstd-$phase" >&2; die "no compressed size in the output of zstd -vv ($phase)"; }
         if [ $phase = initial ]; then bytes=$GEN0_BYTES; else bytes=$GEN1_BYTES; fi
-        record tar-zstd "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" \
+        record tar-zstd "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" durable_mbps="$(dmbps "$bytes" $((t1 - t0)) "$syncs")" \
             wire_bytes="$wire" cpu_s="$(tv_cpu "$d/time-$phase")" \
             peak_rss_kb="$(tv "$d/time-$phase" 'Maximum resident set size (kbytes)')" \
             sync_after_s="$syncs"
@@ -686,7 +710,7 @@ run_repo() {
         local syncs bytes; syncs=$(sync_fs "$fs")
         b1=$(du_sb "$repo")
         if [ $phase = initial ]; then bytes=$GEN0_BYTES; else bytes=$GEN1_BYTES; fi
-        record "$tool" "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" \
+        record "$tool" "$run" $phase $(dev_fields "$fs" "$v0" $phase "$bytes") wall_s="$(us2s $((t1 - t0)))" mbps="$(mbps "$bytes" $((t1 - t0)))" durable_mbps="$(dmbps "$bytes" $((t1 - t0)) "$syncs")" \
             wire_bytes=$((b1 - b0)) repo_bytes="$b1" cpu_s="$(tv_cpu "$d/time-$phase")" \
             peak_rss_kb="$(tv "$d/time-$phase" 'Maximum resident set size (kbytes)')" \
             sync_after_s="$syncs"
@@ -977,6 +1001,7 @@ write_svg "$SVG_TMP"
         echo "restic and casync have no receiving side: one process reads the tree and writes the repository (compressed, deduplicated; restic also encrypts); their wire bytes are its growth (du -sb after minus before). Repository size after both phases: $(for t in restic casync; do has "$t" && printf '%s %s; ' "$t" "$(med "$t" incremental repo_bytes)"; done)"
     fi
     echo "Seconds for \`sync -f\` of the landing filesystem right after each tool finished (not included above; ours is durable before it returns): $(for t in $TOOLS; do has "$t" && printf '%s %s / %s; ' "$t" "$(med "$t" initial sync_after_s)" "$(med "$t" incremental sync_after_s)"; done)"
+    echo "MB/s when each tool's \`sync -f\` is counted (source bytes / (wall seconds + those seconds), medians), initial / incremental: $(for t in $TOOLS; do has "$t" && printf '%s %s / %s; ' "$t" "$(med "$t" initial durable_mbps)" "$(med "$t" incremental durable_mbps)"; done)"
     echo
     if [ $USE_LOOP = 1 ]; then
         echo "Bytes written to the landing filesystem's device (/sys/block/loopN/stat, after \`sync -f\`; data, metadata, journal, and for ours the receiver's state_dir; restic and casync store compressed):"
