@@ -93,13 +93,14 @@ typedef struct qitem {
     struct qitem *next;
     ingest_wire_msg m;  /* the message; for MANIFEST_PART and CHUNK the bytes are in data */
     int rc;             /* < 0: the receive failed (m unused) */
-    char why[512];      /* the receive failure's detail */
     int verified;       /* CHUNK: data holds the decoded chunk, verified against id */
     uint8_t id[INGEST_ID_BYTES]; /* CHUNK, verified: the id it was checked against */
     uint64_t gen;       /* CHUNK: the batch generation published when it arrived (0: none) */
     int last;           /* the reader's end marker: nothing follows */
     size_t enc_len;     /* CHUNK: encoded size as received */
     size_t len;         /* bytes in data */
+    size_t cap;         /* bytes data has room for (an item is used again: core_readq_recycle) */
+    char why[512];      /* the receive failure's detail ("" unless set) */
     uint8_t data[];
 } qitem;
 
@@ -127,10 +128,23 @@ typedef struct readq {
     const uint8_t *key;
     ingest_metric *stage;       /* verify seconds */
     ingest_core *core;          /* its queue budget */
+    /* Items the serving thread is done with, for the reader to fill again (core_readq_recycle). */
+    qitem *spare;
+    size_t nspare, spare_bytes;
 } readq;
 
 void *core_reader_main(void *arg);
 qitem *core_readq_pop(readq *q);
+/*
+ * Done with it (NULL: nothing): kept for the reader's next items while few
+ * are kept, else freed.  An item allocated by the reader and freed by the
+ * serving thread, once per chunk, went back to the allocator's heap, which
+ * gave its pages back to the system: the next item faulted fresh zeroed
+ * pages in, and both threads took the allocator's lock for every chunk.
+ */
+void core_readq_recycle(readq *q, qitem *it);
+/* Free the kept items (the reader has stopped). */
+void core_readq_free_spares(readq *q);
 /* Publish (or withdraw, with NULL) the open batch to the reader; returns the generation its chunks carry. */
 uint64_t core_readq_set_batch(readq *q, ingest_lander_batch *b);
 

@@ -111,13 +111,75 @@ uint64_t core_readq_set_batch(readq *q, ingest_lander_batch *b)
     return g;
 }
 
+/* Items kept for reuse: at most this many, holding at most this many bytes, none larger than this. */
+#define SPARE_MAX 64u
+#define SPARE_BYTES (256u * 1024u)
+#define SPARE_ITEM_MAX (256u * 1024u)
+
+/* Room for len bytes, rounded up so that items of near sizes can take each other's place. */
+static size_t item_cap(size_t len)
+{
+    if (len <= 4096)
+        return 4096;
+    const size_t step = len <= 65536 ? 4096 : 16384;
+    return (len + step - 1) / step * step;
+}
+
+void core_readq_recycle(readq *q, qitem *it)
+{
+    if (it == NULL)
+        return;
+    pthread_mutex_lock(&q->lock);
+    const int keep = it->cap <= SPARE_ITEM_MAX && q->nspare < SPARE_MAX && q->spare_bytes + it->cap <= SPARE_BYTES;
+    if (keep) {
+        it->next = q->spare;
+        q->spare = it;
+        q->nspare++;
+        q->spare_bytes += it->cap;
+    }
+    pthread_mutex_unlock(&q->lock);
+    if (!keep)
+        ingest__free(q->core->ctx, it);
+}
+
+void core_readq_free_spares(readq *q)
+{
+    while (q->spare != NULL) {
+        qitem *nx = q->spare->next;
+        ingest__free(q->core->ctx, q->spare);
+        q->spare = nx;
+    }
+    q->nspare = q->spare_bytes = 0;
+}
+
+/* A kept item with room for len bytes (and not twice what it needs), or NULL. */
+static qitem *spare_take(readq *q, size_t len)
+{
+    qitem *it = NULL;
+    const size_t want = item_cap(len);
+    pthread_mutex_lock(&q->lock);
+    for (qitem **p = &q->spare; *p != NULL; p = &(*p)->next)
+        if ((*p)->cap >= len && (*p)->cap <= 2 * want) {
+            it = *p;
+            *p = it->next;
+            q->nspare--;
+            q->spare_bytes -= it->cap;
+            break;
+        }
+    pthread_mutex_unlock(&q->lock);
+    return it;
+}
+
 static qitem *item_new(readq *q, size_t len)
 {
-    qitem *it = ingest__malloc(q->core->ctx, sizeof(*it) + len);
-    if (it != NULL) {
-        memset(it, 0, sizeof(*it));
-        it->len = len;
-    }
+    qitem *it = len <= SPARE_ITEM_MAX ? spare_take(q, len) : NULL;
+    const size_t cap = it != NULL ? it->cap : item_cap(len);
+    if (it == NULL && (it = ingest__malloc(q->core->ctx, sizeof(*it) + cap)) == NULL)
+        return NULL;
+    memset(it, 0, offsetof(qitem, why)); /* not why's 512 bytes: "" unless a failure sets it */
+    it->why[0] = '\0';
+    it->len = len;
+    it->cap = cap;
     return it;
 }
 

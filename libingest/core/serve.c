@@ -734,7 +734,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     result = 0;
     reader_started = 1;
     for (;;) {
-        ingest__free(s->ctx, it);
+        core_readq_recycle(&q, it);
         it = core_readq_pop(&q);
         reader_done |= it->last;
         rc = it->rc;
@@ -1141,6 +1141,7 @@ out:
         pthread_join(reader, NULL);
     }
     core_readq_set_batch(&q, NULL);
+    core_readq_free_spares(&q);
     ingest_codec_destroy(q.codec);
     pthread_cond_destroy(&q.cond);
     pthread_mutex_destroy(&q.lock);

@@ -640,6 +640,10 @@ static void test_tiny_queue_budget_still_moves(void **state)
 #define BIG_ALLOC (64u * 1024u)
 static atomic_size_t g_big_live;
 
+/* and how many allocations had the size of a queued item of a small chunk (test_reader_items_are_used_again) */
+#define ITEM_SMALL_MAX (sizeof(qitem) + 8192u)
+static atomic_size_t g_item_allocs;
+
 static void *counting_alloc(void *opaque, size_t size)
 {
     (void)opaque;
@@ -649,6 +653,8 @@ static void *counting_alloc(void *opaque, size_t size)
     *p = size;
     if (size >= BIG_ALLOC)
         atomic_fetch_add(&g_big_live, size);
+    if (size >= sizeof(qitem) && size <= ITEM_SMALL_MAX)
+        atomic_fetch_add(&g_item_allocs, 1);
     return (char *)p + sizeof(max_align_t);
 }
 
@@ -706,6 +712,43 @@ static void test_idle_link_holds_no_large_buffers(void **state)
         fail_msg("an idle link holds %zu bytes in blocks of 64 KiB or more; its reader's codec %zu", idle, codec_big);
     env_free(e);
     assert_int_equal(atomic_load(&g_big_live), 0);
+}
+
+/*
+ * The reader's queue items are used again once the serving thread is done
+ * with them (core_readq_recycle): 600 small files, with a queue budget of
+ * 64 KiB (the reader holds a few dozen items before it waits), take far
+ * fewer item allocations than chunks.  Before, each chunk's item was
+ * allocated by the reader and freed by the serving thread.
+ */
+static void test_reader_items_are_used_again(void **state)
+{
+    (void)state;
+    static const ingest_allocator counting = { counting_alloc, counting_free, NULL };
+    g_alloc = &counting;
+    g_budget = 64 * 1024;
+    env *e = env_new(INGEST_SESSION_FEATURE_PIPELINE, 10000);
+    g_alloc = NULL;
+    g_budget = 0;
+    enum { NSMALL = 600 };
+    for (unsigned i = 0; i < NSMALL; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "event-%04u.json", i);
+        write_random_file(e->src, name, 1000, 100 + i);
+    }
+    ingest_sender_batch *b = next_batch(e);
+    const size_t before = atomic_load(&g_item_allocs);
+    size_t wanted = 0;
+    assert_int_equal(ship(e, b, &wanted), INGEST_ACK_LANDED);
+    const size_t allocs = atomic_load(&g_item_allocs) - before;
+    ingest_sender_batch_destroy(b);
+    assert_true(wanted >= NSMALL);
+    int files = 0;
+    assert_int_equal(landed(e, "event-0599.json", &files), 1);
+    assert_int_equal(files, NSMALL + 3);
+    if (allocs > NSMALL / 3)
+        fail_msg("%zu allocations of a small item's size for %zu chunks", allocs, wanted);
+    env_free(e);
 }
 
 typedef struct second {
@@ -1025,6 +1068,7 @@ int main(void)
         cmocka_unit_test(test_out_of_order_protocol_is_refused),
         cmocka_unit_test(test_device_error_ends_the_link),
         cmocka_unit_test(test_tiny_queue_budget_still_moves),
+        cmocka_unit_test(test_reader_items_are_used_again),
         cmocka_unit_test(test_new_session_replaces_the_old),
         cmocka_unit_test(test_device_held_writing_does_not_stop_another),
         cmocka_unit_test(test_device_held_parsing_does_not_stop_another),
