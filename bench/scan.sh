@@ -143,10 +143,10 @@ Discovery of $FILES empty files on $FS_KIND; $(nproc) CPUs, $(date -u +%Y-%m-%d)
 Peak RSS counts mapped LMDB pages (reclaimable page cache); RssAnon is the
 private memory. The agent's figures are sampled every 50 ms.
 
-Raw \`ingestctl bench scan\` lines:
+Raw \`ingestctl bench scan\` lines (WORK: the work dir):
 
 \`\`\`
-$(cat "$W/scan.jsonl")
+$(sed "s|\"dir\":\"$W/|\"dir\":\"WORK/|" "$W/scan.jsonl")
 \`\`\`
 EOF
 )
