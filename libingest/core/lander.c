@@ -614,7 +614,7 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
     ingest__free(ctx, b->name);
     if (b->l && b->l->busy == b)
         b->l->busy = NULL;
-    ingest__free(ctx, b);
+    ingest__free(ctx, b->mem);
 }
 
 const char *ingest_lander_batch_name(const ingest_lander_batch *b) { return b ? b->name : NULL; }

@@ -533,9 +533,14 @@ int ingest_lander_parse_ex(ingest_lander *l, const char *device, const void *man
     if (l->busy)
         return ingest__fail(l->ctx, INGEST_EBUSY, "lander: batch %s still open", l->busy->name);
     INGEST__FORWARD(ingest__path_check_id(l->ctx, "device", device));
-    ingest_lander_batch *b = ingest__calloc(l->ctx, 1, sizeof *b);
-    if (!b)
+    /* The batch holds an ingest_filehash (_Alignas(64)); a context's allocator promises only what malloc
+     * does (16 bytes here): the batch is placed at the first aligned address of a larger block. */
+    const size_t align = _Alignof(ingest_lander_batch);
+    void *mem = ingest__calloc(l->ctx, 1, sizeof(ingest_lander_batch) + align - 1);
+    if (!mem)
         return ingest__fail(l->ctx, INGEST_ENOMEM, "lander: out of memory");
+    ingest_lander_batch *b = (void *)((uint8_t *)mem + (align - (uintptr_t)mem % align) % align);
+    b->mem = mem;
     b->l = l;
     b->ctx = l->ctx;
     b->fd = b->dirfd = b->sdirfd = b->srcfd = b->spillfd = b->run_fd = b->base_fd = -1;

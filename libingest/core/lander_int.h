@@ -189,6 +189,7 @@ typedef struct lstage {
 } lstage;
 
 struct ingest_lander_batch_s {
+    void *mem; /* the allocation the batch lies in, aligned inside it (ingest_lander_parse_ex) */
     ingest_lander *l;
     ingest_ctx *ctx;
     int state;
