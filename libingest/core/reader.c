@@ -52,7 +52,7 @@ static void budget_give(readq *q, size_t n)
 /* Queue it (waiting for room); returns q->quit as seen under the lock. */
 static int readq_push(readq *q, qitem *it)
 {
-    budget_take(q, it->len + sizeof(*it));
+    budget_take(q, it->cap + sizeof(*it));
     pthread_mutex_lock(&q->lock);
     while (q->bytes > INGEST_CORE_READQ_MAX && !q->quit) {
         q->push_waiting++;
@@ -65,7 +65,7 @@ static int readq_push(readq *q, qitem *it)
     else
         q->head = it;
     q->tail = it;
-    q->bytes += it->len + sizeof(*it);
+    q->bytes += it->cap + sizeof(*it);
     const int wake = q->pop_waiting > 0, quit = q->quit;
     pthread_mutex_unlock(&q->lock);
     if (wake)
@@ -85,13 +85,13 @@ qitem *core_readq_pop(readq *q)
     q->head = it->next;
     if (q->head == NULL)
         q->tail = NULL;
-    q->bytes -= it->len + sizeof(*it);
+    q->bytes -= it->cap + sizeof(*it);
     /* the reader waits for room until the queue is down to half its bound: one wake-up per half, not per item */
     const int wake = q->push_waiting > 0 && (q->bytes <= INGEST_CORE_READQ_MAX / 2 || q->quit);
     pthread_mutex_unlock(&q->lock);
     if (wake)
         pthread_cond_broadcast(&q->cond);
-    budget_give(q, it->len + sizeof(*it));
+    budget_give(q, it->cap + sizeof(*it));
     return it;
 }
 
@@ -116,12 +116,13 @@ uint64_t core_readq_set_batch(readq *q, ingest_lander_batch *b)
 #define SPARE_BYTES (256u * 1024u)
 #define SPARE_ITEM_MAX (256u * 1024u)
 
-/* Room for len bytes, rounded up so that items of near sizes can take each other's place. */
+/*
+ * Room for len bytes, rounded up so that items of near sizes can take each
+ * other's place (the queue's bounds count this room, not len).
+ */
 static size_t item_cap(size_t len)
 {
-    if (len <= 4096)
-        return 4096;
-    const size_t step = len <= 65536 ? 4096 : 16384;
+    const size_t step = len <= 4096 ? 256 : len <= 65536 ? 4096 : 16384;
     return (len + step - 1) / step * step;
 }
 
