@@ -153,10 +153,15 @@ void core_readq_free_spares(readq *q)
     q->nspare = q->spare_bytes = 0;
 }
 
-/* A kept item with room for len bytes (and not twice what it needs), or NULL. */
+/*
+ * A kept item with room for len bytes (and not twice what it needs), or
+ * NULL.  When none fits, the kept ones are of sizes the link has stopped
+ * sending (a file of large chunks before a run of small files): all are
+ * freed, to make room for items of the sizes it sends now.
+ */
 static qitem *spare_take(readq *q, size_t len)
 {
-    qitem *it = NULL;
+    qitem *it = NULL, *stale = NULL;
     const size_t want = item_cap(len);
     pthread_mutex_lock(&q->lock);
     for (qitem **p = &q->spare; *p != NULL; p = &(*p)->next)
@@ -167,7 +172,17 @@ static qitem *spare_take(readq *q, size_t len)
             q->spare_bytes -= it->cap;
             break;
         }
+    if (it == NULL) {
+        stale = q->spare;
+        q->spare = NULL;
+        q->nspare = q->spare_bytes = 0;
+    }
     pthread_mutex_unlock(&q->lock);
+    while (stale != NULL) {
+        qitem *nx = stale->next;
+        ingest__free(q->core->ctx, stale);
+        stale = nx;
+    }
     return it;
 }
 
