@@ -143,13 +143,20 @@ void core_readq_recycle(readq *q, qitem *it)
         ingest__free(q->core->ctx, it);
 }
 
+/* Free a list of items. */
+static void free_items(readq *q, qitem *it)
+{
+    while (it != NULL) {
+        qitem *nx = it->next;
+        ingest__free(q->core->ctx, it);
+        it = nx;
+    }
+}
+
 void core_readq_free_spares(readq *q)
 {
-    while (q->spare != NULL) {
-        qitem *nx = q->spare->next;
-        ingest__free(q->core->ctx, q->spare);
-        q->spare = nx;
-    }
+    free_items(q, q->spare);
+    q->spare = NULL;
     q->nspare = q->spare_bytes = 0;
 }
 
@@ -178,11 +185,7 @@ static qitem *spare_take(readq *q, size_t len)
         q->nspare = q->spare_bytes = 0;
     }
     pthread_mutex_unlock(&q->lock);
-    while (stale != NULL) {
-        qitem *nx = stale->next;
-        ingest__free(q->core->ctx, stale);
-        stale = nx;
-    }
+    free_items(q, stale);
     return it;
 }
 
