@@ -16,9 +16,10 @@
  *
  * The whole-file hash is HMAC-SHA256 too, over the file's chunk ids (32
  * bytes per chunk), so its speed matters little (libsodium's SHA-256 has no
- * SHA-NI: about 1 us per file for the key blocks and the final): libsodium's
- * streaming crypto_auth_hmacsha256 keeps its state in the caller's
- * ingest_filehash, with no allocation.
+ * SHA-NI: about 1 us per file for the key blocks and the final; the key
+ * blocks are hashed once per thread and key, see ingest_filehash_init):
+ * libsodium's streaming crypto_auth_hmacsha256 keeps its state in the
+ * caller's ingest_filehash, with no allocation.
  */
 #include "internal.h"
 #include "ingest/hash.h"
@@ -73,6 +74,10 @@ typedef struct idmac {
     int registered; /* with the pthread key, for the release at thread exit */
     int keyed;
     uint8_t key[INGEST_KEY_BYTES];
+    /* the whole-file hash's state right after its init with fh_key (ingest_filehash_init) */
+    int fh_keyed;
+    uint8_t fh_key[INGEST_KEY_BYTES];
+    crypto_auth_hmacsha256_state fh0;
 } idmac;
 
 static _Thread_local idmac tls_idmac;
@@ -98,8 +103,8 @@ static void idmac_drop(idmac *m)
     m->keyed = 0;
 }
 
-/* This thread's context, keyed with key and ready for data, or NULL (then use the fallback). */
-static EVP_MAC_CTX *idmac_get(const uint8_t key[INGEST_KEY_BYTES])
+/* This thread's idmac, registered for its release at thread exit; NULL when that failed. */
+static idmac *idmac_mine(void)
 {
     idmac *m = &tls_idmac;
     if (!m->registered) {
@@ -108,6 +113,15 @@ static EVP_MAC_CTX *idmac_get(const uint8_t key[INGEST_KEY_BYTES])
             return NULL;
         m->registered = 1;
     }
+    return m;
+}
+
+/* This thread's context, keyed with key and ready for data, or NULL (then use the fallback). */
+static EVP_MAC_CTX *idmac_get(const uint8_t key[INGEST_KEY_BYTES])
+{
+    idmac *m = idmac_mine();
+    if (m == NULL)
+        return NULL;
     if (m->mac == NULL) {
         if (m->alg == NULL && (m->alg = EVP_MAC_fetch(NULL, OSSL_MAC_NAME_HMAC, NULL)) == NULL)
             return NULL;
@@ -166,10 +180,27 @@ void ingest_chunk_id(const uint8_t key[INGEST_KEY_BYTES], const void *data, size
 
 /* ---- the whole-file hash ------------------------------------------------- */
 
+/*
+ * HMAC's init hashes a block of the key for each of its two states: two
+ * SHA-256 compressions in libsodium's portable code, about half of a
+ * small file's hash.  Each thread keeps the state of its last key and
+ * copies it (the receiver hashes every file with the same key).
+ */
 void ingest_filehash_init(ingest_filehash *h, const uint8_t key[INGEST_KEY_BYTES])
 {
+    crypto_auth_hmacsha256_state *st = (crypto_auth_hmacsha256_state *)(void *)h->opaque;
+    idmac *m = idmac_mine();
+    if (m != NULL && m->fh_keyed && memcmp(m->fh_key, key, INGEST_KEY_BYTES) == 0) {
+        memcpy(st, &m->fh0, sizeof(*st));
+        return;
+    }
     (void)sodium_ready();
-    crypto_auth_hmacsha256_init((crypto_auth_hmacsha256_state *)(void *)h->opaque, key, INGEST_KEY_BYTES);
+    crypto_auth_hmacsha256_init(st, key, INGEST_KEY_BYTES);
+    if (m != NULL) {
+        memcpy(&m->fh0, st, sizeof(*st));
+        memcpy(m->fh_key, key, INGEST_KEY_BYTES);
+        m->fh_keyed = 1;
+    }
 }
 
 void ingest_filehash_update(ingest_filehash *h, const void *data, size_t len)

@@ -418,6 +418,7 @@ static int read_manifest(ingest_lander_batch *b, const char *device, const void 
                 ingest_filehash_final(&dh, f->hash);
                 if (f->hash_late)
                     memset(f->hash, 0, sizeof f->hash);
+                f->hash_derived = !f->hash_late;
                 derive = 0;
             }
             if (f && fsum != f->size) {

@@ -138,6 +138,8 @@ typedef struct lfile {
     /* some of its chunks were pushed (ids taken from their bytes): hash is
      * known only once it landed (finish_file), not from the manifest */
     bool hash_late;
+    /* hash was derived at the parse from the ids listed, none pushed: landing them needs no check of it */
+    bool hash_derived;
     uint32_t first, nchunks;
     uint64_t version;
     ingest_file_identity ident;
@@ -248,6 +250,7 @@ struct ingest_lander_batch_s {
     bool mode_set; /* the file being written has its landed mode already (no fchmod at its end) */
     bool mode_late; /* ...or it is checked with the stat at its end (a file smaller than a block) */
     ingest_filehash fh;
+    bool fh_on; /* fh is computed for the file being landed (cursor_start) */
     /* known-chunk source cache */
     int srcfd;
     uint64_t src_no;

@@ -9,14 +9,21 @@
 static int run_flush(ingest_lander_batch *b);
 static uint32_t landed_mode(uint32_t mode);
 
-/* The cursor at the start of the file just opened (created or appended to). */
-static void cursor_start(ingest_lander_batch *b)
+/*
+ * The cursor at the start of file fi, just opened (created or appended to).
+ * Its hash is computed as its chunks land only when the manifest gave it
+ * (checked at finish_file) or some chunks are pushed (known only then): a
+ * hash the parse derived from the listed ids is that of the ids landed.
+ */
+static void cursor_start(ingest_lander_batch *b, uint32_t fi)
 {
     b->file_off = 0;
     b->size_short = false;
     b->dio_fill = b->dio_zeros = 0;
     b->dio_base = 0;
-    ingest_filehash_init(&b->fh, b->l->key);
+    b->fh_on = !b->files[fi].hash_derived;
+    if (b->fh_on)
+        ingest_filehash_init(&b->fh, b->l->key);
 }
 
 static int open_tmp(ingest_lander_batch *b, uint32_t fi)
@@ -36,7 +43,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
         b->direct = false;
         b->mode_set = false;
         b->clone_ok = false;
-        cursor_start(b);
+        cursor_start(b, fi);
         return 0;
     }
     lander__tmp_name(b, name, fi, tn, sizeof tn);
@@ -72,7 +79,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
         b->clone_ok = false;
         b->mode_set = true;
         b->mode_late = true;
-        cursor_start(b);
+        cursor_start(b, fi);
         return 0;
     }
     struct stat st;
@@ -85,7 +92,7 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     /* clones must be aligned to the filesystem's blocks, and to the direct I/O buffer's */
     b->clone_ok = !(b->l->clone_bad && b->l->clone_bad_dev == st.st_dev) && st.st_blksize >= (blksize_t)DIO_ALIGN &&
                   st.st_blksize <= (blksize_t)(1u << 20) && st.st_blksize % DIO_ALIGN == 0;
-    cursor_start(b);
+    cursor_start(b, fi);
     return 0;
 }
 
@@ -274,11 +281,14 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
     if (f->append)
         INGEST__FORWARD(lander__app_intent(b, fi)); /* its mode and mtime change too */
     uint8_t h[INGEST_ID_BYTES];
-    ingest_filehash_final(&b->fh, h);
+    if (b->fh_on)
+        ingest_filehash_final(&b->fh, h);
     if (b->file_off != f->size)
         return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: wrote %llu bytes, size is %llu", f->path,
                             (unsigned long long)b->file_off, (unsigned long long)f->size);
-    if (f->hash_late) {
+    if (!b->fh_on) {
+        /* derived from the listed ids at the parse: those are the ids landed */
+    } else if (f->hash_late) {
         memcpy(f->hash, h, sizeof h); /* some chunks were pushed: now known (checked against the digest at commit) */
         f->hash_late = false;
     }
@@ -322,7 +332,8 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
 static void chunk_landed(ingest_lander_batch *b, uint32_t i)
 {
     /* its bytes were checked against its id: the file hash covers the ids in order (docs/manifest.md) */
-    ingest_filehash_update(&b->fh, b->mc[i].id, INGEST_ID_BYTES);
+    if (b->fh_on)
+        ingest_filehash_update(&b->fh, b->mc[i].id, INGEST_ID_BYTES);
     b->pos[i] = b->file_off;
     b->file_off += b->mc[i].len;
     b->cst[i] = (uint8_t)((b->cst[i] & ~(F_ARRIVED | F_INBUF)) | F_DONE);

@@ -219,6 +219,56 @@ static void test_filehash_equals_oneshot(void **state)
     free(d);
 }
 
+/*
+ * Each thread keeps the keyed state of its last key for ingest_filehash_init:
+ * keys that alternate, and one key's byte changed in place, hash as
+ * libsodium's one-shot HMAC does with the key given at that call.
+ */
+static void filehash_keys_alternate(uint64_t seed)
+{
+    uint8_t k1[INGEST_KEY_BYTES], k2[INGEST_KEY_BYTES], buf[INGEST_KEY_BYTES];
+    memcpy(k1, ingest_default_dedup_key(), sizeof k1);
+    for (size_t i = 0; i < sizeof k2; i++)
+        k2[i] = (uint8_t)(0xa0 + i + seed);
+    uint8_t *d = gen_buffer(seed, 5000);
+    for (int round = 0; round < 12; round++) {
+        const uint8_t *key = round % 3 == 1 ? k2 : k1;
+        if (round == 6)
+            k1[31] ^= 0x5a; /* the same buffer, other bytes */
+        memcpy(buf, key, sizeof buf);
+        ingest_filehash h;
+        ingest_filehash_init(&h, key);
+        const size_t n = 100u * (size_t)round + 1;
+        ingest_filehash_update(&h, d, n);
+        uint8_t got[INGEST_ID_BYTES], want[INGEST_ID_BYTES];
+        ingest_filehash_final(&h, got);
+        assert_int_equal(crypto_auth_hmacsha256_verify(got, d, n, buf), 0);
+        crypto_auth_hmacsha256_state st;
+        crypto_auth_hmacsha256_init(&st, buf, sizeof buf);
+        crypto_auth_hmacsha256_update(&st, d, n);
+        crypto_auth_hmacsha256_final(&st, want);
+        assert_memory_equal(got, want, INGEST_ID_BYTES);
+    }
+    free(d);
+}
+
+static void *filehash_thread(void *arg)
+{
+    filehash_keys_alternate((uint64_t)(uintptr_t)arg);
+    return NULL;
+}
+
+static void test_filehash_keys_alternate(void **state)
+{
+    (void)state;
+    filehash_keys_alternate(1);
+    pthread_t t[3];
+    for (uintptr_t i = 0; i < 3; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, filehash_thread, (void *)(i + 2)), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+}
+
 /* ---- dedup key loader ---------------------------------------------------- */
 
 static char *write_tmp(const void *d, size_t n)
@@ -313,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_chunk_id_is_hmac_sha256),
         cmocka_unit_test(test_chunk_id_threads),
         cmocka_unit_test(test_filehash_equals_oneshot),
+        cmocka_unit_test(test_filehash_keys_alternate),
         cmocka_unit_test(test_key_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
