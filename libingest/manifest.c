@@ -254,15 +254,17 @@ static int next_line(ingest_manifest_reader *r, const char **line, size_t *len)
 }
 
 /* Keys of each record type, with a bit each. */
-enum {
-    K_TYPE, K_FORMAT, K_DEVICE, K_BATCH, K_FILES, K_BYTES, K_CREATED,
-    K_PATH, K_LANDED, K_SIZE, K_MTIME, K_MODE, K_VERSION, K_HASH, K_NCHUNKS, K_CHUNKS, K_REFUSED, K_DIGEST,
-    K_COUNT
-};
-static const char *const key_names[K_COUNT] = {
-    "type", "format", "device", "batch", "files", "bytes", "created_ns",
-    "path", "landed", "size", "mtime_ns", "mode", "version", "hash", "nchunks", "chunks", "refused", "digest",
-};
+#define MANIFEST_KEYS(X)                                                                                           \
+    X(TYPE, type) X(FORMAT, format) X(DEVICE, device) X(BATCH, batch) X(FILES, files) X(BYTES, bytes)            \
+    X(CREATED, created_ns) X(PATH, path) X(LANDED, landed) X(SIZE, size) X(MTIME, mtime_ns) X(MODE, mode)       \
+    X(VERSION, version) X(HASH, hash) X(NCHUNKS, nchunks) X(CHUNKS, chunks) X(REFUSED, refused) X(DIGEST, digest)
+#define KEY_ENUM(id, name) K_##id,
+#define KEY_NAME(id, name) #name,
+#define KEY_LEN(id, name) sizeof(#name) - 1,
+enum { MANIFEST_KEYS(KEY_ENUM) K_COUNT };
+static const char *const key_names[K_COUNT] = {MANIFEST_KEYS(KEY_NAME)};
+/* their lengths: a key is looked up for every key of every line */
+static const uint8_t key_lens[K_COUNT] = {MANIFEST_KEYS(KEY_LEN)};
 #define BIT(k) (1u << (k))
 static const unsigned keys_header =
     BIT(K_TYPE) | BIT(K_FORMAT) | BIT(K_DEVICE) | BIT(K_BATCH) | BIT(K_FILES) | BIT(K_BYTES) | BIT(K_CREATED);
@@ -273,7 +275,7 @@ static const unsigned keys_chunks = BIT(K_TYPE) | BIT(K_CHUNKS);
 static int key_index(const char *s, size_t len)
 {
     for (int k = 0; k < K_COUNT; k++)
-        if (strlen(key_names[k]) == len && memcmp(key_names[k], s, len) == 0)
+        if (key_lens[k] == len && s[0] == key_names[k][0] && memcmp(key_names[k], s, len) == 0)
             return k;
     return -1;
 }
