@@ -473,6 +473,7 @@ typedef struct ingest_lander_stats {
                               * for; in chunks_known too) */
     uint64_t bytes_cloned;   /* bytes of unchanged runs shared with the landed file they came from (FICLONERANGE,
                               * reflink filesystems): not written, not in bytes_written */
+    uint64_t files_helped;   /* small files made by the batch's small-file helper thread (docs/landing.md) */
 } ingest_lander_stats;
 
 INGEST_API void ingest_lander_batch_stats(const ingest_lander_batch *b, ingest_lander_stats *st);

@@ -468,6 +468,7 @@ void lander__remove_temps(ingest_lander_batch *b)
 {
     char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
     lander__dw_stop(b); /* no write in flight into a file closed or removed below */
+    lander__sf_stop(b); /* no small file being made either */
     lander__close_fd(&b->fd);
     lander__app_undo(b); /* files appended in place: cut back (nothing durable records their new bytes) */
     for (uint32_t i = 0; i < b->nfiles; i++) {
@@ -571,6 +572,7 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
     ingest_ctx *ctx = b->ctx;
     ingest_lander_abort(b);
     lander__dw_stop(b);
+    lander__sf_stop(b);
     lander__close_fd(&b->fd);
     lander__close_fd(&b->dirfd);
     lander__close_fd(&b->sdirfd);

@@ -772,6 +772,9 @@ int ingest_lander_commit_prepare(ingest_lander_batch *b)
         return ingest__fail(b->ctx, INGEST_EBUSY, "lander: batch %s: %u chunks still awaited (%zu re-wanted)",
                             b->name, b->awaited, b->nrew);
     lander__dw_stop(b); /* idle: every file was finished */
+    if ((rc = lander__sf_wait(b)) < 0) /* the small files handed over: landed, their identities read */
+        return lander__fail_batch(b, rc);
+    lander__sf_stop(b);
     if ((rc = check_digest(b)) < 0)
         return lander__fail_batch(b, rc);
     /* nothing more is read: release the sources and the chunk buffers now */

@@ -237,6 +237,7 @@ struct ingest_lander_batch_s {
     uint8_t *dio;     /* DIO_BUF bytes aligned to DIO_ALIGN inside dio_mem, or NULL */
     uint8_t *dio_other; /* the other DIO_BUF bytes: being written by the direct-I/O writer (lander_dw.c) */
     struct lander_dw *dw; /* that writer, NULL before the batch's first direct write */
+    struct lander_sf *sf; /* the small-file helper (lander_sf.c), NULL before its first file */
     void *dio_mem;    /* the allocation (context's allocator) dio lies in */
     size_t dio_fill;
     size_t dio_zeros; /* bytes at the end of dio[0, dio_fill) known to be zeros (added by a hole) */
@@ -324,6 +325,24 @@ void lander__close_fd(int *fd);
 int lander__dw_post(ingest_lander_batch *b, int fd, const uint8_t *buf, size_t len, uint64_t off);
 int lander__dw_wait(ingest_lander_batch *b);
 void lander__dw_stop(ingest_lander_batch *b);
+/*
+ * The small-file helper (lander_sf.c): a batch of at least SF_MIN_FILES
+ * files hands whole files of one received chunk, at most SF_FILE_MAX
+ * bytes, to a thread of its own while fewer than SF_AHEAD are queued.
+ * take: a free slot, or NULL (land it here; *rc < 0: the helper failed
+ * before); fill: the job queued (1), or 0 (land it here); wait: every
+ * queued file landed (or its failure reported); stop: joined, the queue
+ * dropped.
+ */
+#define SF_AHEAD 2u
+#define SF_FILE_MAX (64u * 1024u)
+#define SF_MIN_FILES 32u
+typedef struct sfslot sfslot;
+sfslot *lander__sf_take(ingest_lander_batch *b, int *rc);
+int lander__sf_fill(ingest_lander_batch *b, sfslot *slot, uint32_t fi, int dirfd, const char *name,
+                    const uint8_t *data, uint32_t len, uint32_t mode, int64_t mtime_ns, bool writeback);
+int lander__sf_wait(ingest_lander_batch *b);
+void lander__sf_stop(ingest_lander_batch *b);
 void lander__split_path(const char *p, char *dir, size_t cap, const char **name);
 /* f's identity for the index (device, inode, size, mtime) from a stat of its data file */
 void lander__ident_of(lfile *f, const struct stat *sb);

@@ -815,6 +815,7 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
         return write_chunk(b, i, b->cbuf);
     }
     if (kind == K_DUP) {
+        INGEST__FORWARD(lander__sf_wait(b)); /* its first copy may be the helper's to write */
         const uint32_t j = b->src[i];
         const uint32_t lo = lander__file_of_chunk(b, j);
         const lfile *sf = &b->files[lo];
@@ -896,6 +897,66 @@ static int land_one(ingest_lander_batch *b, uint32_t i)
     return 1;
 }
 
+/*
+ * File fi, at the cursor and not opened: one received chunk of at most
+ * SF_FILE_MAX bytes in a batch of many files is landed by the small-file
+ * helper (lander_sf.c) when it has room.  1 handed over; 2 such a file
+ * whose chunk has not come (opened when it comes: handed over then); 0
+ * land it here; < 0 error.
+ */
+static int sf_try(ingest_lander_batch *b, uint32_t fi)
+{
+    lfile *f = &b->files[fi];
+    if (b->nfiles < SF_MIN_FILES || f->nchunks != 1 || f->link || f->size == 0 || f->size > SF_FILE_MAX ||
+        (b->l->direct_io && f->size >= b->l->dio_min))
+        return 0;
+    const uint32_t i = f->first;
+    const uint32_t n = b->mc[i].len;
+    if ((b->cst[i] & K_MASK) != K_RECV || (b->cst[i] & F_DONE) || n != f->size)
+        return 0;
+    if (!(b->cst[i] & (F_INBUF | F_ARRIVED)))
+        return 2;
+    if (!(b->cst[i] & F_INBUF) || (n >= HOLE_MIN && all_zero(b->inbuf, n)))
+        return 0;
+    int rc = 0;
+    sfslot *slot = lander__sf_take(b, &rc);
+    if (slot == NULL)
+        return rc;
+    if (f->hash_late || !f->hash_derived) {
+        /* its hash, of its one chunk's id, as finish_file has it: known now (pushed), or checked */
+        uint8_t h[INGEST_ID_BYTES];
+        ingest_filehash fh;
+        ingest_filehash_init(&fh, b->l->key);
+        ingest_filehash_update(&fh, b->mc[i].id, INGEST_ID_BYTES);
+        ingest_filehash_final(&fh, h);
+        if (f->hash_late) {
+            memcpy(f->hash, h, sizeof h);
+            f->hash_late = false;
+        } else if (sodium_memcmp(h, f->hash, sizeof h) != 0) {
+            return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: whole-file hash differs from the manifest",
+                                f->path);
+        }
+        f->hash_derived = true; /* (not computed again should it be landed here after all) */
+    }
+    char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
+    const char *name;
+    lander__split_path(f->landed, dir, sizeof dir, &name);
+    INGEST__FORWARD(lander__enter_land_dir(b, fi, dir));
+    INGEST__FORWARD(lander__add_dir(b, dir));
+    lander__tmp_name(b, name, fi, tn, sizeof tn);
+    lander__hook(b, INGEST__LANDER_HOOK_WRITE);
+    if (!lander__sf_fill(b, slot, fi, b->dirfd, tn, b->inbuf, n, landed_mode(f->mode), f->mtime_ns,
+                         f->size >= LANDER_EARLY_WRITEBACK_MIN || b->nfiles < INGEST_LANDER_SYNCFS_MIN))
+        return 0;
+    f->created = true; /* removed on failure whether the helper made it yet or not */
+    f->ident_set = false; /* set by the helper: read after lander__sf_wait */
+    b->pos[i] = 0;
+    b->cst[i] = (uint8_t)((b->cst[i] & ~(F_ARRIVED | F_INBUF)) | F_DONE);
+    b->stats.bytes_written += n;
+    b->stats.files_helped++;
+    return 1;
+}
+
 int lander__pump(ingest_lander_batch *b)
 {
     while (b->cur_file < b->nfiles) {
@@ -906,8 +967,19 @@ int lander__pump(ingest_lander_batch *b)
             b->cur_file++;
             continue;
         }
-        if (b->fd < 0)
+        if (b->fd < 0) {
+            const int r = sf_try(b, b->cur_file);
+            if (r < 0)
+                return r;
+            if (r == 2)
+                return 0; /* its chunk is awaited */
+            if (r == 1) {
+                b->cur_chunk = f->first + f->nchunks;
+                b->cur_file++;
+                continue;
+            }
             INGEST__FORWARD(open_tmp(b, b->cur_file));
+        }
         while (b->cur_chunk < f->first + f->nchunks) {
             const int r = land_one(b, b->cur_chunk);
             if (r < 0)

@@ -319,6 +319,138 @@ static void test_land_modes_under_umask(void **state)
     free(c2);
 }
 
+/*
+ * A batch of many small files: whole files of one received chunk are made
+ * by the small-file helper (lander_sf.c) while the landing thread makes
+ * others.  Every file lands with its bytes, mtime and mode, repeats are
+ * copied from a first copy the helper may be making, files of two chunks
+ * and empty ones land the usual way, and the identities the helper read
+ * index the files: a second batch of the same content copies every chunk,
+ * none found stale.  With ids listed and with pushed chunks (ids from the
+ * bytes, the hash found at landing and checked against the digest).
+ */
+#define SF_N 100
+static void sf_begin(env *e, const tbatch *tb, ingest_lander_batch **b)
+{
+    assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb->manifest, tb->mlen,
+                                            g_push > 0 ? INGEST_LANDER_PARSE_PUSH : 0u, b), 0);
+    assert_int_equal(ingest_lander_lookup(*b), 0);
+}
+
+static void small_files_case(env *e, const char *batch, const char *again)
+{
+    uint8_t *d[SF_N];
+    size_t len[SF_N];
+    char paths[SF_N][32], paths2[SF_N][32];
+    tfile f[SF_N], f2[SF_N];
+    static const size_t sizes[] = {1, 100, 900, 2047, 3000, CH - 1, CH};
+    for (int k = 0; k < SF_N; k++) {
+        len[k] = k == 50 ? 0 : k == 60 ? CH + 500 : k % 10 == 9 ? 900 : sizes[k % 7];
+        d[k] = pattern(len[k], k % 10 == 9 ? 1000 : (uint32_t)(2000 + k + 131 * batch[1])); /* every tenth: a repeat */
+        snprintf(paths[k], sizeof paths[k], "%s/d%d/f%03d", batch, k % 4, k);
+        snprintf(paths2[k], sizeof paths2[k], "%s/d%d/f%03d", again, k % 4, k);
+        f[k] = (tfile){paths[k], d[k], len[k], T2024 + k, k % 3 == 0 ? 0750u : 0640u};
+        f2[k] = (tfile){paths2[k], d[k], len[k], T2024 + k, 0644u};
+    }
+    tbatch tb;
+    make_batch(e, "dev1", batch, f, SF_N, &tb);
+    const mode_t old = umask(077);
+    ingest_lander_batch *b = NULL;
+    sf_begin(e, &tb, &b);
+    land_all(e, b, &tb);
+    ingest_lander_stats st;
+    ingest_lander_batch_stats(b, &st);
+    assert_true(st.files_helped > 0); /* the helper made some (the landing thread the others) */
+    assert_true(st.files_helped <= SF_N - 2); /* not the empty file, nor the one of two chunks */
+    ingest_lander_batch_destroy(b);
+    umask(old);
+    free(tb.manifest);
+    for (int k = 0; k < SF_N; k++) {
+        char p[64];
+        snprintf(p, sizeof p, "dev1/2024/02/29/%s", paths[k]);
+        assert_file(e, p, d[k], len[k], T2024 + k, k % 3 == 0 ? 0755 : 0644);
+    }
+    /* the same bytes again: every chunk known, at the identity the helper read */
+    make_batch(e, "dev1", again, f2, SF_N, &tb);
+    sf_begin(e, &tb, &b);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    size_t pushed = 0; /* listed without ids: sent again (pushed files' chunks are never known) */
+    for (int k = 0; k < SF_N; k++)
+        pushed += len[k] > 0 && len[k] <= g_push;
+    assert_int_equal(n, pushed);
+    land_all(e, b, &tb);
+    ingest_lander_batch_stats(b, &st);
+    assert_int_equal(st.chunks_rewanted, 0);
+    assert_int_equal(st.chunks_known, tb.nchunks - pushed); /* every other chunk (the empty file has none) */
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+    for (int k = 0; k < SF_N; k++) {
+        char p[64];
+        snprintf(p, sizeof p, "dev1/2024/02/29/%s", paths2[k]);
+        assert_file(e, p, d[k], len[k], T2024 + k, 0644);
+        free(d[k]);
+    }
+}
+
+static void test_small_files_helper(void **state)
+{
+    env *e = *state;
+    small_files_case(e, "s1", "s2");
+    g_push = 2000;
+    small_files_case(e, "s3", "s4");
+    g_push = 0;
+    assert_int_equal(count_files(e), 4 * SF_N);
+}
+
+/*
+ * A small file the helper fails to write (a file size limit: EFBIG) fails
+ * the batch with the write named, and leaves no file of it behind: the
+ * helper is stopped before the temporary files are removed.
+ */
+static void test_small_files_helper_failure(void **state)
+{
+    env *e = *state;
+    uint8_t *d[SF_N];
+    char paths[SF_N][32];
+    tfile f[SF_N];
+    for (int k = 0; k < SF_N; k++) {
+        d[k] = pattern(500, (uint32_t)(3000 + k));
+        snprintf(paths[k], sizeof paths[k], "x/f%03d", k);
+        f[k] = (tfile){paths[k], d[k], 500, T2024, 0644u};
+    }
+    tbatch tb;
+    make_batch(e, "dev1", "x1", f, SF_N, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, SF_N);
+    void (*old_sig)(int) = signal(SIGXFSZ, SIG_IGN);
+    struct rlimit old_lim, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
+    lim = old_lim;
+    lim.rlim_cur = 100;
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc = 0;
+    for (size_t k = 0; k < n && rc == 0; k++)
+        rc = put(e, b, &tb, w[k]);
+    if (rc == 0)
+        rc = ingest_lander_commit(b);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old_lim), 0);
+    signal(SIGXFSZ, old_sig);
+    assert_true(rc < 0);
+    if (strstr(ingest_ctx_errmsg(e->ctx), "write") == NULL)
+        fail_msg("message '%s' does not name the write", ingest_ctx_errmsg(e->ctx));
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(count_files(e), 0);
+    free(tb.manifest);
+    for (int k = 0; k < SF_N; k++)
+        free(d[k]);
+}
+
 static void test_land_new(void **state)
 {
     env *e = *state;
@@ -3470,6 +3602,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stage_withdraw, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stage_long_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_land_modes_under_umask, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_small_files_helper, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_small_files_helper_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_copies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_scope_device, setup, teardown),
         cmocka_unit_test_setup_teardown(test_direct_io_repeats, setup, teardown),

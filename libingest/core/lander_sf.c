@@ -1,0 +1,249 @@
+/*
+ * The lander's small-file helper: a thread of the batch that lands whole
+ * small files (create, write, mtime, stat, close) while the batch's own
+ * thread lands the next ones (docs/landing.md, "Small files").  On a batch
+ * of small files the landing thread spent about nine tenths of its time in
+ * those system calls, one file after the other; creates in one directory
+ * from two threads run side by side on ext4.
+ *
+ * A file is handed over only while fewer than SF_AHEAD are queued: else
+ * the landing thread lands it itself, so the two share the files and
+ * neither waits for the other.  The helper owns a copy of the file's bytes
+ * and a duplicate of its directory's descriptor; the landing thread did
+ * the directory's bookkeeping (its stage, its sync) before.  A failure is
+ * kept (errno, what, which file) and reported, with the message a landing
+ * of its own would give, by the next hand-over or wait.  Every reader of
+ * a file's temporary copy or identity waits first (lander__sf_wait): a
+ * repeat copied from it, the commit, a withdrawal; a failed batch stops the
+ * helper before its temporary files are removed.
+ */
+#include "core_int.h"
+#include "lander_int.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+
+#define SF_SLOTS 8u /* > SF_AHEAD */
+
+typedef struct sfjob {
+    uint32_t fi;
+    int dirfd; /* the helper's: closed after the job */
+    uint32_t len, cap;
+    uint8_t *data;
+    mode_t mode;
+    struct timespec mtime;
+    bool writeback; /* start the file's writeback at its end (as finish_file does) */
+    char name[NAME_MAX_BYTES + 1];
+} sfjob;
+
+struct lander_sf {
+    pthread_t th;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* both ways */
+    sfjob jobs[SF_SLOTS];
+    unsigned head, n; /* queued jobs; the one at head is being landed while busy */
+    bool busy, stop, drop;
+    bool helper_waiting, poster_waiting;
+    int err; /* errno of the first failure */
+    uint32_t err_fi;
+    const char *err_what;
+    lfile *files;
+};
+
+/* One file: 0, or errno with *what set. */
+static int sf_land(struct lander_sf *sf, sfjob *j, const char **what)
+{
+    lfile *f = &sf->files[j->fi];
+    *what = "create temporary file for";
+    const int fd = openat(j->dirfd, j->name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, j->mode);
+    if (fd < 0)
+        return errno;
+    int e = 0;
+    *what = "write";
+    if (lander__write_full(fd, j->data, j->len) < 0)
+        e = errno;
+    const struct timespec ts[2] = {j->mtime, j->mtime};
+    struct stat sb;
+    if (e == 0 && futimens(fd, ts) < 0) {
+        e = errno;
+        *what = "set mtime of";
+    }
+    if (e == 0 && fstat(fd, &sb) < 0) {
+        e = errno;
+        *what = "stat";
+    }
+    if (e == 0) {
+        lander__ident_of(f, &sb);
+        f->ident_set = true;
+        /* created with its landed mode, unless the umask took bits away */
+        if ((sb.st_mode & 07777) != j->mode && fchmod(fd, j->mode) < 0) {
+            e = errno;
+            *what = "chmod";
+        }
+    }
+    if (e == 0 && j->writeback)
+        (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    if (close(fd) < 0 && e == 0) {
+        e = errno;
+        *what = "close";
+    }
+    return e;
+}
+
+static void *sf_main(void *arg)
+{
+    struct lander_sf *sf = arg;
+    pthread_mutex_lock(&sf->mu);
+    for (;;) {
+        while (sf->n == 0 && !sf->stop) {
+            sf->helper_waiting = true;
+            pthread_cond_wait(&sf->cv, &sf->mu);
+            sf->helper_waiting = false;
+        }
+        if (sf->n == 0)
+            break;
+        sfjob *j = &sf->jobs[sf->head];
+        const char *what = NULL;
+        int e = 0;
+        const bool drop = sf->drop || sf->err != 0; /* after a failure the batch fails: land no more */
+        sf->busy = true;
+        pthread_mutex_unlock(&sf->mu);
+        if (!drop)
+            e = sf_land(sf, j, &what);
+        close(j->dirfd);
+        j->dirfd = -1;
+        pthread_mutex_lock(&sf->mu);
+        if (e != 0 && sf->err == 0) {
+            sf->err = e;
+            sf->err_fi = j->fi;
+            sf->err_what = what;
+        }
+        sf->busy = false;
+        sf->head = (sf->head + 1) % SF_SLOTS;
+        sf->n--;
+        if (sf->poster_waiting)
+            pthread_cond_broadcast(&sf->cv);
+    }
+    pthread_mutex_unlock(&sf->mu);
+    return NULL;
+}
+
+/* The failure kept, reported in the batch's context (under sf->mu). */
+static int sf_report(ingest_lander_batch *b, struct lander_sf *sf)
+{
+    const int e = sf->err;
+    sf->err = -1; /* reported: the batch fails, the helper lands no more */
+    return lander__sys_fail(b->ctx, e, sf->err_what, b->files[sf->err_fi].landed);
+}
+
+sfslot *lander__sf_take(ingest_lander_batch *b, int *rc)
+{
+    *rc = 0;
+    struct lander_sf *sf = b->sf;
+    if (sf == NULL) {
+        sf = ingest__calloc(b->ctx, 1, sizeof *sf);
+        if (sf == NULL)
+            return NULL; /* landed by the caller */
+        pthread_mutex_init(&sf->mu, NULL);
+        pthread_cond_init(&sf->cv, NULL);
+        for (unsigned k = 0; k < SF_SLOTS; k++)
+            sf->jobs[k].dirfd = -1;
+        sf->files = b->files;
+        sf->started = core_thread_start(&sf->th, sf_main, sf) == 0;
+        b->sf = sf;
+    }
+    if (!sf->started)
+        return NULL;
+    pthread_mutex_lock(&sf->mu);
+    if (sf->err > 0)
+        *rc = sf_report(b, sf);
+    const unsigned n = sf->n;
+    pthread_mutex_unlock(&sf->mu);
+    if (*rc < 0 || n >= SF_AHEAD)
+        return NULL;
+    return (sfslot *)&sf->jobs[(sf->head + n) % SF_SLOTS]; /* the helper touches only queued slots */
+}
+
+int lander__sf_fill(ingest_lander_batch *b, sfslot *slot, uint32_t fi, int dirfd, const char *name,
+                    const uint8_t *data, uint32_t len, uint32_t mode, int64_t mtime_ns, bool writeback)
+{
+    sfjob *j = (sfjob *)slot;
+    if (j->cap < len) {
+        uint8_t *p = ingest__malloc(b->ctx, len);
+        if (p == NULL)
+            return 0; /* landed by the caller */
+        ingest__free(b->ctx, j->data);
+        j->data = p;
+        j->cap = len;
+    }
+    const int dfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+    if (dfd < 0)
+        return 0;
+    j->fi = fi;
+    j->dirfd = dfd;
+    j->len = len;
+    memcpy(j->data, data, len);
+    j->mode = (mode_t)mode;
+    int64_t s = mtime_ns / 1000000000, ns = mtime_ns % 1000000000;
+    if (ns < 0) {
+        s--;
+        ns += 1000000000;
+    }
+    j->mtime.tv_sec = (time_t)s;
+    j->mtime.tv_nsec = (long)ns;
+    j->writeback = writeback;
+    snprintf(j->name, sizeof j->name, "%s", name);
+    struct lander_sf *sf = b->sf;
+    pthread_mutex_lock(&sf->mu);
+    sf->n++;
+    const bool wake = sf->helper_waiting;
+    pthread_mutex_unlock(&sf->mu);
+    if (wake)
+        pthread_cond_broadcast(&sf->cv);
+    return 1;
+}
+
+int lander__sf_wait(ingest_lander_batch *b)
+{
+    struct lander_sf *sf = b->sf;
+    if (sf == NULL || !sf->started)
+        return 0;
+    int rc = 0;
+    pthread_mutex_lock(&sf->mu);
+    while (sf->n > 0) {
+        sf->poster_waiting = true;
+        pthread_cond_wait(&sf->cv, &sf->mu);
+        sf->poster_waiting = false;
+    }
+    if (sf->err > 0)
+        rc = sf_report(b, sf);
+    else if (sf->err < 0)
+        rc = ingest__fail(b->ctx, INGEST_EIO, "lander: batch %s: a small file failed to land before", b->name);
+    pthread_mutex_unlock(&sf->mu);
+    return rc;
+}
+
+void lander__sf_stop(ingest_lander_batch *b)
+{
+    struct lander_sf *sf = b->sf;
+    if (sf == NULL)
+        return;
+    if (sf->started) {
+        pthread_mutex_lock(&sf->mu);
+        sf->stop = true;
+        sf->drop = true; /* what is still queued is not landed (its temporary files are removed next) */
+        pthread_cond_broadcast(&sf->cv);
+        pthread_mutex_unlock(&sf->mu);
+        pthread_join(sf->th, NULL);
+    }
+    for (unsigned k = 0; k < SF_SLOTS; k++) {
+        if (sf->jobs[k].dirfd >= 0)
+            close(sf->jobs[k].dirfd);
+        ingest__free(b->ctx, sf->jobs[k].data);
+    }
+    pthread_mutex_destroy(&sf->mu);
+    pthread_cond_destroy(&sf->cv);
+    ingest__free(b->ctx, sf);
+    b->sf = NULL;
+}
