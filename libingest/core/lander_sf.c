@@ -159,10 +159,12 @@ sfslot *lander__sf_take(ingest_lander_batch *b, int *rc)
     if (sf->err > 0)
         *rc = sf_report(b, sf);
     const unsigned n = sf->n;
+    /* the slot after the queued ones: head + n stays where it is while the helper takes jobs */
+    const unsigned tail = (sf->head + n) % SF_SLOTS;
     pthread_mutex_unlock(&sf->mu);
     if (*rc < 0 || n >= SF_AHEAD)
         return NULL;
-    return (sfslot *)&sf->jobs[(sf->head + n) % SF_SLOTS]; /* the helper touches only queued slots */
+    return (sfslot *)&sf->jobs[tail]; /* the helper touches only queued slots */
 }
 
 int lander__sf_fill(ingest_lander_batch *b, sfslot *slot, uint32_t fi, int dirfd, const char *name,
