@@ -945,11 +945,14 @@ static int sf_try(ingest_lander_batch *b, uint32_t fi)
     INGEST__FORWARD(lander__add_dir(b, dir));
     lander__tmp_name(b, name, fi, tn, sizeof tn);
     lander__hook(b, INGEST__LANDER_HOOK_WRITE);
-    if (!lander__sf_fill(b, slot, fi, b->dirfd, tn, b->inbuf, n, landed_mode(f->mode), f->mtime_ns,
-                         f->size >= LANDER_EARLY_WRITEBACK_MIN || b->nfiles < INGEST_LANDER_SYNCFS_MIN))
-        return 0;
+    /* before the hand-over: from then on the helper writes them */
     f->created = true; /* removed on failure whether the helper made it yet or not */
     f->ident_set = false; /* set by the helper: read after lander__sf_wait */
+    if (!lander__sf_fill(b, slot, fi, b->dirfd, tn, b->inbuf, n, landed_mode(f->mode), f->mtime_ns,
+                         f->size >= LANDER_EARLY_WRITEBACK_MIN || b->nfiles < INGEST_LANDER_SYNCFS_MIN)) {
+        f->created = false; /* landed here after all (open_tmp) */
+        return 0;
+    }
     b->pos[i] = 0;
     b->cst[i] = (uint8_t)((b->cst[i] & ~(F_ARRIVED | F_INBUF)) | F_DONE);
     b->stats.bytes_written += n;
