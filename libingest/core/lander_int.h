@@ -340,7 +340,7 @@ void lander__dw_stop(ingest_lander_batch *b);
 typedef struct sfslot sfslot;
 sfslot *lander__sf_take(ingest_lander_batch *b, int *rc);
 int lander__sf_fill(ingest_lander_batch *b, sfslot *slot, uint32_t fi, int dirfd, const char *name,
-                    const uint8_t *data, uint32_t len, uint32_t mode, int64_t mtime_ns, bool writeback);
+                    const uint8_t *data, uint32_t len, uint32_t mode, int64_t mtime_ns);
 int lander__sf_wait(ingest_lander_batch *b);
 void lander__sf_stop(ingest_lander_batch *b);
 void lander__split_path(const char *p, char *dir, size_t cap, const char **name);

@@ -249,6 +249,24 @@ static uint32_t landed_mode(uint32_t mode)
     return (mode & 0111) ? 0755 : 0644;
 }
 
+/*
+ * h, the hash of the ids file f landed with: its hash now when some chunks
+ * were pushed (checked against the digest at commit), else checked against
+ * the manifest's.
+ */
+static int hash_landed(ingest_lander_batch *b, lfile *f, const uint8_t h[INGEST_ID_BYTES])
+{
+    if (f->hash_late) {
+        memcpy(f->hash, h, INGEST_ID_BYTES);
+        f->hash_late = false;
+        return 0;
+    }
+    if (sodium_memcmp(h, f->hash, INGEST_ID_BYTES) != 0)
+        return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: whole-file hash differs from the manifest",
+                            f->path);
+    return 0;
+}
+
 static int finish_file(ingest_lander_batch *b, uint32_t fi)
 {
     lfile *f = &b->files[fi];
@@ -286,15 +304,8 @@ static int finish_file(ingest_lander_batch *b, uint32_t fi)
     if (b->file_off != f->size)
         return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: wrote %llu bytes, size is %llu", f->path,
                             (unsigned long long)b->file_off, (unsigned long long)f->size);
-    if (!b->fh_on) {
-        /* derived from the listed ids at the parse: those are the ids landed */
-    } else if (f->hash_late) {
-        memcpy(f->hash, h, sizeof h); /* some chunks were pushed: now known (checked against the digest at commit) */
-        f->hash_late = false;
-    }
-    else if (sodium_memcmp(h, f->hash, sizeof h) != 0)
-        return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: whole-file hash differs from the manifest",
-                            f->path);
+    if (b->fh_on) /* (else derived from the listed ids at the parse: those are the ids landed) */
+        INGEST__FORWARD(hash_landed(b, f, h));
     if (!b->mode_set && fchmod(b->fd, (mode_t)landed_mode(f->mode)) < 0)
         return lander__sys_fail(b->ctx, errno, "chmod", f->landed);
     struct timespec ts[2];
@@ -922,20 +933,14 @@ static int sf_try(ingest_lander_batch *b, uint32_t fi)
     sfslot *slot = lander__sf_take(b, &rc);
     if (slot == NULL)
         return rc;
-    if (f->hash_late || !f->hash_derived) {
+    if (!f->hash_derived) {
         /* its hash, of its one chunk's id, as finish_file has it: known now (pushed), or checked */
         uint8_t h[INGEST_ID_BYTES];
         ingest_filehash fh;
         ingest_filehash_init(&fh, b->l->key);
         ingest_filehash_update(&fh, b->mc[i].id, INGEST_ID_BYTES);
         ingest_filehash_final(&fh, h);
-        if (f->hash_late) {
-            memcpy(f->hash, h, sizeof h);
-            f->hash_late = false;
-        } else if (sodium_memcmp(h, f->hash, sizeof h) != 0) {
-            return ingest__fail(b->ctx, INGEST_EMISMATCH, "lander: file %s: whole-file hash differs from the manifest",
-                                f->path);
-        }
+        INGEST__FORWARD(hash_landed(b, f, h));
         f->hash_derived = true; /* (not computed again should it be landed here after all) */
     }
     char dir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
@@ -948,8 +953,7 @@ static int sf_try(ingest_lander_batch *b, uint32_t fi)
     /* before the hand-over: from then on the helper writes them */
     f->created = true; /* removed on failure whether the helper made it yet or not */
     f->ident_set = false; /* set by the helper: read after lander__sf_wait */
-    if (!lander__sf_fill(b, slot, fi, b->dirfd, tn, b->inbuf, n, landed_mode(f->mode), f->mtime_ns,
-                         f->size >= LANDER_EARLY_WRITEBACK_MIN || b->nfiles < INGEST_LANDER_SYNCFS_MIN)) {
+    if (!lander__sf_fill(b, slot, fi, b->dirfd, tn, b->inbuf, n, landed_mode(f->mode), f->mtime_ns)) {
         f->created = false; /* landed here after all (open_tmp) */
         return 0;
     }

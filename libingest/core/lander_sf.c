@@ -25,6 +25,10 @@
 
 #define SF_SLOTS 8u /* > SF_AHEAD */
 
+/* finish_file starts a file's writeback at its end only for large files or small batches: never these */
+_Static_assert(SF_FILE_MAX < LANDER_EARLY_WRITEBACK_MIN && SF_MIN_FILES >= INGEST_LANDER_SYNCFS_MIN,
+               "the small-file helper would need to start writeback");
+
 typedef struct sfjob {
     uint32_t fi;
     int dirfd; /* the helper's: closed after the job */
@@ -32,7 +36,6 @@ typedef struct sfjob {
     uint8_t *data;
     mode_t mode;
     struct timespec mtime;
-    bool writeback; /* start the file's writeback at its end (as finish_file does) */
     char name[NAME_MAX_BYTES + 1];
 } sfjob;
 
@@ -43,7 +46,7 @@ struct lander_sf {
     pthread_cond_t cv; /* both ways */
     sfjob jobs[SF_SLOTS];
     unsigned head, n; /* queued jobs; the one at head is being landed while busy */
-    bool busy, stop, drop;
+    bool busy, stop; /* stop: what is still queued is dropped */
     bool helper_waiting, poster_waiting;
     int err; /* errno of the first failure */
     uint32_t err_fi;
@@ -82,8 +85,6 @@ static int sf_land(struct lander_sf *sf, sfjob *j, const char **what)
             *what = "chmod";
         }
     }
-    if (e == 0 && j->writeback)
-        (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     if (close(fd) < 0 && e == 0) {
         e = errno;
         *what = "close";
@@ -106,7 +107,7 @@ static void *sf_main(void *arg)
         sfjob *j = &sf->jobs[sf->head];
         const char *what = NULL;
         int e = 0;
-        const bool drop = sf->drop || sf->err != 0; /* after a failure the batch fails: land no more */
+        const bool drop = sf->stop || sf->err != 0; /* after a failure the batch fails: land no more */
         sf->busy = true;
         pthread_mutex_unlock(&sf->mu);
         if (!drop)
@@ -168,7 +169,7 @@ sfslot *lander__sf_take(ingest_lander_batch *b, int *rc)
 }
 
 int lander__sf_fill(ingest_lander_batch *b, sfslot *slot, uint32_t fi, int dirfd, const char *name,
-                    const uint8_t *data, uint32_t len, uint32_t mode, int64_t mtime_ns, bool writeback)
+                    const uint8_t *data, uint32_t len, uint32_t mode, int64_t mtime_ns)
 {
     sfjob *j = (sfjob *)slot;
     if (j->cap < len) {
@@ -194,7 +195,6 @@ int lander__sf_fill(ingest_lander_batch *b, sfslot *slot, uint32_t fi, int dirfd
     }
     j->mtime.tv_sec = (time_t)s;
     j->mtime.tv_nsec = (long)ns;
-    j->writeback = writeback;
     snprintf(j->name, sizeof j->name, "%s", name);
     struct lander_sf *sf = b->sf;
     pthread_mutex_lock(&sf->mu);
@@ -233,8 +233,7 @@ void lander__sf_stop(ingest_lander_batch *b)
         return;
     if (sf->started) {
         pthread_mutex_lock(&sf->mu);
-        sf->stop = true;
-        sf->drop = true; /* what is still queued is not landed (its temporary files are removed next) */
+        sf->stop = true; /* what is still queued is not landed (its temporary files are removed next) */
         pthread_cond_broadcast(&sf->cv);
         pthread_mutex_unlock(&sf->mu);
         pthread_join(sf->th, NULL);
