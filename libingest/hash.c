@@ -2,55 +2,81 @@
  * Chunk ids and whole-file hashes (chunk id format 2, docs/chunking.md):
  * HMAC-SHA256 keyed with the fleet's dedup key, and the dedup key loader.
  *
- * Chunk ids run through OpenSSL's libcrypto (EVP_MAC), which uses the CPU's
- * SHA instructions (SHA-NI, ARMv8 crypto extensions): measured 1.74x
- * libsodium's keyed BLAKE2b at 64 KiB and 1.45x at 1 KiB here (`ingestctl
- * bench crypto`, docs/chunking.md).  Each thread
- * keeps one EVP_MAC_CTX keyed once and re-initialises it per chunk, so the
- * key is not re-processed per chunk.  OpenSSL 3.0 still allocates inside
- * every digest (re)init (its provider contexts: 2 small mallocs per chunk,
- * counted by the bench; EVP_MAC_CTX_dup would cost 11 and is slower); no
- * non-deprecated API avoids that.  Should libcrypto fail (out of memory),
- * the id is computed by libsodium's HMAC-SHA256 instead: the same bytes,
- * slower, allocation-free, so ingest_chunk_id() cannot fail.
- *
- * The whole-file hash is HMAC-SHA256 too, over the file's chunk ids (32
- * bytes per chunk), so its speed matters little (libsodium's SHA-256 has no
- * SHA-NI: about 1 us per file for the key blocks and the final; the key
- * blocks are hashed once per thread and key, see ingest_filehash_init):
- * libsodium's streaming crypto_auth_hmacsha256 keeps its state in the
- * caller's ingest_filehash, with no allocation.
+ * Both run on OpenSSL's libcrypto SHA-256 (SHA256_Init/Update/Final), which
+ * uses the CPU's SHA instructions (SHA-NI, ARMv8 crypto extensions);
+ * libsodium's SHA-256 has none.  HMAC is built here on two SHA-256 states:
+ * each thread keeps the inner and outer states of its last key (the key
+ * block hashed once) and copies them per hash, so a hash allocates nothing,
+ * cannot fail and costs the blocks of its data plus two.  `ingestctl bench
+ * crypto` (docs/chunking.md): ids of 1 KiB blocks at 1.16x OpenSSL's EVP_MAC
+ * re-initialised per block (which allocates twice per block), 5.8x
+ * libsodium's HMAC; at 64 KiB the same as EVP_MAC.  OpenSSL 3.0 deprecates
+ * these low-level calls in favour of EVP, whose contexts allocate; a
+ * libcrypto built without them (OPENSSL_NO_DEPRECATED_3_0) gets libsodium's
+ * SHA-256 here instead: the same bytes, slower.
  */
+#define OPENSSL_API_COMPAT 10101 /* SHA256_Init & co. without deprecation warnings */
 #include "internal.h"
 #include "ingest/hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/core_names.h>
-#include <openssl/evp.h>
-#include <openssl/params.h>
+#include <openssl/opensslconf.h>
+#include <openssl/sha.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdalign.h>
 #include <string.h>
 #include <unistd.h>
 
-_Static_assert(sizeof(crypto_auth_hmacsha256_state) <= sizeof(((ingest_filehash *)0)->opaque),
-               "ingest_filehash.opaque too small for crypto_auth_hmacsha256_state");
-_Static_assert(alignof(crypto_auth_hmacsha256_state) <= 64,
-               "ingest_filehash alignment too small for crypto_auth_hmacsha256_state");
-_Static_assert(crypto_auth_hmacsha256_BYTES == INGEST_ID_BYTES, "HMAC-SHA256 gives 32 bytes");
-
-static pthread_once_t sodium_once = PTHREAD_ONCE_INIT;
-static int sodium_rc;
-
-static void sodium_init_once(void) { sodium_rc = sodium_init(); }
-
-/* sodium_init() picks the CPU's fastest implementations.  Safe from any thread. */
-static int sodium_ready(void)
+#if defined(OPENSSL_NO_DEPRECATED_3_0)
+typedef crypto_hash_sha256_state sha_state;
+static void sha_init(sha_state *s) { crypto_hash_sha256_init(s); }
+static void sha_update(sha_state *s, const void *d, size_t n)
 {
-    pthread_once(&sodium_once, sodium_init_once);
-    return sodium_rc < 0 ? INGEST_ECRYPTO : 0;
+    crypto_hash_sha256_update(s, (const unsigned char *)d, (unsigned long long)n);
+}
+static void sha_final(sha_state *s, uint8_t out[32]) { crypto_hash_sha256_final(s, out); }
+#else
+typedef SHA256_CTX sha_state;
+static void sha_init(sha_state *s) { (void)SHA256_Init(s); }
+static void sha_update(sha_state *s, const void *d, size_t n) { (void)SHA256_Update(s, d, n); }
+static void sha_final(sha_state *s, uint8_t out[32]) { (void)SHA256_Final(out, s); }
+#endif
+
+/* HMAC-SHA256's two states right after their key blocks (RFC 2104). */
+typedef struct hmac_state {
+    sha_state in, out;
+} hmac_state;
+
+_Static_assert(sizeof(hmac_state) <= sizeof(((ingest_filehash *)0)->opaque),
+               "ingest_filehash.opaque too small for two SHA-256 states");
+_Static_assert(alignof(hmac_state) <= 64, "ingest_filehash alignment too small for a SHA-256 state");
+_Static_assert(INGEST_KEY_BYTES <= 64, "a dedup key fits one SHA-256 block");
+
+static void hmac_key(hmac_state *h, const uint8_t key[INGEST_KEY_BYTES])
+{
+    uint8_t pad[64];
+    memset(pad, 0x36, sizeof(pad));
+    for (size_t i = 0; i < INGEST_KEY_BYTES; i++)
+        pad[i] ^= key[i];
+    sha_init(&h->in);
+    sha_update(&h->in, pad, sizeof(pad));
+    memset(pad, 0x5c, sizeof(pad));
+    for (size_t i = 0; i < INGEST_KEY_BYTES; i++)
+        pad[i] ^= key[i];
+    sha_init(&h->out);
+    sha_update(&h->out, pad, sizeof(pad));
+    sodium_memzero(pad, sizeof(pad));
+}
+
+static void hmac_final(hmac_state *h, uint8_t out[INGEST_ID_BYTES])
+{
+    uint8_t inner[32];
+    sha_final(&h->in, inner);
+    sha_update(&h->out, inner, sizeof(inner));
+    sha_final(&h->out, out);
+    sodium_memzero(inner, sizeof(inner));
 }
 
 static const uint8_t default_key[INGEST_KEY_BYTES] = {
@@ -60,24 +86,19 @@ static const uint8_t default_key[INGEST_KEY_BYTES] = {
 
 const uint8_t *ingest_default_dedup_key(void) { return default_key; }
 
-/* ---- the per-thread keyed HMAC context ----------------------------------- */
+/* ---- the per-thread key states ------------------------------------------ */
 
 /*
- * One per thread that computes ids, in thread-local storage (no allocation
- * of ours); the pthread key only frees the OpenSSL objects when the thread
- * exits.  `key` is the key `mac` holds, compared on every call: a thread
- * that alternates keys (tests) re-keys, the daemons never do.
+ * One per thread that hashes, in thread-local storage: the HMAC states of
+ * the last key it used, compared on every call (a thread that alternates
+ * keys, as tests do, keys again; the daemons never do).  The pthread key
+ * only wipes it when the thread exits.
  */
 typedef struct idmac {
-    EVP_MAC *alg;
-    EVP_MAC_CTX *mac;
-    int registered; /* with the pthread key, for the release at thread exit */
+    int registered; /* with the pthread key, for the wipe at thread exit */
     int keyed;
     uint8_t key[INGEST_KEY_BYTES];
-    /* the whole-file hash's state right after its init with fh_key (ingest_filehash_init) */
-    int fh_keyed;
-    uint8_t fh_key[INGEST_KEY_BYTES];
-    crypto_auth_hmacsha256_state fh0;
+    hmac_state st; /* right after the key blocks of key */
 } idmac;
 
 static _Thread_local idmac tls_idmac;
@@ -85,133 +106,57 @@ static pthread_once_t idmac_once = PTHREAD_ONCE_INIT;
 static pthread_key_t idmac_key;
 static int idmac_key_ok;
 
-static void idmac_release(void *p)
-{
-    idmac *m = p;
-    EVP_MAC_CTX_free(m->mac);
-    EVP_MAC_free(m->alg);
-    sodium_memzero(m, sizeof(*m));
-}
+static void idmac_release(void *p) { sodium_memzero(p, sizeof(idmac)); }
 
 static void idmac_once_init(void) { idmac_key_ok = pthread_key_create(&idmac_key, idmac_release) == 0; }
 
-/* After a libcrypto failure: a fresh context next time. */
-static void idmac_drop(idmac *m)
-{
-    EVP_MAC_CTX_free(m->mac);
-    m->mac = NULL;
-    m->keyed = 0;
-}
-
-/* This thread's idmac, registered for its release at thread exit; NULL when that failed. */
-static idmac *idmac_mine(void)
+/*
+ * Set *h to the states of key: copied from this thread's, which are keyed
+ * first if they hold another key.  memcmp, not sodium_memcmp: both keys are
+ * this process's own (no attacker input).
+ */
+static void hmac_begin(hmac_state *h, const uint8_t key[INGEST_KEY_BYTES])
 {
     idmac *m = &tls_idmac;
     if (!m->registered) {
         pthread_once(&idmac_once, idmac_once_init);
-        if (!idmac_key_ok || pthread_setspecific(idmac_key, m) != 0)
-            return NULL;
-        m->registered = 1;
+        /* Not registered: the states are still kept, only not wiped at exit. */
+        if (idmac_key_ok && pthread_setspecific(idmac_key, m) == 0)
+            m->registered = 1;
     }
-    return m;
-}
-
-/* This thread's context, keyed with key and ready for data, or NULL (then use the fallback). */
-static EVP_MAC_CTX *idmac_get(const uint8_t key[INGEST_KEY_BYTES])
-{
-    idmac *m = idmac_mine();
-    if (m == NULL)
-        return NULL;
-    if (m->mac == NULL) {
-        if (m->alg == NULL && (m->alg = EVP_MAC_fetch(NULL, OSSL_MAC_NAME_HMAC, NULL)) == NULL)
-            return NULL;
-        if ((m->mac = EVP_MAC_CTX_new(m->alg)) == NULL)
-            return NULL;
-        m->keyed = 0;
+    if (!m->keyed || memcmp(m->key, key, INGEST_KEY_BYTES) != 0) {
+        hmac_key(&m->st, key);
+        memcpy(m->key, key, INGEST_KEY_BYTES);
+        m->keyed = 1;
     }
-    /*
-     * memcmp, not sodium_memcmp: both keys are this process's own (no
-     * attacker input), and at 1 KiB chunks the constant-time compare cost
-     * ~5% of the id.
-     */
-    if (m->keyed && memcmp(m->key, key, INGEST_KEY_BYTES) == 0) {
-        /* The key's inner and outer states are kept: only they are copied back. */
-        if (EVP_MAC_init(m->mac, NULL, 0, NULL) != 1)
-            goto fail;
-        return m->mac;
-    }
-    char digest[] = "SHA256";
-    const OSSL_PARAM params[] = { OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-                                  OSSL_PARAM_construct_end() };
-    m->keyed = 0;
-    if (EVP_MAC_init(m->mac, key, INGEST_KEY_BYTES, params) != 1)
-        goto fail;
-    memcpy(m->key, key, INGEST_KEY_BYTES);
-    m->keyed = 1;
-    return m->mac;
-fail:
-    idmac_drop(m);
-    return NULL;
-}
-
-static void hmac_sodium(const uint8_t key[INGEST_KEY_BYTES], const void *data, size_t len,
-                        uint8_t id[INGEST_ID_BYTES])
-{
-    crypto_auth_hmacsha256_state st;
-    (void)sodium_ready();
-    crypto_auth_hmacsha256_init(&st, key, INGEST_KEY_BYTES);
-    crypto_auth_hmacsha256_update(&st, (const unsigned char *)data, (unsigned long long)len);
-    crypto_auth_hmacsha256_final(&st, id);
-    sodium_memzero(&st, sizeof(st));
+    memcpy(h, &m->st, sizeof(*h));
 }
 
 void ingest_chunk_id(const uint8_t key[INGEST_KEY_BYTES], const void *data, size_t len,
                      uint8_t id[INGEST_ID_BYTES])
 {
-    EVP_MAC_CTX *mac = idmac_get(key);
-    size_t out = 0;
-    if (mac != NULL && (len == 0 || EVP_MAC_update(mac, (const unsigned char *)data, len) == 1) &&
-        EVP_MAC_final(mac, id, &out, INGEST_ID_BYTES) == 1 && out == INGEST_ID_BYTES)
-        return;
-    if (mac != NULL)
-        idmac_drop(&tls_idmac);
-    hmac_sodium(key, data, len, id);
+    hmac_state h;
+    hmac_begin(&h, key);
+    sha_update(&h.in, data, len);
+    hmac_final(&h, id);
+    sodium_memzero(&h, sizeof(h));
 }
 
 /* ---- the whole-file hash ------------------------------------------------- */
 
-/*
- * HMAC's init hashes a block of the key for each of its two states: two
- * SHA-256 compressions in libsodium's portable code, about half of a
- * small file's hash.  Each thread keeps the state of its last key and
- * copies it (the receiver hashes every file with the same key).
- */
 void ingest_filehash_init(ingest_filehash *h, const uint8_t key[INGEST_KEY_BYTES])
 {
-    crypto_auth_hmacsha256_state *st = (crypto_auth_hmacsha256_state *)(void *)h->opaque;
-    idmac *m = idmac_mine();
-    if (m != NULL && m->fh_keyed && memcmp(m->fh_key, key, INGEST_KEY_BYTES) == 0) {
-        memcpy(st, &m->fh0, sizeof(*st));
-        return;
-    }
-    (void)sodium_ready();
-    crypto_auth_hmacsha256_init(st, key, INGEST_KEY_BYTES);
-    if (m != NULL) {
-        memcpy(&m->fh0, st, sizeof(*st));
-        memcpy(m->fh_key, key, INGEST_KEY_BYTES);
-        m->fh_keyed = 1;
-    }
+    hmac_begin((hmac_state *)(void *)h->opaque, key);
 }
 
 void ingest_filehash_update(ingest_filehash *h, const void *data, size_t len)
 {
-    crypto_auth_hmacsha256_update((crypto_auth_hmacsha256_state *)(void *)h->opaque, (const unsigned char *)data,
-                                  (unsigned long long)len);
+    sha_update(&((hmac_state *)(void *)h->opaque)->in, data, len);
 }
 
 void ingest_filehash_final(ingest_filehash *h, uint8_t out[INGEST_ID_BYTES])
 {
-    crypto_auth_hmacsha256_final((crypto_auth_hmacsha256_state *)(void *)h->opaque, out);
+    hmac_final((hmac_state *)(void *)h->opaque, out);
     sodium_memzero(h->opaque, sizeof(h->opaque));
 }
 
