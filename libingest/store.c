@@ -299,9 +299,8 @@ size_t ingest_store_deferred(const ingest_store *st, double *age_seconds)
 }
 
 /* LMDB's default key order (memcmp, then the shorter first), table by table. */
-static int drec_cmp(const void *a, const void *b)
+static int drec_cmp(const drec *x, const drec *y)
 {
-    const drec *x = *(const drec *const *)a, *y = *(const drec *const *)b;
     if (x->slot != y->slot)
         return x->slot < y->slot ? -1 : 1;
     const size_t m = x->klen < y->klen ? x->klen : y->klen;
@@ -309,6 +308,62 @@ static int drec_cmp(const void *a, const void *b)
     if (c != 0)
         return c;
     return x->klen < y->klen ? -1 : x->klen > y->klen;
+}
+
+/*
+ * A record to sort, with a 64-bit prefix of its order: the table's slot in
+ * the top byte, then 7 key bytes big-endian (zeros past the key's end),
+ * taken after the bytes all keys of the table share (a device's path
+ * prefix, for instance).  Unequal prefixes order records as their keys do;
+ * equal ones are compared in full.  Most comparisons then read no record.
+ */
+typedef struct dsort {
+    uint64_t pre;
+    const drec *r;
+} dsort;
+
+static int dsort_cmp(const void *a, const void *b)
+{
+    const dsort *x = a, *y = b;
+    if (x->pre != y->pre)
+        return x->pre < y->pre ? -1 : 1;
+    return drec_cmp(x->r, y->r);
+}
+
+/* Fill v[0..n) from the set, each with its prefix (dsort). */
+static void dsort_fill(const defer_set *d, dsort *v, size_t n)
+{
+    const drec *first[STORE_MAX_DBS] = { NULL };
+    size_t common[STORE_MAX_DBS] = { 0 };
+    size_t k = 0;
+    for (size_t i = 0; i < d->cap && k < n; i++) {
+        const drec *r = d->tab[i].r;
+        if (r == NULL)
+            continue;
+        v[k++].r = r;
+        const drec *f = first[r->slot];
+        if (f == NULL) {
+            first[r->slot] = r;
+            common[r->slot] = r->klen;
+            continue;
+        }
+        size_t c = common[r->slot] < r->klen ? common[r->slot] : r->klen;
+        const uint8_t *p = drec_key(r), *q = drec_key(f);
+        size_t j = 0;
+        while (j < c && p[j] == q[j])
+            j++;
+        common[r->slot] = j;
+    }
+    for (size_t i = 0; i < k; i++) {
+        const drec *r = v[i].r;
+        const size_t at = common[r->slot];
+        const uint8_t *p = drec_key(r) + at;
+        const size_t len = r->klen - at;
+        uint64_t pre = (uint64_t)r->slot << 56;
+        for (size_t j = 0; j < 7; j++)
+            pre |= (uint64_t)(j < len ? p[j] : 0) << (8 * (6 - j));
+        v[i].pre = pre;
+    }
 }
 
 static int commit_txn(ingest_store *st);
@@ -323,14 +378,12 @@ int ingest_store_flush(ingest_store *st)
         return 0;
     if (st->rdepth > 0)
         return ingest__fail(st->ctx, INGEST_EINVAL, "store %s: flush during iteration", st->dir);
-    drec **v = ingest__malloc(st->ctx, d->n * sizeof(*v));
+    dsort *v = ingest__malloc(st->ctx, d->n * sizeof(*v));
     if (v == NULL)
         return ingest__fail(st->ctx, INGEST_ENOMEM, "store %s: out of memory (flush)", st->dir);
-    size_t n = 0;
-    for (size_t i = 0; i < d->cap; i++)
-        if (d->tab[i].r != NULL)
-            v[n++] = d->tab[i].r;
-    qsort(v, n, sizeof(*v), drec_cmp);
+    const size_t n = d->n;
+    dsort_fill(d, v, n);
+    qsort(v, n, sizeof(*v), dsort_cmp);
     /* On failure the set stays whole: a later flush writes it again (puts
      * of the same values, deletions of absent keys are harmless). */
     int ret = 0;
@@ -342,7 +395,7 @@ int ingest_store_flush(ingest_store *st)
             break;
         }
         for (unsigned k = 0; k < DEFER_TXN_WRITES && i < n && rc == 0; k++, i++) {
-            const drec *r = v[i];
+            const drec *r = v[i].r;
             MDB_val key = { r->klen, (void *)drec_key(r) }, val = { r->vlen, (void *)drec_val(r) };
             const MDB_dbi db = d->dbis[r->slot];
             rc = r->del ? mdb_del(txn, db, &key, NULL) : mdb_put(txn, db, &key, &val, 0);
