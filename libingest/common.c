@@ -104,28 +104,38 @@ void ingest_to_hex(const uint8_t *bin, size_t len, char *out)
     out[2 * len] = '\0';
 }
 
+/* A hex digit's value, 0xff for anything else: one load per digit, no branch. */
+static const uint8_t hexval_tab[256] = {
+    ['0'] = 0,     ['1'] = 1,     ['2'] = 2,     ['3'] = 3,     ['4'] = 4,     ['5'] = 5,     ['6'] = 6,
+    ['7'] = 7,     ['8'] = 8,     ['9'] = 9,     ['a'] = 10,    ['b'] = 11,    ['c'] = 12,    ['d'] = 13,
+    ['e'] = 14,    ['f'] = 15,    ['A'] = 10,    ['B'] = 11,    ['C'] = 12,    ['D'] = 13,    ['E'] = 14,
+    ['F'] = 15,
+};
+/* Which entries of hexval_tab are digits (0 is a digit's value too). */
+static const uint8_t hexdigit_tab[256] = {
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
+    ['8'] = 1, ['9'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1,
+};
+
 int ingest__hexval(char c)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
+    const unsigned char u = (unsigned char)c;
+    return hexdigit_tab[u] ? hexval_tab[u] : -1;
 }
 
 int ingest_from_hex(const char *hex, size_t hexlen, uint8_t *out, size_t outlen)
 {
     if (hexlen != 2 * outlen)
         return INGEST_EINVAL;
+    const unsigned char *h = (const unsigned char *)hex;
+    unsigned ok = 1;
     for (size_t i = 0; i < outlen; i++) {
-        const int hi = ingest__hexval(hex[2 * i]), lo = ingest__hexval(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return INGEST_EINVAL;
-        out[i] = (uint8_t)(hi << 4 | lo);
+        const unsigned char a = h[2 * i], b = h[2 * i + 1];
+        ok &= (unsigned)hexdigit_tab[a] & hexdigit_tab[b];
+        out[i] = (uint8_t)(hexval_tab[a] << 4 | hexval_tab[b]);
     }
-    return INGEST_OK;
+    return ok ? INGEST_OK : INGEST_EINVAL;
 }
 
 void ingest__buf_init(ingest__buf *b, ingest_ctx *ctx, size_t max)

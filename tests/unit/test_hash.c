@@ -7,6 +7,7 @@
  * libsodium's HMAC-SHA256, a second implementation sharing no code with
  * OpenSSL's.
  */
+#include <ctype.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -354,6 +355,41 @@ static void test_key_load(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* Hex both ways: every byte value, either case; any other character, anywhere, and a wrong length refused. */
+static void test_hex(void **state)
+{
+    (void)state;
+    uint8_t bin[256], back[256];
+    char hex[2 * 256 + 1];
+    for (int i = 0; i < 256; i++)
+        bin[i] = (uint8_t)i;
+    ingest_to_hex(bin, sizeof(bin), hex);
+    assert_int_equal(strlen(hex), 512);
+    assert_memory_equal(hex + 2 * 0xab, "abacadaeafb0", 12);
+    assert_int_equal(ingest_from_hex(hex, 512, back, sizeof(back)), INGEST_OK);
+    assert_memory_equal(bin, back, sizeof(bin));
+    for (size_t i = 0; i < 512; i++)
+        hex[i] = (char)toupper((unsigned char)hex[i]);
+    memset(back, 0, sizeof(back));
+    assert_int_equal(ingest_from_hex(hex, 512, back, sizeof(back)), INGEST_OK);
+    assert_memory_equal(bin, back, sizeof(bin));
+    char one[3] = "7f";
+    uint8_t b = 0;
+    assert_int_equal(ingest_from_hex(one, 2, &b, 1), INGEST_OK);
+    assert_int_equal(b, 0x7f);
+    for (int c = 0; c < 256; c++) {
+        if (isxdigit(c))
+            continue;
+        for (int at = 0; at < 2; at++) {
+            char t[2] = { '7', 'f' };
+            t[at] = (char)c;
+            assert_int_equal(ingest_from_hex(t, 2, &b, 1), INGEST_EINVAL);
+        }
+    }
+    assert_int_equal(ingest_from_hex("7f0", 3, back, 1), INGEST_EINVAL);
+    assert_int_equal(ingest_from_hex("7f", 2, back, 2), INGEST_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -365,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_filehash_equals_oneshot),
         cmocka_unit_test(test_filehash_keys_alternate),
         cmocka_unit_test(test_key_load),
+        cmocka_unit_test(test_hex),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
