@@ -796,6 +796,7 @@ out:
 
 static void *adder_main(void *arg)
 {
+    (void)pthread_setname_np(pthread_self(), "ingest-catalog"); /* docs/architecture.md "Threads" */
     ingest_catalog *cat = arg;
     char device[INGEST__CAT_NAME_MAX + 1], batch[INGEST__CAT_NAME_MAX + 1];
     pthread_mutex_lock(&cat->aq_lock);

@@ -218,6 +218,7 @@ out:
 
 static void *worker(void *arg)
 {
+    (void)pthread_setname_np(pthread_self(), "ingest-verify"); /* docs/architecture.md "Threads" */
     vctx *v = arg;
     pthread_mutex_lock(&v->mu);
     for (;;) {

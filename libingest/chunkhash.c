@@ -67,6 +67,7 @@ static void hash_entry(const ingest_chunkhash *ch, struct entry *e)
 
 static void *hasher_main(void *arg)
 {
+    (void)pthread_setname_np(pthread_self(), "ingest-hash"); /* docs/architecture.md "Threads" */
     ingest_chunkhash *ch = arg;
     pthread_mutex_lock(&ch->mu);
     for (;;) {

@@ -330,8 +330,8 @@ static int dsort_cmp(const void *a, const void *b)
     return drec_cmp(x->r, y->r);
 }
 
-/* Fill v[0..n) from the set, each with its prefix (dsort). */
-static void dsort_fill(const defer_set *d, dsort *v, size_t n)
+/* Fill v (room for n) from the set, each with its prefix (dsort); returns how many. */
+static size_t dsort_fill(const defer_set *d, dsort *v, size_t n)
 {
     const drec *first[STORE_MAX_DBS] = { NULL };
     size_t common[STORE_MAX_DBS] = { 0 };
@@ -364,6 +364,7 @@ static void dsort_fill(const defer_set *d, dsort *v, size_t n)
             pre |= (uint64_t)(j < len ? p[j] : 0) << (8 * (6 - j));
         v[i].pre = pre;
     }
+    return k;
 }
 
 static int commit_txn(ingest_store *st);
@@ -381,8 +382,7 @@ int ingest_store_flush(ingest_store *st)
     dsort *v = ingest__malloc(st->ctx, d->n * sizeof(*v));
     if (v == NULL)
         return ingest__fail(st->ctx, INGEST_ENOMEM, "store %s: out of memory (flush)", st->dir);
-    const size_t n = d->n;
-    dsort_fill(d, v, n);
+    const size_t n = dsort_fill(d, v, d->n);
     qsort(v, n, sizeof(*v), dsort_cmp);
     /* On failure the set stays whole: a later flush writes it again (puts
      * of the same values, deletions of absent keys are harmless). */

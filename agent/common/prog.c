@@ -405,6 +405,7 @@ typedef struct server_client {
 
 static void *client_main(void *arg)
 {
+    (void)pthread_setname_np(pthread_self(), "ingest-statusc"); /* docs/architecture.md "Threads" */
     server_client *c = arg;
     prog_server *s = c->s;
     s->answer(s->ud, c->fd);
@@ -452,6 +453,7 @@ static void serve_client(prog_server *s, int fd)
 
 static void *server_main(void *arg)
 {
+    (void)pthread_setname_np(pthread_self(), "ingest-status"); /* docs/architecture.md "Threads" */
     prog_server *s = arg;
     for (;;) {
         struct pollfd p[2] = { { s->fd, POLLIN, 0 }, { s->stop_pipe[0], POLLIN, 0 } };

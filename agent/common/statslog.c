@@ -36,6 +36,7 @@ static void log_once(stats_logger *l)
 
 static void *run(void *arg)
 {
+    (void)pthread_setname_np(pthread_self(), "ingest-stats"); /* docs/architecture.md "Threads" */
     stats_logger *l = arg;
     pthread_mutex_lock(&l->lock);
     while (!l->quit) {

@@ -804,6 +804,7 @@ out:
 
 static void *builder_main(void *arg)
 {
+    (void)pthread_setname_np(pthread_self(), "ingest-build"); /* docs/architecture.md "Threads" */
     daemon_t *d = arg;
     dship *x = d->bld;
     build_run(d, x);

@@ -728,6 +728,7 @@ typedef struct builder {
 
 static void *builder_main(void *arg)
 {
+    (void)pthread_setname_np(pthread_self(), "ingest-build"); /* docs/architecture.md "Threads" */
     builder *bl = arg;
     for (;;) {
         ingest_sender_batch *b = NULL;

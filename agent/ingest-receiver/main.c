@@ -642,6 +642,7 @@ out:
 
 static void *conn_thread(void *arg)
 {
+    (void)pthread_setname_np(pthread_self(), "ingest-conn"); /* docs/architecture.md "Threads" */
     conn *c = arg;
     serve(c);
     admit_leave(c->srv->adm, &c->ae); /* before the close: a dropped entry's fd is shut down under its lock */
@@ -754,6 +755,7 @@ static int kafka_device_key(void *ud, const char *device, uint8_t pk[INGEST_PUBK
 
 static void *kafka_main(void *arg)
 {
+    (void)pthread_setname_np(pthread_self(), "ingest-kafka"); /* docs/architecture.md "Threads" */
     server *s = arg;
     if (ingest_core_kafka_run(s->kafka) < 0)
         prog_log(INGEST_LOG_ERROR, "kafka: the consumer stopped; devices shipping through Kafka are not served");

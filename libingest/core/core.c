@@ -19,7 +19,7 @@ size_t ingest_core_thread_stack(void)
     return n < (size_t)PTHREAD_STACK_MIN ? (size_t)PTHREAD_STACK_MIN : n;
 }
 
-int core_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+int core_thread_start(pthread_t *t, void *(*fn)(void *), void *arg, const char *name)
 {
     pthread_attr_t attr;
     int e = pthread_attr_init(&attr);
@@ -29,6 +29,8 @@ int core_thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
     if (e == 0)
         e = pthread_create(t, &attr, fn, arg);
     pthread_attr_destroy(&attr);
+    if (e == 0)
+        (void)pthread_setname_np(*t, name); /* top -H, perf: docs/architecture.md "Threads" */
     return e;
 }
 

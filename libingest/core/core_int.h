@@ -67,8 +67,9 @@ struct ingest_core {
 void core_log(ingest_core *s, int level, const char *fmt, ...) INGEST__PRINTF(3, 4);
 /* Monotonic seconds. */
 double core_now(void);
-/* pthread_create with a stack of ingest_core_thread_stack() (core.h says why): 0, or an errno value. */
-int core_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
+/* pthread_create with a stack of ingest_core_thread_stack() (core.h says why), the thread named name
+ * (at most 15 bytes, docs/architecture.md "Threads"): 0, or an errno value. */
+int core_thread_start(pthread_t *t, void *(*fn)(void *), void *arg, const char *name);
 /*
  * Claim device for link: when another link serves it, that link is shut
  * down (a new authenticated session replaces a stale one, e.g. after a

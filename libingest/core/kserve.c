@@ -229,7 +229,7 @@ static int sess_start(ingest_core_kafka *k, ksess *s)
     };
     INGEST__FORWARD(ingest_klink_core_create(k->ctx, &o, &s->link));
     atomic_store(&s->ended, 0);
-    if (core_thread_start(&s->thread, sess_main, s) != 0) {
+    if (core_thread_start(&s->thread, sess_main, s, "ingest-ksess") != 0) {
         ingest_link_destroy(s->link);
         s->link = NULL;
         return INGEST_ENOMEM;

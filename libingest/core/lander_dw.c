@@ -101,7 +101,7 @@ int lander__dw_post(ingest_lander_batch *b, int fd, const uint8_t *buf, size_t l
         }
         pthread_mutex_init(&dw->mu, NULL);
         pthread_cond_init(&dw->cv, NULL);
-        dw->started = core_thread_start(&dw->th, dw_main, dw) == 0; /* the core's threads' small stack */
+        dw->started = core_thread_start(&dw->th, dw_main, dw, "ingest-dwrite") == 0; /* the core's threads' small stack */
         b->dw = dw;
     }
     struct lander_dw *dw = b->dw;

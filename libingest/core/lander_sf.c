@@ -151,7 +151,7 @@ sfslot *lander__sf_take(ingest_lander_batch *b, int *rc)
         for (unsigned k = 0; k < SF_SLOTS; k++)
             sf->jobs[k].dirfd = -1;
         sf->files = b->files;
-        sf->started = core_thread_start(&sf->th, sf_main, sf) == 0;
+        sf->started = core_thread_start(&sf->th, sf_main, sf, "ingest-smallf") == 0;
         b->sf = sf;
     }
     if (!sf->started)

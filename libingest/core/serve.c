@@ -370,7 +370,7 @@ static int committer_give(committer *cm, ingest_lander_batch *b, ingest_ctx *lct
     if (!cm->started) {
         pthread_mutex_init(&cm->mu, NULL);
         pthread_cond_init(&cm->cv, NULL);
-        if (core_thread_start(&cm->thread, committer_main, cm) != 0) {
+        if (core_thread_start(&cm->thread, committer_main, cm, "ingest-commit") != 0) {
             pthread_cond_destroy(&cm->cv);
             pthread_mutex_destroy(&cm->mu);
             return -1;
@@ -727,7 +727,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
     q.ctx = ctx;
     q.pack = (link->features & INGEST_SESSION_FEATURE_PACK) != 0;
     q.runs = q.pack && (link->features & INGEST_SESSION_FEATURE_RUNS) != 0;
-    if (ingest_codec_create(ctx, 1, &q.codec) < 0 || core_thread_start(&reader, core_reader_main, &q) != 0) {
+    if (ingest_codec_create(ctx, 1, &q.codec) < 0 || core_thread_start(&reader, core_reader_main, &q, "ingest-reader") != 0) {
         core_log(s, INGEST_LOG_ERROR, "device %s: cannot start its reader: %s", device, ingest_ctx_errmsg(ctx));
         goto out;
     }

@@ -646,6 +646,7 @@ static void encode_slot(enc_thread *t, ingest_sender_batch *b, enc_slot *sl)
 
 static void *encoder_main(void *arg)
 {
+    (void)pthread_setname_np(pthread_self(), "ingest-encode"); /* docs/architecture.md "Threads" */
     enc_thread *t = arg;
     encoder *e = t->a->enc;
     pthread_mutex_lock(&e->mu);

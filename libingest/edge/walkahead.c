@@ -94,6 +94,7 @@ static void list_run(ingest__walkahead *wa, int dirfd, const char *name)
 
 static void *helper(void *arg)
 {
+    (void)pthread_setname_np(pthread_self(), "ingest-walk"); /* docs/architecture.md "Threads" */
     ingest__walkahead *wa = arg;
     pthread_mutex_lock(&wa->mu);
     for (;;) {

@@ -244,6 +244,7 @@ static int edge_produce(void *ud, const char *key, const uint8_t *rec, size_t le
 
 static void *edge_thread(void *arg)
 {
+    (void)pthread_setname_np(pthread_self(), "ingest-kafka"); /* docs/architecture.md "Threads" */
     ingest_kafka_edge *k = arg;
     const size_t dlen = strlen(k->device);
     while (!atomic_load(&k->stop)) {

@@ -404,6 +404,69 @@ static void test_small_files_helper(void **state)
     assert_int_equal(count_files(e), 4 * SF_N);
 }
 
+/* Whether a thread of this process is named name (/proc/self/task/TID/comm). */
+static bool thread_named(const char *name)
+{
+    DIR *dir = opendir("/proc/self/task");
+    assert_non_null(dir);
+    bool found = false;
+    struct dirent *de;
+    while (!found && (de = readdir(dir)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char p[sizeof("/proc/self/task//comm") + sizeof(de->d_name)], comm[32] = "";
+        snprintf(p, sizeof p, "/proc/self/task/%s/comm", de->d_name);
+        FILE *fp = fopen(p, "r");
+        if (fp == NULL)
+            continue; /* the thread ended */
+        if (fgets(comm, sizeof comm, fp) != NULL) {
+            comm[strcspn(comm, "\n")] = '\0';
+            found = strcmp(comm, name) == 0;
+        }
+        fclose(fp);
+    }
+    closedir(dir);
+    return found;
+}
+
+/*
+ * The small-file helper is named (docs/architecture.md "Threads") while
+ * its batch lands, and gone once the batch is committed.
+ */
+static void test_small_files_helper_named(void **state)
+{
+    env *e = *state;
+    uint8_t *d[SF_N];
+    char paths[SF_N][32];
+    tfile f[SF_N];
+    for (int k = 0; k < SF_N; k++) {
+        d[k] = pattern(700, (uint32_t)(4000 + k));
+        snprintf(paths[k], sizeof paths[k], "n/f%03d", k);
+        f[k] = (tfile){paths[k], d[k], 700, T2024, 0644u};
+    }
+    tbatch tb;
+    make_batch(e, "dev1", "n1", f, SF_N, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_false(thread_named("ingest-smallf"));
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    assert_int_equal(n, SF_N);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, b, &tb, w[k]), 0);
+    assert_true(thread_named("ingest-smallf"));
+    assert_int_equal(ingest_lander_commit(b), 0);
+    assert_false(thread_named("ingest-smallf"));
+    ingest_lander_stats st;
+    ingest_lander_batch_stats(b, &st);
+    assert_true(st.files_helped > 0);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+    for (int k = 0; k < SF_N; k++)
+        free(d[k]);
+}
+
 /*
  * A small file the helper fails to write (a file size limit: EFBIG) fails
  * the batch with the write named, and leaves no file of it behind: the
@@ -3604,6 +3667,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_land_modes_under_umask, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_files_helper, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_files_helper_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_small_files_helper_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_copies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_scope_device, setup, teardown),
         cmocka_unit_test_setup_teardown(test_direct_io_repeats, setup, teardown),
