@@ -5,7 +5,8 @@
 # pair by pair, never across runs).
 #
 # The tree is made once with BUILD_B's `ingestctl bench gen --profile
-# PROFILE` and read into the page cache before every ship.  For each of
+# PROFILE`; before every ship the machine is synced, its page cache dropped
+# when root, and the tree read back into it, so that every ship starts alike.  For each of
 # PAIRS rounds, BUILD_A and BUILD_B each ship it once with `ingest-agent
 # --once` into a receiver of the same build whose bronze and state_dir are
 # on a fresh loop-mounted ext4 (with journal) when root, else in a fresh
@@ -109,6 +110,10 @@ log:
   level: warn
 ${AGENT_YAML:-}
 EOT
+    # The same start for every ship: nothing dirty (the last ship's image is gone, the tree written at the
+    # start is on disk), and as root the page cache dropped, then the source read back into it.
+    sync
+    [ "$(id -u)" != 0 ] || echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
     find "$W/src" -type f -print0 | xargs -0 cat >/dev/null
     t0=$(now_us)
     "$bin/ingest-agent" --config "$W/agent.yaml" --once >"$W/agent.out" 2>&1 || {
