@@ -429,6 +429,17 @@ static bool thread_named(const char *name)
     return found;
 }
 
+/* SF_N files of len bytes each (pattern seed + k) named DIR/fNNN, mode 0644, one mtime: d, paths and f filled. */
+static void same_size_files(const char *dir, size_t len, uint32_t seed, uint8_t *d[SF_N], char paths[SF_N][32],
+                            tfile f[SF_N])
+{
+    for (int k = 0; k < SF_N; k++) {
+        d[k] = pattern(len, seed + (uint32_t)k);
+        snprintf(paths[k], 32, "%s/f%03d", dir, k);
+        f[k] = (tfile){paths[k], d[k], len, T2024, 0644u};
+    }
+}
+
 /*
  * The small-file helper is named (docs/architecture.md "Threads") while
  * its batch lands, and gone once the batch is committed.
@@ -439,11 +450,7 @@ static void test_small_files_helper_named(void **state)
     uint8_t *d[SF_N];
     char paths[SF_N][32];
     tfile f[SF_N];
-    for (int k = 0; k < SF_N; k++) {
-        d[k] = pattern(700, (uint32_t)(4000 + k));
-        snprintf(paths[k], sizeof paths[k], "n/f%03d", k);
-        f[k] = (tfile){paths[k], d[k], 700, T2024, 0644u};
-    }
+    same_size_files("n", 700, 4000, d, paths, f);
     tbatch tb;
     make_batch(e, "dev1", "n1", f, SF_N, &tb);
     ingest_lander_batch *b = NULL;
@@ -478,11 +485,7 @@ static void test_small_files_helper_failure(void **state)
     uint8_t *d[SF_N];
     char paths[SF_N][32];
     tfile f[SF_N];
-    for (int k = 0; k < SF_N; k++) {
-        d[k] = pattern(500, (uint32_t)(3000 + k));
-        snprintf(paths[k], sizeof paths[k], "x/f%03d", k);
-        f[k] = (tfile){paths[k], d[k], 500, T2024, 0644u};
-    }
+    same_size_files("x", 500, 3000, d, paths, f);
     tbatch tb;
     make_batch(e, "dev1", "x1", f, SF_N, &tb);
     ingest_lander_batch *b = NULL;
