@@ -451,8 +451,12 @@ static int check_final_names(ingest_lander_batch *b)
     return 0;
 }
 
-/* Rename directory from to to (bronze-relative, one parent), never over anything there. */
-static int rename_dir(ingest_lander_batch *b, const char *from, const char *to)
+/*
+ * Rename directory from to to (bronze-relative, one parent), never over
+ * anything there.  With taken: a directory or file at to (EEXIST, ENOTEMPTY)
+ * sets *taken and returns 0, nothing renamed.
+ */
+static int rename_dir(ingest_lander_batch *b, const char *from, const char *to, bool *taken)
 {
     int pfd = -1;
     const char *fname, *tname;
@@ -467,6 +471,10 @@ static int rename_dir(ingest_lander_batch *b, const char *from, const char *to)
         r = renameat(pfd, fname, pfd, tname);
     const int e = errno;
     close(pfd);
+    if (r < 0 && taken != NULL && (e == EEXIST || e == ENOTEMPTY)) {
+        *taken = true;
+        return 0;
+    }
     return r < 0 ? lander__sys_fail(b->ctx, e, "rename into place the directory", to) : 0;
 }
 
@@ -489,10 +497,26 @@ static int move_dirs(ingest_lander_batch *b, const char *from, const char *to)
     return 0;
 }
 
-/* Put stage st in place whole: one rename of its directory. */
+/*
+ * Put stage st in place whole: one rename of its directory.  Its final
+ * name, free when check_stages looked, can be taken since: a batch landing
+ * meanwhile made the directory for files of its own (a batch of few files
+ * lands in its final directories, made as it goes, without the lock the
+ * commit holds).  The stage is then merged, its files moved one by one, as
+ * if check_stages had found the directory there (st->whole false).
+ */
 static int place_stage(ingest_lander_batch *b, lstage *st)
 {
-    INGEST__FORWARD(rename_dir(b, st->real, st->final));
+    bool taken = false;
+    INGEST__FORWARD(rename_dir(b, st->real, st->final, &taken));
+    if (taken) {
+        ingest__log(b->ctx, INGEST_LOG_INFO,
+                    "lander: batch %s: directory %s was made by another batch while this one committed: its files "
+                    "are moved into it one by one",
+                    b->name, st->final);
+        st->whole = false;
+        return 0;
+    }
     st->placed = true;
     lander__close_fd(&b->dirfd); /* a cached descriptor may name a directory by a path now gone */
     ingest__free(b->ctx, b->cur_dir);
@@ -515,7 +539,7 @@ static void undo_renames(ingest_lander_batch *b)
     memcpy(keep, b->ctx->errmsg, sizeof keep);
     for (size_t s = 0; s < b->nstages; s++) {
         lstage *st = &b->stages[s];
-        if (!st->placed || rename_dir(b, st->final, st->real) < 0)
+        if (!st->placed || rename_dir(b, st->final, st->real, NULL) < 0)
             continue;
         st->placed = false;
         (void)move_dirs(b, st->final, st->real);
@@ -560,6 +584,7 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
     const char *name;
     INGEST__FORWARD(versions_db(l));
     INGEST__FORWARD(check_final_names(b));
+    lander__hook(b, INGEST__LANDER_HOOK_PLACE);
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         if (f->refused != NULL)
@@ -589,8 +614,11 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
             lstage *st = &b->stages[f->stage - 1];
             if (!st->placed && (r = place_stage(b, st)) < 0)
                 goto fail;
-            f->renamed = true; /* in place with its directory */
-            continue;
+            if (st->placed) {
+                f->renamed = true; /* in place with its directory */
+                continue;
+            }
+            /* merged after all (place_stage): moved below like the files of a stage check_stages merged */
         }
         lander__tmp_of(b, name, i, tn, sizeof tn); /* in a merged stage: its final name there */
         int from;

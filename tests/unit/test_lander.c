@@ -2342,6 +2342,64 @@ static void test_stage_merge(void **state)
     free_files(d2, 20);
 }
 
+/* The hook of test_stage_taken: makes bronze/DAY "t/x" (and a file in it) when the commit starts its renames. */
+typedef struct {
+    const env *e;
+    int placed;
+} taker;
+
+static void take_dir(void *ud, const char *device, int phase)
+{
+    taker *t = ud;
+    (void)device;
+    if (phase != INGEST__LANDER_HOOK_PLACE || t->placed++)
+        return;
+    char p[512];
+    snprintf(p, sizeof p, "%s/" DAY "t/x", t->e->bronze);
+    assert_int_equal(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/" DAY "t/x/other", t->e->bronze);
+    const int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "x", 1), 1);
+    close(fd);
+}
+
+/*
+ * A staged directory whose final name is taken after the commit checked it
+ * free and before its rename (a batch of few files, landing meanwhile, made
+ * the directory for files of its own: such a batch makes its directories
+ * as it goes, without the lock the commit holds): the stage is merged
+ * instead, every file lands byte for byte beside what was there, and no
+ * staged directory is left.  Before, the batch failed ("rename into place
+ * the directory ...: File exists"), seen with two test suites at once.
+ */
+static void test_stage_taken(void **state)
+{
+    env *e = *state;
+    uint8_t *d[20];
+    char names[20][32];
+    tbatch tb;
+    ingest_lander_batch *b = prepared_batch(e, e->l, "tk", "t/x", 20, d, names, &tb);
+    assert_false(exists(e, DAY "t/x"));
+    taker t = {e, 0};
+    ingest__lander_set_hook(e->l, take_dir, &t);
+    assert_int_equal(ingest_lander_commit_finish(b, NULL), 0);
+    ingest__lander_set_hook(e->l, NULL, NULL);
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(t.placed, 1);
+    for (int i = 0; i < 20; i++) {
+        char rel[96];
+        snprintf(rel, sizeof rel, DAY "%s", names[i]);
+        assert_file(e, rel, d[i], 300 + (size_t)i, T2024, 0644);
+    }
+    assert_true(exists(e, DAY "t/x/other"));
+    assert_int_equal(count_files(e), 21);
+    assert_int_equal(tagged_entries(e, DAY "t"), 0);
+    assert_int_equal(tagged_entries(e, DAY "t/x"), 0);
+    free(tb.manifest);
+    free_files(d, 20);
+}
+
 /*
  * A file put where a staged directory goes, after the batch wrote it: the
  * commit refuses the batch before any rename, naming the directory; nothing
@@ -3663,6 +3721,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_land_new, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stage_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stage_merge, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stage_taken, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stage_blocked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sweep_staged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stage_withdraw, setup, teardown),
