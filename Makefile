@@ -167,9 +167,13 @@ rpm:
 	@sh packaging/rpm/build.sh $(BUILD)/rpm
 	-rpmlint $(BUILD)/rpm/RPMS/*/*.rpm | tail -1
 
+# JOBS: how many compilers and test suites run at once (default: twice the
+# CPUs, at most 4; see tests/run-tests.sh).  A -j given to make wins for the build.
+JOBS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 1) * 2 )); [ $$n -gt 4 ] && n=4; echo $$n)
+
 check: deps
-	@$(MAKE) --no-print-directory all tests
-	@sh tests/run-tests.sh $(BUILD)
+	@$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(JOBS)) all tests
+	@JOBS=$(JOBS) sh tests/run-tests.sh $(BUILD)
 
 asan:
 	@$(MAKE) --no-print-directory check SANITIZE=1

@@ -1,4 +1,5 @@
 #!/bin/sh
+# run-tests: alone: the benchmark syncs, drops caches and mounts loop devices
 # The profiles of `ingestctl bench gen` and their benchmark runs (issue 16):
 # the default tree is byte for byte what it was before profiles existed; the
 # gateway and small trees are deterministic, shaped as documented, and their

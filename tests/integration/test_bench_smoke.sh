@@ -1,4 +1,5 @@
 #!/bin/sh
+# run-tests: alone: the benchmark syncs, drops caches and mounts loop devices
 # make check's 64 MiB run of the shipping benchmark (bench/ship.sh, one run):
 # every comparison tool ran and has a row with figures, the Targets and
 # per-stage sections are there, ours moved bytes and the driver verified the

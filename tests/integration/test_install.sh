@@ -1,4 +1,5 @@
 #!/bin/sh
+# run-tests: alone: make install and uninstall run in the tree the other suites run from
 # make install into a staging root, then build and run an embedder program
 # against the installed header, pkg-config file and shared library, and
 # check that make uninstall removes everything.

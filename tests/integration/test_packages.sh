@@ -1,4 +1,5 @@
 #!/bin/sh
+# run-tests: alone: it installs and purges the packages system-wide
 # The Debian packages, end to end, on this machine (root only):
 #   1. make them (packaging/deb/build.sh: dpkg-buildpackage, debhelper 13)
 #      and install them with dpkg -i: users, state directories, keys made

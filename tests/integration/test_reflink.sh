@@ -1,4 +1,5 @@
 #!/bin/sh
+# run-tests: alone: it loop-mounts an XFS image and counts the receiver's writes
 # A new version of a large file with changes in place lands by sharing its
 # unchanged ranges with the previous version (docs/landing.md, "Unchanged
 # runs"): on a loop-mounted XFS with reflinks, a 256 MiB file with 8 ranges

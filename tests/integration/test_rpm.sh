@@ -1,4 +1,5 @@
 #!/bin/sh
+# run-tests: alone: it may install rpm with apt-get, and builds with rpmbuild
 # make rpm's recipe: packaging/rpm/build.sh builds the five RPMs with
 # rpmbuild and checks their file lists against packaging/rpm/files.expected.
 # rpmbuild comes from Debian's rpm package (installed when root); skipped,

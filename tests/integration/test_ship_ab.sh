@@ -1,4 +1,5 @@
 #!/bin/sh
+# run-tests: alone: it syncs and drops the page cache before every ship
 # bench/ship-ab.sh, a short run (2 rounds of a 1000-file small tree, the
 # build against itself): every ship has its line with figures, in the
 # order the rounds alternate (B first in odd rounds), the medians and the
