@@ -23,6 +23,8 @@
 # (20, percent), FLEET_ARGS (more options of bench fleet, e.g. "--stagger
 # 200ms"), BENCH_DIR (/var/tmp), LOOP (auto|0), IMG_SIZE (4G).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 A=${1:?usage: bench/fleet-ab.sh BUILD_A BUILD_B}
 B=${2:?usage: bench/fleet-ab.sh BUILD_A BUILD_B}
@@ -46,22 +48,8 @@ cleanup() { umount "$MP" 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
 trap "exit 1" INT TERM HUP
 use_loop=0
-if [ "$LOOP" != 0 ] && [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null; then use_loop=1; fi
+if loop_ok; then use_loop=1; fi
 
-# fresh_dir: a fresh filesystem (or directory) at $MP for one run
-fresh_dir() {
-    umount "$MP" 2>/dev/null || true
-    rm -rf "$MP" "$W/img"
-    mkdir -p "$MP"
-    if [ $use_loop = 1 ]; then
-        truncate -s "$IMG_SIZE" "$W/img"
-        mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$W/img" >/dev/null
-        mount -o loop "$W/img" "$MP"
-    fi
-}
-
-# field NAME JSON: a top-level number of the fleet's JSON (the part before per_device, where the same names recur)
-field() { sed -e 's/,"per_device":.*//' -e "s/.*\"$1\":\([0-9.eE+-]*\).*/\1/" <<<"$2"; }
 
 RES=$W/results
 : >"$RES"
@@ -80,19 +68,18 @@ for r in $(seq 1 "$RUNS"); do
                 cat "$W/err" >&2
                 exit 1
             }
-            mbps=$(field MBps "$out")
-            cpu=$(field receiver_cpu_s "$out")
-            secs=$(field seconds "$out")
-            bytes=$(field source_bytes "$out")
+            mbps=$(fleet_field MBps "$out")
+            cpu=$(fleet_field receiver_cpu_s "$out")
+            secs=$(fleet_field seconds "$out")
+            bytes=$(fleet_field source_bytes "$out")
             cpugb=$(awk -v c="$cpu" -v b="$bytes" 'BEGIN { printf "%.3f", c / (b / 1e9) }')
-            wire=$(field wire_bytes "$out")
-            xd=$(field cross_device_dedup "$out")
+            wire=$(fleet_field wire_bytes "$out")
+            xd=$(fleet_field cross_device_dedup "$out")
             printf '%-3s %-7s %-4s %8s %8s %8s %10s %12s %8s\n' "$r" "$which" "$n" "$mbps" "$cpu" "$secs" "$cpugb" "$wire" "$xd"
             echo "$which $n $mbps $cpu $cpugb $r $wire $xd" >>"$RES"
         done
     done
 done
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo "# medians of $RUNS runs"
 printf '%-7s %-4s %8s %8s %10s %12s %8s\n' build devs MBps rcv_cpu cpu_s/GB wire_bytes xdedup
 for n in $DEVICES; do

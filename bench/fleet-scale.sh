@@ -20,6 +20,8 @@
 # Environment: DEVICES, SIZE, SHARED, TOTAL, RUNS, BENCH_DIR (/var/tmp),
 # LOOP (auto|0), IMG_SIZE (4G).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 BUILD=$(cd "${1:?usage: bench/fleet-scale.sh BUILD shared|scale}" && pwd)
 MODE=${2:?usage: bench/fleet-scale.sh BUILD shared|scale}
 RUNS=${RUNS:-3}
@@ -37,25 +39,12 @@ cleanup() { umount "$MP" 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
 trap "exit 1" INT TERM HUP
 use_loop=0
-if [ "$LOOP" != 0 ] && [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null; then use_loop=1; fi
-fresh_dir() {
-    umount "$MP" 2>/dev/null || true
-    rm -rf "$MP" "$W/img"
-    mkdir -p "$MP"
-    if [ $use_loop = 1 ]; then
-        truncate -s "$IMG_SIZE" "$W/img"
-        mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$W/img" >/dev/null
-        mount -o loop "$W/img" "$MP"
-    fi
-}
-# field NAME JSON: a top-level number of bench fleet's JSON (before per_device, where names recur)
-field() { sed -e 's/,"per_device":.*//' -e "s/.*\"$1\":\([0-9.eE+-]*\).*/\1/" <<<"$2"; }
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.4f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+if loop_ok; then use_loop=1; fi
 fleet() { # fleet ARGS...: one run in a fresh filesystem; its JSON
     fresh_dir
     "$CTL" bench fleet --random "$@" "$MP" 2>"$W/err" || { echo "fleet-scale: bench fleet $* failed:" >&2; cat "$W/err" >&2; exit 1; }
 }
-cpugb() { awk -v c="$(field receiver_cpu_s "$1")" -v b="$(field source_bytes "$1")" 'BEGIN { printf "%.3f", c / (b / 1e9) }'; }
+cpugb() { awk -v c="$(fleet_field receiver_cpu_s "$1")" -v b="$(fleet_field source_bytes "$1")" 'BEGIN { printf "%.3f", c / (b / 1e9) }'; }
 
 case $MODE in
 shared)
@@ -73,14 +62,14 @@ shared)
     : >"$W/ratios"
     for r in $(seq 1 "$RUNS"); do
         out=$(fleet --devices "$DEVICES" --size "$SIZE" --shared "$SHARED")
-        awk -v r="$r" -v s="$(field seconds "$out")" -v m="$(field MBps "$out")" -v u="$(field unique_bytes "$out")" \
-            -v c="$(field chunk_raw_bytes_sent "$out")" -v q="$(field sent_over_unique "$out")" \
-            -v x="$(field cross_device_dedup "$out")" -v g="$(cpugb "$out")" -v a="$(field receiver_rss_anon_kib "$out")" \
+        awk -v r="$r" -v s="$(fleet_field seconds "$out")" -v m="$(fleet_field MBps "$out")" -v u="$(fleet_field unique_bytes "$out")" \
+            -v c="$(fleet_field chunk_raw_bytes_sent "$out")" -v q="$(fleet_field sent_over_unique "$out")" \
+            -v x="$(fleet_field cross_device_dedup "$out")" -v g="$(cpugb "$out")" -v a="$(fleet_field receiver_rss_anon_kib "$out")" \
             'BEGIN { printf "| %d | %s | %s | %.1f | %.1f | %s | %s | %s | %.1f |\n", r, s, m, u / 1048576, c / 1048576, q, x, g, a / 1024 }'
-        field sent_over_unique "$out" >>"$W/ratios"
+        fleet_field sent_over_unique "$out" >>"$W/ratios"
     done
     echo
-    echo "Median sent / unique: $(median <"$W/ratios") (issue 14: at most 1.2)."
+    echo "Median sent / unique: $(median 4 <"$W/ratios") (issue 14: at most 1.2)."
     ;;
 scale)
     DEVICES=${DEVICES:-8}
@@ -103,16 +92,16 @@ scale)
         [ $((r % 2)) = 0 ] && order="$DEVICES 1"
         for n in $order; do
             if [ "$n" = 1 ]; then out=$(fleet --devices 1 --size "$tb" --shared 0); else out=$(fleet --devices "$n" --size "$per" --shared 0); fi
-            m=$(field MBps "$out"); g=$(cpugb "$out")
-            awk -v r="$r" -v n="$n" -v s="$(field seconds "$out")" -v m="$m" -v c="$(field receiver_cpu_s "$out")" -v g="$g" \
-                -v a="$(field receiver_rss_anon_kib "$out")" \
+            m=$(fleet_field MBps "$out"); g=$(cpugb "$out")
+            awk -v r="$r" -v n="$n" -v s="$(fleet_field seconds "$out")" -v m="$m" -v c="$(fleet_field receiver_cpu_s "$out")" -v g="$g" \
+                -v a="$(fleet_field receiver_rss_anon_kib "$out")" \
                 'BEGIN { printf "| %d | %d | %s | %s | %s | %s | %.1f |\n", r, n, s, m, c, g, a / 1024 }'
             echo "$r $n $m $g" >>"$W/res"
         done
     done
-    m1=$(awk '$2 == 1 { print $3 }' "$W/res" | median); mn=$(awk -v n="$DEVICES" '$2 == n { print $3 }' "$W/res" | median)
-    g1=$(awk '$2 == 1 { print $4 }' "$W/res" | median); gn=$(awk -v n="$DEVICES" '$2 == n { print $4 }' "$W/res" | median)
-    ratio=$(awk -v n="$DEVICES" '$2 == 1 { one[$1] = $3 } $2 == n { many[$1] = $3 } END { for (r in one) if (r in many) printf "%.4f\n", many[r] / one[r] }' "$W/res" | median)
+    m1=$(awk '$2 == 1 { print $3 }' "$W/res" | median 4); mn=$(awk -v n="$DEVICES" '$2 == n { print $3 }' "$W/res" | median 4)
+    g1=$(awk '$2 == 1 { print $4 }' "$W/res" | median 4); gn=$(awk -v n="$DEVICES" '$2 == n { print $4 }' "$W/res" | median 4)
+    ratio=$(awk -v n="$DEVICES" '$2 == 1 { one[$1] = $3 } $2 == n { many[$1] = $3 } END { for (r in one) if (r in many) printf "%.4f\n", many[r] / one[r] }' "$W/res" | median 4)
     echo
     echo "Medians of $RUNS: 1 device $m1 MB/s ($g1 receiver CPU s per GB); $DEVICES devices $mn MB/s ($gn CPU s per GB)."
     echo "Median of the per-round ratios $DEVICES devices / 1 device MB/s: $ratio (issue 14: at least 0.9)."

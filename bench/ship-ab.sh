@@ -27,6 +27,8 @@
 # (/var/tmp), LOOP (auto|0), IMG_SIZE (4G), AGENT_YAML and RECEIVER_YAML
 # (lines appended to both builds' configurations).
 set -euo pipefail
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 A=${1:?usage: bench/ship-ab.sh BUILD_A BUILD_B}
 B=${2:?usage: bench/ship-ab.sh BUILD_A BUILD_B}
@@ -54,27 +56,14 @@ cleanup() {
 trap cleanup EXIT
 trap "exit 1" INT TERM HUP
 use_loop=0
-if [ "$LOOP" != 0 ] && [ "$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null; then use_loop=1; fi
-
-# fresh_dir: a fresh filesystem (or directory) at $MP for one ship
-fresh_dir() {
-    umount "$MP" 2>/dev/null || true
-    rm -rf "$MP" "$W/img"
-    mkdir -p "$MP"
-    if [ $use_loop = 1 ]; then
-        truncate -s "$IMG_SIZE" "$W/img"
-        mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$W/img" >/dev/null
-        mount -o loop "$W/img" "$MP"
-    fi
-    mkdir -p "$MP/bronze" "$MP/rstate"
-}
+if loop_ok; then use_loop=1; fi
 
 now_us() { local t=${EPOCHREALTIME}; echo "${t/./}"; }
 
 # ship BIN: one initial ship by the build in BIN; writes "wall agent_cpu receiver_cpu" to $W/one
 ship() {
     local bin=$1 t0 t1 rcpu acpu
-    fresh_dir
+    fresh_dir bronze rstate
     rm -rf "$W/astate" "$W/addr"
     mkdir -p "$W/astate"
     cat >"$W/receiver.yaml" <<EOT
@@ -154,7 +143,6 @@ for r in $(seq 1 "$PAIRS"); do
         echo "$which $r $wall $acpu $rcpu" >>"$RES"
     done
 done
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 col() { awk -v w="$1" -v k="$2" '$1 == w { print $k }' "$RES"; }
 # ratios COLUMN: B/A per round (none for a round where A's figure is 0, a CPU time under 10 ms)
 ratios() { awk -v k="$1" '{ v[$1 " " $2] = $k } END { for (r = 1; (("A " r) in v); r++) if (("B " r) in v && v["A " r] > 0) printf "%.4f\n", v["B " r] / v["A " r] }' "$RES"; }
