@@ -171,11 +171,16 @@ mbps() { awk -v b="$1" -v us="$2" 'BEGIN { if (us <= 0) print "n/a"; else printf
 dmbps() { awk -v b="$1" -v us="$2" -v s="$3" 'BEGIN { t = us + s * 1e6; if (t <= 0) print "n/a"; else printf "%.1f", b / t }'; }
 tree_bytes() { find "$1" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }'; }
 tree_files() { find "$1" -type f | wc -l; }
+# free_port: a TCP port no socket uses, below the kernel's range of ephemeral ports (a
+# port from that range can be a connection's local port by the time a listener binds it:
+# "Address already in use", seen once with other tests running beside the benchmark)
 free_port() {
-    local p
+    local p lo
+    lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    [ "$lo" -gt 11024 ] || lo=32768
     while :; do
-        p=$(( 20000 + RANDOM % 30000 ))
-        ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+        p=$(( 10000 + RANDOM % (lo - 10000) ))
+        ss -Htan "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
     done
 }
 wait_port() {  # wait_port PORT PID
@@ -379,14 +384,6 @@ EOT
         AMPORT=$(free_port); printf 'metrics:\n  listen: 127.0.0.1:%s\n' "$AMPORT" >> "$d/agent.yaml"
     fi
     if [ -n "${AGENT_YAML:-}" ]; then printf '%s\n' "$AGENT_YAML" >> "$d/agent.yaml"; fi
-}
-# free_port: a TCP port nobody listens on (for the metrics endpoints)
-free_port() {
-    local p
-    while :; do
-        p=$((20000 + RANDOM % 30000))
-        ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
-    done
 }
 # scrape_loop OUT PORT...: GET /metrics from every port once a second (a
 # Prometheus at a 1 s interval) until killed; the last bodies go to OUT.PORT
