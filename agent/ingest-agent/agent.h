@@ -17,6 +17,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -144,8 +145,9 @@ struct agent {
 };
 
 /* Set by signal handlers: SIGTERM/SIGINT, and SIGHUP (daemon: reload the config). */
-extern volatile sig_atomic_t stopping;
-extern volatile sig_atomic_t reload_requested;
+/* Set by signal handlers (on any thread), read by every thread: lock-free atomics (main.c). */
+extern atomic_int stopping;
+extern atomic_int reload_requested;
 
 /* ametrics.c */
 int agent_metrics_init(agent *a);

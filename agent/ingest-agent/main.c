@@ -32,8 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
-volatile sig_atomic_t stopping;
-volatile sig_atomic_t reload_requested;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "signal handlers need lock-free atomics");
+atomic_int stopping;
+atomic_int reload_requested;
 
 static void on_signal(int sig)
 {

@@ -154,7 +154,10 @@ static int define_metrics(server *s)
                                 sizeof(lat) / sizeof(lat[0]), &s->m_latency);
 }
 
-static volatile sig_atomic_t stopping, reload_requested;
+/* Set by signal handlers, which may run on any thread, and read by every thread: lock-free atomics (C11
+ * 7.14.1.1), not volatile sig_atomic_t, which is only for a handler on the thread that reads it. */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "signal handlers need lock-free atomics");
+static atomic_int stopping, reload_requested;
 static int stop_pipe[2] = { -1, -1 }; /* wakes the accept loop: to stop, or to reload */
 
 static void wake_main(void)

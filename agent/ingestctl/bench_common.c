@@ -7,6 +7,7 @@
 #include <ingest/hash.h>
 #include <ingest/session.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,7 +205,8 @@ double bench_summary_double(const char *line, const char *name)
  * never sees a half-updated slot; 0 marks a free slot.
  */
 static volatile pid_t children[BENCH_MAX_CHILDREN];
-static volatile sig_atomic_t caught;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler needs lock-free atomics");
+static atomic_int caught; /* set by the handler, which may run on any thread */
 
 static void on_signal(int sig)
 {
