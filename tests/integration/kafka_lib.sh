@@ -1,6 +1,7 @@
 # Helpers of the Kafka tests (docs/kafka.md): source after lib.sh.  They run
 # the real programs against tests/tools/kafka-mock, librdkafka's mock
 # cluster on loopback.
+skip_kafka_under_tsan
 MOCK="$BUILD/tools/kafka-mock"
 [ -x "$MOCK" ] || fail "kafka-mock not built (make tests)"
 MOCK_PID=""

@@ -39,6 +39,7 @@ EOT
 # A sanitizer build of the library needs the embedder built with the same runtime.
 san=""
 nm -D "$root/usr/lib/libingest.so.0" 2>/dev/null | grep -q __asan_ && san="-fsanitize=address,undefined"
+nm -D "$root/usr/lib/libingest.so.0" 2>/dev/null | grep -q __tsan_ && san="-fsanitize=thread"
 PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_PATH="$root/usr/lib/pkgconfig" \
     cc -std=c11 -Wall -Werror $san -o "$T/embed" "$T/embed.c" $(PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_PATH="$root/usr/lib/pkgconfig" pkg-config --cflags --libs libingest) \
     || fail "embedder does not build against the installed library"

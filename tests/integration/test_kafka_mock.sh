@@ -7,6 +7,7 @@
 # answered one line each, bad ones with an error that does not stop it; it
 # exits 0 when its stdin closes and on SIGTERM; usage errors exit 2.
 . "$(dirname "$0")/lib.sh"
+skip_kafka_under_tsan
 MOCK="$BUILD/tools/kafka-mock"
 PROBE="$BUILD/tools/kafka-probe"
 [ -x "$MOCK" ] && [ -x "$PROBE" ] || fail "kafka-mock or kafka-probe not built (make tests)"

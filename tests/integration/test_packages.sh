@@ -22,7 +22,7 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 PKGS="ingest-agent ingest-receiver ingestctl libingest0 libingest-dev"
 skip() { echo "skip: $*"; exit 0; }
 [ "$(id -u)" = 0 ] || skip "not root: installing packages needs root (run make check as root)"
-nm "$AGENT" 2>/dev/null | grep -q __asan_init && skip "sanitizer build: the packages are built without sanitizers; the plain make check runs this test"
+nm "$AGENT" 2>/dev/null | grep -qE '__(asan|tsan)_init' && skip "sanitizer build: the packages are built without sanitizers; the plain make check runs this test"
 for p in $PKGS; do
     case $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true) in
         ""|not-installed) ;;

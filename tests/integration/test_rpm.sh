@@ -7,7 +7,7 @@
 # sanitizer build (the packages are built without).
 . "$(dirname "$0")/lib.sh"
 top=$(cd "$(dirname "$0")/../.." && pwd)
-nm "$AGENT" 2>/dev/null | grep -q __asan_init && { echo "skip: sanitizer build; the plain make check runs this test"; exit 0; }
+nm "$AGENT" 2>/dev/null | grep -qE '__(asan|tsan)_init' && { echo "skip: sanitizer build; the plain make check runs this test"; exit 0; }
 if ! command -v rpmbuild > /dev/null 2>&1; then
     [ "$(id -u)" = 0 ] && sh "$top/packaging/install-deps.sh" rpm > /dev/null 2>&1
     command -v rpmbuild > /dev/null 2>&1 || { echo "skip: rpmbuild missing (apt-get install rpm, as root)"; exit 0; }
