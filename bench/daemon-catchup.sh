@@ -55,9 +55,9 @@ fresh_fs() { # a fresh landing filesystem at $W/fs
     mkdir -p "$W/fs/bronze" "$W/fs/rstate"
 }
 
-configs() { # configs PORT
+receiver_config() { # a port of the kernel's choosing: the receiver writes its address to --ready-file
     cat > "$W/r.yaml" <<EOT
-listen: 127.0.0.1:$1
+listen: 127.0.0.1:0
 key: $W/keys/receiver.key
 authorized_devices: $W/keys/authorized
 dedup_key: $W/keys/fleet.dedup
@@ -67,12 +67,15 @@ layout: "{device}/{path}"
 log:
   level: warn
 EOT
+}
+
+agent_config() { # agent_config ADDRESS
     cat > "$W/a.yaml" <<EOT
 device:
   id: dev1
   key: $W/keys/dev1.key
 core:
-  address: 127.0.0.1:$1
+  address: $1
   receiver_key: $W/keys/receiver.pub
 dedup_key: $W/keys/fleet.dedup
 sources:
@@ -87,17 +90,18 @@ EOT
 }
 
 one() { # one BUILD MODE(daemon|once): prints "wall cpu maxrssanon_kib"
-    local b=$1 mode=$2 port=$((40000 + RANDOM % 20000))
+    local b=$1 mode=$2
     fresh_fs
-    rm -rf "$W/astate"
-    configs "$port"
+    rm -rf "$W/astate" "$W/addr"
+    receiver_config
     [ "$COLD" = 1 ] && { sync; echo 3 > /proc/sys/vm/drop_caches; }
-    "$b/ingest-receiver" --config "$W/r.yaml" > "$W/recv.log" 2>&1 &
+    "$b/ingest-receiver" --config "$W/r.yaml" --ready-file "$W/addr" > "$W/recv.log" 2>&1 &
     local rp=$! i=0
-    while ! (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; do
+    while [ ! -s "$W/addr" ]; do
         i=$((i + 1)); [ $i -gt 200 ] && { cat "$W/recv.log"; echo "receiver did not start" >&2; exit 1; }
         sleep 0.05
     done
+    agent_config "$(cat "$W/addr")"
     local t0 t1 maxra=0 ra
     t0=$EPOCHREALTIME
     if [ "$mode" = once ]; then
