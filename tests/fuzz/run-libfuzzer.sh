@@ -11,6 +11,8 @@
 #                 tests/fuzz/corpus/NAME (libFuzzer -merge=1)
 #   FUZZ_TIMEOUT  seconds one input may take before it counts as a crash (10)
 #   FUZZ_CC       the clang to use (clang)
+#   FUZZ_JOBS     targets fuzzed at once, each on a core of its own (default:
+#                 the number of CPUs); a crash is reported as it would be alone
 #
 # Each target is built with clang -fsanitize=fuzzer,address,undefined in
 # $BUILD/fuzz-clang, then runs for SECONDS with tests/fuzz/corpus/NAME as its
@@ -26,6 +28,8 @@ build=${BUILD:-build}
 case $build in /*) ;; *) build=$top/$build ;; esac
 cc=${FUZZ_CC:-clang}
 timeout_s=${FUZZ_TIMEOUT:-10}
+jobs=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
+case $jobs in ''|*[!0-9]*|0) echo "run-libfuzzer.sh: FUZZ_JOBS must be a positive number, got '$jobs'" >&2; exit 2 ;; esac
 fb=$build/fuzz-clang
 
 case $seconds in ''|*[!0-9]*) echo "run-libfuzzer.sh: SECONDS must be a whole number, got '$seconds'" >&2; exit 2 ;; esac
@@ -51,7 +55,7 @@ done
 # The library and the targets with coverage and sanitizers (the Makefile's
 # rules, in a build dir of their own).
 echo "fuzz: building with $cc in $fb"
-make -C "$top" --no-print-directory -s BUILD="$fb" CC="$cc" OPT=-O1 \
+make -C "$top" --no-print-directory -s -j"$jobs" BUILD="$fb" CC="$cc" OPT=-O1 \
     SAN_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
     CFLAGS="-fsanitize=fuzzer-no-link" $bins || { echo "fuzz: build failed" >&2; exit 1; }
 
@@ -59,6 +63,24 @@ mkdir -p "$build/fuzz-stats" "$build/fuzz-logs"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 status=0
 total_crashes=0
+# The campaigns, $jobs at once (each runs SECONDS on one core); their exit codes to NAME.rc.
+n=0
+for t in $targets; do
+    bin=$fb/libfuzzer/fuzz_$t
+    seed=$top/tests/fuzz/corpus/$t
+    work=$build/fuzz-corpus/$t
+    art=$build/fuzz-artifacts/$t
+    log=$build/fuzz-logs/$t.log
+    mkdir -p "$seed" "$work" "$art"
+    rm -f "$art"/* "$build/fuzz-logs/$t.rc"
+    ("$bin" -max_total_time="$seconds" -timeout="$timeout_s" -print_final_stats=1 \
+        -artifact_prefix="$art/" "$work" "$seed" > "$log" 2>&1
+     echo $? > "$build/fuzz-logs/$t.rc") &
+    n=$((n + 1))
+    if [ "$n" -ge "$jobs" ]; then wait; n=0; fi
+done
+wait
+
 printf '%-16s %12s %14s  %s\n' target "execs (run)" "execs (total)" result
 for t in $targets; do
     bin=$fb/libfuzzer/fuzz_$t
@@ -67,11 +89,7 @@ for t in $targets; do
     art=$build/fuzz-artifacts/$t
     log=$build/fuzz-logs/$t.log
     stats=$build/fuzz-stats/$t.execs
-    mkdir -p "$seed" "$work" "$art"
-    rm -f "$art"/*
-    "$bin" -max_total_time="$seconds" -timeout="$timeout_s" -print_final_stats=1 \
-        -artifact_prefix="$art/" "$work" "$seed" > "$log" 2>&1
-    rc=$?
+    rc=$(cat "$build/fuzz-logs/$t.rc" 2>/dev/null || echo 99)
     # The final stats are printed on a clean end and on a crash; a run killed
     # harder than that leaves only its progress lines ("#N ...").
     execs=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\).*/\1/p' "$log" | tail -1)
