@@ -63,19 +63,25 @@ mkdir -p "$build/fuzz-stats" "$build/fuzz-logs"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 status=0
 total_crashes=0
+# paths T: the binary, seed and work corpora, artifacts, log, exit code and stats of target T
+paths() {
+    bin=$fb/libfuzzer/fuzz_$1
+    seed=$top/tests/fuzz/corpus/$1
+    work=$build/fuzz-corpus/$1
+    art=$build/fuzz-artifacts/$1
+    log=$build/fuzz-logs/$1.log
+    rcf=$build/fuzz-logs/$1.rc
+    stats=$build/fuzz-stats/$1.execs
+}
 # The campaigns, $jobs at once (each runs SECONDS on one core); their exit codes to NAME.rc.
 n=0
 for t in $targets; do
-    bin=$fb/libfuzzer/fuzz_$t
-    seed=$top/tests/fuzz/corpus/$t
-    work=$build/fuzz-corpus/$t
-    art=$build/fuzz-artifacts/$t
-    log=$build/fuzz-logs/$t.log
+    paths "$t"
     mkdir -p "$seed" "$work" "$art"
-    rm -f "$art"/* "$build/fuzz-logs/$t.rc"
+    rm -f "$art"/* "$rcf"
     ("$bin" -max_total_time="$seconds" -timeout="$timeout_s" -print_final_stats=1 \
         -artifact_prefix="$art/" "$work" "$seed" > "$log" 2>&1
-     echo $? > "$build/fuzz-logs/$t.rc") &
+     echo $? > "$rcf") &
     n=$((n + 1))
     if [ "$n" -ge "$jobs" ]; then wait; n=0; fi
 done
@@ -83,13 +89,8 @@ wait
 
 printf '%-16s %12s %14s  %s\n' target "execs (run)" "execs (total)" result
 for t in $targets; do
-    bin=$fb/libfuzzer/fuzz_$t
-    seed=$top/tests/fuzz/corpus/$t
-    work=$build/fuzz-corpus/$t
-    art=$build/fuzz-artifacts/$t
-    log=$build/fuzz-logs/$t.log
-    stats=$build/fuzz-stats/$t.execs
-    rc=$(cat "$build/fuzz-logs/$t.rc" 2>/dev/null || echo 99)
+    paths "$t"
+    rc=$(cat "$rcf" 2>/dev/null || echo 99)
     # The final stats are printed on a clean end and on a crash; a run killed
     # harder than that leaves only its progress lines ("#N ...").
     execs=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\).*/\1/p' "$log" | tail -1)
