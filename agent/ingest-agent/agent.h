@@ -144,8 +144,8 @@ struct agent {
     size_t nrefq, caprefq;
 };
 
-/* Set by signal handlers: SIGTERM/SIGINT, and SIGHUP (daemon: reload the config). */
-/* Set by signal handlers (on any thread), read by every thread: lock-free atomics (main.c). */
+/* Set by signal handlers (SIGTERM/SIGINT, and SIGHUP: the daemon reloads its config), which may run on any
+ * thread, and read by every thread: lock-free atomics (main.c). */
 extern atomic_int stopping;
 extern atomic_int reload_requested;
 

@@ -453,8 +453,8 @@ static int check_final_names(ingest_lander_batch *b)
 
 /*
  * Rename directory from to to (bronze-relative, one parent), never over
- * anything there.  With taken: a directory or file at to (EEXIST, ENOTEMPTY)
- * sets *taken and returns 0, nothing renamed.
+ * anything there.  With taken: a directory at to (EEXIST, ENOTEMPTY) sets
+ * *taken and returns 0, nothing renamed.
  */
 static int rename_dir(ingest_lander_batch *b, const char *from, const char *to, bool *taken)
 {
@@ -470,11 +470,14 @@ static int rename_dir(ingest_lander_batch *b, const char *from, const char *to, 
     if (r < 0 && errno == EINVAL) /* a filesystem without RENAME_NOREPLACE: the name was checked free */
         r = renameat(pfd, fname, pfd, tname);
     const int e = errno;
-    close(pfd);
-    if (r < 0 && taken != NULL && (e == EEXIST || e == ENOTEMPTY)) {
+    struct stat sb;
+    if (r < 0 && taken != NULL && (e == EEXIST || e == ENOTEMPTY) &&
+        fstatat(pfd, tname, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode)) {
+        close(pfd);
         *taken = true;
         return 0;
     }
+    close(pfd);
     return r < 0 ? lander__sys_fail(b->ctx, e, "rename into place the directory", to) : 0;
 }
 
