@@ -96,8 +96,8 @@ nl='
 '
 for kind in $kinds; do
     list=$(suites "$kind")
-    IFS=$nl # one path per line, whatever characters the paths hold
     [ -n "$list" ] || continue
+    IFS=$nl # one path per line, whatever characters the paths hold
     for t in $list; do
         n=$(basename "$t"); [ "$kind" = integration ] && n=$(basename "$t" .sh)
         rm -f "$logdir/$kind/$n.res"
