@@ -28,11 +28,14 @@ trap cleanup EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# tsan_build: true when the programs under test were built with ThreadSanitizer (SANITIZE=thread)
+tsan_build() { nm "$RECEIVER" 2>/dev/null | grep -q __tsan_init; }
+
 # skip_kafka_under_tsan: ends a Kafka test, passed and saying why, in a ThreadSanitizer build (SANITIZE=thread):
 # GCC 12's TSan does not intercept C11 thrd_create, with which librdkafka starts its threads, and the first
 # allocation on such a thread crashes inside TSan (SEGV at address 0xc38, seen in kafka-mock's "rdk:mock").
 skip_kafka_under_tsan() {
-    if nm "$RECEIVER" 2>/dev/null | grep -q __tsan_init; then
+    if tsan_build; then
         echo "ok: skipped: ThreadSanitizer build (librdkafka's threads are not TSan's); make check and SANITIZE=1 run it"
         exit 0
     fi

@@ -6,7 +6,11 @@
 . "$(dirname "$0")/lib.sh"
 top=$(cd "$(dirname "$0")/../.." && pwd)
 root="$T/root"
-make -s -C "$top" BUILD="$BUILD" install PREFIX=/usr DESTDIR="$root" > "$T/install.log" 2>&1 || { cat "$T/install.log"; fail "make install"; }
+# The build's own sanitizer, so that a source changed since it was built is rebuilt as the rest of it was
+san_var=""
+nm "$AGENT" 2>/dev/null | grep -q __asan_init && san_var="SANITIZE=1"
+tsan_build && san_var="SANITIZE=thread"
+make -s -C "$top" BUILD="$BUILD" $san_var install PREFIX=/usr DESTDIR="$root" > "$T/install.log" 2>&1 || { cat "$T/install.log"; fail "make install"; }
 for f in usr/bin/ingest-agent usr/bin/ingest-receiver usr/bin/ingestctl usr/include/ingest.h \
          usr/include/ingest/common.h usr/lib/libingest.a usr/lib/libingest.so.0 usr/lib/pkgconfig/libingest.pc \
          usr/share/man/man8/ingest-agent.8 usr/share/man/man8/ingest-receiver.8 usr/share/man/man1/ingestctl.1 \
@@ -47,7 +51,7 @@ out=$(LD_LIBRARY_PATH="$root/usr/lib" "$T/embed") || fail "embedder failed"
 echo "$out" | grep -q '^0\.1\.0 [0-9][0-9]* chunks$' || fail "unexpected output: $out"
 ldd "$T/embed" | grep -q libingest.so.0 || fail "embedder is not linked to the shared library"
 pass "embedder builds and runs against the installed library ($out)"
-make -s -C "$top" BUILD="$BUILD" uninstall PREFIX=/usr DESTDIR="$root" > /dev/null 2>&1 || fail "make uninstall"
+make -s -C "$top" BUILD="$BUILD" $san_var uninstall PREFIX=/usr DESTDIR="$root" > /dev/null 2>&1 || fail "make uninstall"
 left=$(find "$root" -type f -o -type l | wc -l)
 [ "$left" -eq 0 ] || fail "uninstall left $left files"
 pass "uninstall removes everything"

@@ -27,6 +27,16 @@ until readlink "/proc/$RECV_PID/exe" 2>/dev/null | grep -q 'ingest-receiver$'; d
     sleep 0.002
 done
 sleep 0.02
+# ThreadSanitizer's runtime sets itself up before main, for longer than that (seconds with other suites
+# running): a SIGPIPE then would kill it before any of our code ran.  There, the signals start once the
+# receiver ignores SIGPIPE (SigIgn bit 13), still before its crash recovery and metrics thread.
+if tsan_build; then
+    i=0
+    until [ $(( 0x$(awk '/^SigIgn:/ { print $2 }' "/proc/$RECV_PID/status" 2>/dev/null || echo 0) & 0x1000 )) -ne 0 ]; do
+        i=$((i + 1)); [ $i -gt 2500 ] && fail "the receiver never ignored SIGPIPE"
+        sleep 0.002
+    done
+fi
 sent=0
 i=0
 while [ $i -lt 60 ]; do
