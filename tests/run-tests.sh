@@ -17,13 +17,13 @@
 # share a name: test_throttle), each suite's result to NAME.res.
 set -u
 
+# name_of KIND PATH: the suite's name (its log is KIND/NAME.log)
+name_of() { if [ "$1" = integration ]; then basename "$2" .sh; else basename "$2"; fi; }
+
 if [ "${1:-}" = --one ]; then
     # --one KIND PATH LOGDIR TOP: run one suite, write "PASSED FAILED EXIT SECONDS" to its .res
     kind=$2; t=$3; logdir=$4; top=$5
-    case $kind in
-    integration) name=$(basename "$t" .sh) ;;
-    *) name=$(basename "$t") ;;
-    esac
+    name=$(name_of "$kind" "$t")
     log="$logdir/$kind/$name.log"
     res="$logdir/$kind/$name.res"
     start=$(date +%s.%N)
@@ -99,7 +99,7 @@ for kind in $kinds; do
     [ -n "$list" ] || continue
     IFS=$nl # one path per line, whatever characters the paths hold
     for t in $list; do
-        n=$(basename "$t"); [ "$kind" = integration ] && n=$(basename "$t" .sh)
+        n=$(name_of "$kind" "$t")
         rm -f "$logdir/$kind/$n.res"
     done
     alone=""
@@ -107,7 +107,7 @@ for kind in $kinds; do
     printf '%s\n' $list | grep -vxF "$alone" | run "$kind" "$JOBS"
     [ -n "$alone" ] && printf '%s\n' $alone | run "$kind" 1
     for t in $list; do
-        n=$(basename "$t"); [ "$kind" = integration ] && n=$(basename "$t" .sh)
+        n=$(name_of "$kind" "$t")
         [ "$kind" = fuzz ] && label="$n (corpus replay)" || label=$n
         log="$logdir/$kind/$n.log"
         if [ -f "$logdir/$kind/$n.res" ]; then
