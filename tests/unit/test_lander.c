@@ -404,6 +404,50 @@ static void test_small_files_helper(void **state)
     assert_int_equal(count_files(e), 4 * SF_N);
 }
 
+/*
+ * Many small files in many directories: the helper's slots are taken and
+ * given back many times over while the landing thread hands files over
+ * and lands others itself.  Every file lands with its bytes, mtime and
+ * mode, whichever thread made it.
+ */
+static void test_small_files_many(void **state)
+{
+    env *e = *state;
+    enum { RN = 240, RDIR = 20 }; /* the harness holds fewer than MAXCH chunks a batch */
+    static const size_t sizes[] = {1, 700, 2047, 3000, CH};
+    uint8_t **d = calloc(RN, sizeof *d);
+    char(*paths)[32] = calloc(RN, sizeof *paths);
+    tfile *f = calloc(RN, sizeof *f);
+    assert_true(d && paths && f);
+    for (int k = 0; k < RN; k++) {
+        const size_t len = sizes[k % 5];
+        d[k] = pattern(len, 7000u + (uint32_t)k);
+        snprintf(paths[k], sizeof paths[k], "r/d%02d/f%04d", k / RDIR, k);
+        f[k] = (tfile){paths[k], d[k], len, T2024 + k % 60, k % 3 == 0 ? 0750u : 0640u};
+    }
+    tbatch tb;
+    make_batch(e, "dev1", "r1", f, RN, &tb);
+    ingest_lander_batch *b = NULL;
+    sf_begin(e, &tb, &b);
+    land_all(e, b, &tb);
+    ingest_lander_stats st;
+    ingest_lander_batch_stats(b, &st);
+    assert_true(st.files_helped > 0); /* the first file is the helper's */
+    assert_true(st.files_helped <= RN);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+    for (int k = 0; k < RN; k++) {
+        char p[64];
+        snprintf(p, sizeof p, "dev1/2024/02/29/%s", paths[k]);
+        assert_file(e, p, d[k], sizes[k % 5], T2024 + k % 60, k % 3 == 0 ? 0755 : 0644); /* landed modes */
+        free(d[k]);
+    }
+    assert_int_equal(count_files(e), RN);
+    free(d);
+    free(paths);
+    free(f);
+}
+
 /* Whether a thread of this process is named name (/proc/self/task/TID/comm). */
 static bool thread_named(const char *name)
 {
@@ -3728,6 +3772,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stage_long_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_land_modes_under_umask, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_files_helper, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_small_files_many, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_files_helper_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_files_helper_named, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedup_copies, setup, teardown),
