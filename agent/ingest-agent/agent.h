@@ -117,6 +117,9 @@ struct agent {
     uint8_t *dict;
     size_t dict_len;
     int all;        /* --all: ship files even when unchanged since their ack */
+    /* --once: each source's filter (NULL: no rule), and the files they passed over, by reason */
+    ingest_filter **filters;
+    uint64_t skipped_filter[INGEST_FILTER_NREASONS];
     int daemon;     /* daemon mode: acks are recorded through the journal, not record_acked */
     void *userdata; /* the daemon's state */
     double batch_t0; /* when the batch being shipped began to be built */
@@ -148,6 +151,12 @@ struct agent {
  * thread, and read by every thread: lock-free atomics (main.c). */
 extern atomic_int stopping;
 extern atomic_int reload_requested;
+
+/* filters.c: a source's filter (*out NULL when it has no rule; -1 logged), and what it says of a file
+ * (INGEST_FILTER_TAKE, or the reason) found at rel under the source's directory dir. */
+int agent_filter_create(agent *a, const ingest_source_config *c, ingest_filter **out);
+int agent_filter_check(const ingest_filter *f, const char *dir, const char *rel, const ingest_sender_stat *st,
+                       int64_t now_ns);
 
 /* ametrics.c */
 int agent_metrics_init(agent *a);

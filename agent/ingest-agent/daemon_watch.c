@@ -36,27 +36,12 @@ int dmn_sources_make(daemon_t *d, const ingest_agent_config *cfg, dsource **out,
                                                                      : AFTER_KEEP;
         s[i].move_dir = c->after_ship_dir;
         s[i].spool = c->spool == INGEST_SPOOL_COPY;
-        if (c->include_count || c->exclude_count || c->min_size || c->max_size || c->max_age_ms ||
-            c->sample_every > 1 || c->drop_if_prefix[0]) {
-            ingest_filter_spec fs;
-            memset(&fs, 0, sizeof(fs));
-            fs.include = (const char *const *)c->include;
-            fs.include_count = c->include_count;
-            fs.exclude = (const char *const *)c->exclude;
-            fs.exclude_count = c->exclude_count;
-            fs.min_size = c->min_size;
-            fs.max_size = c->max_size;
-            fs.max_age_ms = c->max_age_ms;
-            fs.sample_every = c->sample_every;
-            fs.drop_if_prefix = c->drop_if_prefix;
-            if (ingest_filter_create(d->a->ctx, &fs, &s[i].filter) < 0) {
-                prog_log(INGEST_LOG_ERROR, "source %s: filter: %s", c->name, ingest_ctx_errmsg(d->a->ctx));
-                for (size_t k = 0; k < i; k++)
-                    ingest_filter_destroy(s[k].filter);
-                free(s);
-                free(ss);
-                return -1;
-            }
+        if (agent_filter_create(d->a, c, &s[i].filter) < 0) {
+            for (size_t k = 0; k < i; k++)
+                ingest_filter_destroy(s[k].filter);
+            free(s);
+            free(ss);
+            return -1;
         }
     }
     *out = s;
@@ -464,27 +449,6 @@ void dmn_inotify_drain(daemon_t *d)
 
 /* ---- discovery -------------------------------------------------------------- */
 
-static int read_head(const dsource *s, const char *rel, uint8_t *buf, size_t cap, size_t *len)
-{
-    char full[PATH_MAX];
-    snprintf(full, sizeof(full), "%s/%s", s->path, rel);
-    const int fd = open(full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0)
-        return -1;
-    size_t n = 0;
-    while (n < cap) {
-        const ssize_t r = read(fd, buf + n, cap - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-    }
-    close(fd);
-    *len = n;
-    return 0;
-}
-
 typedef struct fhash_ud {
     ingest_filehash fh;
 } fhash_ud;
@@ -589,14 +553,7 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     if (s->filter != NULL) {
         if (ingest_journal_skipped(d->j, path, st->size, st->mtime_ns) > 0)
             return 0; /* this version was counted already */
-        int r = ingest_filter_check_stat(s->filter, rel, st->size, st->mtime_ns, d->wall_ns);
-        const size_t hl = ingest_filter_head_len(s->filter);
-        if (r == INGEST_FILTER_TAKE && hl > 0) {
-            uint8_t head[INGEST_FILTER_MAX_PREFIX];
-            size_t n = 0;
-            if (read_head(s, rel, head, hl < sizeof(head) ? hl : sizeof(head), &n) == 0)
-                r = ingest_filter_check_head(s->filter, head, n);
-        }
+        const int r = agent_filter_check(s->filter, s->path, rel, st, d->wall_ns);
         if (r != INGEST_FILTER_TAKE) {
             if (r > 0 && r < INGEST_FILTER_NREASONS) {
                 d->skipped[r]++;

@@ -502,6 +502,27 @@ static int want_file(void *ud, const char *path, const ingest_sender_stat *st)
         snprintf(name, sizeof(name), "%.*s", (int)(n < sizeof(name) ? n : sizeof(name) - 1), path);
         ingest_metric_add(a->report.m.files_seen, name, 1);
     }
+    if (a->filters != NULL) {
+        for (size_t i = 0; i < a->cfg->sources_count; i++) {
+            const ingest_source_config *c = &a->cfg->sources[i];
+            const size_t nl = strlen(c->name);
+            if (a->filters[i] == NULL || strncmp(path, c->name, nl) != 0 || path[nl] != '/')
+                continue;
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            const int r = agent_filter_check(a->filters[i], c->path, path + nl + 1, st,
+                                             (int64_t)now.tv_sec * 1000000000 + now.tv_nsec);
+            if (r == INGEST_FILTER_TAKE)
+                break;
+            if (r > 0 && r < INGEST_FILTER_NREASONS) {
+                a->skipped_filter[r]++;
+                if (a->report.metrics != NULL)
+                    ingest_metric_add(a->report.m.files_skipped, ingest_filter_reason_name(r), 1);
+            }
+            prog_log(INGEST_LOG_DEBUG, "skipped %s: filter %s", prog_esc(path), ingest_filter_reason_name(r));
+            return 0;
+        }
+    }
     if (a->all)
         return 1;
     ingest_file_state fs;
@@ -1183,6 +1204,12 @@ int main(int argc, char **argv)
         status = daemon_run(&a, config, &so);
         goto out;
     }
+    a.filters = calloc(a.cfg->sources_count ? a.cfg->sources_count : 1, sizeof(*a.filters));
+    if (a.filters == NULL)
+        goto out;
+    for (size_t i = 0; i < a.cfg->sources_count; i++)
+        if (agent_filter_create(&a, &a.cfg->sources[i], &a.filters[i]) < 0)
+            goto out;
     const double cpu0 = prog_cpu_seconds();
     /* batches an earlier run sent whose ACK never came (and the daemon's queue) go first, under their ids */
     uint64_t replayed = 0;
@@ -1215,7 +1242,8 @@ int main(int argc, char **argv)
            "wait_ack_seconds=%.3f latency_p50_seconds=%.3f latency_p99_seconds=%.3f chunk_groups=%llu "
            "record_seconds=%.3f files_refused=%llu skipped_symlinks=%llu skipped_fifos=%llu skipped_sockets=%llu "
            "skipped_devices=%llu skipped_bad_links=%llu files_refused_edge=%llu batches_replayed=%llu "
-           "chunk_deltas=%llu\n",
+           "chunk_deltas=%llu skipped_include=%llu skipped_exclude=%llu skipped_min_size=%llu skipped_max_size=%llu "
+           "skipped_max_age=%llu skipped_sample=%llu skipped_prefix=%llu\n",
            (unsigned long long)a.report.t.ship.files, (unsigned long long)a.report.t.unchanged, (unsigned long long)a.report.t.ship.bytes,
            (unsigned long long)a.report.t.ship.chunks,
            (unsigned long long)a.report.t.ship.chunks_sent, (unsigned long long)a.report.t.ship.chunks_dedup,
@@ -1228,7 +1256,11 @@ int main(int argc, char **argv)
            (unsigned long long)a.report.special[SPECIAL_SYMLINK], (unsigned long long)a.report.special[SPECIAL_FIFO],
            (unsigned long long)a.report.special[SPECIAL_SOCKET], (unsigned long long)a.report.special[SPECIAL_DEVICE],
            (unsigned long long)a.report.special[SPECIAL_BAD_LINK], (unsigned long long)a.report.t.refused_edge,
-           (unsigned long long)replayed, (unsigned long long)a.report.t.ship.chunks_delta);
+           (unsigned long long)replayed, (unsigned long long)a.report.t.ship.chunks_delta,
+           (unsigned long long)a.skipped_filter[INGEST_FILTER_INCLUDE], (unsigned long long)a.skipped_filter[INGEST_FILTER_EXCLUDE],
+           (unsigned long long)a.skipped_filter[INGEST_FILTER_MIN_SIZE], (unsigned long long)a.skipped_filter[INGEST_FILTER_MAX_SIZE],
+           (unsigned long long)a.skipped_filter[INGEST_FILTER_MAX_AGE], (unsigned long long)a.skipped_filter[INGEST_FILTER_SAMPLE],
+           (unsigned long long)a.skipped_filter[INGEST_FILTER_PREFIX]);
     fflush(stdout);
     if (rc == 0 && a.report.t.ship.files_refused + a.report.t.refused_edge > 0) {
         fprintf(stderr,
@@ -1252,6 +1284,9 @@ out:
     stats_logger_stop(slog);
     metrics_http_stop(mh);
     free(src);
+    for (size_t i = 0; a.filters != NULL && i < a.cfg->sources_count; i++)
+        ingest_filter_destroy(a.filters[i]);
+    free(a.filters);
     free(a.report.lat);
     disconnect_core(&a);
     ingest_edge_destroy(a.net.edge); /* before the codec it borrows */

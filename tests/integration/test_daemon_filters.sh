@@ -1,7 +1,9 @@
 #!/bin/sh
 # Per-source filters in the daemon: one source per rule; for each, what
 # landed is exactly the files the rule keeps, and the shutdown line counts
-# the files it passed over, by reason.
+# the files it passed over, by reason.  Then the same sources shipped by
+# `--once` (and `--once --all`) as dev2: the same files kept, the summary
+# line counting the others by reason (--once used to ship them all).
 . "$(dirname "$0")/lib.sh"
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
@@ -61,7 +63,8 @@ rc=0; wait $AGENT_PID || rc=$?
 [ "$rc" = 0 ] || { cat "$T/dev1.err"; fail "agent exited $rc"; }
 landed() { (cd "$R/$1" && find . -type f | sed 's|^\./||' | sort | tr '\n' ' '); }
 expect() { got=$(landed "$1"); [ "$got" = "$2" ] || fail "$1: landed '$got', expected '$2'"; }
-count() { v=$(tail -1 "$T/dev1.out" | tr ' ' '\n' | sed -n "s/^skipped_$1=//p"); [ "$v" = "$2" ] || { cat "$T/dev1.out"; fail "skipped_$1=$v, expected $2"; }; }
+OUT="$T/dev1.out"
+count() { v=$(tail -1 "$OUT" | tr ' ' '\n' | sed -n "s/^skipped_$1=//p"); [ "$v" = "$2" ] || { cat "$OUT"; fail "skipped_$1=$v, expected $2"; }; }
 expect inc "a.csv d/b.csv "; count include 2; pass "include: kept 2, counted 2"
 expect exc "x.dat "; count exclude 2; pass "exclude: kept 1, counted 2"
 expect sizes "mid "; count min_size 1; count max_size 1; pass "min_size/max_size: kept 1, counted 1 + 1"
@@ -79,3 +82,23 @@ sleep 1
 kill -TERM $AGENT_PID; wait $AGENT_PID || true
 count include 0; count sample 0
 pass "a restart does not count the same skipped versions again"
+
+# ---- --once applies the same filters ----
+sed -e 's/^  id: dev1$/  id: dev2/' -e 's|keys/dev1.key|keys/dev2.key|' -e 's|astate-dev1|astate-dev2|' \
+    "$T/dev1.yaml" > "$T/dev2.yaml"
+mkdir -p "$T/astate-dev2"
+samp1=$(landed samp)
+for all in "" --all; do
+    rm -rf "$(landed_root dev2)"
+    "$AGENT" --config "$T/dev2.yaml" --once $all > "$T/dev2.out" 2> "$T/dev2.err" || { cat "$T/dev2.err"; fail "--once $all failed"; }
+    R="$(landed_root dev2)"
+    OUT="$T/dev2.out"
+    expect inc "a.csv d/b.csv "; count include 2
+    expect exc "x.dat "; count exclude 2
+    expect sizes "mid "; count min_size 1; count max_size 1
+    expect age "new "; count max_age 1
+    expect pfx "data "; count prefix 2
+    [ "$(landed samp)" = "$samp1" ] || fail "--once $all sampled '$(landed samp)', the daemon '$samp1'"
+    count sample $((40 - ns))
+    pass "--once $all: each rule keeps what the daemon kept, the others counted by reason"
+done

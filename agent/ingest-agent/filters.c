@@ -1,0 +1,72 @@
+/*
+ * Each source's filter rules (docs/config.md, "Filters"), as the daemon's
+ * walks and a --once run apply them alike.
+ */
+#include "agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>
+
+int agent_filter_create(agent *a, const ingest_source_config *c, ingest_filter **out)
+{
+    *out = NULL;
+    if (!(c->include_count || c->exclude_count || c->min_size || c->max_size || c->max_age_ms ||
+          c->sample_every > 1 || c->drop_if_prefix[0]))
+        return 0;
+    ingest_filter_spec fs;
+    memset(&fs, 0, sizeof(fs));
+    fs.include = (const char *const *)c->include;
+    fs.include_count = c->include_count;
+    fs.exclude = (const char *const *)c->exclude;
+    fs.exclude_count = c->exclude_count;
+    fs.min_size = c->min_size;
+    fs.max_size = c->max_size;
+    fs.max_age_ms = c->max_age_ms;
+    fs.sample_every = c->sample_every;
+    fs.drop_if_prefix = c->drop_if_prefix;
+    if (ingest_filter_create(a->ctx, &fs, out) < 0) {
+        prog_log(INGEST_LOG_ERROR, "source %s: filter: %s", c->name, ingest_ctx_errmsg(a->ctx));
+        return -1;
+    }
+    return 0;
+}
+
+/* The first bytes of {dir}/{rel} (never through a symlink): 0, or -1 when it cannot be opened. */
+static int read_head(const char *dir, const char *rel, uint8_t *buf, size_t cap, size_t *len)
+{
+    char full[PATH_MAX];
+    snprintf(full, sizeof(full), "%s/%s", dir, rel);
+    const int fd = open(full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -1;
+    size_t n = 0;
+    while (n < cap) {
+        const ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    *len = n;
+    return 0;
+}
+
+int agent_filter_check(const ingest_filter *f, const char *dir, const char *rel, const ingest_sender_stat *st,
+                       int64_t now_ns)
+{
+    int r = ingest_filter_check_stat(f, rel, st->size, st->mtime_ns, now_ns);
+    const size_t hl = ingest_filter_head_len(f);
+    if (r == INGEST_FILTER_TAKE && hl > 0) {
+        uint8_t head[INGEST_FILTER_MAX_PREFIX];
+        size_t n = 0;
+        /* a file that cannot be opened is taken: shipping it then says why it is not there */
+        if (read_head(dir, rel, head, hl < sizeof(head) ? hl : sizeof(head), &n) == 0)
+            r = ingest_filter_check_head(f, head, n);
+    }
+    return r;
+}
