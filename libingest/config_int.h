@@ -48,6 +48,7 @@
 enum { T_STRING, T_PATH, T_BOOL, T_INT, T_SIZE, T_DURATION, T_ENUM, T_LIST, T_STRLIST, T_RATE, T_MAP };
 
 #define F_REQUIRED 1u
+#define F_AUTO 2u /* a T_PATH that also takes the word "auto" (kept as it is, not resolved) */
 
 #define CFG_NAME_MAX 256 /* longest dotted key name we track */
 #define CFG_DIR_MAX 4096

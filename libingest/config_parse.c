@@ -124,7 +124,8 @@ static int apply_text(cfg_parser *p, const cfg_row *row, void *base, const char 
     switch (row->type) {
     case T_STRING:
     case T_PATH: {
-        char *s = row->type == T_PATH ? cfg__resolve_path(p, text) : ingest__strdup(p->ctx, text);
+        const bool keep = row->type != T_PATH || ((row->flags & F_AUTO) && strcmp(text, "auto") == 0);
+        char *s = keep ? ingest__strdup(p->ctx, text) : cfg__resolve_path(p, text);
         if (s == NULL)
             return ingest__fail(p->ctx, INGEST_ENOMEM, "%s: out of memory", p->file);
         char **f = field_str(base, row);

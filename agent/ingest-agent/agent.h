@@ -116,6 +116,7 @@ struct agent {
     /* compression.dictionary, held for offering to the receiver (NULL: none) */
     uint8_t *dict;
     size_t dict_len;
+    char dict_name[4200]; /* its file (compression.dictionary, or {state_dir}/auto.zdict) */
     int all;        /* --all: ship files even when unchanged since their ack */
     /* --once: each source's filter (NULL: no rule), and the files they passed over, by reason */
     ingest_filter **filters;
@@ -157,6 +158,10 @@ extern atomic_int reload_requested;
 int agent_filter_create(agent *a, const ingest_source_config *c, ingest_filter **out);
 int agent_filter_check(const ingest_filter *f, const char *dir, const char *rel, const ingest_sender_stat *st,
                        int64_t now_ns);
+
+/* autodict.c: compression.dictionary auto: a->dict from {state_dir}/auto.zdict, trained from the sources'
+ * small files when it is not there (none when they are too few); 0, or -1 (logged). */
+int agent_dict_auto(agent *a);
 
 /* ametrics.c */
 int agent_metrics_init(agent *a);

@@ -331,7 +331,7 @@ static int make_edge(agent *a)
         .fresh = path_fresh,
         .dict = a->dict,
         .dict_len = a->dict_len,
-        .dict_name = a->cfg->compression_dictionary,
+        .dict_name = a->dict_name,
         .stats = &a->report.t.ship,
         .userdata = a,
         .before_send = hook_before_send,
@@ -1003,7 +1003,7 @@ int load_state(agent *a)
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));
         return -1;
     }
-    if (a->cfg->compression_dictionary[0]) {
+    if (a->cfg->compression_dictionary[0] && strcmp(a->cfg->compression_dictionary, "auto") != 0) {
         /* Kept: it is offered to the receiver on each connection (connect_core). */
         FILE *f = fopen(a->cfg->compression_dictionary, "rb");
         uint8_t *d = malloc(INGEST_DICT_MAX_BYTES + 1u);
@@ -1023,6 +1023,7 @@ int load_state(agent *a)
         }
         a->dict = d;
         a->dict_len = n;
+        snprintf(a->dict_name, sizeof(a->dict_name), "%s", a->cfg->compression_dictionary);
     }
     if (mkdir(a->cfg->state_dir, 0700) != 0 && errno != EEXIST) {
         prog_log(INGEST_LOG_ERROR, "state_dir %s: %s", a->cfg->state_dir, strerror(errno));
@@ -1075,6 +1076,8 @@ int load_state(agent *a)
     }
     snprintf(a->state.prefix, sizeof(a->state.prefix), "%s-", a->state.instance);
     agent_landing_load(a);
+    if (strcmp(a->cfg->compression_dictionary, "auto") == 0 && agent_dict_auto(a) < 0)
+        return -1;
     return 0;
 }
 

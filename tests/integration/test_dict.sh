@@ -16,6 +16,10 @@
 #    ERROR, nothing is stored, and the receiver serves on.
 # 7. A chunk naming a dictionary the receiver stores, but that its session
 #    did not offer, is refused; offered, it lands.
+# 8. compression.dictionary: auto: the agent trains one from its sources'
+#    small files, keeps it in state_dir and ships with it (10% smaller one
+#    file per batch); the next run reuses it; a damaged one is trained
+#    again; too few files: none.
 . "$(dirname "$0")/lib.sh"
 EVIL="$BUILD/tools/evil-agent"
 setup_keys
@@ -187,3 +191,58 @@ evil_run --batch offer1 --path data/offer.csv --dict "$T/fleet.dict" --dict-chun
 [ "$rc" -eq 2 ] || { cat "$T/evil.out" "$T/evil.err"; fail "chunk with an offered dictionary: evil-agent exit $rc, expected 2 (landed)"; }
 [ "$(cat "$(landed_root dev2)/data/offer.csv")" = "$content" ] || fail "landed content differs"
 pass "a chunk naming a dictionary not offered on its session is refused; offered, it lands"
+
+# ---- 8. compression.dictionary: auto ----
+# The agent trains one from its sources' small files at its first start, keeps it in state_dir, and
+# offers it like a configured one; one file per batch, so the gain is the dictionary's (as in 5.).
+gen_small "$T/src5/data" 120 909
+write_agent_config dev2 "$T/src5/data" "compression:
+  dictionary: auto
+batch:
+  max_files: 1"
+sed -i 's|^state_dir: astate-dev2$|state_dir: astate-auto|' "$T/dev2.yaml"
+mkdir -p "$T/astate-auto"
+n0=$(stored)
+ship dev2
+same_tree "$T/src5/data" "$(landed_root dev2)/data"
+grep -q "compression.dictionary auto: trained .* from 120 small files" "$T/dev2.err" ||
+    { cat "$T/dev2.err"; fail "no dictionary trained from the 120 files"; }
+auto="$T/astate-auto/auto.zdict"
+[ -s "$auto" ] || fail "no auto.zdict in state_dir"
+hauto=$(b2sum -l 256 "$auto" | cut -d' ' -f1)
+cmp -s "$auto" "$T/rstate/dicts/$hauto.zdict" || fail "the receiver did not store the trained dictionary"
+[ "$(stored)" -eq $((n0 + 1)) ] || fail "expected one more stored dictionary"
+! grep -q "is not used" "$T/dev2.err" || { cat "$T/dev2.err"; fail "the agent did not use the trained dictionary"; }
+auto_bytes=$(field dev2 chunk_bytes); auto_raw=$(field dev2 chunk_raw_bytes)
+[ $((auto_bytes * plain_raw * 10)) -lt $((plain_bytes * auto_raw * 9)) ] ||
+    fail "trained: $auto_bytes of $auto_raw bytes, without a dictionary $plain_bytes of $plain_raw: not 10% smaller"
+pass "dictionary auto: trained from the sources, stored by the receiver, $auto_bytes of $auto_raw bytes ($plain_bytes of $plain_raw without)"
+# The next run takes it from state_dir (trains nothing); the receiver holds it already.
+gen_small "$T/src5/data/more" 30 910
+ship dev2
+same_tree "$T/src5/data" "$(landed_root dev2)/data"
+grep -q "compression.dictionary auto: .*/auto.zdict (" "$T/dev2.err" || { cat "$T/dev2.err"; fail "auto.zdict not loaded"; }
+! grep -q "auto: trained" "$T/dev2.err" || fail "trained again though state_dir holds one"
+[ "$(logcount "device dev2: dictionary $(dict_id "$auto") .* held already")" -ge 1 ] || fail "the trained dictionary sent again"
+pass "dictionary auto: a later run uses the one kept in state_dir"
+# A damaged auto.zdict (cut inside its tables) is said and replaced by a new one.
+head -c 100 "$auto" > "$T/cut.zdict" && mv "$T/cut.zdict" "$auto"
+gen_small "$T/src5/data/third" 10 912
+ship dev2
+same_tree "$T/src5/data" "$(landed_root dev2)/data"
+grep -q "compression.dictionary auto: .*auto.zdict .*: training a new one" "$T/dev2.err" ||
+    { cat "$T/dev2.err"; fail "the damaged auto.zdict was not reported"; }
+grep -q "auto: trained .* from 160 small files" "$T/dev2.err" || { cat "$T/dev2.err"; fail "not trained again"; }
+"$CTL" dict info "$auto" > /dev/null || fail "auto.zdict not a dictionary after training again"
+pass "dictionary auto: a damaged auto.zdict is reported and trained again"
+# Too few small files: no dictionary (said), the files land all the same.
+gen_small "$T/src6/data" 10 911
+write_agent_config dev1 "$T/src6/data" "compression:
+  dictionary: auto"
+sed -i 's|^state_dir: astate-dev1$|state_dir: astate-few|' "$T/dev1.yaml"
+mkdir -p "$T/astate-few"
+ship dev1
+same_tree "$T/src6/data" "$(landed_root dev1)/data"
+grep -q "auto: 10 small files .* fewer than the 64" "$T/dev1.err" || { cat "$T/dev1.err"; fail "too few files not said"; }
+[ ! -e "$T/astate-few/auto.zdict" ] || fail "a dictionary was kept from 10 files"
+pass "dictionary auto: with too few small files, none, and the files land"

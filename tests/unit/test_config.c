@@ -179,6 +179,26 @@ static void test_agent_full(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* compression.dictionary: the word auto stays as it is (a relative path resolves against the config's directory). */
+static void test_agent_dictionary_auto(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {
+        { "compression:\n  dictionary: auto\n", "auto" },
+        { "compression:\n  dictionary: auto.dict\n", "/etc/ingest/auto.dict" },
+        { "compression:\n  dictionary: dicts/auto\n", "/etc/ingest/dicts/auto" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char buf[4096];
+        snprintf(buf, sizeof(buf), "%s%s", agent_min, cases[i][0]);
+        ingest_ctx *ctx = ingest_ctx_create(NULL);
+        ingest_agent_config *c = agent_ok(ctx, buf);
+        assert_string_equal(c->compression_dictionary, cases[i][1]);
+        ingest_agent_config_free(c);
+        ingest_ctx_destroy(ctx);
+    }
+}
+
 static void test_agent_defaults(void **state)
 {
     (void)state;
@@ -1184,6 +1204,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_agent_full),
         cmocka_unit_test(test_agent_defaults),
+        cmocka_unit_test(test_agent_dictionary_auto),
         cmocka_unit_test(test_agent_null_values_mean_default),
         cmocka_unit_test(test_agent_filters_and_daemon_keys),
         cmocka_unit_test(test_errors_filters_and_daemon_keys),

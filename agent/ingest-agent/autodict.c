@@ -1,0 +1,265 @@
+/*
+ * compression.dictionary: auto (docs/compression.md, "A dictionary the
+ * agent trains"): the dictionary the agent trained from its sources' small
+ * files, kept in {state_dir}/auto.zdict, or trained now when there is none.
+ */
+#include "agent.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define AUTO_NAME "auto.zdict"
+#define AUTO_FILE_MIN 16u                           /* bytes: smaller files teach nothing */
+#define AUTO_FILE_MAX INGEST_SENDER_GROUP_CHUNK_MAX /* the small files (one small chunk each) */
+#define AUTO_SAMPLES_MAX 4000u
+#define AUTO_BYTES_MAX (2u * 1024u * 1024u)
+#define AUTO_SAMPLES_MIN 64u
+#define AUTO_DICT_MAX (64u * 1024u)
+#define AUTO_DICT_MIN (4u * 1024u)
+
+typedef struct samples {
+    uint8_t *buf;
+    size_t len;
+    size_t *sizes;
+    unsigned n;
+} samples;
+
+static int strcmp_ptr(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
+
+static int full(const samples *sm) { return sm->n >= AUTO_SAMPLES_MAX || sm->len + AUTO_FILE_MIN > AUTO_BYTES_MAX; }
+
+/* Read the small regular file rel (under dirfd; never through a symlink) whole into sm. */
+static void take(samples *sm, int dirfd, const char *name, const struct stat *st)
+{
+    if ((size_t)st->st_size > AUTO_BYTES_MAX - sm->len)
+        return;
+    const int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return;
+    size_t got = 0;
+    const size_t want = (size_t)st->st_size;
+    while (got < want) {
+        const ssize_t r = read(fd, sm->buf + sm->len + got, want - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got < AUTO_FILE_MIN)
+        return;
+    sm->sizes[sm->n++] = got;
+    sm->len += got;
+}
+
+/*
+ * Files under dirfd (rel: its path under the source, "" at the top), in name
+ * order as the sender walks, through the source's filter, into sm until full.
+ */
+static void walk(samples *sm, const char *srcpath, const ingest_filter *filter, int dirfd, const char *rel,
+                 int depth, int64_t now_ns)
+{
+    const int dfd = dup(dirfd);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (d == NULL) {
+        if (dfd >= 0)
+            close(dfd);
+        return;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **nn = realloc(names, cap * sizeof(*nn));
+            if (nn == NULL)
+                break;
+            names = nn;
+        }
+        if ((names[n] = strdup(e->d_name)) == NULL)
+            break;
+        n++;
+    }
+    closedir(d);
+    qsort(names, n, sizeof(*names), strcmp_ptr);
+    for (size_t i = 0; i < n && !full(sm); i++) {
+        struct stat st;
+        if (fstatat(dirfd, names[i], &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof(path), "%s%s%s", rel, rel[0] ? "/" : "", names[i]) >= (int)sizeof(path))
+            continue;
+        if (S_ISDIR(st.st_mode) && depth < INGEST_SENDER_MAX_DEPTH) {
+            const int sub = openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0) {
+                walk(sm, srcpath, filter, sub, path, depth + 1, now_ns);
+                close(sub);
+            }
+        } else if (S_ISREG(st.st_mode) && st.st_size >= (off_t)AUTO_FILE_MIN && st.st_size <= (off_t)AUTO_FILE_MAX) {
+            const ingest_sender_stat ss = { (uint64_t)st.st_size,
+                                            (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                                            (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec,
+                                            (uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint32_t)st.st_mode };
+            if (filter == NULL || agent_filter_check(filter, srcpath, path, &ss, now_ns) == INGEST_FILTER_TAKE)
+                take(sm, dirfd, names[i], &st);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* Write the trained dictionary to path durably (temporary file, fsync, rename, fsync of state_dir); 0 or errno. */
+static int save(const char *dir, const char *path, const void *d, size_t len)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s/." AUTO_NAME ".tmp", dir);
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return errno;
+    size_t put = 0;
+    int e = 0;
+    while (put < len && e == 0) {
+        const ssize_t w = write(fd, (const uint8_t *)d + put, len - put);
+        if (w < 0 && errno != EINTR)
+            e = errno;
+        else if (w > 0)
+            put += (size_t)w;
+    }
+    if (e == 0 && fsync(fd) != 0)
+        e = errno;
+    if (close(fd) != 0 && e == 0)
+        e = errno;
+    if (e == 0 && rename(tmp, path) != 0)
+        e = errno;
+    if (e != 0) {
+        unlink(tmp);
+        return e;
+    }
+    const int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0)
+        e = errno;
+    if (dfd >= 0)
+        close(dfd);
+    return e;
+}
+
+/* Train from the sources' small files; 1 trained (*out, *len: malloc'd), 0 too few files, -1 failed (logged). */
+static int train(agent *a, uint8_t **out, size_t *len)
+{
+    samples sm = { malloc(AUTO_BYTES_MAX), 0, malloc(AUTO_SAMPLES_MAX * sizeof(size_t)), 0 };
+    if (sm.buf == NULL || sm.sizes == NULL) {
+        free(sm.buf);
+        free(sm.sizes);
+        prog_log(INGEST_LOG_ERROR, "compression.dictionary auto: out of memory");
+        return -1;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    const int64_t now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    for (size_t i = 0; i < a->cfg->sources_count && !full(&sm); i++) {
+        const ingest_source_config *c = &a->cfg->sources[i];
+        ingest_filter *f = NULL;
+        if (agent_filter_create(a, c, &f) < 0)
+            continue; /* said; the run itself stops on it */
+        const int fd = open(c->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0) {
+            walk(&sm, c->path, f, fd, "", 0, now_ns);
+            close(fd);
+        }
+        ingest_filter_destroy(f);
+    }
+    int rc = 0;
+    if (sm.n < AUTO_SAMPLES_MIN) {
+        prog_log(INGEST_LOG_INFO, "compression.dictionary auto: %u small files (%zu bytes) under the sources, "
+                 "fewer than the %u a dictionary is trained from: compressing without one (trained at a later start)",
+                 sm.n, sm.len, AUTO_SAMPLES_MIN);
+    } else {
+        size_t max = sm.len / 16;
+        max = max < AUTO_DICT_MIN ? AUTO_DICT_MIN : max > AUTO_DICT_MAX ? AUTO_DICT_MAX : max;
+        void *d = NULL;
+        uint32_t id = 0;
+        if (ingest_dict_train(a->ctx, sm.buf, sm.sizes, sm.n, max, &d, len, &id) < 0) {
+            prog_log(INGEST_LOG_WARN, "compression.dictionary auto: training from %u files failed (%s): compressing "
+                     "without a dictionary", sm.n, ingest_ctx_errmsg(a->ctx));
+        } else {
+            *out = malloc(*len);
+            if (*out != NULL) {
+                memcpy(*out, d, *len);
+                rc = 1;
+                prog_log(INGEST_LOG_INFO, "compression.dictionary auto: trained %zu bytes (id %u) from %u small "
+                         "files (%zu bytes) of the sources", *len, id, sm.n, sm.len);
+            }
+            ingest_buf_free(a->ctx, d);
+        }
+    }
+    free(sm.buf);
+    free(sm.sizes);
+    return rc;
+}
+
+int agent_dict_auto(agent *a)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/" AUTO_NAME, a->cfg->state_dir);
+    uint8_t *d = NULL;
+    size_t n = 0;
+    const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        d = malloc(INGEST_DICT_MAX_BYTES + 1u);
+        while (d != NULL && n <= INGEST_DICT_MAX_BYTES) {
+            const ssize_t r = read(fd, d + n, INGEST_DICT_MAX_BYTES + 1u - n);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            n += (size_t)r;
+        }
+        close(fd);
+        if (d == NULL || n == 0 || n > INGEST_DICT_MAX_BYTES || ingest_dict_id(d, n) == 0) {
+            /* not a dictionary (cut short, say): trained again below and replaced */
+            prog_log(INGEST_LOG_WARN, "compression.dictionary auto: %s is not a dictionary: training a new one", path);
+            free(d);
+            d = NULL;
+        } else {
+            prog_log(INGEST_LOG_INFO, "compression.dictionary auto: %s (%zu bytes, id %u)", path, n,
+                     ingest_dict_id(d, n));
+        }
+    }
+    uint32_t did = 0;
+    if (d != NULL && (ingest_codec_add_dict(a->codec, d, n, &did) < 0 || ingest_codec_use_dict(a->codec, did) < 0)) {
+        prog_log(INGEST_LOG_WARN, "compression.dictionary auto: %s does not load (%s): training a new one", path,
+                 ingest_ctx_errmsg(a->ctx));
+        free(d);
+        d = NULL;
+    }
+    if (d == NULL) {
+        const int t = train(a, &d, &n);
+        if (t <= 0)
+            return t;
+        if (ingest_codec_add_dict(a->codec, d, n, &did) < 0 || ingest_codec_use_dict(a->codec, did) < 0) {
+            prog_log(INGEST_LOG_ERROR, "compression.dictionary auto: the trained dictionary does not load: %s",
+                     ingest_ctx_errmsg(a->ctx));
+            free(d);
+            return -1;
+        }
+        const int e = save(a->cfg->state_dir, path, d, n);
+        if (e != 0) /* used this run all the same; trained again at the next start */
+            prog_log(INGEST_LOG_WARN, "compression.dictionary auto: cannot keep it in %s: %s", path, strerror(e));
+    }
+    a->dict = d;
+    a->dict_len = n;
+    snprintf(a->dict_name, sizeof(a->dict_name), "%s", path);
+    return 0;
+}
