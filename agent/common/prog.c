@@ -314,7 +314,7 @@ int prog_listen(const char *address, char *bound, size_t bound_cap, char *errmsg
  * rename would replace the link, not write where it points, but whoever
  * asked for path meant a file.  A link made after the check is replaced.
  */
-static int write_file(const char *path, const char *text, int durable)
+static int write_file(const char *path, const void *data, size_t len, int durable)
 {
     char tmp[4096], dir[4096];
     struct stat st;
@@ -339,8 +339,7 @@ static int write_file(const char *path, const char *text, int durable)
     }
     if (fd < 0)
         return -1;
-    const size_t n = strlen(text);
-    const int ok = write(fd, text, n) == (ssize_t)n && (!durable || fsync(fd) == 0);
+    const int ok = write(fd, data, len) == (ssize_t)len && (!durable || fsync(fd) == 0);
     if (close(fd) != 0 || !ok || rename(tmp, path) != 0) {
         const int e = errno;
         unlink(tmp);
@@ -365,8 +364,24 @@ static int write_file(const char *path, const char *text, int durable)
     return r;
 }
 
-int prog_write_file_atomic(const char *path, const char *text) { return write_file(path, text, 0); }
-int prog_write_file_durable(const char *path, const char *text) { return write_file(path, text, 1); }
+int prog_write_file_atomic(const char *path, const char *text) { return write_file(path, text, strlen(text), 0); }
+int prog_write_file_durable(const char *path, const char *text) { return write_file(path, text, strlen(text), 1); }
+
+int prog_write_bytes_durable(const char *path, const void *p, size_t n) { return write_file(path, p, n, 1); }
+
+size_t prog_read_upto(int fd, void *buf, size_t cap)
+{
+    size_t n = 0;
+    while (n < cap) {
+        const ssize_t r = read(fd, (char *)buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    return n;
+}
 
 static int print_key(void *ud, const ingest_config_key *k)
 {

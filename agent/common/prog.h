@@ -112,5 +112,9 @@ void prog_write_all(int fd, const void *p, size_t n);
 int prog_write_file_atomic(const char *path, const char *text);
 /* The same, and durable: the file fsynced before the rename, its directory after; 0 or -1. */
 int prog_write_file_durable(const char *path, const char *text);
+/* The same for n bytes at p. */
+int prog_write_bytes_durable(const char *path, const void *p, size_t n);
+/* Read from fd until cap bytes or its end (or an error); the bytes read. */
+size_t prog_read_upto(int fd, void *buf, size_t cap);
 
 #endif

@@ -43,16 +43,7 @@ static void take(samples *sm, int dirfd, const char *name, const struct stat *st
     const int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return;
-    size_t got = 0;
-    const size_t want = (size_t)st->st_size;
-    while (got < want) {
-        const ssize_t r = read(fd, sm->buf + sm->len + got, want - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
+    const size_t got = prog_read_upto(fd, sm->buf + sm->len, (size_t)st->st_size);
     close(fd);
     if (got < AUTO_FILE_MIN)
         return;
@@ -120,41 +111,6 @@ static void walk(samples *sm, const char *srcpath, const ingest_filter *filter, 
     free(names);
 }
 
-/* Write the trained dictionary to path durably (temporary file, fsync, rename, fsync of state_dir); 0 or errno. */
-static int save(const char *dir, const char *path, const void *d, size_t len)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof(tmp), "%s/." AUTO_NAME ".tmp", dir);
-    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return errno;
-    size_t put = 0;
-    int e = 0;
-    while (put < len && e == 0) {
-        const ssize_t w = write(fd, (const uint8_t *)d + put, len - put);
-        if (w < 0 && errno != EINTR)
-            e = errno;
-        else if (w > 0)
-            put += (size_t)w;
-    }
-    if (e == 0 && fsync(fd) != 0)
-        e = errno;
-    if (close(fd) != 0 && e == 0)
-        e = errno;
-    if (e == 0 && rename(tmp, path) != 0)
-        e = errno;
-    if (e != 0) {
-        unlink(tmp);
-        return e;
-    }
-    const int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0)
-        e = errno;
-    if (dfd >= 0)
-        close(dfd);
-    return e;
-}
-
 /* Train from the sources' small files; 1 trained (*out, *len: malloc'd), 0 too few files, -1 failed (logged). */
 static int train(agent *a, uint8_t **out, size_t *len)
 {
@@ -218,14 +174,8 @@ int agent_dict_auto(agent *a)
     const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd >= 0) {
         d = malloc(INGEST_DICT_MAX_BYTES + 1u);
-        while (d != NULL && n <= INGEST_DICT_MAX_BYTES) {
-            const ssize_t r = read(fd, d + n, INGEST_DICT_MAX_BYTES + 1u - n);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0)
-                break;
-            n += (size_t)r;
-        }
+        if (d != NULL)
+            n = prog_read_upto(fd, d, INGEST_DICT_MAX_BYTES + 1u);
         close(fd);
         if (d == NULL || n == 0 || n > INGEST_DICT_MAX_BYTES || ingest_dict_id(d, n) == 0) {
             /* not a dictionary (cut short, say): trained again below and replaced */
@@ -254,9 +204,8 @@ int agent_dict_auto(agent *a)
             free(d);
             return -1;
         }
-        const int e = save(a->cfg->state_dir, path, d, n);
-        if (e != 0) /* used this run all the same; trained again at the next start */
-            prog_log(INGEST_LOG_WARN, "compression.dictionary auto: cannot keep it in %s: %s", path, strerror(e));
+        if (prog_write_bytes_durable(path, d, n) != 0) /* used this run all the same; trained again at the next start */
+            prog_log(INGEST_LOG_WARN, "compression.dictionary auto: cannot keep it in %s: %s", path, strerror(errno));
     }
     a->dict = d;
     a->dict_len = n;

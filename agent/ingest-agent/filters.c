@@ -42,15 +42,7 @@ static int read_head(const char *dir, const char *rel, uint8_t *buf, size_t cap,
     const int fd = open(full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return -1;
-    size_t n = 0;
-    while (n < cap) {
-        const ssize_t r = read(fd, buf + n, cap - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-    }
+    const size_t n = prog_read_upto(fd, buf, cap);
     close(fd);
     *len = n;
     return 0;
