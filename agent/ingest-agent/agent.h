@@ -162,6 +162,14 @@ int agent_filter_check(const ingest_filter *f, const char *dir, const char *rel,
 /* autodict.c: compression.dictionary auto: a->dict from {state_dir}/auto.zdict, trained from the sources'
  * small files when it is not there (none when they are too few); 0, or -1 (logged). */
 int agent_dict_auto(agent *a);
+/* The daemon, once more small files came and none was trained yet (nothing pending on the connection): the
+ * connection and edge end, and one is trained from the sources now; 1 trained (offered from the next
+ * connection), 0 still too few files, -1 failed (logged). */
+int agent_dict_auto_again(agent *a);
+/* A dictionary is trained from at least this many small files; whether a file of size bytes is one that
+ * counts towards training one (auto, none yet, the size of a sample). */
+#define AGENT_DICT_AUTO_FILES 64u
+int agent_dict_auto_counts(const agent *a, uint64_t size);
 
 /* ametrics.c */
 int agent_metrics_init(agent *a);

@@ -20,7 +20,7 @@
 #define AUTO_FILE_MAX INGEST_SENDER_GROUP_CHUNK_MAX /* the small files (one small chunk each) */
 #define AUTO_SAMPLES_MAX 4000u
 #define AUTO_BYTES_MAX (2u * 1024u * 1024u)
-#define AUTO_SAMPLES_MIN 64u
+#define AUTO_SAMPLES_MIN AGENT_DICT_AUTO_FILES
 #define AUTO_DICT_MAX (64u * 1024u)
 #define AUTO_DICT_MIN (4u * 1024u)
 
@@ -83,7 +83,8 @@ static void walk(samples *sm, const char *srcpath, const ingest_filter *filter, 
         n++;
     }
     closedir(d);
-    qsort(names, n, sizeof(*names), strcmp_ptr);
+    if (n > 1)
+        qsort(names, n, sizeof(*names), strcmp_ptr);
     for (size_t i = 0; i < n && !full(sm); i++) {
         struct stat st;
         if (fstatat(dirfd, names[i], &st, AT_SYMLINK_NOFOLLOW) != 0)
@@ -111,8 +112,9 @@ static void walk(samples *sm, const char *srcpath, const ingest_filter *filter, 
     free(names);
 }
 
-/* Train from the sources' small files; 1 trained (*out, *len: malloc'd), 0 too few files, -1 failed (logged). */
-static int train(agent *a, uint8_t **out, size_t *len)
+/* Train from the sources' small files; 1 trained (*out, *len: malloc'd), 0 too few files (said, at debug level
+ * when quiet), -1 failed (logged). */
+static int train(agent *a, int quiet, uint8_t **out, size_t *len)
 {
     samples sm = { malloc(AUTO_BYTES_MAX), 0, malloc(AUTO_SAMPLES_MAX * sizeof(size_t)), 0 };
     if (sm.buf == NULL || sm.sizes == NULL) {
@@ -138,8 +140,8 @@ static int train(agent *a, uint8_t **out, size_t *len)
     }
     int rc = 0;
     if (sm.n < AUTO_SAMPLES_MIN) {
-        prog_log(INGEST_LOG_INFO, "compression.dictionary auto: %u small files (%zu bytes) under the sources, "
-                 "fewer than the %u a dictionary is trained from: compressing without one (trained at a later start)",
+        prog_log(quiet ? INGEST_LOG_DEBUG : INGEST_LOG_INFO, "compression.dictionary auto: %u small files (%zu bytes) under the sources, "
+                 "fewer than the %u a dictionary is trained from: compressing without one for now",
                  sm.n, sm.len, AUTO_SAMPLES_MIN);
     } else {
         size_t max = sm.len / 16;
@@ -165,50 +167,88 @@ static int train(agent *a, uint8_t **out, size_t *len)
     return rc;
 }
 
-int agent_dict_auto(agent *a)
+/* Compress with d (n bytes, malloc'd: the agent keeps it), from path; 0, or -1 (d freed). */
+static int use(agent *a, uint8_t *d, size_t n, const char *path)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/" AUTO_NAME, a->cfg->state_dir);
-    uint8_t *d = NULL;
-    size_t n = 0;
-    const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
-        d = malloc(INGEST_DICT_MAX_BYTES + 1u);
-        if (d != NULL)
-            n = prog_read_upto(fd, d, INGEST_DICT_MAX_BYTES + 1u);
-        close(fd);
-        if (d == NULL || n == 0 || n > INGEST_DICT_MAX_BYTES || ingest_dict_id(d, n) == 0) {
-            /* not a dictionary (cut short, say): trained again below and replaced */
-            prog_log(INGEST_LOG_WARN, "compression.dictionary auto: %s is not a dictionary: training a new one", path);
-            free(d);
-            d = NULL;
-        } else {
-            prog_log(INGEST_LOG_INFO, "compression.dictionary auto: %s (%zu bytes, id %u)", path, n,
-                     ingest_dict_id(d, n));
-        }
-    }
     uint32_t did = 0;
-    if (d != NULL && (ingest_codec_add_dict(a->codec, d, n, &did) < 0 || ingest_codec_use_dict(a->codec, did) < 0)) {
-        prog_log(INGEST_LOG_WARN, "compression.dictionary auto: %s does not load (%s): training a new one", path,
-                 ingest_ctx_errmsg(a->ctx));
+    if (ingest_codec_add_dict(a->codec, d, n, &did) < 0 || ingest_codec_use_dict(a->codec, did) < 0) {
         free(d);
-        d = NULL;
-    }
-    if (d == NULL) {
-        const int t = train(a, &d, &n);
-        if (t <= 0)
-            return t;
-        if (ingest_codec_add_dict(a->codec, d, n, &did) < 0 || ingest_codec_use_dict(a->codec, did) < 0) {
-            prog_log(INGEST_LOG_ERROR, "compression.dictionary auto: the trained dictionary does not load: %s",
-                     ingest_ctx_errmsg(a->ctx));
-            free(d);
-            return -1;
-        }
-        if (prog_write_bytes_durable(path, d, n) != 0) /* used this run all the same; trained again at the next start */
-            prog_log(INGEST_LOG_WARN, "compression.dictionary auto: cannot keep it in %s: %s", path, strerror(errno));
+        return -1;
     }
     a->dict = d;
     a->dict_len = n;
     snprintf(a->dict_name, sizeof(a->dict_name), "%s", path);
     return 0;
+}
+
+/* Use the dictionary just trained and keep it in path: 1, or -1 (logged). */
+static int keep(agent *a, uint8_t *d, size_t n, const char *path)
+{
+    if (use(a, d, n, path) < 0) {
+        prog_log(INGEST_LOG_ERROR, "compression.dictionary auto: the trained dictionary does not load: %s",
+                 ingest_ctx_errmsg(a->ctx));
+        return -1;
+    }
+    if (prog_write_bytes_durable(path, a->dict, n) != 0) /* used this run all the same; trained again at the next start */
+        prog_log(INGEST_LOG_WARN, "compression.dictionary auto: cannot keep it in %s: %s", path, strerror(errno));
+    return 1;
+}
+
+static void auto_path(const agent *a, char *path, size_t cap) { snprintf(path, cap, "%s/" AUTO_NAME, a->cfg->state_dir); }
+
+int agent_dict_auto(agent *a)
+{
+    char path[PATH_MAX];
+    auto_path(a, path, sizeof(path));
+    const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        uint8_t *d = malloc(INGEST_DICT_MAX_BYTES + 1u);
+        const size_t n = d != NULL ? prog_read_upto(fd, d, INGEST_DICT_MAX_BYTES + 1u) : 0;
+        close(fd);
+        if (d == NULL || n == 0 || n > INGEST_DICT_MAX_BYTES || ingest_dict_id(d, n) == 0) {
+            /* not a dictionary (cut short, say): trained again below and replaced */
+            prog_log(INGEST_LOG_WARN, "compression.dictionary auto: %s is not a dictionary: training a new one", path);
+            free(d);
+        } else if (use(a, d, n, path) < 0) {
+            prog_log(INGEST_LOG_WARN, "compression.dictionary auto: %s does not load (%s): training a new one", path,
+                     ingest_ctx_errmsg(a->ctx));
+        } else {
+            prog_log(INGEST_LOG_INFO, "compression.dictionary auto: %s (%zu bytes, id %u)", path, n,
+                     ingest_dict_id(d, n));
+            return 0;
+        }
+    }
+    uint8_t *d = NULL;
+    size_t n = 0;
+    const int t = train(a, 0, &d, &n);
+    return t < 0 || (t == 1 && keep(a, d, n, path) < 0) ? -1 : 0;
+}
+
+int agent_dict_auto_again(agent *a)
+{
+    if (a->dict != NULL)
+        return 0;
+    char path[PATH_MAX];
+    auto_path(a, path, sizeof(path));
+    uint8_t *d = NULL;
+    size_t n = 0;
+    const int t = train(a, 1, &d, &n);
+    if (t <= 0)
+        return t;
+    /* the next connection offers it (the dictionary is a session feature): this one ends, its edge too (no
+     * batch is pending here), before the codec the edge borrows takes the dictionary */
+    disconnect_core(a);
+    ingest_edge_destroy(a->net.edge);
+    a->net.edge = NULL;
+    if (keep(a, d, n, path) < 0)
+        return -1;
+    prog_log(INGEST_LOG_INFO, "compression.dictionary auto: offered from the next connection on");
+    return 1;
+}
+
+int agent_dict_auto_counts(const agent *a, uint64_t size)
+{
+    /* (over Kafka no dictionary is offered: no session feature there) */
+    return a->dict == NULL && size >= AUTO_FILE_MIN && size <= AUTO_FILE_MAX &&
+           a->cfg->transport == INGEST_TRANSPORT_TCP && strcmp(a->cfg->compression_dictionary, "auto") == 0;
 }

@@ -614,6 +614,8 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
             return 0;
         }
     }
+    if (agent_dict_auto_counts(a, st->size))
+        d->auto_small++;
     return dmn_open_add(d, s, rel, path, st) < 0 ? INGEST_ENOMEM : 0;
 }
 

@@ -20,6 +20,8 @@
 #    small files, keeps it in state_dir and ships with it (10% smaller one
 #    file per batch); the next run reuses it; a damaged one is trained
 #    again; too few files: none.
+# 9. The same in a daemon started on an empty source: trained once enough
+#    small files shipped, offered on its next connection, stored.
 . "$(dirname "$0")/lib.sh"
 EVIL="$BUILD/tools/evil-agent"
 setup_keys
@@ -246,3 +248,42 @@ same_tree "$T/src6/data" "$(landed_root dev1)/data"
 grep -q "auto: 10 small files .* fewer than the 64" "$T/dev1.err" || { cat "$T/dev1.err"; fail "too few files not said"; }
 [ ! -e "$T/astate-few/auto.zdict" ] || fail "a dictionary was kept from 10 files"
 pass "dictionary auto: with too few small files, none, and the files land"
+
+# ---- 9. compression.dictionary: auto in a daemon started on an empty source ----
+# None at the start (too few files); once enough small files came and shipped, it trains one, ends its
+# connection, and the next connection offers it: the receiver stores it and later files use it.
+mkdir -p "$T/src7/data"
+write_agent_config dev1 "$T/src7/data" "compression:
+  dictionary: auto
+batch:
+  max_wait: 200ms"
+sed -i -e 's|^state_dir: astate-dev1$|state_dir: astate-d9|' -e "s|^  - path: $T/src7/data\$|&\n    settle: 100ms|" "$T/dev1.yaml"
+mkdir -p "$T/astate-d9"
+"$AGENT" --config "$T/dev1.yaml" > "$T/d9.out" 2> "$T/d9.err" &
+AGENT_PID=$!
+# wait_landed N: until N files landed under dev1/data (at most 15 s)
+wait_landed() {
+    i=0
+    while [ "$(find "$(landed_root dev1)/data" -type f 2>/dev/null | wc -l)" -lt "$1" ]; do
+        i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/d9.err"; fail "$1 files did not land"; }; sleep 0.05
+    done
+}
+rm -rf "$(landed_root dev1)/data"
+sleep 0.5
+gen_small "$T/src7/data/a" 100 913
+wait_landed 100
+i=0
+while ! grep -q "auto: offered from the next connection on" "$T/d9.err"; do
+    i=$((i + 1)); [ $i -gt 200 ] && { cat "$T/d9.err"; fail "the daemon trained no dictionary after 100 small files"; }; sleep 0.05
+done
+grep -q "auto: trained .* from 100 small files" "$T/d9.err" || { cat "$T/d9.err"; fail "not trained from the 100 files"; }
+h9=$(b2sum -l 256 "$T/astate-d9/auto.zdict" | cut -d' ' -f1)
+gen_small "$T/src7/data/b" 20 914
+wait_landed 120
+kill -TERM $AGENT_PID
+rc=0; wait $AGENT_PID || rc=$?
+[ "$rc" = 0 ] || { cat "$T/d9.err"; fail "daemon exited $rc"; }
+same_tree "$T/src7/data" "$(landed_root dev1)/data"
+cmp -s "$T/astate-d9/auto.zdict" "$T/rstate/dicts/$h9.zdict" || fail "the receiver did not get the daemon's dictionary"
+! grep -q "is not used" "$T/d9.err" || { cat "$T/d9.err"; fail "the daemon did not use its dictionary"; }
+pass "dictionary auto in a daemon: trained once 100 small files came, offered on its next connection"
