@@ -23,6 +23,7 @@
 #define AUTO_SAMPLES_MIN AGENT_DICT_AUTO_FILES
 #define AUTO_DICT_MAX (64u * 1024u)
 #define AUTO_DICT_MIN (4u * 1024u)
+#define AUTO_DIR_NAMES 16384u /* names read from one directory: a huge one is sampled from its first ones */
 
 typedef struct samples {
     uint8_t *buf;
@@ -53,7 +54,8 @@ static void take(samples *sm, int dirfd, const char *name, const struct stat *st
 
 /*
  * Files under dirfd (rel: its path under the source, "" at the top), in name
- * order as the sender walks, through the source's filter, into sm until full.
+ * order as the sender walks, through the source's filter, into sm until full
+ * (of a directory, its first AUTO_DIR_NAMES entries as readdir gives them).
  */
 static void walk(samples *sm, const char *srcpath, const ingest_filter *filter, int dirfd, const char *rel,
                  int depth, int64_t now_ns)
@@ -68,7 +70,7 @@ static void walk(samples *sm, const char *srcpath, const ingest_filter *filter, 
     char **names = NULL;
     size_t n = 0, cap = 0;
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
+    while (n < AUTO_DIR_NAMES && (e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
         if (n == cap) {
