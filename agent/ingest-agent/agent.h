@@ -117,6 +117,7 @@ struct agent {
     uint8_t *dict;
     size_t dict_len;
     char dict_name[4200]; /* its file (compression.dictionary, or {state_dir}/auto.zdict) */
+    struct agent_samples *auto_samples; /* the daemon's, for compression.dictionary auto (autodict.c) */
     int all;        /* --all: ship files even when unchanged since their ack */
     /* --once: each source's filter (NULL: no rule), and the files they passed over, by reason */
     ingest_filter **filters;
@@ -162,14 +163,16 @@ int agent_filter_check(const ingest_filter *f, const char *dir, const char *rel,
 /* autodict.c: compression.dictionary auto: a->dict from {state_dir}/auto.zdict, trained from the sources'
  * small files when it is not there (none when they are too few); 0, or -1 (logged). */
 int agent_dict_auto(agent *a);
-/* The daemon, once more small files came and none was trained yet (nothing pending on the connection): the
- * connection and edge end, and one is trained from the sources now; 1 trained (offered from the next
- * connection), 0 still too few files, -1 failed (logged). */
+/*
+ * The daemon, when its start found too few small files: sample each small file it takes into a batch
+ * (dir/rel, size bytes: read whole while the samples have room; 1 taken); ready: enough for a try; again
+ * (nothing pending on the connection): train from them, end the connection and edge (the next connection
+ * offers it); 1 trained, 0 not yet, -1 failed (logged).  free: the samples.
+ */
+int agent_dict_auto_sample(agent *a, const char *dir, const char *rel, uint64_t size);
+int agent_dict_auto_ready(const agent *a);
 int agent_dict_auto_again(agent *a);
-/* A dictionary is trained from at least this many small files; whether a file of size bytes is one that
- * counts towards training one (auto, none yet, the size of a sample). */
-#define AGENT_DICT_AUTO_FILES 64u
-int agent_dict_auto_counts(const agent *a, uint64_t size);
+void agent_dict_auto_free(agent *a);
 
 /* ametrics.c */
 int agent_metrics_init(agent *a);

@@ -20,36 +20,54 @@
 #define AUTO_FILE_MAX INGEST_SENDER_GROUP_CHUNK_MAX /* the small files (one small chunk each) */
 #define AUTO_SAMPLES_MAX 4000u
 #define AUTO_BYTES_MAX (2u * 1024u * 1024u)
-#define AUTO_SAMPLES_MIN AGENT_DICT_AUTO_FILES
+#define AUTO_SAMPLES_MIN 64u
 #define AUTO_DICT_MAX (64u * 1024u)
 #define AUTO_DICT_MIN (4u * 1024u)
 #define AUTO_DIR_NAMES 16384u /* names read from one directory: a huge one is sampled from its first ones */
 
-typedef struct samples {
+typedef struct agent_samples {
     uint8_t *buf;
     size_t len;
     size_t *sizes;
     unsigned n;
+    unsigned next; /* the daemon's: try to train once this many were taken */
 } samples;
+
+static int samples_alloc(samples *sm)
+{
+    sm->buf = malloc(AUTO_BYTES_MAX);
+    sm->sizes = malloc(AUTO_SAMPLES_MAX * sizeof(size_t));
+    return sm->buf != NULL && sm->sizes != NULL ? 0 : -1;
+}
+
+static void samples_free(samples *sm)
+{
+    free(sm->buf);
+    free(sm->sizes);
+    sm->buf = NULL;
+    sm->sizes = NULL;
+}
 
 static int strcmp_ptr(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
 
 static int full(const samples *sm) { return sm->n >= AUTO_SAMPLES_MAX || sm->len + AUTO_FILE_MIN > AUTO_BYTES_MAX; }
 
-/* Read the small regular file rel (under dirfd; never through a symlink) whole into sm. */
-static void take(samples *sm, int dirfd, const char *name, const struct stat *st)
+/* Read the file open as fd (size bytes when it was seen) whole into sm, and close it. */
+static void take_fd(samples *sm, int fd, uint64_t size)
 {
-    if ((size_t)st->st_size > AUTO_BYTES_MAX - sm->len)
-        return;
-    const int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return;
-    const size_t got = prog_read_upto(fd, sm->buf + sm->len, (size_t)st->st_size);
+    const size_t got = size <= AUTO_BYTES_MAX - sm->len ? prog_read_upto(fd, sm->buf + sm->len, (size_t)size) : 0;
     close(fd);
     if (got < AUTO_FILE_MIN)
         return;
     sm->sizes[sm->n++] = got;
     sm->len += got;
+}
+
+static int open_sample(int dirfd, const char *name)
+{
+    return openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 }
 
 /*
@@ -106,7 +124,7 @@ static void walk(samples *sm, const char *srcpath, const ingest_filter *filter, 
                                             (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec,
                                             (uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint32_t)st.st_mode };
             if (filter == NULL || agent_filter_check(filter, srcpath, path, &ss, now_ns) == INGEST_FILTER_TAKE)
-                take(sm, dirfd, names[i], &st);
+                take_fd(sm, open_sample(dirfd, names[i]), (uint64_t)st.st_size);
         }
     }
     for (size_t i = 0; i < n; i++)
@@ -114,14 +132,42 @@ static void walk(samples *sm, const char *srcpath, const ingest_filter *filter, 
     free(names);
 }
 
-/* Train from the sources' small files; 1 trained (*out, *len: malloc'd), 0 too few files (said, at debug level
- * when quiet), -1 failed (logged). */
-static int train(agent *a, int quiet, uint8_t **out, size_t *len)
+/* Train from the samples; 1 trained (*out, *len: malloc'd), 0 too few (said, at debug level when quiet), -1 failed. */
+static int train_from(agent *a, const samples *sm, int quiet, const char *from, uint8_t **out, size_t *len)
 {
-    samples sm = { malloc(AUTO_BYTES_MAX), 0, malloc(AUTO_SAMPLES_MAX * sizeof(size_t)), 0 };
-    if (sm.buf == NULL || sm.sizes == NULL) {
-        free(sm.buf);
-        free(sm.sizes);
+    if (sm->n < AUTO_SAMPLES_MIN) {
+        prog_log(quiet ? INGEST_LOG_DEBUG : INGEST_LOG_INFO, "compression.dictionary auto: %u small files (%zu bytes) "
+                 "%s, fewer than the %u a dictionary is trained from: compressing without one for now", sm->n, sm->len,
+                 from, AUTO_SAMPLES_MIN);
+        return 0;
+    }
+    size_t max = sm->len / 16;
+    max = max < AUTO_DICT_MIN ? AUTO_DICT_MIN : max > AUTO_DICT_MAX ? AUTO_DICT_MAX : max;
+    void *d = NULL;
+    uint32_t id = 0;
+    if (ingest_dict_train(a->ctx, sm->buf, sm->sizes, sm->n, max, &d, len, &id) < 0) {
+        prog_log(INGEST_LOG_WARN, "compression.dictionary auto: training from %u files failed (%s): compressing "
+                 "without a dictionary for now", sm->n, ingest_ctx_errmsg(a->ctx));
+        return 0;
+    }
+    int rc = -1;
+    *out = malloc(*len);
+    if (*out != NULL) {
+        memcpy(*out, d, *len);
+        rc = 1;
+        prog_log(INGEST_LOG_INFO, "compression.dictionary auto: trained %zu bytes (id %u) from %u small files (%zu "
+                 "bytes) %s", *len, id, sm->n, sm->len, from);
+    }
+    ingest_buf_free(a->ctx, d);
+    return rc;
+}
+
+/* Walk the sources for samples and train from them; as train_from. */
+static int train(agent *a, uint8_t **out, size_t *len)
+{
+    samples sm = { 0 };
+    if (samples_alloc(&sm) < 0) {
+        samples_free(&sm);
         prog_log(INGEST_LOG_ERROR, "compression.dictionary auto: out of memory");
         return -1;
     }
@@ -140,32 +186,8 @@ static int train(agent *a, int quiet, uint8_t **out, size_t *len)
         }
         ingest_filter_destroy(f);
     }
-    int rc = 0;
-    if (sm.n < AUTO_SAMPLES_MIN) {
-        prog_log(quiet ? INGEST_LOG_DEBUG : INGEST_LOG_INFO, "compression.dictionary auto: %u small files (%zu bytes) under the sources, "
-                 "fewer than the %u a dictionary is trained from: compressing without one for now",
-                 sm.n, sm.len, AUTO_SAMPLES_MIN);
-    } else {
-        size_t max = sm.len / 16;
-        max = max < AUTO_DICT_MIN ? AUTO_DICT_MIN : max > AUTO_DICT_MAX ? AUTO_DICT_MAX : max;
-        void *d = NULL;
-        uint32_t id = 0;
-        if (ingest_dict_train(a->ctx, sm.buf, sm.sizes, sm.n, max, &d, len, &id) < 0) {
-            prog_log(INGEST_LOG_WARN, "compression.dictionary auto: training from %u files failed (%s): compressing "
-                     "without a dictionary", sm.n, ingest_ctx_errmsg(a->ctx));
-        } else {
-            *out = malloc(*len);
-            if (*out != NULL) {
-                memcpy(*out, d, *len);
-                rc = 1;
-                prog_log(INGEST_LOG_INFO, "compression.dictionary auto: trained %zu bytes (id %u) from %u small "
-                         "files (%zu bytes) of the sources", *len, id, sm.n, sm.len);
-            }
-            ingest_buf_free(a->ctx, d);
-        }
-    }
-    free(sm.buf);
-    free(sm.sizes);
+    const int rc = train_from(a, &sm, 0, "under the sources", out, len);
+    samples_free(&sm);
     return rc;
 }
 
@@ -222,21 +244,54 @@ int agent_dict_auto(agent *a)
     }
     uint8_t *d = NULL;
     size_t n = 0;
-    const int t = train(a, 0, &d, &n);
+    const int t = train(a, &d, &n);
     return t < 0 || (t == 1 && keep(a, d, n, path) < 0) ? -1 : 0;
+}
+
+int agent_dict_auto_sample(agent *a, const char *dir, const char *rel, uint64_t size)
+{
+    if (a->dict != NULL || size < AUTO_FILE_MIN || size > AUTO_FILE_MAX || a->cfg->transport != INGEST_TRANSPORT_TCP ||
+        strcmp(a->cfg->compression_dictionary, "auto") != 0)
+        return 0;
+    samples *sm = a->auto_samples;
+    if (sm == NULL) {
+        sm = a->auto_samples = calloc(1, sizeof(*sm));
+        if (sm == NULL || samples_alloc(sm) < 0) {
+            agent_dict_auto_free(a);
+            return 0;
+        }
+        sm->next = AUTO_SAMPLES_MIN;
+    }
+    char full_path[PATH_MAX];
+    if (full(sm) || (size_t)snprintf(full_path, sizeof(full_path), "%s/%s", dir, rel) >= sizeof(full_path))
+        return 0;
+    const unsigned n0 = sm->n;
+    take_fd(sm, open_sample(AT_FDCWD, full_path), size);
+    return sm->n > n0;
+}
+
+int agent_dict_auto_ready(const agent *a)
+{
+    const samples *sm = a->auto_samples;
+    return sm != NULL && a->dict == NULL && sm->n >= sm->next;
 }
 
 int agent_dict_auto_again(agent *a)
 {
-    if (a->dict != NULL)
+    samples *sm = a->auto_samples;
+    if (a->dict != NULL || sm == NULL)
         return 0;
     char path[PATH_MAX];
     auto_path(a, path, sizeof(path));
     uint8_t *d = NULL;
     size_t n = 0;
-    const int t = train(a, 1, &d, &n);
-    if (t <= 0)
+    const int t = train_from(a, sm, 1, "taken since the start", &d, &n);
+    if (t <= 0) {
+        /* ZDICT wants more: try again with twice as many, until the samples are full */
+        sm->next = full(sm) ? UINT_MAX : sm->n * 2;
         return t;
+    }
+    agent_dict_auto_free(a); /* the samples */
     /* the next connection offers it (the dictionary is a session feature): this one ends, its edge too (no
      * batch is pending here), before the codec the edge borrows takes the dictionary */
     disconnect_core(a);
@@ -248,9 +303,10 @@ int agent_dict_auto_again(agent *a)
     return 1;
 }
 
-int agent_dict_auto_counts(const agent *a, uint64_t size)
+void agent_dict_auto_free(agent *a)
 {
-    /* (over Kafka no dictionary is offered: no session feature there) */
-    return a->dict == NULL && size >= AUTO_FILE_MIN && size <= AUTO_FILE_MAX &&
-           a->cfg->transport == INGEST_TRANSPORT_TCP && strcmp(a->cfg->compression_dictionary, "auto") == 0;
+    if (a->auto_samples != NULL)
+        samples_free(a->auto_samples);
+    free(a->auto_samples);
+    a->auto_samples = NULL;
 }

@@ -229,11 +229,8 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
         const int shipped = dmn_ship_queue(&d);
         if (shipped < 0)
             prog_log(INGEST_LOG_ERROR, "shipping failed; retrying");
-        if (d.auto_small >= AGENT_DICT_AUTO_FILES && d.npend == 0) {
-            /* compression.dictionary auto, none at the start: enough small files came to try again */
-            d.auto_small = 0;
-            (void)agent_dict_auto_again(a);
-        }
+        if (d.npend == 0 && agent_dict_auto_ready(a))
+            (void)agent_dict_auto_again(a); /* compression.dictionary auto, none at the start: enough small files came */
         if (d.defer_pending) {
             d.defer_next = d.now + DEFER_RETRY_S;
             d.defer_pending = 0;

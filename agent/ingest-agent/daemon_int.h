@@ -170,8 +170,6 @@ typedef struct daemon {
     struct dship *bld;
     pthread_t bld_thread;
 
-    /* small files taken since compression.dictionary auto last found too few to train one */
-    uint64_t auto_small;
     double next_connect;
     unsigned backoff_ms;
     int core_down_logged;

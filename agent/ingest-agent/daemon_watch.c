@@ -614,8 +614,7 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
             return 0;
         }
     }
-    if (agent_dict_auto_counts(a, st->size))
-        d->auto_small++;
+    (void)agent_dict_auto_sample(a, s->path, rel, st->size);
     return dmn_open_add(d, s, rel, path, st) < 0 ? INGEST_ENOMEM : 0;
 }
 

@@ -1308,6 +1308,7 @@ out:
     ingest_store_close(a.state.st);
     ingest_codec_destroy(a.codec);
     free(a.dict);
+    agent_dict_auto_free(&a);
     agent_edge_refused_clear(&a);
     free(a.edge_refused);
     for (size_t i = 0; i < a.nrefq; i++) /* queued and not recorded (a pass that failed): found again */

@@ -20,8 +20,9 @@
 #    small files, keeps it in state_dir and ships with it (10% smaller one
 #    file per batch); the next run reuses it; a damaged one is trained
 #    again; too few files: none.
-# 9. The same in a daemon started on an empty source: trained once enough
-#    small files shipped, offered on its next connection, stored.
+# 9. The same in a daemon started on an empty source whose files are
+#    deleted after shipping: trained from the small files it took, offered
+#    on its next connection, stored.
 . "$(dirname "$0")/lib.sh"
 EVIL="$BUILD/tools/evil-agent"
 setup_keys
@@ -250,14 +251,16 @@ grep -q "auto: 10 small files .* fewer than the 64" "$T/dev1.err" || { cat "$T/d
 pass "dictionary auto: with too few small files, none, and the files land"
 
 # ---- 9. compression.dictionary: auto in a daemon started on an empty source ----
-# None at the start (too few files); once enough small files came and shipped, it trains one, ends its
-# connection, and the next connection offers it: the receiver stores it and later files use it.
-mkdir -p "$T/src7/data"
+# None at the start (too few files); it samples the small files it takes, and once enough shipped it trains
+# one, ends its connection, and the next connection offers it: the receiver stores it. The source deletes
+# its files after shipping (after_ship: delete), so the dictionary can only come from the files it took.
+mkdir -p "$T/src7/data" "$T/gen7"
 write_agent_config dev1 "$T/src7/data" "compression:
   dictionary: auto
 batch:
   max_wait: 200ms"
-sed -i -e 's|^state_dir: astate-dev1$|state_dir: astate-d9|' -e "s|^  - path: $T/src7/data\$|&\n    settle: 100ms|" "$T/dev1.yaml"
+sed -i -e 's|^state_dir: astate-dev1$|state_dir: astate-d9|' \
+    -e "s|^  - path: $T/src7/data\$|&\n    settle: 100ms\n    after_ship: delete|" "$T/dev1.yaml"
 mkdir -p "$T/astate-d9"
 "$AGENT" --config "$T/dev1.yaml" > "$T/d9.out" 2> "$T/d9.err" &
 AGENT_PID=$!
@@ -270,20 +273,27 @@ wait_landed() {
 }
 rm -rf "$(landed_root dev1)/data"
 sleep 0.5
-gen_small "$T/src7/data/a" 100 913
+gen_small "$T/gen7/a" 100 913
+cp -r "$T/gen7/a" "$T/src7/data/"
 wait_landed 100
 i=0
 while ! grep -q "auto: offered from the next connection on" "$T/d9.err"; do
     i=$((i + 1)); [ $i -gt 200 ] && { cat "$T/d9.err"; fail "the daemon trained no dictionary after 100 small files"; }; sleep 0.05
 done
-grep -q "auto: trained .* from 100 small files" "$T/d9.err" || { cat "$T/d9.err"; fail "not trained from the 100 files"; }
+grep -q "auto: trained .* from 100 small files .* taken since the start" "$T/d9.err" ||
+    { cat "$T/d9.err"; fail "not trained from the 100 files taken"; }
 h9=$(b2sum -l 256 "$T/astate-d9/auto.zdict" | cut -d' ' -f1)
-gen_small "$T/src7/data/b" 20 914
+gen_small "$T/gen7/b" 20 914
+cp -r "$T/gen7/b" "$T/src7/data/"
 wait_landed 120
+i=0
+while [ -n "$(find "$T/src7/data" -type f)" ]; do
+    i=$((i + 1)); [ $i -gt 200 ] && fail "after_ship delete left files in the source"; sleep 0.05
+done
 kill -TERM $AGENT_PID
 rc=0; wait $AGENT_PID || rc=$?
 [ "$rc" = 0 ] || { cat "$T/d9.err"; fail "daemon exited $rc"; }
-same_tree "$T/src7/data" "$(landed_root dev1)/data"
+same_tree "$T/gen7" "$(landed_root dev1)/data"
 cmp -s "$T/astate-d9/auto.zdict" "$T/rstate/dicts/$h9.zdict" || fail "the receiver did not get the daemon's dictionary"
 ! grep -q "is not used" "$T/d9.err" || { cat "$T/d9.err"; fail "the daemon did not use its dictionary"; }
-pass "dictionary auto in a daemon: trained once 100 small files came, offered on its next connection"
+pass "dictionary auto in a daemon: trained from the 100 small files it took (deleted after shipping), offered on its next connection"
