@@ -56,6 +56,9 @@ static void reload(daemon_t *d)
         ingest_agent_config_free(ncfg);
         return;
     }
+    if (strcmp(ncfg->compression_dictionary, a->cfg->compression_dictionary) != 0)
+        prog_log(INGEST_LOG_WARN, "config reload: compression.dictionary changed: it takes effect at the next start "
+                 "(the codec and the session keep %s until then)", a->dict != NULL ? a->dict_name : "none");
     /* the open batch is journaled under the old sources: close it */
     dmn_open_close(d);
     if (strcmp(ncfg->core_address, a->cfg->core_address) != 0)
