@@ -131,9 +131,10 @@ static int apply_text(cfg_parser *p, const cfg_row *row, void *base, const char 
         char **f = field_str(base, row);
         ingest__free(p->ctx, *f);
         *f = s;
-        if (row->check != NULL && text[0] != '\0')
-            return row->check(p, shown, text, at);
-        if (row->check != NULL && row->flags & F_REQUIRED)
+        /* "" is checked too where it is not the default (a required key, or one whose default is a value:
+         * layout: "" would land every file at the root of bronze) */
+        if (row->check != NULL &&
+            (text[0] != '\0' || (row->flags & F_REQUIRED) || (row->def != NULL && row->def[0] != '\0')))
             return row->check(p, shown, text, at);
         return INGEST_OK;
     }

@@ -758,6 +758,9 @@ static void test_errors_receiver(void **state)
     receiver_err("key: k\n", "receiver.yaml:1:1: missing required key 'authorized_devices'");
     snprintf(buf, sizeof(buf), "%slayout: '{device}/{yyyy}'\n", receiver_min);
     receiver_err(buf, "receiver.yaml:6:9: key 'layout': the layout must contain {path}");
+    /* "" is not "the default" for a key whose default is a value: checked like any layout (found by fuzz_config) */
+    snprintf(buf, sizeof(buf), "%slayout: \"\"\nlayout_shared: true\n", receiver_min);
+    receiver_err(buf, "receiver.yaml:6:9: key 'layout': the layout has 0 bytes (1..1024)");
     snprintf(buf, sizeof(buf), "%slayout: '{device}/{hh}/{path}'\n", receiver_min);
     receiver_err(buf, "receiver.yaml:6:9: key 'layout': unknown placeholder '{hh}'");
     snprintf(buf, sizeof(buf), "%slayout: '/abs/{path}'\n", receiver_min);
