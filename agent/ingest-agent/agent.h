@@ -163,6 +163,11 @@ int agent_filter_check(const ingest_filter *f, const char *dir, const char *rel,
 /* autodict.c: compression.dictionary auto: a->dict from {state_dir}/auto.zdict, trained from the sources'
  * small files when it is not there (none when they are too few); 0, or -1 (logged). */
 int agent_dict_auto(agent *a);
+/* A dictionary file's bytes (at most INGEST_DICT_MAX_BYTES + 1, malloc'd in *d):
+ * 0, or -1 with errno (*d NULL). */
+int agent_dict_read(const char *path, uint8_t **d, size_t *n);
+/* Compress with d (n bytes, malloc'd: the agent keeps it and offers it as path): 0, or -1 (d freed; ctx says). */
+int agent_dict_use(agent *a, uint8_t *d, size_t n, const char *path);
 /*
  * The daemon, when its start found too few small files: sample each small file it takes into a batch
  * (dir/rel, size bytes: read whole while the samples have room; 1 taken); ready: enough for a try; again

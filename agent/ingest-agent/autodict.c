@@ -191,8 +191,23 @@ static int train(agent *a, uint8_t **out, size_t *len)
     return rc;
 }
 
-/* Compress with d (n bytes, malloc'd: the agent keeps it), from path; 0, or -1 (d freed). */
-static int use(agent *a, uint8_t *d, size_t n, const char *path)
+int agent_dict_read(const char *path, uint8_t **d, size_t *n)
+{
+    *d = NULL;
+    *n = 0;
+    const int fd = open(path, O_RDONLY | O_CLOEXEC); /* (a configured one may well be a symlink) */
+    if (fd < 0)
+        return -1;
+    *d = malloc(INGEST_DICT_MAX_BYTES + 1u);
+    const int e = *d == NULL ? ENOMEM : 0;
+    if (*d != NULL)
+        *n = prog_read_upto(fd, *d, INGEST_DICT_MAX_BYTES + 1u);
+    close(fd);
+    errno = e;
+    return e != 0 ? -1 : 0;
+}
+
+int agent_dict_use(agent *a, uint8_t *d, size_t n, const char *path)
 {
     uint32_t did = 0;
     if (ingest_codec_add_dict(a->codec, d, n, &did) < 0 || ingest_codec_use_dict(a->codec, did) < 0) {
@@ -208,7 +223,7 @@ static int use(agent *a, uint8_t *d, size_t n, const char *path)
 /* Use the dictionary just trained and keep it in path: 1, or -1 (logged). */
 static int keep(agent *a, uint8_t *d, size_t n, const char *path)
 {
-    if (use(a, d, n, path) < 0) {
+    if (agent_dict_use(a, d, n, path) < 0) {
         prog_log(INGEST_LOG_ERROR, "compression.dictionary auto: the trained dictionary does not load: %s",
                  ingest_ctx_errmsg(a->ctx));
         return -1;
@@ -224,16 +239,14 @@ int agent_dict_auto(agent *a)
 {
     char path[PATH_MAX];
     auto_path(a, path, sizeof(path));
-    const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
-        uint8_t *d = malloc(INGEST_DICT_MAX_BYTES + 1u);
-        const size_t n = d != NULL ? prog_read_upto(fd, d, INGEST_DICT_MAX_BYTES + 1u) : 0;
-        close(fd);
-        if (d == NULL || n == 0 || n > INGEST_DICT_MAX_BYTES || ingest_dict_id(d, n) == 0) {
+    uint8_t *d = NULL;
+    size_t n = 0;
+    if (agent_dict_read(path, &d, &n) == 0) {
+        if (n == 0 || n > INGEST_DICT_MAX_BYTES || ingest_dict_id(d, n) == 0) {
             /* not a dictionary (cut short, say): trained again below and replaced */
             prog_log(INGEST_LOG_WARN, "compression.dictionary auto: %s is not a dictionary: training a new one", path);
             free(d);
-        } else if (use(a, d, n, path) < 0) {
+        } else if (agent_dict_use(a, d, n, path) < 0) {
             prog_log(INGEST_LOG_WARN, "compression.dictionary auto: %s does not load (%s): training a new one", path,
                      ingest_ctx_errmsg(a->ctx));
         } else {
@@ -242,8 +255,6 @@ int agent_dict_auto(agent *a)
             return 0;
         }
     }
-    uint8_t *d = NULL;
-    size_t n = 0;
     const int t = train(a, &d, &n);
     return t < 0 || (t == 1 && keep(a, d, n, path) < 0) ? -1 : 0;
 }

@@ -1005,25 +1005,21 @@ int load_state(agent *a)
     }
     if (a->cfg->compression_dictionary[0] && strcmp(a->cfg->compression_dictionary, "auto") != 0) {
         /* Kept: it is offered to the receiver on each connection (connect_core). */
-        FILE *f = fopen(a->cfg->compression_dictionary, "rb");
-        uint8_t *d = malloc(INGEST_DICT_MAX_BYTES + 1u);
-        const size_t n = f && d ? fread(d, 1, INGEST_DICT_MAX_BYTES + 1u, f) : 0;
-        uint32_t did = 0;
-        const int toobig = n > INGEST_DICT_MAX_BYTES;
-        const int ok = n > 0 && !toobig && ingest_codec_add_dict(a->codec, d, n, &did) == 0 &&
-                       ingest_codec_use_dict(a->codec, did) == 0;
-        const int e = errno;
-        if (f)
-            fclose(f);
-        if (!ok) {
-            prog_log(INGEST_LOG_ERROR, "compression.dictionary %s: %s", a->cfg->compression_dictionary,
-                     !f ? strerror(e) : toobig ? "larger than 4 MiB" : n == 0 ? "empty or unreadable" : ingest_ctx_errmsg(a->ctx));
+        const char *path = a->cfg->compression_dictionary;
+        uint8_t *d = NULL;
+        size_t n = 0;
+        const char *why = agent_dict_read(path, &d, &n) != 0 ? strerror(errno)
+                          : n > INGEST_DICT_MAX_BYTES            ? "larger than 4 MiB"
+                          : n == 0                               ? "empty or unreadable"
+                                                                 : NULL;
+        if (why != NULL)
             free(d);
+        else if (agent_dict_use(a, d, n, path) != 0) /* (d freed) */
+            why = ingest_ctx_errmsg(a->ctx);
+        if (why != NULL) {
+            prog_log(INGEST_LOG_ERROR, "compression.dictionary %s: %s", path, why);
             return -1;
         }
-        a->dict = d;
-        a->dict_len = n;
-        snprintf(a->dict_name, sizeof(a->dict_name), "%s", a->cfg->compression_dictionary);
     }
     if (mkdir(a->cfg->state_dir, 0700) != 0 && errno != EEXIST) {
         prog_log(INGEST_LOG_ERROR, "state_dir %s: %s", a->cfg->state_dir, strerror(errno));
