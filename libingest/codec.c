@@ -328,6 +328,31 @@ int ingest_codec_use_dict(ingest_codec *c, uint32_t dict_id)
     return 0;
 }
 
+static void warm_dctx(ingest_codec *c, const ZSTD_DDict *ddict);
+
+int ingest_codec_remove_dict(ingest_codec *c, uint32_t dict_id)
+{
+    if (c == NULL || dict_id == 0)
+        return INGEST_EINVAL;
+    struct dict_entry *e = find_dict(c, dict_id);
+    if (e == NULL)
+        return ingest__fail(c->ctx, INGEST_ENOTFOUND, "codec: dictionary %u is not loaded", dict_id);
+    if (c->last_ddict == e->ddict)
+        warm_dctx(c, NULL); /* while its tables are still there: the next decode finds the context as after one */
+    if (c->cur == e)
+        c->cur = NULL;
+    ingest__free(c->ctx, e->cws);
+    ingest__free(c->ctx, e->dws);
+    struct dict_entry *last = &c->dicts[c->ndicts - 1];
+    if (e != last) {
+        *e = *last;
+        if (c->cur == last)
+            c->cur = e;
+    }
+    c->ndicts--;
+    return 0;
+}
+
 static void put_header(uint8_t *p, unsigned method, unsigned filter, uint32_t dict_id, uint32_t raw_len)
 {
     p[0] = INGEST_CODEC_FORMAT;

@@ -118,6 +118,7 @@ struct agent {
     size_t dict_len;
     char dict_name[4200]; /* its file (compression.dictionary, or {state_dir}/auto.zdict) */
     struct agent_samples *auto_samples; /* the daemon's, for compression.dictionary auto (autodict.c) */
+    struct agent_probe *auto_probe;     /* the daemon's: what that dictionary saves (autodict.c) */
     int all;        /* --all: ship files even when unchanged since their ack */
     /* --once: each source's filter (NULL: no rule), and the files they passed over, by reason */
     ingest_filter **filters;
@@ -172,7 +173,9 @@ int agent_dict_use(agent *a, uint8_t *d, size_t n, const char *path);
  * The daemon, when its start found too few small files: sample each small file it takes into a batch
  * (dir/rel, size bytes: read whole while the samples have room; 1 taken); ready: enough for a try; again
  * (nothing pending on the connection): train from them, end the connection and edge (the next connection
- * offers it); 1 trained, 0 not yet, -1 failed (logged).  free: the samples.
+ * offers it); 1 trained, 0 not yet, -1 failed (logged).  With a dictionary, sample probes one small file in
+ * a few (compressed alone with it and without it) and, when it stopped saving, samples the next ones as
+ * above for a new one that replaces it.  free: the samples and probes.
  */
 int agent_dict_auto_sample(agent *a, const char *dir, const char *rel, uint64_t size);
 int agent_dict_auto_ready(const agent *a);

@@ -25,6 +25,36 @@
 #define AUTO_DICT_MIN (4u * 1024u)
 #define AUTO_DIR_NAMES 16384u /* names read from one directory: a huge one is sampled from its first ones */
 
+/*
+ * Watching the dictionary (the daemon's): one small file in PROBE_EVERY taken into a batch (its first
+ * PROBE_BYTES) is compressed alone with the dictionary and without one; a window of PROBE_WINDOW such files gives the dictionary's gain
+ * (bytes without / bytes with).  A window that keeps less than half of the best gain seen for this
+ * dictionary, or less than PROBE_GAIN_MIN, starts a new one: samples of the next small files, trained as at
+ * the start, offered from the next connection.  A retrain waits `gap` windows after the last (doubling each
+ * time up to PROBE_GAP_MAX, back to 1 once a dictionary gains PROBE_GAIN_GOOD), so files no dictionary helps
+ * cost few of them.
+ */
+#define PROBE_EVERY 8u
+#define PROBE_WINDOW 16u
+#define PROBE_BYTES 4096u /* of a file's start: where a dictionary does its work, and a bound on the cost */
+#define PROBE_GAIN_MIN 1.05
+#define PROBE_GAIN_GOOD 1.10
+#define PROBE_GAP_MAX 1024u
+
+typedef struct agent_probe {
+    ingest_codec *codec; /* its own: the dictionary loaded, used for one encoding and not the other */
+    uint32_t dict_id;    /* loaded in codec (0: none yet) */
+    const uint8_t *dict; /* the agent's a->dict it was loaded from */
+    uint8_t *buf;        /* a file, then its encoding */
+    unsigned skip;       /* small files until the next probe */
+    unsigned n;          /* probes in this window */
+    uint64_t raw, with, without;
+    double best;         /* best window gain of this dictionary */
+    unsigned windows;    /* windows since this dictionary came in use, or a retrain started */
+    unsigned gap;        /* windows a retrain waits after the last one */
+    int retraining;      /* samples are being taken for a new dictionary */
+} probe;
+
 typedef struct agent_samples {
     uint8_t *buf;
     size_t len;
@@ -132,6 +162,13 @@ static void walk(samples *sm, const char *srcpath, const ingest_filter *filter, 
     free(names);
 }
 
+/* The size of dictionary trained from len bytes of samples. */
+static size_t dict_size_for(size_t len)
+{
+    const size_t max = len / 16;
+    return max < AUTO_DICT_MIN ? AUTO_DICT_MIN : max > AUTO_DICT_MAX ? AUTO_DICT_MAX : max;
+}
+
 /* Train from the samples; 1 trained (*out, *len: malloc'd), 0 too few (said, at debug level when quiet), -1 failed. */
 static int train_from(agent *a, const samples *sm, int quiet, const char *from, uint8_t **out, size_t *len)
 {
@@ -141,13 +178,13 @@ static int train_from(agent *a, const samples *sm, int quiet, const char *from, 
                  from, AUTO_SAMPLES_MIN);
         return 0;
     }
-    size_t max = sm->len / 16;
-    max = max < AUTO_DICT_MIN ? AUTO_DICT_MIN : max > AUTO_DICT_MAX ? AUTO_DICT_MAX : max;
+    const size_t max = dict_size_for(sm->len);
     void *d = NULL;
     uint32_t id = 0;
     if (ingest_dict_train(a->ctx, sm->buf, sm->sizes, sm->n, max, &d, len, &id) < 0) {
-        prog_log(INGEST_LOG_WARN, "compression.dictionary auto: training from %u files failed (%s): compressing "
-                 "without a dictionary for now", sm->n, ingest_ctx_errmsg(a->ctx));
+        prog_log(INGEST_LOG_WARN, "compression.dictionary auto: training from %u files failed (%s): %s for now",
+                 sm->n, ingest_ctx_errmsg(a->ctx), a->dict != NULL ? "keeping the one in use" :
+                 "compressing without a dictionary");
         return 0;
     }
     int rc = -1;
@@ -259,22 +296,127 @@ int agent_dict_auto(agent *a)
     return t < 0 || (t == 1 && keep(a, d, n, path) < 0) ? -1 : 0;
 }
 
+/* The daemon's probe state, made (and given the agent's current dictionary) on first use; NULL: out of memory. */
+static probe *probe_get(agent *a)
+{
+    probe *p = a->auto_probe;
+    if (p == NULL) {
+        p = a->auto_probe = calloc(1, sizeof(*p));
+        if (p == NULL)
+            return NULL;
+        p->gap = 1;
+    }
+    if (p->buf == NULL && (p->buf = malloc(AUTO_FILE_MAX + ingest_codec_bound(AUTO_FILE_MAX))) == NULL) /* (held_out) */
+        return NULL;
+    if (p->dict != a->dict) { /* a dictionary new to the probe: load it and start its windows over */
+        ingest_codec_destroy(p->codec);
+        p->codec = NULL;
+        p->dict_id = 0;
+        p->dict = a->dict;
+        p->n = 0;
+        p->raw = p->with = p->without = 0;
+        p->best = 0;
+        p->windows = 0;
+        if (ingest_codec_create(a->ctx, a->cfg->compression_level, &p->codec) < 0 ||
+            ingest_codec_add_dict(p->codec, a->dict, a->dict_len, &p->dict_id) < 0) {
+            prog_log(INGEST_LOG_WARN, "compression.dictionary auto: cannot watch what the dictionary saves: %s",
+                     ingest_ctx_errmsg(a->ctx));
+            ingest_codec_destroy(p->codec);
+            p->codec = NULL;
+        }
+    }
+    return p;
+}
+
+static double saved_pct(uint64_t with, uint64_t without)
+{
+    return without > 0 ? 100.0 * (1.0 - (double)with / (double)without) : 0.0;
+}
+
+/* One small file taken into a batch (path, size bytes when seen) while the daemon uses its dictionary. */
+static void probe_file(agent *a, const char *path, uint64_t size)
+{
+    probe *p = probe_get(a);
+    if (p == NULL || p->codec == NULL)
+        return;
+    if (p->skip > 0) {
+        p->skip--;
+        return;
+    }
+    const int fd = open_sample(AT_FDCWD, path);
+    if (fd < 0)
+        return;
+    const size_t got = prog_read_upto(fd, p->buf, size < PROBE_BYTES ? (size_t)size : PROBE_BYTES);
+    close(fd);
+    if (got < AUTO_FILE_MIN)
+        return;
+    p->skip = PROBE_EVERY - 1;
+    uint8_t *enc = p->buf + AUTO_FILE_MAX;
+    const size_t cap = ingest_codec_bound(AUTO_FILE_MAX);
+    size_t w = 0, wo = 0;
+    if (ingest_codec_use_dict(p->codec, p->dict_id) < 0 || ingest_codec_encode(p->codec, p->buf, got, enc, cap, &w) < 0 ||
+        ingest_codec_use_dict(p->codec, 0) < 0 || ingest_codec_encode(p->codec, p->buf, got, enc, cap, &wo) < 0)
+        return;
+    p->raw += got;
+    p->with += w;
+    p->without += wo;
+    if (++p->n < PROBE_WINDOW)
+        return;
+    const double g = p->with > 0 ? (double)p->without / (double)p->with : 1.0;
+    p->windows++;
+    if (g > p->best)
+        p->best = g;
+    if (g >= PROBE_GAIN_GOOD)
+        p->gap = 1;
+    const double best_pct = 100.0 * (1.0 - 1.0 / p->best);
+    prog_log(INGEST_LOG_DEBUG, "compression.dictionary auto: %s saves %.1f%% on the last %u small files probed (%llu "
+             "bytes: %llu with it, %llu without); %.1f%% at best", a->dict_name, saved_pct(p->with, p->without),
+             p->n, (unsigned long long)p->raw, (unsigned long long)p->with, (unsigned long long)p->without, best_pct);
+    if ((g < 1.0 + (p->best - 1.0) / 2.0 || g < PROBE_GAIN_MIN) && p->windows >= p->gap) {
+        prog_log(INGEST_LOG_INFO, "compression.dictionary auto: %s saves %.1f%% on the last %u small files probed "
+                 "(%.1f%% at best): training a new one from the next small files", a->dict_name,
+                 saved_pct(p->with, p->without), p->n, best_pct);
+        p->retraining = 1;
+        p->windows = 0;
+        if (p->gap < PROBE_GAP_MAX)
+            p->gap *= 2;
+    }
+    p->n = 0;
+    p->raw = p->with = p->without = 0;
+}
+
+static int retraining(const agent *a) { return a->auto_probe != NULL && a->auto_probe->retraining; }
+
+static void samples_drop(agent *a)
+{
+    if (a->auto_samples != NULL)
+        samples_free(a->auto_samples);
+    free(a->auto_samples);
+    a->auto_samples = NULL;
+}
+
 int agent_dict_auto_sample(agent *a, const char *dir, const char *rel, uint64_t size)
 {
-    if (a->dict != NULL || size < AUTO_FILE_MIN || size > AUTO_FILE_MAX || a->cfg->transport != INGEST_TRANSPORT_TCP ||
+    if (size < AUTO_FILE_MIN || size > AUTO_FILE_MAX || a->cfg->transport != INGEST_TRANSPORT_TCP ||
         strcmp(a->cfg->compression_dictionary, "auto") != 0)
         return 0;
+    char full_path[PATH_MAX];
+    if ((size_t)snprintf(full_path, sizeof(full_path), "%s/%s", dir, rel) >= sizeof(full_path))
+        return 0;
+    if (a->dict != NULL && !retraining(a)) {
+        probe_file(a, full_path, size);
+        return 0;
+    }
     samples *sm = a->auto_samples;
     if (sm == NULL) {
         sm = a->auto_samples = calloc(1, sizeof(*sm));
         if (sm == NULL || samples_alloc(sm) < 0) {
-            agent_dict_auto_free(a);
+            samples_drop(a);
             return 0;
         }
         sm->next = AUTO_SAMPLES_MIN;
     }
-    char full_path[PATH_MAX];
-    if (full(sm) || (size_t)snprintf(full_path, sizeof(full_path), "%s/%s", dir, rel) >= sizeof(full_path))
+    if (full(sm))
         return 0;
     const unsigned n0 = sm->n;
     take_fd(sm, open_sample(AT_FDCWD, full_path), size);
@@ -284,40 +426,141 @@ int agent_dict_auto_sample(agent *a, const char *dir, const char *rel, uint64_t 
 int agent_dict_auto_ready(const agent *a)
 {
     const samples *sm = a->auto_samples;
-    return sm != NULL && a->dict == NULL && sm->n >= sm->next;
+    return sm != NULL && (a->dict == NULL || retraining(a)) && sm->n >= sm->next;
+}
+
+/*
+ * Whether a dictionary trained from sm would beat the one in use: one trained from every other file of sm
+ * is tried, against the one in use, on the files between, each compressed alone (a dictionary always
+ * looks good on the files it learnt).  1 by 5% at least, 0 not, -1 no telling yet (ZDICT found too little,
+ * or out of memory); said.  The probes start over afterwards.
+ */
+static int held_out(agent *a, const samples *sm)
+{
+    probe *p = a->auto_probe;
+    samples half = { 0 };
+    half.buf = malloc(sm->len);
+    half.sizes = malloc(sm->n * sizeof(size_t));
+    int rc = -1;
+    void *d = NULL;
+    size_t n = 0;
+    uint32_t id = 0;
+    if (half.buf == NULL || half.sizes == NULL || p->codec == NULL)
+        goto out;
+    const uint8_t *src = sm->buf;
+    for (unsigned i = 0; i < sm->n; src += sm->sizes[i], i++)
+        if (i % 2 == 0) {
+            memcpy(half.buf + half.len, src, sm->sizes[i]);
+            half.sizes[half.n++] = sm->sizes[i];
+            half.len += sm->sizes[i];
+        }
+    if (ingest_dict_train(a->ctx, half.buf, half.sizes, half.n, dict_size_for(half.len), &d, &n, &id) < 0) {
+        prog_log(INGEST_LOG_DEBUG, "compression.dictionary auto: a trial from %u files: %s", half.n,
+                 ingest_ctx_errmsg(a->ctx));
+        goto out;
+    }
+    if (ingest_codec_add_dict(p->codec, d, n, &id) < 0)
+        goto out;
+    uint64_t cur = 0, cand = 0, plain = 0;
+    const size_t cap = ingest_codec_bound(AUTO_FILE_MAX);
+    uint8_t *enc = p->buf + AUTO_FILE_MAX;
+    src = sm->buf;
+    for (unsigned i = 0; i < sm->n; src += sm->sizes[i], i++) {
+        size_t l1 = 0, l2 = 0, l0 = 0;
+        if (i % 2 == 0)
+            continue;
+        if (ingest_codec_use_dict(p->codec, p->dict_id) < 0 ||
+            ingest_codec_encode(p->codec, src, sm->sizes[i], enc, cap, &l1) < 0 ||
+            ingest_codec_use_dict(p->codec, id) < 0 || ingest_codec_encode(p->codec, src, sm->sizes[i], enc, cap, &l2) < 0 ||
+            ingest_codec_use_dict(p->codec, 0) < 0 || ingest_codec_encode(p->codec, src, sm->sizes[i], enc, cap, &l0) < 0)
+            goto out;
+        cur += l1;
+        cand += l2;
+        plain += l0;
+    }
+    rc = cand * 100 <= cur * 95;
+    prog_log(INGEST_LOG_INFO, "compression.dictionary auto: one trained from %u of the files taken saves %.1f%% on "
+             "the other %u, the one in use %.1f%%: %s", half.n, saved_pct(cand, plain), sm->n - half.n,
+             saved_pct(cur, plain), rc ? "training a new one from all of them" : "keeping the one in use");
+out:
+    ingest_buf_free(a->ctx, d);
+    samples_free(&half);
+    ingest_codec_destroy(p->codec); /* the probes start over, with a codec of the one in use alone */
+    p->codec = NULL;
+    p->dict = NULL;
+    return rc;
 }
 
 int agent_dict_auto_again(agent *a)
 {
     samples *sm = a->auto_samples;
-    if (a->dict != NULL || sm == NULL)
+    const int again = retraining(a);
+    if ((a->dict != NULL && !again) || sm == NULL)
         return 0;
     char path[PATH_MAX];
     auto_path(a, path, sizeof(path));
     uint8_t *d = NULL;
     size_t n = 0;
-    const int t = train_from(a, sm, 1, "taken since the start", &d, &n);
+    const int h = again ? held_out(a, sm) : 1;
+    if (h == 0) {
+        a->auto_probe->retraining = 0;
+        samples_drop(a);
+        return 0;
+    }
+    const int t = h < 0 ? 0 : train_from(a, sm, 1, again ? "taken since the last one stopped saving"
+                                                           : "taken since the start", &d, &n);
     if (t <= 0) {
         /* ZDICT wants more: try again with twice as many, until the samples are full */
         sm->next = full(sm) ? UINT_MAX : sm->n * 2;
+        if (again && sm->next == UINT_MAX) {
+            prog_log(INGEST_LOG_INFO, "compression.dictionary auto: keeping %s", a->dict_name);
+            a->auto_probe->retraining = 0;
+            samples_drop(a);
+        }
         return t;
     }
-    agent_dict_auto_free(a); /* the samples */
+    samples_drop(a);
     /* the next connection offers it (the dictionary is a session feature): this one ends, its edge too (no
      * batch is pending here), before the codec the edge borrows takes the dictionary */
     disconnect_core(a);
     ingest_edge_destroy(a->net.edge);
     a->net.edge = NULL;
-    if (keep(a, d, n, path) < 0)
+    if (!again) {
+        if (keep(a, d, n, path) < 0)
+            return -1;
+        prog_log(INGEST_LOG_INFO, "compression.dictionary auto: offered from the next connection on");
+        return 1;
+    }
+    /* the new one replaces the old in the agent's codec (the batches' senders hold the codec; the edge and
+     * its encoders, which follow it, are gone); when it does not load, the old one stays */
+    uint8_t *old = a->dict;
+    const size_t oldn = a->dict_len;
+    a->dict = NULL;
+    a->auto_probe->retraining = 0;
+    a->auto_probe->dict = NULL; /* (the new one may have the old one's address) */
+    if (keep(a, d, n, path) < 0) {
+        a->dict = old;
+        a->dict_len = oldn; /* (its name is path all the same) */
+        (void)ingest_codec_use_dict(a->codec, ingest_dict_id(old, oldn));
+        prog_log(INGEST_LOG_INFO, "compression.dictionary auto: keeping %s", a->dict_name);
         return -1;
+    }
+    const uint32_t old_id = ingest_dict_id(old, oldn);
+    if (old_id != ingest_dict_id(a->dict, a->dict_len))
+        (void)ingest_codec_remove_dict(a->codec, old_id);
+    free(old);
     prog_log(INGEST_LOG_INFO, "compression.dictionary auto: offered from the next connection on");
     return 1;
 }
 
 void agent_dict_auto_free(agent *a)
 {
-    if (a->auto_samples != NULL)
-        samples_free(a->auto_samples);
-    free(a->auto_samples);
-    a->auto_samples = NULL;
+    samples_drop(a);
+    probe *p = a->auto_probe;
+    if (p != NULL) {
+        ingest_codec_destroy(p->codec);
+        free(p->buf);
+        free(p);
+    }
+    a->auto_probe = NULL;
 }

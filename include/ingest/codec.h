@@ -87,6 +87,13 @@ INGEST_API int ingest_codec_add_dict_decode_ref(ingest_codec *c, const void *dic
  * decoding only.
  */
 INGEST_API int ingest_codec_use_dict(ingest_codec *c, uint32_t dict_id);
+/*
+ * Unload dictionary dict_id and free what it took (its slot is free again);
+ * if it was in use, the codec compresses without a dictionary from now on.
+ * INGEST_ENOTFOUND if it is not loaded.  Not while a codec that follows this
+ * one (the edge's encoder threads) may compress with it.
+ */
+INGEST_API int ingest_codec_remove_dict(ingest_codec *c, uint32_t dict_id);
 
 /*
  * Encode src[0,n) into dst (cap >= ingest_codec_bound(n), else

@@ -23,6 +23,11 @@
 # 9. The same in a daemon started on an empty source whose files are
 #    deleted after shipping: trained from the small files it took, offered
 #    on its next connection, stored.
+# 10. That daemon again, its dictionary kept in state_dir: files of its kind
+#    keep it; when small files of another kind come (log lines) and it stops
+#    saving, the daemon trains a new one from them, offers it on its next
+#    connection (stored), and the new one saves more on them than the old;
+#    random bytes make it try again, and what it trains from them is refused.
 . "$(dirname "$0")/lib.sh"
 EVIL="$BUILD/tools/evil-agent"
 setup_keys
@@ -262,38 +267,115 @@ batch:
 sed -i -e 's|^state_dir: astate-dev1$|state_dir: astate-d9|' \
     -e "s|^  - path: $T/src7/data\$|&\n    settle: 100ms\n    after_ship: delete|" "$T/dev1.yaml"
 mkdir -p "$T/astate-d9"
-"$AGENT" --config "$T/dev1.yaml" > "$T/d9.out" 2> "$T/d9.err" &
-AGENT_PID=$!
-# wait_landed N: until N files landed under dev1/data (at most 15 s)
+# The daemon's log is $DLOG.
+# wait_landed N: until N files landed under dev1/data (at most 30 s)
 wait_landed() {
     i=0
     while [ "$(find "$(landed_root dev1)/data" -type f 2>/dev/null | wc -l)" -lt "$1" ]; do
-        i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/d9.err"; fail "$1 files did not land"; }; sleep 0.05
+        i=$((i + 1)); [ $i -gt 600 ] && { cat "$DLOG"; fail "$1 files did not land"; }; sleep 0.05
     done
 }
+# wait_said PATTERN WHY: until the daemon's log has PATTERN (at most 10 s), else fail with WHY
+wait_said() {
+    i=0
+    while ! grep -q -- "$1" "$DLOG"; do
+        i=$((i + 1)); [ $i -gt 200 ] && { cat "$DLOG"; fail "$2"; }; sleep 0.05
+    done
+}
+# stop_daemon: once after_ship emptied the source, stop the daemon (exit 0) and check what landed
+stop_daemon() {
+    i=0
+    while [ -n "$(find "$T/src7/data" -type f)" ]; do
+        i=$((i + 1)); [ $i -gt 200 ] && fail "after_ship delete left files in the source"; sleep 0.05
+    done
+    kill -TERM $AGENT_PID
+    rc=0; wait $AGENT_PID || rc=$?
+    [ "$rc" = 0 ] || { cat "$DLOG"; fail "daemon exited $rc"; }
+    same_tree "$T/gen7" "$(landed_root dev1)/data"
+}
+DLOG="$T/d9.err"
+"$AGENT" --config "$T/dev1.yaml" > "$T/d9.out" 2> "$DLOG" &
+AGENT_PID=$!
 rm -rf "$(landed_root dev1)/data"
 sleep 0.5
 gen_small "$T/gen7/a" 100 913
 cp -r "$T/gen7/a" "$T/src7/data/"
 wait_landed 100
-i=0
-while ! grep -q "auto: offered from the next connection on" "$T/d9.err"; do
-    i=$((i + 1)); [ $i -gt 200 ] && { cat "$T/d9.err"; fail "the daemon trained no dictionary after 100 small files"; }; sleep 0.05
-done
+wait_said "auto: offered from the next connection on" "the daemon trained no dictionary after 100 small files"
 grep -q "auto: trained .* from 100 small files .* taken since the start" "$T/d9.err" ||
     { cat "$T/d9.err"; fail "not trained from the 100 files taken"; }
 h9=$(b2sum -l 256 "$T/astate-d9/auto.zdict" | cut -d' ' -f1)
 gen_small "$T/gen7/b" 20 914
 cp -r "$T/gen7/b" "$T/src7/data/"
 wait_landed 120
-i=0
-while [ -n "$(find "$T/src7/data" -type f)" ]; do
-    i=$((i + 1)); [ $i -gt 200 ] && fail "after_ship delete left files in the source"; sleep 0.05
-done
-kill -TERM $AGENT_PID
-rc=0; wait $AGENT_PID || rc=$?
-[ "$rc" = 0 ] || { cat "$T/d9.err"; fail "daemon exited $rc"; }
-same_tree "$T/gen7" "$(landed_root dev1)/data"
+stop_daemon
 cmp -s "$T/astate-d9/auto.zdict" "$T/rstate/dicts/$h9.zdict" || fail "the receiver did not get the daemon's dictionary"
 ! grep -q "is not used" "$T/d9.err" || { cat "$T/d9.err"; fail "the daemon did not use its dictionary"; }
 pass "dictionary auto in a daemon: trained from the 100 small files it took (deleted after shipping), offered on its next connection"
+
+# ---- 10. the daemon replaces its dictionary when it stops saving ----
+# gen_logs DIR COUNT SEED: COUNT small files of log lines, nothing like gen_small's telemetry
+gen_logs() {
+    mkdir -p "$1"
+    awk -v dir="$1" -v n="$2" -v seed="$3" 'BEGIN {
+        s = seed
+        split("modbusd canbridge ntpsync watchdog uplink", prog, " ")
+        split("retry scheduled after timeout|register block read complete|link quality degraded on channel|"\
+              "clock offset corrected by|buffer high water mark reached|session renegotiated with peer", msg, "|")
+        for (f = 0; f < n; f++) {
+            s = (s * 1103515245 + 12345) % 2147483648
+            lines = 12 + s % 25
+            out = sprintf("%s/l%05d.log", dir, f)
+            for (i = 0; i < lines; i++) {
+                s = (s * 1103515245 + 12345) % 2147483648
+                printf "<%d>Nov %2d %02d:%02d:%02d gw%03d %s[%d]: %s %d (seq 0x%08x)\n", 8 + s % 16, 1 + s % 30, s % 24,
+                    (s / 24) % 60, (s / 1440) % 60, s % 200, prog[1 + s % 5], 100 + s % 9000, msg[1 + (s / 7) % 6],
+                    s % 977, s > out
+            }
+            close(out)
+        }
+    }'
+}
+sed -i 's|^\(  dictionary: auto\)$|\1\nlog:\n  level: debug|' "$T/dev1.yaml"
+grep -q "level: debug" "$T/dev1.yaml" || fail "could not set the daemon's log level"
+rm -rf "$T/gen7" "$(landed_root dev1)/data"
+DLOG="$T/d10.err"
+"$AGENT" --config "$T/dev1.yaml" > "$T/d10.out" 2> "$DLOG" &
+AGENT_PID=$!
+sleep 0.5
+grep -q "compression.dictionary auto: .*auto.zdict (" "$DLOG" || { cat "$DLOG"; fail "auto.zdict not loaded"; }
+gen_small "$T/gen7/c" 300 915
+cp -r "$T/gen7/c" "$T/src7/data/"
+wait_landed 300
+grep -q "auto: .* saves .* on the last 16 small files probed" "$DLOG" || { cat "$DLOG"; fail "no probe window"; }
+! grep -q "training a new one" "$DLOG" || { cat "$DLOG"; fail "retrained on files of its own kind"; }
+gen_logs "$T/gen7/d" 500 916
+cp -r "$T/gen7/d" "$T/src7/data/"
+wait_landed 800
+wait_said "auto: offered from the next connection on" "no new dictionary after 500 files of another kind"
+grep -q "training a new one from the next small files" "$DLOG" || { cat "$DLOG"; fail "the drop was not said"; }
+grep -q "auto: trained .* taken since the last one stopped saving" "$DLOG" || { cat "$DLOG"; fail "not trained"; }
+h10=$(b2sum -l 256 "$T/astate-d9/auto.zdict" | cut -d' ' -f1)
+[ "$h10" != "$h9" ] || fail "auto.zdict was not replaced"
+# more of the new kind: shipped on the next connection with the new dictionary, which the probes find better
+gen_logs "$T/gen7/e" 300 917
+cp -r "$T/gen7/e" "$T/src7/data/"
+wait_landed 1100
+# files no dictionary helps (random bytes): the drop is seen, but what it trains from them does not beat the
+# one in use, which stays
+mkdir -p "$T/gen7/f"
+for k in $(seq 1 300); do head -c $((1000 + k * 37)) /dev/urandom > "$T/gen7/f/r$k.bin"; done
+cp -r "$T/gen7/f" "$T/src7/data/"
+wait_landed 1400
+stop_daemon
+grep -q "auto: .*keeping the one in use" "$DLOG" || { cat "$DLOG"; fail "random files: no retrain tried and refused"; }
+[ "$(b2sum -l 256 "$T/astate-d9/auto.zdict" | cut -d' ' -f1)" = "$h10" ] || fail "replaced by one trained on random bytes"
+cmp -s "$T/astate-d9/auto.zdict" "$T/rstate/dicts/$h10.zdict" || fail "the receiver did not get the new dictionary"
+! grep -q "is not used" "$DLOG" || { cat "$DLOG"; fail "the daemon did not use its new dictionary"; }
+# what the old one saved when it was dropped, and what the new one saves on the same kind of files
+old=$(sed -n 's/.*auto: .* saves \(-\{0,1\}[0-9.]*\)% on the last 16 small files probed (.*at best): training.*/\1/p' "$DLOG" | head -1)
+new=$(awk '/offered from the next connection on/ { after = 1 } after && v == "" && /small files probed \(/ { v = $0 }
+    END { sub(/.* saves /, "", v); sub(/%.*/, "", v); print v }' "$DLOG")
+[ -n "$old" ] && [ -n "$new" ] || { cat "$DLOG"; fail "no probe figures (old '$old', new '$new')"; }
+awk -v o="$old" -v n="$new" 'BEGIN { exit !(n > o + 10) }' || fail "the new dictionary saves $new%, the old one $old%"
+pass "dictionary auto in a daemon: replaced when it stopped saving (old $old%, new $new% on the new kind of files), kept against random bytes"

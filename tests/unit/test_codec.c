@@ -1009,6 +1009,72 @@ static void test_dict_table_full(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* Unloading: the slot is free again, a dictionary in use falls back to none, decoding after one used it is right. */
+static void test_dict_remove(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    size_t sizes[NSAMPLES], total;
+    uint8_t *samples = make_samples(sizes, &total);
+    void *dict;
+    size_t dlen;
+    uint32_t id, got;
+    ingest_codec *c = NULL, *dec = NULL;
+    assert_int_equal(ingest_codec_create(ctx, 1, &c), 0);
+    assert_int_equal(ingest_codec_create(ctx, 1, &dec), 0);
+    assert_int_equal(ingest_dict_train(ctx, samples, sizes, NSAMPLES, 4096, &dict, &dlen, &id), 0);
+    uint8_t *d = dict;
+    /* 64 ids (rewriting the id field), the table full */
+    for (unsigned i = 0; i < 64; i++) {
+        const uint32_t want = 50000u + i;
+        d[4] = (uint8_t)want, d[5] = (uint8_t)(want >> 8), d[6] = (uint8_t)(want >> 16), d[7] = (uint8_t)(want >> 24);
+        assert_int_equal(ingest_codec_add_dict(c, dict, dlen, &got), 0);
+        assert_int_equal(ingest_codec_add_dict(dec, dict, dlen, NULL), 0);
+    }
+    assert_int_equal(ingest_codec_add_dict(c, samples, 0, &got), INGEST_EINVAL);
+    d[4] = 0x10, d[5] = 0x27, d[6] = 1, d[7] = 0; /* 75536: a 65th */
+    assert_int_equal(ingest_codec_add_dict(c, dict, dlen, &got), INGEST_ENOSPC);
+    uint8_t sample[700];
+    gen_csv(sample, sizeof(sample), 4242);
+    /* the last one in use; the first removed: the last moves into its slot and stays in use */
+    assert_int_equal(ingest_codec_use_dict(c, 50063u), 0);
+    assert_int_equal(ingest_codec_remove_dict(c, 50000u), 0);
+    assert_int_equal(ingest_codec_remove_dict(c, 50000u), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_codec_use_dict(c, 50000u), INGEST_ENOTFOUND);
+    round_trip(c, dec, sample, sizeof(sample), INGEST_CODEC_METHOD_ZSTD_DICT);
+    uint8_t z[sizeof(sample) + INGEST_CODEC_HEADER];
+    size_t zlen = 0;
+    assert_int_equal(ingest_codec_encode(c, sample, sizeof(sample), z, sizeof(z), &zlen), 0);
+    assert_int_equal(z[4] | z[5] << 8 | z[6] << 16 | (uint32_t)z[7] << 24, 50063u);
+    /* the slot is free again */
+    assert_int_equal(ingest_codec_add_dict(c, dict, dlen, &got), 0);
+    assert_int_equal(got, 75536u);
+    /* the one in use removed: no dictionary from now on */
+    assert_int_equal(ingest_codec_remove_dict(c, 50063u), 0);
+    round_trip(c, dec, sample, sizeof(sample), INGEST_CODEC_METHOD_ZSTD);
+    assert_int_equal(ingest_codec_remove_dict(c, 0), INGEST_EINVAL);
+    assert_int_equal(ingest_codec_remove_dict(NULL, 1), INGEST_EINVAL);
+    /* a decoder whose last decode used the dictionary removed decodes on, with and without one */
+    assert_int_equal(ingest_codec_use_dict(c, 50001u), 0);
+    assert_int_equal(ingest_codec_encode(c, sample, sizeof(sample), z, sizeof(z), &zlen), 0);
+    uint8_t back[sizeof(sample)], id1[INGEST_ID_BYTES];
+    size_t blen = 0;
+    ingest_chunk_id(test_key, sample, sizeof(sample), id1);
+    assert_int_equal(ingest_codec_decode(dec, z, zlen, back, sizeof(back), &blen, test_key, id1), 0);
+    assert_int_equal(ingest_codec_remove_dict(dec, 50001u), 0);
+    assert_int_equal(ingest_codec_decode(dec, z, zlen, back, sizeof(back), &blen, test_key, id1), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_codec_use_dict(c, 50002u), 0);
+    round_trip(c, dec, sample, sizeof(sample), INGEST_CODEC_METHOD_ZSTD_DICT);
+    assert_int_equal(ingest_codec_use_dict(c, 0), 0);
+    round_trip(c, dec, sample, sizeof(sample), INGEST_CODEC_METHOD_ZSTD);
+    ingest_codec_destroy(c);
+    ingest_codec_destroy(dec);
+    ingest_buf_free(ctx, dict);
+    free(samples);
+    ingest_ctx_destroy(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1018,6 +1084,7 @@ int main(void)
         cmocka_unit_test(test_empty_chunk),
         cmocka_unit_test(test_capacity_checks),
         cmocka_unit_test(test_dict_round_trip),
+        cmocka_unit_test(test_dict_remove),
         cmocka_unit_test(test_dict_train_errors),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_flipped_bytes),
