@@ -142,10 +142,27 @@ touch "$T/stop"
 wait "$WRITER" || true
 n=$(written)
 [ "$n" -gt 0 ] || fail "the writer wrote nothing"
+# missing: what became of each written file that did not land (run when the soak fails, so that a rare
+# failure says where the files went): its manifests, any name of it in bronze, the agent's and the
+# receiver's lines naming it or the batches that held it, and the receiver's warnings
+missing() {
+    (cd "$K" && find . -type f | sed 's|^\./||' | sort) > "$T/written.list"
+    (cd "$(landed_root dev1)/data" 2>/dev/null && find . -type f ! -path '*.ingest-tmp-*' | sed 's|^\./||' | sort) > "$T/landed.list"
+    comm -23 "$T/written.list" "$T/landed.list" > "$T/missing.list"
+    echo "missing ($(wc -l < "$T/missing.list")): $(tr '\n' ' ' < "$T/missing.list")"
+    for f in $(head -5 "$T/missing.list"); do
+        echo "-- data/$f: in manifests: $(grep -l "\"path\":\"data/$f\"" "$T/bronze/_manifests/dev1/"* 2>/dev/null | xargs -r -n1 basename | tr '\n' ' ')"
+        echo "   in bronze: $(find "$T/bronze" -name "$(basename "$f")" -o -name "*$(basename "$f").ingest-tmp-*" | tr '\n' ' ')"
+        grep -h -- "$f\b" "$T/dev1.err" "$T/receiver.log" | tail -5
+    done
+    echo "-- staged or temporary names left in bronze: $(find "$T/bronze" -name '*.ingest-tmp-*' | head -10 | tr '\n' ' ')"
+    echo "-- receiver warnings and errors:"; grep -E '\[(warn|error)\]' "$T/receiver.log" | tail -15
+    echo "-- agent warnings and errors:"; grep -E '\[(warn|error)\]' "$T/dev1.err" | tail -15
+}
 i=0
 while [ "$(landed_count)" -lt "$n" ] || [ -n "$(find "$S" -type f)" ]; do
     i=$((i + 1))
-    [ $i -gt 2400 ] && { tail -30 "$T/dev1.err"; fail "only $(landed_count) of $n files landed; $(find "$S" -type f | wc -l) still in the source"; }
+    [ $i -gt 2400 ] && { tail -30 "$T/dev1.err"; missing; fail "only $(landed_count) of $n files landed; $(find "$S" -type f | wc -l) still in the source"; }
     sleep 0.05
 done
 kill -TERM "$AGENT_PID"
@@ -161,7 +178,7 @@ recs=$(manifest_paths dev1 | wc -l)
 tmp=$(count_tmp "$T/bronze")
 echo "soak: $ak agent kills, $rk receiver kills and $pk power cuts ($pkr of the receiver, $((pk - pkr)) of the agent; $pc_lossy lost unsynced changes), $inflight of them with work in flight; $n files written, $landed landed: lost=$lost duplicated=$dups corrupt=$corrupt (FILE records: $recs; temporary files left: $tmp)"
 [ "$lost" = 0 ] && [ "$dups" = 0 ] && [ "$corrupt" = 0 ] && [ "$recs" = "$n" ] && [ "$tmp" = 0 ] ||
-    fail "files lost, duplicated or corrupt"
+    { missing; fail "files lost, duplicated or corrupt"; }
 [ "$inflight" -gt 0 ] || fail "no kill found work in flight"
 # the stores after the cuts: the index agrees with the manifests; every landed file with its manifest
 "$CTL" index check "$T/rstate" --bronze "$T/bronze" > "$T/index-check.out" 2>&1 ||
