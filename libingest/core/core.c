@@ -101,6 +101,7 @@ void ingest_core_destroy(ingest_core *s)
     pthread_cond_destroy(&s->dev_cond);
     pthread_mutex_destroy(&s->dev_lock);
     pthread_mutex_destroy(&s->land_lock);
+    ingest__syncs_destroy(&s->syncs);
     ingest__free(s->ctx, s->active);
     ingest__free(s->ctx, s->bronze);
     ingest__free(s->ctx, s->layout);

@@ -288,6 +288,7 @@ void ingest_lander_destroy(ingest_lander *l)
         return;
     if (l->rootfd >= 0)
         close(l->rootfd);
+    ingest__syncs_destroy(&l->own_syncs);
     ingest__free(l->ctx, l->root);
     ingest__free(l->ctx, l->layout);
     sodium_memzero(l->key, sizeof l->key);
@@ -328,6 +329,63 @@ void ingest__syncs_init(ingest__syncs *sy)
     atomic_init(&sy->started, 0);
     atomic_init(&sy->done, 0);
     atomic_init(&sy->failed, false);
+    pthread_mutex_init(&sy->dir_mu, NULL);
+    randombytes_buf(sy->dir_key, sizeof sy->dir_key);
+    sy->ndirs = 0;
+    memset(sy->dirs, 0, sizeof sy->dirs);
+}
+
+void ingest__syncs_destroy(ingest__syncs *sy) { pthread_mutex_destroy(&sy->dir_mu); }
+
+static uint64_t dir_hash(const ingest__syncs *sy, const char *dir)
+{
+    uint8_t h[crypto_shorthash_BYTES];
+    crypto_shorthash(h, (const uint8_t *)dir, strlen(dir), sy->dir_key);
+    uint64_t v = 0;
+    memcpy(&v, h, sizeof v);
+    return v != 0 ? v : 1;
+}
+
+/* The slot of hash v: where it is, or the empty one where it would go.  Under dir_mu. */
+static uint32_t dir_slot(const ingest__syncs *sy, uint64_t v)
+{
+    uint32_t i = (uint32_t)(v % INGEST__DURABLE_DIRS);
+    while (sy->dirs[i] != 0 && sy->dirs[i] != v)
+        i = (i + 1) % INGEST__DURABLE_DIRS;
+    return i;
+}
+
+bool ingest__syncs_dir_durable(ingest__syncs *sy, const char *dir)
+{
+    const uint64_t v = dir_hash(sy, dir);
+    pthread_mutex_lock(&sy->dir_mu);
+    const bool yes = sy->dirs[dir_slot(sy, v)] == v;
+    pthread_mutex_unlock(&sy->dir_mu);
+    return yes;
+}
+
+void ingest__syncs_dir_mark(ingest__syncs *sy, const char *dir)
+{
+    const uint64_t v = dir_hash(sy, dir);
+    pthread_mutex_lock(&sy->dir_mu);
+    if (sy->ndirs >= INGEST__DURABLE_DIRS / 4 * 3) { /* full: start over (costs fsyncs, nothing else) */
+        memset(sy->dirs, 0, sizeof sy->dirs);
+        sy->ndirs = 0;
+    }
+    const uint32_t i = dir_slot(sy, v);
+    if (sy->dirs[i] == 0) {
+        sy->dirs[i] = v;
+        sy->ndirs++;
+    }
+    pthread_mutex_unlock(&sy->dir_mu);
+}
+
+void ingest__syncs_dir_forget(ingest__syncs *sy)
+{
+    pthread_mutex_lock(&sy->dir_mu);
+    memset(sy->dirs, 0, sizeof sy->dirs);
+    sy->ndirs = 0;
+    pthread_mutex_unlock(&sy->dir_mu);
 }
 
 void ingest__lander_share_syncs(ingest_lander *l, ingest__syncs *sy)

@@ -97,9 +97,33 @@ out:
     return rc;
 }
 
-/* fsync the touched directories b->dirs[from, ndirs), each once. */
+/*
+ * For each touched directory b->dirs[from, n): the parents of it and of its
+ * ancestors whose names are not known durable (made by a batch that never
+ * committed, or by a receiver that was killed before it synced them): a
+ * file's name is only as durable as the names of the directories above it.
+ */
+static int add_parents(ingest_lander_batch *b, size_t from, size_t n)
+{
+    for (size_t i = from; i < n; i++) {
+        char d[LANDED_MAX];
+        snprintf(d, sizeof d, "%s", b->dirs[i]);
+        while (d[0] != '\0' && !ingest__syncs_dir_durable(b->l->syncs, d)) {
+            char *slash = strrchr(d, '/');
+            if (slash != NULL)
+                *slash = '\0';
+            else
+                d[0] = '\0';
+            INGEST__FORWARD(lander__add_dir(b, d));
+        }
+    }
+    return 0;
+}
+
+/* fsync the touched directories b->dirs[from, ndirs), each once, and the parents add_parents finds. */
 static int sync_dirs(ingest_lander_batch *b, size_t from)
 {
+    INGEST__FORWARD(add_parents(b, from, b->ndirs));
     qsort(b->dirs + from, b->ndirs - from, sizeof *b->dirs, lander__cmp_strp);
     for (size_t i = from; i < b->ndirs; i++) {
         if (i > from && strcmp(b->dirs[i], b->dirs[i - 1]) == 0)
@@ -115,6 +139,10 @@ static int sync_dirs(ingest_lander_batch *b, size_t from)
             return lander__sys_fail(b->ctx, e, "fsync directory", b->dirs[i][0] ? b->dirs[i] : ".");
         b->stats.syncs++;
     }
+    /* every one's parent is synced now (add_parents), so their names are durable */
+    for (size_t i = from; i < b->ndirs; i++)
+        if (b->dirs[i][0] != '\0')
+            ingest__syncs_dir_mark(b->l->syncs, b->dirs[i]);
     return 0;
 }
 

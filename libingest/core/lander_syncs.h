@@ -12,17 +12,39 @@
 
 #include "ingest/lander.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
+
+/* Directories of bronze whose own names are known durable: a set of keyed hashes of their paths. */
+#define INGEST__DURABLE_DIRS 1024u
 
 typedef struct ingest__syncs {
     atomic_uint_fast64_t started; /* syncfs calls begun: the number of the latest */
     atomic_uint_fast64_t done;    /* the highest number that returned 0 */
     atomic_bool failed;           /* one failed: no batch counts on another's syncfs from then on */
+    /*
+     * The directories whose name in their parent a lander made durable (an fsync of the parent after it
+     * existed) since the start: a batch that lands into a directory it did not make syncs the parents of
+     * the ones not in here (docs/landing.md, "Commit").  Emptied when full, and whenever a lander removes a
+     * directory (made again later, its name is new).
+     */
+    pthread_mutex_t dir_mu;
+    uint8_t dir_key[16];
+    uint32_t ndirs;
+    uint64_t dirs[INGEST__DURABLE_DIRS]; /* open addressing; 0: empty */
 } ingest__syncs;
 
-/* A count with no syncfs yet. */
+/* A count with no syncfs yet, and no directory known durable. */
 void ingest__syncs_init(ingest__syncs *sy);
+void ingest__syncs_destroy(ingest__syncs *sy);
+/* Is the name of directory dir (bronze-relative, not "") known durable? */
+bool ingest__syncs_dir_durable(ingest__syncs *sy, const char *dir);
+/* dir's name was made durable. */
+void ingest__syncs_dir_mark(ingest__syncs *sy, const char *dir);
+/* A directory was removed: nothing is known durable any more. */
+void ingest__syncs_dir_forget(ingest__syncs *sy);
 /* Count l's syncfs calls in sy (zeroed, outliving l), shared with the landers of the same bronze filesystem. */
 void ingest__lander_share_syncs(ingest_lander *l, ingest__syncs *sy);
 

@@ -11,7 +11,10 @@
 #    once the agent has its ack; then a batch of 40 files (one syncfs), and
 #    a cut again.  Every acked file is still there with its bytes, both
 #    stores open, the index agrees with the manifests, `ingestctl verify`
-#    passes, and the agent sends nothing again.
+#    passes, and the agent sends nothing again.  Then directories that a
+#    receiver made under the layer and never synced (as one killed before
+#    its batch committed leaves them), a batch of 1 file into them, a cut:
+#    the file is there (its batch synced the directories above it).
 # 3. The edge: an agent daemon under the layer, after_ship: delete, ships
 #    files and deletes them; once its journal is empty the power is cut.
 #    The deleted files stay deleted (a deleted file that came back would be
@@ -92,6 +95,22 @@ ship dev1 > /dev/null
 "$CTL" verify --config "$T/receiver.yaml" > "$T/verify.out" 2>&1 || { tail -5 "$T/verify.out"; fail "verify after the cut"; }
 [ "$(manifest_paths dev1 | sort | uniq -d | wc -l)" = 0 ] || fail "a path was recorded twice"
 pass "the core: 40 more acked files in one batch survive a power cut; index, verify and the agent agree: $(cat "$T/cut-recv.out")"
+# Directories a receiver made and never synced (it was killed before its batch committed): the next one
+# lands a batch of 1 file into them, which does not make them, and is acked; after a cut the file is there.
+stop_receiver
+MKDIR_PC=$(powercut_wrapper "$(command -v mkdir)" "$RT/pc-recv" "$RT/bronze:$RT/rstate")
+"$MKDIR_PC" -p "$(landed_root dev1)/data/left/over" || fail "mkdir under the layer"
+start_receiver
+mkdir -p "$S/left/over"
+head -c 5000 /dev/urandom > "$S/left/over/late.bin"
+ship dev1 > /dev/null
+[ "$(field dev1 files)" = 1 ] || fail "expected a batch of the 1 new file: $(tail -1 "$T/dev1.out")"
+cut_receiver
+[ -f "$(landed_root dev1)/data/left/over/late.bin" ] ||
+    fail "an acked file in directories an earlier receiver made was lost in the cut: $(cat "$T/cut-recv.out")"
+same_tree "$S" "$(landed_root dev1)/data"
+pass "the core: an acked file in directories left unsynced by an earlier receiver survives a power cut"
+start_receiver
 stop_receiver
 RECEIVER=$REAL_RECEIVER
 
