@@ -177,6 +177,17 @@ int agent_dict_use(agent *a, uint8_t *d, size_t n, const char *path);
  * a few (compressed alone with it and without it) and, when it stopped saving, samples the next ones as
  * above for a new one that replaces it.  free: the samples and probes.
  */
+/* What the status shows of the dictionary (ingestctl status). */
+typedef struct agent_dict_status {
+    uint32_t id;          /* 0: none */
+    uint64_t bytes;
+    int is_auto;          /* compression.dictionary: auto */
+    int sampling;         /* taking samples: for a first one, or to replace it */
+    int probed;           /* the one in use has a window of probes: */
+    double last_pct, best_pct; /* what it saved on the last window, and at best */
+    uint64_t retrains;    /* replaced since the start */
+} agent_dict_status;
+void agent_dict_status_get(const agent *a, agent_dict_status *st);
 int agent_dict_auto_sample(agent *a, const char *dir, const char *rel, uint64_t size);
 int agent_dict_auto_ready(const agent *a);
 int agent_dict_auto_again(agent *a);

@@ -53,6 +53,8 @@ typedef struct agent_probe {
     unsigned windows;    /* windows since this dictionary came in use, or a retrain started */
     unsigned gap;        /* windows a retrain waits after the last one */
     int retraining;      /* samples are being taken for a new dictionary */
+    double last;         /* the last window's gain (0: none yet) */
+    uint64_t replaced;   /* dictionaries replaced since the start */
 } probe;
 
 typedef struct agent_samples {
@@ -316,6 +318,7 @@ static probe *probe_get(agent *a)
         p->n = 0;
         p->raw = p->with = p->without = 0;
         p->best = 0;
+        p->last = 0;
         p->windows = 0;
         if (ingest_codec_create(a->ctx, a->cfg->compression_level, &p->codec) < 0 ||
             ingest_codec_add_dict(p->codec, a->dict, a->dict_len, &p->dict_id) < 0) {
@@ -364,6 +367,7 @@ static void probe_file(agent *a, const char *path, uint64_t size)
         return;
     const double g = p->with > 0 ? (double)p->without / (double)p->with : 1.0;
     p->windows++;
+    p->last = g;
     if (g > p->best)
         p->best = g;
     if (g >= PROBE_GAIN_GOOD)
@@ -549,8 +553,29 @@ int agent_dict_auto_again(agent *a)
     if (old_id != ingest_dict_id(a->dict, a->dict_len))
         (void)ingest_codec_remove_dict(a->codec, old_id);
     free(old);
+    a->auto_probe->replaced++;
     prog_log(INGEST_LOG_INFO, "compression.dictionary auto: offered from the next connection on");
     return 1;
+}
+
+void agent_dict_status_get(const agent *a, agent_dict_status *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->is_auto = strcmp(a->cfg->compression_dictionary, "auto") == 0;
+    if (a->dict != NULL) {
+        st->id = ingest_dict_id(a->dict, a->dict_len);
+        st->bytes = a->dict_len;
+    }
+    st->sampling = a->auto_samples != NULL;
+    const probe *p = a->auto_probe;
+    if (p != NULL) {
+        st->retrains = p->replaced;
+        if (p->dict == a->dict && p->last > 0) { /* windows of the one in use */
+            st->probed = 1;
+            st->last_pct = 100.0 * (1.0 - 1.0 / p->last);
+            st->best_pct = 100.0 * (1.0 - 1.0 / p->best);
+        }
+    }
 }
 
 void agent_dict_auto_free(agent *a)

@@ -99,6 +99,7 @@ typedef struct snap_source {
  */
 typedef struct snap {
     char device[128], core[256], window[16];
+    agent_dict_status dict;
     int connected, watching, backpressure, spool_full, store_full, window_closed;
     snap_source *src;
     size_t nsrc;

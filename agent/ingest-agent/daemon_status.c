@@ -58,8 +58,11 @@ void dmn_publish(daemon_t *d)
         ingest_metric_set(a->report.m.backpressure, NULL, d->backpressure || d->spool_full || d->store_full);
         ingest_metric_set(a->report.m.spool_bytes, NULL, (int64_t)d->spool_bytes);
     }
+    agent_dict_status ds;
+    agent_dict_status_get(a, &ds);
     pthread_mutex_lock(&d->slock);
     snap *sn = &d->sn;
+    sn->dict = ds;
     sn->connected = a->net.link != NULL;
     sn->watching = d->ino >= 0 && !d->ino_full;
     for (size_t i = 0; i < sn->nsrc && i < d->nsrc; i++) { /* sn->src mirrors d->src (dmn_publish_sources) */
@@ -258,6 +261,14 @@ static void render_json(const snap *sn, double now, int64_t wall, outbuf *o)
     put(o, ",\"window_open\":%s,\"waited_s\":%.3f}", sn->window_closed ? "false" : "true",
         (double)sn->throttle_wait_ms / 1000.0);
     put(o, ",\"wire_rate_bps\":%.0f", wire_rate(sn, now));
+    const agent_dict_status *ds = &sn->dict;
+    put(o, ",\"dictionary\":{\"id\":%u,\"bytes\":%llu,\"auto\":%s,\"sampling\":%s,\"replaced\":%llu,", ds->id,
+        (unsigned long long)ds->bytes, ds->is_auto ? "true" : "false", ds->sampling ? "true" : "false",
+        (unsigned long long)ds->retrains);
+    if (ds->probed)
+        put(o, "\"saved_pct_last\":%.1f,\"saved_pct_best\":%.1f}", ds->last_pct, ds->best_pct);
+    else
+        put(o, "\"saved_pct_last\":null,\"saved_pct_best\":null}");
 }
 
 static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
@@ -290,6 +301,18 @@ static void render_text(const snap *sn, double now, int64_t wall, outbuf *o)
         (unsigned long long)sn->throttle_rate, sn->window[0] ? sn->window : "always",
         sn->window_closed ? "CLOSED" : "open", (double)sn->throttle_wait_ms / 1000.0);
     put(o, "%-20s %.0f B/s (last %.0f s)\n", "wire rate", wire_rate(sn, now), RATE_WINDOW_S);
+    const agent_dict_status *ds = &sn->dict;
+    if (ds->id != 0)
+        put(o, "%-20s id %u, %llu bytes%s", "dictionary", ds->id, (unsigned long long)ds->bytes,
+            ds->is_auto ? " (auto)" : "");
+    else
+        put(o, "%-20s none%s", "dictionary", ds->is_auto ? " (auto)" : "");
+    if (ds->probed)
+        put(o, "; saves %.1f%% on the last small files probed, %.1f%% at best", ds->last_pct, ds->best_pct);
+    if (ds->is_auto)
+        put(o, "; replaced %llu times%s", (unsigned long long)ds->retrains,
+            ds->sampling ? "; sampling small files for a new one" : "");
+    put(o, "\n");
     put(o, "%-20s %llu, the last took %.3f s; %llu looks at changed files alone\n", "walks",
         (unsigned long long)sn->walks, sn->walk_seconds, (unsigned long long)sn->path_walks);
     put(o, "%-20s %llu shipped, %llu settling or filtered; %llu of files gone dropped\n", "file records",

@@ -367,6 +367,14 @@ mkdir -p "$T/gen7/f"
 for k in $(seq 1 300); do head -c $((1000 + k * 37)) /dev/urandom > "$T/gen7/f/r$k.bin"; done
 cp -r "$T/gen7/f" "$T/src7/data/"
 wait_landed 1400
+# the status shows the dictionary in use, what it saves and that it was replaced once (the random trial refused)
+wait_said "keeping the one in use" "random files: no retrain tried and refused"
+SOCK="$T/astate-d9/agent.sock"
+status_json || fail "no status from the daemon"
+[ "$(jget dictionary.id)" = "$(dict_id "$T/astate-d9/auto.zdict")" ] && [ "$(jget dictionary.auto)" = true ] &&
+    [ "$(jget dictionary.replaced)" = 1 ] && [ "$(jget dictionary.bytes)" = "$(wc -c < "$T/astate-d9/auto.zdict")" ] ||
+    { cat "$T/status.json"; fail "the status does not show the dictionary as it is"; }
+"$CTL" status --socket "$SOCK" | grep -q "^dictionary .* (auto).*replaced 1 times" || fail "no dictionary line in the status"
 stop_daemon
 grep -q "auto: .*keeping the one in use" "$DLOG" || { cat "$DLOG"; fail "random files: no retrain tried and refused"; }
 [ "$(b2sum -l 256 "$T/astate-d9/auto.zdict" | cut -d' ' -f1)" = "$h10" ] || fail "replaced by one trained on random bytes"
