@@ -120,6 +120,7 @@ struct agent {
     struct agent_samples *auto_samples; /* the daemon's, for compression.dictionary auto (autodict.c) */
     struct agent_probe *auto_probe;     /* the daemon's: what that dictionary saves (autodict.c) */
     int all;        /* --all: ship files even when unchanged since their ack */
+    int once;       /* --once (set before the state is loaded) */
     /* --once: each source's filter (NULL: no rule), and the files they passed over, by reason */
     ingest_filter **filters;
     uint64_t skipped_filter[INGEST_FILTER_NREASONS];

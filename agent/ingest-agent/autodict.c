@@ -23,7 +23,8 @@
 #define AUTO_SAMPLES_MIN 64u
 #define AUTO_DICT_MAX (64u * 1024u)
 #define AUTO_DICT_MIN (4u * 1024u)
-#define AUTO_DIR_NAMES 16384u /* names read from one directory: a huge one is sampled from its first ones */
+#define AUTO_DIR_NAMES 16384u
+#define AUTO_RECHECK_S (24 * 3600) /* --once: the age of auto.zdict at which it is tried against a new one */ /* names read from one directory: a huge one is sampled from its first ones */
 
 /*
  * Watching the dictionary (the daemon's): one small file in PROBE_EVERY taken into a batch (its first
@@ -64,6 +65,10 @@ typedef struct agent_samples {
     unsigned n;
     unsigned next; /* the daemon's: try to train once this many were taken */
 } samples;
+
+static probe *probe_get(agent *a);
+static int held_out(agent *a, const samples *sm);
+static int replace(agent *a, uint8_t *d, size_t n, const char *path);
 
 static int samples_alloc(samples *sm)
 {
@@ -201,30 +206,38 @@ static int train_from(agent *a, const samples *sm, int quiet, const char *from, 
     return rc;
 }
 
-/* Walk the sources for samples and train from them; as train_from. */
-static int train(agent *a, uint8_t **out, size_t *len)
+/* The small files under the sources into sm (allocated here): 0, or -1 out of memory (said). */
+static int collect(agent *a, samples *sm)
 {
-    samples sm = { 0 };
-    if (samples_alloc(&sm) < 0) {
-        samples_free(&sm);
+    if (samples_alloc(sm) < 0) {
+        samples_free(sm);
         prog_log(INGEST_LOG_ERROR, "compression.dictionary auto: out of memory");
         return -1;
     }
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     const int64_t now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-    for (size_t i = 0; i < a->cfg->sources_count && !full(&sm); i++) {
+    for (size_t i = 0; i < a->cfg->sources_count && !full(sm); i++) {
         const ingest_source_config *c = &a->cfg->sources[i];
         ingest_filter *f = NULL;
         if (agent_filter_create(a, c, &f) < 0)
             continue; /* said; the run itself stops on it */
         const int fd = open(c->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd >= 0) {
-            walk(&sm, c->path, f, fd, "", 0, now_ns);
+            walk(sm, c->path, f, fd, "", 0, now_ns);
             close(fd);
         }
         ingest_filter_destroy(f);
     }
+    return 0;
+}
+
+/* Walk the sources for samples and train from them; as train_from. */
+static int train(agent *a, uint8_t **out, size_t *len)
+{
+    samples sm = { 0 };
+    if (collect(a, &sm) < 0)
+        return -1;
     const int rc = train_from(a, &sm, 0, "under the sources", out, len);
     samples_free(&sm);
     return rc;
@@ -274,6 +287,38 @@ static int keep(agent *a, uint8_t *d, size_t n, const char *path)
 
 static void auto_path(const agent *a, char *path, size_t cap) { snprintf(path, cap, "%s/" AUTO_NAME, a->cfg->state_dir); }
 
+/*
+ * --once, with an auto.zdict AUTO_RECHECK_S old or more (its mtime): is it still the one for these files?
+ * The small files under the sources, read as for a first dictionary, decide by a held-out trial: a new
+ * one replaces it when the trial wins by 5%; else its mtime is set to now, and the check waits as long
+ * again.  (The daemon watches its dictionary all along instead.)
+ */
+static void recheck(agent *a, const char *path)
+{
+    struct stat st;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (stat(path, &st) != 0 || now.tv_sec - st.st_mtim.tv_sec < AUTO_RECHECK_S)
+        return;
+    samples sm = { 0 };
+    if (collect(a, &sm) < 0)
+        return;
+    const probe *p = sm.n >= AUTO_SAMPLES_MIN ? probe_get(a) : NULL;
+    const int h = p != NULL && p->codec != NULL ? held_out(a, &sm) : -1;
+    uint8_t *d = NULL;
+    size_t n = 0;
+    if (h == 1 && train_from(a, &sm, 0, "under the sources", &d, &n) == 1)
+        (void)replace(a, d, n, path);
+    else if (h == 0 && utimensat(AT_FDCWD, path, NULL, 0) != 0)
+        prog_log(INGEST_LOG_WARN, "compression.dictionary auto: %s: cannot set its time: %s", path, strerror(errno));
+    else if (h < 0)
+        prog_log(INGEST_LOG_INFO, "compression.dictionary auto: %s is %lld days old; %u small files under the "
+                 "sources could not tell whether a new one would do better: kept", path,
+                 (long long)((now.tv_sec - st.st_mtim.tv_sec) / 86400), sm.n);
+    samples_free(&sm);
+    agent_dict_auto_free(a); /* the probe: --once watches no more */
+}
+
 int agent_dict_auto(agent *a)
 {
     char path[PATH_MAX];
@@ -291,6 +336,8 @@ int agent_dict_auto(agent *a)
         } else {
             prog_log(INGEST_LOG_INFO, "compression.dictionary auto: %s (%zu bytes, id %u)", path, n,
                      ingest_dict_id(d, n));
+            if (a->once)
+                recheck(a, path);
             return 0;
         }
     }
@@ -483,8 +530,8 @@ static int held_out(agent *a, const samples *sm)
         plain += l0;
     }
     rc = cand * 100 <= cur * 95;
-    prog_log(INGEST_LOG_INFO, "compression.dictionary auto: one trained from %u of the files taken saves %.1f%% on "
-             "the other %u, the one in use %.1f%%: %s", half.n, saved_pct(cand, plain), sm->n - half.n,
+    prog_log(INGEST_LOG_INFO, "compression.dictionary auto: one trained from %u of the small files sampled saves "
+             "%.1f%% on the other %u, the one in use %.1f%%: %s", half.n, saved_pct(cand, plain), sm->n - half.n,
              saved_pct(cur, plain), rc ? "training a new one from all of them" : "keeping the one in use");
 out:
     ingest_buf_free(a->ctx, d);
@@ -493,6 +540,34 @@ out:
     p->codec = NULL;
     p->dict = NULL;
     return rc;
+}
+
+/*
+ * The dictionary d (n bytes) replaces the one in use, in the agent's codec (the batches' senders hold the
+ * codec; no edge, whose encoders follow it, may be there) and in path; when it does not load, the old one
+ * stays (-1, said).
+ */
+static int replace(agent *a, uint8_t *d, size_t n, const char *path)
+{
+    uint8_t *old = a->dict;
+    const size_t oldn = a->dict_len;
+    a->dict = NULL;
+    if (a->auto_probe != NULL)
+        a->auto_probe->dict = NULL; /* (the new one may have the old one's address) */
+    if (keep(a, d, n, path) < 0) {
+        a->dict = old;
+        a->dict_len = oldn; /* (its name is path all the same) */
+        (void)ingest_codec_use_dict(a->codec, ingest_dict_id(old, oldn));
+        prog_log(INGEST_LOG_INFO, "compression.dictionary auto: keeping %s", a->dict_name);
+        return -1;
+    }
+    const uint32_t old_id = ingest_dict_id(old, oldn);
+    if (old_id != ingest_dict_id(a->dict, a->dict_len))
+        (void)ingest_codec_remove_dict(a->codec, old_id);
+    free(old);
+    if (a->auto_probe != NULL)
+        a->auto_probe->replaced++;
+    return 0;
 }
 
 int agent_dict_auto_again(agent *a)
@@ -535,25 +610,9 @@ int agent_dict_auto_again(agent *a)
         prog_log(INGEST_LOG_INFO, "compression.dictionary auto: offered from the next connection on");
         return 1;
     }
-    /* the new one replaces the old in the agent's codec (the batches' senders hold the codec; the edge and
-     * its encoders, which follow it, are gone); when it does not load, the old one stays */
-    uint8_t *old = a->dict;
-    const size_t oldn = a->dict_len;
-    a->dict = NULL;
     a->auto_probe->retraining = 0;
-    a->auto_probe->dict = NULL; /* (the new one may have the old one's address) */
-    if (keep(a, d, n, path) < 0) {
-        a->dict = old;
-        a->dict_len = oldn; /* (its name is path all the same) */
-        (void)ingest_codec_use_dict(a->codec, ingest_dict_id(old, oldn));
-        prog_log(INGEST_LOG_INFO, "compression.dictionary auto: keeping %s", a->dict_name);
+    if (replace(a, d, n, path) < 0)
         return -1;
-    }
-    const uint32_t old_id = ingest_dict_id(old, oldn);
-    if (old_id != ingest_dict_id(a->dict, a->dict_len))
-        (void)ingest_codec_remove_dict(a->codec, old_id);
-    free(old);
-    a->auto_probe->replaced++;
     prog_log(INGEST_LOG_INFO, "compression.dictionary auto: offered from the next connection on");
     return 1;
 }

@@ -1149,6 +1149,7 @@ int main(int argc, char **argv)
     ingest_sender_source *src = NULL;
     metrics_http *mh = NULL;
     stats_logger *slog = NULL;
+    a.once = once;
     if (load_state(&a) != 0 || throttle_setup(&a) != 0)
         goto out;
     if (a.cfg->metrics_listen[0] != '\0' || stats_interval > 0) {

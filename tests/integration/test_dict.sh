@@ -19,7 +19,8 @@
 # 8. compression.dictionary: auto: the agent trains one from its sources'
 #    small files, keeps it in state_dir and ships with it (10% smaller one
 #    file per batch); the next run reuses it; a damaged one is trained
-#    again; too few files: none.
+#    again; one a day old is tried against a new one (replaced when files
+#    of another kind came, else kept); too few files: none.
 # 9. The same in a daemon started on an empty source whose files are
 #    deleted after shipping: trained from the small files it took, offered
 #    on its next connection, stored.
@@ -53,6 +54,28 @@ gen_small() {
                     printf "%s,%s,pump-%d,%s,%.3f,%s\n", ts, site[1 + s % 4], s % 17, met[1 + s % 5], (s % 100000) / 997.0, (s % 9 ? "ok" : "alarm") > out
                 else
                     printf "{\"ts\":\"%s\",\"site\":\"%s\",\"sensor\":\"pump-%d\",\"metric\":\"%s\",\"value\":%.3f,\"state\":\"%s\"}\n", ts, site[1 + s % 4], s % 17, met[1 + s % 5], (s % 100000) / 997.0, (s % 9 ? "ok" : "alarm") > out
+            }
+            close(out)
+        }
+    }'
+}
+# gen_logs DIR COUNT SEED: COUNT small files of log lines, nothing like gen_small's telemetry
+gen_logs() {
+    mkdir -p "$1"
+    awk -v dir="$1" -v n="$2" -v seed="$3" 'BEGIN {
+        s = seed
+        split("modbusd canbridge ntpsync watchdog uplink", prog, " ")
+        split("retry scheduled after timeout|register block read complete|link quality degraded on channel|"\
+              "clock offset corrected by|buffer high water mark reached|session renegotiated with peer", msg, "|")
+        for (f = 0; f < n; f++) {
+            s = (s * 1103515245 + 12345) % 2147483648
+            lines = 12 + s % 25
+            out = sprintf("%s/l%05d.log", dir, f)
+            for (i = 0; i < lines; i++) {
+                s = (s * 1103515245 + 12345) % 2147483648
+                printf "<%d>Nov %2d %02d:%02d:%02d gw%03d %s[%d]: %s %d (seq 0x%08x)\n", 8 + s % 16, 1 + s % 30, s % 24,
+                    (s / 24) % 60, (s / 1440) % 60, s % 200, prog[1 + s % 5], 100 + s % 9000, msg[1 + (s / 7) % 6],
+                    s % 977, s > out
             }
             close(out)
         }
@@ -243,6 +266,31 @@ grep -q "compression.dictionary auto: .*auto.zdict .*: training a new one" "$T/d
 grep -q "auto: trained .* from 160 small files" "$T/dev2.err" || { cat "$T/dev2.err"; fail "not trained again"; }
 "$CTL" dict info "$auto" > /dev/null || fail "auto.zdict not a dictionary after training again"
 pass "dictionary auto: a damaged auto.zdict is reported and trained again"
+# --once with an auto.zdict a day old: small files of another kind under the source now (log lines); a
+# dictionary trained from half of the small files sampled beats it on the other half, so a new one replaces
+# it, and the receiver stores it
+gen_logs "$T/src5/data/zlogs" 300 920
+touch -d '2 days ago' "$auto"
+hold=$(b2sum -l 256 "$auto" | cut -d' ' -f1)
+ship dev2
+same_tree "$T/src5/data" "$(landed_root dev2)/data"
+grep -q "auto: one trained from .* of the small files sampled saves .*: training a new one from all of them" \
+    "$T/dev2.err" || { cat "$T/dev2.err"; fail "a day-old auto.zdict was not tried against a new one"; }
+trial1=$(sed -n 's/.*auto: one trained from \(.*\): training a new one.*/\1/p' "$T/dev2.err")
+hnew=$(b2sum -l 256 "$auto" | cut -d' ' -f1)
+[ "$hnew" != "$hold" ] || fail "auto.zdict not replaced"
+cmp -s "$auto" "$T/rstate/dicts/$hnew.zdict" || fail "the receiver did not store the new dictionary"
+# a fresh one is not tried again; a day later, against the same files, the trial does not win: kept, its
+# time set to now
+ship dev2
+! grep -q "auto: one trained from" "$T/dev2.err" || fail "a fresh auto.zdict was tried again"
+touch -d '2 days ago' "$auto"
+ship dev2
+grep -q "auto: one trained from .*: keeping the one in use" "$T/dev2.err" || { cat "$T/dev2.err"; fail "not kept"; }
+trial2=$(sed -n 's/.*auto: one trained from \(.*\): keeping.*/\1/p' "$T/dev2.err")
+[ "$(b2sum -l 256 "$auto" | cut -d' ' -f1)" = "$hnew" ] || fail "replaced though the trial did not win"
+[ -n "$(find "$auto" -mmin -10)" ] || fail "the time of the kept auto.zdict was not set to now"
+pass "dictionary auto: --once tries a day-old auto.zdict against a new one: replaced for files of another kind (one trained from $trial1), else kept ($trial2)"
 # Too few small files: no dictionary (said), the files land all the same.
 gen_small "$T/src6/data" 10 911
 write_agent_config dev1 "$T/src6/data" "compression:
@@ -314,28 +362,6 @@ cmp -s "$T/astate-d9/auto.zdict" "$T/rstate/dicts/$h9.zdict" || fail "the receiv
 pass "dictionary auto in a daemon: trained from the 100 small files it took (deleted after shipping), offered on its next connection"
 
 # ---- 10. the daemon replaces its dictionary when it stops saving ----
-# gen_logs DIR COUNT SEED: COUNT small files of log lines, nothing like gen_small's telemetry
-gen_logs() {
-    mkdir -p "$1"
-    awk -v dir="$1" -v n="$2" -v seed="$3" 'BEGIN {
-        s = seed
-        split("modbusd canbridge ntpsync watchdog uplink", prog, " ")
-        split("retry scheduled after timeout|register block read complete|link quality degraded on channel|"\
-              "clock offset corrected by|buffer high water mark reached|session renegotiated with peer", msg, "|")
-        for (f = 0; f < n; f++) {
-            s = (s * 1103515245 + 12345) % 2147483648
-            lines = 12 + s % 25
-            out = sprintf("%s/l%05d.log", dir, f)
-            for (i = 0; i < lines; i++) {
-                s = (s * 1103515245 + 12345) % 2147483648
-                printf "<%d>Nov %2d %02d:%02d:%02d gw%03d %s[%d]: %s %d (seq 0x%08x)\n", 8 + s % 16, 1 + s % 30, s % 24,
-                    (s / 24) % 60, (s / 1440) % 60, s % 200, prog[1 + s % 5], 100 + s % 9000, msg[1 + (s / 7) % 6],
-                    s % 977, s > out
-            }
-            close(out)
-        }
-    }'
-}
 sed -i 's|^\(  dictionary: auto\)$|\1\nlog:\n  level: debug|' "$T/dev1.yaml"
 grep -q "level: debug" "$T/dev1.yaml" || fail "could not set the daemon's log level"
 rm -rf "$T/gen7" "$(landed_root dev1)/data"
