@@ -6,7 +6,8 @@
 #
 # The writer puts each file (random bytes, 64 B..24 KiB) into a kept copy
 # first, then into the source by rename from outside it, a few every 20-60 ms, in 16
-# directories.  The daemon ships with after_ship: delete (so a file deleted
+# directories of a group, a new group every 48 files (so that kills also fall
+# between the landing that makes a directory and its commit).  The daemon ships with after_ship: delete (so a file deleted
 # before its ack was read would be lost), batches of 20 files at most.
 # Every kill must find the killed program alive (exit status 137 or, for
 # the receiver, death by SIGKILL): nothing else may have ended it.  A kill
@@ -59,7 +60,7 @@ sed -i 's|^  - path: .*|&\n    settle: 100ms\n    after_ship: delete|' "$T/dev1.
     while [ ! -e "$T/stop" ]; do
         for j in 1 2 3; do
             n=$((n + 1))
-            d=d$((n % 16))
+            d=g$((n / 48))/d$((n % 16)) # new directories all along: kills fall between a mkdir and its commit
             mkdir -p "$K/$d" "$S/$d" "$T/stage"
             size=$(od -An -N2 -tu2 /dev/urandom | awk '{ print 64 + $1 % 24512 }')
             head -c "$size" /dev/urandom > "$K/$d/f$n"
