@@ -215,6 +215,7 @@ typedef struct daemon {
     uint64_t *defer_seq; /* batches whose deferral was logged */
     size_t ndefer, capdefer;
     int lease_warned;    /* said once: leases unavailable, actions run unchecked */
+    char moved_dir[PATH_MAX]; /* after_ship move: the last directory moved into, its names synced up to move_dir */
 
     /* counters (logged at shutdown) */
     uint64_t skipped[INGEST_FILTER_NREASONS];

@@ -168,6 +168,22 @@ for n in 1 2 3 4 5 6 7 8 9; do
 done
 [ "$(manifest_paths dev2 | sort | uniq -d | wc -l)" = 0 ] || fail "a path of dev2 was recorded twice"
 pass "the edge: 2 more files, a cut at rest after a clean stop, and a ninth lands under a new batch id; 9 files, each recorded once ($(cat "$T/cut-agent.out"))"
+# after_ship: move into directories an earlier run made and never synced (it died between its mkdir and
+# the sync): once the files are moved and their batch's record is gone, a cut keeps them there
+MV="$RT/moved"
+MKDIR_APC=$(powercut_wrapper "$(command -v mkdir)" "$RT/pc-agent" "$RT/astate-dev2:$E:$MV")
+"$MKDIR_APC" -p "$MV/a" || fail "mkdir under the layer"
+for n in 10 11; do keep_put $n a; done
+sed -i "s|    after_ship: delete|    after_ship: move:$MV|" "$T/dev2.yaml"
+grep -q "after_ship: move:$MV" "$T/dev2.yaml" || fail "could not set after_ship: move"
+AGENT_PC=$(powercut_wrapper "$AGENT" "$RT/pc-agent" "$RT/astate-dev2:$E:$MV")
+start_pc_agent
+until_drained "2 files to move"
+cut_agent
+for n in 10 11; do
+    cmp -s "$T/keep/e$n" "$MV/a/e$n" || fail "e$n moved into a directory left unsynced was lost in the cut: $(cat "$T/cut-agent.out")"
+done
+pass "the edge: files moved into directories an earlier run left unsynced stay there after a cut"
 
 # ---- 4. a cut at every point where the receiver waits for durability ----
 # Run k starts a receiver under the layer that is killed just before its
