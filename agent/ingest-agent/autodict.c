@@ -488,7 +488,9 @@ int agent_dict_auto_ready(const agent *a)
  */
 static int held_out(agent *a, const samples *sm)
 {
-    probe *p = a->auto_probe;
+    probe *p = probe_get(a); /* (its codec, made again after an earlier trial) */
+    if (p == NULL)
+        return -1;
     samples half = { 0 };
     half.buf = malloc(sm->len);
     half.sizes = malloc(sm->n * sizeof(size_t));
