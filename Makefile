@@ -269,6 +269,12 @@ bench-fleet-scale: all
 bench-landing: all
 	@bash bench/landing.sh $(BUILD)
 
+# One dictionary for several kinds of small files: trained at once, in a
+# part per kind, or one per kind (bench/dict-mix.sh; bytes, not time).
+.PHONY: bench-dict-mix
+bench-dict-mix: all
+	@bash bench/dict-mix.sh $(BUILD)
+
 # The discovery benchmark (walk of 1,000,000 empty files vs find, and the
 # real agent's first walk): bench/scan.sh.  FILES=20000 RUNS=1 for a smoke run.
 .PHONY: bench-scan

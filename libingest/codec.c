@@ -38,6 +38,9 @@
 #define DICT_ID_END 0x80000000u
 /* ZDICT_DICTSIZE_MIN, which zdict.h keeps in its static-only section. */
 #define DICT_MIN_BYTES 256u
+/* ingest_dict_train_parts: a part gets a content of its own from this many samples and bytes of share. */
+#define DICT_PART_SAMPLES_MIN 8u
+#define DICT_PART_MIN_BYTES 1024u
 
 /*
  * The prepared dictionaries live in workspaces we allocate ourselves
@@ -650,13 +653,10 @@ static uint32_t derive_dict_id(const uint8_t *content, size_t len)
     return DICT_ID_MIN + ingest__get_u32(hash) % (DICT_ID_END - DICT_ID_MIN);
 }
 
-int ingest_dict_train(ingest_ctx *ctx, const void *samples, const size_t *sample_sizes, unsigned nsamples,
+/* The arguments of a training: 0, or the failure (said). */
+static int train_args(ingest_ctx *ctx, const void *samples, const size_t *sample_sizes, unsigned nsamples,
                       size_t max_bytes, void **out, size_t *out_len, uint32_t *dict_id)
 {
-    uint8_t *buf = NULL;
-    size_t total = 0;
-    int rc;
-
     if (out != NULL)
         *out = NULL;
     if (out_len != NULL)
@@ -670,50 +670,149 @@ int ingest_dict_train(ingest_ctx *ctx, const void *samples, const size_t *sample
     if (max_bytes < DICT_MIN_BYTES || max_bytes > INGEST_DICT_MAX_BYTES)
         return ingest__fail(ctx, INGEST_EINVAL, "dict: train: size %zu outside %u..%u", max_bytes,
                             DICT_MIN_BYTES, INGEST_DICT_MAX_BYTES);
+    size_t total = 0;
     for (unsigned i = 0; i < nsamples; i++) {
         if (sample_sizes[i] > SIZE_MAX - total)
             return ingest__fail(ctx, INGEST_ETOOBIG, "dict: train: sample sizes overflow at sample %u", i);
         total += sample_sizes[i];
     }
-    buf = ingest__malloc(ctx, max_bytes);
-    if (buf == NULL)
-        return ingest__fail(ctx, INGEST_ENOMEM, "dict: train: out of memory for %zu bytes", max_bytes);
-    size_t r = ZDICT_trainFromBuffer(buf, max_bytes, samples, sample_sizes, nsamples);
-    if (ZDICT_isError(r)) {
-        rc = ingest__fail(ctx, INGEST_EINVAL, "dict: train: %s (%u samples, %zu bytes)", ZDICT_getErrorName(r),
-                          nsamples, total);
-        goto fail;
-    }
-    const size_t hdr = ZDICT_getDictHeaderSize(buf, r);
-    if (ZDICT_isError(hdr) || hdr > r) {
-        rc = ingest__fail(ctx, INGEST_ECORRUPT, "dict: train: trained dictionary has no valid header");
-        goto fail;
-    }
-    /*
-     * Re-finalize the trained content with an id derived from it, so the
-     * same samples always give the same id and different dictionaries
-     * almost never share one (zstd's own default is an XXH64 of the content,
-     * which we would rather not depend on).
-     */
+    return 0;
+}
+
+/*
+ * The content (a trained dictionary less its header) of up to cap bytes
+ * from these samples, appended to buf at *len; 0, or ZDICT's error (a
+ * zstd error code, for the caller's message).
+ */
+static size_t train_content(uint8_t *buf, size_t *len, size_t cap, const void *samples, const size_t *sizes,
+                            unsigned n)
+{
+    const size_t r = ZDICT_trainFromBuffer(buf + *len, cap, samples, sizes, n);
+    if (ZDICT_isError(r))
+        return r;
+    const size_t hdr = ZDICT_getDictHeaderSize(buf + *len, r);
+    if (ZDICT_isError(hdr) || hdr > r)
+        return ZDICT_isError(hdr) ? hdr : (size_t)-1;
+    memmove(buf + *len, buf + *len + hdr, r - hdr);
+    *len += r - hdr;
+    return 0;
+}
+
+/*
+ * Finalize content[0,clen) (at the start of buf, max_bytes long) over all
+ * the samples with an id derived from it, so the same samples always give
+ * the same id and different dictionaries almost never share one (zstd's own
+ * default is an XXH64 of the content, which we would rather not depend on).
+ */
+static int finalize(ingest_ctx *ctx, uint8_t *buf, size_t clen, size_t max_bytes, const void *samples,
+                    const size_t *sample_sizes, unsigned nsamples, void **out, size_t *out_len, uint32_t *dict_id)
+{
     ZDICT_params_t params;
     memset(&params, 0, sizeof(params));
-    params.dictID = derive_dict_id(buf + hdr, r - hdr);
-    r = ZDICT_finalizeDictionary(buf, max_bytes, buf + hdr, r - hdr, samples, sample_sizes, nsamples, params);
-    if (ZDICT_isError(r)) {
-        rc = ingest__fail(ctx, INGEST_EINVAL, "dict: finalize: %s", ZDICT_getErrorName(r));
-        goto fail;
-    }
-    if (ZDICT_getDictID(buf, r) != params.dictID) {
-        rc = ingest__fail(ctx, INGEST_ECORRUPT, "dict: finalized dictionary lost its id %u", params.dictID);
-        goto fail;
-    }
+    params.dictID = derive_dict_id(buf, clen);
+    const size_t r = ZDICT_finalizeDictionary(buf, max_bytes, buf, clen, samples, sample_sizes, nsamples, params);
+    if (ZDICT_isError(r))
+        return ingest__fail(ctx, INGEST_EINVAL, "dict: finalize: %s", ZDICT_getErrorName(r));
+    if (ZDICT_getDictID(buf, r) != params.dictID)
+        return ingest__fail(ctx, INGEST_ECORRUPT, "dict: finalized dictionary lost its id %u", params.dictID);
     *out = buf;
     *out_len = r;
     if (dict_id != NULL)
         *dict_id = params.dictID;
     return 0;
-fail:
-    ingest__free(ctx, buf);
+}
+
+int ingest_dict_train(ingest_ctx *ctx, const void *samples, const size_t *sample_sizes, unsigned nsamples,
+                      size_t max_bytes, void **out, size_t *out_len, uint32_t *dict_id)
+{
+    int rc = train_args(ctx, samples, sample_sizes, nsamples, max_bytes, out, out_len, dict_id);
+    if (rc < 0)
+        return rc;
+    uint8_t *buf = ingest__malloc(ctx, max_bytes);
+    if (buf == NULL)
+        return ingest__fail(ctx, INGEST_ENOMEM, "dict: train: out of memory for %zu bytes", max_bytes);
+    size_t clen = 0;
+    const size_t e = train_content(buf, &clen, max_bytes, samples, sample_sizes, nsamples);
+    if (e != 0)
+        rc = ingest__fail(ctx, INGEST_EINVAL, "dict: train: %s (%u samples)", ZDICT_getErrorName(e), nsamples);
+    else
+        rc = finalize(ctx, buf, clen, max_bytes, samples, sample_sizes, nsamples, out, out_len, dict_id);
+    if (rc < 0)
+        ingest__free(ctx, buf);
+    return rc;
+}
+
+int ingest_dict_train_parts(ingest_ctx *ctx, const void *samples, const size_t *sample_sizes, unsigned nsamples,
+                            const unsigned *part_counts, unsigned nparts, size_t max_bytes, void **out,
+                            size_t *out_len, uint32_t *dict_id)
+{
+    int rc = train_args(ctx, samples, sample_sizes, nsamples, max_bytes, out, out_len, dict_id);
+    if (rc < 0)
+        return rc;
+    if (part_counts == NULL || nparts == 0 || nparts > INGEST_DICT_PARTS_MAX)
+        return ingest__fail(ctx, INGEST_EINVAL, "dict: train: %u parts, not 1..%u", nparts, INGEST_DICT_PARTS_MAX);
+    uint64_t sum = 0;
+    for (unsigned i = 0; i < nparts; i++)
+        sum += part_counts[i];
+    if (sum != nsamples)
+        return ingest__fail(ctx, INGEST_EINVAL, "dict: train: the parts count %llu samples, not %u",
+                            (unsigned long long)sum, nsamples);
+    if (nparts == 1)
+        return ingest_dict_train(ctx, samples, sample_sizes, nsamples, max_bytes, out, out_len, dict_id);
+    uint8_t *buf = ingest__malloc(ctx, max_bytes);
+    if (buf == NULL)
+        return ingest__fail(ctx, INGEST_ENOMEM, "dict: train: out of memory for %zu bytes", max_bytes);
+    /* Where each part's samples start, and how many samples the parts that get a content of their own hold. */
+    size_t first[INGEST_DICT_PARTS_MAX], off[INGEST_DICT_PARTS_MAX];
+    uint64_t counted = 0;
+    size_t at = 0, o = 0;
+    for (unsigned i = 0; i < nparts; i++) {
+        first[i] = at;
+        off[i] = o;
+        for (unsigned k = 0; k < part_counts[i]; k++)
+            o += sample_sizes[at + k];
+        at += part_counts[i];
+        if (part_counts[i] >= DICT_PART_SAMPLES_MIN)
+            counted += part_counts[i];
+    }
+    /*
+     * Each such part gets a share of max_bytes in proportion to its samples (the many small files are where
+     * a dictionary pays), trained from its samples alone, and the contents are laid one after the other,
+     * the part with the most samples last (nearest the data: the shortest offsets).  Trained from all the
+     * samples at once, ZDICT fills a dictionary with the segments of the kind that repeats most and
+     * leaves another kind about as it would be without one; a part of its own serves each.
+     */
+    unsigned order[INGEST_DICT_PARTS_MAX], m = 0;
+    for (unsigned i = 0; i < nparts; i++)
+        if (part_counts[i] >= DICT_PART_SAMPLES_MIN && counted > 0 &&
+            (double)max_bytes * part_counts[i] / (double)counted >= DICT_PART_MIN_BYTES) {
+            unsigned j = m++;
+            while (j > 0 && part_counts[order[j - 1]] > part_counts[i]) {
+                order[j] = order[j - 1];
+                j--;
+            }
+            order[j] = i;
+        }
+    size_t clen = 0;
+    unsigned made = 0;
+    for (unsigned j = 0; j < m; j++) {
+        const unsigned i = order[j];
+        size_t share = (size_t)((double)max_bytes * part_counts[i] / (double)counted);
+        if (share > max_bytes - clen)
+            share = max_bytes - clen;
+        if (share < DICT_PART_MIN_BYTES)
+            continue;
+        made += train_content(buf, &clen, share, (const uint8_t *)samples + off[i], sample_sizes + first[i],
+                              part_counts[i]) == 0;
+    }
+    if (made == 0) {
+        ingest__free(ctx, buf);
+        return ingest__fail(ctx, INGEST_EINVAL, "dict: train: no part of the %u had samples enough (%u samples)",
+                            nparts, nsamples);
+    }
+    rc = finalize(ctx, buf, clen, max_bytes, samples, sample_sizes, nsamples, out, out_len, dict_id);
+    if (rc < 0)
+        ingest__free(ctx, buf);
     return rc;
 }
 

@@ -58,13 +58,45 @@ typedef struct agent_probe {
     uint64_t replaced;   /* dictionaries replaced since the start */
 } probe;
 
+/*
+ * Samples, each of a kind: a source and a file name extension (docs/compression.md, "One dictionary for
+ * several kinds of files").  The dictionary is trained in parts, one per kind (ingest_dict_train_parts);
+ * past AUTO_KINDS - 1 kinds, the rest share the last.
+ */
+#define AUTO_KINDS INGEST_DICT_PARTS_MAX
+#define AUTO_EXT_MAX 15u
+#define AUTO_NOMEM (-1000) /* train_kinds: out of memory, said */
+/* A walk for samples looks at this many names at most (each of its two passes). */
+#define AUTO_WALK_NAMES (64ul * AUTO_SAMPLES_MAX)
 typedef struct agent_samples {
     uint8_t *buf;
     size_t len;
     size_t *sizes;
+    uint8_t *kind; /* of each sample, an index into kinds */
     unsigned n;
     unsigned next; /* the daemon's: try to train once this many were taken */
+    struct {
+        size_t src; /* index in the configuration's sources (SIZE_MAX: none) */
+        char ext[AUTO_EXT_MAX + 1];
+        unsigned n; /* its samples */
+        size_t len;
+    } kinds[AUTO_KINDS];
+    unsigned nkinds;
 } samples;
+
+/*
+ * A walk for samples (collect) goes twice: the first counts each kind's small files and bytes, the second
+ * takes every stride-th file of a kind up to its share, so the samples come from all over the tree and
+ * each kind has its part, not only the first files of the first directories.
+ */
+typedef struct walk_plan {
+    int take;                          /* 0: counting */
+    unsigned long names;               /* names looked at in this walk */
+    unsigned long seen[AUTO_KINDS];    /* small files of each kind found so far */
+    uint64_t bytes[AUTO_KINDS];        /* the counting walk's: their bytes */
+    unsigned long stride[AUTO_KINDS];  /* the taking walk's: take one file in this many (0: a kind new since) */
+    size_t share[AUTO_KINDS];          /* and at most this many bytes */
+} walk_plan;
 
 static probe *probe_get(agent *a);
 static int held_out(agent *a, const samples *sm);
@@ -74,32 +106,83 @@ static int samples_alloc(samples *sm)
 {
     sm->buf = malloc(AUTO_BYTES_MAX);
     sm->sizes = malloc(AUTO_SAMPLES_MAX * sizeof(size_t));
-    return sm->buf != NULL && sm->sizes != NULL ? 0 : -1;
+    sm->kind = malloc(AUTO_SAMPLES_MAX);
+    return sm->buf != NULL && sm->sizes != NULL && sm->kind != NULL ? 0 : -1;
 }
 
 static void samples_free(samples *sm)
 {
     free(sm->buf);
     free(sm->sizes);
+    free(sm->kind);
     sm->buf = NULL;
     sm->sizes = NULL;
+    sm->kind = NULL;
+}
+
+/* The kind of a file of source src named name (its last path component or a path): its index in sm->kinds. */
+static unsigned kind_of(samples *sm, size_t src, const char *name)
+{
+    const char *base = strrchr(name, '/');
+    base = base != NULL ? base + 1 : name;
+    const char *dot = strrchr(base, '.');
+    char ext[AUTO_EXT_MAX + 1] = "";
+    if (dot != NULL && dot != base && dot[1] != '\0' && strlen(dot + 1) <= AUTO_EXT_MAX)
+        for (size_t i = 0; dot[1 + i] != '\0'; i++)
+            ext[i] = (char)(dot[1 + i] >= 'A' && dot[1 + i] <= 'Z' ? dot[1 + i] - 'A' + 'a' : dot[1 + i]);
+    for (unsigned k = 0; k < sm->nkinds; k++)
+        if (sm->kinds[k].src == src && strcmp(sm->kinds[k].ext, ext) == 0)
+            return k;
+    if (sm->nkinds == AUTO_KINDS)
+        return AUTO_KINDS - 1; /* the rest */
+    sm->kinds[sm->nkinds].src = src;
+    memcpy(sm->kinds[sm->nkinds].ext, ext, sizeof(ext));
+    sm->kinds[sm->nkinds].n = 0;
+    sm->kinds[sm->nkinds].len = 0;
+    return sm->nkinds++;
+}
+
+/* Whether the daemon may take a sample of kind k: no kind takes more than half of the samples, so that the
+ * files of another kind later in the batches find room. */
+static int kind_room(const samples *sm, unsigned k)
+{
+    return sm->kinds[k].n < AUTO_SAMPLES_MAX / 2 && sm->kinds[k].len + AUTO_FILE_MIN <= AUTO_BYTES_MAX / 2;
 }
 
 static int strcmp_ptr(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
 
 static int full(const samples *sm) { return sm->n >= AUTO_SAMPLES_MAX || sm->len + AUTO_FILE_MIN > AUTO_BYTES_MAX; }
 
-/* Read the file open as fd (size bytes when it was seen) whole into sm, and close it. */
-static void take_fd(samples *sm, int fd, uint64_t size)
+/* Whether no more samples can be taken: full, or every kind seen has taken its most (a kind not seen yet
+ * could still come, but nothing waits for it). */
+static int saturated(const samples *sm)
+{
+    for (unsigned k = 0; k < sm->nkinds && !full(sm); k++)
+        if (kind_room(sm, k))
+            return 0;
+    return 1;
+}
+
+/*
+ * Read the file open as fd (size bytes when it was seen; of kind, which may hold kind_max bytes) whole into
+ * sm, and close it.
+ */
+static void take_fd(samples *sm, int fd, uint64_t size, unsigned kind, size_t kind_max)
 {
     if (fd < 0)
         return;
-    const size_t got = size <= AUTO_BYTES_MAX - sm->len ? prog_read_upto(fd, sm->buf + sm->len, (size_t)size) : 0;
+    size_t room = AUTO_BYTES_MAX - sm->len;
+    if (kind_max - sm->kinds[kind].len < room)
+        room = kind_max - sm->kinds[kind].len;
+    const size_t got = size <= room ? prog_read_upto(fd, sm->buf + sm->len, (size_t)size) : 0;
     close(fd);
     if (got < AUTO_FILE_MIN)
         return;
+    sm->kind[sm->n] = (uint8_t)kind;
     sm->sizes[sm->n++] = got;
     sm->len += got;
+    sm->kinds[kind].n++;
+    sm->kinds[kind].len += got;
 }
 
 static int open_sample(int dirfd, const char *name)
@@ -108,12 +191,12 @@ static int open_sample(int dirfd, const char *name)
 }
 
 /*
- * Files under dirfd (rel: its path under the source, "" at the top), in name
+ * Files under dirfd (rel: its path under source src, "" at the top), in name
  * order as the sender walks, through the source's filter, into sm until full
  * (of a directory, its first AUTO_DIR_NAMES entries as readdir gives them).
  */
-static void walk(samples *sm, const char *srcpath, const ingest_filter *filter, int dirfd, const char *rel,
-                 int depth, int64_t now_ns)
+static void walk(samples *sm, walk_plan *w, size_t src, const char *srcpath, const ingest_filter *filter, int dirfd,
+                 const char *rel, int depth, int64_t now_ns)
 {
     const int dfd = dup(dirfd);
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
@@ -142,8 +225,9 @@ static void walk(samples *sm, const char *srcpath, const ingest_filter *filter, 
     closedir(d);
     if (n > 1)
         qsort(names, n, sizeof(*names), strcmp_ptr);
-    for (size_t i = 0; i < n && !full(sm); i++) {
+    for (size_t i = 0; i < n && !full(sm) && w->names < AUTO_WALK_NAMES; i++) {
         struct stat st;
+        w->names++;
         if (fstatat(dirfd, names[i], &st, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
         char path[PATH_MAX];
@@ -152,7 +236,7 @@ static void walk(samples *sm, const char *srcpath, const ingest_filter *filter, 
         if (S_ISDIR(st.st_mode) && depth < INGEST_SENDER_MAX_DEPTH) {
             const int sub = openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if (sub >= 0) {
-                walk(sm, srcpath, filter, sub, path, depth + 1, now_ns);
+                walk(sm, w, src, srcpath, filter, sub, path, depth + 1, now_ns);
                 close(sub);
             }
         } else if (S_ISREG(st.st_mode) && st.st_size >= (off_t)AUTO_FILE_MIN && st.st_size <= (off_t)AUTO_FILE_MAX) {
@@ -160,8 +244,14 @@ static void walk(samples *sm, const char *srcpath, const ingest_filter *filter, 
                                             (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
                                             (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec,
                                             (uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint32_t)st.st_mode };
-            if (filter == NULL || agent_filter_check(filter, srcpath, path, &ss, now_ns) == INGEST_FILTER_TAKE)
-                take_fd(sm, open_sample(dirfd, names[i]), (uint64_t)st.st_size);
+            if (filter != NULL && agent_filter_check(filter, srcpath, path, &ss, now_ns) != INGEST_FILTER_TAKE)
+                continue;
+            const unsigned k = kind_of(sm, src, names[i]);
+            const unsigned long j = w->seen[k]++;
+            if (!w->take)
+                w->bytes[k] += (uint64_t)st.st_size;
+            else if (w->stride[k] > 0 && j % w->stride[k] == 0 && sm->kinds[k].len < w->share[k])
+                take_fd(sm, open_sample(dirfd, names[i]), (uint64_t)st.st_size, k, w->share[k]);
         }
     }
     for (size_t i = 0; i < n; i++)
@@ -176,6 +266,49 @@ static size_t dict_size_for(size_t len)
     return max < AUTO_DICT_MIN ? AUTO_DICT_MIN : max > AUTO_DICT_MAX ? AUTO_DICT_MAX : max;
 }
 
+/*
+ * Train a dictionary of at most max bytes (0: for the samples' size) from the samples of sm (every other
+ * one, from the first, when half), a part per kind: 0 (*d through a->ctx), or as ingest_dict_train when it
+ * failed, or AUTO_NOMEM when out of memory here (said).  *used: the samples it took.
+ */
+static int train_kinds(agent *a, const samples *sm, int half, size_t max, void **d, size_t *len, uint32_t *id,
+                       unsigned *used)
+{
+    samples g = { 0 };
+    size_t *off = malloc((sm->n + 1) * sizeof(size_t));
+    g.buf = malloc(sm->len > 0 ? sm->len : 1);
+    g.sizes = malloc((sm->n + 1) * sizeof(size_t));
+    int rc = AUTO_NOMEM;
+    *used = 0;
+    if (off == NULL || g.buf == NULL || g.sizes == NULL) {
+        prog_log(INGEST_LOG_ERROR, "compression.dictionary auto: out of memory");
+        goto out;
+    }
+    off[0] = 0;
+    for (unsigned i = 0; i < sm->n; i++)
+        off[i + 1] = off[i] + sm->sizes[i];
+    unsigned counts[AUTO_KINDS], nparts = 0;
+    for (unsigned k = 0; k < sm->nkinds; k++) {
+        const unsigned n0 = g.n;
+        for (unsigned i = 0; i < sm->n; i += half ? 2 : 1)
+            if (sm->kind[i] == k) {
+                memcpy(g.buf + g.len, sm->buf + off[i], sm->sizes[i]);
+                g.sizes[g.n++] = sm->sizes[i];
+                g.len += sm->sizes[i];
+            }
+        if (g.n > n0)
+            counts[nparts++] = g.n - n0;
+    }
+    *used = g.n;
+    rc = ingest_dict_train_parts(a->ctx, g.buf, g.sizes, g.n, counts, nparts, max ? max : dict_size_for(g.len), d,
+                                 len, id);
+out:
+    free(off);
+    free(g.buf);
+    free(g.sizes);
+    return rc;
+}
+
 /* Train from the samples; 1 trained (*out, *len: malloc'd), 0 too few (said, at debug level when quiet), -1 failed. */
 static int train_from(agent *a, const samples *sm, int quiet, const char *from, uint8_t **out, size_t *len)
 {
@@ -185,10 +318,13 @@ static int train_from(agent *a, const samples *sm, int quiet, const char *from, 
                  from, AUTO_SAMPLES_MIN);
         return 0;
     }
-    const size_t max = dict_size_for(sm->len);
     void *d = NULL;
     uint32_t id = 0;
-    if (ingest_dict_train(a->ctx, sm->buf, sm->sizes, sm->n, max, &d, len, &id) < 0) {
+    unsigned used = 0;
+    const int t = train_kinds(a, sm, 0, dict_size_for(sm->len), &d, len, &id, &used);
+    if (t == AUTO_NOMEM)
+        return -1;
+    if (t < 0) {
         prog_log(INGEST_LOG_WARN, "compression.dictionary auto: training from %u files failed (%s): %s for now",
                  sm->n, ingest_ctx_errmsg(a->ctx), a->dict != NULL ? "keeping the one in use" :
                  "compressing without a dictionary");
@@ -200,10 +336,43 @@ static int train_from(agent *a, const samples *sm, int quiet, const char *from, 
         memcpy(*out, d, *len);
         rc = 1;
         prog_log(INGEST_LOG_INFO, "compression.dictionary auto: trained %zu bytes (id %u) from %u small files (%zu "
-                 "bytes) %s", *len, id, sm->n, sm->len, from);
+                 "bytes, %u kinds) %s", *len, id, sm->n, sm->len, sm->nkinds, from);
     }
     ingest_buf_free(a->ctx, d);
     return rc;
+}
+
+/*
+ * Each kind's share of the samples' bytes, from what the counting walk found: the kinds with the fewest
+ * bytes first, each all of its bytes or an equal part of what is left, and the stride that spreads its
+ * share (and its part of the samples' count) over its files.
+ */
+static void plan(const samples *sm, walk_plan *w)
+{
+    unsigned order[AUTO_KINDS], m = 0;
+    for (unsigned k = 0; k < sm->nkinds; k++)
+        if (w->seen[k] > 0) {
+            unsigned j = m++;
+            while (j > 0 && w->bytes[order[j - 1]] > w->bytes[k]) {
+                order[j] = order[j - 1];
+                j--;
+            }
+            order[j] = k;
+        }
+    uint64_t left = AUTO_BYTES_MAX;
+    for (unsigned j = 0; j < m; j++) {
+        const unsigned k = order[j];
+        const uint64_t part = left / (m - j);
+        const uint64_t share = w->bytes[k] < part ? w->bytes[k] : part;
+        left -= share;
+        w->share[k] = (size_t)share;
+        unsigned long by_bytes = share > 0 ? (unsigned long)((w->bytes[k] + share - 1) / share) : 1;
+        const unsigned long files = AUTO_SAMPLES_MAX / m;
+        const unsigned long by_count = (w->seen[k] + files - 1) / files;
+        w->stride[k] = by_bytes > by_count ? by_bytes : by_count;
+        if (w->stride[k] == 0)
+            w->stride[k] = 1;
+    }
 }
 
 /* The small files under the sources into sm (allocated here): 0, or -1 out of memory (said). */
@@ -217,17 +386,26 @@ static int collect(agent *a, samples *sm)
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     const int64_t now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-    for (size_t i = 0; i < a->cfg->sources_count && !full(sm); i++) {
-        const ingest_source_config *c = &a->cfg->sources[i];
-        ingest_filter *f = NULL;
-        if (agent_filter_create(a, c, &f) < 0)
-            continue; /* said; the run itself stops on it */
-        const int fd = open(c->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd >= 0) {
-            walk(sm, c->path, f, fd, "", 0, now_ns);
-            close(fd);
+    walk_plan w;
+    memset(&w, 0, sizeof(w));
+    for (w.take = 0; w.take < 2; w.take++) {
+        if (w.take) {
+            plan(sm, &w);
+            memset(w.seen, 0, sizeof(w.seen));
+            w.names = 0;
         }
-        ingest_filter_destroy(f);
+        for (size_t i = 0; i < a->cfg->sources_count && !full(sm); i++) {
+            const ingest_source_config *c = &a->cfg->sources[i];
+            ingest_filter *f = NULL;
+            if (agent_filter_create(a, c, &f) < 0)
+                continue; /* said; the run itself stops on it */
+            const int fd = open(c->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (fd >= 0) {
+                walk(sm, &w, i, c->path, f, fd, "", 0, now_ns);
+                close(fd);
+            }
+            ingest_filter_destroy(f);
+        }
     }
     return 0;
 }
@@ -469,8 +647,15 @@ int agent_dict_auto_sample(agent *a, const char *dir, const char *rel, uint64_t 
     }
     if (full(sm))
         return 0;
+    size_t src = SIZE_MAX;
+    for (size_t i = 0; i < a->cfg->sources_count && src == SIZE_MAX; i++)
+        if (strcmp(a->cfg->sources[i].path, dir) == 0)
+            src = i;
+    const unsigned k = kind_of(sm, src, rel);
+    if (!kind_room(sm, k))
+        return 0;
     const unsigned n0 = sm->n;
-    take_fd(sm, open_sample(AT_FDCWD, full_path), size);
+    take_fd(sm, open_sample(AT_FDCWD, full_path), size, k, AUTO_BYTES_MAX / 2);
     return sm->n > n0;
 }
 
@@ -491,24 +676,18 @@ static int held_out(agent *a, const samples *sm)
     probe *p = probe_get(a); /* (its codec, made again after an earlier trial) */
     if (p == NULL)
         return -1;
-    samples half = { 0 };
-    half.buf = malloc(sm->len);
-    half.sizes = malloc(sm->n * sizeof(size_t));
     int rc = -1;
     void *d = NULL;
     size_t n = 0;
     uint32_t id = 0;
-    if (half.buf == NULL || half.sizes == NULL || p->codec == NULL)
+    unsigned used = 0;
+    if (p->codec == NULL)
         goto out;
-    const uint8_t *src = sm->buf;
-    for (unsigned i = 0; i < sm->n; src += sm->sizes[i], i++)
-        if (i % 2 == 0) {
-            memcpy(half.buf + half.len, src, sm->sizes[i]);
-            half.sizes[half.n++] = sm->sizes[i];
-            half.len += sm->sizes[i];
-        }
-    if (ingest_dict_train(a->ctx, half.buf, half.sizes, half.n, dict_size_for(half.len), &d, &n, &id) < 0) {
-        prog_log(INGEST_LOG_DEBUG, "compression.dictionary auto: a trial from %u files: %s", half.n,
+    const int t = train_kinds(a, sm, 1, 0, &d, &n, &id, &used);
+    if (t == AUTO_NOMEM)
+        goto out;
+    if (t < 0) {
+        prog_log(INGEST_LOG_DEBUG, "compression.dictionary auto: a trial from %u files: %s", used,
                  ingest_ctx_errmsg(a->ctx));
         goto out;
     }
@@ -517,7 +696,7 @@ static int held_out(agent *a, const samples *sm)
     uint64_t cur = 0, cand = 0, plain = 0;
     const size_t cap = ingest_codec_bound(AUTO_FILE_MAX);
     uint8_t *enc = p->buf + AUTO_FILE_MAX;
-    src = sm->buf;
+    const uint8_t *src = sm->buf;
     for (unsigned i = 0; i < sm->n; src += sm->sizes[i], i++) {
         size_t l1 = 0, l2 = 0, l0 = 0;
         if (i % 2 == 0)
@@ -533,11 +712,10 @@ static int held_out(agent *a, const samples *sm)
     }
     rc = cand * 100 <= cur * 95;
     prog_log(INGEST_LOG_INFO, "compression.dictionary auto: one trained from %u of the small files sampled saves "
-             "%.1f%% on the other %u, the one in use %.1f%%: %s", half.n, saved_pct(cand, plain), sm->n - half.n,
+             "%.1f%% on the other %u, the one in use %.1f%%: %s", used, saved_pct(cand, plain), sm->n - used,
              saved_pct(cur, plain), rc ? "training a new one from all of them" : "keeping the one in use");
 out:
     ingest_buf_free(a->ctx, d);
-    samples_free(&half);
     ingest_codec_destroy(p->codec); /* the probes start over, with a codec of the one in use alone */
     p->codec = NULL;
     p->dict = NULL;
@@ -591,8 +769,8 @@ int agent_dict_auto_again(agent *a)
     const int t = h < 0 ? 0 : train_from(a, sm, 1, again ? "taken since the last one stopped saving"
                                                            : "taken since the start", &d, &n);
     if (t <= 0) {
-        /* ZDICT wants more: try again with twice as many, until the samples are full */
-        sm->next = full(sm) ? UINT_MAX : sm->n * 2;
+        /* ZDICT wants more: try again with twice as many, until no more can be taken */
+        sm->next = saturated(sm) ? UINT_MAX : sm->n * 2;
         if (again && sm->next == UINT_MAX) {
             prog_log(INGEST_LOG_INFO, "compression.dictionary auto: keeping %s", a->dict_name);
             a->auto_probe->retraining = 0;

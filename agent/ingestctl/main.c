@@ -27,7 +27,8 @@ static int cmd_bench(int argc, char **argv);
 
 static const struct command commands[] = {
     { "chunk", cmd_chunk, "chunk [--min N --avg N --max N] FILE..." },
-    { "dict", cmd_dict, "dict train --out FILE [--size BYTES] [--force] SAMPLE... | dict info FILE" },
+    { "dict", cmd_dict,
+      "dict train --out FILE [--size BYTES] [--force] [--from LIST] [--part LIST]... [SAMPLE...] | dict info FILE | dict test [--level N] [--from LIST] FILE SAMPLE..." },
     { "index", cmd_index, "index check DIR [--bronze DIR]" },
     { "catalog", cmd_catalog, "catalog --bronze DIR [--device D] [--prefix P] [--since T] [--until T] [--format jsonl|csv|table|paths] [--after CURSOR | --cursor-file F] (--help)" },
     { "verify", cmd_verify, "verify (--config RECEIVER.yaml | --bronze DIR --dedup-key FILE) [--device D] [--since T] [--threads N] (--help)" },

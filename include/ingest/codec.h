@@ -167,6 +167,22 @@ INGEST_API int ingest_codec_decode(ingest_codec *c, const void *src, size_t n, v
 INGEST_API int ingest_dict_train(ingest_ctx *ctx, const void *samples, const size_t *sample_sizes,
                                  unsigned nsamples, size_t max_bytes, void **out, size_t *out_len,
                                  uint32_t *dict_id);
+/*
+ * Like ingest_dict_train, for samples of several kinds (files of different
+ * sources or formats): the samples of part 0 come first (part_counts[0] of
+ * them), then those of part 1, and so on; nparts is 1..INGEST_DICT_PARTS_MAX
+ * and the counts add up to nsamples (else INGEST_EINVAL).  Each part of at
+ * least 8 samples whose share is 1 KiB or more gets a share of max_bytes in
+ * proportion to its samples, trained from its samples alone; the
+ * dictionary is those contents one after the other (the part with the most
+ * samples last), its entropy tables from all the samples.  One part: the
+ * same as ingest_dict_train.  INGEST_EINVAL when no part could be trained.
+ * (docs/compression.md, "One dictionary for several kinds of files".)
+ */
+#define INGEST_DICT_PARTS_MAX 16u
+INGEST_API int ingest_dict_train_parts(ingest_ctx *ctx, const void *samples, const size_t *sample_sizes,
+                                       unsigned nsamples, const unsigned *part_counts, unsigned nparts,
+                                       size_t max_bytes, void **out, size_t *out_len, uint32_t *dict_id);
 /* Id of a dictionary (0 if the bytes are not a zstd dictionary). */
 INGEST_API uint32_t ingest_dict_id(const void *dict, size_t len);
 /*

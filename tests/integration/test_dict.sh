@@ -29,6 +29,12 @@
 #    saving, the daemon trains a new one from them, offers it on its next
 #    connection (stored), and the new one saves more on them than the old;
 #    random bytes make it try again, and what it trains from them is refused.
+# 11. Two kinds of small files in one source (JSON events and log files, from
+#    `ingestctl bench gen --profile gateway`): auto takes samples of both
+#    from all over the tree, trains a part of its dictionary per kind, and
+#    it saves on new files of both kinds about what one trained per kind
+#    does (`ingestctl dict test` measures; one trained from all the files
+#    at once is shown beside them).
 . "$(dirname "$0")/lib.sh"
 EVIL="$BUILD/tools/evil-agent"
 setup_keys
@@ -413,3 +419,54 @@ new=$(awk '/offered from the next connection on/ { after = 1 } after && v == "" 
 [ -n "$old" ] && [ -n "$new" ] || { cat "$DLOG"; fail "no probe figures (old '$old', new '$new')"; }
 awk -v o="$old" -v n="$new" 'BEGIN { exit !(n > o + 10) }' || fail "the new dictionary saves $new%, the old one $old%"
 pass "dictionary auto in a daemon: replaced when it stopped saving (old $old%, new $new% on the new kind of files), kept against random bytes"
+
+# ---- 11. compression.dictionary: auto, two kinds of small files in one source ----
+# gw_kinds TREE DIR: the JSON events of a gateway tree, and its logs cut into files of 2,900 bytes
+gw_kinds() {
+    "$CTL" bench gen --profile gateway --size 24MiB --seed "$3" "$1" > /dev/null || fail "bench gen failed"
+    mkdir -p "$2/events" "$2/logs"
+    find "$1/events" -name '*.json' | head -1500 | while read -r f; do cp "$f" "$2/events/"; done
+    for f in "$1/logs"/*.log; do split -b 2900 -a 4 --additional-suffix=.log "$f" "$2/logs/$(basename "$f" .log)-"; done
+}
+gw_kinds "$T/gw1" "$T/src11/data" 1
+gw_kinds "$T/gw2" "$T/new11" 2
+write_agent_config dev2 "$T/src11/data" "compression:
+  dictionary: auto"
+sed -i 's|^state_dir: astate-dev2$|state_dir: astate-kinds|' "$T/dev2.yaml"
+mkdir -p "$T/astate-kinds"
+ship dev2
+same_tree "$T/src11/data" "$(landed_root dev2)/data"
+grep -q "compression.dictionary auto: trained .* kinds)" "$T/dev2.err" || { cat "$T/dev2.err"; fail "no dictionary trained"; }
+kinds=$(sed -n 's/.*auto: trained .*bytes, \([0-9]*\) kinds).*/\1/p' "$T/dev2.err")
+[ "$kinds" = 2 ] || { cat "$T/dev2.err"; fail "trained from $kinds kinds of files, not 2"; }
+auto="$T/astate-kinds/auto.zdict"
+size=$(wc -c < "$auto")
+# the same size trained from all the source's small files at once, and one per kind
+find "$T/src11/data" -type f > "$T/all11.lst"
+"$CTL" dict train --size "$size" --out "$T/one11.dict" --from "$T/all11.lst" > /dev/null || fail "dict train failed"
+"$CTL" dict train --size "$size" --out "$T/ev11.dict" "$T/src11/data/events"/* > /dev/null || fail "dict train failed"
+"$CTL" dict train --size "$size" --out "$T/lg11.dict" "$T/src11/data/logs"/* > /dev/null || fail "dict train failed"
+# saves DICT DIR: what DICT saves on the files of DIR (each compressed alone), in tenths of a percent
+saves() { "$CTL" dict test "$1" "$2"/* | sed -n 's/.*; saves \(-\{0,1\}[0-9]*\)\.\([0-9]\)%$/\1\2/p'; }
+a_ev=$(saves "$auto" "$T/new11/events"); a_lg=$(saves "$auto" "$T/new11/logs")
+o_ev=$(saves "$T/one11.dict" "$T/new11/events"); o_lg=$(saves "$T/one11.dict" "$T/new11/logs")
+k_ev=$(saves "$T/ev11.dict" "$T/new11/events"); k_lg=$(saves "$T/lg11.dict" "$T/new11/logs")
+fig="saved on new events / log files, in tenths of %: auto $a_ev / $a_lg, trained at once $o_ev / $o_lg, one per kind $k_ev / $k_lg"
+[ -n "$a_ev" ] && [ -n "$a_lg" ] && [ -n "$o_lg" ] && [ -n "$k_ev" ] && [ -n "$k_lg" ] || fail "no figures: $fig"
+# each kind as well served as by a dictionary of its own (within 4 points); before the samples were spread
+# over the tree, the first log files in name order (all of one log) left the others at 4% saved
+[ "$a_ev" -ge $((k_ev - 40)) ] && [ "$a_lg" -ge $((k_lg - 40)) ] || fail "$fig"
+pass "dictionary auto, two kinds in one source: a part per kind ($fig)"
+# ingestctl dict train --part: the same kinds by hand; dict test and --from refuse what they cannot use
+find "$T/src11/data/events" -type f > "$T/ev11.lst"; find "$T/src11/data/logs" -type f > "$T/lg11.lst"
+"$CTL" dict train --size "$size" --out "$T/parts11.dict" --part "$T/ev11.lst" --part "$T/lg11.lst" > "$T/parts11.out" ||
+    fail "dict train --part failed"
+grep -q "from $(($(wc -l < "$T/ev11.lst") + $(wc -l < "$T/lg11.lst"))) samples in 2 parts" "$T/parts11.out" ||
+    { cat "$T/parts11.out"; fail "dict train --part: not 2 parts of all the files"; }
+p_lg=$(saves "$T/parts11.dict" "$T/new11/logs")
+[ -n "$p_lg" ] && [ "$p_lg" -ge $((k_lg - 40)) ] || fail "the dictionary in parts saves $p_lg on logs, one of its own $k_lg"
+if "$CTL" dict test "$T/ev11.lst" "$T/new11/logs"/* > /dev/null 2> "$T/dt.err"; then fail "dict test took a list for a dictionary"; fi
+grep -q "not a zstd dictionary" "$T/dt.err" || { cat "$T/dt.err"; fail "dict test: no reason given"; }
+if "$CTL" dict test --from "$T/nonesuch.lst" "$auto" > /dev/null 2> "$T/dt.err"; then fail "dict test took a missing list"; fi
+grep -q "nonesuch.lst: No such file" "$T/dt.err" || { cat "$T/dt.err"; fail "dict test --from: no reason given"; }
+pass "ingestctl dict train --part ($p_lg on logs), dict test and --from refuse a list for a dictionary and a missing list"

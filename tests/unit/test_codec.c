@@ -285,6 +285,140 @@ static void test_dict_round_trip(void **state)
     ingest_ctx_destroy(ctx);
 }
 
+/* Syslog-like lines of exactly n bytes: nothing like gen_csv's. */
+static void gen_log(uint8_t *p, size_t n, uint64_t seed)
+{
+    static const char *const prog[] = { "modbusd", "canbridge", "ntpsync", "watchdog", "uplink" };
+    static const char *const msg[] = { "retry scheduled after timeout", "register block read complete",
+                                       "link quality degraded on channel", "clock offset corrected by" };
+    uint64_t s = seed * 0xD1B54A32D192ED03ull + 3;
+    size_t len = 0;
+    while (len < n) {
+        char line[160];
+        const uint64_t r = rng_next(&s);
+        const int k = snprintf(line, sizeof(line), "<%u>Nov %2u %02u:%02u:%02u gw%03u %s[%u]: %s %u (seq 0x%08x)\n",
+                               8 + (unsigned)(r % 16), 1 + (unsigned)((r >> 8) % 30), (unsigned)((r >> 16) % 24),
+                               (unsigned)((r >> 24) % 60), (unsigned)((r >> 30) % 60), (unsigned)((r >> 36) % 200),
+                               prog[(r >> 44) % 5], 100 + (unsigned)((r >> 47) % 9000), msg[(r >> 58) % 4],
+                               (unsigned)((r >> 20) % 977), (unsigned)(r >> 32));
+        const size_t take = (size_t)k < n - len ? (size_t)k : n - len;
+        memcpy(p + len, line, take);
+        len += take;
+    }
+}
+
+/* Bytes of sample files of a kind (0 CSV, 1 logs), each encoded alone, with dictionary id (0: none). */
+static uint64_t kind_bytes(ingest_codec *c, uint32_t id, int kind)
+{
+    uint64_t total = 0;
+    uint8_t raw[1200], enc[1400], back[1200];
+    assert_int_equal(ingest_codec_use_dict(c, id), 0);
+    for (unsigned i = 0; i < 60; i++) {
+        const size_t n = 400 + (i * 53) % 700;
+        (kind ? gen_log : gen_csv)(raw, n, 90000 + i);
+        size_t len = 0, got = 0;
+        assert_int_equal(ingest_codec_encode(c, raw, n, enc, sizeof(enc), &len), 0);
+        assert_int_equal(ingest_codec_decode(c, enc, len, back, sizeof(back), &got, NULL, NULL), 0);
+        assert_int_equal(got, n);
+        assert_memory_equal(back, raw, n);
+        total += len;
+    }
+    return total;
+}
+
+/*
+ * ingest_dict_train_parts: a part per kind of samples (CSV, then logs); one part is ingest_dict_train's
+ * dictionary byte for byte; the same samples give the same dictionary; it serves both kinds (round trips,
+ * smaller than without it); a part of too few samples gets no content of its own; argument errors.
+ */
+static void test_dict_train_parts(void **state)
+{
+    (void)state;
+    struct failing f = { 0, 0, 0 };
+    ingest_ctx *ctx = make_ctx(&f);
+    enum { PER = 300 };
+    size_t sizes[2 * PER], total = 0;
+    for (unsigned i = 0; i < 2 * PER; i++) {
+        sizes[i] = 300 + (i * 37) % 900;
+        total += sizes[i];
+    }
+    uint8_t *smp = malloc(total);
+    assert_non_null(smp);
+    size_t off = 0;
+    for (unsigned i = 0; i < 2 * PER; off += sizes[i], i++)
+        (i < PER ? gen_csv : gen_log)(smp + off, sizes[i], 1000 + i);
+    void *d1 = NULL, *d2 = NULL, *d3 = NULL;
+    size_t l1 = 0, l2 = 0, l3 = 0;
+    uint32_t id1 = 0, id2 = 0, id3 = 0;
+    /* one part: ingest_dict_train's dictionary */
+    const unsigned all[1] = { 2 * PER };
+    assert_int_equal(ingest_dict_train_parts(ctx, smp, sizes, 2 * PER, all, 1, 8192, &d1, &l1, &id1), 0);
+    assert_int_equal(ingest_dict_train(ctx, smp, sizes, 2 * PER, 8192, &d2, &l2, &id2), 0);
+    assert_int_equal(l1, l2);
+    assert_memory_equal(d1, d2, l1);
+    assert_int_equal(id1, id2);
+    ingest_buf_free(ctx, d1);
+    ingest_buf_free(ctx, d2);
+    /* two parts: deterministic, in zstd's private id range, within the size */
+    const unsigned two[2] = { PER, PER };
+    assert_int_equal(ingest_dict_train_parts(ctx, smp, sizes, 2 * PER, two, 2, 8192, &d1, &l1, &id1), 0);
+    assert_int_equal(ingest_dict_train_parts(ctx, smp, sizes, 2 * PER, two, 2, 8192, &d2, &l2, &id2), 0);
+    assert_int_equal(l1, l2);
+    assert_memory_equal(d1, d2, l1);
+    assert_int_equal(id1, id2);
+    assert_true(id1 >= 32768u && l1 <= 8192);
+    assert_int_equal(ingest_dict_id(d1, l1), id1);
+    /* it serves both kinds: each file alone, at least 10% smaller with it */
+    ingest_codec *c = NULL;
+    assert_int_equal(ingest_codec_create(ctx, 1, &c), 0);
+    assert_int_equal(ingest_codec_add_dict(c, d1, l1, NULL), 0);
+    for (int kind = 0; kind < 2; kind++) {
+        const uint64_t plain = kind_bytes(c, 0, kind), with = kind_bytes(c, id1, kind);
+        if (with * 10 > plain * 9)
+            fail_msg("kind %d: %llu bytes with the dictionary, %llu without", kind, (unsigned long long)with,
+                     (unsigned long long)plain);
+    }
+    ingest_codec_destroy(c);
+    /* a part of 4 samples gets no content: the same as the other part's alone, tables from all */
+    const unsigned few[2] = { 4, PER };
+    const size_t few_len = sizes[0] + sizes[1] + sizes[2] + sizes[3];
+    size_t sz[PER + 4];
+    memcpy(sz, sizes, 4 * sizeof(size_t));
+    memcpy(sz + 4, sizes + PER, PER * sizeof(size_t));
+    uint8_t *smp2 = malloc(total);
+    assert_non_null(smp2);
+    size_t logs_off = 0;
+    for (unsigned i = 0; i < PER; i++)
+        logs_off += sizes[i];
+    memcpy(smp2, smp, few_len);
+    memcpy(smp2 + few_len, smp + logs_off, total - logs_off);
+    assert_int_equal(ingest_dict_train_parts(ctx, smp2, sz, PER + 4, few, 2, 8192, &d3, &l3, &id3), 0);
+    assert_true(l3 > 0 && l3 <= 8192);
+    ingest_buf_free(ctx, d3);
+    d3 = NULL;
+    /* errors: no part, too many, counts that do not add up, no part with samples enough */
+    const unsigned bad[2] = { PER, PER - 1 };
+    const unsigned tiny[2] = { 3, 4 };
+    unsigned many[INGEST_DICT_PARTS_MAX + 1];
+    for (unsigned i = 0; i <= INGEST_DICT_PARTS_MAX; i++)
+        many[i] = i == 0 ? 2 * PER - INGEST_DICT_PARTS_MAX : 1;
+    assert_int_equal(ingest_dict_train_parts(ctx, smp, sizes, 2 * PER, two, 0, 8192, &d3, &l3, &id3), INGEST_EINVAL);
+    assert_int_equal(ingest_dict_train_parts(ctx, smp, sizes, 2 * PER, NULL, 2, 8192, &d3, &l3, &id3), INGEST_EINVAL);
+    assert_int_equal(ingest_dict_train_parts(ctx, smp, sizes, 2 * PER, many, INGEST_DICT_PARTS_MAX + 1, 8192, &d3, &l3,
+                                             &id3), INGEST_EINVAL);
+    assert_int_equal(ingest_dict_train_parts(ctx, smp, sizes, 2 * PER, bad, 2, 8192, &d3, &l3, &id3), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "parts count"));
+    assert_int_equal(ingest_dict_train_parts(ctx, smp, sizes, 7, tiny, 2, 8192, &d3, &l3, &id3), INGEST_EINVAL);
+    assert_non_null(strstr(ingest_ctx_errmsg(ctx), "no part"));
+    assert_null(d3);
+    assert_int_equal(l3, 0);
+    ingest_buf_free(ctx, d1);
+    ingest_buf_free(ctx, d2);
+    free(smp);
+    free(smp2);
+    ingest_ctx_destroy(ctx);
+}
+
 static void test_dict_train_errors(void **state)
 {
     (void)state;
@@ -1086,6 +1220,7 @@ int main(void)
         cmocka_unit_test(test_dict_round_trip),
         cmocka_unit_test(test_dict_remove),
         cmocka_unit_test(test_dict_train_errors),
+        cmocka_unit_test(test_dict_train_parts),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_flipped_bytes),
         cmocka_unit_test(test_header_errors),
