@@ -332,6 +332,7 @@ void ingest__syncs_init(ingest__syncs *sy)
     pthread_mutex_init(&sy->dir_mu, NULL);
     randombytes_buf(sy->dir_key, sizeof sy->dir_key);
     sy->ndirs = 0;
+    sy->dir_gen = 0;
     memset(sy->dirs, 0, sizeof sy->dirs);
 }
 
@@ -364,10 +365,22 @@ bool ingest__syncs_dir_durable(ingest__syncs *sy, const char *dir)
     return yes;
 }
 
-void ingest__syncs_dir_mark(ingest__syncs *sy, const char *dir)
+uint64_t ingest__syncs_dir_gen(ingest__syncs *sy)
+{
+    pthread_mutex_lock(&sy->dir_mu);
+    const uint64_t g = sy->dir_gen;
+    pthread_mutex_unlock(&sy->dir_mu);
+    return g;
+}
+
+void ingest__syncs_dir_mark(ingest__syncs *sy, const char *dir, uint64_t gen)
 {
     const uint64_t v = dir_hash(sy, dir);
     pthread_mutex_lock(&sy->dir_mu);
+    if (gen != sy->dir_gen) { /* a directory was removed since the caller looked: its finding may be stale */
+        pthread_mutex_unlock(&sy->dir_mu);
+        return;
+    }
     if (sy->ndirs >= INGEST__DURABLE_DIRS / 4 * 3) { /* full: start over (costs fsyncs, nothing else) */
         memset(sy->dirs, 0, sizeof sy->dirs);
         sy->ndirs = 0;
@@ -380,11 +393,26 @@ void ingest__syncs_dir_mark(ingest__syncs *sy, const char *dir)
     pthread_mutex_unlock(&sy->dir_mu);
 }
 
-void ingest__syncs_dir_forget(ingest__syncs *sy)
+void ingest__syncs_dir_forget(ingest__syncs *sy, const char *dir)
 {
+    const uint64_t v = dir_hash(sy, dir);
     pthread_mutex_lock(&sy->dir_mu);
-    memset(sy->dirs, 0, sizeof sy->dirs);
-    sy->ndirs = 0;
+    sy->dir_gen++;
+    uint32_t i = dir_slot(sy, v);
+    if (sy->dirs[i] == v) {
+        /* linear probing: take it out and move back the entries after it that would no longer be found */
+        sy->dirs[i] = 0;
+        sy->ndirs--;
+        for (uint32_t j = (i + 1) % INGEST__DURABLE_DIRS; sy->dirs[j] != 0; j = (j + 1) % INGEST__DURABLE_DIRS) {
+            const uint32_t home = (uint32_t)(sy->dirs[j] % INGEST__DURABLE_DIRS);
+            const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+            if (!stays) {
+                sy->dirs[i] = sy->dirs[j];
+                sy->dirs[j] = 0;
+                i = j;
+            }
+        }
+    }
     pthread_mutex_unlock(&sy->dir_mu);
 }
 

@@ -123,6 +123,7 @@ static int add_parents(ingest_lander_batch *b, size_t from, size_t n)
 /* fsync the touched directories b->dirs[from, ndirs), each once, and the parents add_parents finds. */
 static int sync_dirs(ingest_lander_batch *b, size_t from)
 {
+    const uint64_t gen = ingest__syncs_dir_gen(b->l->syncs); /* before add_parents looks */
     INGEST__FORWARD(add_parents(b, from, b->ndirs));
     qsort(b->dirs + from, b->ndirs - from, sizeof *b->dirs, lander__cmp_strp);
     for (size_t i = from; i < b->ndirs; i++) {
@@ -142,7 +143,7 @@ static int sync_dirs(ingest_lander_batch *b, size_t from)
     /* every one's parent is synced now (add_parents), so their names are durable */
     for (size_t i = from; i < b->ndirs; i++)
         if (b->dirs[i][0] != '\0')
-            ingest__syncs_dir_mark(b->l->syncs, b->dirs[i]);
+            ingest__syncs_dir_mark(b->l->syncs, b->dirs[i], gen);
     return 0;
 }
 
@@ -690,9 +691,9 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
  */
 static int sync_landed(ingest_lander_batch *b)
 {
-    const size_t landed_dirs = b->ndirs;
     if (!b->syncfs)
         INGEST__FORWARD(sync_dirs(b, 0));
+    const size_t landed_dirs = b->ndirs; /* (after the parents sync_dirs added: synced already) */
     INGEST__FORWARD(write_manifest(b));
     /* the manifest in place records the appended sizes: appends are never taken back from here on */
     for (uint32_t i = 0; i < b->nfiles; i++)

@@ -271,10 +271,13 @@ static bool remove_if_empty(ingest_lander_batch *b, const char *d)
     int pfd = -1;
     char keep[INGEST__ERRMSG_MAX];
     memcpy(keep, b->ctx->errmsg, sizeof keep);
-    const bool gone = lander__walk_dir(b, d, parent, false, &pfd) == 0 && pfd >= 0 &&
-                      unlinkat(pfd, name, AT_REMOVEDIR) == 0;
-    if (gone)
-        ingest__syncs_dir_forget(b->l->syncs); /* made again, its name is new */
+    bool gone = false;
+    if (lander__walk_dir(b, d, parent, false, &pfd) == 0 && pfd >= 0) {
+        ingest__syncs_dir_forget(b->l->syncs, d); /* made again, its name is new */
+        gone = unlinkat(pfd, name, AT_REMOVEDIR) == 0;
+        if (gone)
+            ingest__syncs_dir_forget(b->l->syncs, d); /* and void what was marked meanwhile */
+    }
     if (pfd >= 0)
         close(pfd);
     memcpy(b->ctx->errmsg, keep, sizeof keep);
