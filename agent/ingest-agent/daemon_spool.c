@@ -6,7 +6,7 @@
 
 /* ---- spool ------------------------------------------------------------------ */
 
-static int mkdirs(char *p, int sync_existing);
+static int mkdirs(char *p, size_t sync_below);
 
 /* The errors that mean "no room" on the state filesystem: backpressure, never a per-file warning. */
 #define NO_ROOM(e) ((e) == ENOSPC || (e) == EDQUOT)
@@ -268,7 +268,7 @@ static int spool_copy_link(daemon_t *d, const char *src, char *dst, const ingest
         (uint64_t)n != st->size)
         return 1; /* changed meanwhile (or unshippable: the walk of the spool reports it) */
     target[n] = '\0';
-    if (mkdirs(dst, 0) != 0) {
+    if (mkdirs(dst, SIZE_MAX) != 0) {
         if (NO_ROOM(errno))
             return dmn_spool_nospace(d, src, st->size, errno);
         prog_log(INGEST_LOG_WARN, "spool: %s: %s", prog_esc(dst), strerror(errno));
@@ -322,7 +322,7 @@ int dmn_spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *rel,
         rc = 1;
         goto done;
     }
-    if (mkdirs(dst, 0) != 0 || (buf = malloc(1u << 20)) == NULL) {
+    if (mkdirs(dst, SIZE_MAX) != 0 || (buf = malloc(1u << 20)) == NULL) {
         if (NO_ROOM(errno))
             goto no_room;
         prog_log(INGEST_LOG_WARN, "spool: %s: %s", prog_esc(dst), strerror(errno));
@@ -386,17 +386,20 @@ done:
 
 /*
  * The directories above file p, made where missing; each one made is fsynced into its parent (durable).
- * sync_existing: the ones found are too (made by a run that died before it synced them, their names may
- * not be durable: a file moved into them would go with them in a power cut).  (The spool's copies are
- * made durable by a syncfs before they count.)
+ * Those found whose path is longer than sync_below bytes (under the configured directory of that length)
+ * are too: made by a run that died before it synced them, their names may not be durable, and a file moved
+ * into them would go with them in a power cut.  Those above it are the operator's (and may not be readable
+ * to the agent: a parent it cannot open is not one to fsync).  SIZE_MAX: none found is synced.  (The
+ * spool's copies are made durable by a syncfs before they count.)
  */
-static int mkdirs(char *p, int sync_existing)
+static int mkdirs(char *p, size_t sync_below)
 {
     for (char *q = p + 1; *q; q++) {
         if (*q != '/')
             continue;
         *q = '\0';
         const int r = mkdir(p, 0755);
+        const int sync_existing = (size_t)(q - p) > sync_below;
         const int e = errno, synced = (r != 0 && !(sync_existing && e == EEXIST)) || prog_sync_parent(p) == 0;
         *q = '/';
         if ((r != 0 && e != EEXIST) || !synced)
@@ -530,9 +533,16 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
             char *slash = strrchr(dir, '/');
             if (slash != NULL)
                 *slash = '\0';
-            /* the directories above dst are made and synced once, then known (d->moved_dir) until another */
-            const int known = slash != NULL && strcmp(dir, d->moved_dir) == 0;
-            if ((known || mkdirs(dst, 1) == 0) && prog_move_file(full, fd, dst) == 0) { /* across filesystems too; durable */
+            /* the directories above dst (below move_dir) are made and synced once, then known (d->moved_dir)
+             * until another; one known that is gone (removed by hand) is made again */
+            int known = slash != NULL && strcmp(dir, d->moved_dir) == 0;
+            const size_t below = strlen(s->move_dir);
+            int ok = (known || mkdirs(dst, below) == 0) && prog_move_file(full, fd, dst) == 0; /* across filesystems too; durable */
+            if (!ok && known && errno == ENOENT) {
+                known = 0;
+                ok = mkdirs(dst, below) == 0 && prog_move_file(full, fd, dst) == 0;
+            }
+            if (ok) {
                 if (!known && slash != NULL)
                     snprintf(d->moved_dir, sizeof(d->moved_dir), "%s", dir);
                 d->moved++;

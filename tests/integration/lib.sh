@@ -22,7 +22,7 @@ cleanup() {
         [ "${KEEP:-0}" = 1 ] || rm -rf "$T"
         exit 1
     fi
-    [ "${KEEP:-0}" = 1 ] || rm -rf "$T"
+    [ "${KEEP:-0}" = 1 ] || rm -rf "$T" ${EXTRA_DIRS:-}
 }
 trap cleanup EXIT
 

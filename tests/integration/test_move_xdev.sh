@@ -4,7 +4,9 @@
 # EXDEV there, so the agent copies each acknowledged file durably and then
 # unlinks it.  Every file ends up in DIR byte-identical with its mode and
 # mtime, the source is emptied, no temporary file is left, and the log has
-# no warning.
+# no warning.  Then the directory files were moved into is removed by hand
+# between two moves: the next file into it is moved all the same (the
+# directory made again), not left in the source with a warning.
 . "$(dirname "$0")/lib.sh"
 SHM=$(mktemp -d /dev/shm/ingest-it.XXXXXX 2>/dev/null) || { echo "skip: cannot make a directory under /dev/shm"; exit 0; }
 trap 'rm -rf "$SHM"; cleanup' EXIT
@@ -39,3 +41,25 @@ same_tree "$K" "$SHM/moved"
 grep -q 'moved=13 ' "$T/dev1.out" || { cat "$T/dev1.out"; fail "the summary does not count 13 moves"; }
 grep -E '\[(warn|error)\]' "$T/dev1.err" && fail "warnings in the agent's log"
 pass "13 files moved across filesystems (EXDEV): byte-identical, mode and mtime kept, nothing left behind"
+
+# the directory moved into, removed by hand between two moves into it (the agent knew it as made)
+"$AGENT" --config "$T/dev1.yaml" >> "$T/dev1.out" 2> "$T/dev1b.err" &
+APID=$!
+# moved_all N: until the source is empty and N files are under $SHM/moved/again
+moved_all() {
+    i=0
+    while [ "$(find "$S" -type f | wc -l)" != 0 ] || [ "$(find "$SHM/moved/again" -type f 2>/dev/null | wc -l)" != "$1" ]; do
+        i=$((i + 1)); [ $i -gt 400 ] && { kill "$APID"; cat "$T/dev1b.err"; fail "$1 files were not moved into again/"; }
+        sleep 0.05
+    done
+}
+mkdir -p "$S/again"
+gen_log "$S/again/a1.log" 4000 41
+moved_all 1
+rm -rf "$SHM/moved/again"
+gen_log "$S/again/a2.log" 4000 42
+moved_all 1
+kill "$APID"; wait "$APID" || fail "the agent did not stop cleanly"
+[ -f "$SHM/moved/again/a2.log" ] || fail "a2.log is not in the directory made again"
+grep -E '\[(warn|error)\]' "$T/dev1b.err" && fail "warnings in the agent's log"
+pass "a directory moved into, removed by hand, is made again for the next file"
