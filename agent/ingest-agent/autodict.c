@@ -485,14 +485,18 @@ static void recheck(agent *a, const char *path)
     const int h = p != NULL && p->codec != NULL ? held_out(a, &sm) : -1;
     uint8_t *d = NULL;
     size_t n = 0;
-    if (h == 1 && train_from(a, &sm, 0, "under the sources", &d, &n) == 1)
+    if (h == 1 && train_from(a, &sm, 0, "under the sources", &d, &n) == 1) {
         (void)replace(a, d, n, path);
-    else if (h == 0 && utimensat(AT_FDCWD, path, NULL, 0) != 0)
-        prog_log(INGEST_LOG_WARN, "compression.dictionary auto: %s: cannot set its time: %s", path, strerror(errno));
-    else if (h < 0)
-        prog_log(INGEST_LOG_INFO, "compression.dictionary auto: %s is %lld days old; %u small files under the "
-                 "sources could not tell whether a new one would do better: kept", path,
-                 (long long)((now.tv_sec - st.st_mtim.tv_sec) / 86400), sm.n);
+    } else {
+        if (h < 0)
+            prog_log(INGEST_LOG_INFO, "compression.dictionary auto: %s is %lld days old; %u small files under the "
+                     "sources could not tell whether a new one would do better: kept, tried again in a day", path,
+                     (long long)((now.tv_sec - st.st_mtim.tv_sec) / 86400), sm.n);
+        /* kept: tried again a day from now, not at every run until the files tell */
+        if (utimensat(AT_FDCWD, path, NULL, 0) != 0)
+            prog_log(INGEST_LOG_WARN, "compression.dictionary auto: %s: cannot set its time: %s", path,
+                     strerror(errno));
+    }
     samples_free(&sm);
     agent_dict_auto_free(a); /* the probe: --once watches no more */
 }

@@ -148,7 +148,7 @@ n=$(written)
 # receiver's lines naming it or the batches that held it, and the receiver's warnings
 missing() {
     (cd "$K" && find . -type f | sed 's|^\./||' | sort) > "$T/written.list"
-    (cd "$(landed_root dev1)/data" 2>/dev/null && find . -type f ! -path '*.ingest-tmp-*' | sed 's|^\./||' | sort) > "$T/landed.list"
+    (cd "$(landed_root dev1)/data" 2>/dev/null && find . -type f ! -path '*.ingest-tmp-*' | sed 's|^\./||' | sort) > "$T/landed.list" || true
     comm -23 "$T/written.list" "$T/landed.list" > "$T/missing.list"
     echo "missing ($(wc -l < "$T/missing.list")): $(tr '\n' ' ' < "$T/missing.list")"
     for f in $(head -5 "$T/missing.list"); do
