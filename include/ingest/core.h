@@ -217,33 +217,42 @@ INGEST_API void ingest_core_kafka_stats_get(ingest_core_kafka *k, ingest_core_ka
  * "Dictionaries"), kept in {dir}/{hash}.zdict, where {hash} is the 64 hex
  * digits of the dictionary's unkeyed BLAKE2b-256 (ingest_dict_hash).
  * Content-addressed, so a file is checked against its own name.  In memory
- * the store holds every dictionary it loaded or received; an entry is
- * never removed while the store is open, so the bytes a lookup returns
- * stay valid (codecs load them by reference) until it is closed.  Bounds:
- * INGEST_DICTSTORE_MAX dictionaries and INGEST_DICTSTORE_MAX_BYTES in all.
- * Every function may be called from any thread.
+ * the store holds the dictionaries it loaded or received, within the
+ * bounds: INGEST_DICTSTORE_MAX dictionaries and INGEST_DICTSTORE_MAX_BYTES
+ * in all.  A lookup holds its entry (codecs load the bytes by reference)
+ * until ingest_dictstore_release; when a new one needs room, the least
+ * recently looked up that none holds is removed, its file too (a device
+ * offering it again sends it again).  Every function may be called from
+ * any thread.
  */
 #define INGEST_DICTSTORE_MAX 64
 #define INGEST_DICTSTORE_MAX_BYTES (64u * 1024u * 1024u)
 
 /*
- * Open (creating dir, mode 0700) and load every stored dictionary in name
- * order: a file that is not one (wrong size, bytes not matching its name,
- * no dictionary id, malformed tables), or past the bounds, is logged by
- * name through ctx and skipped, never deleted.  Temporary files a crash
+ * Open (creating dir, mode 0700) and load the stored dictionaries, the
+ * most recently used first (a file's mtime, set at each lookup) as far as
+ * the bounds go: a file that is not one (wrong size, bytes not matching its
+ * name, no dictionary id, malformed tables), or past the bounds, is logged
+ * by name through ctx and skipped, never deleted.  Temporary files a crash
  * left are removed.  ctx must outlive the store.
  */
 INGEST_API int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **out) INGEST_WUR;
 INGEST_API void ingest_dictstore_close(ingest_dictstore *ds);
 INGEST_API unsigned ingest_dictstore_count(ingest_dictstore *ds);
-/* The bytes of the dictionary named hash, of exactly len bytes, or NULL. */
+/*
+ * The bytes of the dictionary named hash, of exactly len bytes, or NULL;
+ * found, they stay valid (the entry held) until ingest_dictstore_release.
+ */
 INGEST_API const uint8_t *ingest_dictstore_find(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES],
                                                 size_t len);
+/* Let go of bytes a lookup returned (NULL: nothing). */
+INGEST_API void ingest_dictstore_release(ingest_dictstore *ds, const uint8_t *bytes);
 /*
  * Keep a verified dictionary (bytes checked against hash by the caller):
  * written durably (temporary file, fsync, rename, fsync of the directory),
- * then a copy held.  0 (also when held already), or -1 with the reason in
- * why: the store is full, or the write failed.
+ * then a copy held, room made as above.  0 (also when held already), or -1
+ * with the reason in why: the store is full of dictionaries sessions hold,
+ * or the write failed.
  */
 INGEST_API int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES],
                                     const uint8_t *bytes, size_t len, char *why, size_t whycap);

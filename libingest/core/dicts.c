@@ -23,6 +23,8 @@ typedef struct entry {
     uint8_t hash[INGEST_DICT_HASH_BYTES];
     size_t len;
     uint8_t *bytes;
+    unsigned refs; /* lookups not released: sessions whose codecs refer to bytes */
+    uint64_t used; /* ds->clock when last looked up or added: the least recent goes first */
 } entry;
 
 struct ingest_dictstore {
@@ -32,6 +34,7 @@ struct ingest_dictstore {
     entry e[INGEST_DICTSTORE_MAX];
     unsigned n;
     size_t bytes;
+    uint64_t clock;
 };
 
 static entry *find(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES])
@@ -40,6 +43,13 @@ static entry *find(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYT
         if (memcmp(ds->e[i].hash, hash, INGEST_DICT_HASH_BYTES) == 0)
             return &ds->e[i];
     return NULL;
+}
+
+/* The file name of the dictionary named hash: "{64 hex}.zdict". */
+static void file_name(const uint8_t hash[INGEST_DICT_HASH_BYTES], char name[HEX_LEN + sizeof(SUFFIX)])
+{
+    ingest_to_hex(hash, INGEST_DICT_HASH_BYTES, name);
+    memcpy(name + HEX_LEN, SUFFIX, sizeof(SUFFIX));
 }
 
 /* "{64 hex}.zdict": 1 and the hash it names. */
@@ -130,6 +140,8 @@ static int load_one(ingest_dictstore *ds, const char *name, const uint8_t hash[I
     memcpy(e->hash, hash, sizeof(e->hash));
     e->len = len;
     e->bytes = buf;
+    e->refs = 0;
+    e->used = ++ds->clock; /* in load order: the most recently used files are loaded last */
     ds->bytes += len;
     return 0;
 skip:
@@ -140,7 +152,21 @@ skip:
     return -1;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+/* A stored file found at open: its name and when it was last used (its mtime, set at each lookup). */
+typedef struct found {
+    char *name;
+    int64_t mtime_ns;
+    uint64_t size;
+} found;
+
+/* The most recently used first (then by name): the ones that fit the bounds are those devices offer. */
+static int cmp_found(const void *a, const void *b)
+{
+    const found *x = a, *y = b;
+    if (x->mtime_ns != y->mtime_ns)
+        return x->mtime_ns > y->mtime_ns ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
 
 int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **out)
 {
@@ -165,7 +191,7 @@ int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **o
         return ingest__fail(ctx, ingest__errno(e), "%s: %s", dir, strerror(e));
     }
     /* Names first, sorted, so which files fit the bounds does not depend on readdir's order. */
-    char **names = NULL;
+    found *names = NULL;
     size_t n = 0, cap = 0;
     unsigned skipped = 0;
     const struct dirent *de;
@@ -186,24 +212,40 @@ int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **o
         }
         if (n == cap) {
             cap = cap ? cap * 2 : 64;
-            char **p = ingest__realloc(ctx, names, n * sizeof(*p), cap * sizeof(*p));
+            found *p = ingest__realloc(ctx, names, n * sizeof(*p), cap * sizeof(*p));
             if (p == NULL)
                 break;
             names = p;
         }
-        if ((names[n] = ingest__strdup(ctx, nm)) == NULL)
+        struct stat st;
+        const int ok = fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) == 0;
+        names[n].mtime_ns = ok ? (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec : 0;
+        names[n].size = ok && st.st_size > 0 ? (uint64_t)st.st_size : 0;
+        if ((names[n].name = ingest__strdup(ctx, nm)) == NULL)
             break;
         n++;
     }
     closedir(d);
     if (n > 1)
-        qsort(names, n, sizeof(*names), cmp_str);
-    for (size_t i = 0; i < n; i++) {
+        qsort(names, n, sizeof(*names), cmp_found);
+    /* loaded least recent first, so that their use order (entry.used) is their files' */
+    size_t fit = 0; /* the most recent ones that the bounds take: the rest are past them */
+    for (uint64_t sum = 0; fit < n && fit < INGEST_DICTSTORE_MAX && sum + names[fit].size <= INGEST_DICTSTORE_MAX_BYTES;
+         fit++)
+        sum += names[fit].size;
+    for (size_t i = fit; i-- > 0;) {
         uint8_t h[INGEST_DICT_HASH_BYTES];
-        if (parse_name(names[i], h) && load_one(ds, names[i], h) != 0)
+        if (parse_name(names[i].name, h) && load_one(ds, names[i].name, h) != 0)
             skipped++;
-        ingest__free(ctx, names[i]);
     }
+    for (size_t i = fit; i < n; i++) {
+        ingest__log(ctx, INGEST_LOG_WARN, "dictionary %s/%s skipped: past the store's bounds (%d dictionaries, %u "
+                    "bytes; the least recently used)", ds->dir, names[i].name, INGEST_DICTSTORE_MAX,
+                    INGEST_DICTSTORE_MAX_BYTES);
+        skipped++;
+    }
+    for (size_t i = 0; i < n; i++)
+        ingest__free(ctx, names[i].name);
     ingest__free(ctx, names);
     ingest__log(ctx, INGEST_LOG_INFO, "dictionaries: %u loaded from %s (%zu bytes)%s", ds->n, ds->dir, ds->bytes,
                 skipped ? "; some files were skipped, see above" : "");
@@ -232,10 +274,67 @@ unsigned ingest_dictstore_count(ingest_dictstore *ds)
 const uint8_t *ingest_dictstore_find(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES], size_t len)
 {
     pthread_mutex_lock(&ds->lock);
-    const entry *e = find(ds, hash);
-    const uint8_t *p = e != NULL && e->len == len ? e->bytes : NULL;
+    entry *e = find(ds, hash);
+    const uint8_t *p = NULL;
+    if (e != NULL && e->len == len) {
+        p = e->bytes;
+        e->refs++;
+        e->used = ++ds->clock;
+    }
     pthread_mutex_unlock(&ds->lock);
+    if (p != NULL) { /* its file's mtime says when it was last used, for the next open (a hint: failures ignored) */
+        char path[4400], name[HEX_LEN + sizeof(SUFFIX)];
+        file_name(hash, name);
+        snprintf(path, sizeof(path), "%s/%s", ds->dir, name);
+        (void)utimensat(AT_FDCWD, path, NULL, AT_SYMLINK_NOFOLLOW);
+    }
     return p;
+}
+
+void ingest_dictstore_release(ingest_dictstore *ds, const uint8_t *bytes)
+{
+    if (ds == NULL || bytes == NULL)
+        return;
+    pthread_mutex_lock(&ds->lock);
+    for (unsigned i = 0; i < ds->n; i++)
+        if (ds->e[i].bytes == bytes && ds->e[i].refs > 0) {
+            ds->e[i].refs--;
+            break;
+        }
+    pthread_mutex_unlock(&ds->lock);
+}
+
+/*
+ * Make room for len more bytes and one more dictionary: the least recently used that no session holds go,
+ * their files too (a device that offers one again sends it again).  1 when there is room.  Under the lock.
+ */
+static int make_room(ingest_dictstore *ds, size_t len)
+{
+    while (ds->n == INGEST_DICTSTORE_MAX || len > INGEST_DICTSTORE_MAX_BYTES - ds->bytes) {
+        unsigned lru = ds->n;
+        for (unsigned i = 0; i < ds->n; i++)
+            if (ds->e[i].refs == 0 && (lru == ds->n || ds->e[i].used < ds->e[lru].used))
+                lru = i;
+        if (lru == ds->n)
+            return 0;
+        char name[HEX_LEN + sizeof(SUFFIX)];
+        file_name(ds->e[lru].hash, name);
+        const int fd = open(ds->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0 || (unlinkat(fd, name, 0) != 0 && errno != ENOENT)) {
+            ingest__log(ds->ctx, INGEST_LOG_WARN, "dictionary %s/%s: cannot remove it to make room: %s", ds->dir, name,
+                        strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            return 0;
+        }
+        close(fd);
+        ingest__log(ds->ctx, INGEST_LOG_INFO, "dictionary %.16s removed from the store to make room: the least "
+                    "recently offered (%zu bytes)", name, ds->e[lru].len);
+        ds->bytes -= ds->e[lru].len;
+        ingest__free(ds->ctx, ds->e[lru].bytes);
+        ds->e[lru] = ds->e[--ds->n];
+    }
+    return 1;
 }
 
 /* Write bytes to path durably: temporary file, fsync, rename, fsync of the directory.  0, or -1 with why. */
@@ -293,9 +392,9 @@ int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HA
         rc = 0;
         goto out;
     }
-    if (ds->n == INGEST_DICTSTORE_MAX || len > INGEST_DICTSTORE_MAX_BYTES - ds->bytes) {
-        snprintf(why, whycap, "the store is full (%u dictionaries, %zu bytes; bounds %d and %u)", ds->n, ds->bytes,
-                 INGEST_DICTSTORE_MAX, INGEST_DICTSTORE_MAX_BYTES);
+    if (len > INGEST_DICTSTORE_MAX_BYTES || !make_room(ds, len)) {
+        snprintf(why, whycap, "the store is full (%u dictionaries, %zu bytes, all in use on sessions; bounds %d and %u)",
+                 ds->n, ds->bytes, INGEST_DICTSTORE_MAX, INGEST_DICTSTORE_MAX_BYTES);
         goto out;
     }
     if ((copy = ingest__malloc(ds->ctx, len)) == NULL) {
@@ -304,14 +403,15 @@ int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HA
     }
     memcpy(copy, bytes, len);
     char name[HEX_LEN + sizeof(SUFFIX)];
-    ingest_to_hex(hash, INGEST_DICT_HASH_BYTES, name);
-    memcpy(name + HEX_LEN, SUFFIX, sizeof(SUFFIX));
+    file_name(hash, name);
     if (write_durable(ds->dir, name, bytes, len, why, whycap) != 0)
         goto out;
     entry *e = &ds->e[ds->n++];
     memcpy(e->hash, hash, sizeof(e->hash));
     e->len = len;
     e->bytes = copy;
+    e->refs = 0;
+    e->used = ++ds->clock;
     ds->bytes += len;
     copy = NULL;
     rc = 0;

@@ -426,6 +426,8 @@ typedef struct conn_dicts {
     unsigned n;
     uint8_t *own[INGEST_CORE_SESSION_DICTS_MAX]; /* bytes received on this connection: the codecs refer to them */
     unsigned nown;
+    const uint8_t *held[INGEST_CORE_SESSION_DICTS_MAX]; /* the store's, looked up: released when the codecs go */
+    unsigned nheld;
     int receiving;                   /* a DICT_WANT SEND was answered: DICT_DATA of offer comes */
     ingest_wire_dict_offer offer;
     uint8_t *buf;                    /* what came of it so far */
@@ -484,10 +486,12 @@ static int dict_offer(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *co
         else
             snprintf(why, whycap, "dictionary id %u already names another dictionary on this session",
                      (unsigned)o->dict_id);
-    } else if (cd->n == INGEST_CORE_SESSION_DICTS_MAX) {
+    } else if (cd->n == INGEST_CORE_SESSION_DICTS_MAX || cd->nheld == INGEST_CORE_SESSION_DICTS_MAX) {
         snprintf(why, whycap, "at most %d dictionaries per session", INGEST_CORE_SESSION_DICTS_MAX);
     } else {
         const uint8_t *bytes = ingest_dictstore_find(s->o.dicts, o->hash, o->size);
+        if (bytes != NULL && ingest_dict_id(bytes, o->size) == o->dict_id)
+            cd->held[cd->nheld++] = bytes; /* (a codec may refer to it from here, even when loading fails) */
         if (bytes == NULL) {
             a.u.dict_want.answer = INGEST_DICT_SEND;
             cd->receiving = 1;
@@ -496,6 +500,7 @@ static int dict_offer(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *co
         } else if (ingest_dict_id(bytes, o->size) != o->dict_id) {
             snprintf(why, whycap, "the dictionary with this hash has id %u, not %u", ingest_dict_id(bytes, o->size),
                      (unsigned)o->dict_id);
+            ingest_dictstore_release(s->o.dicts, bytes);
         } else if (dict_load(q, lc, ctx, bytes, o->size, why, whycap) == 0) {
             dict_accept(cd, o->dict_id, o->hash, bytes, o->size);
             a.u.dict_want.answer = INGEST_DICT_HAVE;
@@ -1153,6 +1158,8 @@ out:
     }
     for (unsigned i = 0; i < cd.nown; i++)
         ingest__free(s->ctx, cd.own[i]);
+    for (unsigned i = 0; i < cd.nheld; i++)
+        ingest_dictstore_release(s->o.dicts, cd.held[i]);
     ingest__free(s->ctx, cd.buf);
     ingest__free(s->ctx, manifest);
     ingest__free(s->ctx, wants.v);
