@@ -681,18 +681,21 @@ static int train_args(ingest_ctx *ctx, const void *samples, const size_t *sample
 
 /*
  * The content (a trained dictionary less its header) of up to cap bytes
- * from these samples, appended to buf at *len; 0, or ZDICT's error (a
- * zstd error code, for the caller's message).
+ * from these samples, appended to buf at *len: 0; INGEST_EINVAL when ZDICT
+ * failed (*err its reason), INGEST_ECORRUPT when what it made has no valid
+ * header.
  */
-static size_t train_content(uint8_t *buf, size_t *len, size_t cap, const void *samples, const size_t *sizes,
-                            unsigned n)
+static int train_content(uint8_t *buf, size_t *len, size_t cap, const void *samples, const size_t *sizes,
+                         unsigned n, const char **err)
 {
     const size_t r = ZDICT_trainFromBuffer(buf + *len, cap, samples, sizes, n);
-    if (ZDICT_isError(r))
-        return r;
+    if (ZDICT_isError(r)) {
+        *err = ZDICT_getErrorName(r);
+        return INGEST_EINVAL;
+    }
     const size_t hdr = ZDICT_getDictHeaderSize(buf + *len, r);
     if (ZDICT_isError(hdr) || hdr > r)
-        return ZDICT_isError(hdr) ? hdr : (size_t)-1;
+        return INGEST_ECORRUPT;
     memmove(buf + *len, buf + *len + hdr, r - hdr);
     *len += r - hdr;
     return 0;
@@ -732,9 +735,12 @@ int ingest_dict_train(ingest_ctx *ctx, const void *samples, const size_t *sample
     if (buf == NULL)
         return ingest__fail(ctx, INGEST_ENOMEM, "dict: train: out of memory for %zu bytes", max_bytes);
     size_t clen = 0;
-    const size_t e = train_content(buf, &clen, max_bytes, samples, sample_sizes, nsamples);
-    if (e != 0)
-        rc = ingest__fail(ctx, INGEST_EINVAL, "dict: train: %s (%u samples)", ZDICT_getErrorName(e), nsamples);
+    const char *err = "";
+    rc = train_content(buf, &clen, max_bytes, samples, sample_sizes, nsamples, &err);
+    if (rc == INGEST_EINVAL)
+        rc = ingest__fail(ctx, INGEST_EINVAL, "dict: train: %s (%u samples)", err, nsamples);
+    else if (rc < 0)
+        rc = ingest__fail(ctx, rc, "dict: train: trained dictionary has no valid header");
     else
         rc = finalize(ctx, buf, clen, max_bytes, samples, sample_sizes, nsamples, out, out_len, dict_id);
     if (rc < 0)
@@ -757,14 +763,8 @@ int ingest_dict_train_parts(ingest_ctx *ctx, const void *samples, const size_t *
     if (sum != nsamples)
         return ingest__fail(ctx, INGEST_EINVAL, "dict: train: the parts count %llu samples, not %u",
                             (unsigned long long)sum, nsamples);
-    if (nparts == 1)
-        return ingest_dict_train(ctx, samples, sample_sizes, nsamples, max_bytes, out, out_len, dict_id);
-    uint8_t *buf = ingest__malloc(ctx, max_bytes);
-    if (buf == NULL)
-        return ingest__fail(ctx, INGEST_ENOMEM, "dict: train: out of memory for %zu bytes", max_bytes);
-    /* Where each part's samples start, and how many samples the parts that get a content of their own hold. */
+    /* Where each part's samples start. */
     size_t first[INGEST_DICT_PARTS_MAX], off[INGEST_DICT_PARTS_MAX];
-    uint64_t counted = 0;
     size_t at = 0, o = 0;
     for (unsigned i = 0; i < nparts; i++) {
         first[i] = at;
@@ -772,20 +772,34 @@ int ingest_dict_train_parts(ingest_ctx *ctx, const void *samples, const size_t *
         for (unsigned k = 0; k < part_counts[i]; k++)
             o += sample_sizes[at + k];
         at += part_counts[i];
-        if (part_counts[i] >= DICT_PART_SAMPLES_MIN)
-            counted += part_counts[i];
     }
     /*
-     * Each such part gets a share of max_bytes in proportion to its samples (the many small files are where
-     * a dictionary pays), trained from its samples alone, and the contents are laid one after the other,
-     * the part with the most samples last (nearest the data: the shortest offsets).  Trained from all the
-     * samples at once, ZDICT fills a dictionary with the segments of the kind that repeats most and
-     * leaves another kind about as it would be without one; a part of its own serves each.
+     * The parts that get a content of their own: of DICT_PART_SAMPLES_MIN samples or more, whose share of
+     * max_bytes, in proportion to their samples among such parts (the many small files are where a
+     * dictionary pays), is DICT_PART_MIN_BYTES or more (dropping one raises the others' shares: again until
+     * none drops).  Trained from all the samples at once, ZDICT fills a dictionary with the segments of the
+     * kind that repeats most and leaves another kind about as it would be without one; a part of its own
+     * serves each.  Fewer than two such parts: trained from all the samples at once.
      */
+    bool own[INGEST_DICT_PARTS_MAX];
+    uint64_t counted = 0;
+    for (unsigned i = 0; i < nparts; i++) {
+        own[i] = part_counts[i] >= DICT_PART_SAMPLES_MIN;
+        counted += own[i] ? part_counts[i] : 0;
+    }
+    for (bool dropped = true; dropped && counted > 0;) {
+        dropped = false;
+        for (unsigned i = 0; i < nparts; i++)
+            if (own[i] && (double)max_bytes * part_counts[i] / (double)counted < DICT_PART_MIN_BYTES) {
+                own[i] = false;
+                counted -= part_counts[i];
+                dropped = true;
+            }
+    }
+    /* the part with the most samples last (nearest the data: the shortest offsets) */
     unsigned order[INGEST_DICT_PARTS_MAX], m = 0;
     for (unsigned i = 0; i < nparts; i++)
-        if (part_counts[i] >= DICT_PART_SAMPLES_MIN && counted > 0 &&
-            (double)max_bytes * part_counts[i] / (double)counted >= DICT_PART_MIN_BYTES) {
+        if (own[i]) {
             unsigned j = m++;
             while (j > 0 && part_counts[order[j - 1]] > part_counts[i]) {
                 order[j] = order[j - 1];
@@ -793,6 +807,11 @@ int ingest_dict_train_parts(ingest_ctx *ctx, const void *samples, const size_t *
             }
             order[j] = i;
         }
+    if (m < 2)
+        return ingest_dict_train(ctx, samples, sample_sizes, nsamples, max_bytes, out, out_len, dict_id);
+    uint8_t *buf = ingest__malloc(ctx, max_bytes);
+    if (buf == NULL)
+        return ingest__fail(ctx, INGEST_ENOMEM, "dict: train: out of memory for %zu bytes", max_bytes);
     size_t clen = 0;
     unsigned made = 0;
     for (unsigned j = 0; j < m; j++) {
@@ -800,15 +819,14 @@ int ingest_dict_train_parts(ingest_ctx *ctx, const void *samples, const size_t *
         size_t share = (size_t)((double)max_bytes * part_counts[i] / (double)counted);
         if (share > max_bytes - clen)
             share = max_bytes - clen;
-        if (share < DICT_PART_MIN_BYTES)
-            continue;
-        made += train_content(buf, &clen, share, (const uint8_t *)samples + off[i], sample_sizes + first[i],
-                              part_counts[i]) == 0;
+        const char *err = "";
+        if (share >= DICT_PART_MIN_BYTES && train_content(buf, &clen, share, (const uint8_t *)samples + off[i],
+                                                          sample_sizes + first[i], part_counts[i], &err) == 0)
+            made++;
     }
-    if (made == 0) {
+    if (made == 0) { /* ZDICT found too little in every part: as one */
         ingest__free(ctx, buf);
-        return ingest__fail(ctx, INGEST_EINVAL, "dict: train: no part of the %u had samples enough (%u samples)",
-                            nparts, nsamples);
+        return ingest_dict_train(ctx, samples, sample_sizes, nsamples, max_bytes, out, out_len, dict_id);
     }
     rc = finalize(ctx, buf, clen, max_bytes, samples, sample_sizes, nsamples, out, out_len, dict_id);
     if (rc < 0)

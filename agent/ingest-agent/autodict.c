@@ -66,7 +66,7 @@ typedef struct agent_probe {
 #define AUTO_KINDS INGEST_DICT_PARTS_MAX
 #define AUTO_EXT_MAX 15u
 #define AUTO_NOMEM (-1000) /* train_kinds: out of memory, said */
-/* A walk for samples looks at this many names at most (each of its two passes). */
+/* A walk for samples looks at this many names of a source at most (in each of its two passes). */
 #define AUTO_WALK_NAMES (64ul * AUTO_SAMPLES_MAX)
 typedef struct agent_samples {
     uint8_t *buf;
@@ -125,10 +125,26 @@ static unsigned kind_of(samples *sm, size_t src, const char *name)
 {
     const char *base = strrchr(name, '/');
     base = base != NULL ? base + 1 : name;
-    const char *dot = strrchr(base, '.');
+    /* the last extension that is not all digits (app.log.1 and app.log.2 are logs; events.20240101 has none) */
+    const char *end = base + strlen(base), *dot = NULL;
+    for (;;) {
+        const char *p = end;
+        while (p > base && p[-1] != '.')
+            p--;
+        if (p <= base + 1 || p == end) /* no dot, a leading dot only, or a trailing dot */
+            break;
+        size_t digits = 0;
+        while (p + digits < end && p[digits] >= '0' && p[digits] <= '9')
+            digits++;
+        if (p + digits != end) {
+            dot = p - 1;
+            break;
+        }
+        end = p - 1; /* all digits: the extension before it */
+    }
     char ext[AUTO_EXT_MAX + 1] = "";
-    if (dot != NULL && dot != base && dot[1] != '\0' && strlen(dot + 1) <= AUTO_EXT_MAX)
-        for (size_t i = 0; dot[1 + i] != '\0'; i++)
+    if (dot != NULL && (size_t)(end - dot - 1) <= AUTO_EXT_MAX)
+        for (size_t i = 0; dot + 1 + i < end; i++)
             ext[i] = (char)(dot[1 + i] >= 'A' && dot[1 + i] <= 'Z' ? dot[1 + i] - 'A' + 'a' : dot[1 + i]);
     for (unsigned k = 0; k < sm->nkinds; k++)
         if (sm->kinds[k].src == src && strcmp(sm->kinds[k].ext, ext) == 0)
@@ -158,9 +174,18 @@ static int full(const samples *sm) { return sm->n >= AUTO_SAMPLES_MAX || sm->len
 static int saturated(const samples *sm)
 {
     for (unsigned k = 0; k < sm->nkinds && !full(sm); k++)
-        if (kind_room(sm, k))
+        if (sm->kinds[k].n > 0 && kind_room(sm, k)) /* (a kind whose only file could not be read does not count) */
             return 0;
     return 1;
+}
+
+/* The kinds that have samples. */
+static unsigned kinds_taken(const samples *sm)
+{
+    unsigned n = 0;
+    for (unsigned k = 0; k < sm->nkinds; k++)
+        n += sm->kinds[k].n > 0;
+    return n;
 }
 
 /*
@@ -336,7 +361,7 @@ static int train_from(agent *a, const samples *sm, int quiet, const char *from, 
         memcpy(*out, d, *len);
         rc = 1;
         prog_log(INGEST_LOG_INFO, "compression.dictionary auto: trained %zu bytes (id %u) from %u small files (%zu "
-                 "bytes, %u kinds) %s", *len, id, sm->n, sm->len, sm->nkinds, from);
+                 "bytes, %u kinds) %s", *len, id, sm->n, sm->len, kinds_taken(sm), from);
     }
     ingest_buf_free(a->ctx, d);
     return rc;
@@ -392,10 +417,10 @@ static int collect(agent *a, samples *sm)
         if (w.take) {
             plan(sm, &w);
             memset(w.seen, 0, sizeof(w.seen));
-            w.names = 0;
         }
         for (size_t i = 0; i < a->cfg->sources_count && !full(sm); i++) {
             const ingest_source_config *c = &a->cfg->sources[i];
+            w.names = 0; /* each source its own bound */
             ingest_filter *f = NULL;
             if (agent_filter_create(a, c, &f) < 0)
                 continue; /* said; the run itself stops on it */
@@ -666,7 +691,9 @@ int agent_dict_auto_sample(agent *a, const char *dir, const char *rel, uint64_t 
 int agent_dict_auto_ready(const agent *a)
 {
     const samples *sm = a->auto_samples;
-    return sm != NULL && (a->dict == NULL || retraining(a)) && sm->n >= sm->next;
+    /* at the count it waits for, or when no more can come (the kinds' caps may stop it below that count) */
+    return sm != NULL && (a->dict == NULL || retraining(a)) && sm->n > 0 && sm->next != UINT_MAX &&
+           (sm->n >= sm->next || saturated(sm));
 }
 
 /*

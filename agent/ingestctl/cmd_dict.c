@@ -153,6 +153,11 @@ out:
  */
 static int read_list(struct samples *s, const char *list, unsigned *files)
 {
+    static int stdin_read;
+    if (strcmp(list, "-") == 0 && stdin_read++) {
+        fprintf(stderr, "ingestctl dict: only one list can be read from stdin (-)\n");
+        return 1;
+    }
     FILE *f = strcmp(list, "-") == 0 ? stdin : fopen(list, "r");
     if (f == NULL) {
         fprintf(stderr, "ingestctl dict: --from %s: %s\n", list, strerror(errno));
@@ -168,7 +173,7 @@ static int read_list(struct samples *s, const char *list, unsigned *files)
             line[--n] = '\0';
         else if (!feof(f)) {
             fprintf(stderr, "ingestctl dict: --from %s:%lu: a name longer than %zu bytes\n", list, no,
-                    sizeof(line) - 3);
+                    sizeof(line) - 2);
             rc = 1;
             break;
         }

@@ -172,11 +172,13 @@ INGEST_API int ingest_dict_train(ingest_ctx *ctx, const void *samples, const siz
  * sources or formats): the samples of part 0 come first (part_counts[0] of
  * them), then those of part 1, and so on; nparts is 1..INGEST_DICT_PARTS_MAX
  * and the counts add up to nsamples (else INGEST_EINVAL).  Each part of at
- * least 8 samples whose share is 1 KiB or more gets a share of max_bytes in
- * proportion to its samples, trained from its samples alone; the
- * dictionary is those contents one after the other (the part with the most
- * samples last), its entropy tables from all the samples.  One part: the
- * same as ingest_dict_train.  INGEST_EINVAL when no part could be trained.
+ * least 8 samples gets a share of max_bytes in proportion to its samples
+ * among such parts (one whose share would be under 1 KiB does not, and the
+ * others' shares grow), trained from its samples alone; the dictionary is
+ * those contents one after the other (the part with the most samples
+ * last), its entropy tables from all the samples.  Fewer than two such
+ * parts (or none ZDICT could train): the same as ingest_dict_train of all
+ * the samples.
  * (docs/compression.md, "One dictionary for several kinds of files".)
  */
 #define INGEST_DICT_PARTS_MAX 16u

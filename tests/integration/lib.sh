@@ -19,7 +19,7 @@ cleanup() {
     if [ -n "$_san" ]; then
         echo "FAIL: sanitizer report in: $_san" >&2
         for _f in $_san; do grep -m1 -A20 -E "$_sanre" "$_f" >&2; done
-        [ "${KEEP:-0}" = 1 ] || rm -rf "$T"
+        [ "${KEEP:-0}" = 1 ] || rm -rf "$T" ${EXTRA_DIRS:-}
         exit 1
     fi
     [ "${KEEP:-0}" = 1 ] || rm -rf "$T" ${EXTRA_DIRS:-}

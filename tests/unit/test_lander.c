@@ -3762,30 +3762,41 @@ static void test_withdraw_pending_run(void **state)
 /*
  * The set of directories known durable (core/lander_syncs.h): marks found again, a mark of a looker who
  * looked before a removal not taken, and a removal taking out that one directory only, the others found
- * again however their probes chained (900 of the 1,024 slots' worth marked and removed in turns).
+ * again however their probes chained (760 of the 1,024 slots marked, with a fixed key whose chains wrap).
  */
 static void test_durable_dirs_set(void **state)
 {
     (void)state;
     ingest__syncs sy;
-    ingest__syncs_init(&sy);
     char d[64];
-    uint64_t g = ingest__syncs_dir_gen(&sy);
-    for (unsigned i = 0; i < 700; i++) {
-        snprintf(d, sizeof d, "dev1/d%u", i);
-        ingest__syncs_dir_mark(&sy, d, g);
+    uint64_t g = 0;
+    /* a fixed key (the same slots every run) under which a chain wraps past the last slot to the first */
+    int wraps = 0;
+    for (uint8_t key = 1; key < 64 && !wraps; key++) {
+        ingest__syncs_init(&sy);
+        memset(sy.dir_key, key, sizeof sy.dir_key);
+        g = ingest__syncs_dir_gen(&sy);
+        for (unsigned i = 0; i < 760; i++) {
+            snprintf(d, sizeof d, "dev1/d%u", i);
+            ingest__syncs_dir_mark(&sy, d, g);
+        }
+        wraps = sy.dirs[INGEST__DURABLE_DIRS - 1] != 0 && sy.dirs[0] != 0 && sy.dirs[0] % INGEST__DURABLE_DIRS > 0;
+        if (!wraps)
+            ingest__syncs_destroy(&sy);
     }
-    for (unsigned i = 0; i < 700; i++) {
+    assert_true(wraps);
+    for (unsigned i = 0; i < 760; i++) {
         snprintf(d, sizeof d, "dev1/d%u", i);
         assert_true(ingest__syncs_dir_durable(&sy, d));
     }
+
     assert_false(ingest__syncs_dir_durable(&sy, "dev1/other"));
     /* remove every third: exactly those go */
-    for (unsigned i = 0; i < 700; i += 3) {
+    for (unsigned i = 0; i < 760; i += 3) {
         snprintf(d, sizeof d, "dev1/d%u", i);
         ingest__syncs_dir_forget(&sy, d);
     }
-    for (unsigned i = 0; i < 700; i++) {
+    for (unsigned i = 0; i < 760; i++) {
         snprintf(d, sizeof d, "dev1/d%u", i);
         if (ingest__syncs_dir_durable(&sy, d) != (i % 3 != 0))
             fail_msg("%s: durable %d after the removals of every third", d, !(i % 3 != 0));
