@@ -353,6 +353,7 @@ static size_t ref_dict(uint8_t *out, size_t max, const uint8_t *smp, const size_
     crypto_generichash(h, sizeof(h), content, clen, NULL, 0);
     ZDICT_params_t p;
     memset(&p, 0, sizeof(p));
+    p.compressionLevel = 1;
     p.dictID = 32768u + ((uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24) %
                             (0x80000000u - 32768u);
     const size_t r = ZDICT_finalizeDictionary(out, max, content, clen, smp, sizes, nsamples, p);
