@@ -156,10 +156,9 @@ skip:
 typedef struct found {
     char *name;
     int64_t mtime_ns;
-    uint64_t size;
 } found;
 
-/* The most recently used first (then by name): the ones that fit the bounds are those devices offer. */
+/* The most recently used first (then by name): the ones that fit the bounds are those devices offered last. */
 static int cmp_found(const void *a, const void *b)
 {
     const found *x = a, *y = b;
@@ -220,7 +219,6 @@ int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **o
         struct stat st;
         const int ok = fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) == 0;
         names[n].mtime_ns = ok ? (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec : 0;
-        names[n].size = ok && st.st_size > 0 ? (uint64_t)st.st_size : 0;
         if ((names[n].name = ingest__strdup(ctx, nm)) == NULL)
             break;
         n++;
@@ -228,22 +226,17 @@ int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **o
     closedir(d);
     if (n > 1)
         qsort(names, n, sizeof(*names), cmp_found);
-    /* loaded least recent first, so that their use order (entry.used) is their files' */
-    size_t fit = 0; /* the most recent ones that the bounds take: the rest are past them */
-    for (uint64_t sum = 0; fit < n && fit < INGEST_DICTSTORE_MAX && sum + names[fit].size <= INGEST_DICTSTORE_MAX_BYTES;
-         fit++)
-        sum += names[fit].size;
-    for (size_t i = fit; i-- > 0;) {
+    /* The most recent first, each on its own: a damaged, oversized or odd file is skipped and takes no
+     * room, and one past the bounds does not keep a smaller, older one out.  Then their use order
+     * (entry.used) is made their files': the most recently used is the last to go. */
+    for (size_t i = 0; i < n; i++) {
         uint8_t h[INGEST_DICT_HASH_BYTES];
         if (parse_name(names[i].name, h) && load_one(ds, names[i].name, h) != 0)
             skipped++;
     }
-    for (size_t i = fit; i < n; i++) {
-        ingest__log(ctx, INGEST_LOG_WARN, "dictionary %s/%s skipped: past the store's bounds (%d dictionaries, %u "
-                    "bytes; the least recently used)", ds->dir, names[i].name, INGEST_DICTSTORE_MAX,
-                    INGEST_DICTSTORE_MAX_BYTES);
-        skipped++;
-    }
+    for (unsigned i = 0; i < ds->n; i++)
+        ds->e[i].used = (uint64_t)(ds->n - i);
+    ds->clock = ds->n;
     for (size_t i = 0; i < n; i++)
         ingest__free(ctx, names[i].name);
     ingest__free(ctx, names);
@@ -305,24 +298,45 @@ void ingest_dictstore_release(ingest_dictstore *ds, const uint8_t *bytes)
 }
 
 /*
- * Make room for len more bytes and one more dictionary: the least recently used that no session holds go,
- * their files too (a device that offers one again sends it again).  1 when there is room.  Under the lock.
+ * Room for len more bytes and one more dictionary, without removing anything: 1 when the entries no session
+ * holds, were they all gone, would leave it.  Under the lock.
  */
-static int make_room(ingest_dictstore *ds, size_t len)
+static int room_possible(const ingest_dictstore *ds, size_t len)
+{
+    unsigned free_n = INGEST_DICTSTORE_MAX - ds->n;
+    size_t free_bytes = INGEST_DICTSTORE_MAX_BYTES - ds->bytes;
+    for (unsigned i = 0; i < ds->n; i++)
+        if (ds->e[i].refs == 0) {
+            free_n++;
+            free_bytes += ds->e[i].len;
+        }
+    return free_n >= 1 && len <= free_bytes;
+}
+
+/*
+ * Make room for len more bytes and one more dictionary: the least recently used that no session holds go,
+ * their files too (a device that offers one again sends it again).  Called once room_possible said yes and
+ * the new file is written, so it removes only what it must.  1 when there is room, else 0 with why.
+ * Under the lock.
+ */
+static int make_room(ingest_dictstore *ds, size_t len, char *why, size_t whycap)
 {
     while (ds->n == INGEST_DICTSTORE_MAX || len > INGEST_DICTSTORE_MAX_BYTES - ds->bytes) {
         unsigned lru = ds->n;
         for (unsigned i = 0; i < ds->n; i++)
             if (ds->e[i].refs == 0 && (lru == ds->n || ds->e[i].used < ds->e[lru].used))
                 lru = i;
-        if (lru == ds->n)
+        if (lru == ds->n) {
+            snprintf(why, whycap, "the store is full (%u dictionaries, %zu bytes, all in use on sessions; bounds %d "
+                     "and %u)", ds->n, ds->bytes, INGEST_DICTSTORE_MAX, INGEST_DICTSTORE_MAX_BYTES);
             return 0;
+        }
         char name[HEX_LEN + sizeof(SUFFIX)];
         file_name(ds->e[lru].hash, name);
         const int fd = open(ds->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0 || (unlinkat(fd, name, 0) != 0 && errno != ENOENT)) {
-            ingest__log(ds->ctx, INGEST_LOG_WARN, "dictionary %s/%s: cannot remove it to make room: %s", ds->dir, name,
-                        strerror(errno));
+            snprintf(why, whycap, "the store is full and %s/%s, the least recently used, cannot be removed: %s",
+                     ds->dir, name, strerror(errno));
             if (fd >= 0)
                 close(fd);
             return 0;
@@ -388,11 +402,13 @@ int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HA
     uint8_t *copy = NULL;
     /* One add at a time, file included: two devices sending the same dictionary store it once. */
     pthread_mutex_lock(&ds->lock);
-    if (find(ds, hash) != NULL) {
+    entry *have = find(ds, hash);
+    if (have != NULL) {
+        have->used = ++ds->clock; /* offered again: used again */
         rc = 0;
         goto out;
     }
-    if (len > INGEST_DICTSTORE_MAX_BYTES || !make_room(ds, len)) {
+    if (len > INGEST_DICTSTORE_MAX_BYTES || !room_possible(ds, len)) {
         snprintf(why, whycap, "the store is full (%u dictionaries, %zu bytes, all in use on sessions; bounds %d and %u)",
                  ds->n, ds->bytes, INGEST_DICTSTORE_MAX, INGEST_DICTSTORE_MAX_BYTES);
         goto out;
@@ -404,8 +420,15 @@ int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HA
     memcpy(copy, bytes, len);
     char name[HEX_LEN + sizeof(SUFFIX)];
     file_name(hash, name);
+    /* written before anything is removed: a failed write costs the store nothing */
     if (write_durable(ds->dir, name, bytes, len, why, whycap) != 0)
         goto out;
+    if (!make_room(ds, len, why, whycap)) {
+        char path[4400];
+        snprintf(path, sizeof(path), "%s/%s", ds->dir, name);
+        (void)unlink(path); /* not held: the next open must not prefer it to the ones kept */
+        goto out;
+    }
     entry *e = &ds->e[ds->n++];
     memcpy(e->hash, hash, sizeof(e->hash));
     e->len = len;

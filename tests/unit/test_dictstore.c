@@ -186,11 +186,199 @@ static void test_open_recent_first(void **state)
     free_dicts(&v);
 }
 
+static void path_of(const char *dir, const uint8_t hash[INGEST_DICT_HASH_BYTES], char *path, size_t cap)
+{
+    char hex[2 * INGEST_DICT_HASH_BYTES + 1];
+    ingest_to_hex(hash, INGEST_DICT_HASH_BYTES, hex);
+    snprintf(path, cap, "%s/%s.zdict", dir, hex);
+}
+
+static void write_file(const char *path, const uint8_t *bytes, size_t len, time_t mtime)
+{
+    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    size_t put = 0;
+    while (put < len) {
+        const ssize_t w = write(fd, bytes + put, len - put);
+        assert_true(w > 0);
+        put += (size_t)w;
+    }
+    const struct timespec t[2] = { { mtime, 0 }, { mtime, 0 } };
+    assert_int_equal(futimens(fd, t), 0);
+    close(fd);
+}
+
+static time_t mtime_of(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return st.st_mtim.tv_sec;
+}
+
+/*
+ * A lookup sets its file's mtime, and a reopened store keeps the use order the mtimes say: the next add
+ * removes the file least recently looked up, not the one least recently written.
+ */
+static void test_use_survives_reopen(void **state)
+{
+    (void)state;
+    dicts v;
+    make_dicts(&v);
+    char dir[] = "/tmp/ingest-dictstore.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[4096];
+    /* 64 files, number i written at 1700000000 + 60 i: number 0 the oldest */
+    for (unsigned i = 0; i < INGEST_DICTSTORE_MAX; i++) {
+        path_of(dir, v.hash[i], path, sizeof(path));
+        write_file(path, v.bytes[i], v.len, 1700000000 + (time_t)i * 60);
+    }
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_dictstore *ds = NULL;
+    char why[256];
+    assert_int_equal(ingest_dictstore_open(ctx, dir, &ds), 0);
+    assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
+    /* number 0 looked up: its mtime becomes now */
+    path_of(dir, v.hash[0], path, sizeof(path));
+    assert_int_equal(mtime_of(path), 1700000000);
+    const uint8_t *p = ingest_dictstore_find(ds, v.hash[0], v.len);
+    assert_non_null(p);
+    ingest_dictstore_release(ds, p);
+    assert_true(mtime_of(path) > 1700000000 + 64 * 60);
+    ingest_dictstore_close(ds);
+    /* reopened: number 1 is now the least recently used, and the next add removes it, not number 0 */
+    assert_int_equal(ingest_dictstore_open(ctx, dir, &ds), 0);
+    assert_int_equal(ingest_dictstore_add(ds, v.hash[64], v.bytes[64], v.len, why, sizeof(why)), 0);
+    assert_false(file_exists(dir, v.hash[1]));
+    assert_true(file_exists(dir, v.hash[0]));
+    assert_true(file_exists(dir, v.hash[2]));
+    p = ingest_dictstore_find(ds, v.hash[0], v.len);
+    assert_non_null(p);
+    ingest_dictstore_release(ds, p);
+    assert_null(ingest_dictstore_find(ds, v.hash[1], v.len));
+    ingest_dictstore_close(ds);
+    ingest_ctx_destroy(ctx);
+    remove_tree(dir);
+    free_dicts(&v);
+}
+
+/*
+ * At open, files that cannot be loaded take no room: a newest file larger than any dictionary may be, and
+ * a newest damaged one, leave every good one loaded.
+ */
+static void test_open_skips_bad(void **state)
+{
+    (void)state;
+    dicts v;
+    make_dicts(&v);
+    char dir[] = "/tmp/ingest-dictstore.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[4096];
+    for (unsigned i = 0; i < INGEST_DICTSTORE_MAX; i++) {
+        path_of(dir, v.hash[i], path, sizeof(path));
+        write_file(path, v.bytes[i], v.len, 1700000000 + (time_t)i * 60);
+    }
+    /* the newest two: an oversized file under a dictionary's name, and one whose bytes are not its name's */
+    const size_t big = (size_t)INGEST_DICTSTORE_MAX_BYTES + 1;
+    uint8_t *junk = calloc(1, big);
+    assert_non_null(junk);
+    path_of(dir, v.hash[64], path, sizeof(path));
+    write_file(path, junk, big, 1800000000);
+    free(junk);
+    path_of(dir, v.hash[65], path, sizeof(path));
+    write_file(path, v.bytes[0], v.len, 1800000060);
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_dictstore *ds = NULL;
+    assert_int_equal(ingest_dictstore_open(ctx, dir, &ds), 0);
+    assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
+    for (unsigned i = 0; i < INGEST_DICTSTORE_MAX; i++) {
+        const uint8_t *p = ingest_dictstore_find(ds, v.hash[i], v.len);
+        assert_non_null(p);
+        ingest_dictstore_release(ds, p);
+    }
+    assert_null(ingest_dictstore_find(ds, v.hash[65], v.len));
+    ingest_dictstore_close(ds);
+    ingest_ctx_destroy(ctx);
+    remove_tree(dir);
+    free_dicts(&v);
+}
+
+/*
+ * An add the store cannot make room for removes nothing: 15 held dictionaries of 4 MiB and a small held
+ * one leave less than 4 MiB even without the two small ones no session holds, so a 16th of 4 MiB is
+ * refused and those two stay, in memory and on disk.  Once one big one is released, the add removes the
+ * least recently used unheld ones it needs, and keeps what it does not need.
+ */
+static void test_refused_add_removes_nothing(void **state)
+{
+    (void)state;
+    dicts v;
+    make_dicts(&v);
+    enum { BIG = 17 };
+    /* a dictionary's content runs to its end: the small one with content appended is a valid 4 MiB one */
+    const size_t blen = INGEST_DICT_MAX_BYTES;
+    uint8_t *big[BIG], bhash[BIG][INGEST_DICT_HASH_BYTES];
+    for (unsigned i = 0; i < BIG; i++) {
+        big[i] = malloc(blen);
+        assert_non_null(big[i]);
+        memcpy(big[i], v.bytes[i], v.len);
+        for (size_t k = v.len; k < blen; k++)
+            big[i][k] = (uint8_t)('a' + (k * 7 + i) % 26);
+        ingest_dict_hash(big[i], blen, bhash[i]);
+    }
+    char dir[] = "/tmp/ingest-dictstore.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_dictstore *ds = NULL;
+    char why[256];
+    assert_int_equal(ingest_dictstore_open(ctx, dir, &ds), 0);
+    /* two small ones, unheld and the least recently used; then a small one and 15 big ones, held */
+    assert_int_equal(ingest_dictstore_add(ds, v.hash[40], v.bytes[40], v.len, why, sizeof(why)), 0);
+    assert_int_equal(ingest_dictstore_add(ds, v.hash[41], v.bytes[41], v.len, why, sizeof(why)), 0);
+    const uint8_t *held[BIG];
+    assert_int_equal(ingest_dictstore_add(ds, v.hash[42], v.bytes[42], v.len, why, sizeof(why)), 0);
+    const uint8_t *small_held = ingest_dictstore_find(ds, v.hash[42], v.len);
+    assert_non_null(small_held);
+    for (unsigned i = 0; i < 15; i++) {
+        assert_int_equal(ingest_dictstore_add(ds, bhash[i], big[i], blen, why, sizeof(why)), 0);
+        held[i] = ingest_dictstore_find(ds, bhash[i], blen);
+        assert_non_null(held[i]);
+    }
+    assert_int_equal(ingest_dictstore_count(ds), 18);
+    why[0] = '\0';
+    assert_int_equal(ingest_dictstore_add(ds, bhash[15], big[15], blen, why, sizeof(why)), -1);
+    assert_non_null(strstr(why, "in use"));
+    assert_int_equal(ingest_dictstore_count(ds), 18);
+    assert_true(file_exists(dir, v.hash[40]));
+    assert_true(file_exists(dir, v.hash[41]));
+    assert_false(file_exists(dir, bhash[15]));
+    /* one big one released: 4 MiB more is free once the unheld go, and the add makes room */
+    ingest_dictstore_release(ds, held[14]);
+    assert_int_equal(ingest_dictstore_add(ds, bhash[15], big[15], blen, why, sizeof(why)), 0);
+    assert_true(file_exists(dir, bhash[15]));
+    /* 4 MiB had to go: the least recently used unheld first (40, 41), then big 14, which made enough */
+    assert_false(file_exists(dir, v.hash[40]));
+    assert_false(file_exists(dir, v.hash[41]));
+    assert_false(file_exists(dir, bhash[14]));
+    assert_int_equal(ingest_dictstore_count(ds), 16);
+    ingest_dictstore_release(ds, small_held);
+    for (unsigned i = 0; i < 14; i++)
+        ingest_dictstore_release(ds, held[i]);
+    ingest_dictstore_close(ds);
+    ingest_ctx_destroy(ctx);
+    remove_tree(dir);
+    for (unsigned i = 0; i < BIG; i++)
+        free(big[i]);
+    free_dicts(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_room_made),
         cmocka_unit_test(test_open_recent_first),
+        cmocka_unit_test(test_use_survives_reopen),
+        cmocka_unit_test(test_open_skips_bad),
+        cmocka_unit_test(test_refused_add_removes_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
