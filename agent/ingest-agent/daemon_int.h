@@ -216,6 +216,8 @@ typedef struct daemon {
     size_t ndefer, capdefer;
     int lease_warned;    /* said once: leases unavailable, actions run unchecked */
     char moved_dir[PATH_MAX]; /* after_ship move: the last directory moved into, its names synced up to move_dir */
+    const char *move_chains[8]; /* after_ship move: the move_dirs (the config's strings) whose chain this run synced */
+    size_t nmove_chains;
 
     /* counters (logged at shutdown) */
     uint64_t skipped[INGEST_FILTER_NREASONS];

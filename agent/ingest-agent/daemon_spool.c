@@ -401,10 +401,59 @@ static int mkdirs(char *p, size_t sync_below)
         const int r = mkdir(p, 0755);
         const int sync_existing = (size_t)(q - p) > sync_below;
         const int e = errno, synced = (r != 0 && !(sync_existing && e == EEXIST)) || prog_sync_parent(p) == 0;
+        if (r == 0 && !synced) {
+            /* made but its name not durable (its parent cannot be opened, say): not left for a later call to
+             * find and take as durable */
+            const int se = errno;
+            (void)rmdir(p);
+            errno = se;
+        }
         *q = '/';
-        if ((r != 0 && e != EEXIST) || !synced)
+        if ((r != 0 && e != EEXIST) || !synced) {
+            if (r != 0 && e != EEXIST)
+                errno = e;
             return -1;
+        }
     }
+    return 0;
+}
+
+/*
+ * Once per run and move_dir, before the first move into it: the names of move_dir and of the directories
+ * above it fsynced into their parents, as far as the agent can open those.  A run that made them (mkdirs
+ * makes a missing move_dir) and died before their syncs left names nothing made durable, and move_dir may
+ * be on another filesystem than the state directory, whose syncfs at start would not cover them.  A parent
+ * the agent cannot open (EACCES, EPERM) is the operator's: the agent could not have made what is in it; so
+ * is one on a filesystem that cannot sync a directory (EROFS, EINVAL).  One not there yet (ENOENT) is made,
+ * and synced, by mkdirs.  0, or -1 with errno (an I/O error: the move waits for a later try).
+ */
+static int sync_move_chain(daemon_t *d, const char *move_dir)
+{
+    for (size_t i = 0; i < d->nmove_chains; i++)
+        if (d->move_chains[i] == move_dir)
+            return 0;
+    char p[PATH_MAX];
+    if (snprintf(p, sizeof(p), "%s", move_dir) >= (int)sizeof(p)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (size_t n = strlen(p); n > 1 && p[n - 1] == '/';)
+        p[--n] = '\0';
+    for (char *q = p + 1;; q++) {
+        if (*q != '/' && *q != '\0')
+            continue;
+        const char c = *q;
+        *q = '\0';
+        const int bad = q > p && q[-1] != '/' && prog_sync_parent(p) != 0 && errno != EACCES && errno != EPERM &&
+                        errno != ENOENT && errno != EROFS && errno != EINVAL;
+        *q = c;
+        if (bad)
+            return -1;
+        if (c == '\0')
+            break;
+    }
+    if (d->nmove_chains < sizeof(d->move_chains) / sizeof(d->move_chains[0]))
+        d->move_chains[d->nmove_chains++] = move_dir;
     return 0;
 }
 
@@ -537,7 +586,8 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
              * until another; one known that is gone (removed by hand) is made again */
             int known = slash != NULL && strcmp(dir, d->moved_dir) == 0;
             const size_t below = strlen(s->move_dir);
-            int ok = (known || mkdirs(dst, below) == 0) && prog_move_file(full, fd, dst) == 0; /* across filesystems too; durable */
+            int ok = sync_move_chain(d, s->move_dir) == 0 && (known || mkdirs(dst, below) == 0) &&
+                     prog_move_file(full, fd, dst) == 0; /* across filesystems too; durable */
             if (!ok && known && errno == ENOENT) {
                 known = 0;
                 ok = mkdirs(dst, below) == 0 && prog_move_file(full, fd, dst) == 0;

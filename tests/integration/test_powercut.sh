@@ -169,7 +169,7 @@ done
 [ "$(manifest_paths dev2 | sort | uniq -d | wc -l)" = 0 ] || fail "a path of dev2 was recorded twice"
 pass "the edge: 2 more files, a cut at rest after a clean stop, and a ninth lands under a new batch id; 9 files, each recorded once ($(cat "$T/cut-agent.out"))"
 # after_ship: move into directories an earlier run made and never synced (it died between its mkdir and
-# the sync): once the files are moved and their batch's record is gone, a cut keeps them there. The
+# the sync), move_dir and the one above it included: once the files are moved and their batch's record is gone, a cut keeps them there. The
 # directory is on another filesystem than the agent's state_dir when there is one (tmpfs /dev/shm): the
 # syncfs of that filesystem the agent makes at every start then does not cover it, and only the move's own
 # syncs keep it (on one filesystem that syncfs would, and the case could not fail).
@@ -181,18 +181,20 @@ else
     [ -n "$MV" ] && rmdir "$MV"; MV="$RT/moved"; mvfs="on the state_dir's filesystem (no other here)"
 fi
 MKDIR_APC=$(powercut_wrapper "$(command -v mkdir)" "$RT/pc-agent" "$RT/astate-dev2:$E:$MV")
-"$MKDIR_APC" -p "$MV/a" || fail "mkdir under the layer"
+# move_dir itself and the directory above it made under the layer too, as an agent that made a missing
+# move_dir and died before its syncs leaves them
+"$MKDIR_APC" -p "$MV/run/done/a" || fail "mkdir under the layer"
 for n in 10 11; do keep_put $n a; done
-sed -i "s|    after_ship: delete|    after_ship: move:$MV|" "$T/dev2.yaml"
-grep -q "after_ship: move:$MV" "$T/dev2.yaml" || fail "could not set after_ship: move"
+sed -i "s|    after_ship: delete|    after_ship: move:$MV/run/done|" "$T/dev2.yaml"
+grep -q "after_ship: move:$MV/run/done" "$T/dev2.yaml" || fail "could not set after_ship: move"
 AGENT_PC=$(powercut_wrapper "$AGENT" "$RT/pc-agent" "$RT/astate-dev2:$E:$MV")
 start_pc_agent
 until_drained "2 files to move"
 cut_agent
 for n in 10 11; do
-    cmp -s "$T/keep/e$n" "$MV/a/e$n" || fail "e$n moved into a directory left unsynced was lost in the cut: $(cat "$T/cut-agent.out")"
+    cmp -s "$T/keep/e$n" "$MV/run/done/a/e$n" || fail "e$n moved into a directory left unsynced was lost in the cut: $(cat "$T/cut-agent.out")"
 done
-pass "the edge: files moved into directories an earlier run left unsynced ($mvfs) stay there after a cut"
+pass "the edge: files moved into directories an earlier run left unsynced, move_dir among them ($mvfs), stay there after a cut"
 
 # ---- 4. a cut at every point where the receiver waits for durability ----
 # Run k starts a receiver under the layer that is killed just before its
