@@ -227,13 +227,18 @@ INGEST_API void ingest_core_kafka_stats_get(ingest_core_kafka *k, ingest_core_ka
  */
 #define INGEST_DICTSTORE_MAX 64
 #define INGEST_DICTSTORE_MAX_BYTES (64u * 1024u * 1024u)
+/* Of those added since the store was opened, one device keeps at most this many (ingest_dictstore_add). */
+#define INGEST_DICTSTORE_PER_DEVICE 8
+/* Device names longer than this are cut to it when an add records its device. */
+#define INGEST_DICTSTORE_OWNER_MAX 128
 
 /*
  * Open (creating dir, mode 0700) and load the stored dictionaries, the
  * most recently used first (a file's mtime, set at each lookup) as far as
- * the bounds go: a file that is not one (wrong size, bytes not matching its
- * name, no dictionary id, malformed tables), or past the bounds, is logged
- * by name through ctx and skipped, never deleted.  Temporary files a crash
+ * the bounds go, each on its own: a file that is not one (wrong size, bytes
+ * not matching its name, no dictionary id, malformed tables) takes no room,
+ * and it or one past the bounds is logged by name through ctx and skipped,
+ * never deleted.  Temporary files a crash
  * left are removed.  ctx must outlive the store.
  */
 INGEST_API int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **out) INGEST_WUR;
@@ -248,13 +253,19 @@ INGEST_API const uint8_t *ingest_dictstore_find(ingest_dictstore *ds, const uint
 /* Let go of bytes a lookup returned (NULL: nothing). */
 INGEST_API void ingest_dictstore_release(ingest_dictstore *ds, const uint8_t *bytes);
 /*
- * Keep a verified dictionary (bytes checked against hash by the caller):
- * written durably (temporary file, fsync, rename, fsync of the directory),
- * then a copy held, room made as above.  0 (also when held already), or -1
- * with the reason in why: the store is full of dictionaries sessions hold,
- * or the write failed.
+ * Keep a verified dictionary (bytes checked against hash by the caller)
+ * that device sent (NULL: none): written durably (temporary file, fsync,
+ * rename, fsync of the directory), then a copy held, room made as above,
+ * and only once the file is written; nothing is removed when no room can
+ * be made.  A device keeps at most INGEST_DICTSTORE_PER_DEVICE of the
+ * dictionaries it added since the store was opened: past that, its own
+ * least recently used one that no session holds goes first (or, all held,
+ * the add is refused), so that a device offering new dictionaries over and
+ * over cannot push the fleet's out.  0 (also when held already), or -1 with
+ * the reason in why: the store is full of dictionaries sessions hold, the
+ * device's share is, or the write failed.
  */
-INGEST_API int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES],
+INGEST_API int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t hash[INGEST_DICT_HASH_BYTES],
                                     const uint8_t *bytes, size_t len, char *why, size_t whycap);
 
 #ifdef __cplusplus

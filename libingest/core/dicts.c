@@ -25,6 +25,7 @@ typedef struct entry {
     uint8_t *bytes;
     unsigned refs; /* lookups not released: sessions whose codecs refer to bytes */
     uint64_t used; /* ds->clock when last looked up or added: the least recent goes first */
+    char owner[INGEST_DICTSTORE_OWNER_MAX + 1]; /* the device whose add stored it this run ("": loaded, or none) */
 } entry;
 
 struct ingest_dictstore {
@@ -141,7 +142,8 @@ static int load_one(ingest_dictstore *ds, const char *name, const uint8_t hash[I
     e->len = len;
     e->bytes = buf;
     e->refs = 0;
-    e->used = ++ds->clock; /* in load order: the most recently used files are loaded last */
+    e->used = ++ds->clock; /* (set again once all are loaded) */
+    e->owner[0] = '\0';
     ds->bytes += len;
     return 0;
 skip:
@@ -297,6 +299,23 @@ void ingest_dictstore_release(ingest_dictstore *ds, const uint8_t *bytes)
     pthread_mutex_unlock(&ds->lock);
 }
 
+/* How many entries device owner added this run, and the least recently used of them no session holds
+ * (ds->n: none).  Under the lock. */
+static unsigned owned(const ingest_dictstore *ds, const char *owner, unsigned *lru)
+{
+    unsigned k = 0;
+    *lru = ds->n;
+    if (owner[0] == '\0')
+        return 0;
+    for (unsigned i = 0; i < ds->n; i++)
+        if (strcmp(ds->e[i].owner, owner) == 0) {
+            k++;
+            if (ds->e[i].refs == 0 && (*lru == ds->n || ds->e[i].used < ds->e[*lru].used))
+                *lru = i;
+        }
+    return k;
+}
+
 /*
  * Room for len more bytes and one more dictionary, without removing anything: 1 when the entries no session
  * holds, were they all gone, would leave it.  Under the lock.
@@ -311,6 +330,27 @@ static int room_possible(const ingest_dictstore *ds, size_t len)
             free_bytes += ds->e[i].len;
         }
     return free_n >= 1 && len <= free_bytes;
+}
+
+/* Remove entry i, memory and file.  0, or -1 with why (its file could not be removed).  Under the lock. */
+static int drop_entry(ingest_dictstore *ds, unsigned i, const char *because, char *why, size_t whycap)
+{
+    char name[HEX_LEN + sizeof(SUFFIX)];
+    file_name(ds->e[i].hash, name);
+    const int fd = open(ds->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || (unlinkat(fd, name, 0) != 0 && errno != ENOENT)) {
+        snprintf(why, whycap, "%s/%s (%s) cannot be removed: %s", ds->dir, name, because, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    ingest__log(ds->ctx, INGEST_LOG_INFO, "dictionary %.16s removed from the store %s (%zu bytes)", name, because,
+                ds->e[i].len);
+    ds->bytes -= ds->e[i].len;
+    ingest__free(ds->ctx, ds->e[i].bytes);
+    ds->e[i] = ds->e[--ds->n];
+    return 0;
 }
 
 /*
@@ -331,22 +371,8 @@ static int make_room(ingest_dictstore *ds, size_t len, char *why, size_t whycap)
                      "and %u)", ds->n, ds->bytes, INGEST_DICTSTORE_MAX, INGEST_DICTSTORE_MAX_BYTES);
             return 0;
         }
-        char name[HEX_LEN + sizeof(SUFFIX)];
-        file_name(ds->e[lru].hash, name);
-        const int fd = open(ds->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0 || (unlinkat(fd, name, 0) != 0 && errno != ENOENT)) {
-            snprintf(why, whycap, "the store is full and %s/%s, the least recently used, cannot be removed: %s",
-                     ds->dir, name, strerror(errno));
-            if (fd >= 0)
-                close(fd);
+        if (drop_entry(ds, lru, "to make room: the least recently offered", why, whycap) != 0)
             return 0;
-        }
-        close(fd);
-        ingest__log(ds->ctx, INGEST_LOG_INFO, "dictionary %.16s removed from the store to make room: the least "
-                    "recently offered (%zu bytes)", name, ds->e[lru].len);
-        ds->bytes -= ds->e[lru].len;
-        ingest__free(ds->ctx, ds->e[lru].bytes);
-        ds->e[lru] = ds->e[--ds->n];
     }
     return 1;
 }
@@ -395,8 +421,8 @@ static int write_durable(const char *dir, const char *name, const uint8_t *bytes
     return 0;
 }
 
-int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES], const uint8_t *bytes, size_t len,
-                  char *why, size_t whycap)
+int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t hash[INGEST_DICT_HASH_BYTES],
+                         const uint8_t *bytes, size_t len, char *why, size_t whycap)
 {
     int rc = -1;
     uint8_t *copy = NULL;
@@ -408,7 +434,18 @@ int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HA
         rc = 0;
         goto out;
     }
-    if (len > INGEST_DICTSTORE_MAX_BYTES || !room_possible(ds, len)) {
+    char owner[INGEST_DICTSTORE_OWNER_MAX + 1];
+    snprintf(owner, sizeof(owner), "%s", device != NULL ? device : "");
+    /* A device keeps at most INGEST_DICTSTORE_PER_DEVICE of those it added: its own least recently used goes
+     * first, so that one device offering new ones over and over turns over its own, not the fleet's. */
+    unsigned mine_lru;
+    const unsigned mine = owned(ds, owner, &mine_lru);
+    if (mine >= INGEST_DICTSTORE_PER_DEVICE && mine_lru == ds->n) {
+        snprintf(why, whycap, "device %s already has %u dictionaries in the store, all in use on sessions", owner,
+                 mine);
+        goto out;
+    }
+    if (len > INGEST_DICTSTORE_MAX_BYTES || !room_possible(ds, len)) { /* (counts its own unheld ones too) */
         snprintf(why, whycap, "the store is full (%u dictionaries, %zu bytes, all in use on sessions; bounds %d and %u)",
                  ds->n, ds->bytes, INGEST_DICTSTORE_MAX, INGEST_DICTSTORE_MAX_BYTES);
         goto out;
@@ -423,6 +460,13 @@ int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HA
     /* written before anything is removed: a failed write costs the store nothing */
     if (write_durable(ds->dir, name, bytes, len, why, whycap) != 0)
         goto out;
+    if (mine >= INGEST_DICTSTORE_PER_DEVICE &&
+        drop_entry(ds, mine_lru, "to keep its device's share: that device's least recently offered", why, whycap) != 0) {
+        char path[4400];
+        snprintf(path, sizeof(path), "%s/%s", ds->dir, name);
+        (void)unlink(path);
+        goto out;
+    }
     if (!make_room(ds, len, why, whycap)) {
         char path[4400];
         snprintf(path, sizeof(path), "%s/%s", ds->dir, name);
@@ -435,6 +479,7 @@ int ingest_dictstore_add(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HA
     e->bytes = copy;
     e->refs = 0;
     e->used = ++ds->clock;
+    memcpy(e->owner, owner, sizeof(e->owner));
     ds->bytes += len;
     copy = NULL;
     rc = 0;

@@ -571,7 +571,7 @@ static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *con
     ingest_metric_add(s->m.dicts, "received", 1);
     char hex[2 * INGEST_DICT_HASH_BYTES + 1];
     ingest_to_hex(o->hash, INGEST_DICT_HASH_BYTES, hex);
-    if (ingest_dictstore_add(s->o.dicts, o->hash, bytes, o->size, lwhy, sizeof(lwhy)) == 0)
+    if (ingest_dictstore_add(s->o.dicts, device, o->hash, bytes, o->size, lwhy, sizeof(lwhy)) == 0)
         core_log(s, INGEST_LOG_INFO, "device %s: dictionary %u (%.16s, %u bytes) received and stored", device,
                  (unsigned)o->dict_id, hex, (unsigned)o->size);
     else

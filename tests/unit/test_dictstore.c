@@ -16,7 +16,7 @@
 #include "ingest.h"
 #include "support/testkit.h"
 
-#define VARIANTS (INGEST_DICTSTORE_MAX + 2)
+#define VARIANTS (INGEST_DICTSTORE_MAX + 4)
 
 typedef struct dicts {
     uint8_t *bytes[VARIANTS];
@@ -93,7 +93,7 @@ static void test_room_made(void **state)
     char why[256];
     assert_int_equal(ingest_dictstore_open(ctx, dir, &ds), 0);
     for (unsigned i = 0; i < INGEST_DICTSTORE_MAX; i++)
-        assert_int_equal(ingest_dictstore_add(ds, v.hash[i], v.bytes[i], v.len, why, sizeof(why)), 0);
+        assert_int_equal(ingest_dictstore_add(ds, NULL, v.hash[i], v.bytes[i], v.len, why, sizeof(why)), 0);
     assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
     const uint8_t *held[INGEST_DICTSTORE_MAX];
     for (unsigned i = 0; i < 10; i++) {
@@ -105,7 +105,7 @@ static void test_room_made(void **state)
     }
     assert_null(ingest_dictstore_find(ds, v.hash[0], v.len - 1)); /* the length must match */
     /* the 65th: number 10, added before the lookups and never looked up, is the least recently used */
-    assert_int_equal(ingest_dictstore_add(ds, v.hash[64], v.bytes[64], v.len, why, sizeof(why)), 0);
+    assert_int_equal(ingest_dictstore_add(ds, NULL, v.hash[64], v.bytes[64], v.len, why, sizeof(why)), 0);
     assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
     assert_null(ingest_dictstore_find(ds, v.hash[10], v.len));
     assert_false(file_exists(dir, v.hash[10]));
@@ -126,12 +126,12 @@ static void test_room_made(void **state)
             held[nheld++] = p;
     }
     assert_int_equal(nheld, INGEST_DICTSTORE_MAX);
-    assert_int_equal(ingest_dictstore_add(ds, v.hash[65], v.bytes[65], v.len, why, sizeof(why)), -1);
+    assert_int_equal(ingest_dictstore_add(ds, NULL, v.hash[65], v.bytes[65], v.len, why, sizeof(why)), -1);
     assert_non_null(strstr(why, "in use"));
     assert_false(file_exists(dir, v.hash[65]));
     /* one released: it makes room */
     ingest_dictstore_release(ds, held[3]);
-    assert_int_equal(ingest_dictstore_add(ds, v.hash[65], v.bytes[65], v.len, why, sizeof(why)), 0);
+    assert_int_equal(ingest_dictstore_add(ds, NULL, v.hash[65], v.bytes[65], v.len, why, sizeof(why)), 0);
     assert_null(ingest_dictstore_find(ds, v.hash[3], v.len)); /* the one released went */
     for (unsigned i = 0; i < nheld; i++)
         if (i != 3)
@@ -247,7 +247,7 @@ static void test_use_survives_reopen(void **state)
     ingest_dictstore_close(ds);
     /* reopened: number 1 is now the least recently used, and the next add removes it, not number 0 */
     assert_int_equal(ingest_dictstore_open(ctx, dir, &ds), 0);
-    assert_int_equal(ingest_dictstore_add(ds, v.hash[64], v.bytes[64], v.len, why, sizeof(why)), 0);
+    assert_int_equal(ingest_dictstore_add(ds, NULL, v.hash[64], v.bytes[64], v.len, why, sizeof(why)), 0);
     assert_false(file_exists(dir, v.hash[1]));
     assert_true(file_exists(dir, v.hash[0]));
     assert_true(file_exists(dir, v.hash[2]));
@@ -332,20 +332,20 @@ static void test_refused_add_removes_nothing(void **state)
     char why[256];
     assert_int_equal(ingest_dictstore_open(ctx, dir, &ds), 0);
     /* two small ones, unheld and the least recently used; then a small one and 15 big ones, held */
-    assert_int_equal(ingest_dictstore_add(ds, v.hash[40], v.bytes[40], v.len, why, sizeof(why)), 0);
-    assert_int_equal(ingest_dictstore_add(ds, v.hash[41], v.bytes[41], v.len, why, sizeof(why)), 0);
+    assert_int_equal(ingest_dictstore_add(ds, NULL, v.hash[40], v.bytes[40], v.len, why, sizeof(why)), 0);
+    assert_int_equal(ingest_dictstore_add(ds, NULL, v.hash[41], v.bytes[41], v.len, why, sizeof(why)), 0);
     const uint8_t *held[BIG];
-    assert_int_equal(ingest_dictstore_add(ds, v.hash[42], v.bytes[42], v.len, why, sizeof(why)), 0);
+    assert_int_equal(ingest_dictstore_add(ds, NULL, v.hash[42], v.bytes[42], v.len, why, sizeof(why)), 0);
     const uint8_t *small_held = ingest_dictstore_find(ds, v.hash[42], v.len);
     assert_non_null(small_held);
     for (unsigned i = 0; i < 15; i++) {
-        assert_int_equal(ingest_dictstore_add(ds, bhash[i], big[i], blen, why, sizeof(why)), 0);
+        assert_int_equal(ingest_dictstore_add(ds, NULL, bhash[i], big[i], blen, why, sizeof(why)), 0);
         held[i] = ingest_dictstore_find(ds, bhash[i], blen);
         assert_non_null(held[i]);
     }
     assert_int_equal(ingest_dictstore_count(ds), 18);
     why[0] = '\0';
-    assert_int_equal(ingest_dictstore_add(ds, bhash[15], big[15], blen, why, sizeof(why)), -1);
+    assert_int_equal(ingest_dictstore_add(ds, NULL, bhash[15], big[15], blen, why, sizeof(why)), -1);
     assert_non_null(strstr(why, "in use"));
     assert_int_equal(ingest_dictstore_count(ds), 18);
     assert_true(file_exists(dir, v.hash[40]));
@@ -353,7 +353,7 @@ static void test_refused_add_removes_nothing(void **state)
     assert_false(file_exists(dir, bhash[15]));
     /* one big one released: 4 MiB more is free once the unheld go, and the add makes room */
     ingest_dictstore_release(ds, held[14]);
-    assert_int_equal(ingest_dictstore_add(ds, bhash[15], big[15], blen, why, sizeof(why)), 0);
+    assert_int_equal(ingest_dictstore_add(ds, NULL, bhash[15], big[15], blen, why, sizeof(why)), 0);
     assert_true(file_exists(dir, bhash[15]));
     /* 4 MiB had to go: the least recently used unheld first (40, 41), then big 14, which made enough */
     assert_false(file_exists(dir, v.hash[40]));
@@ -371,6 +371,66 @@ static void test_refused_add_removes_nothing(void **state)
     free_dicts(&v);
 }
 
+/*
+ * One device offering new dictionaries over and over turns over its own share, not the fleet's: with the
+ * store full, a device past INGEST_DICTSTORE_PER_DEVICE loses its own least recently used, while a device
+ * under its share takes the store's least recently used.  Its share all held: refused, nothing removed.
+ */
+static void test_device_share(void **state)
+{
+    (void)state;
+    dicts v;
+    make_dicts(&v);
+    char dir[] = "/tmp/ingest-dictstore.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    ingest_dictstore *ds = NULL;
+    char why[256];
+    assert_int_equal(ingest_dictstore_open(ctx, dir, &ds), 0);
+    const unsigned fleet = INGEST_DICTSTORE_MAX - INGEST_DICTSTORE_PER_DEVICE;
+    for (unsigned i = 0; i < fleet; i++) /* the fleet's, each from a device of its own */
+    {
+        char dev[32];
+        snprintf(dev, sizeof(dev), "dev-%u", i);
+        assert_int_equal(ingest_dictstore_add(ds, dev, v.hash[i], v.bytes[i], v.len, why, sizeof(why)), 0);
+    }
+    for (unsigned i = fleet; i < INGEST_DICTSTORE_MAX; i++)
+        assert_int_equal(ingest_dictstore_add(ds, "churn", v.hash[i], v.bytes[i], v.len, why, sizeof(why)), 0);
+    assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
+    /* two more from the device at its share: its own two oldest go, the fleet's (older still) stay */
+    for (unsigned i = 0; i < 2; i++)
+        assert_int_equal(ingest_dictstore_add(ds, "churn", v.hash[64 + i], v.bytes[64 + i], v.len, why, sizeof(why)),
+                         0);
+    assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
+    assert_false(file_exists(dir, v.hash[fleet]));
+    assert_false(file_exists(dir, v.hash[fleet + 1]));
+    for (unsigned i = 0; i < fleet; i++)
+        assert_true(file_exists(dir, v.hash[i]));
+    /* its share all held: refused with why, nothing removed */
+    const uint8_t *held[INGEST_DICTSTORE_PER_DEVICE];
+    unsigned nheld = 0;
+    for (unsigned i = fleet + 2; i < 66; i++) {
+        held[nheld] = ingest_dictstore_find(ds, v.hash[i], v.len);
+        assert_non_null(held[nheld]);
+        nheld++;
+    }
+    assert_int_equal(nheld, INGEST_DICTSTORE_PER_DEVICE);
+    assert_int_equal(ingest_dictstore_add(ds, "churn", v.hash[66], v.bytes[66], v.len, why, sizeof(why)), -1);
+    assert_non_null(strstr(why, "device churn already has 8"));
+    assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
+    assert_false(file_exists(dir, v.hash[66]));
+    /* a device under its share, the store full: the store's least recently used (dev-0's) goes */
+    assert_int_equal(ingest_dictstore_add(ds, "other", v.hash[66], v.bytes[66], v.len, why, sizeof(why)), 0);
+    assert_false(file_exists(dir, v.hash[0]));
+    assert_true(file_exists(dir, v.hash[1]));
+    for (unsigned i = 0; i < nheld; i++)
+        ingest_dictstore_release(ds, held[i]);
+    ingest_dictstore_close(ds);
+    ingest_ctx_destroy(ctx);
+    remove_tree(dir);
+    free_dicts(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -379,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_use_survives_reopen),
         cmocka_unit_test(test_open_skips_bad),
         cmocka_unit_test(test_refused_add_removes_nothing),
+        cmocka_unit_test(test_device_share),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
