@@ -80,6 +80,7 @@ typedef struct server {
     unsigned nsessions; /* authenticated sessions, at most max_connections */
     /* Prometheus metrics (docs/operations.md): labelled by device. */
     ingest_metrics *metrics;
+    ingest_metric *m_dicts_held;
     ingest_metric *m_conns, *m_refused, *m_dropped, *m_landed, *m_failed, *m_files, *m_bytes, *m_new, *m_known, *m_rewanted,
         *m_wire, *m_written, *m_latency, *m_stage, *m_errors, *m_dicts, *m_krecords, *m_files_refused;
     /* kafka.brokers: the consumer group member, in a thread of its own */
@@ -97,6 +98,8 @@ static int define_metrics(server *s)
         const char *name, *help, *label;
     } defs[] = {
         { &s->m_conns, INGEST_METRIC_GAUGE, "ingest_receiver_connections", "Open device connections", NULL },
+        { &s->m_dicts_held, INGEST_METRIC_GAUGE, "ingest_receiver_dictionaries_held",
+          "Stored dictionaries held by sessions (each session's lookups, released when it ends)", NULL },
         { &s->m_refused, INGEST_METRIC_COUNTER, "ingest_receiver_handshakes_refused_total",
           "Handshakes refused (unknown device, bad key, malformed)", NULL },
         { &s->m_dropped, INGEST_METRIC_COUNTER, "ingest_receiver_connections_dropped_total",
@@ -812,6 +815,7 @@ static int make_core(server *s)
         .bytes = s->m_bytes, .chunks_new = s->m_new, .chunks_known = s->m_known, .rewanted = s->m_rewanted,
         .wire = s->m_wire, .written = s->m_written, .latency = s->m_latency, .stage = s->m_stage,
         .errors = s->m_errors, .dicts = s->m_dicts, .files_refused = s->m_files_refused,
+        .dicts_held = s->m_dicts_held,
     };
     const ingest_core_opts o = {
         .store = s->st,

@@ -82,6 +82,7 @@ typedef struct ingest_core_metrics {
     ingest_metric *conns, *landed, *failed, *files, *bytes, *chunks_new, *chunks_known, *rewanted, *wire, *written,
         *latency, *stage, *errors, *dicts;
     ingest_metric *files_refused; /* files refused one by one (FILE_REFUSED), by device */
+    ingest_metric *dicts_held;    /* gauge: ingest_dictstore_held of the store, set as sessions look up and release */
 } ingest_core_metrics;
 
 #define INGEST_CORE_PEER_WAIT_DEFAULT_MS 2000
@@ -244,6 +245,8 @@ INGEST_API void ingest_core_kafka_stats_get(ingest_core_kafka *k, ingest_core_ka
 INGEST_API int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **out) INGEST_WUR;
 INGEST_API void ingest_dictstore_close(ingest_dictstore *ds);
 INGEST_API unsigned ingest_dictstore_count(ingest_dictstore *ds);
+/* The lookups not released yet (ingest_dictstore_find, ingest_dictstore_release), all entries together. */
+INGEST_API unsigned ingest_dictstore_held(ingest_dictstore *ds);
 /*
  * The bytes of the dictionary named hash, of exactly len bytes, or NULL;
  * found, they stay valid (the entry held) until ingest_dictstore_release.

@@ -266,6 +266,16 @@ unsigned ingest_dictstore_count(ingest_dictstore *ds)
     return n;
 }
 
+unsigned ingest_dictstore_held(ingest_dictstore *ds)
+{
+    pthread_mutex_lock(&ds->lock);
+    unsigned n = 0;
+    for (unsigned i = 0; i < ds->n; i++)
+        n += ds->e[i].refs;
+    pthread_mutex_unlock(&ds->lock);
+    return n;
+}
+
 const uint8_t *ingest_dictstore_find(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES], size_t len)
 {
     pthread_mutex_lock(&ds->lock);

@@ -506,6 +506,8 @@ static int dict_offer(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *co
             a.u.dict_want.answer = INGEST_DICT_HAVE;
         }
     }
+    if (s->o.dicts != NULL)
+        ingest_metric_set(s->m.dicts_held, NULL, (int64_t)ingest_dictstore_held(s->o.dicts));
     if (a.u.dict_want.answer == INGEST_DICT_HAVE) {
         ingest_metric_add(s->m.dicts, "held", 1);
         core_log(s, INGEST_LOG_INFO, "device %s: dictionary %u (%.16s) offered: held already", device,
@@ -1160,6 +1162,8 @@ out:
         ingest__free(s->ctx, cd.own[i]);
     for (unsigned i = 0; i < cd.nheld; i++)
         ingest_dictstore_release(s->o.dicts, cd.held[i]);
+    if (s->o.dicts != NULL)
+        ingest_metric_set(s->m.dicts_held, NULL, (int64_t)ingest_dictstore_held(s->o.dicts));
     ingest__free(s->ctx, cd.buf);
     ingest__free(s->ctx, manifest);
     ingest__free(s->ctx, wants.v);

@@ -74,6 +74,32 @@ pass "exposition parses: TYPE for every sample, +Inf bucket equals _count"
 scrape /other | head -1 | grep -q '^HTTP/1.0 404' || fail "an unknown path is not 404"
 pass "unknown paths get 404"
 
+# A trained dictionary: the first ship sends it (received), the second finds it stored (held), and once
+# that session ended it holds none: a lookup not released would keep it held for good, never to be
+# removed to make room.
+dev1_files=$(field dev1 files) # (dev1 ships 9 more files below)
+mkdir -p "$T/dsamples" "$T/src/dd"
+i=0
+while [ $i -lt 200 ]; do
+    printf '{"ts":%d,"sensor":"pump-%d","value":%d.%d,"status":"ok"}\n' $((1700000000 + i * 7)) $((i % 13)) \
+        $((i * 31 % 1000)) $((i % 10)) > "$T/dsamples/s$i.json"
+    i=$((i + 1))
+done
+"$CTL" dict train --out "$T/m.dict" "$T/dsamples"/* > /dev/null 2>&1 || fail "dict train failed"
+for i in 1 2 3 4 5 6; do cp "$T/dsamples/s$i.json" "$T/src/dd/"; done
+write_agent_config dev1 "$T/src/dd" "compression:
+  dictionary: $T/m.dict"
+ship dev1
+for i in 7 8 9; do cp "$T/dsamples/s$i.json" "$T/src/dd/"; done
+ship dev1
+scrape /metrics | tr -d '\r' > "$T/m3"
+val3() { awk -v k="$1" '$1 == k { print $2 }' "$T/m3"; }
+[ "$(val3 'ingest_receiver_dictionaries_total{result="received"}')" = 1 ] || fail "the dictionary was not received once: $(grep dictionaries "$T/m3")"
+[ "$(val3 'ingest_receiver_dictionaries_total{result="held"}')" = 1 ] || fail "the second ship did not find it stored: $(grep dictionaries "$T/m3")"
+[ "$(val3 ingest_receiver_dictionaries_held)" = 0 ] || fail "a session that ended still holds a dictionary: $(grep dictionaries "$T/m3")"
+pass "a dictionary received, then found stored; none held once the sessions ended"
+dev1_files=$((dev1_files + 9))
+
 
 # The agent's endpoint (daemon mode): counters match what it shipped.
 "$CTL" bench gen --size 3MiB --seed 7 "$T/src/d2" > /dev/null
@@ -156,7 +182,7 @@ pass "status --json carries the metrics; --stats-interval logs them as JSON line
 kill "$RECV_PID"; wait "$RECV_PID" 2>/dev/null || true
 RECV_PID=""
 if command -v python3 >/dev/null 2>&1; then
-    python3 - "$T/receiver.log" "$(field dev1 files)" "$nfiles" <<'PY' || fail "the receiver's stats lines are wrong"
+    python3 - "$T/receiver.log" "$dev1_files" "$nfiles" <<'PY' || fail "the receiver's stats lines are wrong"
 import json, sys
 lines = [l.split("stats ", 1)[1] for l in open(sys.argv[1]) if "]: stats {" in l]
 assert len(lines) >= 2, "fewer than 2 stats lines"

@@ -104,6 +104,7 @@ static void test_room_made(void **state)
             ingest_dictstore_release(ds, held[i]);
     }
     assert_null(ingest_dictstore_find(ds, v.hash[0], v.len - 1)); /* the length must match */
+    assert_int_equal(ingest_dictstore_held(ds), 5);
     /* the 65th: number 10, added before the lookups and never looked up, is the least recently used */
     assert_int_equal(ingest_dictstore_add(ds, NULL, v.hash[64], v.bytes[64], v.len, why, sizeof(why)), 0);
     assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
