@@ -65,7 +65,6 @@ static void reload(daemon_t *d)
         disconnect_core(a);
     dmn_sources_free(d);
     ingest_agent_config_free(a->cfg);
-    d->nmove_chains = 0; /* (they point into the old configuration) */
     a->cfg = ncfg;
     d->src = ns;
     d->ssrc = nss;

@@ -70,6 +70,7 @@ typedef struct dsource {
     int64_t settle_ns;
     int after;               /* AFTER_* */
     const char *move_dir;    /* AFTER_MOVE */
+    int move_chain_synced;   /* AFTER_MOVE: move_dir and the directories above it synced this run (sync_move_chain) */
     ingest_filter *filter;   /* NULL: take everything */
     int spool;               /* spool: copy */
     int missing;             /* its directory is not there: not walked nor watched, checked every walk */
@@ -216,8 +217,6 @@ typedef struct daemon {
     size_t ndefer, capdefer;
     int lease_warned;    /* said once: leases unavailable, actions run unchecked */
     char moved_dir[PATH_MAX]; /* after_ship move: the last directory moved into, its names synced up to move_dir */
-    const char *move_chains[8]; /* after_ship move: the move_dirs (the config's strings) whose chain this run synced */
-    size_t nmove_chains;
 
     /* counters (logged at shutdown) */
     uint64_t skipped[INGEST_FILTER_NREASONS];

@@ -392,6 +392,10 @@ done:
  * to the agent: a parent it cannot open is not one to fsync).  SIZE_MAX: none found is synced.  (The
  * spool's copies are made durable by a syncfs before they count.)
  */
+/* A filesystem that cannot fsync a directory (EINVAL) or is read-only (EROFS): nothing more can be done
+ * there, and a move into it is as durable as that filesystem makes it. */
+static int cannot_sync_dirs(int e) { return e == EINVAL || e == EROFS; }
+
 static int mkdirs(char *p, size_t sync_below)
 {
     for (char *q = p + 1; *q; q++) {
@@ -400,7 +404,8 @@ static int mkdirs(char *p, size_t sync_below)
         *q = '\0';
         const int r = mkdir(p, 0755);
         const int sync_existing = (size_t)(q - p) > sync_below;
-        const int e = errno, synced = (r != 0 && !(sync_existing && e == EEXIST)) || prog_sync_parent(p) == 0;
+        const int e = errno, synced = (r != 0 && !(sync_existing && e == EEXIST)) || prog_sync_parent(p) == 0 ||
+                                      cannot_sync_dirs(errno);
         if (r == 0 && !synced) {
             /* made but its name not durable (its parent cannot be opened, say): not left for a later call to
              * find and take as durable */
@@ -427,13 +432,12 @@ static int mkdirs(char *p, size_t sync_below)
  * is one on a filesystem that cannot sync a directory (EROFS, EINVAL).  One not there yet (ENOENT) is made,
  * and synced, by mkdirs.  0, or -1 with errno (an I/O error: the move waits for a later try).
  */
-static int sync_move_chain(daemon_t *d, const char *move_dir)
+static int sync_move_chain(dsource *s)
 {
-    for (size_t i = 0; i < d->nmove_chains; i++)
-        if (d->move_chains[i] == move_dir)
-            return 0;
+    if (s->move_chain_synced)
+        return 0;
     char p[PATH_MAX];
-    if (snprintf(p, sizeof(p), "%s", move_dir) >= (int)sizeof(p)) {
+    if (snprintf(p, sizeof(p), "%s", s->move_dir) >= (int)sizeof(p)) {
         errno = ENAMETOOLONG;
         return -1;
     }
@@ -445,15 +449,14 @@ static int sync_move_chain(daemon_t *d, const char *move_dir)
         const char c = *q;
         *q = '\0';
         const int bad = q > p && q[-1] != '/' && prog_sync_parent(p) != 0 && errno != EACCES && errno != EPERM &&
-                        errno != ENOENT && errno != EROFS && errno != EINVAL;
+                        errno != ENOENT && !cannot_sync_dirs(errno);
         *q = c;
         if (bad)
             return -1;
         if (c == '\0')
             break;
     }
-    if (d->nmove_chains < sizeof(d->move_chains) / sizeof(d->move_chains[0]))
-        d->move_chains[d->nmove_chains++] = move_dir;
+    s->move_chain_synced = 1;
     return 0;
 }
 
@@ -515,7 +518,7 @@ static int is_shipped_version(const struct stat *st, const ingest_journal_file *
  * file nor has CAP_LEASE) the action runs without that check, as it always
  * did, and a warning says so once (docs/operations.md).
  */
-static int release_file(daemon_t *d, const dsource *s, const char *rel, const ingest_journal_file *f, int quiet,
+static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_journal_file *f, int quiet,
                         char *removed, size_t cap)
 {
     removed[0] = '\0';
@@ -586,7 +589,7 @@ static int release_file(daemon_t *d, const dsource *s, const char *rel, const in
              * until another; one known that is gone (removed by hand) is made again */
             int known = slash != NULL && strcmp(dir, d->moved_dir) == 0;
             const size_t below = strlen(s->move_dir);
-            int ok = sync_move_chain(d, s->move_dir) == 0 && (known || mkdirs(dst, below) == 0) &&
+            int ok = sync_move_chain(s) == 0 && (known || mkdirs(dst, below) == 0) &&
                      prog_move_file(full, fd, dst) == 0; /* across filesystems too; durable */
             if (!ok && known && errno == ENOENT) {
                 known = 0;
@@ -634,7 +637,7 @@ size_t dmn_after_ship(daemon_t *d, uint64_t seq, const ingest_journal_file *f, s
         removed[0] = '\0';
         if (i < n) {
             const char *rel = NULL;
-            const dsource *s = dmn_source_of(d, f[i].path, &rel);
+            dsource *s = dmn_source_of(d, f[i].path, &rel);
             if (s != NULL && s->after != AFTER_KEEP)
                 deferred += (size_t)release_file(d, s, rel, &f[i], quiet, removed, sizeof(removed));
         }

@@ -746,6 +746,7 @@ static int open_dicts(server *s)
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(s->dicts_ctx));
         return -1;
     }
+    ingest_dictstore_set_held_metric(s->dicts, s->m_dicts_held);
     return 0;
 }
 
@@ -815,7 +816,6 @@ static int make_core(server *s)
         .bytes = s->m_bytes, .chunks_new = s->m_new, .chunks_known = s->m_known, .rewanted = s->m_rewanted,
         .wire = s->m_wire, .written = s->m_written, .latency = s->m_latency, .stage = s->m_stage,
         .errors = s->m_errors, .dicts = s->m_dicts, .files_refused = s->m_files_refused,
-        .dicts_held = s->m_dicts_held,
     };
     const ingest_core_opts o = {
         .store = s->st,

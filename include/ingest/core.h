@@ -82,7 +82,6 @@ typedef struct ingest_core_metrics {
     ingest_metric *conns, *landed, *failed, *files, *bytes, *chunks_new, *chunks_known, *rewanted, *wire, *written,
         *latency, *stage, *errors, *dicts;
     ingest_metric *files_refused; /* files refused one by one (FILE_REFUSED), by device */
-    ingest_metric *dicts_held;    /* gauge: ingest_dictstore_held of the store, set as sessions look up and release */
 } ingest_core_metrics;
 
 #define INGEST_CORE_PEER_WAIT_DEFAULT_MS 2000
@@ -247,12 +246,17 @@ INGEST_API void ingest_dictstore_close(ingest_dictstore *ds);
 INGEST_API unsigned ingest_dictstore_count(ingest_dictstore *ds);
 /* The lookups not released yet (ingest_dictstore_find, ingest_dictstore_release), all entries together. */
 INGEST_API unsigned ingest_dictstore_held(ingest_dictstore *ds);
+/* Keep gauge (NULL: none) at ingest_dictstore_held, set under the store's lock at every lookup and release. */
+INGEST_API void ingest_dictstore_set_held_metric(ingest_dictstore *ds, ingest_metric *gauge);
 /*
  * The bytes of the dictionary named hash, of exactly len bytes, or NULL;
  * found, they stay valid (the entry held) until ingest_dictstore_release.
+ * device is the one whose session looks it up (NULL: none): a dictionary
+ * another device added leaves that device's share (ingest_dictstore_add)
+ * once a second device uses it.
  */
-INGEST_API const uint8_t *ingest_dictstore_find(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES],
-                                                size_t len);
+INGEST_API const uint8_t *ingest_dictstore_find(ingest_dictstore *ds, const char *device,
+                                                const uint8_t hash[INGEST_DICT_HASH_BYTES], size_t len);
 /* Let go of bytes a lookup returned (NULL: nothing). */
 INGEST_API void ingest_dictstore_release(ingest_dictstore *ds, const uint8_t *bytes);
 /*
@@ -264,9 +268,11 @@ INGEST_API void ingest_dictstore_release(ingest_dictstore *ds, const uint8_t *by
  * dictionaries it added since the store was opened: past that, its own
  * least recently used one that no session holds goes first (or, all held,
  * the add is refused), so that a device offering new dictionaries over and
- * over cannot push the fleet's out.  0 (also when held already), or -1 with
+ * over cannot push the fleet's out; one that another device sent or looked
+ * up too is no longer in its share.  0 (also when held already), or -1 with
  * the reason in why: the store is full of dictionaries sessions hold, the
- * device's share is, or the write failed.
+ * device's share is, or the write failed (or a file could not be removed:
+ * then what was removed before that stays removed).
  */
 INGEST_API int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t hash[INGEST_DICT_HASH_BYTES],
                                     const uint8_t *bytes, size_t len, char *why, size_t whycap);

@@ -30,6 +30,7 @@ typedef struct entry {
 
 struct ingest_dictstore {
     ingest_ctx *ctx; /* for log lines only */
+    ingest_metric *held_gauge; /* set to the lookups held at each change, under the lock (NULL: none) */
     pthread_mutex_t lock;
     char dir[4200];
     entry e[INGEST_DICTSTORE_MAX];
@@ -266,17 +267,33 @@ unsigned ingest_dictstore_count(ingest_dictstore *ds)
     return n;
 }
 
-unsigned ingest_dictstore_held(ingest_dictstore *ds)
+/* The lookups not released.  Under the lock. */
+static unsigned held_locked(const ingest_dictstore *ds)
 {
-    pthread_mutex_lock(&ds->lock);
     unsigned n = 0;
     for (unsigned i = 0; i < ds->n; i++)
         n += ds->e[i].refs;
+    return n;
+}
+
+unsigned ingest_dictstore_held(ingest_dictstore *ds)
+{
+    pthread_mutex_lock(&ds->lock);
+    const unsigned n = held_locked(ds);
     pthread_mutex_unlock(&ds->lock);
     return n;
 }
 
-const uint8_t *ingest_dictstore_find(ingest_dictstore *ds, const uint8_t hash[INGEST_DICT_HASH_BYTES], size_t len)
+void ingest_dictstore_set_held_metric(ingest_dictstore *ds, ingest_metric *gauge)
+{
+    pthread_mutex_lock(&ds->lock);
+    ds->held_gauge = gauge;
+    ingest_metric_set(gauge, NULL, (int64_t)held_locked(ds));
+    pthread_mutex_unlock(&ds->lock);
+}
+
+const uint8_t *ingest_dictstore_find(ingest_dictstore *ds, const char *device, const uint8_t hash[INGEST_DICT_HASH_BYTES],
+                                     size_t len)
 {
     pthread_mutex_lock(&ds->lock);
     entry *e = find(ds, hash);
@@ -285,6 +302,10 @@ const uint8_t *ingest_dictstore_find(ingest_dictstore *ds, const uint8_t hash[IN
         p = e->bytes;
         e->refs++;
         e->used = ++ds->clock;
+        if (device != NULL && e->owner[0] != '\0' && strncmp(e->owner, device, INGEST_DICTSTORE_OWNER_MAX) != 0)
+            e->owner[0] = '\0'; /* used by another device too: the fleet's, no longer in its adder's share */
+        if (ds->held_gauge != NULL)
+            ingest_metric_set(ds->held_gauge, NULL, (int64_t)held_locked(ds));
     }
     pthread_mutex_unlock(&ds->lock);
     if (p != NULL) { /* its file's mtime says when it was last used, for the next open (a hint: failures ignored) */
@@ -306,6 +327,8 @@ void ingest_dictstore_release(ingest_dictstore *ds, const uint8_t *bytes)
             ds->e[i].refs--;
             break;
         }
+    if (ds->held_gauge != NULL)
+        ingest_metric_set(ds->held_gauge, NULL, (int64_t)held_locked(ds));
     pthread_mutex_unlock(&ds->lock);
 }
 
@@ -441,6 +464,8 @@ int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t
     entry *have = find(ds, hash);
     if (have != NULL) {
         have->used = ++ds->clock; /* offered again: used again */
+        if (device != NULL && have->owner[0] != '\0' && strncmp(have->owner, device, INGEST_DICTSTORE_OWNER_MAX) != 0)
+            have->owner[0] = '\0'; /* sent by another device too: the fleet's */
         rc = 0;
         goto out;
     }

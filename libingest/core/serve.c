@@ -489,7 +489,7 @@ static int dict_offer(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *co
     } else if (cd->n == INGEST_CORE_SESSION_DICTS_MAX || cd->nheld == INGEST_CORE_SESSION_DICTS_MAX) {
         snprintf(why, whycap, "at most %d dictionaries per session", INGEST_CORE_SESSION_DICTS_MAX);
     } else {
-        const uint8_t *bytes = ingest_dictstore_find(s->o.dicts, o->hash, o->size);
+        const uint8_t *bytes = ingest_dictstore_find(s->o.dicts, device, o->hash, o->size);
         if (bytes != NULL && ingest_dict_id(bytes, o->size) == o->dict_id)
             cd->held[cd->nheld++] = bytes; /* (a codec may refer to it from here, even when loading fails) */
         if (bytes == NULL) {
@@ -506,8 +506,6 @@ static int dict_offer(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *co
             a.u.dict_want.answer = INGEST_DICT_HAVE;
         }
     }
-    if (s->o.dicts != NULL)
-        ingest_metric_set(s->m.dicts_held, NULL, (int64_t)ingest_dictstore_held(s->o.dicts));
     if (a.u.dict_want.answer == INGEST_DICT_HAVE) {
         ingest_metric_add(s->m.dicts, "held", 1);
         core_log(s, INGEST_LOG_INFO, "device %s: dictionary %u (%.16s) offered: held already", device,
@@ -1162,8 +1160,6 @@ out:
         ingest__free(s->ctx, cd.own[i]);
     for (unsigned i = 0; i < cd.nheld; i++)
         ingest_dictstore_release(s->o.dicts, cd.held[i]);
-    if (s->o.dicts != NULL)
-        ingest_metric_set(s->m.dicts_held, NULL, (int64_t)ingest_dictstore_held(s->o.dicts));
     ingest__free(s->ctx, cd.buf);
     ingest__free(s->ctx, manifest);
     ingest__free(s->ctx, wants.v);

@@ -16,7 +16,7 @@
 #include "ingest.h"
 #include "support/testkit.h"
 
-#define VARIANTS (INGEST_DICTSTORE_MAX + 4)
+#define VARIANTS (INGEST_DICTSTORE_MAX + 6)
 
 typedef struct dicts {
     uint8_t *bytes[VARIANTS];
@@ -68,6 +68,20 @@ static void free_dicts(dicts *v)
         free(v->bytes[i]);
 }
 
+/* A valid dictionary of INGEST_DICT_MAX_BYTES: variant i with content appended (a dictionary's content runs
+ * to its end).  Its hash goes to hash; free() it. */
+static uint8_t *make_big(const dicts *v, unsigned i, uint8_t hash[INGEST_DICT_HASH_BYTES])
+{
+    const size_t blen = INGEST_DICT_MAX_BYTES;
+    uint8_t *b = malloc(blen);
+    assert_non_null(b);
+    memcpy(b, v->bytes[i], v->len);
+    for (size_t k = v->len; k < blen; k++)
+        b[k] = (uint8_t)('a' + (k * 7 + i) % 26);
+    ingest_dict_hash(b, blen, hash);
+    return b;
+}
+
 static int file_exists(const char *dir, const uint8_t hash[INGEST_DICT_HASH_BYTES])
 {
     char hex[2 * INGEST_DICT_HASH_BYTES + 1], path[4096];
@@ -97,21 +111,21 @@ static void test_room_made(void **state)
     assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
     const uint8_t *held[INGEST_DICTSTORE_MAX];
     for (unsigned i = 0; i < 10; i++) {
-        held[i] = ingest_dictstore_find(ds, v.hash[i], v.len);
+        held[i] = ingest_dictstore_find(ds, NULL, v.hash[i], v.len);
         assert_non_null(held[i]);
         assert_memory_equal(held[i], v.bytes[i], v.len);
         if (i >= 5)
             ingest_dictstore_release(ds, held[i]);
     }
-    assert_null(ingest_dictstore_find(ds, v.hash[0], v.len - 1)); /* the length must match */
+    assert_null(ingest_dictstore_find(ds, NULL, v.hash[0], v.len - 1)); /* the length must match */
     assert_int_equal(ingest_dictstore_held(ds), 5);
     /* the 65th: number 10, added before the lookups and never looked up, is the least recently used */
     assert_int_equal(ingest_dictstore_add(ds, NULL, v.hash[64], v.bytes[64], v.len, why, sizeof(why)), 0);
     assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
-    assert_null(ingest_dictstore_find(ds, v.hash[10], v.len));
+    assert_null(ingest_dictstore_find(ds, NULL, v.hash[10], v.len));
     assert_false(file_exists(dir, v.hash[10]));
     for (unsigned i = 0; i < 10; i++) {
-        const uint8_t *p = ingest_dictstore_find(ds, v.hash[i], v.len);
+        const uint8_t *p = ingest_dictstore_find(ds, NULL, v.hash[i], v.len);
         assert_ptr_equal(p, held[i]); /* held ones never moved or freed */
         ingest_dictstore_release(ds, p);
         if (i < 5)
@@ -122,7 +136,7 @@ static void test_room_made(void **state)
     /* every one held: nothing can go, the next is refused and says why */
     unsigned nheld = 0;
     for (unsigned i = 0; i < VARIANTS; i++) {
-        const uint8_t *p = ingest_dictstore_find(ds, v.hash[i], v.len);
+        const uint8_t *p = ingest_dictstore_find(ds, NULL, v.hash[i], v.len);
         if (p != NULL)
             held[nheld++] = p;
     }
@@ -133,7 +147,7 @@ static void test_room_made(void **state)
     /* one released: it makes room */
     ingest_dictstore_release(ds, held[3]);
     assert_int_equal(ingest_dictstore_add(ds, NULL, v.hash[65], v.bytes[65], v.len, why, sizeof(why)), 0);
-    assert_null(ingest_dictstore_find(ds, v.hash[3], v.len)); /* the one released went */
+    assert_null(ingest_dictstore_find(ds, NULL, v.hash[3], v.len)); /* the one released went */
     for (unsigned i = 0; i < nheld; i++)
         if (i != 3)
             ingest_dictstore_release(ds, held[i]);
@@ -174,9 +188,9 @@ static void test_open_recent_first(void **state)
     ingest_dictstore *ds = NULL;
     assert_int_equal(ingest_dictstore_open(ctx, dir, &ds), 0);
     assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
-    assert_null(ingest_dictstore_find(ds, v.hash[0], v.len));
+    assert_null(ingest_dictstore_find(ds, NULL, v.hash[0], v.len));
     assert_true(file_exists(dir, v.hash[0])); /* skipped, never deleted */
-    const uint8_t *p1 = ingest_dictstore_find(ds, v.hash[1], v.len), *p64 = ingest_dictstore_find(ds, v.hash[64], v.len);
+    const uint8_t *p1 = ingest_dictstore_find(ds, NULL, v.hash[1], v.len), *p64 = ingest_dictstore_find(ds, NULL, v.hash[64], v.len);
     assert_non_null(p1);
     assert_non_null(p64);
     ingest_dictstore_release(ds, p1);
@@ -241,7 +255,7 @@ static void test_use_survives_reopen(void **state)
     /* number 0 looked up: its mtime becomes now */
     path_of(dir, v.hash[0], path, sizeof(path));
     assert_int_equal(mtime_of(path), 1700000000);
-    const uint8_t *p = ingest_dictstore_find(ds, v.hash[0], v.len);
+    const uint8_t *p = ingest_dictstore_find(ds, NULL, v.hash[0], v.len);
     assert_non_null(p);
     ingest_dictstore_release(ds, p);
     assert_true(mtime_of(path) > 1700000000 + 64 * 60);
@@ -252,10 +266,10 @@ static void test_use_survives_reopen(void **state)
     assert_false(file_exists(dir, v.hash[1]));
     assert_true(file_exists(dir, v.hash[0]));
     assert_true(file_exists(dir, v.hash[2]));
-    p = ingest_dictstore_find(ds, v.hash[0], v.len);
+    p = ingest_dictstore_find(ds, NULL, v.hash[0], v.len);
     assert_non_null(p);
     ingest_dictstore_release(ds, p);
-    assert_null(ingest_dictstore_find(ds, v.hash[1], v.len));
+    assert_null(ingest_dictstore_find(ds, NULL, v.hash[1], v.len));
     ingest_dictstore_close(ds);
     ingest_ctx_destroy(ctx);
     remove_tree(dir);
@@ -292,11 +306,33 @@ static void test_open_skips_bad(void **state)
     assert_int_equal(ingest_dictstore_open(ctx, dir, &ds), 0);
     assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
     for (unsigned i = 0; i < INGEST_DICTSTORE_MAX; i++) {
-        const uint8_t *p = ingest_dictstore_find(ds, v.hash[i], v.len);
+        const uint8_t *p = ingest_dictstore_find(ds, NULL, v.hash[i], v.len);
         assert_non_null(p);
         ingest_dictstore_release(ds, p);
     }
-    assert_null(ingest_dictstore_find(ds, v.hash[65], v.len));
+    assert_null(ingest_dictstore_find(ds, NULL, v.hash[65], v.len));
+    ingest_dictstore_close(ds);
+    remove_tree(dir);
+    /* Past the bytes bound: 15 dictionaries of 4 MiB and a small one, the newest; then an older 4 MiB one,
+     * which does not fit; then an older small one, which does and is loaded. */
+    assert_non_null(mkdtemp(strcpy(dir, "/tmp/ingest-dictstore.XXXXXX")));
+    uint8_t bhash[16][INGEST_DICT_HASH_BYTES];
+    for (unsigned i = 0; i < 16; i++) {
+        uint8_t *b = make_big(&v, i, bhash[i]);
+        path_of(dir, bhash[i], path, sizeof(path));
+        write_file(path, b, INGEST_DICT_MAX_BYTES, i < 15 ? 1800000000 + (time_t)i : 1700000100);
+        free(b);
+    }
+    path_of(dir, v.hash[20], path, sizeof(path));
+    write_file(path, v.bytes[20], v.len, 1900000000);
+    path_of(dir, v.hash[21], path, sizeof(path));
+    write_file(path, v.bytes[21], v.len, 1700000000);
+    assert_int_equal(ingest_dictstore_open(ctx, dir, &ds), 0);
+    assert_int_equal(ingest_dictstore_count(ds), 17);
+    const uint8_t *p = ingest_dictstore_find(ds, NULL, v.hash[21], v.len);
+    assert_non_null(p); /* the older small one, past the one that did not fit */
+    ingest_dictstore_release(ds, p);
+    assert_null(ingest_dictstore_find(ds, NULL, bhash[15], INGEST_DICT_MAX_BYTES));
     ingest_dictstore_close(ds);
     ingest_ctx_destroy(ctx);
     remove_tree(dir);
@@ -315,17 +351,10 @@ static void test_refused_add_removes_nothing(void **state)
     dicts v;
     make_dicts(&v);
     enum { BIG = 17 };
-    /* a dictionary's content runs to its end: the small one with content appended is a valid 4 MiB one */
     const size_t blen = INGEST_DICT_MAX_BYTES;
     uint8_t *big[BIG], bhash[BIG][INGEST_DICT_HASH_BYTES];
-    for (unsigned i = 0; i < BIG; i++) {
-        big[i] = malloc(blen);
-        assert_non_null(big[i]);
-        memcpy(big[i], v.bytes[i], v.len);
-        for (size_t k = v.len; k < blen; k++)
-            big[i][k] = (uint8_t)('a' + (k * 7 + i) % 26);
-        ingest_dict_hash(big[i], blen, bhash[i]);
-    }
+    for (unsigned i = 0; i < BIG; i++)
+        big[i] = make_big(&v, i, bhash[i]);
     char dir[] = "/tmp/ingest-dictstore.XXXXXX";
     assert_non_null(mkdtemp(dir));
     ingest_ctx *ctx = ingest_ctx_create(NULL);
@@ -337,11 +366,11 @@ static void test_refused_add_removes_nothing(void **state)
     assert_int_equal(ingest_dictstore_add(ds, NULL, v.hash[41], v.bytes[41], v.len, why, sizeof(why)), 0);
     const uint8_t *held[BIG];
     assert_int_equal(ingest_dictstore_add(ds, NULL, v.hash[42], v.bytes[42], v.len, why, sizeof(why)), 0);
-    const uint8_t *small_held = ingest_dictstore_find(ds, v.hash[42], v.len);
+    const uint8_t *small_held = ingest_dictstore_find(ds, NULL, v.hash[42], v.len);
     assert_non_null(small_held);
     for (unsigned i = 0; i < 15; i++) {
         assert_int_equal(ingest_dictstore_add(ds, NULL, bhash[i], big[i], blen, why, sizeof(why)), 0);
-        held[i] = ingest_dictstore_find(ds, bhash[i], blen);
+        held[i] = ingest_dictstore_find(ds, NULL, bhash[i], blen);
         assert_non_null(held[i]);
     }
     assert_int_equal(ingest_dictstore_count(ds), 18);
@@ -411,7 +440,7 @@ static void test_device_share(void **state)
     const uint8_t *held[INGEST_DICTSTORE_PER_DEVICE];
     unsigned nheld = 0;
     for (unsigned i = fleet + 2; i < 66; i++) {
-        held[nheld] = ingest_dictstore_find(ds, v.hash[i], v.len);
+        held[nheld] = ingest_dictstore_find(ds, NULL, v.hash[i], v.len);
         assert_non_null(held[nheld]);
         nheld++;
     }
@@ -420,12 +449,26 @@ static void test_device_share(void **state)
     assert_non_null(strstr(why, "device churn already has 8"));
     assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
     assert_false(file_exists(dir, v.hash[66]));
-    /* a device under its share, the store full: the store's least recently used (dev-0's) goes */
-    assert_int_equal(ingest_dictstore_add(ds, "other", v.hash[66], v.bytes[66], v.len, why, sizeof(why)), 0);
-    assert_false(file_exists(dir, v.hash[0]));
-    assert_true(file_exists(dir, v.hash[1]));
     for (unsigned i = 0; i < nheld; i++)
         ingest_dictstore_release(ds, held[i]);
+    /* one of its own that another device uses is the fleet's: out of its share.  With 7 of its own left, its
+     * next add takes the store's least recently used (dev-0's); the one after, at its share again, its own
+     * least recently used (fleet + 3), never the one the fleet uses now */
+    const uint8_t *p = ingest_dictstore_find(ds, "dev-1", v.hash[fleet + 2], v.len);
+    assert_non_null(p);
+    ingest_dictstore_release(ds, p);
+    assert_int_equal(ingest_dictstore_held(ds), 0);
+    assert_int_equal(ingest_dictstore_add(ds, "churn", v.hash[67], v.bytes[67], v.len, why, sizeof(why)), 0);
+    assert_false(file_exists(dir, v.hash[0]));
+    assert_int_equal(ingest_dictstore_add(ds, "churn", v.hash[66], v.bytes[66], v.len, why, sizeof(why)), 0);
+    assert_false(file_exists(dir, v.hash[fleet + 3]));
+    assert_true(file_exists(dir, v.hash[fleet + 2]));
+    assert_true(file_exists(dir, v.hash[1]));
+    assert_int_equal(ingest_dictstore_count(ds), INGEST_DICTSTORE_MAX);
+    /* a device under its share, the store full: the store's least recently used (dev-1's) goes */
+    assert_int_equal(ingest_dictstore_add(ds, "other", v.hash[68], v.bytes[68], v.len, why, sizeof(why)), 0);
+    assert_false(file_exists(dir, v.hash[1]));
+    assert_true(file_exists(dir, v.hash[2]));
     ingest_dictstore_close(ds);
     ingest_ctx_destroy(ctx);
     remove_tree(dir);
