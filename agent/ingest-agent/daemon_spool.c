@@ -424,7 +424,7 @@ static int mkdirs(char *p, size_t sync_below)
 }
 
 /*
- * Once per run and move_dir, before the first move into it: the names of move_dir and of the directories
+ * Once per run and source, before its first move: the names of its move_dir and of the directories
  * above it fsynced into their parents, as far as the agent can open those.  A run that made them (mkdirs
  * makes a missing move_dir) and died before their syncs left names nothing made durable, and move_dir may
  * be on another filesystem than the state directory, whose syncfs at start would not cover them.  A parent

@@ -267,6 +267,14 @@ unsigned ingest_dictstore_count(ingest_dictstore *ds)
     return n;
 }
 
+/* Entry e sent or looked up by device (NULL: none): one another device uses too is the fleet's, out of the
+ * share of the device that added it.  Under the lock. */
+static void used_by(entry *e, const char *device)
+{
+    if (device != NULL && e->owner[0] != '\0' && strncmp(e->owner, device, INGEST_DICTSTORE_OWNER_MAX) != 0)
+        e->owner[0] = '\0';
+}
+
 /* The lookups not released.  Under the lock. */
 static unsigned held_locked(const ingest_dictstore *ds)
 {
@@ -302,8 +310,7 @@ const uint8_t *ingest_dictstore_find(ingest_dictstore *ds, const char *device, c
         p = e->bytes;
         e->refs++;
         e->used = ++ds->clock;
-        if (device != NULL && e->owner[0] != '\0' && strncmp(e->owner, device, INGEST_DICTSTORE_OWNER_MAX) != 0)
-            e->owner[0] = '\0'; /* used by another device too: the fleet's, no longer in its adder's share */
+        used_by(e, device);
         if (ds->held_gauge != NULL)
             ingest_metric_set(ds->held_gauge, NULL, (int64_t)held_locked(ds));
     }
@@ -464,8 +471,7 @@ int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t
     entry *have = find(ds, hash);
     if (have != NULL) {
         have->used = ++ds->clock; /* offered again: used again */
-        if (device != NULL && have->owner[0] != '\0' && strncmp(have->owner, device, INGEST_DICTSTORE_OWNER_MAX) != 0)
-            have->owner[0] = '\0'; /* sent by another device too: the fleet's */
+        used_by(have, device);
         rc = 0;
         goto out;
     }
@@ -495,14 +501,10 @@ int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t
     /* written before anything is removed: a failed write costs the store nothing */
     if (write_durable(ds->dir, name, bytes, len, why, whycap) != 0)
         goto out;
-    if (mine >= INGEST_DICTSTORE_PER_DEVICE &&
-        drop_entry(ds, mine_lru, "to keep its device's share: that device's least recently offered", why, whycap) != 0) {
-        char path[4400];
-        snprintf(path, sizeof(path), "%s/%s", ds->dir, name);
-        (void)unlink(path);
-        goto out;
-    }
-    if (!make_room(ds, len, why, whycap)) {
+    if ((mine >= INGEST_DICTSTORE_PER_DEVICE &&
+         drop_entry(ds, mine_lru, "to keep its device's share: that device's least recently offered", why, whycap) !=
+             0) ||
+        !make_room(ds, len, why, whycap)) {
         char path[4400];
         snprintf(path, sizeof(path), "%s/%s", ds->dir, name);
         (void)unlink(path); /* not held: the next open must not prefer it to the ones kept */

@@ -82,13 +82,52 @@ static uint8_t *make_big(const dicts *v, unsigned i, uint8_t hash[INGEST_DICT_HA
     return b;
 }
 
+static void path_of(const char *dir, const uint8_t hash[INGEST_DICT_HASH_BYTES], char *path, size_t cap)
+{
+    char hex[2 * INGEST_DICT_HASH_BYTES + 1];
+    ingest_to_hex(hash, INGEST_DICT_HASH_BYTES, hex);
+    snprintf(path, cap, "%s/%s.zdict", dir, hex);
+}
+
+static void write_file(const char *path, const uint8_t *bytes, size_t len, time_t mtime)
+{
+    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    size_t put = 0;
+    while (put < len) {
+        const ssize_t w = write(fd, bytes + put, len - put);
+        assert_true(w > 0);
+        put += (size_t)w;
+    }
+    const struct timespec t[2] = { { mtime, 0 }, { mtime, 0 } };
+    assert_int_equal(futimens(fd, t), 0);
+    close(fd);
+}
+
+static time_t mtime_of(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return st.st_mtim.tv_sec;
+}
+
 static int file_exists(const char *dir, const uint8_t hash[INGEST_DICT_HASH_BYTES])
 {
-    char hex[2 * INGEST_DICT_HASH_BYTES + 1], path[4096];
-    ingest_to_hex(hash, INGEST_DICT_HASH_BYTES, hex);
-    snprintf(path, sizeof(path), "%s/%s.zdict", dir, hex);
+    char path[4096];
+    path_of(dir, hash, path, sizeof(path));
     return access(path, F_OK) == 0;
 }
+
+/* Variants 0..n-1 written to dir as stored files, number i last used at 1700000000 + 60 i (0 the oldest). */
+static void store_files(const char *dir, const dicts *v, unsigned n)
+{
+    char path[4096];
+    for (unsigned i = 0; i < n; i++) {
+        path_of(dir, v->hash[i], path, sizeof(path));
+        write_file(path, v->bytes[i], v->len, 1700000000 + (time_t)i * 60);
+    }
+}
+
 
 /*
  * 64 stored; 5 looked up and held, 5 looked up and released; a 65th: the least recently used that none
@@ -168,21 +207,10 @@ static void test_open_recent_first(void **state)
     make_dicts(&v);
     char dir[] = "/tmp/ingest-dictstore.XXXXXX";
     assert_non_null(mkdtemp(dir));
-    for (unsigned i = 0; i < INGEST_DICTSTORE_MAX + 1; i++) {
-        char hex[2 * INGEST_DICT_HASH_BYTES + 1], path[4096];
-        ingest_to_hex(v.hash[i], INGEST_DICT_HASH_BYTES, hex);
-        snprintf(path, sizeof(path), "%s/%s.zdict", dir, hex);
-        const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        assert_true(fd >= 0);
-        assert_int_equal(write(fd, v.bytes[i], v.len), (ssize_t)v.len);
-        const struct timespec t[2] = { { 1700000000 + (time_t)i * 60, 0 }, { 1700000000 + (time_t)i * 60, 0 } };
-        assert_int_equal(futimens(fd, t), 0);
-        close(fd);
-    }
+    store_files(dir, &v, INGEST_DICTSTORE_MAX + 1);
     /* number 0 is the oldest; then make number 1 the newest of all */
-    char hex[2 * INGEST_DICT_HASH_BYTES + 1], path[4096];
-    ingest_to_hex(v.hash[1], INGEST_DICT_HASH_BYTES, hex);
-    snprintf(path, sizeof(path), "%s/%s.zdict", dir, hex);
+    char path[4096];
+    path_of(dir, v.hash[1], path, sizeof(path));
     assert_int_equal(utimensat(AT_FDCWD, path, NULL, 0), 0);
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     ingest_dictstore *ds = NULL;
@@ -201,35 +229,6 @@ static void test_open_recent_first(void **state)
     free_dicts(&v);
 }
 
-static void path_of(const char *dir, const uint8_t hash[INGEST_DICT_HASH_BYTES], char *path, size_t cap)
-{
-    char hex[2 * INGEST_DICT_HASH_BYTES + 1];
-    ingest_to_hex(hash, INGEST_DICT_HASH_BYTES, hex);
-    snprintf(path, cap, "%s/%s.zdict", dir, hex);
-}
-
-static void write_file(const char *path, const uint8_t *bytes, size_t len, time_t mtime)
-{
-    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    assert_true(fd >= 0);
-    size_t put = 0;
-    while (put < len) {
-        const ssize_t w = write(fd, bytes + put, len - put);
-        assert_true(w > 0);
-        put += (size_t)w;
-    }
-    const struct timespec t[2] = { { mtime, 0 }, { mtime, 0 } };
-    assert_int_equal(futimens(fd, t), 0);
-    close(fd);
-}
-
-static time_t mtime_of(const char *path)
-{
-    struct stat st;
-    assert_int_equal(stat(path, &st), 0);
-    return st.st_mtim.tv_sec;
-}
-
 /*
  * A lookup sets its file's mtime, and a reopened store keeps the use order the mtimes say: the next add
  * removes the file least recently looked up, not the one least recently written.
@@ -242,11 +241,7 @@ static void test_use_survives_reopen(void **state)
     char dir[] = "/tmp/ingest-dictstore.XXXXXX";
     assert_non_null(mkdtemp(dir));
     char path[4096];
-    /* 64 files, number i written at 1700000000 + 60 i: number 0 the oldest */
-    for (unsigned i = 0; i < INGEST_DICTSTORE_MAX; i++) {
-        path_of(dir, v.hash[i], path, sizeof(path));
-        write_file(path, v.bytes[i], v.len, 1700000000 + (time_t)i * 60);
-    }
+    store_files(dir, &v, INGEST_DICTSTORE_MAX); /* number 0 the oldest */
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     ingest_dictstore *ds = NULL;
     char why[256];
@@ -288,10 +283,7 @@ static void test_open_skips_bad(void **state)
     char dir[] = "/tmp/ingest-dictstore.XXXXXX";
     assert_non_null(mkdtemp(dir));
     char path[4096];
-    for (unsigned i = 0; i < INGEST_DICTSTORE_MAX; i++) {
-        path_of(dir, v.hash[i], path, sizeof(path));
-        write_file(path, v.bytes[i], v.len, 1700000000 + (time_t)i * 60);
-    }
+    store_files(dir, &v, INGEST_DICTSTORE_MAX);
     /* the newest two: an oversized file under a dictionary's name, and one whose bytes are not its name's */
     const size_t big = (size_t)INGEST_DICTSTORE_MAX_BYTES + 1;
     uint8_t *junk = calloc(1, big);
