@@ -235,8 +235,14 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
         if (d.npend == 0 && agent_dict_auto_ready(a))
             (void)agent_dict_auto_again(a); /* compression.dictionary auto, none at the start: enough small files came */
         if (d.defer_pending) {
-            d.defer_next = d.now + DEFER_RETRY_S;
+            /* a failed action (not one waiting for a writer) is retried less and less often */
+            d.defer_fail_s = !d.defer_failed         ? 0.0
+                             : d.defer_fail_s == 0.0 ? DEFER_RETRY_S
+                             : d.defer_fail_s * 2.0 > DEFER_FAIL_MAX_S ? DEFER_FAIL_MAX_S
+                                                                       : d.defer_fail_s * 2.0;
+            d.defer_next = d.now + (d.defer_failed ? d.defer_fail_s : DEFER_RETRY_S);
             d.defer_pending = 0;
+            d.defer_failed = 0;
         }
         dmn_publish(&d);
         /* sleep until something is due */

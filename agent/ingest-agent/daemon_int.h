@@ -60,6 +60,7 @@
 #define TOO_DEEP_MAX 1024 /* directories past the depth limit remembered (each said once) */
 #define VANISH_NAMES 3 /* names of vanished files the grouped log line gives */
 #define DEFER_RETRY_S 1.0 /* retry of an after-ship action deferred while the file is open */
+#define DEFER_FAIL_MAX_S 64.0 /* retry of one that failed (move_dir unwritable, ...): 1 s, doubling to this */
 
 enum { AFTER_KEEP = 0, AFTER_DELETE = 1, AFTER_MOVE = 2 };
 
@@ -213,6 +214,8 @@ typedef struct daemon {
     /* after-ship actions deferred while a file is open elsewhere (ACKED batches kept in the journal) */
     double defer_next;   /* retry them from then on */
     int defer_pending;   /* one was deferred in this loop: retry in a second */
+    int defer_failed;    /* one failed in this loop (not just deferred): retry after defer_fail_s */
+    double defer_fail_s; /* 0 until a pass fails; then 1 s, doubling to DEFER_FAIL_MAX_S; 0 again after one without */
     uint64_t *defer_seq; /* batches whose deferral was logged */
     size_t ndefer, capdefer;
     int lease_warned;    /* said once: leases unavailable, actions run unchecked */

@@ -505,8 +505,10 @@ static int is_shipped_version(const struct stat *st, const ingest_journal_file *
  * Delete or move (s->after) the acked file rel of source s, when it is
  * still the version shipped (f) and no other process has it open.
  * Returns 1 when it was left for later because some process holds it open
- * (logged unless quiet), else 0 (done, or nothing to do: gone, or a newer
- * version, which ships in its turn).
+ * (logged unless quiet), 2 when the deletion or move failed (logged unless
+ * quiet or *nfail says one of this pass was: tried again later, with
+ * back-off), else 0 (done, or nothing to do: gone, or a newer version,
+ * which ships in its turn).
  *
  * "Nobody has it open" is a write lease (F_SETLEASE F_WRLCK on a read-only
  * descriptor): the kernel grants it only while no other open file
@@ -519,22 +521,34 @@ static int is_shipped_version(const struct stat *st, const ingest_journal_file *
  * did, and a warning says so once (docs/operations.md).
  */
 static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_journal_file *f, int quiet,
-                        char *removed, size_t cap)
+                        size_t *nfail, char *removed, size_t cap)
 {
     removed[0] = '\0';
     const char *what = s->after == AFTER_DELETE ? "delete" : "move";
-    char full[PATH_MAX];
+    char full[PATH_MAX], dst[PATH_MAX];
     struct stat st, at;
     ingest_file_state fs;
     if (ingest_filetable_get(d->a->state.ft, f->path, &fs) == 0 && fs.dev == INGEST_FILE_STATE_REFUSED)
         return 0; /* the core refused this version: it never landed, so it stays */
     if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full))
         return 0;
+    if (s->after == AFTER_MOVE && (size_t)snprintf(dst, sizeof(dst), "%s/%s", s->move_dir, rel) >= sizeof(dst))
+        return 0;
     if (lstat(full, &st) != 0) {
         /* gone: perhaps deleted by a run that died before making the deletion durable; its directory is
          * fsynced all the same before the batch's record goes (a cut must not bring it back) */
-        if (errno == ENOENT)
-            snprintf(removed, cap, "%s", full);
+        if (errno != ENOENT)
+            return 0;
+        snprintf(removed, cap, "%s", full);
+        /* or moved by a run that died (or whose fsync failed) between the rename and the fsync of the
+         * directory moved into: that one too, or the cut that keeps the unlink could lose the new name */
+        if (s->after == AFTER_MOVE && lstat(dst, &at) == 0 && prog_sync_parent(dst) != 0 &&
+            !cannot_sync_dirs(errno)) {
+            if (!quiet && (*nfail)++ == 0)
+                prog_log(INGEST_LOG_WARN, "after_ship move %s -> %s: fsync of its directory: %s; tried again later",
+                         prog_esc(full), prog_esc(dst), strerror(errno));
+            return 2;
+        }
         return 0;
     }
     if (!is_shipped_version(&st, f))
@@ -567,20 +581,22 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
     /* (under the lease) still the version shipped, still at this path */
     const int same = (fd < 0 || (fstat(fd, &st) == 0 && is_shipped_version(&st, f))) && lstat(full, &at) == 0 &&
                      at.st_dev == st.st_dev && at.st_ino == st.st_ino && is_shipped_version(&at, f);
+    int rc = 0;
     if (same) {
         if (s->after == AFTER_DELETE) {
             if (unlink(full) == 0) {
                 d->deleted++;
                 snprintf(removed, cap, "%s", full);
                 if (quiet)
-                    prog_log(INGEST_LOG_INFO, "after_ship: %s deleted (no process has it open any more)",
-                             prog_esc(full));
+                    prog_log(INGEST_LOG_INFO, "after_ship: %s deleted (on a later try)", prog_esc(full));
             } else {
-                prog_log(INGEST_LOG_WARN, "after_ship delete %s: %s", prog_esc(full), strerror(errno));
+                rc = 2;
+                if (!quiet && (*nfail)++ == 0)
+                    prog_log(INGEST_LOG_WARN, "after_ship delete %s: %s; tried again later", prog_esc(full),
+                             strerror(errno));
             }
         } else {
-            char dst[PATH_MAX], dir[PATH_MAX];
-            snprintf(dst, sizeof(dst), "%s/%s", s->move_dir, rel);
+            char dir[PATH_MAX];
             snprintf(dir, sizeof(dir), "%s", dst);
             char *slash = strrchr(dir, '/');
             if (slash != NULL)
@@ -600,12 +616,14 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
                     snprintf(d->moved_dir, sizeof(d->moved_dir), "%s", dir);
                 d->moved++;
                 if (quiet)
-                    prog_log(INGEST_LOG_INFO, "after_ship: %s moved to %s (no process has it open any more)",
-                             prog_esc(full), prog_esc(dst));
+                    prog_log(INGEST_LOG_INFO, "after_ship: %s moved to %s (on a later try)", prog_esc(full),
+                             prog_esc(dst));
             } else {
                 d->moved_dir[0] = '\0'; /* (its directory may be gone) */
-                prog_log(INGEST_LOG_WARN, "after_ship move %s -> %s: %s", prog_esc(full), prog_esc(dst),
-                         strerror(errno));
+                rc = 2;
+                if (!quiet && (*nfail)++ == 0)
+                    prog_log(INGEST_LOG_WARN, "after_ship move %s -> %s: %s; tried again later", prog_esc(full),
+                             prog_esc(dst), strerror(errno));
             }
         }
     }
@@ -613,15 +631,16 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
         (void)fcntl(fd, F_SETLEASE, F_UNLCK);
     if (fd >= 0)
         close(fd);
-    return 0;
+    return rc;
 }
 
 /*
  * Apply the source's after-ship action to the acked files f[0, n) of batch
  * seq (only to files still the version shipped, and nobody has open);
- * returns how many were deferred because some process still has them open
- * (or whose deletion could not be made durable).  The file table entry is
- * kept: a file put back unchanged is not shipped again.
+ * returns how many were deferred because some process still has them open,
+ * or failed (a move or deletion refused, a deletion or move that could not
+ * be made durable; d->defer_failed set: retried with back-off).  The file
+ * table entry is kept: a file put back unchanged is not shipped again.
  *
  * A deletion is made durable (its directory fsynced, once per run of files
  * in one directory) before this returns, so before the batch's ACKED
@@ -631,30 +650,42 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
 size_t dmn_after_ship(daemon_t *d, uint64_t seq, const ingest_journal_file *f, size_t n)
 {
     const int quiet = defer_logged(d, seq);
-    size_t deferred = 0;
+    size_t deferred = 0, nfail = 0;
     char pending[PATH_MAX] = "", removed[PATH_MAX];
     for (size_t i = 0; i <= n; i++) {
         removed[0] = '\0';
         if (i < n) {
             const char *rel = NULL;
             dsource *s = dmn_source_of(d, f[i].path, &rel);
-            if (s != NULL && s->after != AFTER_KEEP)
-                deferred += (size_t)release_file(d, s, rel, &f[i], quiet, removed, sizeof(removed));
+            const int r = s != NULL && s->after != AFTER_KEEP
+                              ? release_file(d, s, rel, &f[i], quiet, &nfail, removed, sizeof(removed))
+                              : 0;
+            deferred += r != 0;
+            d->defer_failed |= r == 2;
         }
         /* the directory of the deletions before, once this one is elsewhere (or at the end) */
         const char *ps = strrchr(pending, '/'), *rs = strrchr(removed, '/');
         const int same = ps && rs && ps - pending == rs - removed && memcmp(pending, removed, (size_t)(ps - pending)) == 0;
         if (pending[0] && (i == n || (removed[0] && !same))) {
             if (prog_sync_parent(pending) != 0) {
-                prog_log(INGEST_LOG_WARN, "after_ship: cannot make the deletions in the directory of %s durable "
-                         "(fsync: %s); the batch's record stays, and is tried again", prog_esc(pending), strerror(errno));
+                if (!quiet)
+                    prog_log(INGEST_LOG_WARN, "after_ship: cannot make the deletions in the directory of %s durable "
+                             "(fsync: %s); the batch's record stays, and is tried again", prog_esc(pending),
+                             strerror(errno));
                 deferred++;
+                d->defer_failed = 1;
             }
             pending[0] = '\0';
         }
         if (removed[0])
             memcpy(pending, removed, sizeof(pending));
     }
+    if (nfail > 1)
+        prog_log(INGEST_LOG_WARN, "after_ship: %zu more files of this batch failed the same way (%zu in all)",
+                 nfail - 1, nfail);
+    if (nfail > 0)
+        prog_log(INGEST_LOG_WARN, "after_ship: the batch's record stays in the journal; its files are tried again "
+                 "after 1 s, then less often (at most every %.0f s), and after a restart", DEFER_FAIL_MAX_S);
     if (deferred > 0 && !quiet)
         defer_log_add(d, seq);
     return deferred;
