@@ -92,6 +92,8 @@ static int decode(ingest_journal *j, uint64_t seq, const uint8_t *v, size_t vl, 
     b->created_ns = (int64_t)ingest__get_u64(v + 16);
     b->nfiles = n;
     size_t off = J_HEAD, so = 0;
+    if (memchr(v + off, '\0', idlen) != NULL)
+        return ingest__fail(j->ctx, INGEST_ECORRUPT, "journal: batch %llu: NUL in its id", (unsigned long long)seq);
     if (strs != NULL) {
         memcpy(strs, v + off, idlen);
         strs[idlen] = '\0';
