@@ -482,7 +482,7 @@ int ingest_journal_stable(ingest_journal *j, const char *path, uint64_t size, in
             return 1;
         /* The clock went back since the record was made: how long the file has been quiet is
          * not known, so its settle time starts again (never a half-written file shipped at once). */
-        if (now_ns < since)
+        if (now_ns < since || since < 0) /* (or a time before 1970: a damaged record) */
             goto fresh;
         if (now_ns - since >= settle_ns)
             return 1;

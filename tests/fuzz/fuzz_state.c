@@ -6,7 +6,7 @@
  * through the public API that reads it; that must refuse it (ECORRUPT with a
  * message) or give back values within their bounds.
  *
- * Byte 0 modulo 7 selects the record; the rest is its value:
+ * Byte 0 modulo 9 selects the record; the rest is its value:
  *   0 a journal batch record (ingest_journal_get, _next, _queued)
  *   1 a file table record (ingest_filetable_get, _get_hash)
  *   2 an index file record (ingest_index_file_path, ingest_index_check; its path
@@ -15,6 +15,9 @@
  *   4 an index batch record (ingest_index_batch_landed)
  *   5 a have-cache record (ingest_havecache_has)
  *   6 a stored dictionary file, named by its own hash (ingest_dictstore_open)
+ *   7 a journal_seen record (ingest_journal_stable, _skipped: one not
+ *     understood is taken as none, and made again)
+ *   8 a journal_inflight record (ingest_journal_inflight)
  * The record is removed again after each input.
  */
 #include <dirent.h>
@@ -154,6 +157,31 @@ static void fuzz_journal(const uint8_t *v, size_t n)
     del_raw(edge_st, "journal_batches", key, 8);
 }
 
+static void fuzz_journal_path(unsigned kind, const uint8_t *v, size_t n)
+{
+    const char *table = kind == 7 ? "journal_seen" : "journal_inflight";
+    uint8_t key[INGEST__PATH_KEY_MAX];
+    const size_t kl = ingest__path_key("src/a.log", key);
+    if (put_raw(edge_st, table, key, kl, v, n) != 0)
+        return;
+    int rc;
+    if (kind == 7) {
+        int64_t wait = 0;
+        rc = ingest_journal_skipped(jr, "src/a.log", 100, 5);
+        if (rc < 0 || rc > 15)
+            __builtin_trap();
+        rc = ingest_journal_stable(jr, "src/a.log", 100, 5, 1700000000000000000, 1000000000, &wait);
+        if ((rc != 0 && rc != 1) || wait < 0 || wait > 1000000000)
+            __builtin_trap();
+    } else {
+        uint64_t seq = 0;
+        rc = ingest_journal_inflight(jr, "src/a.log", &seq);
+        if (rc != 0 && rc != 1 && rc != INGEST_ECORRUPT)
+            __builtin_trap();
+    }
+    del_raw(edge_st, table, key, kl);
+}
+
 static void fuzz_filetable(const uint8_t *v, size_t n)
 {
     uint8_t key[INGEST__PATH_KEY_MAX];
@@ -261,7 +289,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         setup();
     if (size == 0)
         return 0;
-    const unsigned kind = data[0] % 7u;
+    const unsigned kind = data[0] % 9u;
     const uint8_t *v = data + 1;
     const size_t n = size - 1;
     switch (kind) {
@@ -271,7 +299,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 3:
     case 4: fuzz_index(kind, v, n); break;
     case 5: fuzz_havecache(v, n); break;
-    default: fuzz_dictfile(v, n); break;
+    case 6: fuzz_dictfile(v, n); break;
+    default: fuzz_journal_path(kind, v, n); break;
     }
     return 0;
 }
