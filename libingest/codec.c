@@ -50,6 +50,7 @@
  */
 struct dict_entry {
     uint32_t id;
+    uint8_t hash[INGEST_DICT_HASH_BYTES]; /* of its bytes: an id names one dictionary in a codec */
     void *cws, *dws; /* workspaces of cdict and ddict */
     const ZSTD_CDict *cdict;
     const ZSTD_DDict *ddict;
@@ -249,7 +250,7 @@ static struct dict_entry *find_dict(ingest_codec *c, uint32_t id)
  */
 static int add_dict(ingest_codec *c, const void *dict, size_t len, int decode_ref, uint32_t *dict_id)
 {
-    struct dict_entry e = { 0, NULL, NULL, NULL, NULL };
+    struct dict_entry e = { 0, { 0 }, NULL, NULL, NULL, NULL };
     int rc;
 
     if (dict_id != NULL)
@@ -263,7 +264,12 @@ static int add_dict(ingest_codec *c, const void *dict, size_t len, int decode_re
     if (e.id == 0)
         return ingest__fail(c->ctx, INGEST_EINVAL,
                             "codec: %zu bytes are not a zstd dictionary (bad magic or id 0)", len);
-    if (find_dict(c, e.id) != NULL)
+    ingest_dict_hash(dict, len, e.hash);
+    const struct dict_entry *had = find_dict(c, e.id);
+    if (had != NULL && memcmp(had->hash, e.hash, sizeof(e.hash)) != 0)
+        return ingest__fail(c->ctx, INGEST_EMISMATCH,
+                            "codec: dictionary id %u is loaded already, with other bytes (remove it first)", e.id);
+    if (had != NULL)
         goto done;
     if (c->ndicts == CODEC_MAX_DICTS)
         return ingest__fail(c->ctx, INGEST_ENOSPC, "codec: dictionary %u: table full (%u loaded)",

@@ -117,6 +117,7 @@ struct agent {
     uint8_t *dict;
     size_t dict_len;
     char dict_name[4200]; /* its file (compression.dictionary, or {state_dir}/auto.zdict) */
+    int dict_auto;        /* compression.dictionary was auto at the start (a reload changes it at the next start) */
     struct agent_samples *auto_samples; /* the daemon's, for compression.dictionary auto (autodict.c) */
     struct agent_probe *auto_probe;     /* the daemon's: what that dictionary saves (autodict.c) */
     int all;        /* --all: ship files even when unchanged since their ack */

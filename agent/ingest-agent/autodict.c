@@ -655,8 +655,7 @@ static void samples_drop(agent *a)
 
 int agent_dict_auto_sample(agent *a, const char *dir, const char *rel, uint64_t size)
 {
-    if (size < AUTO_FILE_MIN || size > AUTO_FILE_MAX || a->cfg->transport != INGEST_TRANSPORT_TCP ||
-        strcmp(a->cfg->compression_dictionary, "auto") != 0)
+    if (size < AUTO_FILE_MIN || size > AUTO_FILE_MAX || a->cfg->transport != INGEST_TRANSPORT_TCP || !a->dict_auto)
         return 0;
     char full_path[PATH_MAX];
     if ((size_t)snprintf(full_path, sizeof(full_path), "%s/%s", dir, rel) >= sizeof(full_path))
@@ -762,18 +761,25 @@ static int replace(agent *a, uint8_t *d, size_t n, const char *path)
 {
     uint8_t *old = a->dict;
     const size_t oldn = a->dict_len;
+    const uint32_t old_id = ingest_dict_id(old, oldn);
     a->dict = NULL;
     if (a->auto_probe != NULL)
         a->auto_probe->dict = NULL; /* (the new one may have the old one's address) */
+    /* a new one with the old one's id (ids are 32 bits of a hash) takes its place in the codec */
+    const int same_id = ingest_dict_id(d, n) == old_id;
+    if (same_id)
+        (void)ingest_codec_remove_dict(a->codec, old_id);
     if (keep(a, d, n, path) < 0) {
         a->dict = old;
         a->dict_len = oldn; /* (its name is path all the same) */
-        (void)ingest_codec_use_dict(a->codec, ingest_dict_id(old, oldn));
+        if (same_id && ingest_codec_add_dict(a->codec, old, oldn, NULL) < 0)
+            prog_log(INGEST_LOG_ERROR, "compression.dictionary auto: %s does not load again: %s", a->dict_name,
+                     ingest_ctx_errmsg(a->ctx));
+        (void)ingest_codec_use_dict(a->codec, old_id);
         prog_log(INGEST_LOG_INFO, "compression.dictionary auto: keeping %s", a->dict_name);
         return -1;
     }
-    const uint32_t old_id = ingest_dict_id(old, oldn);
-    if (old_id != ingest_dict_id(a->dict, a->dict_len))
+    if (!same_id)
         (void)ingest_codec_remove_dict(a->codec, old_id);
     free(old);
     if (a->auto_probe != NULL)
@@ -831,7 +837,7 @@ int agent_dict_auto_again(agent *a)
 void agent_dict_status_get(const agent *a, agent_dict_status *st)
 {
     memset(st, 0, sizeof(*st));
-    st->is_auto = strcmp(a->cfg->compression_dictionary, "auto") == 0;
+    st->is_auto = a->dict_auto;
     if (a->dict != NULL) {
         st->id = ingest_dict_id(a->dict, a->dict_len);
         st->bytes = a->dict_len;

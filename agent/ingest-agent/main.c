@@ -1072,7 +1072,8 @@ int load_state(agent *a)
     }
     snprintf(a->state.prefix, sizeof(a->state.prefix), "%s-", a->state.instance);
     agent_landing_load(a);
-    if (strcmp(a->cfg->compression_dictionary, "auto") == 0 && agent_dict_auto(a) < 0)
+    a->dict_auto = strcmp(a->cfg->compression_dictionary, "auto") == 0;
+    if (a->dict_auto && agent_dict_auto(a) < 0)
         return -1;
     return 0;
 }

@@ -64,7 +64,9 @@ INGEST_API size_t ingest_codec_bound(size_t n);
 /*
  * Register a dictionary (the contents of a file written by
  * ingest_dict_train) for both compression and decompression; its id is
- * returned in *dict_id.  Registering the same id twice is a no-op.  The
+ * returned in *dict_id.  Registering the same dictionary twice is a
+ * no-op; other bytes under an id already loaded are INGEST_EMISMATCH
+ * (remove that one first).  The
  * bytes are copied.  INGEST_EINVAL if they are not a zstd dictionary with
  * an id, INGEST_ECORRUPT if its tables are malformed, INGEST_ETOOBIG past
  * INGEST_DICT_MAX_BYTES, INGEST_ENOSPC when the codec already holds 64.

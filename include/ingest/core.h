@@ -89,7 +89,8 @@ typedef struct ingest_core_metrics {
 typedef struct ingest_core_opts {
     ingest_store *store;  /* of index; shared, used under the land lock */
     ingest_index *index;
-    ingest_dictstore *dicts; /* dictionaries devices sent; NULL: none are kept */
+    ingest_dictstore *dicts; /* dictionaries devices sent; NULL: none are kept (each session asks for and
+                              * uses the ones offered to it, and drops them at its end) */
     ingest_catalog *catalog; /* each batch is added once durable (catalog.h); NULL: none */
     const char *bronze;   /* root of the landed tree */
     const char *layout;   /* lander layout template (lander.h); NULL: the default */

@@ -303,6 +303,8 @@ void ingest_dictstore_set_held_metric(ingest_dictstore *ds, ingest_metric *gauge
 const uint8_t *ingest_dictstore_find(ingest_dictstore *ds, const char *device, const uint8_t hash[INGEST_DICT_HASH_BYTES],
                                      size_t len)
 {
+    if (ds == NULL)
+        return NULL; /* no store: a session uses what it receives, and nothing is kept */
     pthread_mutex_lock(&ds->lock);
     entry *e = find(ds, hash);
     const uint8_t *p = NULL;
@@ -466,6 +468,10 @@ int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t
 {
     int rc = -1;
     uint8_t *copy = NULL;
+    if (ds == NULL) {
+        snprintf(why, whycap, "this core keeps no dictionaries (no store)");
+        return -1;
+    }
     /* One add at a time, file included: two devices sending the same dictionary store it once. */
     pthread_mutex_lock(&ds->lock);
     entry *have = find(ds, hash);

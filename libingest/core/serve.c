@@ -431,7 +431,7 @@ typedef struct conn_dicts {
     int receiving;                   /* a DICT_WANT SEND was answered: DICT_DATA of offer comes */
     ingest_wire_dict_offer offer;
     uint8_t *buf;                    /* what came of it so far */
-    uint32_t got;
+    uint32_t got, cap;               /* cap: buf's size, doubling with what came, at most the offered size */
 } conn_dicts;
 
 /* Load a dictionary (bytes outlive the codecs) into the reader's codec and the landers': 0, or a code with why. */
@@ -530,23 +530,39 @@ static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *con
 {
     const ingest_wire_dict_offer *o = &cd->offer;
     if (!cd->receiving || d->dict_id != o->dict_id || d->offset != cd->got || d->len > o->size - cd->got) {
-        snprintf(why, cap, "DICT_DATA of dictionary %u, %zu bytes at offset %u, was not asked for", (unsigned)d->dict_id,
-                 d->len, (unsigned)d->offset);
+        const char *what = !cd->receiving              ? "no dictionary was asked for"
+                           : d->dict_id != o->dict_id  ? "the dictionary asked for is another"
+                           : d->offset != cd->got      ? "not at the offset that comes next"
+                                                       : "past the offered size";
+        snprintf(why, cap,
+                 "DICT_DATA of dictionary %u, %zu bytes at offset %u: %s (asked for: %u, %u bytes, %u received)",
+                 (unsigned)d->dict_id, d->len, (unsigned)d->offset, what, cd->receiving ? (unsigned)o->dict_id : 0u,
+                 cd->receiving ? (unsigned)o->size : 0u, (unsigned)cd->got);
         return INGEST_EPROTO;
     }
-    uint8_t *p = ingest__realloc(s->ctx, cd->buf, cd->got, cd->got + d->len); /* grows with what came, never to a declared size */
-    if (p == NULL) {
-        snprintf(why, cap, "out of memory for dictionary %u", (unsigned)o->dict_id);
-        return INGEST_ENOMEM;
+    if (d->len > cd->cap - cd->got) {
+        /* grows with what came (never to a declared size at once), doubling so that small slices cost no
+         * copy of everything before them each */
+        uint32_t ncap = cd->cap < 4096u ? 4096u : cd->cap;
+        while (ncap - cd->got < d->len && ncap < o->size)
+            ncap = ncap > o->size / 2 ? o->size : ncap * 2;
+        if (ncap > o->size)
+            ncap = o->size;
+        uint8_t *p = ingest__realloc(s->ctx, cd->buf, cd->got, ncap);
+        if (p == NULL) {
+            snprintf(why, cap, "out of memory for dictionary %u", (unsigned)o->dict_id);
+            return INGEST_ENOMEM;
+        }
+        cd->buf = p;
+        cd->cap = ncap;
     }
-    cd->buf = p;
     memcpy(cd->buf + cd->got, d->data, d->len);
     cd->got += (uint32_t)d->len;
     if (cd->got < o->size)
         return 0;
     uint8_t *bytes = cd->buf;
     cd->buf = NULL;
-    cd->got = 0;
+    cd->got = cd->cap = 0;
     cd->receiving = 0;
     uint8_t h[INGEST_DICT_HASH_BYTES];
     ingest_dict_hash(bytes, o->size, h);

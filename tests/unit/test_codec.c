@@ -247,6 +247,26 @@ static void test_dict_round_trip(void **state)
     assert_int_equal(ingest_codec_add_dict(enc, dict, dlen, &got), 0); /* no-op */
     assert_int_equal(got, id);
     assert_int_equal(ingest_codec_add_dict(dec, dict, dlen, NULL), 0);
+    {
+        /* Other bytes under the same id (its last content byte changed): refused, not taken for the one loaded
+         * (it would decode chunks of the other one into wrong bytes); loaded once that one is removed. */
+        uint8_t *other = malloc(dlen);
+        assert_non_null(other);
+        memcpy(other, dict, dlen);
+        other[dlen - 1] ^= 0x55;
+        assert_int_equal(ingest_dict_id(other, dlen), id);
+        assert_int_equal(ingest_codec_add_dict(dec, other, dlen, &got), INGEST_EMISMATCH);
+        assert_non_null(strstr(ingest_ctx_errmsg(ctx), "is loaded already, with other bytes"));
+        assert_int_equal(ingest_codec_add_dict_decode_ref(dec, other, dlen, &got), INGEST_EMISMATCH);
+        ingest_codec *tmp = NULL;
+        assert_int_equal(ingest_codec_create(ctx, 3, &tmp), 0);
+        assert_int_equal(ingest_codec_add_dict(tmp, dict, dlen, NULL), 0);
+        assert_int_equal(ingest_codec_remove_dict(tmp, id), 0);
+        assert_int_equal(ingest_codec_add_dict(tmp, other, dlen, &got), 0);
+        assert_int_equal(got, id);
+        ingest_codec_destroy(tmp);
+        free(other);
+    }
 
     /* A new small sample, unlike any trained on. */
     uint8_t sample[700];

@@ -648,6 +648,10 @@ static atomic_size_t g_big_live;
 #define ITEM_SMALL_MAX (sizeof(qitem) + 8192u)
 static atomic_size_t g_item_allocs;
 
+/* and how many bytes were allocated in all in blocks of 2 KiB or more (test_dict_without_store) */
+#define MID_ALLOC 2048u
+static atomic_size_t g_mid_bytes;
+
 static void *counting_alloc(void *opaque, size_t size)
 {
     (void)opaque;
@@ -655,6 +659,8 @@ static void *counting_alloc(void *opaque, size_t size)
     if (p == NULL)
         return NULL;
     *p = size;
+    if (size >= MID_ALLOC)
+        atomic_fetch_add(&g_mid_bytes, size);
     if (size >= BIG_ALLOC)
         atomic_fetch_add(&g_big_live, size);
     if (size >= sizeof(qitem) && size <= ITEM_SMALL_MAX)
@@ -716,6 +722,90 @@ static void test_idle_link_holds_no_large_buffers(void **state)
         fail_msg("an idle link holds %zu bytes in blocks of 64 KiB or more; its reader's codec %zu", idle, codec_big);
     env_free(e);
     assert_int_equal(atomic_load(&g_big_live), 0);
+}
+
+/*
+ * A core made without a dictionary store (ingest_core_opts.dicts NULL:
+ * "none are kept") and a device that offers a dictionary: the core asks
+ * for it and uses it on this session (it crashed on the store it does not
+ * have).  The device sends it one byte per DICT_DATA: the core's buffer
+ * grows by doubling, not by one copy of everything before each slice (a
+ * 4 MiB dictionary sent so took minutes of a core's CPU).  A slice no one
+ * asked for is an ERROR that says why.
+ */
+static void test_dict_without_store(void **state)
+{
+    (void)state;
+    enum { NS = 400 };
+    size_t sizes[NS], total = 0;
+    char *samples = malloc(NS * 160);
+    assert_non_null(samples);
+    for (unsigned i = 0; i < NS; i++) {
+        const int n = snprintf(samples + total, 160,
+                               "{\"sensor\":\"t%u\",\"site\":\"osaka-bay\",\"value\":%u.%u,\"unit\":\"C\",\"ok\":%s}\n",
+                               i % 17, i * 7 % 100, i % 10, i % 3 ? "true" : "false");
+        sizes[i] = (size_t)n;
+        total += (size_t)n;
+    }
+    ingest_ctx *tctx = ingest_ctx_create(NULL);
+    void *dict = NULL;
+    size_t dlen = 0;
+    uint32_t id = 0;
+    assert_int_equal(ingest_dict_train(tctx, samples, sizes, NS, 8192, &dict, &dlen, &id), 0);
+    free(samples);
+
+    static const ingest_allocator counting = { counting_alloc, counting_free, NULL };
+    g_alloc = &counting;
+    env *e = env_new(INGEST_SESSION_FEATURE_DICT, 10000);
+    g_alloc = NULL;
+    assert_null(e->core->o.dicts);
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_DICT_OFFER;
+    m.u.dict_offer.dict_id = id;
+    m.u.dict_offer.size = (uint32_t)dlen;
+    ingest_dict_hash(dict, dlen, m.u.dict_offer.hash);
+    send_msg(e, &m);
+    recv_msg(e, &m);
+    assert_int_equal(m.type, INGEST_MSG_DICT_WANT);
+    assert_int_equal(m.u.dict_want.answer, INGEST_DICT_SEND);
+    const size_t before = atomic_load(&g_mid_bytes);
+    for (size_t off = 0; off < dlen; off++) {
+        memset(&m, 0, sizeof(m));
+        m.type = INGEST_MSG_DICT_DATA;
+        m.u.dict_data.dict_id = id;
+        m.u.dict_data.offset = (uint32_t)off;
+        m.u.dict_data.data = (const uint8_t *)dict + off;
+        m.u.dict_data.len = 1;
+        send_msg(e, &m);
+    }
+    ping(e); /* every slice before it was taken: the dictionary verified and loaded */
+    /* (the buffer, then the dictionary's tables loaded for this session) */
+    const size_t bytes = atomic_load(&g_mid_bytes) - before;
+    if (bytes > 32 * dlen)
+        fail_msg("%zu bytes allocated in blocks of 2 KiB or more for a dictionary of %zu bytes sent one byte at a "
+                 "time", bytes, dlen);
+    /* held on this session: offered again, HAVE */
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_DICT_OFFER;
+    m.u.dict_offer.dict_id = id;
+    m.u.dict_offer.size = (uint32_t)dlen;
+    ingest_dict_hash(dict, dlen, m.u.dict_offer.hash);
+    send_msg(e, &m);
+    recv_msg(e, &m);
+    assert_int_equal(m.type, INGEST_MSG_DICT_WANT);
+    assert_int_equal(m.u.dict_want.answer, INGEST_DICT_HAVE);
+    /* a slice no one asked for */
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_DICT_DATA;
+    m.u.dict_data.dict_id = id;
+    m.u.dict_data.data = dict;
+    m.u.dict_data.len = 1;
+    send_msg(e, &m);
+    assert_int_equal(recv_error(e, "no dictionary was asked for"), INGEST_EPROTO);
+    env_free(e);
+    ingest_buf_free(tctx, dict);
+    ingest_ctx_destroy(tctx);
 }
 
 /*
@@ -1077,6 +1167,7 @@ int main(void)
         cmocka_unit_test(test_device_held_writing_does_not_stop_another),
         cmocka_unit_test(test_device_held_parsing_does_not_stop_another),
         cmocka_unit_test(test_manifest_parse_holds_no_lock),
+        cmocka_unit_test(test_dict_without_store),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
