@@ -472,6 +472,8 @@ int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t
         snprintf(why, whycap, "this core keeps no dictionaries (no store)");
         return -1;
     }
+    if (!usable(bytes, len, why, whycap))
+        return -1; /* (as a file that would be skipped at the next start) */
     /* One add at a time, file included: two devices sending the same dictionary store it once. */
     pthread_mutex_lock(&ds->lock);
     entry *have = find(ds, hash);

@@ -577,22 +577,34 @@ static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *con
         ingest__free(s->ctx, bytes);
         return INGEST_EMISMATCH;
     }
-    cd->own[cd->nown++] = bytes; /* from here the codecs may refer to them */
-    char lwhy[512];
-    if (dict_load(q, lc, ctx, bytes, o->size, lwhy, sizeof(lwhy)) != 0) {
+    /* Stored, the session uses the store's copy (held until its codecs go), not a second one of its own. */
+    char swhy[512] = "", lwhy[512];
+    const int stored = ingest_dictstore_add(s->o.dicts, device, o->hash, bytes, o->size, swhy, sizeof(swhy)) == 0;
+    const uint8_t *use = stored ? ingest_dictstore_find(s->o.dicts, device, o->hash, o->size) : NULL;
+    const int own_copy = use == NULL;
+    if (use != NULL) {
+        cd->held[cd->nheld++] = use; /* (an offer was answered SEND only with room here) */
+        ingest__free(s->ctx, bytes);
+    } else {
+        cd->own[cd->nown++] = bytes; /* from here the codecs may refer to them */
+        use = bytes;
+        if (stored)
+            snprintf(swhy, sizeof(swhy), "stored, but gone from the store at once");
+    }
+    if (dict_load(q, lc, ctx, use, o->size, lwhy, sizeof(lwhy)) != 0) {
         snprintf(why, cap, "dictionary %u is not usable: %s", (unsigned)o->dict_id, lwhy);
         return INGEST_ECORRUPT;
     }
-    dict_accept(cd, o->dict_id, o->hash, bytes, o->size);
+    dict_accept(cd, o->dict_id, o->hash, use, o->size);
     ingest_metric_add(s->m.dicts, "received", 1);
     char hex[2 * INGEST_DICT_HASH_BYTES + 1];
     ingest_to_hex(o->hash, INGEST_DICT_HASH_BYTES, hex);
-    if (ingest_dictstore_add(s->o.dicts, device, o->hash, bytes, o->size, lwhy, sizeof(lwhy)) == 0)
+    if (!own_copy)
         core_log(s, INGEST_LOG_INFO, "device %s: dictionary %u (%.16s, %u bytes) received and stored", device,
                  (unsigned)o->dict_id, hex, (unsigned)o->size);
     else
         core_log(s, INGEST_LOG_WARN, "device %s: dictionary %u (%.16s) received, used on this session only: %s", device,
-                 (unsigned)o->dict_id, hex, lwhy);
+                 (unsigned)o->dict_id, hex, swhy);
     return 0;
 }
 

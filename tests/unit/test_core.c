@@ -55,6 +55,7 @@ static void *serve_main(void *arg)
 /* A core over a fresh bronze tree, serving one mem link with these features; 3 source files. */
 static size_t g_budget; /* queue_budget of the next env_new (0: the default) */
 static const ingest_allocator *g_alloc; /* the core context's allocator of the next env_new (NULL: malloc) */
+static ingest_dictstore *g_dicts; /* the dictionary store of the next env_new (NULL: none) */
 static ingest__lander_hook_fn g_hook; /* the landers' test hook of the next env_new (NULL: none) */
 static void *g_hook_ud;
 
@@ -85,6 +86,7 @@ static env *env_new(unsigned features, int idle_ms)
         .idle_timeout_ms = idle_ms,
         .features = INGEST_SESSION_FEATURES_ALL,
         .queue_budget = g_budget,
+        .dicts = g_dicts,
     };
     assert_int_equal(ingest_core_create(e->ctx, &o, &e->core), 0);
     e->core->land_hook = g_hook;
@@ -733,9 +735,9 @@ static void test_idle_link_holds_no_large_buffers(void **state)
  * 4 MiB dictionary sent so took minutes of a core's CPU).  A slice no one
  * asked for is an ERROR that says why.
  */
-static void test_dict_without_store(void **state)
+/* A dictionary of at most max bytes trained from small JSON events (free with ingest_buf_free(tctx, ...)). */
+static void *small_dict(ingest_ctx *tctx, size_t max, size_t *dlen, uint32_t *id)
 {
-    (void)state;
     enum { NS = 400 };
     size_t sizes[NS], total = 0;
     char *samples = malloc(NS * 160);
@@ -747,18 +749,15 @@ static void test_dict_without_store(void **state)
         sizes[i] = (size_t)n;
         total += (size_t)n;
     }
-    ingest_ctx *tctx = ingest_ctx_create(NULL);
     void *dict = NULL;
-    size_t dlen = 0;
-    uint32_t id = 0;
-    assert_int_equal(ingest_dict_train(tctx, samples, sizes, NS, 8192, &dict, &dlen, &id), 0);
+    assert_int_equal(ingest_dict_train(tctx, samples, sizes, NS, max, &dict, dlen, id), 0);
     free(samples);
+    return dict;
+}
 
-    static const ingest_allocator counting = { counting_alloc, counting_free, NULL };
-    g_alloc = &counting;
-    env *e = env_new(INGEST_SESSION_FEATURE_DICT, 10000);
-    g_alloc = NULL;
-    assert_null(e->core->o.dicts);
+/* Offer dict (dlen bytes, id) on e's link: the core's answer. */
+static unsigned offer_dict(env *e, const void *dict, size_t dlen, uint32_t id)
+{
     ingest_wire_msg m;
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_DICT_OFFER;
@@ -768,7 +767,24 @@ static void test_dict_without_store(void **state)
     send_msg(e, &m);
     recv_msg(e, &m);
     assert_int_equal(m.type, INGEST_MSG_DICT_WANT);
-    assert_int_equal(m.u.dict_want.answer, INGEST_DICT_SEND);
+    return m.u.dict_want.answer;
+}
+
+static void test_dict_without_store(void **state)
+{
+    (void)state;
+    ingest_ctx *tctx = ingest_ctx_create(NULL);
+    size_t dlen = 0;
+    uint32_t id = 0;
+    void *dict = small_dict(tctx, 8192, &dlen, &id);
+
+    static const ingest_allocator counting = { counting_alloc, counting_free, NULL };
+    g_alloc = &counting;
+    env *e = env_new(INGEST_SESSION_FEATURE_DICT, 10000);
+    g_alloc = NULL;
+    assert_null(e->core->o.dicts);
+    assert_int_equal(offer_dict(e, dict, dlen, id), INGEST_DICT_SEND);
+    ingest_wire_msg m;
     const size_t before = atomic_load(&g_mid_bytes);
     for (size_t off = 0; off < dlen; off++) {
         memset(&m, 0, sizeof(m));
@@ -786,15 +802,7 @@ static void test_dict_without_store(void **state)
         fail_msg("%zu bytes allocated in blocks of 2 KiB or more for a dictionary of %zu bytes sent one byte at a "
                  "time", bytes, dlen);
     /* held on this session: offered again, HAVE */
-    memset(&m, 0, sizeof(m));
-    m.type = INGEST_MSG_DICT_OFFER;
-    m.u.dict_offer.dict_id = id;
-    m.u.dict_offer.size = (uint32_t)dlen;
-    ingest_dict_hash(dict, dlen, m.u.dict_offer.hash);
-    send_msg(e, &m);
-    recv_msg(e, &m);
-    assert_int_equal(m.type, INGEST_MSG_DICT_WANT);
-    assert_int_equal(m.u.dict_want.answer, INGEST_DICT_HAVE);
+    assert_int_equal(offer_dict(e, dict, dlen, id), INGEST_DICT_HAVE);
     /* a slice no one asked for */
     memset(&m, 0, sizeof(m));
     m.type = INGEST_MSG_DICT_DATA;
@@ -804,6 +812,46 @@ static void test_dict_without_store(void **state)
     send_msg(e, &m);
     assert_int_equal(recv_error(e, "no dictionary was asked for"), INGEST_EPROTO);
     env_free(e);
+    ingest_buf_free(tctx, dict);
+    ingest_ctx_destroy(tctx);
+}
+
+/*
+ * With a store, a dictionary a session received is stored and the session
+ * uses the store's copy (held while its codecs may refer to it, let go at
+ * its end), not a second copy of its own: up to 8 dictionaries of 4 MiB
+ * per connected device were held twice.
+ */
+static void test_dict_received_uses_the_stores_copy(void **state)
+{
+    (void)state;
+    ingest_ctx *tctx = ingest_ctx_create(NULL);
+    size_t dlen = 0;
+    uint32_t id = 0;
+    void *dict = small_dict(tctx, 4096, &dlen, &id);
+    char dir[] = "/tmp/test-core-dicts-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(ingest_dictstore_open(tctx, dir, &g_dicts), 0);
+    ingest_dictstore *ds = g_dicts;
+    env *e = env_new(INGEST_SESSION_FEATURE_DICT, 10000);
+    g_dicts = NULL;
+    assert_int_equal(offer_dict(e, dict, dlen, id), INGEST_DICT_SEND);
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_DICT_DATA;
+    m.u.dict_data.dict_id = id;
+    m.u.dict_data.data = dict;
+    m.u.dict_data.len = dlen;
+    send_msg(e, &m);
+    ping(e);
+    assert_int_equal(ingest_dictstore_count(ds), 1);
+    assert_int_equal(ingest_dictstore_held(ds), 1); /* the session's: its codecs refer to the store's bytes */
+    env_free(e);
+    assert_int_equal(ingest_dictstore_held(ds), 0);
+    ingest_dictstore_close(ds);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
     ingest_buf_free(tctx, dict);
     ingest_ctx_destroy(tctx);
 }
@@ -1168,6 +1216,7 @@ int main(void)
         cmocka_unit_test(test_device_held_parsing_does_not_stop_another),
         cmocka_unit_test(test_manifest_parse_holds_no_lock),
         cmocka_unit_test(test_dict_without_store),
+        cmocka_unit_test(test_dict_received_uses_the_stores_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
