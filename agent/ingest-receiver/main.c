@@ -87,6 +87,7 @@ typedef struct server {
     ingest_core_kafka *kafka;
     pthread_t kafka_thread;
     int kafka_running;
+    int append_off; /* intents of appends in place stay (their cut-back failed): none this run */
 } server;
 
 static int define_metrics(server *s)
@@ -826,7 +827,7 @@ static int make_core(server *s)
         .layout = s->cfg->layout,
         .dedup_key = s->dedup,
         .direct_io = s->cfg->direct_io,
-        .append_in_place = s->cfg->append_in_place,
+        .append_in_place = s->cfg->append_in_place && !s->append_off,
         .idle_timeout_ms = (int)(s->cfg->idle_timeout_ms > 0x7fffffff ? 0x7fffffff : s->cfg->idle_timeout_ms),
         .features = CORE_FEATURES,
         .queue_budget = (size_t)s->cfg->queue_budget,
@@ -945,6 +946,20 @@ int main(int argc, char **argv)
         prog_log(INGEST_LOG_ERROR, "--stats-interval: cannot start its thread: %s", strerror(errno));
         metrics_http_stop(mh);
         goto out;
+    }
+    /* appends in place a crash or a failed cut-back left: cut back now, whether the last run crashed or not */
+    uint64_t app_cut = 0, app_left = 0;
+    if (ingest_lander_sweep_appends(s.ctx, s.cfg->bronze, &app_cut, &app_left) < 0) {
+        prog_log(INGEST_LOG_ERROR, "sweep of the appends in place under %s: %s", s.cfg->bronze,
+                 ingest_ctx_errmsg(s.ctx));
+        goto out;
+    }
+    if (app_left > 0 && s.cfg->append_in_place) {
+        s.append_off = 1;
+        prog_log(INGEST_LOG_WARN,
+                 "%llu files appended in place could not be cut back to their landed length (see above): appending "
+                 "in place is off for this run (growing files are written whole), and the next start tries again",
+                 (unsigned long long)app_left);
     }
     const int crashed = sweep_after_crash(&s);
     if (crashed < 0 || (crashed && catch_up_index(&s) != 0))

@@ -149,6 +149,17 @@ INGEST_API int ingest_lander_create(ingest_ctx *ctx, ingest_store *st, ingest_in
  */
 INGEST_API int ingest_lander_sweep(ingest_ctx *ctx, const char *bronze_root, uint64_t *removed,
                                    uint64_t *failed);
+/*
+ * Only the appends in place left unfinished (their intents under
+ * _manifests/.append: a crash, or a cut-back that failed): each file is cut
+ * back to its landed length unless its batch landed, and its intent goes.
+ * Cheap (one directory); run it at every start with no lander of the tree
+ * at work.  *cut counts files cut back, *left intents that stay (their
+ * cut-back failed, logged): while any stay, appending in place must stay
+ * off.  0, or < 0 when the root or that directory cannot be opened.
+ */
+INGEST_API int ingest_lander_sweep_appends(ingest_ctx *ctx, const char *bronze_root, uint64_t *cut,
+                                           uint64_t *left);
 /* Destroy a lander (its batch must be destroyed first); NULL accepted. */
 INGEST_API void ingest_lander_destroy(ingest_lander *l);
 

@@ -6,14 +6,23 @@
  * Intent file: _manifests/.append/{devtag}.{batch}.{file index}, made
  * durable before the landed file is changed at all:
  *
- *   ingest-append 1\n
- *   {dev} {ino} {size} {mtime_ns} {mode}\n   the landed file before the append
+ *   ingest-append 2\n
+ *   {dev} {ino} {size} {mtime_ns} {mode} {new size}\n   the landed file before the append, and its size after
  *   {device}\n{batch}\n{landed path}\n
  *
  * The append is kept once the batch's manifest _manifests/{device}/{batch}.jsonl
  * is in place (it records the new size); otherwise the file is cut back to
- * {size}, its mode and mtime restored (ingest_lander_sweep after a crash, the
- * batch's abort otherwise).
+ * {size}, its mode and mtime restored (the sweep at the receiver's start,
+ * ingest_lander_sweep_appends, or the batch's abort), but only while it is
+ * still that file (device and inode) at a size this append can have made:
+ * {size} to {new size}.  (Version 1 intents, without the new size, are still
+ * read, with no upper bound.)
+ *
+ * A file whose cut-back fails keeps its claim (no other batch of this
+ * process appends to it: later versions are written whole and renamed over
+ * it) and its intent, and a start whose sweep leaves an intent turns
+ * appending off for that run: no append ever follows an intent not acted
+ * on, so the sweep can never cut off bytes a later batch landed.
  */
 #include "lander_int.h"
 
@@ -86,8 +95,8 @@ static int app_claim(ingest_lander_batch *b, uint32_t fi, const struct stat *st)
 
 static void app_release_one(ingest_lander_batch *b, lfile *f)
 {
-    if (!f->app_reg)
-        return;
+    if (!f->app_reg || (f->app_grown && !f->app_done))
+        return; /* (an append whose cut-back failed keeps its claim for the process's life: see the top) */
     uint8_t key[INGEST_ID_BYTES];
     app_key(f, key);
     ingest__inflight_del(b->l->idx, ".", key, b);
@@ -189,10 +198,10 @@ int lander__app_intent(ingest_lander_batch *b, uint32_t fi)
         close(dfd);
         return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
     }
-    const int n = snprintf(text, APP_INTENT_MAX, "ingest-append 1\n%llu %llu %llu %lld %o\n%s\n%s\n%s\n",
+    const int n = snprintf(text, APP_INTENT_MAX, "ingest-append 2\n%llu %llu %llu %lld %o %llu\n%s\n%s\n%s\n",
                            (unsigned long long)f->app_dev, (unsigned long long)f->app_ino,
                            (unsigned long long)f->app_size, (long long)f->app_mtime, (unsigned)f->app_mode,
-                           b->device, b->name, f->landed);
+                           (unsigned long long)f->size, b->device, b->name, f->landed);
     int rc = 0;
     const int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 || lander__write_full(fd, text, (size_t)n) < 0 || fsync(fd) < 0 || fsync(dfd) < 0)
@@ -247,14 +256,27 @@ void lander__app_undo(ingest_lander_batch *b)
         lander__split_path(f->landed, dir, sizeof dir, &name);
         int dfd = -1, fd = -1;
         bool cut = false;
-        if (lander__walk_dir(b, f->landed, dir, false, &dfd) == 0 && dfd >= 0)
+        lander__hook(b, INGEST__LANDER_HOOK_UNDO);
+        errno = 0;
+        const int wr = lander__walk_dir(b, f->landed, dir, false, &dfd);
+        int e = errno;
+        if (wr == 0 && dfd >= 0) {
             fd = openat(dfd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
+            e = errno;
+        }
         struct stat st;
-        /* only the file we appended to: a file renamed there since is another batch's */
-        if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_dev == f->app_dev && (uint64_t)st.st_ino == f->app_ino)
-            cut = app_cut(fd, f->app_size, f->app_mode, f->app_mtime) == 0;
-        else
-            cut = true; /* not there any more: nothing to take back */
+        if (fd >= 0 && fstat(fd, &st) != 0) {
+            e = errno;
+        } else if (fd >= 0) {
+            /* only the file we appended to: a file renamed there since is another batch's */
+            cut = (uint64_t)st.st_dev != f->app_dev || (uint64_t)st.st_ino != f->app_ino ||
+                  app_cut(fd, f->app_size, f->app_mode, f->app_mtime) == 0;
+            e = errno;
+        } else {
+            /* gone (the file, or a directory above it), or replaced by what it cannot open as a file: nothing
+             * to take back; any other failure (no descriptor free, an I/O error) leaves it to be cut later */
+            cut = (wr == 0 && dfd < 0) || e == ENOENT || e == ENOTDIR || e == ELOOP;
+        }
         if (fd >= 0)
             close(fd);
         if (dfd >= 0)
@@ -265,8 +287,10 @@ void lander__app_undo(ingest_lander_batch *b)
             app_intent_remove(b, i); /* else the sweep of the next start cuts it */
             f->app_grown = false;
         } else {
-            ingest__log(b->ctx, INGEST_LOG_WARN, "lander: batch %s: cannot cut %s back to %llu bytes: %s", b->name,
-                        f->landed, (unsigned long long)f->app_size, strerror(errno));
+            ingest__log(b->ctx, INGEST_LOG_WARN,
+                        "lander: batch %s: cannot cut %s back to %llu bytes: %s; its intent stays, and it is not "
+                        "appended to again before the receiver's next start cuts it",
+                        b->name, f->landed, (unsigned long long)f->app_size, strerror(e));
         }
     }
 }
@@ -282,7 +306,8 @@ void lander__app_finished(ingest_lander_batch *b)
 
 /* Parse an intent: 0, or -1 (malformed). */
 static int intent_parse(char *t, unsigned long long *dev, unsigned long long *ino, unsigned long long *size,
-                        long long *mtime, unsigned *mode, char **device, char **batch, char **landed)
+                        long long *mtime, unsigned *mode, unsigned long long *new_size, char **device, char **batch,
+                        char **landed)
 {
     char *line[5];
     for (int k = 0; k < 5; k++) {
@@ -294,9 +319,15 @@ static int intent_parse(char *t, unsigned long long *dev, unsigned long long *in
         t = nl + 1;
     }
     char extra;
-    if (strcmp(line[0], "ingest-append 1") != 0 ||
-        sscanf(line[1], "%llu %llu %llu %lld %o%c", dev, ino, size, mtime, mode, &extra) != 5)
+    *new_size = ULLONG_MAX; /* version 1: not recorded */
+    if (strcmp(line[0], "ingest-append 1") == 0) {
+        if (sscanf(line[1], "%llu %llu %llu %lld %o%c", dev, ino, size, mtime, mode, &extra) != 5)
+            return -1;
+    } else if (strcmp(line[0], "ingest-append 2") != 0 ||
+               sscanf(line[1], "%llu %llu %llu %lld %o %llu%c", dev, ino, size, mtime, mode, new_size, &extra) != 6 ||
+               *new_size < *size) {
         return -1;
+    }
     *device = line[2];
     *batch = line[3];
     *landed = line[4];
@@ -304,7 +335,7 @@ static int intent_parse(char *t, unsigned long long *dev, unsigned long long *in
 }
 
 /* One intent (name, in dfd): cut its file back unless its batch's manifest is in place; then remove it. */
-static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name, uint64_t *cut)
+static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name, uint64_t *cut, uint64_t *left)
 {
     char *t = ingest__malloc(ctx, APP_INTENT_MAX + 1);
     if (t == NULL)
@@ -313,11 +344,12 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
     ssize_t n = fd >= 0 ? read(fd, t, APP_INTENT_MAX) : -1;
     if (fd >= 0)
         close(fd);
-    unsigned long long dev, ino, size;
+    unsigned long long dev, ino, size, new_size;
     long long mtime;
     unsigned mode;
     char *device, *batch, *landed;
-    if (n < 0 || (t[n] = '\0', intent_parse(t, &dev, &ino, &size, &mtime, &mode, &device, &batch, &landed)) < 0 ||
+    if (n < 0 ||
+        (t[n] = '\0', intent_parse(t, &dev, &ino, &size, &mtime, &mode, &new_size, &device, &batch, &landed)) < 0 ||
         ingest__path_check_id(ctx, "device", device) < 0 || ingest__path_check_id(ctx, "batch", batch) < 0 ||
         ingest__path_check_rel(ctx, "landed path", landed) < 0) {
         /* torn while it was written: nothing was appended yet */
@@ -336,13 +368,15 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
     if (pfd >= 0)
         close(pfd);
     if (lfd >= 0 && fstat(lfd, &st) == 0 && (unsigned long long)st.st_dev == dev &&
-        (unsigned long long)st.st_ino == ino && (unsigned long long)st.st_size >= size) {
+        (unsigned long long)st.st_ino == ino && (unsigned long long)st.st_size >= size &&
+        (unsigned long long)st.st_size <= new_size) {
         const unsigned long long torn = (unsigned long long)st.st_size - size;
         if (app_cut(lfd, size, mode & 07777, mtime) < 0) {
             ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: cannot cut %s back to %llu bytes: %s", landed, size,
                         strerror(errno));
             close(lfd);
             ingest__free(ctx, t);
+            (*left)++;
             return; /* the intent stays: the next start tries again */
         }
         ingest__log(ctx, INGEST_LOG_WARN,
@@ -358,9 +392,9 @@ out:
     ingest__free(ctx, t);
 }
 
-int lander__app_sweep(ingest_ctx *ctx, int rootfd, uint64_t *cut)
+int lander__app_sweep(ingest_ctx *ctx, int rootfd, uint64_t *cut, uint64_t *left)
 {
-    *cut = 0;
+    *cut = *left = 0;
     const int dfd = openat(rootfd, APP_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)
         return errno == ENOENT ? 0 : lander__sys_fail(ctx, errno, "open", APP_DIR);
@@ -377,10 +411,31 @@ int lander__app_sweep(ingest_ctx *ctx, int rootfd, uint64_t *cut)
     while ((de = readdir(d)) != NULL) {
         if (de->d_name[0] == '.')
             continue;
-        sweep_intent(ctx, rootfd, dfd, de->d_name, cut);
+        sweep_intent(ctx, rootfd, dfd, de->d_name, cut, left);
     }
     closedir(d);
     (void)fsync(dfd);
     close(dfd);
     return 0;
+}
+
+int ingest_lander_sweep_appends(ingest_ctx *ctx, const char *bronze_root, uint64_t *cut, uint64_t *left)
+{
+    uint64_t c = 0, k = 0;
+    if (cut)
+        *cut = 0;
+    if (left)
+        *left = 0;
+    if (!ctx || !bronze_root)
+        return INGEST_EINVAL;
+    const int rootfd = open(bronze_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0)
+        return lander__sys_fail(ctx, errno, "open bronze root", bronze_root);
+    const int rc = lander__app_sweep(ctx, rootfd, &c, &k);
+    close(rootfd);
+    if (cut)
+        *cut = c;
+    if (left)
+        *left = k;
+    return rc;
 }

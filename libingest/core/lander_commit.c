@@ -461,6 +461,11 @@ static int check_final_names(ingest_lander_batch *b)
         if (fstatat(b->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
             if (errno != ENOENT)
                 return lander__sys_fail(b->ctx, errno, "stat the final name of", f->landed);
+            if (f->append) /* its bytes went into a file no name holds now: not landed */
+                return ingest__fail(b->ctx, INGEST_EEXIST,
+                                    "lander: file %s: %s was removed or moved away while batch %s appended to it "
+                                    "(nothing of the batch was put in place)",
+                                    f->path, f->landed, b->name);
             f->fresh = true;
             continue;
         }

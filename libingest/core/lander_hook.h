@@ -17,6 +17,7 @@ enum {
     INGEST__LANDER_HOOK_LOOKUP = 2, /* ingest_lander_lookup, with the store's lock held */
     INGEST__LANDER_HOOK_WRITE = 3, /* a chunk is about to be written to its file */
     INGEST__LANDER_HOOK_PLACE = 4, /* the commit: final names checked, no rename yet, the lander's lock held */
+    INGEST__LANDER_HOOK_UNDO = 5,  /* an aborted append in place is about to be cut back (its file not opened yet) */
 };
 
 typedef void (*ingest__lander_hook_fn)(void *ud, const char *device, int phase);

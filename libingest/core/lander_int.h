@@ -369,7 +369,7 @@ void lander__app_undo(ingest_lander_batch *b);
 void lander__app_release(ingest_lander_batch *b, bool locked);
 void lander__app_release_file(ingest_lander_batch *b, uint32_t fi);
 void lander__app_finished(ingest_lander_batch *b);
-int lander__app_sweep(ingest_ctx *ctx, int rootfd, uint64_t *cut);
+int lander__app_sweep(ingest_ctx *ctx, int rootfd, uint64_t *cut, uint64_t *left);
 /* The name under which file fi's data is in its directory now: its final name when appended in place, else its temporary. */
 void lander__data_name(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap);
 int lander__peer_wait(ingest_lander_batch *b);

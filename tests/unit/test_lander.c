@@ -1264,6 +1264,191 @@ static int count_intents(const env *e)
     return n;
 }
 
+/* ---- appends in place that go wrong ---- */
+
+/* A lock whose first taking unlinks a path: between commit's step 1 (the syncs, unlocked) and step 2. */
+static const char *g_unlink_at_lock;
+static int g_lock_calls;
+static void unlinking_lock(void *ud)
+{
+    (void)ud;
+    if (g_lock_calls++ == 0 && g_unlink_at_lock != NULL)
+        assert_int_equal(unlink(g_unlink_at_lock), 0);
+}
+static void plain_unlock(void *ud) { (void)ud; }
+
+/* The undo hook: from here no descriptor can be opened (the lowest free one made the limit). */
+static int g_no_fd_undos;
+static void no_fd_at_undo(void *ud, const char *device, int phase)
+{
+    (void)ud;
+    (void)device;
+    if (phase != INGEST__LANDER_HOOK_UNDO)
+        return;
+    g_no_fd_undos++;
+    const int probe = dup(0);
+    if (probe < 0 && errno == EMFILE)
+        return; /* no descriptor free already */
+    assert_true(probe >= 0);
+    close(probe);
+    struct rlimit lim;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &lim), 0);
+    lim.rlim_cur = (rlim_t)probe;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+}
+
+/* Land b1 (v[0, n1)) at "log", then begin b2 (v[0, n2), the next second) appending in place: b2. */
+static ingest_lander_batch *append_begun(env *e, const uint8_t *v, size_t n1, size_t n2, tbatch *t1, tbatch *t2)
+{
+    assert_int_equal(ingest_lander_set_append(e->l, 1), 0);
+    const tfile f1[] = {{"log", v, n1, T2024, 0644}};
+    const tfile f2[] = {{"log", v, n2, T2024 + 1, 0644}};
+    make_batch(e, "dev1", "b1", f1, 1, t1);
+    make_batch(e, "dev1", "b2", f2, 1, t2);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t1->manifest, t1->mlen, &b), 0);
+    land_all(e, b, t1);
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t2->manifest, t2->mlen, &b), 0);
+    return b;
+}
+
+/*
+ * The file appended to is unlinked (an archiver downstream) after the
+ * batch synced it and before its commit checks the final names: the batch
+ * fails, saying so; it was acknowledged with nothing at the final name.
+ */
+static void test_append_file_removed_at_commit(void **state)
+{
+    env *e = *state;
+    const size_t n1 = 3 * CH, n2 = 4 * CH + 100;
+    uint8_t *v = pattern(n2, 81);
+    tbatch t1, t2;
+    ingest_lander_batch *b = append_begun(e, v, n1, n2, &t1, &t2);
+    const uint32_t *w;
+    size_t nw;
+    ingest_lander_wants(b, &w, &nw);
+    for (size_t k = 0; k < nw; k++)
+        assert_int_equal(put(e, b, &t2, w[k]), 0);
+    assert_int_equal(ingest_lander_commit_prepare(b), 0);
+    char p[512];
+    snprintf(p, sizeof p, "%s/dev1/2024/02/29/log", e->bronze);
+    g_unlink_at_lock = p;
+    g_lock_calls = 0;
+    const ingest_lander_lock lk = {plain_unlock, unlinking_lock, NULL};
+    const int rc = ingest_lander_commit_finish(b, &lk);
+    g_unlink_at_lock = NULL;
+    assert_int_equal(rc, INGEST_EEXIST);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "was removed or moved away while batch b2 appended to it"));
+    char mp[512];
+    snprintf(mp, sizeof mp, "%s/_manifests/dev1/b2.jsonl", e->bronze);
+    assert_int_equal(access(mp, F_OK), -1); /* not landed */
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(count_intents(e), 0);
+    free(t1.manifest);
+    free(t2.manifest);
+    free(v);
+}
+
+/*
+ * An append aborted while no descriptor is free (EMFILE, often what failed
+ * the batch): the file cannot be cut back now, so its intent stays (it was
+ * removed, the torn tail left for good), the next batch of the file does
+ * not append to it (it is written whole and renamed over it), and the
+ * sweep at the next start leaves that file alone.  Then an intent of an
+ * append cut back and followed by a larger append that landed: the sweep
+ * does not cut the landed bytes off (it cut to the old length before).
+ */
+static void test_append_undo_fails(void **state)
+{
+    env *e = *state;
+    const size_t n1 = 3 * CH, n2 = 8 * CH + 100, n3 = 9 * CH + 7;
+    uint8_t *v = pattern(n3, 82);
+    tbatch t1, t2, t3;
+    ingest_lander_batch *b = append_begun(e, v, n1, n2, &t1, &t2);
+    const uint32_t *w;
+    size_t nw;
+    ingest_lander_wants(b, &w, &nw);
+    assert_true(nw >= 2);
+    assert_int_equal(put(e, b, &t2, w[0]), 0);
+    assert_int_equal(put(e, b, &t2, w[1]), 0);
+    const char *rel = "dev1/2024/02/29/log";
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    struct stat sb;
+    assert_int_equal(stat(p, &sb), 0);
+    const off_t torn = sb.st_size;
+    assert_true((size_t)torn > n1);
+    assert_int_equal(count_intents(e), 1);
+    const ino_t ino1 = ino_of(e, rel);
+    struct rlimit old;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    ingest__lander_set_hook(e->l, no_fd_at_undo, NULL);
+    ingest_lander_abort(b);
+    ingest_lander_batch_destroy(b); /* (tries the cut again) */
+    ingest__lander_set_hook(e->l, NULL, NULL);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_true(g_no_fd_undos >= 1);
+    assert_int_equal(count_intents(e), 1); /* kept: the cut is still owed */
+    assert_int_equal(stat(p, &sb), 0);
+    assert_int_equal(sb.st_size, torn);
+
+    /* the next version of the file: written whole, a new inode; the landed file is exactly it */
+    const tfile f3[] = {{"log", v, n3, T2024 + 2, 0644}};
+    make_batch(e, "dev1", "b3", f3, 1, &t3);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t3.manifest, t3.mlen, &b), 0);
+    land_all(e, b, &t3);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, rel, v, n3, T2024 + 2, 0644);
+    assert_true(ino_of(e, rel) != ino1);
+    uint64_t cut = 9, left = 9;
+    assert_int_equal(ingest_lander_sweep_appends(e->ctx, e->bronze, &cut, &left), 0);
+    assert_int_equal(cut, 0);
+    assert_int_equal(left, 0);
+    assert_int_equal(count_intents(e), 0);
+    assert_file(e, rel, v, n3, T2024 + 2, 0644);
+
+    /* b4 appends n3 -> n4 and is aborted (cut back), its intent kept as if that cut's fsync had failed;
+     * b5 appends n3 -> n5 > n4 in place and lands; the old intent must not cut b5's bytes off */
+    const size_t n4 = n3 + 2 * CH, n5 = n3 + 5 * CH + 3;
+    uint8_t *u = pattern(n5, 83);
+    memcpy(u, v, n3);
+    const tfile f4[] = {{"log", u, n4, T2024 + 3, 0644}};
+    const tfile f5[] = {{"log", u, n5, T2024 + 4, 0644}};
+    tbatch t4, t5;
+    make_batch(e, "dev1", "b4", f4, 1, &t4);
+    make_batch(e, "dev1", "b5", f5, 1, &t5);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t4.manifest, t4.mlen, &b), 0);
+    ingest_lander_wants(b, &w, &nw);
+    assert_true(nw >= 1);
+    assert_int_equal(put(e, b, &t4, w[0]), 0);
+    assert_int_equal(count_intents(e), 1);
+    char cmd[2200];
+    snprintf(cmd, sizeof cmd, "cp -a '%s/_manifests/.append' '%s/kept'", e->bronze, e->dir);
+    assert_int_equal(system(cmd), 0);
+    ingest_lander_abort(b);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, rel, v, n3, T2024 + 2, 0644);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t5.manifest, t5.mlen, &b), 0);
+    land_all(e, b, &t5);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, rel, u, n5, T2024 + 4, 0644);
+    snprintf(cmd, sizeof cmd, "cp -a '%s/kept/.' '%s/_manifests/.append/'", e->dir, e->bronze);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(count_intents(e), 1);
+    assert_int_equal(ingest_lander_sweep_appends(e->ctx, e->bronze, &cut, &left), 0);
+    assert_int_equal(cut, 0);
+    assert_int_equal(count_intents(e), 0);
+    assert_file(e, rel, u, n5, T2024 + 4, 0644);
+    free(t1.manifest);
+    free(t2.manifest);
+    free(t3.manifest);
+    free(t4.manifest);
+    free(t5.manifest);
+    free(u);
+    free(v);
+}
+
 /*
  * Appending in place (ingest_lander_set_append): a grown version lands in
  * the landed file (same inode), writing about the new bytes; a version that
@@ -3836,6 +4021,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dedup_scope_device, setup, teardown),
         cmocka_unit_test_setup_teardown(test_direct_io_repeats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_in_place, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_append_file_removed_at_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_append_undo_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_holes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rewant_deleted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rewant_overwritten, setup, teardown),
