@@ -176,8 +176,11 @@ int lander__app_intent(ingest_lander_batch *b, uint32_t fi)
     if (f->app_grown)
         return 0;
     const int rootfd = b->l->rootfd;
-    if (mkdirat(rootfd, APP_DIR, 0700) == 0) {
-        /* made now: its entry in _manifests must be durable before an intent in it counts */
+    if (mkdirat(rootfd, APP_DIR, 0700) != 0 && errno != EEXIST)
+        return lander__sys_fail(b->ctx, errno, "create", APP_DIR);
+    if (!b->l->app_dir_synced) {
+        /* its entry in _manifests must be durable before an intent in it counts: made now, or found (made
+         * by a run that died, or whose fsync failed, before that) */
         const int mfd = openat(rootfd, "_manifests", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         const int bad = mfd < 0 || fsync(mfd) < 0;
         const int e = errno;
@@ -185,8 +188,7 @@ int lander__app_intent(ingest_lander_batch *b, uint32_t fi)
             close(mfd);
         if (bad)
             return lander__sys_fail(b->ctx, e, "sync", "_manifests");
-    } else if (errno != EEXIST) {
-        return lander__sys_fail(b->ctx, errno, "create", APP_DIR);
+        b->l->app_dir_synced = true; /* (landers of one batch at a time: set by the landing thread) */
     }
     const int dfd = openat(rootfd, APP_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)

@@ -124,6 +124,7 @@ struct ingest_lander_s {
     bool clone_bad;
     dev_t clone_bad_dev;
     bool append; /* land growing files in place (ingest_lander_set_append, lander_append.c) */
+    bool app_dir_synced; /* _manifests/.append's name fsynced into _manifests by this lander (lander__app_intent) */
     ingest__syncs own_syncs; /* the syncfs count of this lander alone ... */
     ingest__syncs *syncs;    /* ... or the one its core shares (ingest__lander_share_syncs) */
 };
