@@ -59,6 +59,24 @@ kill -HUP $AGENT_PID
 agent_log "configuration reloaded"
 pass "SIGHUP: an invalid config is rejected and the agent goes on; a valid one is taken"
 
+# compression.dictionary changed by a reload: logged to take effect at the next start, and it does not
+# before (no sampling, training or auto.zdict from the small files that come meanwhile)
+cp "$T/dev1.yaml.good" "$T/dev1.yaml"
+printf 'compression:\n  dictionary: auto\n' >> "$T/dev1.yaml"
+kill -HUP $AGENT_PID
+agent_log "compression.dictionary changed: it takes effect at the next start"
+mkdir -p "$S/ev"
+for i in $(seq 1 100); do
+    printf '{"sensor":"t%d","site":"north","value":%d.%d,"unit":"C","ok":true,"seq":%d}\n' $((i % 17)) \
+        $((i * 7 % 100)) $((i % 10)) "$i" > "$S/ev/e$i.json"
+done
+wait_landed ev/e100.json
+sleep 1
+! grep -q "compression.dictionary auto" "$T/dev1.err" ||
+    { cat "$T/dev1.err"; fail "compression.dictionary auto acted before the next start"; }
+[ ! -e "$T/astate-dev1/auto.zdict" ] || fail "an auto.zdict was trained before the next start"
+pass "a reload's compression.dictionary waits for the next start, as logged"
+
 kill -TERM $AGENT_PID
 rc=0; wait $AGENT_PID || rc=$?
 [ "$rc" = 0 ] || { cat "$T/dev1.err"; fail "agent exited $rc on SIGTERM"; }
