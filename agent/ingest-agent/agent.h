@@ -160,6 +160,8 @@ extern atomic_int reload_requested;
 /* filters.c: a source's filter (*out NULL when it has no rule; -1 logged), and what it says of a file
  * (INGEST_FILTER_TAKE, or the reason) found at rel under the source's directory dir. */
 int agent_filter_create(agent *a, const ingest_source_config *c, ingest_filter **out);
+/* A fingerprint of c's filter settings (never 0): the journal's skip records hold the one they were made under. */
+uint32_t agent_filter_rules(const ingest_source_config *c);
 int agent_filter_check(const ingest_filter *f, const char *dir, const char *rel, const ingest_sender_stat *st,
                        int64_t now_ns);
 

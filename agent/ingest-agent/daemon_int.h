@@ -73,6 +73,7 @@ typedef struct dsource {
     const char *move_dir;    /* AFTER_MOVE */
     int move_chain_synced;   /* AFTER_MOVE: move_dir and the directories above it synced this run (sync_move_chain) */
     ingest_filter *filter;   /* NULL: take everything */
+    uint32_t filter_rules;   /* fingerprint of its filter settings: a file skipped under others is judged again */
     int spool;               /* spool: copy */
     int missing;             /* its directory is not there: not walked nor watched, checked every walk */
     int root_watched;        /* its directory has an inotify watch */

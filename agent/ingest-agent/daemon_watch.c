@@ -36,6 +36,7 @@ int dmn_sources_make(daemon_t *d, const ingest_agent_config *cfg, dsource **out,
                                                                      : AFTER_KEEP;
         s[i].move_dir = c->after_ship_dir;
         s[i].spool = c->spool == INGEST_SPOOL_COPY;
+        s[i].filter_rules = agent_filter_rules(c);
         if (agent_filter_create(d->a, c, &s[i].filter) < 0) {
             for (size_t k = 0; k < i; k++)
                 ingest_filter_destroy(s[k].filter);
@@ -551,7 +552,7 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
         return 0;
     }
     if (s->filter != NULL) {
-        if (ingest_journal_skipped(d->j, path, st->size, st->mtime_ns) > 0)
+        if (ingest_journal_skipped(d->j, path, st->size, st->mtime_ns, st->ctime_ns, s->filter_rules) > 0)
             return 0; /* this version was counted already */
         const int r = agent_filter_check(s->filter, s->path, rel, st, d->wall_ns);
         if (r != INGEST_FILTER_TAKE) {
@@ -561,7 +562,8 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
                     ingest_metric_add(a->report.m.files_skipped, ingest_filter_reason_name(r), 1);
             }
             prog_log(INGEST_LOG_DEBUG, "skipped %s: filter %s", prog_esc(path), ingest_filter_reason_name(r));
-            if (ingest_journal_mark_skipped(d->j, path, st->size, st->mtime_ns, r, d->wall_ns) == INGEST_ENOSPC)
+            if (ingest_journal_mark_skipped(d->j, path, st->size, st->mtime_ns, st->ctime_ns, s->filter_rules, r,
+                                            d->wall_ns) == INGEST_ENOSPC)
                 (void)dmn_store_check(d, INGEST_ENOSPC, "state store (filter records)");
             return 0;
         }

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sodium.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -32,6 +33,25 @@ int agent_filter_create(agent *a, const ingest_source_config *c, ingest_filter *
         return -1;
     }
     return 0;
+}
+
+uint32_t agent_filter_rules(const ingest_source_config *c)
+{
+    crypto_generichash_state h;
+    crypto_generichash_init(&h, NULL, 0, 8);
+    const uint64_t nums[6] = { c->include_count, c->exclude_count, c->min_size, c->max_size,
+                               (uint64_t)c->max_age_ms, (uint64_t)c->sample_every };
+    crypto_generichash_update(&h, (const unsigned char *)nums, sizeof(nums));
+    /* each string with its terminating NUL: the list boundaries stay apart */
+    for (size_t i = 0; i < c->include_count; i++)
+        crypto_generichash_update(&h, (const unsigned char *)c->include[i], strlen(c->include[i]) + 1);
+    for (size_t i = 0; i < c->exclude_count; i++)
+        crypto_generichash_update(&h, (const unsigned char *)c->exclude[i], strlen(c->exclude[i]) + 1);
+    crypto_generichash_update(&h, (const unsigned char *)c->drop_if_prefix, strlen(c->drop_if_prefix) + 1);
+    uint8_t out[8];
+    crypto_generichash_final(&h, out, sizeof(out));
+    const uint32_t r = (uint32_t)out[0] | (uint32_t)out[1] << 8 | (uint32_t)out[2] << 16 | (uint32_t)out[3] << 24;
+    return r != 0 ? r : 1;
 }
 
 /* The first bytes of {dir}/{rel} (never through a symlink): 0, or -1 when it cannot be opened. */

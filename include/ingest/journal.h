@@ -125,14 +125,18 @@ INGEST_API int ingest_journal_stable(ingest_journal *j, const char *path, uint64
 INGEST_API int ingest_journal_mark_renamed(ingest_journal *j, const char *path, uint64_t size, int64_t mtime_ns,
                                            int64_t now_ns);
 /*
- * Files passed over by a filter: remember (path, size, mtime) with the
- * reason (1..15) so a rescan does not count the same version again.
- * ingest_journal_skipped returns the recorded reason when size and mtime
- * still match, 0 otherwise.
+ * Files passed over by a filter: remember (path, size, mtime, ctime) with
+ * the reason (1..15) and rules, a fingerprint of the filter settings that
+ * decided (never 0), so a rescan does not count the same version again.
+ * ingest_journal_skipped returns the recorded reason when size, mtime,
+ * ctime and rules still match, 0 otherwise: a file rewritten with its
+ * mtime put back (ctime moved) and one under changed filter settings are
+ * judged again.
  */
 INGEST_API int ingest_journal_mark_skipped(ingest_journal *j, const char *path, uint64_t size, int64_t mtime_ns,
-                                           int reason, int64_t now_ns);
-INGEST_API int ingest_journal_skipped(ingest_journal *j, const char *path, uint64_t size, int64_t mtime_ns);
+                                           int64_t ctime_ns, uint32_t rules, int reason, int64_t now_ns);
+INGEST_API int ingest_journal_skipped(ingest_journal *j, const char *path, uint64_t size, int64_t mtime_ns,
+                                      int64_t ctime_ns, uint32_t rules);
 /* Drop path's stability record (0 or ENOTFOUND is not an error: returns 0). */
 INGEST_API int ingest_journal_forget_seen(ingest_journal *j, const char *path);
 /*

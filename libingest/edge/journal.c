@@ -507,17 +507,28 @@ int ingest_journal_mark_renamed(ingest_journal *j, const char *path, uint64_t si
     return seen_put(j, key, kl, SEEN_RENAMED, size, mtime_ns, now_ns);
 }
 
-int ingest_journal_mark_skipped(ingest_journal *j, const char *path, uint64_t size, int64_t mtime_ns, int reason,
-                                int64_t now_ns)
+int ingest_journal_mark_skipped(ingest_journal *j, const char *path, uint64_t size, int64_t mtime_ns,
+                                int64_t ctime_ns, uint32_t rules, int reason, int64_t now_ns)
 {
+    (void)now_ns; /* (a skipped record holds the ctime where a settle record holds its time) */
     if (reason < 1 || reason > 15)
         return ingest__fail(j->ctx, INGEST_EINVAL, "journal: skip reason %d out of 1..15", reason);
-    uint8_t key[INGEST__PATH_KEY_MAX];
+    if (rules == 0)
+        return ingest__fail(j->ctx, INGEST_EINVAL, "journal: skip rules fingerprint 0");
+    uint8_t key[INGEST__PATH_KEY_MAX], v[SEEN_BYTES];
     const size_t kl = ingest__path_key(path, key);
-    return seen_put(j, key, kl, SEEN_SKIPPED | ((unsigned)reason << 4), size, mtime_ns, now_ns);
+    memset(v, 0, sizeof(v));
+    v[0] = SEEN_VERSION;
+    v[1] = (uint8_t)(SEEN_SKIPPED | ((unsigned)reason << 4));
+    ingest__put_u32(v + 2, rules);
+    ingest__put_u64(v + 8, size);
+    ingest__put_u64(v + 16, (uint64_t)mtime_ns);
+    ingest__put_u64(v + 24, (uint64_t)ctime_ns);
+    return ingest__store_put(j->st, j->seen, key, kl, v, sizeof(v));
 }
 
-int ingest_journal_skipped(ingest_journal *j, const char *path, uint64_t size, int64_t mtime_ns)
+int ingest_journal_skipped(ingest_journal *j, const char *path, uint64_t size, int64_t mtime_ns, int64_t ctime_ns,
+                           uint32_t rules)
 {
     uint8_t key[INGEST__PATH_KEY_MAX], v[SEEN_BYTES];
     const size_t kl = ingest__path_key(path, key);
@@ -528,7 +539,8 @@ int ingest_journal_skipped(ingest_journal *j, const char *path, uint64_t size, i
     if (rc < 0)
         return rc;
     if (vl == SEEN_BYTES && v[0] == SEEN_VERSION && (v[1] & SEEN_SKIPPED) && ingest__get_u64(v + 8) == size &&
-        (int64_t)ingest__get_u64(v + 16) == mtime_ns)
+        (int64_t)ingest__get_u64(v + 16) == mtime_ns && (int64_t)ingest__get_u64(v + 24) == ctime_ns &&
+        rules != 0 && ingest__get_u32(v + 2) == rules)
         return v[1] >> 4;
     return 0;
 }

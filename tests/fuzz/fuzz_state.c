@@ -167,7 +167,7 @@ static void fuzz_journal_path(unsigned kind, const uint8_t *v, size_t n)
     int rc;
     if (kind == 7) {
         int64_t wait = 0;
-        rc = ingest_journal_skipped(jr, "src/a.log", 100, 5);
+        rc = ingest_journal_skipped(jr, "src/a.log", 100, 5, 6, 77);
         if (rc < 0 || rc > 15)
             __builtin_trap();
         rc = ingest_journal_stable(jr, "src/a.log", 100, 5, 1700000000000000000, 1000000000, &wait);

@@ -83,6 +83,27 @@ kill -TERM $AGENT_PID; wait $AGENT_PID || true
 count include 0; count sample 0
 pass "a restart does not count the same skipped versions again"
 
+# Skip records name the version and the rules that judged it: the exc source's rule changed (exclude
+# *.log, no longer *.tmp) and a restart: y.tmp and z.tmp are judged again and land; a file skipped for its
+# prefix, rewritten to the same size with its mtime put back (cp -p, tar and rsync -t do so): judged again
+# and lands.  (Both stayed unshipped for good, their records matching size and mtime.)
+sed -i 's|^    exclude: \["\*.tmp"\]$|    exclude: ["*.log"]|' "$T/dev1.yaml"
+grep -q 'exclude: \["\*.log"\]' "$T/dev1.yaml" || fail "the exclude rule was not changed"
+touch -r "$B/pfx/empty-frame" "$T/pfx-ref"
+printf 'DATAframe' > "$B/pfx/empty-frame"
+touch -r "$T/pfx-ref" "$B/pfx/empty-frame"
+"$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
+AGENT_PID=$!
+i=0
+while [ ! -f "$R/exc/y.tmp" ] || [ ! -f "$R/exc/z.tmp" ] || ! cmp -s "$B/pfx/empty-frame" "$R/pfx/empty-frame"; do
+    i=$((i + 1)); [ $i -gt 300 ] && { kill $AGENT_PID; cat "$T/dev1.err"; fail "files skipped before were not judged again"; }
+    sleep 0.05
+done
+kill -TERM $AGENT_PID; wait $AGENT_PID || true
+pass "a changed filter rule, and a skipped file rewritten with its mtime put back, are judged again"
+sed -i 's|^    exclude: \["\*.log"\]$|    exclude: ["*.tmp"]|' "$T/dev1.yaml"
+printf '\000\000\000\000frame' > "$B/pfx/empty-frame"
+
 # ---- --once applies the same filters ----
 sed -e 's/^  id: dev1$/  id: dev2/' -e 's|keys/dev1.key|keys/dev2.key|' -e 's|astate-dev1|astate-dev2|' \
     "$T/dev1.yaml" > "$T/dev2.yaml"

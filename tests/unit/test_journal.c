@@ -213,10 +213,13 @@ static void test_stability(void **state)
     assert_int_equal(ingest_journal_stable(f->j, "src/r", 7, 8, 50 * s, 2 * s, &wait), 1);
     assert_int_equal(ingest_journal_stable(f->j, "src/r", 9, 8, 50 * s, 2 * s, &wait), 0);
     /* skipped versions */
-    assert_int_equal(ingest_journal_mark_skipped(f->j, "src/k", 1, 2, 6, 50 * s), 0);
-    assert_int_equal(ingest_journal_skipped(f->j, "src/k", 1, 2), 6);
-    assert_int_equal(ingest_journal_skipped(f->j, "src/k", 1, 3), 0);
-    assert_int_equal(ingest_journal_mark_skipped(f->j, "src/k", 1, 2, 0, 50 * s), INGEST_EINVAL);
+    assert_int_equal(ingest_journal_mark_skipped(f->j, "src/k", 1, 2, 3, 77, 6, 50 * s), 0);
+    assert_int_equal(ingest_journal_skipped(f->j, "src/k", 1, 2, 3, 77), 6);
+    assert_int_equal(ingest_journal_skipped(f->j, "src/k", 1, 3, 3, 77), 0);
+    assert_int_equal(ingest_journal_skipped(f->j, "src/k", 1, 2, 4, 77), 0); /* rewritten, its mtime put back */
+    assert_int_equal(ingest_journal_skipped(f->j, "src/k", 1, 2, 3, 78), 0); /* under other filter settings */
+    assert_int_equal(ingest_journal_mark_skipped(f->j, "src/k", 1, 2, 3, 0, 6, 50 * s), INGEST_EINVAL);
+    assert_int_equal(ingest_journal_mark_skipped(f->j, "src/k", 1, 2, 3, 77, 0, 50 * s), INGEST_EINVAL);
     /* an ack clears the record */
     const ingest_journal_file fa = { "src/a", 11, 6, 9, 0 };
     assert_int_equal(ingest_journal_add(f->j, 1, "y-000001", &fa, 1), 0);
@@ -245,7 +248,7 @@ static void test_prune(void **state)
         snprintf(p, sizeof(p), "src/d%03d/f%d", i / 10, i);
         assert_true(ingest_journal_stable(f->j, p, 1, 2, 100 * s, 2 * s, NULL) >= 0);
         if (i % 3 == 0)
-            assert_int_equal(ingest_journal_mark_skipped(f->j, p, 1, 2, 2, 100 * s), 0);
+            assert_int_equal(ingest_journal_mark_skipped(f->j, p, 1, 2, 3, 77, 2, 100 * s), 0);
         const ingest_file_state fs = { 1, 2, 3, 0, 0 };
         assert_int_equal(ingest_filetable_put(f->ft, p, &fs), 0);
     }
@@ -265,8 +268,8 @@ static void test_prune(void **state)
     assert_int_equal(removed, 350);
     assert_int_equal(ingest_journal_seen_count(f->j), 351);
     assert_int_equal(ingest_journal_stable(f->j, p, 1, 2, 200 * s, 2 * s, NULL), 1); /* renamed: still there */
-    assert_int_equal(ingest_journal_skipped(f->j, "src/d000/f0", 1, 2), 2);
-    assert_int_equal(ingest_journal_skipped(f->j, "src/d000/f3", 1, 2), 0);
+    assert_int_equal(ingest_journal_skipped(f->j, "src/d000/f0", 1, 2, 3, 77), 2);
+    assert_int_equal(ingest_journal_skipped(f->j, "src/d000/f3", 1, 2, 3, 77), 0);
     asked = 0;
     assert_int_equal(ingest_filetable_prune(f->ft, odd_gone, &asked, &removed), 0);
     assert_int_equal(removed, 350);
@@ -277,7 +280,7 @@ static void test_prune(void **state)
     /* nothing more to drop; a failing callback stops the prune with its code */
     assert_int_equal(ingest_journal_prune_seen(f->j, odd_gone, &asked, &removed), 0);
     assert_int_equal(removed, 0);
-    assert_int_equal(ingest_journal_mark_skipped(f->j, "src/fail", 1, 2, 2, 100 * s), 0);
+    assert_int_equal(ingest_journal_mark_skipped(f->j, "src/fail", 1, 2, 3, 77, 2, 100 * s), 0);
     assert_int_equal(ingest_journal_prune_seen(f->j, odd_gone, &asked, &removed), INGEST_EIO);
 }
 
