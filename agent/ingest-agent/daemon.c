@@ -120,7 +120,7 @@ static void daemon_free(daemon_t *d)
     for (size_t i = 0; i < VANISH_NAMES; i++)
         free(d->vanish_names[i]);
     free(d->of);
-    free(d->defer_seq);
+    free(d->defer);
     for (size_t i = 0; i < d->ndirty; i++)
         free(d->dirty[i]);
     free(d->dirty);
@@ -234,16 +234,19 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
             prog_log(INGEST_LOG_ERROR, "shipping failed; retrying");
         if (d.npend == 0 && agent_dict_auto_ready(a))
             (void)agent_dict_auto_again(a); /* compression.dictionary auto, none at the start: enough small files came */
-        if (d.defer_pending) {
-            /* a failed action (not one waiting for a writer) is retried less and less often */
-            d.defer_fail_s = !d.defer_failed         ? 0.0
-                             : d.defer_fail_s == 0.0 ? DEFER_RETRY_S
+        if (d.defer_pending)
+            d.defer_next = d.now + DEFER_RETRY_S;
+        /* a failed action (not one waiting for a writer) is retried less and less often, and from 1 s again
+         * once one that had failed went through */
+        if (d.defer_failed) {
+            d.defer_fail_s = d.defer_fail_s == 0.0                  ? DEFER_RETRY_S
                              : d.defer_fail_s * 2.0 > DEFER_FAIL_MAX_S ? DEFER_FAIL_MAX_S
                                                                        : d.defer_fail_s * 2.0;
-            d.defer_next = d.now + (d.defer_failed ? d.defer_fail_s : DEFER_RETRY_S);
-            d.defer_pending = 0;
-            d.defer_failed = 0;
+            d.fail_next = d.now + d.defer_fail_s;
+        } else if (d.defer_fail_clean) {
+            d.defer_fail_s = 0.0;
         }
+        d.defer_pending = d.defer_failed = d.defer_fail_clean = 0;
         dmn_publish(&d);
         /* sleep until something is due */
         d.now = prog_now();

@@ -213,11 +213,13 @@ typedef struct daemon {
     uint64_t pruned;     /* records dropped so far */
 
     /* after-ship actions deferred while a file is open elsewhere (ACKED batches kept in the journal) */
-    double defer_next;   /* retry them from then on */
+    double defer_next;   /* retry those waiting for a writer from then on */
     int defer_pending;   /* one was deferred in this loop: retry in a second */
     int defer_failed;    /* one failed in this loop (not just deferred): retry after defer_fail_s */
+    int defer_fail_clean; /* a batch that had failed went through a pass without failing in this loop */
     double defer_fail_s; /* 0 until a pass fails; then 1 s, doubling to DEFER_FAIL_MAX_S; 0 again after one without */
-    uint64_t *defer_seq; /* batches whose deferral was logged */
+    double fail_next;    /* retry the batches whose actions failed from then on */
+    struct dmn_defer { uint64_t seq; int failed; } *defer; /* batches whose deferral was logged, and why */
     size_t ndefer, capdefer;
     int lease_warned;    /* said once: leases unavailable, actions run unchecked */
     char moved_dir[PATH_MAX]; /* after_ship move: the last directory moved into, its names synced up to move_dir */
@@ -262,6 +264,9 @@ void dmn_spool_drop(daemon_t *d, uint64_t seq);
 int dmn_spool_init(daemon_t *d);
 int dmn_spool_copy(daemon_t *d, uint64_t seq, const dsource *s, const char *rel, const ingest_sender_stat *st);
 void dmn_defer_log_drop(daemon_t *d, uint64_t seq);
+/* Acked batch seq is retried now: at most once a second while it waits for a writer, with back-off while
+ * its actions fail (both after a restart at once). */
+int dmn_defer_due(const daemon_t *d, uint64_t seq);
 size_t dmn_after_ship(daemon_t *d, uint64_t seq, const ingest_journal_file *f, size_t n);
 void dmn_open_reset(daemon_t *d);
 int dmn_open_journal(daemon_t *d);

@@ -879,7 +879,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
         if (jb->state == INGEST_JOURNAL_ACKED) {
             /* acked before a restart, or a file's after-ship action deferred: (re)try, at most once a second;
              * --once leaves it to the daemon */
-            rc = d->now >= d->defer_next && !d->once ? finish_acked(d, jb, jb->files, jb->nfiles) : 0;
+            rc = dmn_defer_due(d, seq) && !d->once ? finish_acked(d, jb, jb->files, jb->nfiles) : 0;
             ingest_journal_batch_free(d->j, jb);
             return rc;
         }

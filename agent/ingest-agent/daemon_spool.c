@@ -460,35 +460,41 @@ static int sync_move_chain(dsource *s)
     return 0;
 }
 
-/* The acked batches whose deferred after-ship actions were logged: each is said once. */
-static int defer_logged(const daemon_t *d, uint64_t seq)
+/* The acked batches whose deferred after-ship actions were logged (each is said once), and whether they
+ * failed (else they wait for a writer): their entry, or NULL. */
+static struct dmn_defer *defer_of(const daemon_t *d, uint64_t seq)
 {
     for (size_t i = 0; i < d->ndefer; i++)
-        if (d->defer_seq[i] == seq)
-            return 1;
-    return 0;
+        if (d->defer[i].seq == seq)
+            return &d->defer[i];
+    return NULL;
 }
 
-static void defer_log_add(daemon_t *d, uint64_t seq)
+static void defer_log_add(daemon_t *d, uint64_t seq, int failed)
 {
     if (d->ndefer == d->capdefer) {
         const size_t nc = d->capdefer ? d->capdefer * 2 : 16;
-        uint64_t *n = realloc(d->defer_seq, nc * sizeof(*n));
+        struct dmn_defer *n = realloc(d->defer, nc * sizeof(*n));
         if (n == NULL)
-            return; /* it is only said again */
-        d->defer_seq = n;
+            return; /* it is only said again (and retried every second) */
+        d->defer = n;
         d->capdefer = nc;
     }
-    d->defer_seq[d->ndefer++] = seq;
+    d->defer[d->ndefer].seq = seq;
+    d->defer[d->ndefer++].failed = failed;
 }
 
 void dmn_defer_log_drop(daemon_t *d, uint64_t seq)
 {
-    for (size_t i = 0; i < d->ndefer; i++)
-        if (d->defer_seq[i] == seq) {
-            d->defer_seq[i] = d->defer_seq[--d->ndefer];
-            return;
-        }
+    struct dmn_defer *e = defer_of(d, seq);
+    if (e != NULL)
+        *e = d->defer[--d->ndefer];
+}
+
+int dmn_defer_due(const daemon_t *d, uint64_t seq)
+{
+    const struct dmn_defer *e = defer_of(d, seq);
+    return d->now >= (e != NULL && e->failed ? d->fail_next : d->defer_next);
 }
 
 /* st is the version f shipped (an inode of 0 in f is unknown).  A symlink never is: after_ship leaves
@@ -532,8 +538,12 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
         return 0; /* the core refused this version: it never landed, so it stays */
     if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full))
         return 0;
-    if (s->after == AFTER_MOVE && (size_t)snprintf(dst, sizeof(dst), "%s/%s", s->move_dir, rel) >= sizeof(dst))
+    if (s->after == AFTER_MOVE && (size_t)snprintf(dst, sizeof(dst), "%s/%s", s->move_dir, rel) >= sizeof(dst)) {
+        if (!quiet)
+            prog_log(INGEST_LOG_WARN, "after_ship move of %s: its destination under %s is longer than %d bytes: left "
+                     "where it is", prog_esc(full), prog_esc(s->move_dir), PATH_MAX - 1);
         return 0;
+    }
     if (lstat(full, &st) != 0) {
         /* gone: perhaps deleted by a run that died before making the deletion durable; its directory is
          * fsynced all the same before the batch's record goes (a cut must not bring it back) */
@@ -543,7 +553,7 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
         /* or moved by a run that died (or whose fsync failed) between the rename and the fsync of the
          * directory moved into: that one too, or the cut that keeps the unlink could lose the new name */
         if (s->after == AFTER_MOVE && lstat(dst, &at) == 0 && prog_sync_parent(dst) != 0 &&
-            !cannot_sync_dirs(errno)) {
+            !cannot_sync_dirs(errno) && errno != EACCES && errno != EPERM) {
             if (!quiet && (*nfail)++ == 0)
                 prog_log(INGEST_LOG_WARN, "after_ship move %s -> %s: fsync of its directory: %s; tried again later",
                          prog_esc(full), prog_esc(dst), strerror(errno));
@@ -649,8 +659,9 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
  */
 size_t dmn_after_ship(daemon_t *d, uint64_t seq, const ingest_journal_file *f, size_t n)
 {
-    const int quiet = defer_logged(d, seq);
-    size_t deferred = 0, nfail = 0;
+    struct dmn_defer *known = defer_of(d, seq);
+    const int quiet = known != NULL;
+    size_t deferred = 0, nfail = 0, failures = 0;
     char pending[PATH_MAX] = "", removed[PATH_MAX];
     for (size_t i = 0; i <= n; i++) {
         removed[0] = '\0';
@@ -661,19 +672,19 @@ size_t dmn_after_ship(daemon_t *d, uint64_t seq, const ingest_journal_file *f, s
                               ? release_file(d, s, rel, &f[i], quiet, &nfail, removed, sizeof(removed))
                               : 0;
             deferred += r != 0;
-            d->defer_failed |= r == 2;
+            failures += r == 2;
         }
         /* the directory of the deletions before, once this one is elsewhere (or at the end) */
         const char *ps = strrchr(pending, '/'), *rs = strrchr(removed, '/');
         const int same = ps && rs && ps - pending == rs - removed && memcmp(pending, removed, (size_t)(ps - pending)) == 0;
         if (pending[0] && (i == n || (removed[0] && !same))) {
-            if (prog_sync_parent(pending) != 0) {
+            if (prog_sync_parent(pending) != 0 && !cannot_sync_dirs(errno)) {
                 if (!quiet)
                     prog_log(INGEST_LOG_WARN, "after_ship: cannot make the deletions in the directory of %s durable "
                              "(fsync: %s); the batch's record stays, and is tried again", prog_esc(pending),
                              strerror(errno));
                 deferred++;
-                d->defer_failed = 1;
+                failures++;
             }
             pending[0] = '\0';
         }
@@ -686,8 +697,14 @@ size_t dmn_after_ship(daemon_t *d, uint64_t seq, const ingest_journal_file *f, s
     if (nfail > 0)
         prog_log(INGEST_LOG_WARN, "after_ship: the batch's record stays in the journal; its files are tried again "
                  "after 1 s, then less often (at most every %.0f s), and after a restart", DEFER_FAIL_MAX_S);
-    if (deferred > 0 && !quiet)
-        defer_log_add(d, seq);
+    if (failures > 0)
+        d->defer_failed = 1;
+    if (known != NULL && known->failed && failures == 0)
+        d->defer_fail_clean = 1; /* (done, or only waiting for a writer now) */
+    if (known != NULL)
+        known->failed = failures > 0;
+    else if (deferred > 0)
+        defer_log_add(d, seq, failures > 0);
     return deferred;
 }
 

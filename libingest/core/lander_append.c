@@ -336,22 +336,42 @@ static int intent_parse(char *t, unsigned long long *dev, unsigned long long *in
     return 0;
 }
 
-/* One intent (name, in dfd): cut its file back unless its batch's manifest is in place; then remove it. */
+/* An error that says the landed file (or a directory above it) is not there as a file: nothing to cut. */
+static int gone(int e) { return e == ENOENT || e == ENOTDIR || e == ELOOP || e == EXDEV; }
+
+/*
+ * One intent (name, in dfd): cut its file back unless its batch's manifest
+ * is in place; then remove it.  An intent that cannot be acted on (the
+ * intent, the manifest's directory or the file unreadable for another
+ * reason than their absence: no descriptor free, an I/O error, the cut
+ * failing) stays, counted in *left, and is tried at the next start.
+ */
 static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name, uint64_t *cut, uint64_t *left)
 {
     char *t = ingest__malloc(ctx, APP_INTENT_MAX + 1);
-    if (t == NULL)
-        return;
+    const char *what = NULL;
+    int e = 0, lfd = -1;
+    if (t == NULL) {
+        what = "read it";
+        e = ENOMEM;
+        goto stays;
+    }
     const int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, t, APP_INTENT_MAX) : -1;
+    if (fd < 0 && errno == ENOENT)
+        goto done; /* (gone since the directory was read) */
+    const ssize_t n = fd >= 0 ? read(fd, t, APP_INTENT_MAX) : -1;
+    e = errno;
     if (fd >= 0)
         close(fd);
+    if (n < 0) {
+        what = "read it";
+        goto stays;
+    }
     unsigned long long dev, ino, size, new_size;
     long long mtime;
     unsigned mode;
     char *device, *batch, *landed;
-    if (n < 0 ||
-        (t[n] = '\0', intent_parse(t, &dev, &ino, &size, &mtime, &mode, &new_size, &device, &batch, &landed)) < 0 ||
+    if ((t[n] = '\0', intent_parse(t, &dev, &ino, &size, &mtime, &mode, &new_size, &device, &batch, &landed)) < 0 ||
         ingest__path_check_id(ctx, "device", device) < 0 || ingest__path_check_id(ctx, "batch", batch) < 0 ||
         ingest__path_check_rel(ctx, "landed path", landed) < 0) {
         /* torn while it was written: nothing was appended yet */
@@ -364,22 +384,32 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
     struct stat st;
     if (fstatat(rootfd, mp, &st, AT_SYMLINK_NOFOLLOW) == 0)
         goto out; /* the batch landed: its manifest records the appended size */
+    if (errno != ENOENT) {
+        e = errno;
+        what = "look for its batch's manifest";
+        goto stays;
+    }
     const char *last = NULL;
     const int pfd = ingest__open_parent_beneath(rootfd, landed, &last);
-    const int lfd = pfd >= 0 ? openat(pfd, last, O_WRONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    lfd = pfd >= 0 ? openat(pfd, last, O_WRONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    e = errno;
     if (pfd >= 0)
         close(pfd);
-    if (lfd >= 0 && fstat(lfd, &st) == 0 && (unsigned long long)st.st_dev == dev &&
-        (unsigned long long)st.st_ino == ino && (unsigned long long)st.st_size >= size &&
-        (unsigned long long)st.st_size <= new_size) {
+    if (lfd < 0 && gone(e))
+        goto out; /* not there any more: nothing to take back */
+    if (lfd < 0 || fstat(lfd, &st) != 0) {
+        e = errno;
+        what = "open the file";
+        goto stays;
+    }
+    /* only the file appended to, at a length that append can have made */
+    if ((unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino &&
+        (unsigned long long)st.st_size >= size && (unsigned long long)st.st_size <= new_size) {
         const unsigned long long torn = (unsigned long long)st.st_size - size;
         if (app_cut(lfd, size, mode & 07777, mtime) < 0) {
-            ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: cannot cut %s back to %llu bytes: %s", landed, size,
-                        strerror(errno));
-            close(lfd);
-            ingest__free(ctx, t);
-            (*left)++;
-            return; /* the intent stays: the next start tries again */
+            e = errno;
+            what = "cut the file back";
+            goto stays;
         }
         ingest__log(ctx, INGEST_LOG_WARN,
                     "lander: sweep: %s cut back to its landed %llu bytes (a torn tail of %llu bytes: batch %s of %s "
@@ -387,10 +417,16 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
                     landed, size, torn, batch, device);
         (*cut)++;
     }
-    if (lfd >= 0)
-        close(lfd);
 out:
     (void)unlinkat(dfd, name, 0);
+    goto done;
+stays:
+    ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: cannot %s: %s; the intent stays, for the next start",
+                APP_DIR, name, what, strerror(e));
+    (*left)++;
+done:
+    if (lfd >= 0)
+        close(lfd);
     ingest__free(ctx, t);
 }
 

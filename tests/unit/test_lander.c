@@ -1392,6 +1392,26 @@ static void test_append_undo_fails(void **state)
     assert_int_equal(count_intents(e), 1); /* kept: the cut is still owed */
     assert_int_equal(stat(p, &sb), 0);
     assert_int_equal(sb.st_size, torn);
+    /* a start's sweep that cannot open the file either (descriptors for the root, the intents' directory and
+     * its listing, the intent, the file's directory, then none): the intent stays, counted (it was removed,
+     * and appending left on) */
+    {
+        const int probe = dup(0);
+        assert_true(probe >= 0);
+        close(probe);
+        struct rlimit lim = old;
+        lim.rlim_cur = (rlim_t)probe + 5;
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+        uint64_t c = 9, k = 9;
+        const int src = ingest_lander_sweep_appends(e->ctx, e->bronze, &c, &k);
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+        assert_int_equal(src, 0);
+        assert_int_equal(c, 0);
+        assert_int_equal(k, 1);
+        assert_int_equal(count_intents(e), 1);
+        assert_int_equal(stat(p, &sb), 0);
+        assert_int_equal(sb.st_size, torn);
+    }
 
     /* the next version of the file: written whole, a new inode; the landed file is exactly it */
     const tfile f3[] = {{"log", v, n3, T2024 + 2, 0644}};
