@@ -919,6 +919,7 @@ int main(int argc, char **argv)
     ingest_ctx_set_log(s.ctx, prog_lib_log, NULL, s.cfg->log_level >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN);
     int status = 1, lfd = -1, ready_failed = 0;
     stats_logger *slog = NULL;
+    metrics_http *mh = NULL;
     if (load_keys(&s) != 0)
         goto out;
     if ((s.adm = admit_create(s.cfg->handshake_max_pending, s.cfg->handshake_max_per_address)) == NULL)
@@ -932,7 +933,6 @@ int main(int argc, char **argv)
     }
     if (define_metrics(&s) != 0 || open_index(&s, rebuild) != 0 || open_dicts(&s) != 0)
         goto out;
-    metrics_http *mh = NULL;
     if (s.cfg->metrics_listen[0] != '\0') {
         char mb[300], merr[512];
         mh = metrics_http_start(s.cfg->metrics_listen, s.metrics, mb, sizeof(mb), merr, sizeof(merr));
@@ -944,7 +944,6 @@ int main(int argc, char **argv)
     }
     if (stats_interval > 0 && (slog = stats_logger_start(s.metrics, stats_interval)) == NULL) {
         prog_log(INGEST_LOG_ERROR, "--stats-interval: cannot start its thread: %s", strerror(errno));
-        metrics_http_stop(mh);
         goto out;
     }
     /* appends in place a crash or a failed cut-back left: cut back now, whether the last run crashed or not */
@@ -1122,9 +1121,11 @@ int main(int argc, char **argv)
     stats_logger_stop(slog);
     slog = NULL;
     metrics_http_stop(mh);
+    mh = NULL;
     status = ready_failed ? 1 : 0;
 out:
     stats_logger_stop(slog);
+    metrics_http_stop(mh); /* (a start that failed after it began serving /metrics: before the metrics go) */
     stop_kafka(&s);
     if (lfd >= 0)
         close(lfd);
