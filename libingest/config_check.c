@@ -45,6 +45,13 @@ static size_t path_len_trimmed(const char *path)
     return n;
 }
 
+/* Whether path a is dir b or a path under it (both resolved, trailing slashes aside). */
+static int path_within(const char *a, const char *b)
+{
+    const size_t al = path_len_trimmed(a), bl = path_len_trimmed(b);
+    return al >= bl && strncmp(a, b, bl) == 0 && (al == bl || a[bl] == '/' || (bl == 1 && b[0] == '/'));
+}
+
 int cfg__finish_source(cfg_parser *p, cfg_inst *inst)
 {
     ingest_source_config *s = inst->base;
@@ -72,9 +79,7 @@ int cfg__finish_source(cfg_parser *p, cfg_inst *inst)
         s->after_ship = moved;
         s->after_ship_mode = INGEST_AFTER_SHIP_MOVE;
         s->after_ship_dir = moved + 5;
-        const size_t dl = path_len_trimmed(s->after_ship_dir), sl = path_len_trimmed(s->path);
-        if (dl >= sl && strncmp(s->after_ship_dir, s->path, sl) == 0 &&
-            (dl == sl || s->after_ship_dir[sl] == '/' || (sl == 1 && s->path[0] == '/')))
+        if (path_within(s->after_ship_dir, s->path))
             return cfg__perr(p, at,
                         "key '%safter_ship': the directory '%s' is inside the source '%s' (its files "
                         "would be shipped again)",
@@ -148,6 +153,24 @@ int cfg__finish_agent(cfg_parser *p, cfg_inst *inst)
                 return cfg__perr(p, cfg__mark_of(p, inst, "sources"),
                             "key 'sources[%zu].name': name '%s' is already used by sources[%zu]", i,
                             cfg->sources[i].name, j);
+    /* One file, one source: nested sources would both watch, ship and act on the same files (one deleting
+     * what the other has not shipped), and a move_dir inside a source is shipped again by it. */
+    for (size_t i = 0; i < cfg->sources_count; i++)
+        for (size_t j = 0; j < cfg->sources_count; j++) {
+            const ingest_source_config *a = &cfg->sources[i], *b = &cfg->sources[j];
+            if (j != i && path_within(a->path, b->path))
+                return cfg__perr(p, cfg__mark_of(p, inst, "sources"),
+                            "key 'sources[%zu].path': '%s' is %s sources[%zu]'s '%s': sources must not overlap "
+                            "(one file, one source; use include/exclude to split a tree)",
+                            i, a->path, path_len_trimmed(a->path) == path_len_trimmed(b->path) ? "the same as"
+                                                                                          : "inside",
+                            j, b->path);
+            if (j != i && a->after_ship_mode == INGEST_AFTER_SHIP_MOVE && path_within(a->after_ship_dir, b->path))
+                return cfg__perr(p, cfg__mark_of(p, inst, "sources"),
+                            "key 'sources[%zu].after_ship': the directory '%s' is inside sources[%zu]'s '%s' (its "
+                            "files would be shipped again)",
+                            i, a->after_ship_dir, j, b->path);
+        }
     return INGEST_OK;
 }
 
