@@ -139,6 +139,7 @@ typedef struct daemon {
 
     int ino;             /* inotify fd, -1 when off */
     int ino_full;        /* watches ran out: rescans only */
+    int rewatch;         /* the inotify queue overflowed: the next walk watches every directory again */
     watch *w;
     size_t nw, capw;
     char **deep;         /* directories said to be past the depth limit ("{source}/{path}") */

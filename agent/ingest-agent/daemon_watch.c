@@ -142,7 +142,42 @@ void dmn_vanished_say(daemon_t *d, const char *where)
     d->vanish_round = 0;
 }
 
-/* Watch directory rel of source si: 0 watched (now or before), -1 not (full, gone, path too long). */
+/*
+ * The directory watched as w[i] is now rel of source si (renamed, or moved
+ * within the sources: inotify keeps its watch, and its subdirectories'):
+ * its name and those under it follow, so their events name where the files
+ * are now.  0, or -1 (out of memory: the old names stay, the walks find the
+ * files).
+ */
+static int watch_renamed(daemon_t *d, size_t i, size_t si, const char *rel)
+{
+    char *old = strdup(d->w[i].rel);
+    if (old == NULL)
+        return -1;
+    const size_t os = d->w[i].src, ol = strlen(old), nl = strlen(rel);
+    for (size_t k = 0; k < d->nw; k++) {
+        watch *w = &d->w[k];
+        /* the directory itself and those under it (a source root has none under it by name: only itself) */
+        const int under = strncmp(w->rel, old, ol) == 0 && (w->rel[ol] == '\0' || (ol > 0 && w->rel[ol] == '/'));
+        if (w->src != os || !under)
+            continue;
+        const size_t tl = strlen(w->rel + ol);
+        char *n = malloc(nl + tl + 1);
+        if (n == NULL) {
+            free(old);
+            return -1;
+        }
+        memcpy(n, rel, nl);
+        memcpy(n + nl, w->rel + ol, tl + 1);
+        free(w->rel);
+        w->rel = n;
+        w->src = si;
+    }
+    free(old);
+    return 0;
+}
+
+/* Watch directory rel of source si: 0 watched now, 1 before (its name updated), -1 not (full, gone, path too long). */
 static int watch_one(daemon_t *d, size_t si, const char *rel)
 {
     if (d->ino < 0 || d->ino_full)
@@ -169,8 +204,12 @@ static int watch_one(daemon_t *d, size_t si, const char *rel)
         return -1;
     }
     for (size_t i = 0; i < d->nw; i++)
-        if (d->w[i].wd == wd)
-            return 1; /* already watched (with its subdirectories) */
+        if (d->w[i].wd == wd) {
+            /* already watched (with its subdirectories): under another name when it was renamed since */
+            if (d->w[i].src != si || strcmp(d->w[i].rel, rel) != 0)
+                (void)watch_renamed(d, i, si, rel);
+            return 1;
+        }
     if (d->nw == d->capw) {
         const size_t nc = d->capw ? d->capw * 2 : 64;
         watch *nw = realloc(d->w, nc * sizeof(*nw));
@@ -250,9 +289,10 @@ static int rel_level(const char *rel)
  * per level being visited (the subdirectory names of that directory), at
  * most INGEST_SENDER_MAX_DEPTH + 1 frames, so neither the stack nor the
  * heap grows with the depth of the tree.  A directory already watched is
- * not entered again.
+ * not entered again, unless all (after an inotify queue overflow: the
+ * events that made directories under watched ones may be lost).
  */
-static void watch_tree(daemon_t *d, size_t si, const char *rel0)
+static void watch_tree(daemon_t *d, size_t si, const char *rel0, int all)
 {
     struct wframe {
         char *names; /* subdirectory names, NUL-terminated */
@@ -271,7 +311,8 @@ static void watch_tree(daemon_t *d, size_t si, const char *rel0)
             too_deep(d, shown);
         return;
     }
-    if (watch_one(d, si, rel) != 0)
+    const int w0 = watch_one(d, si, rel);
+    if (w0 < 0 || (w0 > 0 && !all))
         return;
     int n = 0;
     fr[n].names = subdirs(d, si, rel, &fr[n].len);
@@ -300,7 +341,8 @@ static void watch_tree(daemon_t *d, size_t si, const char *rel0)
                 too_deep(d, shown);
             continue;
         }
-        if (watch_one(d, si, rel) != 0)
+        const int w1 = watch_one(d, si, rel);
+        if (w1 < 0 || (w1 > 0 && !all))
             continue;
         /* f->level < INGEST_SENDER_MAX_DEPTH here, so n <= INGEST_SENDER_MAX_DEPTH */
         fr[n].names = subdirs(d, si, rel, &fr[n].len);
@@ -341,11 +383,15 @@ static int source_present(const dsource *s)
  */
 void dmn_sources_check(daemon_t *d)
 {
+    const int rewatch = d->rewatch;
+    d->rewatch = 0;
     for (size_t i = 0; i < d->nsrc; i++) {
         dsource *s = &d->src[i];
         const int present = source_present(s);
+        if (rewatch && present && !s->missing && s->root_watched && d->ino >= 0 && !d->ino_full)
+            watch_tree(d, i, "", 1);
         if (present && !s->missing && d->ino >= 0 && !d->ino_full && !s->root_watched) {
-            watch_tree(d, i, "");
+            watch_tree(d, i, "", 0);
             continue;
         }
         if (!present && !s->missing) {
@@ -359,7 +405,7 @@ void dmn_sources_check(daemon_t *d)
                      prog_esc(s->path));
             s->missing = 0;
             if (!d->ino_full)
-                watch_tree(d, i, "");
+                watch_tree(d, i, "", 0);
             dmn_schedule_scan(d, d->now);
         }
     }
@@ -393,6 +439,7 @@ void dmn_inotify_drain(daemon_t *d)
             const struct inotify_event *ev = (const struct inotify_event *)p;
             p += sizeof(*ev) + ev->len;
             if (ev->mask & IN_Q_OVERFLOW) {
+                d->rewatch = 1; /* directories made meanwhile were not seen: the next walk watches them */
                 dmn_schedule_scan(d, d->now);
                 continue;
             }
@@ -413,7 +460,7 @@ void dmn_inotify_drain(daemon_t *d)
                 continue;
             if (ev->mask & IN_ISDIR) {
                 if (ev->mask & (IN_CREATE | IN_MOVED_TO))
-                    watch_tree(d, w->src, rel);
+                    watch_tree(d, w->src, rel, 0);
                 dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
                 continue;
             }

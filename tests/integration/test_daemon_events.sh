@@ -61,7 +61,28 @@ while [ ! -f "$(landed_root dev1)/data/d9/later.txt" ] || [ ! -f "$(landed_root 
     i=$((i + 1)); [ $i -gt 200 ] && { tail -20 "$T/dev1.err"; fail "the files of a new directory did not land"; }
     sleep 0.05
 done
+pass "a new directory's files land (its watch from the walk, a later file from its own event)"
+
+# a watched directory renamed (its watches, and its subdirectory's, stay: inotify follows the inode): a file
+# written there after the walk the rename asked for lands from its own event, under the new name (the
+# events named the old one, the file was dropped as vanished, and it waited for the rescan an hour later)
+mkdir "$S/d9/sub"
+printf 'one\n' > "$S/d9/sub/a.txt"
+i=0
+while [ ! -f "$(landed_root dev1)/data/d9/sub/a.txt" ]; do
+    i=$((i + 1)); [ $i -gt 200 ] && { tail -20 "$T/dev1.err"; fail "d9/sub/a.txt did not land"; }
+    sleep 0.05
+done
+mv "$S/d9" "$S/d8"
+sleep 1.5 # the walk the rename asked for is over
+printf 'two\n' > "$S/d8/sub/b.txt"
+printf 'three\n' > "$S/d8/c.txt"
+i=0
+while [ ! -f "$(landed_root dev1)/data/d8/sub/b.txt" ] || [ ! -f "$(landed_root dev1)/data/d8/c.txt" ]; do
+    i=$((i + 1)); [ $i -gt 200 ] && { tail -20 "$T/dev1.err"; fail "files written in a renamed directory did not land from their events"; }
+    sleep 0.05
+done
 kill -TERM $AGENT_PID
 rc=0; wait $AGENT_PID || rc=$?
 [ "$rc" = 0 ] || fail "agent exited $rc on SIGTERM"
-pass "a new directory's files land (its watch from the walk, a later file from its own event)"
+pass "files written in a renamed directory (and its subdirectory) land from their own events"
