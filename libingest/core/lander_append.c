@@ -382,9 +382,12 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
     char mp[2 * 130 + 32];
     snprintf(mp, sizeof mp, "_manifests/%s/%s.jsonl", device, batch);
     struct stat st;
-    if (fstatat(rootfd, mp, &st, AT_SYMLINK_NOFOLLOW) == 0)
-        goto out; /* the batch landed: its manifest records the appended size */
-    if (errno != ENOENT) {
+    /* the batch landed: its manifest records the appended size (an empty one is a manifest renamed into
+     * place before the syncfs that would have written it, cut by a crash: its batch did not land) */
+    const int ms = fstatat(rootfd, mp, &st, AT_SYMLINK_NOFOLLOW);
+    if (ms == 0 && st.st_size > 0)
+        goto out;
+    if (ms != 0 && errno != ENOENT) {
         e = errno;
         what = "look for its batch's manifest";
         goto stays;
