@@ -1221,8 +1221,13 @@ int ingest_klink_core_rearm(ingest_link *l)
     kcore *c = (kcore *)l;
     pthread_mutex_lock(&c->mu);
     if (c->state != KS_NONE && c->state != KS_DONE) {
-        /* cut off (idle, or the link shut down): nothing was landed; the device ships it again */
-        core_batch_over(c);
+        /* cut off (idle, or the link shut down): nothing was landed; the device ships it again.  Stopped (a
+         * rebalance, the receiver stopping) it is not reported over: its beginning stays open, so the offsets
+         * committed now stay before it, and the partition's next owner reads it whole */
+        if (c->stopped)
+            c->state = KS_DONE;
+        else
+            core_batch_over(c);
     }
     c->state = KS_NONE;
     c->batch[0] = '\0';
