@@ -327,9 +327,10 @@ static void handle(ingest_core_kafka *k, const rd_kafka_message_t *m)
     int rc = ingest_krec_open(k->kctx, s->keys.open, m->payload, m->len, &h, k->plain, INGEST_KREC_MAX, &n);
     if (rc != 0) {
         count(k, &k->forged, "forged");
+        /* (the open cleared h: the device named is the session's, which the peeked header gave) */
         klog_limited(k, "forged", "kafka: %s [%d] offset %lld: a record claiming device %s does not open under its "
                      "key (forged or altered: %s); skipped", k->topic, (int)m->partition, (long long)m->offset,
-                     h.device, ingest_ctx_errmsg(k->kctx));
+                     s->device, ingest_ctx_errmsg(k->kctx));
         return;
     }
     if (ingest_krec_body_decode(k->kctx, h.type, k->plain, n, &b) != 0) {
