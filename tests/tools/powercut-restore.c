@@ -123,6 +123,27 @@ static int is_dir(const char *p)
     return lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/*
+ * Is the directory (dev, ino) that a name change was made in no longer at the parent path of p (nothing
+ * there, or another directory)?  Then it was removed or moved away since, or its making undone: nothing of
+ * the change is left to undo there, and undoing it by path would hit the directory standing there now (a
+ * directory removed and made again: the soak's lost batches).  A removal that a later durable change
+ * replaced was durable itself (the same parent directory's sync covers both).
+ */
+static int dir_gone(const char *p, uint64_t dev, uint64_t ino)
+{
+    char d[PC_PATH_MAX];
+    snprintf(d, sizeof(d), "%s", p);
+    char *s = strrchr(d, '/');
+    if (s == NULL || s == d || dev == 0)
+        return 0;
+    *s = '\0';
+    struct stat st;
+    if (stat(d, &st) < 0)
+        return errno == ENOENT;
+    return S_ISDIR(st.st_mode) && ((uint64_t)st.st_dev != dev || (uint64_t)st.st_ino != ino);
+}
+
 static int read_path(int fd, uint64_t at, uint32_t len, char *out)
 {
     if (len >= PC_PATH_MAX)
@@ -271,7 +292,7 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    size_t writes = 0, names = 0, durable = 0, gone = 0;
+    size_t writes = 0, names = 0, durable = 0, gone = 0, moot = 0;
     uint64_t bytes = 0;
     /* 1. data, newest first, by inode */
     for (size_t i = n; i-- > 0;) {
@@ -324,6 +345,14 @@ int main(int argc, char **argv)
             bad(i, "cannot read its paths", NULL, 0);
             continue;
         }
+        /* the name to undo lives in p2's parent after a rename, in p1's otherwise */
+        if (h->kind == PC_RENAME ? dir_gone(p2, h->p2dev, h->p2ino) : dir_gone(p1, h->p1dev, h->p1ino)) {
+            moot++;
+            if (verbose)
+                fprintf(stderr, "powercut-restore: record %zu: made in a directory removed since: %s\n", i,
+                        h->kind == PC_RENAME ? p2 : p1);
+            continue;
+        }
         names++;
         if (verbose)
             fprintf(stderr, "powercut-restore: undo %s %s%s%s\n",
@@ -360,8 +389,8 @@ int main(int argc, char **argv)
     }
     close(fd);
     printf("powercut: undid %zu writes (%" PRIu64 " bytes) and %zu name changes; %zu changes were durable, %zu "
-           "written to files no longer anywhere%s\n",
-           writes, bytes, names, durable, gone, torn ? "; the last record was torn (its change was not made)" : "");
+           "made in directories removed since, %zu written to files no longer anywhere%s\n",
+           writes, bytes, names, durable, moot, gone, torn ? "; the last record was torn (its change was not made)" : "");
     if (unlink(lp) < 0 || rm_tree(sh) < 0) {
         fprintf(stderr, "powercut-restore: cannot empty %s: %s\n", dir, strerror(errno));
         errors++;
