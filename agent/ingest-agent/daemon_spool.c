@@ -395,6 +395,9 @@ done:
 /* A filesystem that cannot fsync a directory (EINVAL) or is read-only (EROFS): nothing more can be done
  * there, and a move into it is as durable as that filesystem makes it. */
 static int cannot_sync_dirs(int e) { return e == EINVAL || e == EROFS; }
+/* A directory the agent cannot open to sync (EACCES, EPERM) is the operator's, as is one whose filesystem
+ * cannot sync it: nothing the agent made hangs on it, and a move into it is as durable as it can be. */
+static int not_ours_to_sync(int e) { return e == EACCES || e == EPERM || cannot_sync_dirs(e); }
 
 static int mkdirs(char *p, size_t sync_below)
 {
@@ -448,8 +451,8 @@ static int sync_move_chain(dsource *s)
             continue;
         const char c = *q;
         *q = '\0';
-        const int bad = q > p && q[-1] != '/' && prog_sync_parent(p) != 0 && errno != EACCES && errno != EPERM &&
-                        errno != ENOENT && !cannot_sync_dirs(errno);
+        const int bad = q > p && q[-1] != '/' && prog_sync_parent(p) != 0 && errno != ENOENT &&
+                        !not_ours_to_sync(errno);
         *q = c;
         if (bad)
             return -1;
@@ -553,7 +556,7 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
         /* or moved by a run that died (or whose fsync failed) between the rename and the fsync of the
          * directory moved into: that one too, or the cut that keeps the unlink could lose the new name */
         if (s->after == AFTER_MOVE && lstat(dst, &at) == 0 && prog_sync_parent(dst) != 0 &&
-            !cannot_sync_dirs(errno) && errno != EACCES && errno != EPERM) {
+            !not_ours_to_sync(errno)) {
             if (!quiet && (*nfail)++ == 0)
                 prog_log(INGEST_LOG_WARN, "after_ship move %s -> %s: fsync of its directory: %s; tried again later",
                          prog_esc(full), prog_esc(dst), strerror(errno));

@@ -244,6 +244,9 @@ static int app_cut(int fd, uint64_t size, uint32_t mode, int64_t mtime_ns)
     return 0;
 }
 
+/* An error that says the landed file (or a directory above it) is not there as a file: nothing to cut. */
+static int gone(int e) { return e == ENOENT || e == ENOTDIR || e == ELOOP || e == EXDEV; }
+
 void lander__app_undo(ingest_lander_batch *b)
 {
     char dir[LANDED_MAX];
@@ -277,7 +280,7 @@ void lander__app_undo(ingest_lander_batch *b)
         } else {
             /* gone (the file, or a directory above it), or replaced by what it cannot open as a file: nothing
              * to take back; any other failure (no descriptor free, an I/O error) leaves it to be cut later */
-            cut = (wr == 0 && dfd < 0) || e == ENOENT || e == ENOTDIR || e == ELOOP;
+            cut = (wr == 0 && dfd < 0) || gone(e);
         }
         if (fd >= 0)
             close(fd);
@@ -335,9 +338,6 @@ static int intent_parse(char *t, unsigned long long *dev, unsigned long long *in
     *landed = line[4];
     return 0;
 }
-
-/* An error that says the landed file (or a directory above it) is not there as a file: nothing to cut. */
-static int gone(int e) { return e == ENOENT || e == ENOTDIR || e == ELOOP || e == EXDEV; }
 
 /*
  * One intent (name, in dfd): cut its file back unless its batch's manifest

@@ -544,8 +544,8 @@ static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *con
         /* grows with what came (never to a declared size at once), doubling so that small slices cost no
          * copy of everything before them each */
         uint32_t ncap = cd->cap < 4096u ? 4096u : cd->cap;
-        while (ncap - cd->got < d->len && ncap < o->size)
-            ncap = ncap > o->size / 2 ? o->size : ncap * 2;
+        while (ncap < cd->got + d->len) /* (at most the offered size, 4 MiB: checked above) */
+            ncap *= 2;
         if (ncap > o->size)
             ncap = o->size;
         uint8_t *p = ingest__realloc(s->ctx, cd->buf, cd->got, ncap);

@@ -770,6 +770,19 @@ static unsigned offer_dict(env *e, const void *dict, size_t dlen, uint32_t id)
     return m.u.dict_want.answer;
 }
 
+/* A DICT_DATA slice: len bytes of dictionary id at offset off. */
+static void send_dict_data(env *e, uint32_t id, size_t off, const void *data, size_t len)
+{
+    ingest_wire_msg m;
+    memset(&m, 0, sizeof(m));
+    m.type = INGEST_MSG_DICT_DATA;
+    m.u.dict_data.dict_id = id;
+    m.u.dict_data.offset = (uint32_t)off;
+    m.u.dict_data.data = data;
+    m.u.dict_data.len = len;
+    send_msg(e, &m);
+}
+
 static void test_dict_without_store(void **state)
 {
     (void)state;
@@ -784,17 +797,9 @@ static void test_dict_without_store(void **state)
     g_alloc = NULL;
     assert_null(e->core->o.dicts);
     assert_int_equal(offer_dict(e, dict, dlen, id), INGEST_DICT_SEND);
-    ingest_wire_msg m;
     const size_t before = atomic_load(&g_mid_bytes);
-    for (size_t off = 0; off < dlen; off++) {
-        memset(&m, 0, sizeof(m));
-        m.type = INGEST_MSG_DICT_DATA;
-        m.u.dict_data.dict_id = id;
-        m.u.dict_data.offset = (uint32_t)off;
-        m.u.dict_data.data = (const uint8_t *)dict + off;
-        m.u.dict_data.len = 1;
-        send_msg(e, &m);
-    }
+    for (size_t off = 0; off < dlen; off++)
+        send_dict_data(e, id, off, (const uint8_t *)dict + off, 1);
     ping(e); /* every slice before it was taken: the dictionary verified and loaded */
     /* (the buffer, then the dictionary's tables loaded for this session) */
     const size_t bytes = atomic_load(&g_mid_bytes) - before;
@@ -804,12 +809,7 @@ static void test_dict_without_store(void **state)
     /* held on this session: offered again, HAVE */
     assert_int_equal(offer_dict(e, dict, dlen, id), INGEST_DICT_HAVE);
     /* a slice no one asked for */
-    memset(&m, 0, sizeof(m));
-    m.type = INGEST_MSG_DICT_DATA;
-    m.u.dict_data.dict_id = id;
-    m.u.dict_data.data = dict;
-    m.u.dict_data.len = 1;
-    send_msg(e, &m);
+    send_dict_data(e, id, 0, dict, 1);
     assert_int_equal(recv_error(e, "no dictionary was asked for"), INGEST_EPROTO);
     env_free(e);
     ingest_buf_free(tctx, dict);
@@ -836,13 +836,7 @@ static void test_dict_received_uses_the_stores_copy(void **state)
     env *e = env_new(INGEST_SESSION_FEATURE_DICT, 10000);
     g_dicts = NULL;
     assert_int_equal(offer_dict(e, dict, dlen, id), INGEST_DICT_SEND);
-    ingest_wire_msg m;
-    memset(&m, 0, sizeof(m));
-    m.type = INGEST_MSG_DICT_DATA;
-    m.u.dict_data.dict_id = id;
-    m.u.dict_data.data = dict;
-    m.u.dict_data.len = dlen;
-    send_msg(e, &m);
+    send_dict_data(e, id, 0, dict, dlen);
     ping(e);
     assert_int_equal(ingest_dictstore_count(ds), 1);
     assert_int_equal(ingest_dictstore_held(ds), 1); /* the session's: its codecs refer to the store's bytes */
