@@ -1278,6 +1278,38 @@ static void unlinking_lock(void *ud)
 static void plain_unlock(void *ud) { (void)ud; }
 
 /* The undo hook: from here no descriptor can be opened (the lowest free one made the limit). */
+/* Leave exactly nfree descriptors free: lower the soft limit and fill what is below it with /dev/null (the
+ * descriptors the test runner inherited need not be contiguous, nor fd 0 open). fds_release closes the fill. */
+static int g_fill[600];
+static int g_nfill;
+static void fds_leave_free(int nfree)
+{
+    struct rlimit lim;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &lim), 0);
+    if (lim.rlim_cur > 512) {
+        lim.rlim_cur = 512;
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    }
+    for (;;) {
+        assert_true(g_nfill < (int)(sizeof g_fill / sizeof g_fill[0]));
+        const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            assert_int_equal(errno, EMFILE);
+            break;
+        }
+        g_fill[g_nfill++] = fd;
+    }
+    assert_true(g_nfill >= nfree);
+    for (int i = 0; i < nfree; i++)
+        close(g_fill[--g_nfill]);
+}
+
+static void fds_release(void)
+{
+    while (g_nfill > 0)
+        close(g_fill[--g_nfill]);
+}
+
 static int g_no_fd_undos;
 static void no_fd_at_undo(void *ud, const char *device, int phase)
 {
@@ -1286,15 +1318,7 @@ static void no_fd_at_undo(void *ud, const char *device, int phase)
     if (phase != INGEST__LANDER_HOOK_UNDO)
         return;
     g_no_fd_undos++;
-    const int probe = dup(0);
-    if (probe < 0 && errno == EMFILE)
-        return; /* no descriptor free already */
-    assert_true(probe >= 0);
-    close(probe);
-    struct rlimit lim;
-    assert_int_equal(getrlimit(RLIMIT_NOFILE, &lim), 0);
-    lim.rlim_cur = (rlim_t)probe;
-    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    fds_leave_free(0);
 }
 
 /* Land b1 (v[0, n1)) at "log", then begin b2 (v[0, n2), the next second) appending in place: b2. */
@@ -1387,23 +1411,20 @@ static void test_append_undo_fails(void **state)
     ingest_lander_abort(b);
     ingest_lander_batch_destroy(b); /* (tries the cut again) */
     ingest__lander_set_hook(e->l, NULL, NULL);
+    fds_release();
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
     assert_true(g_no_fd_undos >= 1);
     assert_int_equal(count_intents(e), 1); /* kept: the cut is still owed */
     assert_int_equal(stat(p, &sb), 0);
     assert_int_equal(sb.st_size, torn);
-    /* a start's sweep that cannot open the file either (descriptors for the root, the intents' directory and
-     * its listing, the intent, the file's directory, then none): the intent stays, counted (it was removed,
-     * and appending left on) */
+    /* a start's sweep that cannot open the file either (four descriptors: the root, the intents' directory,
+     * its listing, then the intent, closed again, and the file's directory; none for the file): the intent
+     * stays, counted (it was removed, and appending left on) */
     {
-        const int probe = dup(0);
-        assert_true(probe >= 0);
-        close(probe);
-        struct rlimit lim = old;
-        lim.rlim_cur = (rlim_t)probe + 5;
-        assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+        fds_leave_free(4);
         uint64_t c = 9, k = 9;
         const int src = ingest_lander_sweep_appends(e->ctx, e->bronze, &c, &k);
+        fds_release();
         assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
         assert_int_equal(src, 0);
         assert_int_equal(c, 0);
