@@ -21,7 +21,9 @@ typedef struct ksess {
     struct ksess *next;
     struct ingest_core_kafka *k;
     char device[INGEST_DEVICE_ID_MAX + 1];
+    uint8_t pk[INGEST_PUBKEY_BYTES]; /* the device's key its keys were made from */
     ingest_krec_keys keys;
+    int retired;       /* revoked or given a new key since: fed no more, freed once its serve ended */
     ingest_link *link; /* NULL while no serve runs */
     pthread_t thread;
     atomic_int ended;  /* the serve loop returned (the link retired) */
@@ -247,14 +249,27 @@ static void sessions_stop(ingest_core_kafka *k)
         sess_join(s, 0);
 }
 
-/* The session of device (made, with its keys, on first sight): NULL when the device is not authorized. */
+/*
+ * The session of device (made, with its keys, on first sight): NULL when the device is not authorized.  The
+ * key is looked up for every record, so authorized devices re-read (SIGHUP) apply at once: a session of a
+ * device revoked or given a new key since is retired (fed no more; a batch it was fed in part is given up
+ * when its serve idles out, and the device ships it again), and a new key makes a new session.
+ */
 static ksess *sess_find(ingest_core_kafka *k, const char *device)
 {
-    for (ksess *s = k->sessions; s != NULL; s = s->next)
-        if (strcmp(s->device, device) == 0)
-            return s;
     uint8_t pk[INGEST_PUBKEY_BYTES];
-    if (k->o.device_key(k->o.ud, device, pk) != 0)
+    const int authorized = k->o.device_key(k->o.ud, device, pk) == 0;
+    for (ksess *s = k->sessions; s != NULL; s = s->next) {
+        if (s->retired || strcmp(s->device, device) != 0)
+            continue;
+        if (authorized && memcmp(s->pk, pk, sizeof(pk)) == 0)
+            return s;
+        s->retired = 1;
+        core_log(k->core, INGEST_LOG_INFO, "kafka: device %s %s (authorized devices re-read): its serve takes no "
+                 "more records", device, authorized ? "has a new key" : "is no longer authorized");
+        break;
+    }
+    if (!authorized)
         return NULL;
     ksess *s = ingest__calloc(k->ctx, 1, sizeof(*s));
     if (s == NULL)
@@ -263,11 +278,29 @@ static ksess *sess_find(ingest_core_kafka *k, const char *device)
         ingest__free(k->ctx, s);
         return NULL;
     }
+    memcpy(s->pk, pk, sizeof(pk));
     s->k = k;
     snprintf(s->device, sizeof(s->device), "%s", device);
     s->next = k->sessions;
     k->sessions = s;
     return s;
+}
+
+/* Join the serves that ended; free the retired sessions whose serve is over. */
+static void sessions_reap(ingest_core_kafka *k)
+{
+    for (ksess **pp = &k->sessions; *pp != NULL;) {
+        ksess *s = *pp;
+        if (s->link != NULL && atomic_load(&s->ended))
+            sess_join(s, 0);
+        if (s->retired && s->link == NULL) {
+            *pp = s->next;
+            ingest_krec_keys_wipe(&s->keys);
+            ingest__free(k->ctx, s);
+            continue;
+        }
+        pp = &s->next;
+    }
 }
 
 /* ---- records ---------------------------------------------------------------------- */
@@ -294,6 +327,26 @@ static void peer_landed(ingest_core_kafka *k, const char *device, const char *ba
                      "with %llu batches", batch, device, (unsigned long long)is.batches);
     }
     ingest_core_unlock(k->core);
+}
+
+/* Keep t's commits before offset off until a batch_done of it (the first record of a batch, or one that
+ * could not be served). */
+static void part_hold(ingest_core_kafka *k, kpart *t, int64_t off)
+{
+    if (t == NULL)
+        return;
+    pthread_mutex_lock(&k->mu);
+    if (t->nopen == t->capopen) {
+        const size_t cap = t->capopen ? t->capopen * 2 : 8;
+        int64_t *o = ingest__realloc(k->ctx, t->open, t->capopen * sizeof(*o), cap * sizeof(*o));
+        if (o != NULL) {
+            t->open = o;
+            t->capopen = cap;
+        }
+    }
+    if (t->nopen < t->capopen)
+        t->open[t->nopen++] = off;
+    pthread_mutex_unlock(&k->mu);
 }
 
 static void handle(ingest_core_kafka *k, const rd_kafka_message_t *m)
@@ -343,18 +396,7 @@ static void handle(ingest_core_kafka *k, const rd_kafka_message_t *m)
     const uint64_t token = token_of(m->partition, m->offset);
     if (b.u.msg.wtype == INGEST_MSG_BATCH_BEGIN && b.u.msg.offset == 0 && h.seq == 0) {
         peer_landed(k, h.device, h.batch);
-        pthread_mutex_lock(&k->mu);
-        if (t != NULL && t->nopen == t->capopen) {
-            const size_t cap = t->capopen ? t->capopen * 2 : 8;
-            int64_t *o = ingest__realloc(k->ctx, t->open, t->capopen * sizeof(*o), cap * sizeof(*o));
-            if (o != NULL) {
-                t->open = o;
-                t->capopen = cap;
-            }
-        }
-        if (t != NULL && t->nopen < t->capopen)
-            t->open[t->nopen++] = m->offset;
-        pthread_mutex_unlock(&k->mu);
+        part_hold(k, t, m->offset);
         atomic_fetch_add(&k->begun, 1);
     }
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -366,9 +408,11 @@ static void handle(ingest_core_kafka *k, const rd_kafka_message_t *m)
             break;
         sess_join(s, 0); /* it retired as the record came: a new serve */
     }
-    if (rc < 0)
+    if (rc < 0) {
+        part_hold(k, t, m->offset); /* for good: no commit passes it before a restart or a rebalance */
         core_log(k->core, INGEST_LOG_ERROR, "kafka: device %s: a record could not be served: %s; it is read again "
                  "after a restart", h.device, ingest_strerror(rc));
+    }
 }
 
 /* ---- the group ---------------------------------------------------------------------- */
@@ -507,9 +551,7 @@ int ingest_core_kafka_run(ingest_core_kafka *k)
             rd_kafka_message_destroy(m);
         }
         rd_kafka_poll(k->prod, 0);
-        for (ksess *s = k->sessions; s != NULL; s = s->next)
-            if (s->link != NULL && atomic_load(&s->ended))
-                sess_join(s, 0);
+        sessions_reap(k);
         pthread_mutex_lock(&k->mu);
         const int dirty = k->dirty;
         pthread_mutex_unlock(&k->mu);

@@ -82,3 +82,38 @@ grep -q "batch .* landed: 1 files" "$T/r1.log" || fail "the receiver did not lan
 kill "$DPID"
 wait "$DPID" 2>/dev/null || true
 pass "the daemon ships through Kafka; after_ship: delete acts on the landed reply"
+
+# Authorized devices re-read (SIGHUP) apply to devices the group has served
+# already: dev1 given a new key ships under it (its records would not open
+# under the key its session was made with), and dev2, revoked, is skipped.
+hup_r1() {
+    n=$(grep -c 'SIGHUP: authorized devices re-read' "$T/r1.log" || true)
+    kill -HUP "$KPID_r1"
+    i=0
+    while [ "$(grep -c 'SIGHUP: authorized devices re-read' "$T/r1.log" || true)" -le "$n" ]; do
+        i=$((i + 1)); [ $i -gt 200 ] && { tail -5 "$T/r1.log"; fail "no SIGHUP line in r1's log"; }
+        sleep 0.05
+    done
+}
+mkdir -p "$T/keys/new"
+(cd "$T/keys/new" && "$CTL" keygen dev1 > /dev/null) || fail "keygen failed"
+cp "$T/keys/new/dev1.key" "$T/keys/dev1.key"
+printf 'dev1 %s\n' "$(cat "$T/keys/new/dev1.pub")" > "$T/keys/authorized"
+hup_r1
+gen_log "$T/src/rotated.txt" 40000 78
+ship dev1
+[ "$(field dev1 files)" = 1 ] || fail "the file shipped under dev1's new key was not acknowledged"
+cmp "$T/src/rotated.txt" "$T/bronze/dev1/src/rotated.txt" || fail "rotated.txt did not land"
+grep -q "kafka: device dev1 has a new key" "$T/r1.log" || fail "the new key of dev1 was not logged"
+pass "a device given a new key (SIGHUP) ships through Kafka under it"
+
+gen_log "$T/dsrc/revoked.log" 30000 79
+"$AGENT" --config "$T/dev2.yaml" --once > "$T/dev2.out" 2> "$T/dev2.err" &
+APID=$!
+EXTRA_PIDS="$EXTRA_PIDS $APID"
+wait_file_log "$T/r1.log" "kafka: device dev2 is no longer authorized"
+wait_file_log "$T/r1.log" "a record of device dev2, which is not authorized"
+kill "$APID" 2>/dev/null || true
+wait "$APID" 2>/dev/null || true
+[ ! -e "$T/bronze/dev2/dsrc/revoked.log" ] || fail "a device revoked by SIGHUP still landed a file"
+pass "a device revoked (SIGHUP) after it shipped through Kafka is skipped"
