@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,13 +36,20 @@
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "signal handlers need lock-free atomics");
 atomic_int stopping;
 atomic_int reload_requested;
+/* The socket of a connection being set up (handshake, landing rules), or -1: a stop shuts it down, so that
+ * a core that accepted but does not answer holds a stop up for no longer than it takes to see that. */
+static atomic_int connecting_fd = -1;
 
 static void on_signal(int sig)
 {
-    if (sig == SIGHUP)
+    if (sig == SIGHUP) {
         reload_requested = 1;
-    else
-        stopping = 1;
+        return;
+    }
+    stopping = 1;
+    const int fd = atomic_load(&connecting_fd);
+    if (fd >= 0)
+        (void)shutdown(fd, SHUT_RDWR);
 }
 
 static void usage(FILE *f)
@@ -661,6 +669,9 @@ int connect_core(agent *a)
             a->report.t.err_connect++;
             return -1;
         }
+        atomic_store(&connecting_fd, a->net.fd);
+        if (stopping) /* (a stop that came before the store) */
+            (void)shutdown(a->net.fd, SHUT_RDWR);
         ingest_session_destroy(a->net.ss);
         a->net.ss = NULL;
         if (ingest_session_client_create(a->ctx, a->cfg->device_id, &a->key, a->receiver_pub, &a->net.ss) < 0 ||
@@ -705,6 +716,7 @@ int connect_core(agent *a)
         disconnect_core(a);
         return -1;
     }
+    atomic_store(&connecting_fd, -1); /* (set up: a stop is noticed between the core's answers) */
     prog_log(INGEST_LOG_DEBUG, "connected to %s (%s%s)", a->cfg->core_address, a->net.link->detail,
              (a->net.link->features & INGEST_SESSION_FEATURE_PIPELINE) ? ", pipelined" : "");
     return 0;
@@ -712,6 +724,7 @@ int connect_core(agent *a)
 
 void disconnect_core(agent *a)
 {
+    atomic_store(&connecting_fd, -1);
     if (a->net.edge != NULL)
         ingest_edge_detach(a->net.edge);
     ingest_kafka_edge_unlink(a->net.kafka);

@@ -27,6 +27,8 @@ extern "C" {
 #define INGEST_KAFKA_TOPIC_DEFAULT "ingest"
 #define INGEST_KAFKA_GROUP_DEFAULT "ingest-receivers"
 #define INGEST_KAFKA_RECORD_MAX 990000u              /* a record, under librdkafka's message.max.bytes default */
+#define INGEST_KAFKA_RECORD_ROOM 10000u  /* message.max.bytes less this: a record (the key, Kafka's framing) */
+#define INGEST_KAFKA_RECORD_MIN 16384u   /* the smallest record the agent makes under message.max.bytes */
 #define INGEST_KAFKA_QUEUE_KBYTES_DEFAULT 4096      /* queue.buffering.max.kbytes, unless properties set it */
 #define INGEST_KAFKA_PROPERTIES_MAX 64
 

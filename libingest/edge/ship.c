@@ -259,11 +259,41 @@ static int take_refusal(ingest_edge *a, const ingest_wire_file_refused *r)
     return rc == INGEST_ENOMEM ? rc : rc < 0 ? INGEST_EPROTO : 0;
 }
 
+/*
+ * Wait up to timeout_ms for a message, in slices of EDGE_STOP_SLICE_MS when the owner can ask the edge to
+ * stop, so that a stop (SIGTERM) is noticed while the core is silent: INGEST_ECLOSED then, with nothing
+ * lost (the batch stays in the owner's journal).  A slice's end never cuts a message in two: a link's
+ * receive times out only while nothing of a message has come (a TCP frame begun has its own time).
+ */
+#define EDGE_STOP_SLICE_MS 250
+static int link_recv(ingest_edge *a, ingest_wire_msg *m, int timeout_ms, int *stopped)
+{
+    *stopped = 0;
+    if (a->o.stopping == NULL || timeout_ms <= EDGE_STOP_SLICE_MS)
+        return ingest_link_recv(a->link, m, timeout_ms);
+    const double end = edge_now() + timeout_ms / 1e3;
+    for (;;) {
+        const double left = (end - edge_now()) * 1e3;
+        const int slice = left > EDGE_STOP_SLICE_MS ? EDGE_STOP_SLICE_MS : left > 1 ? (int)left : 1;
+        const int rc = ingest_link_recv(a->link, m, slice);
+        if (rc != INGEST_ETIMEDOUT)
+            return rc;
+        if (edge_stopping(a)) {
+            *stopped = 1;
+            return INGEST_ECLOSED;
+        }
+        if (slice < EDGE_STOP_SLICE_MS) {
+            edge_log(a, INGEST_LOG_ERROR, "receive: no answer from the core within %d ms", timeout_ms);
+            return rc;
+        }
+    }
+}
+
 static int recv_msg(ingest_edge *a, ingest_wire_msg *m, int timeout_ms)
 {
-    int rc;
+    int rc, stopped = 0;
     for (;;) {
-        rc = ingest_link_recv(a->link, m, timeout_ms);
+        rc = link_recv(a, m, timeout_ms, &stopped);
         if (rc < 0)
             break;
         a->st->wire_in += ingest_wire_encoded_size(m) + INGEST_EDGE_FRAME_OVERHEAD;
@@ -279,7 +309,11 @@ static int recv_msg(ingest_edge *a, ingest_wire_msg *m, int timeout_ms)
             return rc;
     }
     if (rc < 0) {
-        edge_log(a, INGEST_LOG_ERROR, "receive: %s: %s", ingest_strerror(rc), ingest_link_recv_errmsg(a->link));
+        if (stopped)
+            edge_log(a, INGEST_LOG_INFO, "stopping: no longer waiting for the core's answer (the batch is shipped "
+                     "again)");
+        else if (rc != INGEST_ETIMEDOUT || a->o.stopping == NULL || timeout_ms <= EDGE_STOP_SLICE_MS)
+            edge_log(a, INGEST_LOG_ERROR, "receive: %s: %s", ingest_strerror(rc), ingest_link_recv_errmsg(a->link));
         return rc;
     }
     if (m->type == INGEST_MSG_ERROR) {

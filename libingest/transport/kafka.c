@@ -183,6 +183,7 @@ struct ingest_kafka_edge {
     rd_kafka_t *prod, *cons;
     rd_kafka_topic_t *rkt_reply;
     int32_t reply_part;
+    size_t record_max; /* INGEST_KAFKA_RECORD_MAX, or less under a smaller message.max.bytes */
     pthread_t thread;
     int started, consuming;
     atomic_int stop;
@@ -322,6 +323,24 @@ int ingest_kafka_edge_open(ingest_ctx *ctx, const ingest_kafka_edge_opts *o, ing
         return INGEST_EINVAL;
     }
     rd_kafka_conf_set_dr_msg_cb(pc, edge_dr);
+    /* records fit the producer's message.max.bytes (set in kafka.properties to match a broker's smaller
+     * limit), with room for the key and Kafka's framing */
+    char mmb[32];
+    size_t mmbn = sizeof(mmb);
+    k->record_max = INGEST_KAFKA_RECORD_MAX;
+    if (rd_kafka_conf_get(pc, "message.max.bytes", mmb, &mmbn) == RD_KAFKA_CONF_OK) {
+        const unsigned long long v = strtoull(mmb, NULL, 10);
+        if (v < INGEST_KAFKA_RECORD_MIN + INGEST_KAFKA_RECORD_ROOM) {
+            rd_kafka_conf_destroy(pc);
+            edge_free(k);
+            return ingest__fail(ctx, INGEST_EINVAL, "kafka.properties: message.max.bytes %llu is too small: "
+                                "records need at least %u (%u of record and %u of key and framing)", v,
+                                INGEST_KAFKA_RECORD_MIN + INGEST_KAFKA_RECORD_ROOM, INGEST_KAFKA_RECORD_MIN,
+                                INGEST_KAFKA_RECORD_ROOM);
+        }
+        if (v - INGEST_KAFKA_RECORD_ROOM < k->record_max)
+            k->record_max = (size_t)(v - INGEST_KAFKA_RECORD_ROOM);
+    }
     if ((k->prod = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, sizeof(err))) == NULL) {
         rd_kafka_conf_destroy(pc);
         edge_free(k);
@@ -385,7 +404,7 @@ int ingest_kafka_edge_link(ingest_kafka_edge *k, const ingest_klink_edge_opts *l
 {
     ingest_klink_edge_opts o = *lo;
     o.bus = (ingest_kbus){ edge_produce, k };
-    o.record_max = INGEST_KAFKA_RECORD_MAX;
+    o.record_max = k->record_max;
     ingest_link *l = NULL;
     INGEST__FORWARD(ingest_klink_edge_create(k->ctx, &o, &l));
     pthread_mutex_lock(&k->mu);

@@ -59,6 +59,25 @@ for o in forged unknown_device malformed; do
 done
 pass "a forged record, one of an unknown device and a malformed one are skipped with a log line; the next batch lands"
 
+# A producer whose message.max.bytes is under the default (set to match a
+# broker's smaller limit): records are cut to fit it, and the tree lands;
+# one too small for any record is refused at start, naming the property.
+mkdir -p "$T/msrc"
+head -c 700000 /dev/urandom > "$T/msrc/big.bin"
+write_kafka_agent_config dev1 "$T/msrc"
+sed -i 's|^  brokers: .*|&\n  properties:\n    message.max.bytes: "60000"|' "$T/dev1.yaml"
+ship dev1
+cmp "$T/msrc/big.bin" "$T/bronze/dev1/msrc/big.bin" || fail "big.bin did not land under message.max.bytes 60000"
+sed -i 's|message.max.bytes: "60000"|message.max.bytes: "20000"|' "$T/dev1.yaml"
+head -c 1000 /dev/urandom > "$T/msrc/new.bin" # (something to ship: the link is opened)
+if "$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err"; then
+    fail "an agent whose message.max.bytes leaves no room for a record shipped"
+fi
+grep -q "message.max.bytes 20000 is too small" "$T/dev1.err" || { cat "$T/dev1.err"; fail "the refusal does not say why"; }
+rm "$T/msrc/new.bin"
+write_kafka_agent_config dev1 "$T/src"
+pass "records fit a smaller message.max.bytes (a 700 KB file in 60 KB records lands); one too small is refused"
+
 # The daemon through Kafka, with after_ship: delete: a file is deleted from
 # the source only once the core's LANDED reply came, and it landed.
 mkdir -p "$T/dsrc"
@@ -114,6 +133,11 @@ EXTRA_PIDS="$EXTRA_PIDS $APID"
 wait_file_log "$T/r1.log" "kafka: device dev2 is no longer authorized"
 wait_file_log "$T/r1.log" "a record of device dev2, which is not authorized"
 kill "$APID" 2>/dev/null || true
+i=0
+while kill -0 "$APID" 2>/dev/null; do
+    i=$((i + 1)); [ $i -gt 200 ] && { tail -n 5 "$T/dev2.err"; fail "the agent did not stop on SIGTERM within 10 s"; }
+    sleep 0.05
+done
 wait "$APID" 2>/dev/null || true
 [ ! -e "$T/bronze/dev2/dsrc/revoked.log" ] || fail "a device revoked by SIGHUP still landed a file"
 pass "a device revoked (SIGHUP) after it shipped through Kafka is skipped"
