@@ -241,6 +241,22 @@ static int check_kafka_property(cfg_parser *p, const char *shown, const char *va
     return INGEST_OK;
 }
 
+/* The agent's kafka.properties: as above, and a message.max.bytes that leaves room for a record. */
+static int check_agent_kafka_property(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
+{
+    INGEST__FORWARD(check_kafka_property(p, shown, value, at));
+    static const char mmb[] = "message.max.bytes=";
+    if (strncmp(value, mmb, sizeof(mmb) - 1) == 0) {
+        const unsigned long long v = strtoull(value + sizeof(mmb) - 1, NULL, 10);
+        if (v < INGEST_KAFKA_RECORD_MIN + INGEST_KAFKA_RECORD_ROOM)
+            return cfg__perr(p, at, "key '%s': %llu is too small: the agent's records need at least %u (%u of "
+                             "record and %u of key and framing)", shown, v,
+                             INGEST_KAFKA_RECORD_MIN + INGEST_KAFKA_RECORD_ROOM, INGEST_KAFKA_RECORD_MIN,
+                             INGEST_KAFKA_RECORD_ROOM);
+    }
+    return INGEST_OK;
+}
+
 static const cfg_enum transport_enum[] = { { "tcp", INGEST_TRANSPORT_TCP },
                                            { "kafka", INGEST_TRANSPORT_KAFKA },
                                            { NULL, 0 } };
@@ -290,7 +306,7 @@ static const cfg_row agent_rows[] = {
       .desc = "Topic the receivers answer on (landed, or chunks still needed)" },
     { .name = "kafka.properties", .type = T_MAP, FIELD(A, kafka_properties),
       .count_off = offsetof(A, kafka_properties_count), .max = INGEST_KAFKA_PROPERTIES_MAX,
-      .check = check_kafka_property, .def_doc = "{}",
+      .check = check_agent_kafka_property, .def_doc = "{}",
       .desc = "librdkafka properties passed verbatim (TLS, SASL, tuning); idempotence and acks=all are kept" },
     { .name = "dedup_key", .type = T_PATH, .flags = F_REQUIRED, FIELD(A, dedup_key),
       .desc = "The fleet's chunk-id key file, the same on every device and the receiver" },

@@ -121,6 +121,8 @@ int dmn_open_add(daemon_t *d, const dsource *s, const char *rel, const char *pat
 
 static void backoff(daemon_t *d)
 {
+    if (stopping)
+        return; /* (a connection cut by the stop) */
     d->backoff_ms = d->backoff_ms == 0 ? BACKOFF_MIN_MS : d->backoff_ms * 2;
     if (d->backoff_ms > BACKOFF_MAX_MS)
         d->backoff_ms = BACKOFF_MAX_MS;

@@ -36,9 +36,10 @@
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "signal handlers need lock-free atomics");
 atomic_int stopping;
 atomic_int reload_requested;
-/* The socket of a connection being set up (handshake, landing rules), or -1: a stop shuts it down, so that
- * a core that accepted but does not answer holds a stop up for no longer than it takes to see that. */
-static atomic_int connecting_fd = -1;
+/* The socket of the connection to the core, or -1: a stop shuts it down, so that a core that does not
+ * answer (the handshake, a WANT, an ACK) holds a stop up for no longer than it takes to see that; the
+ * batch in flight stays journaled and is replayed at the next start. */
+static atomic_int core_fd = -1;
 
 static void on_signal(int sig)
 {
@@ -46,10 +47,12 @@ static void on_signal(int sig)
         reload_requested = 1;
         return;
     }
+    const int saved = errno;
     stopping = 1;
-    const int fd = atomic_load(&connecting_fd);
+    const int fd = atomic_load(&core_fd);
     if (fd >= 0)
         (void)shutdown(fd, SHUT_RDWR);
+    errno = saved;
 }
 
 static void usage(FILE *f)
@@ -669,7 +672,7 @@ int connect_core(agent *a)
             a->report.t.err_connect++;
             return -1;
         }
-        atomic_store(&connecting_fd, a->net.fd);
+        atomic_store(&core_fd, a->net.fd);
         if (stopping) /* (a stop that came before the store) */
             (void)shutdown(a->net.fd, SHUT_RDWR);
         ingest_session_destroy(a->net.ss);
@@ -687,6 +690,11 @@ int connect_core(agent *a)
                  "chunks and index runs (%s)", a->cfg->core_address, ingest_ctx_errmsg(a->ctx));
         disconnect_core(a);
         features &= INGEST_SESSION_FEATURES_V1;
+    }
+    if (rc < 0 && stopping) {
+        prog_log(INGEST_LOG_INFO, "stopping: the handshake with %s was cut", a->cfg->core_address);
+        disconnect_core(a);
+        return -1;
     }
     if (rc < 0) {
         prog_log(INGEST_LOG_ERROR, "handshake with %s failed: %s: %s", a->cfg->core_address, ingest_strerror(rc),
@@ -716,7 +724,6 @@ int connect_core(agent *a)
         disconnect_core(a);
         return -1;
     }
-    atomic_store(&connecting_fd, -1); /* (set up: a stop is noticed between the core's answers) */
     prog_log(INGEST_LOG_DEBUG, "connected to %s (%s%s)", a->cfg->core_address, a->net.link->detail,
              (a->net.link->features & INGEST_SESSION_FEATURE_PIPELINE) ? ", pipelined" : "");
     return 0;
@@ -724,7 +731,7 @@ int connect_core(agent *a)
 
 void disconnect_core(agent *a)
 {
-    atomic_store(&connecting_fd, -1);
+    atomic_store(&core_fd, -1);
     if (a->net.edge != NULL)
         ingest_edge_detach(a->net.edge);
     ingest_kafka_edge_unlink(a->net.kafka);

@@ -250,8 +250,9 @@ static size_t auth_missing(const ingest_authset *a, const ingest_authset *b, cha
 
 /*
  * SIGHUP: re-read authorized_devices.  New connections shake hands with the
- * new set; sessions already authenticated go on (a revoked device's open
- * session ends when it disconnects or idles out).  A file that does not
+ * new set; TCP sessions already authenticated go on (a revoked device's open
+ * session ends when it disconnects or idles out); the Kafka consumer looks
+ * each record's device up in the new set (kserve.c).  A file that does not
  * load leaves the set in force as it was, and the log says why.
  */
 static void auth_reload(server *s)
@@ -280,7 +281,7 @@ static void auth_reload(server *s)
     }
     prog_log(INGEST_LOG_INFO,
              "SIGHUP: authorized devices re-read from %s: %zu device%s, %zu added%s%s%s, %zu removed%s%s%s, %zu "
-             "with a new key; sessions already open go on",
+             "with a new key; TCP sessions already open go on (Kafka: from the next record)",
              s->cfg->authorized_devices, count, count == 1 ? "" : "s", nadd, nadd ? " (" : "", added, nadd ? ")" : "",
              nrem,
              nrem ? " (" : "", removed, nrem ? ")" : "", nkey);

@@ -129,6 +129,9 @@ INGEST_API int ingest_klink_core_rearm(ingest_link *l);
 /* End the link for good (its serve returns; rearm says 0): what its owner calls, where a serve's own
  * end only shuts it down until the next rearm. */
 INGEST_API void ingest_klink_core_stop(ingest_link *l);
+/* End the link for good and drop the records queued on it (a device revoked or given a new key): a
+ * batch fed in part is over (batch_done), the device ships it again. */
+INGEST_API void ingest_klink_core_drop(ingest_link *l);
 
 INGEST_API void ingest_klink_stats_get(ingest_link *l, ingest_klink_stats *st);
 

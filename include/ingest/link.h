@@ -61,6 +61,10 @@ struct ingest_link {
     /* The device sends chunks whether the core asked for them or not (Kafka: it
      * publishes before any answer), so the core gains nothing by not asking. */
     unsigned char sends_unwanted;
+    /* A receive that times out never leaves part of a message behind (a queue of whole messages), so a
+     * long wait may be made of short ones: the edge does, to notice a stop.  A TCP link's timeout in the
+     * middle of a frame closes it, so it is waited for in one piece (a stop shuts its socket down). */
+    unsigned char recv_sliceable;
 };
 
 INGEST_API int ingest_link_send(ingest_link *l, const ingest_wire_msg *m);

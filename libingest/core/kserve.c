@@ -252,8 +252,8 @@ static void sessions_stop(ingest_core_kafka *k)
 /*
  * The session of device (made, with its keys, on first sight): NULL when the device is not authorized.  The
  * key is looked up for every record, so authorized devices re-read (SIGHUP) apply at once: a session of a
- * device revoked or given a new key since is retired (fed no more; a batch it was fed in part is given up
- * when its serve idles out, and the device ships it again), and a new key makes a new session.
+ * device revoked or given a new key since is retired (its queued records dropped, a batch it was fed in part
+ * over: the device ships it again), and a new key makes a new session.
  */
 static ksess *sess_find(ingest_core_kafka *k, const char *device)
 {
@@ -265,8 +265,10 @@ static ksess *sess_find(ingest_core_kafka *k, const char *device)
         if (authorized && memcmp(s->pk, pk, sizeof(pk)) == 0)
             return s;
         s->retired = 1;
-        core_log(k->core, INGEST_LOG_INFO, "kafka: device %s %s (authorized devices re-read): its serve takes no "
-                 "more records", device, authorized ? "has a new key" : "is no longer authorized");
+        if (s->link != NULL)
+            ingest_klink_core_drop(s->link); /* its queued records are not served; reaped once its serve ends */
+        core_log(k->core, INGEST_LOG_INFO, "kafka: device %s %s (authorized devices re-read): records queued for "
+                 "its serve are dropped (a batch begun is shipped again)", device, authorized ? "has a new key" : "is no longer authorized");
         break;
     }
     if (!authorized)

@@ -261,19 +261,19 @@ static int take_refusal(ingest_edge *a, const ingest_wire_file_refused *r)
 
 /*
  * Wait up to timeout_ms for a message, in slices of EDGE_STOP_SLICE_MS when the owner can ask the edge to
- * stop, so that a stop (SIGTERM) is noticed while the core is silent: INGEST_ECLOSED then, with nothing
- * lost (the batch stays in the owner's journal).  A slice's end never cuts a message in two: a link's
- * receive times out only while nothing of a message has come (a TCP frame begun has its own time).
+ * stop and the link's receive can time out without cutting a message (Kafka's: recv_sliceable), so that a
+ * stop (SIGTERM) is noticed while the core is silent: INGEST_ECLOSED then, with nothing lost (the batch
+ * stays in the owner's journal).  A TCP link waits in one piece: the agent shuts its socket down at a stop.
  */
 #define EDGE_STOP_SLICE_MS 250
 static int link_recv(ingest_edge *a, ingest_wire_msg *m, int timeout_ms, int *stopped)
 {
     *stopped = 0;
-    if (a->o.stopping == NULL || timeout_ms <= EDGE_STOP_SLICE_MS)
+    if (a->o.stopping == NULL || !a->link->recv_sliceable || timeout_ms <= EDGE_STOP_SLICE_MS)
         return ingest_link_recv(a->link, m, timeout_ms);
     const double end = edge_now() + timeout_ms / 1e3;
     for (;;) {
-        const double left = (end - edge_now()) * 1e3;
+        const double t0 = edge_now(), left = (end - t0) * 1e3;
         const int slice = left > EDGE_STOP_SLICE_MS ? EDGE_STOP_SLICE_MS : left > 1 ? (int)left : 1;
         const int rc = ingest_link_recv(a->link, m, slice);
         if (rc != INGEST_ETIMEDOUT)
@@ -281,6 +281,11 @@ static int link_recv(ingest_edge *a, ingest_wire_msg *m, int timeout_ms, int *st
         if (edge_stopping(a)) {
             *stopped = 1;
             return INGEST_ECLOSED;
+        }
+        /* the last slice, or a link that did not wait (its receive side is over): the timeout stands */
+        if ((edge_now() - t0) * 1e3 < slice / 2) {
+            edge_log(a, INGEST_LOG_ERROR, "receive: %s: %s", ingest_strerror(rc), ingest_link_recv_errmsg(a->link));
+            return rc;
         }
         if (slice < EDGE_STOP_SLICE_MS) {
             edge_log(a, INGEST_LOG_ERROR, "receive: no answer from the core within %d ms", timeout_ms);
@@ -309,10 +314,11 @@ static int recv_msg(ingest_edge *a, ingest_wire_msg *m, int timeout_ms)
             return rc;
     }
     if (rc < 0) {
-        if (stopped)
+        if (stopped || edge_stopping(a)) /* (sliced, or the owner shut the connection down) */
             edge_log(a, INGEST_LOG_INFO, "stopping: no longer waiting for the core's answer (the batch is shipped "
                      "again)");
-        else if (rc != INGEST_ETIMEDOUT || a->o.stopping == NULL || timeout_ms <= EDGE_STOP_SLICE_MS)
+        else if (rc != INGEST_ETIMEDOUT || a->o.stopping == NULL || !a->link->recv_sliceable ||
+                 timeout_ms <= EDGE_STOP_SLICE_MS)
             edge_log(a, INGEST_LOG_ERROR, "receive: %s: %s", ingest_strerror(rc), ingest_link_recv_errmsg(a->link));
         return rc;
     }
@@ -1281,7 +1287,7 @@ static int serve_wants(ingest_edge *a, ingest_sender_batch *b, ingest_wire_msg *
  */
 static int batch_failure(ingest_edge *a, ingest_sender_batch *b, int rc)
 {
-    if (rc != INGEST_EMISMATCH && rc != INGEST_EPROTO) {
+    if (rc != INGEST_EMISMATCH && rc != INGEST_EPROTO && !edge_stopping(a)) {
         ingest_wire_msg m;
         if (ingest_link_recv(a->link, &m, 2000) == 0 && m.type == INGEST_MSG_ERROR) {
             edge_log(a, INGEST_LOG_WARN, "receiver reported: %s: %s", ingest_strerror(m.u.error.code),

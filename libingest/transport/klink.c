@@ -731,6 +731,7 @@ int ingest_klink_edge_create(ingest_ctx *ctx, const ingest_klink_edge_opts *o, i
     e->base.features = (o->features & INGEST_SESSION_FEATURE_PIPELINE) | INGEST_SESSION_FEATURE_PACK |
                        INGEST_SESSION_FEATURE_SHUFFLE2;
     e->base.peer_max_payload = INGEST_WIRE_MAX_PAYLOAD;
+    e->base.recv_sliceable = 1;
     snprintf(e->base.peer, sizeof(e->base.peer), "kafka");
     snprintf(e->base.detail, sizeof(e->base.detail), "sealed records, XChaCha20-Poly1305");
     *out = &e->base;
@@ -762,7 +763,7 @@ typedef struct kcore {
     pthread_cond_t cv;
     kitem *head, *tail;
     size_t qbytes;
-    int down, retired, stopped;
+    int down, retired, stopped, dropped;
     /* the batch being fed to the core */
     char batch[INGEST_WIRE_BATCH_ID_MAX + 1];
     int state;
@@ -1224,7 +1225,7 @@ int ingest_klink_core_rearm(ingest_link *l)
         /* cut off (idle, or the link shut down): nothing was landed; the device ships it again.  Stopped (a
          * rebalance, the receiver stopping) it is not reported over: its beginning stays open, so the offsets
          * committed now stay before it, and the partition's next owner reads it whole */
-        if (c->stopped)
+        if (c->stopped && !c->dropped)
             c->state = KS_DONE;
         else
             core_batch_over(c);
@@ -1249,6 +1250,21 @@ void ingest_klink_core_stop(ingest_link *l)
     kcore *c = (kcore *)l;
     pthread_mutex_lock(&c->mu);
     c->stopped = c->down = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void ingest_klink_core_drop(ingest_link *l)
+{
+    kcore *c = (kcore *)l;
+    pthread_mutex_lock(&c->mu);
+    for (kitem *it = c->head, *n; it != NULL; it = n) {
+        n = it->next;
+        ingest__free(c->p.ctx, it);
+    }
+    c->head = c->tail = NULL;
+    c->qbytes = 0;
+    c->stopped = c->down = c->dropped = 1;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }

@@ -290,6 +290,7 @@ int ingest_link_mem_pair(ingest_ctx *ctx, unsigned features, ingest_link **a, in
         l->base.ops = &mem_ops;
         l->base.features = features;
         l->base.peer_max_payload = INGEST_WIRE_MAX_PAYLOAD;
+        l->base.recv_sliceable = 1;
         snprintf(l->base.peer, sizeof(l->base.peer), "mem:%d", !i);
         snprintf(l->base.detail, sizeof(l->base.detail), "in memory");
         l->pair = p;

@@ -109,30 +109,14 @@ static int wait_fd(int fd, short ev, int64_t deadline)
     }
 }
 
-/* A frame whose first byte came has at least this long for the rest of it, whatever the caller's deadline:
- * a caller that waits in short slices (the edge, to notice a stop) never cuts a frame in two. */
-#define FRAME_REST_MS 30000
-
-/*
- * Read exactly n bytes; *got counts what arrived.  0, ETIMEDOUT, ECLOSED,
- * EIO.  With rest non-NULL, the first byte is waited for until *deadline
- * and the others until at least FRAME_REST_MS after it came (*deadline is
- * moved on so).
- */
-static int read_full_ex(int fd, void *buf, size_t n, int64_t *deadline_io, int rest, size_t *got, int *err)
+/* Read exactly n bytes; *got counts what arrived.  0, ETIMEDOUT, ECLOSED, EIO. */
+static int read_full(int fd, void *buf, size_t n, int64_t deadline, size_t *got, int *err)
 {
     uint8_t *p = buf;
     int nonsock = 0;
-    int64_t deadline = *deadline_io;
     *got = 0;
     *err = 0;
     while (*got < n) {
-        if (rest && *got > 0) {
-            rest = 0;
-            const int64_t later = now_ms() + FRAME_REST_MS;
-            if (deadline >= 0 && deadline < later)
-                *deadline_io = deadline = later;
-        }
         ssize_t r;
         if (nonsock) {
             const int w = wait_fd(fd, POLLIN, deadline);
@@ -164,11 +148,6 @@ static int read_full_ex(int fd, void *buf, size_t n, int64_t *deadline_io, int r
         return errno == ECONNRESET ? INGEST_ECLOSED : INGEST_EIO;
     }
     return 0;
-}
-
-static int read_full(int fd, void *buf, size_t n, int64_t deadline, size_t *got, int *err)
-{
-    return read_full_ex(fd, buf, n, &deadline, 0, got, err);
 }
 
 /* Write exactly n bytes.  0, ETIMEDOUT, ECLOSED, EIO; *put counts what left. */
@@ -927,8 +906,8 @@ int ingest_session_recv_ref(ingest_session *s, int fd, unsigned *type, const uin
         return ingest__fail(&d->ectx, INGEST_EINVAL, "recv: no handshake yet");
     if (d->dead)
         return d->dead;
-    int64_t deadline = deadline_of(timeout_ms);
-    rc = read_full_ex(fd, lenbuf, REC_LEN, &deadline, 1, &got, &err);
+    const int64_t deadline = deadline_of(timeout_ms);
+    rc = read_full(fd, lenbuf, REC_LEN, deadline, &got, &err);
     if (rc == INGEST_ETIMEDOUT && got == 0)
         return ingest__fail(&d->ectx, rc, "recv: no frame within %d ms", timeout_ms);
     if (rc == INGEST_ECLOSED && got == 0)
@@ -937,11 +916,6 @@ int ingest_session_recv_ref(ingest_session *s, int fd, unsigned *type, const uin
     if (rc != 0)
         return kill_dir(d, ingest__fail(&d->ectx, rc, "recv: truncated frame: %s after %zu of %d length bytes",
                                         io_what(rc, err), got, REC_LEN));
-    if (deadline >= 0) { /* the frame began: its body has FRAME_REST_MS at least */
-        const int64_t later = now_ms() + FRAME_REST_MS;
-        if (deadline < later)
-            deadline = later;
-    }
     const uint32_t reclen = ingest__get_u32(lenbuf);
     const size_t bound = INGEST_WIRE_HDR_BYTES + s->max_payload + REC_TAG;
     if (reclen > bound)

@@ -73,10 +73,13 @@ head -c 1000 /dev/urandom > "$T/msrc/new.bin" # (something to ship: the link is 
 if "$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err"; then
     fail "an agent whose message.max.bytes leaves no room for a record shipped"
 fi
-grep -q "message.max.bytes 20000 is too small" "$T/dev1.err" || { cat "$T/dev1.err"; fail "the refusal does not say why"; }
+grep -q "message.max.bytes.*20000 is too small" "$T/dev1.err" || { cat "$T/dev1.err"; fail "the refusal does not say why"; }
+rc=0
+"$AGENT" --config "$T/dev1.yaml" --check-config > "$T/check.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] || { cat "$T/check.out"; fail "--check-config took a message.max.bytes too small (exit $rc)"; }
 rm "$T/msrc/new.bin"
 write_kafka_agent_config dev1 "$T/src"
-pass "records fit a smaller message.max.bytes (a 700 KB file in 60 KB records lands); one too small is refused"
+pass "records fit a smaller message.max.bytes (a 700 KB file in 60 KB records lands); one too small is refused at load"
 
 # The daemon through Kafka, with after_ship: delete: a file is deleted from
 # the source only once the core's LANDED reply came, and it landed.

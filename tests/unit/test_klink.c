@@ -591,6 +591,23 @@ static void test_stopped_mid_batch(void **state)
     env_free(e);
 }
 
+/* Dropped (the device revoked or given a new key) mid-batch: the batch is reported over, so the offsets
+ * committed move past its beginning (the device ships it again, under its new key). */
+static void test_dropped_mid_batch(void **state)
+{
+    (void)state;
+    env *e = env_new(INGEST_SESSION_FEATURE_SHUFFLE2, 0);
+    ingest_sender_batch *b = next_batch(e);
+    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
+    usleep(300000); /* the serve takes the batch's first records (its manifest); its chunks never come */
+    ingest_klink_core_drop(e->core_link);
+    assert_int_equal(pthread_join(e->thread, NULL), 0);
+    e->serving = 0;
+    assert_int_equal(e->done, 1);
+    ingest_sender_batch_destroy(b);
+    env_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -604,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_lost_whole_batch),
         cmocka_unit_test(test_cut_off_batch),
         cmocka_unit_test(test_stopped_mid_batch),
+        cmocka_unit_test(test_dropped_mid_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
