@@ -217,8 +217,9 @@ static int send_msg(ingest_edge *a, ingest_wire_msg *m, size_t extra)
 {
     const int rc = ingest_link_send(a->link, m);
     if (rc < 0) {
-        edge_log(a, INGEST_LOG_ERROR, "send %s: %s: %s", ingest_wire_type_name(m->type), ingest_strerror(rc),
-                 ingest_link_send_errmsg(a->link));
+        /* (a stop may have shut the connection down under the send: not a failure) */
+        edge_log(a, edge_stopping(a) ? INGEST_LOG_INFO : INGEST_LOG_ERROR, "send %s: %s: %s",
+                 ingest_wire_type_name(m->type), ingest_strerror(rc), ingest_link_send_errmsg(a->link));
         return rc;
     }
     a->st->wire_out += ingest_wire_encoded_size(m) + INGEST_EDGE_FRAME_OVERHEAD + extra;
