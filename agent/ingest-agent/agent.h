@@ -22,6 +22,7 @@
 #include <stdio.h>
 
 #define HANDSHAKE_TIMEOUT_MS 15000
+#define STOP_GRACE_S 3 /* a stop waits this long for the core's answers, then cuts the connection */
 
 typedef struct totals {
     /* what went over the link and came of it, kept up by the edge (include/ingest/edge.h):

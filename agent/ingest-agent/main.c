@@ -36,10 +36,19 @@
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "signal handlers need lock-free atomics");
 atomic_int stopping;
 atomic_int reload_requested;
-/* The socket of the connection to the core, or -1: a stop shuts it down, so that a core that does not
- * answer (the handshake, a WANT, an ACK) holds a stop up for no longer than it takes to see that; the
- * batch in flight stays journaled and is replayed at the next start. */
+/* The socket of the connection to the core, or -1.  A stop gives the core STOP_GRACE_S to answer what it
+ * was asked (an ACK of a batch it landed is recorded, its after_ship done), then shuts the socket down
+ * (SIGALRM), so that a core that does not answer (the handshake, a WANT, an ACK) holds a stop up no
+ * longer; the batch in flight stays journaled and is replayed at the next start.  A second stop signal
+ * does not wait. */
 static atomic_int core_fd = -1;
+
+static void cut_core(void)
+{
+    const int fd = atomic_load(&core_fd);
+    if (fd >= 0)
+        (void)shutdown(fd, SHUT_RDWR);
+}
 
 static void on_signal(int sig)
 {
@@ -48,10 +57,12 @@ static void on_signal(int sig)
         return;
     }
     const int saved = errno;
-    stopping = 1;
-    const int fd = atomic_load(&core_fd);
-    if (fd >= 0)
-        (void)shutdown(fd, SHUT_RDWR);
+    if (sig == SIGALRM || stopping)
+        cut_core();
+    else
+        alarm(STOP_GRACE_S);
+    if (sig != SIGALRM)
+        stopping = 1;
     errno = saved;
 }
 
@@ -1164,6 +1175,8 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     if (!once)
         sigaction(SIGHUP, &sa, NULL);
+    sa.sa_flags = SA_RESTART; /* (it only cuts the core's socket: no call need see it) */
+    sigaction(SIGALRM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     a.report.tty = isatty(STDOUT_FILENO);
     int status = 1;

@@ -263,23 +263,29 @@ static int take_refusal(ingest_edge *a, const ingest_wire_file_refused *r)
 /*
  * Wait up to timeout_ms for a message, in slices of EDGE_STOP_SLICE_MS when the owner can ask the edge to
  * stop and the link's receive can time out without cutting a message (Kafka's: recv_sliceable), so that a
- * stop (SIGTERM) is noticed while the core is silent: INGEST_ECLOSED then, with nothing lost (the batch
- * stays in the owner's journal).  A TCP link waits in one piece: the agent shuts its socket down at a stop.
+ * stop (SIGTERM) is noticed while the core is silent: INGEST_ECLOSED EDGE_STOP_GRACE_S after it, with
+ * nothing lost (the batch stays in the owner's journal).  A TCP link waits in one piece: the agent shuts
+ * its socket down as long after a stop.
  */
 #define EDGE_STOP_SLICE_MS 250
+#define EDGE_STOP_GRACE_S 3.0
 static int link_recv(ingest_edge *a, ingest_wire_msg *m, int timeout_ms, int *stopped)
 {
     *stopped = 0;
     if (a->o.stopping == NULL || !a->link->recv_sliceable || timeout_ms <= EDGE_STOP_SLICE_MS)
         return ingest_link_recv(a->link, m, timeout_ms);
     const double end = edge_now() + timeout_ms / 1e3;
+    double stop_seen = 0;
     for (;;) {
         const double t0 = edge_now(), left = (end - t0) * 1e3;
         const int slice = left > EDGE_STOP_SLICE_MS ? EDGE_STOP_SLICE_MS : left > 1 ? (int)left : 1;
         const int rc = ingest_link_recv(a->link, m, slice);
         if (rc != INGEST_ETIMEDOUT)
             return rc;
-        if (edge_stopping(a)) {
+        /* a stop gives the core EDGE_STOP_GRACE_S to answer (an ACK of a batch it landed is worth having) */
+        if (edge_stopping(a) && stop_seen == 0)
+            stop_seen = edge_now();
+        if (stop_seen > 0 && edge_now() - stop_seen >= EDGE_STOP_GRACE_S) {
             *stopped = 1;
             return INGEST_ECLOSED;
         }
