@@ -1260,6 +1260,9 @@ void ingest_klink_core_drop(ingest_link *l)
     pthread_mutex_lock(&c->mu);
     for (kitem *it = c->head, *n; it != NULL; it = n) {
         n = it->next;
+        /* a batch that began here is over too (its beginning held its partition's offset commits) */
+        if (it->wtype == INGEST_MSG_BATCH_BEGIN && it->seq == 0 && it->offset == 0 && c->o.batch_done != NULL)
+            c->o.batch_done(c->o.ud, it->token);
         ingest__free(c->p.ctx, it);
     }
     c->head = c->tail = NULL;

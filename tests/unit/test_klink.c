@@ -608,6 +608,28 @@ static void test_dropped_mid_batch(void **state)
     env_free(e);
 }
 
+/* Dropped before its serve took anything: the batch whose beginning was queued is over all the same. */
+static void test_dropped_queued_batch(void **state)
+{
+    (void)state;
+    env *e = env_new(INGEST_SESSION_FEATURE_SHUFFLE2, 0);
+    ingest_klink_core_stop(e->core_link); /* a link no serve reads: what is fed to it stays queued */
+    assert_int_equal(pthread_join(e->thread, NULL), 0);
+    e->serving = 0;
+    ingest_link_destroy(e->core_link);
+    const ingest_klink_core_opts co = {
+        .device = DEVICE, .keys = &e->ck, .bus = { bus_core, e }, .batch_done = cb_done, .ud = e,
+    };
+    assert_int_equal(ingest_klink_core_create(e->ctx, &co, &e->core_link), 0);
+    ingest_sender_batch *b = next_batch(e);
+    const int rc = ingest_edge_send_manifest(e->edge, b);
+    ingest_klink_core_drop(e->core_link);
+    assert_int_equal(rc, 0);
+    assert_int_equal(e->done, 1);
+    ingest_sender_batch_destroy(b);
+    env_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -622,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_cut_off_batch),
         cmocka_unit_test(test_stopped_mid_batch),
         cmocka_unit_test(test_dropped_mid_batch),
+        cmocka_unit_test(test_dropped_queued_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
