@@ -269,9 +269,8 @@ static int take_refusal(ingest_edge *a, const ingest_wire_file_refused *r)
  */
 #define EDGE_STOP_SLICE_MS 250
 #define EDGE_STOP_GRACE_S 3.0
-static int link_recv(ingest_edge *a, ingest_wire_msg *m, int timeout_ms, int *stopped)
+static int link_recv(ingest_edge *a, ingest_wire_msg *m, int timeout_ms)
 {
-    *stopped = 0;
     if (a->o.stopping == NULL || !a->link->recv_sliceable || timeout_ms <= EDGE_STOP_SLICE_MS)
         return ingest_link_recv(a->link, m, timeout_ms);
     const double end = edge_now() + timeout_ms / 1e3;
@@ -280,28 +279,21 @@ static int link_recv(ingest_edge *a, ingest_wire_msg *m, int timeout_ms, int *st
         const double left = (end - edge_now()) * 1e3;
         const int slice = left > EDGE_STOP_SLICE_MS ? EDGE_STOP_SLICE_MS : left > 1 ? (int)left : 1;
         const int rc = ingest_link_recv(a->link, m, slice);
-        if (rc != INGEST_ETIMEDOUT)
+        if (rc != INGEST_ETIMEDOUT || slice < EDGE_STOP_SLICE_MS) /* (the last slice: the timeout stands) */
             return rc;
         /* a stop gives the core EDGE_STOP_GRACE_S to answer (an ACK of a batch it landed is worth having) */
         if (edge_stopping(a) && stop_seen == 0)
             stop_seen = edge_now();
-        if (stop_seen > 0 && edge_now() - stop_seen >= EDGE_STOP_GRACE_S) {
-            *stopped = 1;
+        if (stop_seen > 0 && edge_now() - stop_seen >= EDGE_STOP_GRACE_S)
             return INGEST_ECLOSED;
-        }
-        /* the last slice, or a link that did not wait (its receive side is over): the timeout stands */
-        if (slice < EDGE_STOP_SLICE_MS) {
-            edge_log(a, INGEST_LOG_ERROR, "receive: no answer from the core within %d ms", timeout_ms);
-            return rc;
-        }
     }
 }
 
 static int recv_msg(ingest_edge *a, ingest_wire_msg *m, int timeout_ms)
 {
-    int rc, stopped = 0;
+    int rc;
     for (;;) {
-        rc = link_recv(a, m, timeout_ms, &stopped);
+        rc = link_recv(a, m, timeout_ms);
         if (rc < 0)
             break;
         a->st->wire_in += ingest_wire_encoded_size(m) + INGEST_EDGE_FRAME_OVERHEAD;
@@ -317,11 +309,12 @@ static int recv_msg(ingest_edge *a, ingest_wire_msg *m, int timeout_ms)
             return rc;
     }
     if (rc < 0) {
-        if (stopped || edge_stopping(a)) /* (sliced, or the owner shut the connection down) */
+        if (edge_stopping(a)) /* (the wait given up, or the owner shut the connection down) */
             edge_log(a, INGEST_LOG_INFO, "stopping: no longer waiting for the core's answer (the batch is shipped "
                      "again)");
-        else if (rc != INGEST_ETIMEDOUT || a->o.stopping == NULL || !a->link->recv_sliceable ||
-                 timeout_ms <= EDGE_STOP_SLICE_MS)
+        else if (rc == INGEST_ETIMEDOUT)
+            edge_log(a, INGEST_LOG_ERROR, "receive: no answer from the core within %d ms", timeout_ms);
+        else
             edge_log(a, INGEST_LOG_ERROR, "receive: %s: %s", ingest_strerror(rc), ingest_link_recv_errmsg(a->link));
         return rc;
     }

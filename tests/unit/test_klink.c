@@ -182,12 +182,17 @@ static void *serve_main(void *arg)
     return NULL;
 }
 
-static void core_start(env *e)
+static void core_link_new(env *e)
 {
     const ingest_klink_core_opts co = {
         .device = DEVICE, .keys = &e->ck, .bus = { bus_core, e }, .batch_done = cb_done, .ud = e,
     };
     assert_int_equal(ingest_klink_core_create(e->ctx, &co, &e->core_link), 0);
+}
+
+static void core_start(env *e)
+{
+    core_link_new(e);
     assert_int_equal(pthread_create(&e->thread, NULL, serve_main, e), 0);
     e->serving = 1;
 }
@@ -568,6 +573,22 @@ static void test_cut_off_batch(void **state)
     env_free(e);
 }
 
+/* The serve takes a batch's first records (its manifest), its chunks never come, and the link is ended by
+ * end: the batch reported over done times. */
+static void mid_batch_ended(void (*end)(ingest_link *), int done)
+{
+    env *e = env_new(INGEST_SESSION_FEATURE_SHUFFLE2, 0);
+    ingest_sender_batch *b = next_batch(e);
+    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
+    usleep(300000);
+    end(e->core_link);
+    assert_int_equal(pthread_join(e->thread, NULL), 0);
+    e->serving = 0;
+    assert_int_equal(e->done, done);
+    ingest_sender_batch_destroy(b);
+    env_free(e);
+}
+
 /*
  * The core's link stopped (a rebalance, the receiver stopping) while a batch
  * is being received: the batch is not reported over, so its first record's
@@ -579,33 +600,15 @@ static void test_cut_off_batch(void **state)
 static void test_stopped_mid_batch(void **state)
 {
     (void)state;
-    env *e = env_new(INGEST_SESSION_FEATURE_SHUFFLE2, 0);
-    ingest_sender_batch *b = next_batch(e);
-    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
-    usleep(300000); /* the serve takes the batch's first records (its manifest); its chunks never come */
-    ingest_klink_core_stop(e->core_link);
-    assert_int_equal(pthread_join(e->thread, NULL), 0);
-    e->serving = 0;
-    assert_int_equal(e->done, 0);
-    ingest_sender_batch_destroy(b);
-    env_free(e);
+    mid_batch_ended(ingest_klink_core_stop, 0);
 }
 
-/* Dropped (the device revoked or given a new key) mid-batch: the batch is reported over, so the offsets
- * committed move past its beginning (the device ships it again, under its new key). */
+/* Dropped (the device revoked or given a new key): reported over, so the offsets committed move past its
+ * beginning (the device ships it again, under its new key). */
 static void test_dropped_mid_batch(void **state)
 {
     (void)state;
-    env *e = env_new(INGEST_SESSION_FEATURE_SHUFFLE2, 0);
-    ingest_sender_batch *b = next_batch(e);
-    assert_int_equal(ingest_edge_send_manifest(e->edge, b), 0);
-    usleep(300000); /* the serve takes the batch's first records (its manifest); its chunks never come */
-    ingest_klink_core_drop(e->core_link);
-    assert_int_equal(pthread_join(e->thread, NULL), 0);
-    e->serving = 0;
-    assert_int_equal(e->done, 1);
-    ingest_sender_batch_destroy(b);
-    env_free(e);
+    mid_batch_ended(ingest_klink_core_drop, 1);
 }
 
 /* Dropped before its serve took anything: the batch whose beginning was queued is over all the same. */
@@ -617,10 +620,7 @@ static void test_dropped_queued_batch(void **state)
     assert_int_equal(pthread_join(e->thread, NULL), 0);
     e->serving = 0;
     ingest_link_destroy(e->core_link);
-    const ingest_klink_core_opts co = {
-        .device = DEVICE, .keys = &e->ck, .bus = { bus_core, e }, .batch_done = cb_done, .ud = e,
-    };
-    assert_int_equal(ingest_klink_core_create(e->ctx, &co, &e->core_link), 0);
+    core_link_new(e);
     ingest_sender_batch *b = next_batch(e);
     const int rc = ingest_edge_send_manifest(e->edge, b);
     ingest_klink_core_drop(e->core_link);
