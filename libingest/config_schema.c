@@ -460,6 +460,10 @@ static const cfg_row receiver_rows[] = {
       .check = check_kafka_topic, .def_doc = "{topic}-replies", .desc = "Topic the receiver answers devices on" },
     { .name = "kafka.group", .type = T_STRING, .def = "ingest-receivers", FIELD(R, kafka_group),
       .check = check_kafka_topic, .desc = "Consumer group of the receivers sharing one bronze tree" },
+    { .name = "kafka.device_queue", .type = T_SIZE, .def = "8MiB", FIELD(R, kafka_device_queue), .min = 64 * 1024,
+      .max = 1024 * MiB,
+      .desc = "Records read ahead of a device's serve, per device: past it the device's partition is paused "
+              "and the others go on" },
     { .name = "kafka.properties", .type = T_MAP, FIELD(R, kafka_properties),
       .count_off = offsetof(R, kafka_properties_count), .max = INGEST_KAFKA_PROPERTIES_MAX,
       .check = check_kafka_property, .def_doc = "{}",

@@ -785,6 +785,9 @@ static int start_kafka(server *s)
         .device_key = kafka_device_key,
         .ud = s,
         .records = s->m_krecords,
+        .queue_max = (size_t)s->cfg->kafka_device_queue,
+        /* tests only: "DEVICE:PATH", tests/integration/test_kafka_stall.sh */
+        .test_serve_pause = getenv("INGEST_TEST_KAFKA_SERVE_PAUSE"),
     };
     if (ingest_core_kafka_create(s->core, &o, &s->kafka) < 0) {
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(s->ctx));

@@ -155,6 +155,7 @@ typedef struct ingest_receiver_config {
     char *kafka_topic;               /* kafka.topic */
     char *kafka_reply_topic;         /* kafka.reply_topic ("" = "{topic}-replies") */
     char *kafka_group;               /* kafka.group */
+    uint64_t kafka_device_queue;     /* kafka.device_queue, bytes */
     char **kafka_properties;         /* kafka.properties, "name=value" each */
     size_t kafka_properties_count;
 } ingest_receiver_config;

@@ -191,6 +191,9 @@ typedef struct ingest_core_kafka_opts {
     void *ud;
     size_t queue_max;       /* bytes of records queued per device ahead of its serve (0: 8 MiB) */
     ingest_metric *records; /* records by outcome: ok, forged, unknown_device, malformed (may be NULL) */
+    /* Tests only: "DEVICE:PATH", that device's serve takes no record while PATH exists
+     * (ingest_klink_core_opts.test_pause_file; kept by reference).  NULL outside tests. */
+    const char *test_serve_pause;
 } ingest_core_kafka_opts;
 
 typedef struct ingest_core_kafka_stats {
@@ -198,6 +201,7 @@ typedef struct ingest_core_kafka_stats {
     uint64_t forged, unknown_device, malformed; /* dropped */
     uint64_t batches_begun, batches_done;     /* BATCH_BEGIN records fed; batches over (landed, refused, given up) */
     uint64_t commits, rebalances;
+    uint64_t pauses;                          /* partitions paused for a device whose serve was behind */
     unsigned sessions;                        /* devices served now */
 } ingest_core_kafka_stats;
 

@@ -108,6 +108,9 @@ typedef struct ingest_klink_core_opts {
     /* Before a NEEDED reply: let the core learn what its peers landed (may be NULL). */
     void (*before_needed)(void *ud);
     void *ud;
+    /* Tests only (tests/integration/test_kafka_stall.sh): while this file exists, the serve takes no
+     * queued record, as a device whose landing is slow.  NULL outside tests. */
+    const char *test_pause_file;
 } ingest_klink_core_opts;
 
 INGEST_API int ingest_klink_core_create(ingest_ctx *ctx, const ingest_klink_core_opts *o, ingest_link **out) INGEST_WUR;
@@ -120,6 +123,21 @@ INGEST_API int ingest_klink_core_create(ingest_ctx *ctx, const ingest_klink_core
  */
 INGEST_API int ingest_klink_core_feed(ingest_link *l, const ingest_krec_hdr *h, const ingest_krec_body *b,
                                       uint64_t token);
+/*
+ * Like ingest_klink_core_feed, but never waits: INGEST_EBUSY (nothing
+ * queued) when queue_max bytes would be passed.  A consumer that reads
+ * many devices offers, and when a device's queue is full it stops reading
+ * that device's partition rather than everyone's (ingest_klink_core_room).
+ */
+INGEST_API int ingest_klink_core_offer(ingest_link *l, const ingest_krec_hdr *h, const ingest_krec_body *b,
+                                       uint64_t token);
+/*
+ * 1 when a record of len bytes offered now would be taken, with half the
+ * queue free at least (so a paused reader resumes for more than one
+ * record), or when the link is shut down or retired (an offer fails at
+ * once then); else 0.
+ */
+INGEST_API int ingest_klink_core_room(ingest_link *l, size_t len);
 /*
  * After ingest_core_serve returned on l: 1 when records wait (the link is
  * made ready for the next serve; a batch that was cut off is done), 0 when

@@ -29,12 +29,18 @@ typedef struct ksess {
     atomic_int ended;  /* the serve loop returned (the link retired) */
 } ksess;
 
-/* A partition's offsets: the next one to read, and the first records of batches not over yet. */
+/* A partition's offsets: the next one to read, and the first records of batches not over yet.  A partition
+ * is paused at a record its device's full queue could not take (paused_at, its session and size): read
+ * again from there once that queue has room, while the other partitions go on. */
 typedef struct kpart {
     int32_t part;
     int64_t next, committed;
     int64_t *open;
     size_t nopen, capopen;
+    int64_t paused_at; /* -1: reading */
+    struct ksess *paused_s;
+    size_t paused_len;
+    uint64_t npauses;
 } kpart;
 
 struct ingest_core_kafka {
@@ -54,8 +60,10 @@ struct ingest_core_kafka {
     atomic_int stop;
     uint8_t *plain;    /* INGEST_KREC_MAX */
     double last_commit;
-    atomic_ullong records, bytes, forged, unknown, malformed, begun, done, commits, rebalances;
+    atomic_ullong records, bytes, forged, unknown, malformed, begun, done, commits, rebalances, pauses;
     atomic_uint nsessions;
+    char pause_device[INGEST_DEVICE_ID_MAX + 1]; /* tests only: o.test_serve_pause, split */
+    const char *pause_file;
 };
 
 static void klog_limited(ingest_core_kafka *k, const char *what, const char *fmt, ...) INGEST__PRINTF(3, 4);
@@ -89,7 +97,7 @@ static kpart *part_get(ingest_core_kafka *k, int32_t p)
     kpart *t = &k->parts[k->nparts++];
     memset(t, 0, sizeof(*t));
     t->part = p;
-    t->next = t->committed = -1;
+    t->next = t->committed = t->paused_at = -1;
     return t;
 }
 
@@ -228,6 +236,7 @@ static int sess_start(ingest_core_kafka *k, ksess *s)
     const ingest_klink_core_opts o = {
         .device = s->device, .keys = &s->keys, .bus = { reply_produce, k }, .queue_max = k->o.queue_max,
         .batch_done = batch_done, .before_needed = before_needed, .ud = s,
+        .test_pause_file = k->pause_file != NULL && strcmp(k->pause_device, s->device) == 0 ? k->pause_file : NULL,
     };
     INGEST__FORWARD(ingest_klink_core_create(k->ctx, &o, &s->link));
     atomic_store(&s->ended, 0);
@@ -288,6 +297,8 @@ static ksess *sess_find(ingest_core_kafka *k, const char *device)
     return s;
 }
 
+static void parts_resume(ingest_core_kafka *k, const struct ksess *only);
+
 /* Join the serves that ended; free the retired sessions whose serve is over. */
 static void sessions_reap(ingest_core_kafka *k)
 {
@@ -296,6 +307,7 @@ static void sessions_reap(ingest_core_kafka *k)
         if (s->link != NULL && atomic_load(&s->ended))
             sess_join(s, 0);
         if (s->retired && s->link == NULL) {
+            parts_resume(k, s); /* (before it is freed) the record it could not take comes again */
             *pp = s->next;
             ingest_krec_keys_wipe(&s->keys);
             ingest__free(k->ctx, s);
@@ -351,12 +363,133 @@ static void part_hold(ingest_core_kafka *k, kpart *t, int64_t off)
     pthread_mutex_unlock(&k->mu);
 }
 
+/* Undo a part_hold of off whose record was not queued after all (it is read again). */
+static void part_unhold(ingest_core_kafka *k, kpart *t, int64_t off)
+{
+    pthread_mutex_lock(&k->mu);
+    for (size_t i = 0; i < t->nopen; i++)
+        if (t->open[i] == off) {
+            t->open[i] = t->open[--t->nopen];
+            break;
+        }
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* One partition, for the pause, resume and seek calls. */
+static rd_kafka_topic_partition_list_t *one_part(const ingest_core_kafka *k, int32_t part, int64_t off)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    if (l != NULL)
+        rd_kafka_topic_partition_list_add(l, k->topic, part)->offset = off;
+    return l;
+}
+
+/*
+ * The record at off (len bytes queued) did not fit in s's queue: its serve is behind.  Rather than wait for
+ * it, which would stop every device this receiver reads, stop reading t's partition and read it again from
+ * off once s has room (parts_resume).  0, or < 0 when the partition could not be paused and set back (the
+ * caller then waits for the room, as it did before).
+ */
+static int part_pause(ingest_core_kafka *k, kpart *t, ksess *s, int64_t off, size_t len)
+{
+    rd_kafka_topic_partition_list_t *l = one_part(k, t->part, off);
+    if (l == NULL)
+        return INGEST_ENOMEM;
+    rd_kafka_resp_err_t err = rd_kafka_pause_partitions(k->cons, l);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        err = l->elems[0].err;
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        /* with a timeout: no record fetched from before the seek is passed to us after it */
+        rd_kafka_error_t *e = rd_kafka_seek_partitions(k->cons, l, 5000);
+        if (e != NULL) {
+            err = rd_kafka_error_code(e);
+            rd_kafka_error_destroy(e);
+        } else {
+            err = l->elems[0].err;
+        }
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            l->elems[0].err = RD_KAFKA_RESP_ERR_NO_ERROR;
+            (void)rd_kafka_resume_partitions(k->cons, l);
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        core_log(k->core, INGEST_LOG_WARN, "kafka: %s [%d]: cannot pause at offset %lld for device %s, whose serve "
+                 "is behind (%s): waiting for it", k->topic, (int)t->part, (long long)off, s->device,
+                 rd_kafka_err2str(err));
+        return INGEST_EIO;
+    }
+    pthread_mutex_lock(&k->mu);
+    t->paused_at = off;
+    t->paused_s = s;
+    t->paused_len = len;
+    t->next = off; /* committed offsets stay at it: it was not read */
+    pthread_mutex_unlock(&k->mu);
+    atomic_fetch_add(&k->pauses, 1);
+    if (t->npauses++ % 100 == 0)
+        core_log(k->core, INGEST_LOG_INFO, "kafka: %s [%d] paused at offset %lld: device %s's serve is behind (its "
+                 "queue is full); the other partitions go on (%llu pauses of this partition)", k->topic,
+                 (int)t->part, (long long)off, s->device, (unsigned long long)t->npauses);
+    return 0;
+}
+
+static void part_resume(ingest_core_kafka *k, kpart *t)
+{
+    rd_kafka_topic_partition_list_t *l = one_part(k, t->part, RD_KAFKA_OFFSET_INVALID);
+    if (l != NULL) {
+        (void)rd_kafka_resume_partitions(k->cons, l);
+        rd_kafka_topic_partition_list_destroy(l);
+    }
+    pthread_mutex_lock(&k->mu);
+    t->paused_at = -1;
+    t->paused_s = NULL;
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Resume the paused partitions whose device's queue has room now, or whose serve ended (s NULL: every one). */
+static void parts_resume(ingest_core_kafka *k, const ksess *only)
+{
+    for (size_t i = 0; i < k->nparts; i++) {
+        kpart *t = &k->parts[i];
+        if (t->paused_at < 0 || (only != NULL && t->paused_s != only))
+            continue;
+        const ksess *s = t->paused_s;
+        if (only == NULL && s->link != NULL && !s->retired && !atomic_load(&s->ended) &&
+            !ingest_klink_core_room(s->link, t->paused_len))
+            continue;
+        part_resume(k, t);
+    }
+}
+
+/* Queue a record for s, starting its serve when none runs: 0, INGEST_EBUSY (offered only: no room), < 0. */
+static int sess_feed(ingest_core_kafka *k, ksess *s, const ingest_krec_hdr *h, const ingest_krec_body *b,
+                     uint64_t token, int wait)
+{
+    int rc = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (s->link != NULL && atomic_load(&s->ended))
+            sess_join(s, 0);
+        if (s->link == NULL && (rc = sess_start(k, s)) < 0)
+            break;
+        rc = wait ? ingest_klink_core_feed(s->link, h, b, token) : ingest_klink_core_offer(s->link, h, b, token);
+        if (rc != INGEST_ECLOSED)
+            break;
+        sess_join(s, 0); /* it retired as the record came: a new serve */
+    }
+    return rc;
+}
+
 static void handle(ingest_core_kafka *k, const rd_kafka_message_t *m)
 {
-    atomic_fetch_add(&k->records, 1);
-    atomic_fetch_add(&k->bytes, m->len);
     pthread_mutex_lock(&k->mu);
     kpart *t = part_get(k, m->partition);
+    if (t != NULL && t->paused_at >= 0) {
+        /* fetched before its partition was paused: it comes again once the partition resumes */
+        pthread_mutex_unlock(&k->mu);
+        return;
+    }
+    atomic_fetch_add(&k->records, 1);
+    atomic_fetch_add(&k->bytes, m->len);
     if (t != NULL && m->offset + 1 > t->next) {
         t->next = m->offset + 1;
         k->dirty = 1;
@@ -394,22 +527,26 @@ static void handle(ingest_core_kafka *k, const rd_kafka_message_t *m)
                      (int)m->partition, (long long)m->offset, h.device, ingest_ctx_errmsg(k->kctx));
         return;
     }
-    ingest_metric_add(k->o.records, "ok", 1);
     const uint64_t token = token_of(m->partition, m->offset);
-    if (b.u.msg.wtype == INGEST_MSG_BATCH_BEGIN && b.u.msg.offset == 0 && h.seq == 0) {
+    const int begins = b.u.msg.wtype == INGEST_MSG_BATCH_BEGIN && b.u.msg.offset == 0 && h.seq == 0;
+    if (begins) {
         peer_landed(k, h.device, h.batch);
-        part_hold(k, t, m->offset);
+        part_hold(k, t, m->offset); /* before the feed: the serve may end the batch at once */
+    }
+    rc = sess_feed(k, s, &h, &b, token, 0);
+    if (rc == INGEST_EBUSY && t != NULL && part_pause(k, t, s, m->offset, b.u.msg.len) == 0) {
+        /* not taken: read again, and counted, when the partition resumes */
+        if (begins)
+            part_unhold(k, t, m->offset);
+        atomic_fetch_sub(&k->records, 1);
+        atomic_fetch_sub(&k->bytes, m->len);
+        return;
+    }
+    if (rc == INGEST_EBUSY)
+        rc = sess_feed(k, s, &h, &b, token, 1);
+    ingest_metric_add(k->o.records, "ok", 1);
+    if (begins)
         atomic_fetch_add(&k->begun, 1);
-    }
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (s->link != NULL && atomic_load(&s->ended))
-            sess_join(s, 0);
-        if (s->link == NULL && (rc = sess_start(k, s)) < 0)
-            break;
-        if ((rc = ingest_klink_core_feed(s->link, &h, &b, token)) != INGEST_ECLOSED)
-            break;
-        sess_join(s, 0); /* it retired as the record came: a new serve */
-    }
     if (rc < 0) {
         part_hold(k, t, m->offset); /* for good: no commit passes it before a restart or a rebalance */
         core_log(k->core, INGEST_LOG_ERROR, "kafka: device %s: a record could not be served: %s; it is read again "
@@ -430,6 +567,7 @@ static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_pa
             rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
         else
             rd_kafka_assign(rk, parts);
+        (void)rd_kafka_resume_partitions(rk, parts); /* none stays paused from an earlier assignment */
         return;
     }
     /* Revoked: every serve ends (a batch being made durable first), offsets go as far as batches ended,
@@ -437,6 +575,9 @@ static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_pa
     core_log(k->core, INGEST_LOG_INFO, "kafka: %d partitions of %s revoked", parts->cnt, k->topic);
     sessions_stop(k);
     commit_offsets(k);
+    for (size_t i = 0; i < k->nparts; i++)
+        if (k->parts[i].paused_at >= 0)
+            part_resume(k, &k->parts[i]);
     pthread_mutex_lock(&k->mu);
     parts_clear(k);
     pthread_mutex_unlock(&k->mu);
@@ -483,6 +624,11 @@ int ingest_core_kafka_create(ingest_core *core, const ingest_core_kafka_opts *op
     k->ctx = ctx;
     k->o = *opts;
     k->logto = (ingest__kafka_logto){ core->o.log, core->o.log_userdata, core->o.log_level };
+    const char *colon = opts->test_serve_pause != NULL ? strchr(opts->test_serve_pause, ':') : NULL;
+    if (colon != NULL && (size_t)(colon - opts->test_serve_pause) < sizeof(k->pause_device)) {
+        memcpy(k->pause_device, opts->test_serve_pause, (size_t)(colon - opts->test_serve_pause));
+        k->pause_file = colon + 1;
+    }
     pthread_mutex_init(&k->mu, NULL);
     snprintf(k->topic, sizeof(k->topic), "%s",
              opts->kc.topic && opts->kc.topic[0] ? opts->kc.topic : INGEST_KAFKA_TOPIC_DEFAULT);
@@ -553,6 +699,7 @@ int ingest_core_kafka_run(ingest_core_kafka *k)
             rd_kafka_message_destroy(m);
         }
         rd_kafka_poll(k->prod, 0);
+        parts_resume(k, NULL);
         sessions_reap(k);
         pthread_mutex_lock(&k->mu);
         const int dirty = k->dirty;
@@ -588,5 +735,6 @@ void ingest_core_kafka_stats_get(ingest_core_kafka *k, ingest_core_kafka_stats *
     st->batches_done = atomic_load(&k->done);
     st->commits = atomic_load(&k->commits);
     st->rebalances = atomic_load(&k->rebalances);
+    st->pauses = atomic_load(&k->pauses);
     st->sessions = atomic_load(&k->nsessions);
 }

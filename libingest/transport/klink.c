@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define KCORE_QUEUE_DEFAULT (8u * 1024u * 1024u)
 #define KCORE_REPLY_MAX (256u * 1024u)
@@ -1082,6 +1083,20 @@ static int core_recv(ingest_link *l, ingest_wire_msg *out, int timeout_ms)
             }
             continue;
         }
+        if (c->o.test_pause_file != NULL && access(c->o.test_pause_file, F_OK) == 0) {
+            /* tests only: a device whose landing is slow (its queue fills while the file exists) */
+            pthread_mutex_unlock(&c->mu);
+            const struct timespec nap = { 0, 20 * 1000000L };
+            nanosleep(&nap, NULL);
+            pthread_mutex_lock(&c->mu);
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            if (until != NULL && (now.tv_sec > until->tv_sec || (now.tv_sec == until->tv_sec && now.tv_nsec >= until->tv_nsec))) {
+                pthread_mutex_unlock(&c->mu);
+                return ingest__fail(c->p.rctx, INGEST_ETIMEDOUT, "no record within %d ms", timeout_ms);
+            }
+            continue;
+        }
         kitem *it = c->head;
         c->head = it->next;
         if (c->head == NULL)
@@ -1179,7 +1194,7 @@ static int core_send(ingest_link *l, const ingest_wire_msg *m)
     return rc;
 }
 
-int ingest_klink_core_feed(ingest_link *l, const ingest_krec_hdr *h, const ingest_krec_body *b, uint64_t token)
+static int core_queue(ingest_link *l, const ingest_krec_hdr *h, const ingest_krec_body *b, uint64_t token, int wait)
 {
     kcore *c = (kcore *)l;
     if (h->type < INGEST_KREC_MANIFEST || h->type > INGEST_KREC_END || strcmp(h->device, c->p.device) != 0)
@@ -1199,8 +1214,14 @@ int ingest_klink_core_feed(ingest_link *l, const ingest_krec_hdr *h, const inges
         memcpy(it->data, b->u.msg.data, it->len);
     pthread_mutex_lock(&c->mu);
     /* a link between two serves (shut down by the one that ended, not rearmed yet) still queues */
-    while (!c->stopped && !c->retired && c->head != NULL && c->qbytes + it->len > c->queue_max)
+    while (!c->stopped && !c->retired && c->head != NULL && c->qbytes + it->len > c->queue_max) {
+        if (!wait) {
+            pthread_mutex_unlock(&c->mu);
+            ingest__free(c->p.ctx, it);
+            return INGEST_EBUSY;
+        }
         pthread_cond_wait(&c->cv, &c->mu);
+    }
     if (c->stopped || c->retired) {
         pthread_mutex_unlock(&c->mu);
         ingest__free(c->p.ctx, it);
@@ -1215,6 +1236,25 @@ int ingest_klink_core_feed(ingest_link *l, const ingest_krec_hdr *h, const inges
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     return 0;
+}
+
+int ingest_klink_core_feed(ingest_link *l, const ingest_krec_hdr *h, const ingest_krec_body *b, uint64_t token)
+{
+    return core_queue(l, h, b, token, 1);
+}
+
+int ingest_klink_core_offer(ingest_link *l, const ingest_krec_hdr *h, const ingest_krec_body *b, uint64_t token)
+{
+    return core_queue(l, h, b, token, 0);
+}
+
+int ingest_klink_core_room(ingest_link *l, size_t len)
+{
+    kcore *c = (kcore *)l;
+    pthread_mutex_lock(&c->mu);
+    const int room = c->stopped || c->retired || c->head == NULL || c->qbytes + len <= c->queue_max / 2;
+    pthread_mutex_unlock(&c->mu);
+    return room;
 }
 
 int ingest_klink_core_rearm(ingest_link *l)

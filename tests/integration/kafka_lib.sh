@@ -38,7 +38,8 @@ start_mock() {
 # mock_cmd LINE: a command to the cluster (down ID, up ID)
 mock_cmd() { echo "$1" >&9; }
 
-# write_kafka_receiver_config NAME [extra yaml]: $T/NAME.yaml with its own state dir, the shared bronze
+# write_kafka_receiver_config NAME [extra yaml]: $T/NAME.yaml with its own state dir, the shared bronze;
+# $KAFKA_KEYS (lines "  key: value") goes into its kafka map
 write_kafka_receiver_config() {
     mkdir -p "$T/bronze" "$T/rstate-$1"
     cat > "$T/$1.yaml" <<EOT
@@ -51,6 +52,7 @@ bronze: bronze
 layout: "{device}/{path}"
 kafka:
   brokers: $BOOT
+${KAFKA_KEYS:-}
   properties:
     # a member that joins or dies is noticed within seconds (the mock waits out the session timeout)
     session.timeout.ms: "6000"

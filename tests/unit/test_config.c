@@ -1105,7 +1105,7 @@ static void test_keys_docs_and_help(void **state)
     assert_int_equal(kc.keys, 45); /* with the kafka keys, sources[].symlinks, compression.encoders and batch.push_max */
     kc = (key_check){ doc, receiver, 0 };
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_RECEIVER, check_key, &kc), 0);
-    assert_int_equal(kc.keys, 27); /* with dedup.scope, layout_shared, memory.queue_budget, append_in_place and the kafka keys */
+    assert_int_equal(kc.keys, 28); /* with dedup.scope, layout_shared, memory.queue_budget, append_in_place and the kafka keys (kafka.device_queue) */
     int n = 0;
     assert_int_equal(ingest_config_keys(INGEST_CONFIG_AGENT, stop_at_third, &n), 42);
     assert_int_equal(ingest_config_keys(99, stop_at_third, &n), INGEST_EINVAL);
