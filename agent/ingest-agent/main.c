@@ -50,8 +50,19 @@ static void cut_core(void)
         (void)shutdown(fd, SHUT_RDWR);
 }
 
+/* The thread that set the handlers (main's): a signal caught on another thread is passed on to it, so
+ * the handler never runs beside disconnect_core, which clears core_fd and closes it on that thread (the
+ * descriptor could otherwise be reused by another thread before cut_core shuts it down). */
+static pthread_t signal_thread;
+
 static void on_signal(int sig)
 {
+    if (!pthread_equal(pthread_self(), signal_thread)) {
+        const int saved = errno;
+        (void)pthread_kill(signal_thread, sig); /* async-signal-safe (signal-safety(7)) */
+        errno = saved;
+        return;
+    }
     if (sig == SIGHUP) {
         reload_requested = 1;
         return;
@@ -1171,6 +1182,7 @@ int main(int argc, char **argv)
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
+    signal_thread = pthread_self();
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     if (!once)
