@@ -460,7 +460,7 @@ static const cfg_row receiver_rows[] = {
       .check = check_kafka_topic, .def_doc = "{topic}-replies", .desc = "Topic the receiver answers devices on" },
     { .name = "kafka.group", .type = T_STRING, .def = "ingest-receivers", FIELD(R, kafka_group),
       .check = check_kafka_topic, .desc = "Consumer group of the receivers sharing one bronze tree" },
-    { .name = "kafka.device_queue", .type = T_SIZE, .def = "8MiB", FIELD(R, kafka_device_queue), .min = 64 * 1024,
+    { .name = "kafka.device_queue", .type = T_SIZE, .def = "8MiB", FIELD(R, kafka_device_queue), .min = MiB,
       .max = 1024 * MiB,
       .desc = "Records read ahead of a device's serve, per device: past it the device's partition is paused "
               "and the others go on" },
