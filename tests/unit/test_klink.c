@@ -630,6 +630,61 @@ static void test_dropped_queued_batch(void **state)
     env_free(e);
 }
 
+/*
+ * Offer never waits (kserve.c pauses the device's partition instead): with
+ * queue_max bytes queued on a link no serve reads, the next record is
+ * INGEST_EBUSY and not queued, the one-record queue of an empty link takes
+ * any size, and room says yes only with half the queue free, or once the
+ * link is stopped (its offers then fail at once with INGEST_ECLOSED).
+ */
+static void test_offer_full_queue(void **state)
+{
+    (void)state;
+    env *e = env_new(INGEST_SESSION_FEATURE_SHUFFLE2, 0);
+    ingest_klink_core_stop(e->core_link); /* the env's serve ends: a link no serve reads */
+    assert_int_equal(pthread_join(e->thread, NULL), 0);
+    e->serving = 0;
+    ingest_link_destroy(e->core_link);
+    const ingest_klink_core_opts co = {
+        .device = DEVICE, .keys = &e->ck, .bus = { bus_core, e }, .batch_done = cb_done, .ud = e,
+        .queue_max = 1000,
+    };
+    assert_int_equal(ingest_klink_core_create(e->ctx, &co, &e->core_link), 0);
+    static uint8_t piece[1500];
+    ingest_krec_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.type = INGEST_KREC_CHUNK;
+    snprintf(h.device, sizeof(h.device), "%s", DEVICE);
+    snprintf(h.batch, sizeof(h.batch), "b-1");
+    ingest_krec_body b;
+    memset(&b, 0, sizeof(b));
+    b.type = INGEST_KREC_CHUNK;
+    b.u.msg.wtype = INGEST_MSG_CHUNK;
+    b.u.msg.data = piece;
+    b.u.msg.total = b.u.msg.len = 1500;
+    assert_int_equal(ingest_klink_core_room(e->core_link, 1500), 1); /* empty: any record goes in */
+    assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 1), 0);
+    b.u.msg.total = b.u.msg.len = 10;
+    assert_int_equal(ingest_klink_core_room(e->core_link, 10), 0);
+    assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 2), INGEST_EBUSY);
+    ingest_link_destroy(e->core_link); /* with its one record (the one refused was freed by the offer) */
+    /* below the bound, then at it: half free is room, less is not */
+    assert_int_equal(ingest_klink_core_create(e->ctx, &co, &e->core_link), 0);
+    b.u.msg.total = b.u.msg.len = 400;
+    assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 3), 0);
+    assert_int_equal(ingest_klink_core_room(e->core_link, 100), 1);  /* 500 of 1000 */
+    assert_int_equal(ingest_klink_core_room(e->core_link, 101), 0);
+    assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 4), 0); /* 800 */
+    b.u.msg.total = b.u.msg.len = 201;
+    assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 5), INGEST_EBUSY);
+    b.u.msg.total = b.u.msg.len = 200;
+    assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 6), 0); /* exactly 1000 */
+    ingest_klink_core_stop(e->core_link);
+    assert_int_equal(ingest_klink_core_room(e->core_link, 1000), 1);
+    assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 7), INGEST_ECLOSED);
+    env_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -645,6 +700,7 @@ int main(void)
         cmocka_unit_test(test_stopped_mid_batch),
         cmocka_unit_test(test_dropped_mid_batch),
         cmocka_unit_test(test_dropped_queued_batch),
+        cmocka_unit_test(test_offer_full_queue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
