@@ -426,6 +426,7 @@ static int part_pause(ingest_core_kafka *k, kpart *t, ksess *s, int64_t off, siz
     t->next = off; /* committed offsets stay at it: it was not read */
     pthread_mutex_unlock(&k->mu);
     atomic_fetch_add(&k->pauses, 1);
+    ingest_metric_add(k->o.pauses, s->device, 1);
     if (t->npauses++ % 100 == 0)
         core_log(k->core, INGEST_LOG_INFO, "kafka: %s [%d] paused at offset %lld: device %s's serve is behind (its "
                  "queue is full); the other partitions go on (%llu pauses of this partition)", k->topic,

@@ -19,7 +19,8 @@ p1=$(python3 -c 'import zlib; print(zlib.crc32(b"dev1") % 4)')
 p2=$(python3 -c 'import zlib; print(zlib.crc32(b"dev2") % 4)')
 [ "$p1" != "$p2" ] || fail "dev1 and dev2 share partition $p1: the test needs two"
 
-KAFKA_KEYS='  device_queue: 1MiB' write_kafka_receiver_config r1
+KAFKA_KEYS='  device_queue: 1MiB' write_kafka_receiver_config r1 'metrics:
+  listen: 127.0.0.1:0'
 touch "$T/pause"
 export INGEST_TEST_KAFKA_SERVE_PAUSE="dev1:$T/pause"
 start_kafka_receiver r1
@@ -57,7 +58,15 @@ wait_agent "$APID" dev2 60
 cmp "$T/src2/log.txt" "$T/bronze/dev2/src2/log.txt" || fail "dev2's file did not land"
 [ ! -e "$T/bronze/dev1/src1/big.bin" ] || fail "dev1's file landed while its serve was held"
 kill -0 "$A1" 2>/dev/null || fail "dev1's agent ended while its serve was held"
-pass "dev1's serve held with its queue full: its partition ($p1) paused, dev2 (partition $p2) shipped and landed"
+# the pause is counted for dev1, none for dev2
+maddr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$T/r1.log" | tail -1)
+[ -n "$maddr" ] || fail "the receiver did not report its metrics address"
+bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n" >&3; cat <&3' "$maddr" |
+    tr -d '\r' > "$T/metrics"
+np=$(sed -n 's/^ingest_receiver_kafka_partition_pauses_total{device="dev1"} \([0-9]*\)$/\1/p' "$T/metrics")
+[ -n "$np" ] && [ "$np" -ge 1 ] || { grep kafka "$T/metrics"; fail "dev1's pauses are not counted"; }
+! grep -q 'partition_pauses_total{device="dev2"}' "$T/metrics" || fail "a pause is counted for dev2"
+pass "dev1's serve held with its queue full: its partition ($p1) paused (counted: $np), dev2 (partition $p2) shipped and landed"
 
 rm "$T/pause"
 wait_agent "$A1" dev1 60
