@@ -132,10 +132,11 @@ INGEST_API int ingest_klink_core_feed(ingest_link *l, const ingest_krec_hdr *h, 
 INGEST_API int ingest_klink_core_offer(ingest_link *l, const ingest_krec_hdr *h, const ingest_krec_body *b,
                                        uint64_t token);
 /*
- * 1 when a record of len bytes offered now would be taken, with half the
- * queue free at least (so a paused reader resumes for more than one
- * record), or when the link is shut down or retired (an offer fails at
- * once then); else 0.
+ * 1 when a record of len bytes offered now would be taken and at most
+ * half the queue is used (so a paused reader resumes for more than one
+ * record, and a record near the queue's size still goes in before the
+ * queue is empty), or when the link is shut down or retired (an offer
+ * fails at once then); else 0.
  */
 INGEST_API int ingest_klink_core_room(ingest_link *l, size_t len);
 /*

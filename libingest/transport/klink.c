@@ -1252,7 +1252,8 @@ int ingest_klink_core_room(ingest_link *l, size_t len)
 {
     kcore *c = (kcore *)l;
     pthread_mutex_lock(&c->mu);
-    const int room = c->stopped || c->retired || c->head == NULL || c->qbytes + len <= c->queue_max / 2;
+    const int room = c->stopped || c->retired || c->head == NULL ||
+                     (c->qbytes <= c->queue_max / 2 && c->qbytes + len <= c->queue_max);
     pthread_mutex_unlock(&c->mu);
     return room;
 }

@@ -634,8 +634,8 @@ static void test_dropped_queued_batch(void **state)
  * Offer never waits (kserve.c pauses the device's partition instead): with
  * queue_max bytes queued on a link no serve reads, the next record is
  * INGEST_EBUSY and not queued, the one-record queue of an empty link takes
- * any size, and room says yes only with half the queue free, or once the
- * link is stopped (its offers then fail at once with INGEST_ECLOSED).
+ * any size, and room says yes only while at most half the queue is used
+ * and the record fits, or once the link is stopped (its offers then fail at once with INGEST_ECLOSED).
  */
 static void test_offer_full_queue(void **state)
 {
@@ -668,13 +668,24 @@ static void test_offer_full_queue(void **state)
     assert_int_equal(ingest_klink_core_room(e->core_link, 10), 0);
     assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 2), INGEST_EBUSY);
     ingest_link_destroy(e->core_link); /* with its one record (the one refused was freed by the offer) */
-    /* below the bound, then at it: half free is room, less is not */
+    /* below the bound, then at it: room while at most half is used and the record fits */
     assert_int_equal(ingest_klink_core_create(e->ctx, &co, &e->core_link), 0);
     b.u.msg.total = b.u.msg.len = 400;
     assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 3), 0);
-    assert_int_equal(ingest_klink_core_room(e->core_link, 100), 1);  /* 500 of 1000 */
-    assert_int_equal(ingest_klink_core_room(e->core_link, 101), 0);
+    assert_int_equal(ingest_klink_core_room(e->core_link, 600), 1);  /* 400 used: fits exactly */
+    assert_int_equal(ingest_klink_core_room(e->core_link, 601), 0);
+    b.u.msg.total = b.u.msg.len = 100;
+    assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 31), 0); /* 500: half */
+    assert_int_equal(ingest_klink_core_room(e->core_link, 1), 1);
+    b.u.msg.total = b.u.msg.len = 1;
+    assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 32), 0); /* 501: over half */
+    assert_int_equal(ingest_klink_core_room(e->core_link, 1), 0);
+    ingest_link_destroy(e->core_link);
+    assert_int_equal(ingest_klink_core_create(e->ctx, &co, &e->core_link), 0);
+    b.u.msg.total = b.u.msg.len = 400;
+    assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 3), 0);
     assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 4), 0); /* 800 */
+    assert_int_equal(ingest_klink_core_room(e->core_link, 10), 0);
     b.u.msg.total = b.u.msg.len = 201;
     assert_int_equal(ingest_klink_core_offer(e->core_link, &h, &b, 5), INGEST_EBUSY);
     b.u.msg.total = b.u.msg.len = 200;
