@@ -790,7 +790,7 @@ static int start_kafka(server *s)
         .records = s->m_krecords,
         .pauses = s->m_kpauses,
         .queue_max = (size_t)s->cfg->kafka_device_queue,
-        /* tests only: "DEVICE:PATH", tests/integration/test_kafka_stall.sh */
+        /* tests only: "DEVICE:PATH" or "*:PATH", tests/integration/test_kafka_stall.sh, test_kafka_coop.sh */
         .test_serve_pause = getenv("INGEST_TEST_KAFKA_SERVE_PAUSE"),
     };
     if (ingest_core_kafka_create(s->core, &o, &s->kafka) < 0) {

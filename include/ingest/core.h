@@ -192,7 +192,7 @@ typedef struct ingest_core_kafka_opts {
     size_t queue_max;       /* bytes of records queued per device ahead of its serve (0: 8 MiB) */
     ingest_metric *records; /* records by outcome: ok, forged, unknown_device, malformed (may be NULL) */
     ingest_metric *pauses;  /* partitions paused, by the device whose serve was behind (may be NULL) */
-    /* Tests only: "DEVICE:PATH", that device's serve takes no record while PATH exists
+    /* Tests only: "DEVICE:PATH", that device's serve ("*": every device's) takes no record while PATH exists
      * (ingest_klink_core_opts.test_pause_file; kept by reference).  NULL outside tests. */
     const char *test_serve_pause;
 } ingest_core_kafka_opts;

@@ -27,6 +27,11 @@ typedef struct ksess {
     ingest_link *link; /* NULL while no serve runs */
     pthread_t thread;
     atomic_int ended;  /* the serve loop returned (the link retired) */
+    /* the partitions its records came from since its serve started (fed_many: more than fed holds); a
+     * revoke stops the serves fed from a revoked partition only */
+    int32_t fed[4];
+    unsigned nfed;
+    int fed_many, stopping;
 } ksess;
 
 /* A partition's offsets: the next one to read, and the first records of batches not over yet.  A partition
@@ -38,9 +43,10 @@ typedef struct kpart {
     int64_t *open;
     size_t nopen, capopen;
     int64_t paused_at; /* -1: reading */
-    struct ksess *paused_s;
+    struct ksess *paused_s; /* NULL: set back after a revoke, no serve to wait for */
     size_t paused_len;
     uint64_t npauses;
+    unsigned char gone, back; /* revoke's marks */
 } kpart;
 
 struct ingest_core_kafka {
@@ -236,10 +242,13 @@ static int sess_start(ingest_core_kafka *k, ksess *s)
     const ingest_klink_core_opts o = {
         .device = s->device, .keys = &s->keys, .bus = { reply_produce, k }, .queue_max = k->o.queue_max,
         .batch_done = batch_done, .before_needed = before_needed, .ud = s,
-        .test_pause_file = k->pause_file != NULL && strcmp(k->pause_device, s->device) == 0 ? k->pause_file : NULL,
+        .test_pause_file = k->pause_file != NULL && (strcmp(k->pause_device, s->device) == 0 ||
+                                                     strcmp(k->pause_device, "*") == 0) ? k->pause_file : NULL,
     };
     INGEST__FORWARD(ingest_klink_core_create(k->ctx, &o, &s->link));
     atomic_store(&s->ended, 0);
+    s->nfed = 0;
+    s->fed_many = 0;
     if (core_thread_start(&s->thread, sess_main, s, "ingest-ksess") != 0) {
         ingest_link_destroy(s->link);
         s->link = NULL;
@@ -384,17 +393,12 @@ static rd_kafka_topic_partition_list_t *one_part(const ingest_core_kafka *k, int
     return l;
 }
 
-/*
- * The record at off (len bytes queued) did not fit in s's queue: its serve is behind.  Rather than wait for
- * it, which would stop every device this receiver reads, stop reading t's partition and read it again from
- * off once s has room (parts_resume).  0, or < 0 when the partition could not be paused and set back (the
- * caller then waits for the room, as it did before).
- */
-static int part_pause(ingest_core_kafka *k, kpart *t, ksess *s, int64_t off, size_t len)
+/* Stop fetching partition part and set it back to off (read from there once resumed): 0 or the error. */
+static rd_kafka_resp_err_t pause_seek(ingest_core_kafka *k, int32_t part, int64_t off)
 {
-    rd_kafka_topic_partition_list_t *l = one_part(k, t->part, off);
+    rd_kafka_topic_partition_list_t *l = one_part(k, part, off);
     if (l == NULL)
-        return INGEST_ENOMEM;
+        return RD_KAFKA_RESP_ERR__FAIL; /* (out of memory) */
     rd_kafka_resp_err_t err = rd_kafka_pause_partitions(k->cons, l);
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
         err = l->elems[0].err;
@@ -419,6 +423,18 @@ static int part_pause(ingest_core_kafka *k, kpart *t, ksess *s, int64_t off, siz
         }
     }
     rd_kafka_topic_partition_list_destroy(l);
+    return err;
+}
+
+/*
+ * The record at off (len bytes queued) did not fit in s's queue: its serve is behind.  Rather than wait for
+ * it, which would stop every device this receiver reads, stop reading t's partition and read it again from
+ * off once s has room (parts_resume).  0, or < 0 when the partition could not be paused and set back (the
+ * caller then waits for the room, as it did before).
+ */
+static int part_pause(ingest_core_kafka *k, kpart *t, ksess *s, int64_t off, size_t len)
+{
+    const rd_kafka_resp_err_t err = pause_seek(k, t->part, off);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
         core_log(k->core, INGEST_LOG_WARN, "kafka: %s [%d]: cannot pause at offset %lld for device %s, whose serve "
                  "is behind (%s): waiting for it", k->topic, (int)t->part, (long long)off, s->device,
@@ -460,12 +476,20 @@ static void parts_resume(ingest_core_kafka *k, const ksess *only)
         kpart *t = &k->parts[i];
         if (t->paused_at < 0 || (only != NULL && t->paused_s != only))
             continue;
-        const ksess *s = t->paused_s;
-        if (only == NULL && s->link != NULL && !s->retired && !atomic_load(&s->ended) &&
+        const ksess *s = t->paused_s; /* NULL: set back by a rebalance, no serve to wait for */
+        if (only == NULL && s != NULL && s->link != NULL && !s->retired && !atomic_load(&s->ended) &&
             !ingest_klink_core_room(s->link, t->paused_len))
             continue;
         part_resume(k, t);
     }
+}
+
+static int sess_fed_from(const ksess *s, int32_t part)
+{
+    for (unsigned i = 0; i < s->nfed; i++)
+        if (s->fed[i] == part)
+            return 1;
+    return s->fed_many;
 }
 
 /* Queue a record for s, starting its serve when none runs: 0, INGEST_EBUSY (offered only: no room), < 0. */
@@ -541,6 +565,12 @@ static void handle(ingest_core_kafka *k, const rd_kafka_message_t *m)
         part_hold(k, t, m->offset); /* before the feed: the serve may end the batch at once */
     }
     rc = sess_feed(k, s, &h, &b, token, 0);
+    if (s->link != NULL && !sess_fed_from(s, m->partition)) { /* (whether queued or not: a revoke stops it) */
+        if (s->nfed < sizeof(s->fed) / sizeof(s->fed[0]))
+            s->fed[s->nfed++] = m->partition;
+        else
+            s->fed_many = 1;
+    }
     if (rc == INGEST_EBUSY && t != NULL && part_pause(k, t, s, m->offset, b.u.msg.len) == 0) {
         /* not taken: read again, and counted, when the partition resumes */
         if (begins)
@@ -563,6 +593,100 @@ static void handle(ingest_core_kafka *k, const rd_kafka_message_t *m)
 
 /* ---- the group ---------------------------------------------------------------------- */
 
+static int part_listed(const rd_kafka_topic_partition_list_t *l, const char *topic, int32_t part)
+{
+    for (int i = 0; i < l->cnt; i++)
+        if (l->elems[i].partition == part && strcmp(l->elems[i].topic, topic) == 0)
+            return 1;
+    return 0;
+}
+
+/* Set t back to its committed point (its oldest open batch, or all it read) and read it again from there. */
+static void part_set_back(ingest_core_kafka *k, kpart *t)
+{
+    pthread_mutex_lock(&k->mu);
+    int64_t off = t->next;
+    for (size_t j = 0; j < t->nopen; j++)
+        if (t->open[j] < off)
+            off = t->open[j];
+    pthread_mutex_unlock(&k->mu);
+    if (off < 0)
+        return;
+    const rd_kafka_resp_err_t err = pause_seek(k, t->part, off);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        /* its open batches keep holding the commits: read again after a restart or a rebalance */
+        core_log(k->core, INGEST_LOG_WARN, "kafka: %s [%d]: cannot set back to offset %lld after a revoke (%s): "
+                 "batches cut off there are shipped again", k->topic, (int)t->part, (long long)off,
+                 rd_kafka_err2str(err));
+        return;
+    }
+    pthread_mutex_lock(&k->mu);
+    t->paused_at = t->next = off; /* resumed by the next parts_resume (no serve to wait for) */
+    t->paused_s = NULL;
+    t->paused_len = 0;
+    t->nopen = 0;
+    pthread_mutex_unlock(&k->mu);
+}
+
+/*
+ * Partitions revoked (all of them unless coop): end the serves fed from them, commit, forget them.  A serve
+ * fed from a revoked partition and a kept one too (a device whose partition changed with the partition
+ * count) leaves a batch cut off in the kept one: that partition is set back to its committed point and read
+ * again from there, and the serves fed from it end as well.
+ */
+static void revoke(ingest_core_kafka *k, const rd_kafka_topic_partition_list_t *parts, int coop)
+{
+    for (size_t i = 0; i < k->nparts; i++) {
+        k->parts[i].gone = (unsigned char)(!coop || part_listed(parts, k->topic, k->parts[i].part));
+        k->parts[i].back = 0;
+    }
+    for (ksess *s = k->sessions; s != NULL; s = s->next) {
+        s->stopping = s->link != NULL && !coop;
+        for (size_t i = 0; s->link != NULL && i < k->nparts && !s->stopping; i++)
+            s->stopping = k->parts[i].gone && sess_fed_from(s, k->parts[i].part);
+    }
+    for (int changed = 1; changed;) { /* kept partitions fed to a serve that ends, and the serves they fed */
+        changed = 0;
+        for (size_t i = 0; i < k->nparts; i++) {
+            kpart *t = &k->parts[i];
+            for (ksess *s = k->sessions; s != NULL && !t->gone && !t->back; s = s->next)
+                t->back = s->stopping && sess_fed_from(s, t->part);
+            for (ksess *s = k->sessions; t->back && s != NULL; s = s->next)
+                if (s->link != NULL && !s->stopping && sess_fed_from(s, t->part))
+                    s->stopping = changed = 1;
+        }
+    }
+    for (ksess *s = k->sessions; s != NULL; s = s->next)
+        if (s->stopping)
+            ingest_klink_core_stop(s->link);
+    for (ksess *s = k->sessions; s != NULL; s = s->next)
+        if (s->stopping) {
+            sess_join(s, 0);
+            s->stopping = 0;
+        }
+    commit_offsets(k);
+    for (size_t i = 0; i < k->nparts; i++) {
+        kpart *t = &k->parts[i];
+        if (t->gone && t->paused_at >= 0)
+            part_resume(k, t); /* none stays paused for a later assignment */
+        else if (t->back)
+            part_set_back(k, t);
+    }
+    pthread_mutex_lock(&k->mu); /* (the serves kept look their partitions up in batch_done) */
+    size_t w = 0;
+    for (size_t i = 0; i < k->nparts; i++) {
+        if (k->parts[i].gone) {
+            ingest__free(k->ctx, k->parts[i].open);
+            continue;
+        }
+        if (w != i)
+            k->parts[w] = k->parts[i];
+        w++;
+    }
+    k->nparts = w;
+    pthread_mutex_unlock(&k->mu);
+}
+
 static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
     ingest_core_kafka *k = opaque;
@@ -577,17 +701,12 @@ static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_pa
         (void)rd_kafka_resume_partitions(rk, parts); /* none stays paused from an earlier assignment */
         return;
     }
-    /* Revoked: every serve ends (a batch being made durable first), offsets go as far as batches ended,
-     * and the next owner reads on from there. */
+    /* Revoked (all assigned partitions, or with the cooperative protocol some of them): the serves fed from
+     * a revoked partition end (a batch being made durable first; a batch cut off keeps its beginning's hold,
+     * so the commits stay before it), offsets go as far as batches ended, and the next owner reads on from
+     * there.  The serves of the partitions kept go on undisturbed. */
     core_log(k->core, INGEST_LOG_INFO, "kafka: %d partitions of %s revoked", parts->cnt, k->topic);
-    sessions_stop(k);
-    commit_offsets(k);
-    for (size_t i = 0; i < k->nparts; i++)
-        if (k->parts[i].paused_at >= 0)
-            part_resume(k, &k->parts[i]);
-    pthread_mutex_lock(&k->mu);
-    parts_clear(k);
-    pthread_mutex_unlock(&k->mu);
+    revoke(k, parts, coop);
     if (coop)
         rd_kafka_error_destroy(rd_kafka_incremental_unassign(rk, parts));
     else

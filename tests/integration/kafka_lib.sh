@@ -39,7 +39,8 @@ start_mock() {
 mock_cmd() { echo "$1" >&9; }
 
 # write_kafka_receiver_config NAME [extra yaml]: $T/NAME.yaml with its own state dir, the shared bronze;
-# $KAFKA_KEYS (lines "  key: value") goes into its kafka map
+# $KAFKA_KEYS (lines "  key: value") goes into its kafka map, $KAFKA_PROPS (lines "    key: value") into its
+# kafka.properties
 write_kafka_receiver_config() {
     mkdir -p "$T/bronze" "$T/rstate-$1"
     cat > "$T/$1.yaml" <<EOT
@@ -57,6 +58,7 @@ ${KAFKA_KEYS:-}
     # a member that joins or dies is noticed within seconds (the mock waits out the session timeout)
     session.timeout.ms: "6000"
     heartbeat.interval.ms: "500"
+${KAFKA_PROPS:-}
 log:
   level: info
 ${2:-}
