@@ -66,6 +66,7 @@ struct ingest_core_kafka {
     atomic_int stop;
     uint8_t *plain;    /* INGEST_KREC_MAX */
     double last_commit;
+    int replies_behind; /* the last flush of the replies timed out */
     atomic_ullong records, bytes, forged, unknown, malformed, begun, done, commits, rebalances, pauses;
     atomic_uint nsessions;
     char pause_device[INGEST_DEVICE_ID_MAX + 1]; /* tests only: o.test_serve_pause, split */
@@ -140,10 +141,28 @@ static void batch_done(void *ud, uint64_t token)
     pthread_mutex_unlock(&k->mu);
 }
 
-/* Commit each partition up to its oldest open batch (or all it read), after the replies are out. */
-static void commit_offsets(ingest_core_kafka *k)
+/*
+ * Commit each partition up to its oldest open batch (or all it read), after the replies are out.  Replies
+ * not delivered within the wait (the reply topic's broker unreachable) hold every commit back: a commit
+ * past a landed batch whose reply is lost with this receiver (a crash) would leave its device waiting out
+ * its reply timeout, where reading the batch again answers it "already landed".  After such a wait, the
+ * consumer loop's commits (short_wait) only look whether the replies went out meanwhile, so that reading
+ * goes on; a revoke or stop waits the full time.
+ */
+static void commit_offsets(ingest_core_kafka *k, int short_wait)
 {
-    rd_kafka_flush(k->prod, 10000);
+    const int wait_ms = short_wait && k->replies_behind ? 0 : 10000;
+    if (rd_kafka_flush(k->prod, wait_ms) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (!k->replies_behind)
+            core_log(k->core, INGEST_LOG_WARN, "kafka: %d replies not delivered to %s after %d ms: offsets are not "
+                     "committed until they are", rd_kafka_outq_len(k->prod), k->reply_topic, wait_ms);
+        k->replies_behind = 1;
+        k->last_commit = core_now();
+        return; /* (dirty stays: tried again) */
+    }
+    if (k->replies_behind)
+        core_log(k->core, INGEST_LOG_INFO, "kafka: replies delivered to %s again: offsets committed", k->reply_topic);
+    k->replies_behind = 0;
     pthread_mutex_lock(&k->mu);
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)(k->nparts ? k->nparts : 1));
     for (size_t i = 0; l != NULL && i < k->nparts; i++) {
@@ -664,7 +683,7 @@ static void revoke(ingest_core_kafka *k, const rd_kafka_topic_partition_list_t *
             sess_join(s, 0);
             s->stopping = 0;
         }
-    commit_offsets(k);
+    commit_offsets(k, 0);
     for (size_t i = 0; i < k->nparts; i++) {
         kpart *t = &k->parts[i];
         if (t->gone && t->paused_at >= 0)
@@ -831,10 +850,10 @@ int ingest_core_kafka_run(ingest_core_kafka *k)
         const int dirty = k->dirty;
         pthread_mutex_unlock(&k->mu);
         if (dirty && core_now() - k->last_commit >= KSERVE_COMMIT_S)
-            commit_offsets(k);
+            commit_offsets(k, 1);
     }
     sessions_stop(k);
-    commit_offsets(k);
+    commit_offsets(k, 0);
     rd_kafka_consumer_close(k->cons);
     return 0;
 }

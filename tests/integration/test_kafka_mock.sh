@@ -89,10 +89,17 @@ cmd "reboot 1" '^error: line 6: unknown command "reboot"'
 cmd "rtt 1" '^error: line 7: usage: rtt ID MS$'
 cmd "$(printf 'up%0298d' 1)" '^error: line 8: longer than 255 bytes$'
 cmd "up all" '^ok up all$'
+cmd "leader ingest 1 x" '^error: line 10: bad broker id "x" \(1\.\.3\)$'
+cmd "coordinator txn a 1" '^error: line 11: coordinator: "txn" is not "group"$'
+cmd "leader ingest 1" '^error: line 12: usage: leader TOPIC PARTITION ID$'
 pass "bad commands answered 'error: line N: ...' and it went on"
+cmd "leader ingest 0 3" '^ok leader ingest 0 3$'
+cmd "leader ingest 1 3" '^ok leader ingest 1 3$'
+cmd "coordinator group g 2" '^ok coordinator group g 2$'
+pass "leader and coordinator answered ok"
 
 probe 200
-pass "after a broker went down and up, every message still comes back"
+pass "after a broker went down and up and leaders moved, every message still comes back"
 
 exec 3>&-
 wait_until_exit "$MOCK_PID"

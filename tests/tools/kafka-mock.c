@@ -15,6 +15,10 @@
  *                 new ones; its port is kept, and no leader moves elsewhere
  *   up ID         broker ID listens again
  *   rtt ID MS     broker ID delays its responses by MS milliseconds
+ *   leader TOPIC PARTITION ID
+ *                 broker ID (1..N) leads that partition from now on
+ *   coordinator group GROUP ID
+ *                 broker ID (1..N) coordinates consumer group GROUP
  *
  * Each command is answered with one line on stdout: "ok CMD ARGS" or
  * "error: line N: why".  Blank lines are ignored; a bad line does not stop
@@ -172,10 +176,39 @@ static void run_command(rd_kafka_mock_cluster_t *mc, int brokers, unsigned long 
         return; /* a blank line */
 
     const char *cmd = argv[0];
+    if (strcmp(cmd, "leader") == 0 || strcmp(cmd, "coordinator") == 0) {
+        const int leader = cmd[0] == 'l';
+        int32_t id;
+        long part = 0;
+        if (argc != 4) {
+            reply("error: line %lu: usage: %s", lineno, leader ? "leader TOPIC PARTITION ID" : "coordinator group GROUP ID");
+            return;
+        }
+        if (!leader && strcmp(argv[1], "group") != 0) {
+            reply("error: line %lu: coordinator: \"%.32s\" is not \"group\"", lineno, argv[1]);
+            return;
+        }
+        if (leader && (part = parse_num(argv[2], 0, 1 << 20)) < 0) {
+            reply("error: line %lu: bad partition \"%.32s\"", lineno, argv[2]);
+            return;
+        }
+        if (!parse_broker(argv[3], brokers, &id) || id < 0) {
+            reply("error: line %lu: bad broker id \"%.32s\" (1..%d)", lineno, argv[3], brokers);
+            return;
+        }
+        const rd_kafka_resp_err_t err = leader ? rd_kafka_mock_partition_set_leader(mc, argv[1], (int32_t)part, id)
+                                               : rd_kafka_mock_coordinator_set(mc, "group", argv[2], id);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            reply("ok %s %s %s %s", cmd, argv[1], argv[2], argv[3]);
+        else
+            reply("error: line %lu: %s %s %s: %s", lineno, cmd, argv[1], argv[2], rd_kafka_err2str(err));
+        return;
+    }
     int is_down = strcmp(cmd, "down") == 0, is_up = strcmp(cmd, "up") == 0;
     int is_rtt = strcmp(cmd, "rtt") == 0;
     if (!is_down && !is_up && !is_rtt) {
-        reply("error: line %lu: unknown command \"%.32s\" (down ID, up ID, rtt ID MS)", lineno, cmd);
+        reply("error: line %lu: unknown command \"%.32s\" (down ID, up ID, rtt ID MS, leader TOPIC PARTITION ID, "
+              "coordinator group GROUP ID)", lineno, cmd);
         return;
     }
     int want = is_rtt ? 3 : 2;
