@@ -67,6 +67,7 @@ struct ingest_core_kafka {
     uint8_t *plain;    /* INGEST_KREC_MAX */
     double last_commit;
     int replies_behind; /* the last flush of the replies timed out */
+    unsigned long long replies_again; /* replies published again after a timeout */
     atomic_ullong records, bytes, forged, unknown, malformed, begun, done, commits, rebalances, pauses;
     atomic_uint nsessions;
     char pause_device[INGEST_DEVICE_ID_MAX + 1]; /* tests only: o.test_serve_pause, split */
@@ -218,6 +219,35 @@ static int reply_produce(void *ud, const char *key, const uint8_t *rec, size_t l
         }
         rd_kafka_poll(k->prod, 50);
     }
+}
+
+/*
+ * A reply's delivery report (on the consumer thread, in the producer's poll or flush).  A reply that timed
+ * out (its broker unreachable for message.timeout.ms) is published again, so that the commits, which wait
+ * for the replies, never pass a batch whose device was not answered.  Any other failure (the reply topic
+ * gone, not authorized) is logged: that device ships the batch again after its reply timeout.
+ */
+static void reply_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    ingest_core_kafka *k = opaque;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        return;
+    const int kn = m->key != NULL ? (int)(m->key_len < 64 ? m->key_len : 64) : 1;
+    const char *key = m->key != NULL ? (const char *)m->key : "?";
+    rd_kafka_resp_err_t err = m->err;
+    if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT && !atomic_load(&k->stop)) {
+        err = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(k->reply_topic), RD_KAFKA_V_PARTITION(m->partition),
+                                RD_KAFKA_V_KEY(m->key, m->key_len), RD_KAFKA_V_VALUE(m->payload, m->len),
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (k->replies_again++ % 100 == 0)
+                core_log(k->core, INGEST_LOG_WARN, "kafka: a reply to device %.*s timed out (%s); published "
+                         "again (%llu so far)", kn, key, k->reply_topic, (unsigned long long)k->replies_again);
+            return;
+        }
+    }
+    core_log(k->core, INGEST_LOG_ERROR, "kafka: a reply to device %.*s was not delivered to %s: %s (the device "
+             "ships the batch again after its reply timeout)", kn, key, k->reply_topic, rd_kafka_err2str(err));
 }
 
 /* Before a NEEDED reply: learn from the manifests what the group's other receivers landed. */
@@ -794,6 +824,8 @@ int ingest_core_kafka_create(ingest_core *core, const ingest_core_kafka_opts *op
     rd_kafka_conf_t *pc = rc == 0 ? ingest__kafka_conf(ctx, &opts->kc, KAFKA_PRODUCER, k) : NULL;
     if (rc == 0 && pc == NULL)
         rc = INGEST_EINVAL;
+    if (rc == 0)
+        rd_kafka_conf_set_dr_msg_cb(pc, reply_dr);
     if (rc == 0 && (k->prod = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, sizeof(err))) == NULL) {
         rd_kafka_conf_destroy(pc);
         rc = ingest__fail(ctx, INGEST_EINVAL, "kafka: reply producer: %s", err);

@@ -8,7 +8,10 @@
 # from the uncommitted offset and answers "already landed", and the agent
 # ends within a minute.  Committing as the old code did (after a 10 s wait
 # for the replies, whatever came of it), nothing is read again and the agent
-# waits out its 10-minute reply timeout.
+# waits out its 10-minute reply timeout.  Then the same outage outlasts the
+# receiver's message.timeout.ms (4 s here): the reply that timed out is
+# published again, and the agent is answered once broker 2 is up, with no
+# restart (a reply dropped after its timeout left the agent waiting).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/kafka_lib.sh"
 setup_keys
@@ -76,3 +79,47 @@ wait "$A" || { cat "$T/dev1.err"; fail "the agent failed"; }
 grep -q "was landed before; acknowledged again" "$T/r1.log" || { tail -n 20 "$T/r1.log" "$T/dev1.err"; fail "the batch was not answered already landed"; }
 [ "$(manifest_paths dev1 | wc -l)" = 1 ] || fail "the file landed $(manifest_paths dev1 | wc -l) times"
 pass "a reply not delivered holds the commits: killed and restarted, the receiver read the batch again and answered it already landed"
+
+# metrics_ok: r1's count of records read (0 when none yet)
+metrics_ok() {
+    maddr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$T/r1.log" | tail -1)
+    bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n" >&3; cat <&3' \
+        "$maddr" | tr -d '\r' | awk '$1 == "ingest_receiver_kafka_records_total{outcome=\"ok\"}" { v = $2 } END { print v + 0 }'
+}
+kill "$KPID_r1"
+wait "$KPID_r1" 2>/dev/null || true
+KAFKA_PROPS='    message.timeout.ms: "4000"' write_kafka_receiver_config r1 'metrics:
+  listen: 127.0.0.1:0'
+: > "$T/r1.log"
+touch "$T/pause"
+export INGEST_TEST_KAFKA_SERVE_PAUSE="dev1:$T/pause"
+start_kafka_receiver r1
+unset INGEST_TEST_KAFKA_SERVE_PAUSE
+wait_file_log "$T/r1.log" "1 partitions of ingest assigned" 1200
+gen_log "$T/src/log2.txt" 150000 8
+"$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" &
+A=$!
+EXTRA_PIDS="$EXTRA_PIDS $A"
+i=0
+until [ "$(metrics_ok)" -ge 1 ]; do
+    i=$((i + 1)); [ $i -gt 1200 ] && { tail -n 20 "$T/r1.log" "$T/dev1.err"; fail "r1 read no record of dev1's second batch"; }
+    sleep 0.05
+done
+sleep 1
+mock_cmd "down 2"
+sleep 0.5
+rm "$T/pause"
+wait_file_log "$T/r1.log" "batch .* landed: " 1200
+wait_file_log "$T/r1.log" "a reply to device dev1 timed out (ingest-replies); published again" 400
+sleep 1
+mock_cmd "up 2"
+i=0
+while kill -0 "$A" 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -gt 1200 ] && { tail -n 20 "$T/dev1.err" "$T/r1.log"; fail "the agent still waits for its reply 60 s after broker 2 came back"; }
+    sleep 0.05
+done
+wait "$A" || { cat "$T/dev1.err"; fail "the agent failed"; }
+cmp "$T/src/log2.txt" "$T/bronze/dev1/src/log2.txt" || fail "log2.txt did not land byte-identical"
+! grep -q "was not delivered" "$T/r1.log" || fail "a reply was dropped"
+pass "a reply that timed out while its broker was down was published again: the agent was answered once the broker came back"
