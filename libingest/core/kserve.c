@@ -67,7 +67,7 @@ struct ingest_core_kafka {
     uint8_t *plain;    /* INGEST_KREC_MAX */
     double last_commit;
     int replies_behind; /* the last flush of the replies timed out */
-    unsigned long long replies_again; /* replies published again after a timeout */
+    atomic_ullong replies_again; /* replies published again after a timeout (dr callbacks: any thread polling) */
     atomic_ullong records, bytes, forged, unknown, malformed, begun, done, commits, rebalances, pauses;
     atomic_uint nsessions;
     char pause_device[INGEST_DEVICE_ID_MAX + 1]; /* tests only: o.test_serve_pause, split */
@@ -240,9 +240,10 @@ static void reply_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
                                 RD_KAFKA_V_KEY(m->key, m->key_len), RD_KAFKA_V_VALUE(m->payload, m->len),
                                 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
         if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-            if (k->replies_again++ % 100 == 0)
+            const unsigned long long n = atomic_fetch_add(&k->replies_again, 1) + 1;
+            if (n % 100 == 1)
                 core_log(k->core, INGEST_LOG_WARN, "kafka: a reply to device %.*s timed out (%s); published "
-                         "again (%llu so far)", kn, key, k->reply_topic, (unsigned long long)k->replies_again);
+                         "again (%llu so far)", kn, key, k->reply_topic, n);
             return;
         }
     }
