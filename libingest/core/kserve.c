@@ -47,6 +47,7 @@ typedef struct kpart {
     size_t paused_len;
     uint64_t npauses;
     unsigned char gone, back; /* revoke's marks */
+    unsigned char stuck;      /* holds a record that was not served (or a batch cut off): set back at a revoke */
 } kpart;
 
 struct ingest_core_kafka {
@@ -543,8 +544,8 @@ static int sess_fed_from(const ksess *s, int32_t part)
 }
 
 /* Queue a record for s, starting its serve when none runs: 0, INGEST_EBUSY (offered only: no room), < 0. */
-static int sess_feed(ingest_core_kafka *k, ksess *s, const ingest_krec_hdr *h, const ingest_krec_body *b,
-                     uint64_t token, int wait)
+static int sess_feed(ingest_core_kafka *k, ksess *s, int32_t part, const ingest_krec_hdr *h,
+                     const ingest_krec_body *b, uint64_t token, int wait)
 {
     int rc = 0;
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -556,6 +557,12 @@ static int sess_feed(ingest_core_kafka *k, ksess *s, const ingest_krec_hdr *h, c
         if (rc != INGEST_ECLOSED)
             break;
         sess_join(s, 0); /* it retired as the record came: a new serve */
+    }
+    if (s->link != NULL && !sess_fed_from(s, part)) { /* the serve now running (queued or not: a revoke stops it) */
+        if (s->nfed < sizeof(s->fed) / sizeof(s->fed[0]))
+            s->fed[s->nfed++] = part;
+        else
+            s->fed_many = 1;
     }
     return rc;
 }
@@ -614,13 +621,7 @@ static void handle(ingest_core_kafka *k, const rd_kafka_message_t *m)
         peer_landed(k, h.device, h.batch);
         part_hold(k, t, m->offset); /* before the feed: the serve may end the batch at once */
     }
-    rc = sess_feed(k, s, &h, &b, token, 0);
-    if (s->link != NULL && !sess_fed_from(s, m->partition)) { /* (whether queued or not: a revoke stops it) */
-        if (s->nfed < sizeof(s->fed) / sizeof(s->fed[0]))
-            s->fed[s->nfed++] = m->partition;
-        else
-            s->fed_many = 1;
-    }
+    rc = sess_feed(k, s, m->partition, &h, &b, token, 0);
     if (rc == INGEST_EBUSY && t != NULL && part_pause(k, t, s, m->offset, b.u.msg.len) == 0) {
         /* not taken: read again, and counted, when the partition resumes */
         if (begins)
@@ -630,12 +631,14 @@ static void handle(ingest_core_kafka *k, const rd_kafka_message_t *m)
         return;
     }
     if (rc == INGEST_EBUSY)
-        rc = sess_feed(k, s, &h, &b, token, 1);
+        rc = sess_feed(k, s, m->partition, &h, &b, token, 1);
     ingest_metric_add(k->o.records, "ok", 1);
     if (begins)
         atomic_fetch_add(&k->begun, 1);
     if (rc < 0) {
         part_hold(k, t, m->offset); /* for good: no commit passes it before a restart or a rebalance */
+        if (t != NULL)
+            t->stuck = 1; /* (a cooperative rebalance that keeps t sets it back) */
         core_log(k->core, INGEST_LOG_ERROR, "kafka: device %s: a record could not be served: %s; it is read again "
                  "after a restart", h.device, ingest_strerror(rc));
     }
@@ -664,10 +667,14 @@ static void part_set_back(ingest_core_kafka *k, kpart *t)
         return;
     const rd_kafka_resp_err_t err = pause_seek(k, t->part, off);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        /* its open batches keep holding the commits: read again after a restart or a rebalance */
+        /* its open batches keep holding the commits: read again after a restart or the next rebalance; a
+         * pause for the serve that ended is over (reading goes on from where it was paused) */
         core_log(k->core, INGEST_LOG_WARN, "kafka: %s [%d]: cannot set back to offset %lld after a revoke (%s): "
                  "batches cut off there are shipped again", k->topic, (int)t->part, (long long)off,
                  rd_kafka_err2str(err));
+        if (t->paused_at >= 0)
+            part_resume(k, t);
+        t->stuck = 1;
         return;
     }
     pthread_mutex_lock(&k->mu);
@@ -675,6 +682,7 @@ static void part_set_back(ingest_core_kafka *k, kpart *t)
     t->paused_s = NULL;
     t->paused_len = 0;
     t->nopen = 0;
+    t->stuck = 0;
     pthread_mutex_unlock(&k->mu);
 }
 
@@ -682,13 +690,14 @@ static void part_set_back(ingest_core_kafka *k, kpart *t)
  * Partitions revoked (all of them unless coop): end the serves fed from them, commit, forget them.  A serve
  * fed from a revoked partition and a kept one too (a device whose partition changed with the partition
  * count) leaves a batch cut off in the kept one: that partition is set back to its committed point and read
- * again from there, and the serves fed from it end as well.
+ * again from there, and the serves fed from it end as well.  So is a kept partition holding a record that
+ * could not be served (stuck), as a rebalance that moved it would.
  */
 static void revoke(ingest_core_kafka *k, const rd_kafka_topic_partition_list_t *parts, int coop)
 {
     for (size_t i = 0; i < k->nparts; i++) {
         k->parts[i].gone = (unsigned char)(!coop || part_listed(parts, k->topic, k->parts[i].part));
-        k->parts[i].back = 0;
+        k->parts[i].back = (unsigned char)(!k->parts[i].gone && k->parts[i].stuck);
     }
     for (ksess *s = k->sessions; s != NULL; s = s->next) {
         s->stopping = s->link != NULL && !coop;

@@ -74,4 +74,11 @@ done
 l1=$(grep -c ' landed: ' "$T/r1.log" || true)
 l2=$(grep -c ' landed: ' "$T/r2.log" || true)
 [ "$l1" = 1 ] && [ "$l2" = 1 ] || fail "r1 landed $l1 batches and r2 $l2, not one each"
-pass "cooperative rebalance with both devices mid-batch: the kept partition's serve went on at r1, the other batch was read whole by r2; both landed"
+# the device r1 kept was served by one serve from start to end: connected once (a serve ended by the revoke
+# and started again, or a partition set back, would connect it twice)
+moved=$(sed -n 's/.*device \(dev[0-9]*\) connected from kafka.*/\1/p' "$T/r2.log" | sort -u)
+[ "$(echo "$moved" | wc -w)" = 1 ] || fail "r2 served '$moved', not one device"
+kept=dev4; [ "$moved" = dev4 ] && kept=dev1
+n=$(grep -c "device $kept connected from kafka" "$T/r1.log" || true)
+[ "$n" = 1 ] || fail "r1 connected $kept, whose partition it kept, $n times"
+pass "cooperative rebalance with both devices mid-batch: $kept's serve went on at r1 (its partition kept), $moved's batch was read whole by r2; both landed"
