@@ -15,7 +15,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define KSERVE_COMMIT_S 0.2 /* at most this long between commits while batches end */
+#define KSERVE_COMMIT_S 0.2     /* at most this long between commits while batches end */
+#define KSERVE_REPLY_WAIT_S 10.0 /* a commit waiting longer for its replies is logged; a revoke's gives up */
 
 typedef struct ksess {
     struct ksess *next;
@@ -66,9 +67,16 @@ struct ingest_core_kafka {
     ksess *sessions;   /* the consumer thread's */
     atomic_int stop;
     uint8_t *plain;    /* INGEST_KREC_MAX */
-    double last_commit;
-    int replies_behind; /* the last flush of the replies timed out */
-    atomic_ullong replies_again; /* replies published again after a timeout (dr callbacks: any thread polling) */
+    double last_commit, last_retry, pend_since;
+    rd_kafka_topic_partition_list_t *pend; /* offsets to commit once the replies numbered below pend_upto are out */
+    uint64_t pend_upto;
+    int replies_behind; /* a snapshot waited KSERVE_REPLY_WAIT_S for its replies (logged once) */
+    pthread_mutex_t rmu; /* the reply numbers and the retry list (delivery reports come on any thread polling) */
+    uint64_t rbase;
+    unsigned char *rdone;
+    size_t rhead, rn, rcap;
+    struct rretry *retry;
+    atomic_ullong replies_again; /* replies published again */
     atomic_ullong records, bytes, forged, unknown, malformed, begun, done, commits, rebalances, pauses;
     atomic_uint nsessions;
     char pause_device[INGEST_DEVICE_ID_MAX + 1]; /* tests only: o.test_serve_pause, split */
@@ -143,28 +151,188 @@ static void batch_done(void *ud, uint64_t token)
     pthread_mutex_unlock(&k->mu);
 }
 
+/* ---- replies and commits ---------------------------------------------------------------------- */
+
 /*
- * Commit each partition up to its oldest open batch (or all it read), after the replies are out.  Replies
- * not delivered within the wait (the reply topic's broker unreachable) hold every commit back: a commit
- * past a landed batch whose reply is lost with this receiver (a crash) would leave its device waiting out
- * its reply timeout, where reading the batch again answers it "already landed".  After such a wait, the
- * consumer loop's commits (short_wait) only look whether the replies went out meanwhile, so that reading
- * goes on; a revoke or stop waits the full time.
+ * Every reply is numbered as it is produced (its msg_opaque), and a ring marks which numbers from rbase on
+ * were delivered: rbase is the lowest number not delivered yet.  Offsets are committed from a snapshot
+ * taken with the number of the next reply (upto), once every reply below it was delivered: a batch ends
+ * (batch_done) only after its reply was produced, so the replies of every batch the snapshot passes are
+ * among them.  A commit past a landed batch whose reply was then lost with this receiver (a crash while the
+ * reply topic's broker is unreachable) would leave its device waiting out its reply timeout; not committed,
+ * the batch is read again and answered "already landed".
  */
-static void commit_offsets(ingest_core_kafka *k, int short_wait)
+typedef struct rretry {
+    struct rretry *next;
+    uint64_t num;
+    int32_t part;
+    size_t keylen, len;
+    uint8_t data[]; /* the key, then the reply */
+} rretry;
+
+#define RRING_MIN 256
+
+static int reply_number(ingest_core_kafka *k, uint64_t *num)
 {
-    const int wait_ms = short_wait && k->replies_behind ? 0 : 10000;
-    if (rd_kafka_flush(k->prod, wait_ms) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        if (!k->replies_behind)
-            core_log(k->core, INGEST_LOG_WARN, "kafka: %d replies not delivered to %s after %d ms: offsets are not "
-                     "committed until they are", rd_kafka_outq_len(k->prod), k->reply_topic, wait_ms);
-        k->replies_behind = 1;
-        k->last_commit = core_now();
-        return; /* (dirty stays: tried again) */
+    pthread_mutex_lock(&k->rmu);
+    if (k->rn == k->rcap) {
+        const size_t cap = k->rcap ? k->rcap * 2 : RRING_MIN;
+        unsigned char *r = ingest__malloc(k->ctx, cap);
+        if (r == NULL) {
+            pthread_mutex_unlock(&k->rmu);
+            return INGEST_ENOMEM;
+        }
+        for (size_t i = 0; i < k->rn; i++)
+            r[i] = k->rdone[(k->rhead + i) & (k->rcap - 1)];
+        ingest__free(k->ctx, k->rdone);
+        k->rdone = r;
+        k->rcap = cap;
+        k->rhead = 0;
     }
-    if (k->replies_behind)
-        core_log(k->core, INGEST_LOG_INFO, "kafka: replies delivered to %s again: offsets committed", k->reply_topic);
-    k->replies_behind = 0;
+    *num = k->rbase + k->rn;
+    k->rdone[(k->rhead + k->rn) & (k->rcap - 1)] = 0;
+    k->rn++;
+    pthread_mutex_unlock(&k->rmu);
+    return 0;
+}
+
+/* Reply num was delivered (or never went out: its serve was told). */
+static void reply_delivered(ingest_core_kafka *k, uint64_t num)
+{
+    pthread_mutex_lock(&k->rmu);
+    if (num >= k->rbase && num - k->rbase < k->rn) {
+        k->rdone[(k->rhead + (num - k->rbase)) & (k->rcap - 1)] = 1;
+        while (k->rn > 0 && k->rdone[k->rhead]) {
+            k->rhead = (k->rhead + 1) & (k->rcap - 1);
+            k->rn--;
+            k->rbase++;
+        }
+    }
+    pthread_mutex_unlock(&k->rmu);
+}
+
+/* Every reply numbered below upto was delivered. */
+static int replies_out(ingest_core_kafka *k, uint64_t upto)
+{
+    pthread_mutex_lock(&k->rmu);
+    const int out = k->rbase >= upto;
+    pthread_mutex_unlock(&k->rmu);
+    return out;
+}
+
+static rd_kafka_resp_err_t reply_send(ingest_core_kafka *k, int32_t part, const void *key, size_t keylen,
+                                      const void *rec, size_t len, uint64_t num)
+{
+    return rd_kafka_producev(k->prod, RD_KAFKA_V_TOPIC(k->reply_topic), RD_KAFKA_V_PARTITION(part),
+                             RD_KAFKA_V_KEY(key, keylen), RD_KAFKA_V_VALUE((void *)rec, len),
+                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE((void *)(uintptr_t)num),
+                             RD_KAFKA_V_END);
+}
+
+static int reply_produce(void *ud, const char *key, const uint8_t *rec, size_t len, uint64_t token, char *why,
+                         size_t whycap)
+{
+    ingest_core_kafka *k = ud;
+    (void)token;
+    const int32_t part = ingest_kafka_reply_partition(key, k->reply_parts);
+    uint64_t num;
+    if (reply_number(k, &num) < 0) {
+        snprintf(why, whycap, "out of memory");
+        return INGEST_ENOMEM;
+    }
+    for (;;) {
+        const rd_kafka_resp_err_t err = reply_send(k, part, key, strlen(key), rec, len, num);
+        if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            return 0;
+        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            reply_delivered(k, num); /* never sent: the serve knows */
+            snprintf(why, whycap, "%s", rd_kafka_err2str(err));
+            return INGEST_EIO;
+        }
+        rd_kafka_poll(k->prod, 50);
+    }
+}
+
+/*
+ * A reply's delivery report (on whichever thread polls the producer).  A reply not delivered (timed out:
+ * its broker unreachable for message.timeout.ms; or refused) is kept to be published again by the consumer
+ * loop (reply_retry), under its number, so that no commit passes it meanwhile.
+ */
+static void reply_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    ingest_core_kafka *k = opaque;
+    const uint64_t num = (uint64_t)(uintptr_t)m->_private;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        reply_delivered(k, num);
+        return;
+    }
+    const size_t keylen = m->key != NULL ? m->key_len : 0;
+    rretry *r = ingest__malloc(k->ctx, sizeof(*r) + keylen + m->len);
+    const int kn = keylen < 64 ? (int)keylen : 64;
+    const char *key = m->key != NULL ? (const char *)m->key : "";
+    if (r == NULL) {
+        core_log(k->core, INGEST_LOG_ERROR, "kafka: a reply to device %.*s was not delivered to %s (%s) and cannot "
+                 "be kept (out of memory): offsets are not committed until a restart, which answers its batch "
+                 "again", kn, key, k->reply_topic, rd_kafka_err2str(m->err));
+        return;
+    }
+    r->num = num;
+    r->part = m->partition;
+    r->keylen = keylen;
+    r->len = m->len;
+    if (keylen)
+        memcpy(r->data, m->key, keylen);
+    if (m->len)
+        memcpy(r->data + keylen, m->payload, m->len);
+    pthread_mutex_lock(&k->rmu);
+    r->next = k->retry;
+    k->retry = r;
+    pthread_mutex_unlock(&k->rmu);
+    const unsigned long long n = atomic_fetch_add(&k->replies_again, 1) + 1;
+    if (n % 100 == 1)
+        core_log(k->core, m->err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT ? INGEST_LOG_WARN : INGEST_LOG_ERROR,
+                 "kafka: a reply to device %.*s was not delivered to %s (%s); it is published again (%llu so far)",
+                 kn, key, k->reply_topic, rd_kafka_err2str(m->err), n);
+}
+
+/* Publish again the replies not delivered (the consumer thread; at most once a second unless now). */
+static void reply_retry(ingest_core_kafka *k, int now)
+{
+    if (!now && core_now() - k->last_retry < 1.0)
+        return;
+    k->last_retry = core_now();
+    pthread_mutex_lock(&k->rmu);
+    rretry *list = k->retry;
+    k->retry = NULL;
+    pthread_mutex_unlock(&k->rmu);
+    rretry *keep = NULL;
+    while (list != NULL) {
+        rretry *r = list;
+        list = r->next;
+        if (reply_send(k, r->part, r->data, r->keylen, r->data + r->keylen, r->len, r->num) ==
+            RD_KAFKA_RESP_ERR_NO_ERROR) {
+            ingest__free(k->ctx, r);
+            continue;
+        }
+        r->next = keep; /* (the queue is full, or the topic refuses it: next time) */
+        keep = r;
+    }
+    if (keep != NULL) {
+        pthread_mutex_lock(&k->rmu);
+        rretry **tail = &keep;
+        while (*tail != NULL)
+            tail = &(*tail)->next;
+        *tail = k->retry;
+        k->retry = keep;
+        pthread_mutex_unlock(&k->rmu);
+    }
+}
+
+/* The offsets to commit now (each partition up to its oldest open batch, or all it read) and the reply
+ * number they wait for; NULL when there is none. */
+static rd_kafka_topic_partition_list_t *offsets_snapshot(ingest_core_kafka *k, uint64_t *upto)
+{
     pthread_mutex_lock(&k->mu);
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)(k->nparts ? k->nparts : 1));
     for (size_t i = 0; l != NULL && i < k->nparts; i++) {
@@ -177,80 +345,109 @@ static void commit_offsets(ingest_core_kafka *k, int short_wait)
             rd_kafka_topic_partition_list_add(l, k->topic, t->part)->offset = off;
     }
     k->dirty = 0;
+    pthread_mutex_lock(&k->rmu);
+    *upto = k->rbase + k->rn;
+    pthread_mutex_unlock(&k->rmu);
     pthread_mutex_unlock(&k->mu);
-    if (l == NULL)
-        return;
-    if (l->cnt > 0) {
-        const rd_kafka_resp_err_t err = rd_kafka_commit(k->cons, l, 0);
-        if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-            atomic_fetch_add(&k->commits, 1);
-            pthread_mutex_lock(&k->mu);
-            for (int i = 0; i < l->cnt; i++) {
-                kpart *t = part_get(k, l->elems[i].partition);
-                if (t != NULL)
-                    t->committed = l->elems[i].offset;
-            }
-            pthread_mutex_unlock(&k->mu);
-        } else {
-            core_log(k->core, INGEST_LOG_WARN, "kafka: committing offsets: %s (records are read again)",
-                     rd_kafka_err2str(err));
-        }
+    if (l != NULL && l->cnt == 0) {
+        rd_kafka_topic_partition_list_destroy(l);
+        l = NULL;
     }
-    rd_kafka_topic_partition_list_destroy(l);
+    return l;
+}
+
+static void offsets_commit(ingest_core_kafka *k, rd_kafka_topic_partition_list_t *l)
+{
+    const rd_kafka_resp_err_t err = rd_kafka_commit(k->cons, l, 0);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        atomic_fetch_add(&k->commits, 1);
+        pthread_mutex_lock(&k->mu);
+        for (int i = 0; i < l->cnt; i++) {
+            kpart *t = part_get(k, l->elems[i].partition);
+            if (t != NULL && l->elems[i].offset > t->committed)
+                t->committed = l->elems[i].offset;
+        }
+        pthread_mutex_unlock(&k->mu);
+    } else {
+        core_log(k->core, INGEST_LOG_WARN, "kafka: committing offsets: %s (records are read again)",
+                 rd_kafka_err2str(err));
+    }
     k->last_commit = core_now();
 }
 
-/* ---- sessions ---------------------------------------------------------------------- */
-
-static int reply_produce(void *ud, const char *key, const uint8_t *rec, size_t len, uint64_t token, char *why,
-                         size_t whycap)
+static void replies_late(ingest_core_kafka *k, double waited)
 {
-    ingest_core_kafka *k = ud;
-    (void)token;
-    const int32_t part = ingest_kafka_reply_partition(key, k->reply_parts);
-    for (;;) {
-        const rd_kafka_resp_err_t err = rd_kafka_producev(
-            k->prod, RD_KAFKA_V_TOPIC(k->reply_topic), RD_KAFKA_V_PARTITION(part), RD_KAFKA_V_KEY(key, strlen(key)),
-            RD_KAFKA_V_VALUE((void *)rec, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
-        if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-            return 0;
-        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-            snprintf(why, whycap, "%s", rd_kafka_err2str(err));
-            return INGEST_EIO;
-        }
-        rd_kafka_poll(k->prod, 50);
-    }
-}
-
-/*
- * A reply's delivery report (on the consumer thread, in the producer's poll or flush).  A reply that timed
- * out (its broker unreachable for message.timeout.ms) is published again, so that the commits, which wait
- * for the replies, never pass a batch whose device was not answered.  Any other failure (the reply topic
- * gone, not authorized) is logged: that device ships the batch again after its reply timeout.
- */
-static void reply_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
-{
-    ingest_core_kafka *k = opaque;
-    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+    if (k->replies_behind)
         return;
-    const int kn = m->key != NULL ? (int)(m->key_len < 64 ? m->key_len : 64) : 1;
-    const char *key = m->key != NULL ? (const char *)m->key : "?";
-    rd_kafka_resp_err_t err = m->err;
-    if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT && !atomic_load(&k->stop)) {
-        err = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(k->reply_topic), RD_KAFKA_V_PARTITION(m->partition),
-                                RD_KAFKA_V_KEY(m->key, m->key_len), RD_KAFKA_V_VALUE(m->payload, m->len),
-                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
-        if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-            const unsigned long long n = atomic_fetch_add(&k->replies_again, 1) + 1;
-            if (n % 100 == 1)
-                core_log(k->core, INGEST_LOG_WARN, "kafka: a reply to device %.*s timed out (%s); published "
-                         "again (%llu so far)", kn, key, k->reply_topic, n);
-            return;
-        }
-    }
-    core_log(k->core, INGEST_LOG_ERROR, "kafka: a reply to device %.*s was not delivered to %s: %s (the device "
-             "ships the batch again after its reply timeout)", kn, key, k->reply_topic, rd_kafka_err2str(err));
+    k->replies_behind = 1;
+    core_log(k->core, INGEST_LOG_WARN, "kafka: replies not delivered to %s after %.0f s: offsets are not committed "
+             "until they are", k->reply_topic, waited);
 }
+
+static void replies_caught_up(ingest_core_kafka *k)
+{
+    if (k->replies_behind)
+        core_log(k->core, INGEST_LOG_INFO, "kafka: replies delivered to %s again: offsets committed", k->reply_topic);
+    k->replies_behind = 0;
+}
+
+/* The consumer loop's commits: a snapshot every KSERVE_COMMIT_S while batches end, committed once its
+ * replies are out (a later snapshot waits for it: under steady traffic each commits a little behind). */
+static void commit_step(ingest_core_kafka *k)
+{
+    const double now = core_now();
+    if (k->pend == NULL) {
+        pthread_mutex_lock(&k->mu);
+        const int dirty = k->dirty;
+        pthread_mutex_unlock(&k->mu);
+        if (!dirty || now - k->last_commit < KSERVE_COMMIT_S)
+            return;
+        k->pend = offsets_snapshot(k, &k->pend_upto);
+        k->pend_since = now;
+        if (k->pend == NULL)
+            return;
+    }
+    if (replies_out(k, k->pend_upto)) {
+        offsets_commit(k, k->pend);
+        rd_kafka_topic_partition_list_destroy(k->pend);
+        k->pend = NULL;
+        replies_caught_up(k);
+    } else if (now - k->pend_since >= KSERVE_REPLY_WAIT_S) {
+        replies_late(k, now - k->pend_since);
+    }
+}
+
+/* A revoke's or a stop's commit: a snapshot now, committed if its replies go out within
+ * KSERVE_REPLY_WAIT_S (else not: the next owner, or this receiver started again, reads their batches
+ * again and answers them). */
+static void commit_offsets(ingest_core_kafka *k)
+{
+    if (k->pend != NULL) { /* (the snapshot now covers it) */
+        rd_kafka_topic_partition_list_destroy(k->pend);
+        k->pend = NULL;
+    }
+    uint64_t upto = 0;
+    rd_kafka_topic_partition_list_t *l = offsets_snapshot(k, &upto);
+    if (l == NULL)
+        return; /* nothing to commit */
+    const double t0 = core_now();
+    while (!replies_out(k, upto) && core_now() - t0 < KSERVE_REPLY_WAIT_S) {
+        rd_kafka_poll(k->prod, 50);
+        reply_retry(k, 0);
+    }
+    if (replies_out(k, upto)) {
+        offsets_commit(k, l);
+        replies_caught_up(k);
+    } else {
+        replies_late(k, core_now() - t0);
+        pthread_mutex_lock(&k->mu);
+        k->dirty = 1;
+        pthread_mutex_unlock(&k->mu);
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* ---- sessions ---------------------------------------------------------------------- */
 
 /* Before a NEEDED reply: learn from the manifests what the group's other receivers landed. */
 static void before_needed(void *ud)
@@ -723,7 +920,7 @@ static void revoke(ingest_core_kafka *k, const rd_kafka_topic_partition_list_t *
             sess_join(s, 0);
             s->stopping = 0;
         }
-    commit_offsets(k, 0);
+    commit_offsets(k);
     for (size_t i = 0; i < k->nparts; i++) {
         kpart *t = &k->parts[i];
         if (t->gone && t->paused_at >= 0)
@@ -785,9 +982,18 @@ static void kfree(ingest_core_kafka *k)
     if (k->cons)
         rd_kafka_destroy(k->cons);
     if (k->prod) {
-        rd_kafka_flush(k->prod, 5000);
+        rd_kafka_flush(k->prod, 5000); /* (replies not delivered by now were not committed past) */
         rd_kafka_destroy(k->prod);
     }
+    while (k->retry != NULL) {
+        rretry *r = k->retry;
+        k->retry = r->next;
+        ingest__free(k->ctx, r);
+    }
+    ingest__free(k->ctx, k->rdone);
+    if (k->pend != NULL)
+        rd_kafka_topic_partition_list_destroy(k->pend);
+    pthread_mutex_destroy(&k->rmu);
     parts_clear(k);
     ingest__free(k->ctx, k->parts);
     ingest__free(k->ctx, k->plain);
@@ -815,6 +1021,7 @@ int ingest_core_kafka_create(ingest_core *core, const ingest_core_kafka_opts *op
         k->pause_file = colon + 1;
     }
     pthread_mutex_init(&k->mu, NULL);
+    pthread_mutex_init(&k->rmu, NULL);
     snprintf(k->topic, sizeof(k->topic), "%s",
              opts->kc.topic && opts->kc.topic[0] ? opts->kc.topic : INGEST_KAFKA_TOPIC_DEFAULT);
     char err[512];
@@ -888,14 +1095,11 @@ int ingest_core_kafka_run(ingest_core_kafka *k)
         rd_kafka_poll(k->prod, 0);
         parts_resume(k, NULL);
         sessions_reap(k);
-        pthread_mutex_lock(&k->mu);
-        const int dirty = k->dirty;
-        pthread_mutex_unlock(&k->mu);
-        if (dirty && core_now() - k->last_commit >= KSERVE_COMMIT_S)
-            commit_offsets(k, 1);
+        reply_retry(k, 0);
+        commit_step(k);
     }
     sessions_stop(k);
-    commit_offsets(k, 0);
+    commit_offsets(k);
     rd_kafka_consumer_close(k->cons);
     return 0;
 }
