@@ -28,35 +28,66 @@ until [ "$(grep -c '^ok ' "$T/mock.out")" -ge 3 ]; do
 done
 ! grep -q '^error' "$T/mock.out" || { cat "$T/mock.out"; fail "a mock command failed"; }
 
+# metrics_ok: r1's count of records read (0 when none yet)
+metrics_ok() {
+    maddr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$T/r1.log" | tail -1)
+    [ -n "$maddr" ] || { echo 0; return; }
+    bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n" >&3; cat <&3' \
+        "$maddr" | tr -d '\r' | awk '$1 == "ingest_receiver_kafka_records_total{outcome=\"ok\"}" { v = $2 } END { print v + 0 }'
+}
+# held_ship NAME BYTES SEED: r1 (its config written) started with dev1's serve held (tests only), the agent
+# shipping src/NAME in the background ($A); once r1 read its records (the agent reads the reply topic's end
+# before it ships), broker 2 goes down and the serve is released: the batch lands, its reply cannot go out
+held_ship() {
+    : > "$T/r1.log"
+    touch "$T/pause"
+    export INGEST_TEST_KAFKA_SERVE_PAUSE="dev1:$T/pause"
+    start_kafka_receiver r1
+    unset INGEST_TEST_KAFKA_SERVE_PAUSE
+    wait_file_log "$T/r1.log" "1 partitions of ingest assigned" 1200
+    gen_log "$T/src/$1" "$2" "$3"
+    "$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" &
+    A=$!
+    EXTRA_PIDS="$EXTRA_PIDS $A"
+    i=0
+    until [ "$(metrics_ok)" -ge 1 ]; do
+        i=$((i + 1)); [ $i -gt 1200 ] && { tail -n 20 "$T/r1.log" "$T/dev1.err"; fail "r1 read no record of $1"; }
+        sleep 0.05
+    done
+    sleep 1
+    mock_cmd "down 2"
+    sleep 0.5
+    rm "$T/pause"
+    wait_file_log "$T/r1.log" "batch .* landed: " 1200
+    cmp "$T/src/$1" "$T/bronze/dev1/src/$1" || fail "$1 did not land byte-identical"
+}
+# answered WHEN: the agent ends, 0, within 60 s
+answered() {
+    i=0
+    while kill -0 "$A" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -gt 1200 ] && { tail -n 20 "$T/dev1.err" "$T/r1.log"; fail "the agent still waits for its reply 60 s $1"; }
+        sleep 0.05
+    done
+    wait "$A" || { cat "$T/dev1.err"; fail "the agent failed"; }
+}
+# stop_r1 SIGNAL: r1 ended (within 40 s)
+stop_r1() {
+    kill "-$1" "$KPID_r1"
+    i=0
+    while kill -0 "$KPID_r1" 2>/dev/null; do
+        i=$((i + 1)); [ $i -gt 800 ] && fail "r1 did not stop within 40 s of SIG$1"
+        sleep 0.05
+    done
+    wait "$KPID_r1" 2>/dev/null || true
+}
+mkdir -p "$T/src"
+write_kafka_agent_config dev1 "$T/src"
+
+# 1. killed while the reply waits
 write_kafka_receiver_config r1 'metrics:
   listen: 127.0.0.1:0'
-# the serve is held (tests only) until broker 2 is down: the agent reads the reply topic's end before it ships
-touch "$T/pause"
-export INGEST_TEST_KAFKA_SERVE_PAUSE="dev1:$T/pause"
-start_kafka_receiver r1
-unset INGEST_TEST_KAFKA_SERVE_PAUSE
-wait_file_log "$T/r1.log" "1 partitions of ingest assigned" 1200
-maddr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$T/r1.log" | tail -1)
-[ -n "$maddr" ] || fail "the receiver did not report its metrics address"
-mkdir -p "$T/src"
-gen_log "$T/src/log.txt" 200000 7
-write_kafka_agent_config dev1 "$T/src"
-"$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" &
-A=$!
-EXTRA_PIDS="$EXTRA_PIDS $A"
-# the batch's records read by r1 (its commit record too: the agent sent all before any reply)
-i=0
-until bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n" >&3; cat <&3' \
-    "$maddr" | tr -d '\r' | grep -q '^ingest_receiver_kafka_records_total{outcome="ok"} [1-9]'; do
-    i=$((i + 1)); [ $i -gt 1200 ] && { tail -n 20 "$T/r1.log" "$T/dev1.err"; fail "r1 read no record of dev1"; }
-    sleep 0.05
-done
-sleep 1
-mock_cmd "down 2"
-sleep 0.5
-rm "$T/pause"
-wait_file_log "$T/r1.log" "batch .* landed: " 1200
-cmp "$T/src/log.txt" "$T/bronze/dev1/src/log.txt" || fail "the file did not land byte-identical"
+held_ship log.txt 200000 7
 # the receiver's wait for its reply (10 s), then what it does about it
 i=0
 until grep -q "replies not delivered" "$T/r1.log"; do
@@ -64,109 +95,37 @@ until grep -q "replies not delivered" "$T/r1.log"; do
     sleep 0.05
 done
 sleep 1
-kill -KILL "$KPID_r1"
-wait "$KPID_r1" 2>/dev/null || true
+stop_r1 KILL
 grep -q "replies not delivered to ingest-replies after 10 s: offsets are not committed" "$T/r1.log" ||
     { tail -n 20 "$T/r1.log"; fail "the receiver did not say its replies were behind"; }
 mock_cmd "up 2"
 : > "$T/r1.log"
 start_kafka_receiver r1
-i=0
-while kill -0 "$A" 2>/dev/null; do
-    i=$((i + 1))
-    [ $i -gt 1200 ] && { tail -n 20 "$T/dev1.err" "$T/r1.log"; fail "the agent still waits for its reply 60 s after the restart"; }
-    sleep 0.05
-done
-wait "$A" || { cat "$T/dev1.err"; fail "the agent failed"; }
+answered "after the restart"
 grep -q "was landed before; acknowledged again" "$T/r1.log" || { tail -n 20 "$T/r1.log" "$T/dev1.err"; fail "the batch was not answered already landed"; }
 [ "$(manifest_paths dev1 | wc -l)" = 1 ] || fail "the file landed $(manifest_paths dev1 | wc -l) times"
 pass "a reply not delivered holds the commits: killed and restarted, the receiver read the batch again and answered it already landed"
 
-# metrics_ok: r1's count of records read (0 when none yet)
-metrics_ok() {
-    maddr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$T/r1.log" | tail -1)
-    bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n" >&3; cat <&3' \
-        "$maddr" | tr -d '\r' | awk '$1 == "ingest_receiver_kafka_records_total{outcome=\"ok\"}" { v = $2 } END { print v + 0 }'
-}
-kill "$KPID_r1"
-wait "$KPID_r1" 2>/dev/null || true
+# 2. the outage outlasts message.timeout.ms
+stop_r1 TERM
 KAFKA_PROPS='    message.timeout.ms: "4000"' write_kafka_receiver_config r1 'metrics:
   listen: 127.0.0.1:0'
-: > "$T/r1.log"
-touch "$T/pause"
-export INGEST_TEST_KAFKA_SERVE_PAUSE="dev1:$T/pause"
-start_kafka_receiver r1
-unset INGEST_TEST_KAFKA_SERVE_PAUSE
-wait_file_log "$T/r1.log" "1 partitions of ingest assigned" 1200
-gen_log "$T/src/log2.txt" 150000 8
-"$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" &
-A=$!
-EXTRA_PIDS="$EXTRA_PIDS $A"
-i=0
-until [ "$(metrics_ok)" -ge 1 ]; do
-    i=$((i + 1)); [ $i -gt 1200 ] && { tail -n 20 "$T/r1.log" "$T/dev1.err"; fail "r1 read no record of dev1's second batch"; }
-    sleep 0.05
-done
-sleep 1
-mock_cmd "down 2"
-sleep 0.5
-rm "$T/pause"
-wait_file_log "$T/r1.log" "batch .* landed: " 1200
+held_ship log2.txt 150000 8
 wait_file_log "$T/r1.log" "a reply to device dev1 was not delivered to ingest-replies (.*timed out); it is published again" 400
 sleep 1
 mock_cmd "up 2"
-i=0
-while kill -0 "$A" 2>/dev/null; do
-    i=$((i + 1))
-    [ $i -gt 1200 ] && { tail -n 20 "$T/dev1.err" "$T/r1.log"; fail "the agent still waits for its reply 60 s after broker 2 came back"; }
-    sleep 0.05
-done
-wait "$A" || { cat "$T/dev1.err"; fail "the agent failed"; }
-cmp "$T/src/log2.txt" "$T/bronze/dev1/src/log2.txt" || fail "log2.txt did not land byte-identical"
+answered "after broker 2 came back"
 ! grep -q "cannot be kept" "$T/r1.log" || fail "a reply was dropped"
 pass "a reply that timed out while its broker was down was published again: the agent was answered once the broker came back"
 
-# Stopped (SIGTERM) while the reply waits: the stop's commit does not pass it, and started again with the
-# broker up, the receiver answers the batch.
-kill "$KPID_r1"
-wait "$KPID_r1" 2>/dev/null || true
-: > "$T/r1.log"
-touch "$T/pause"
-export INGEST_TEST_KAFKA_SERVE_PAUSE="dev1:$T/pause"
-start_kafka_receiver r1
-unset INGEST_TEST_KAFKA_SERVE_PAUSE
-wait_file_log "$T/r1.log" "1 partitions of ingest assigned" 1200
-gen_log "$T/src/log3.txt" 120000 9
-"$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" &
-A=$!
-EXTRA_PIDS="$EXTRA_PIDS $A"
-i=0
-until [ "$(metrics_ok)" -ge 1 ]; do
-    i=$((i + 1)); [ $i -gt 1200 ] && { tail -n 20 "$T/r1.log" "$T/dev1.err"; fail "r1 read no record of dev1's third batch"; }
-    sleep 0.05
-done
+# 3. stopped (SIGTERM) while the reply waits: the stop's commit does not pass it, and started again with the
+# broker up, the receiver answers the batch
+stop_r1 TERM
+held_ship log3.txt 120000 9
 sleep 1
-mock_cmd "down 2"
-sleep 0.5
-rm "$T/pause"
-wait_file_log "$T/r1.log" "batch .* landed: " 1200
-sleep 1
-kill -TERM "$KPID_r1"
-i=0
-while kill -0 "$KPID_r1" 2>/dev/null; do
-    i=$((i + 1)); [ $i -gt 800 ] && fail "r1 did not stop within 40 s of SIGTERM"
-    sleep 0.05
-done
-wait "$KPID_r1" 2>/dev/null || true
+stop_r1 TERM
 mock_cmd "up 2"
 : > "$T/r1.log"
 start_kafka_receiver r1
-i=0
-while kill -0 "$A" 2>/dev/null; do
-    i=$((i + 1))
-    [ $i -gt 1200 ] && { tail -n 20 "$T/dev1.err" "$T/r1.log"; fail "the agent still waits for its reply 60 s after the restart"; }
-    sleep 0.05
-done
-wait "$A" || { cat "$T/dev1.err"; fail "the agent failed"; }
-cmp "$T/src/log3.txt" "$T/bronze/dev1/src/log3.txt" || fail "log3.txt did not land byte-identical"
+answered "after the restart"
 pass "stopped while a reply waited for its broker: the offsets stayed before the batch, and the restarted receiver answered it"
