@@ -82,7 +82,8 @@ typedef struct server {
     ingest_metrics *metrics;
     ingest_metric *m_dicts_held;
     ingest_metric *m_conns, *m_refused, *m_dropped, *m_landed, *m_failed, *m_files, *m_bytes, *m_new, *m_known, *m_rewanted,
-        *m_wire, *m_written, *m_latency, *m_stage, *m_errors, *m_dicts, *m_krecords, *m_kpauses, *m_files_refused;
+        *m_wire, *m_written, *m_latency, *m_stage, *m_errors, *m_dicts, *m_krecords, *m_kpauses, *m_kreplies,
+        *m_files_refused;
     /* kafka.brokers: the consumer group member, in a thread of its own */
     ingest_core_kafka *kafka;
     pthread_t kafka_thread;
@@ -135,6 +136,10 @@ static int define_metrics(server *s)
         { &s->m_kpauses, INGEST_METRIC_COUNTER, "ingest_receiver_kafka_partition_pauses_total",
           "Kafka partitions paused because this device's serve was behind (kafka.device_queue of its records "
           "waiting); the other partitions went on", "device" },
+        { &s->m_kreplies, INGEST_METRIC_COUNTER, "ingest_receiver_kafka_replies_undelivered_total",
+          "Replies to devices the reply topic did not take, by outcome: again (kept and published again; the "
+          "commits wait for it), given_up (refused for good, or too many waiting; its device ships the batch "
+          "again after its reply timeout)", "outcome" },
         { &s->m_dicts, INGEST_METRIC_COUNTER, "ingest_receiver_dictionaries_total",
           "Dictionaries devices offered, by result: held (the receiver had it), received (sent, verified and "
           "loaded), refused (bounds)",
@@ -789,6 +794,7 @@ static int start_kafka(server *s)
         .ud = s,
         .records = s->m_krecords,
         .pauses = s->m_kpauses,
+        .replies = s->m_kreplies,
         .queue_max = (size_t)s->cfg->kafka_device_queue,
         /* tests only: "DEVICE:PATH" or "*:PATH", tests/integration/test_kafka_stall.sh, test_kafka_coop.sh */
         .test_serve_pause = getenv("INGEST_TEST_KAFKA_SERVE_PAUSE"),

@@ -192,6 +192,8 @@ typedef struct ingest_core_kafka_opts {
     size_t queue_max;       /* bytes of records queued per device ahead of its serve (0: 8 MiB) */
     ingest_metric *records; /* records by outcome: ok, forged, unknown_device, malformed (may be NULL) */
     ingest_metric *pauses;  /* partitions paused, by the device whose serve was behind (may be NULL) */
+    ingest_metric *replies; /* replies not delivered at first, by outcome: again (kept, published again), given_up
+                             * (refused for good, or too many waiting) (may be NULL) */
     /* Tests only: "DEVICE:PATH", that device's serve ("*": every device's) takes no record while PATH exists
      * (ingest_klink_core_opts.test_pause_file; kept by reference).  NULL outside tests. */
     const char *test_serve_pause;
@@ -203,6 +205,7 @@ typedef struct ingest_core_kafka_stats {
     uint64_t batches_begun, batches_done;     /* BATCH_BEGIN records fed; batches over (landed, refused, given up) */
     uint64_t commits, rebalances;
     uint64_t pauses;                          /* partitions paused for a device whose serve was behind */
+    uint64_t replies_again, replies_given_up; /* replies not delivered: published again; given up */
     unsigned sessions;                        /* devices served now */
 } ingest_core_kafka_stats;
 

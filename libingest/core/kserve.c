@@ -17,6 +17,7 @@
 
 #define KSERVE_COMMIT_S 0.2     /* at most this long between commits while batches end */
 #define KSERVE_REPLY_WAIT_S 10.0 /* a commit waiting longer for its replies is logged; a revoke's gives up */
+#define KSERVE_RETRY_MAX 100000 /* replies kept to be published again; more are given up */
 
 typedef struct ksess {
     struct ksess *next;
@@ -28,6 +29,7 @@ typedef struct ksess {
     ingest_link *link; /* NULL while no serve runs */
     pthread_t thread;
     atomic_int ended;  /* the serve loop returned (the link retired) */
+    atomic_int halt;   /* its serve is being stopped (a reply it cannot publish now is kept, not waited for) */
     /* the partitions its records came from since its serve started (fed_many: more than fed holds); a
      * revoke stops the serves fed from a revoked partition only */
     int32_t fed[4];
@@ -75,8 +77,9 @@ struct ingest_core_kafka {
     uint64_t rbase;
     unsigned char *rdone;
     size_t rhead, rn, rcap;
-    struct rretry *retry;
-    atomic_ullong replies_again; /* replies published again */
+    struct rretry *retry, **retry_tail; /* oldest first */
+    size_t nretry;
+    atomic_ullong replies_again, replies_lost; /* replies published again; given up */
     atomic_ullong records, bytes, forged, unknown, malformed, begun, done, commits, rebalances, pauses;
     atomic_uint nsessions;
     char pause_device[INGEST_DEVICE_ID_MAX + 1]; /* tests only: o.test_serve_pause, split */
@@ -229,10 +232,89 @@ static rd_kafka_resp_err_t reply_send(ingest_core_kafka *k, int32_t part, const 
                              RD_KAFKA_V_END);
 }
 
+/* Errors that refuse this reply for good (publishing it again cannot help): it is given up, and its device
+ * ships the batch again after its reply timeout.  Others (timeouts, a broker down, an ACL the operator may
+ * fix) keep it to be published again. */
+static int reply_refused(rd_kafka_resp_err_t err)
+{
+    switch (err) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/*
+ * Reply num (key, rec) was not delivered (err): keep it at the end of the retry list, to be published again
+ * by the consumer loop (reply_retry) under its number, so that no commit passes it meanwhile; or give it up
+ * (reply_refused, or KSERVE_RETRY_MAX kept already), which lets the commits pass its batch.  Not kept for
+ * want of memory, its number stays undelivered: the commits wait for a restart, which answers its batch again.
+ */
+static void reply_keep(ingest_core_kafka *k, uint64_t num, int32_t part, const void *key, size_t keylen,
+                       const void *rec, size_t len, rd_kafka_resp_err_t err)
+{
+    const int kn = keylen < 64 ? (int)keylen : 64;
+    const char *dev = key != NULL ? (const char *)key : "";
+    pthread_mutex_lock(&k->rmu);
+    const size_t kept = k->nretry;
+    pthread_mutex_unlock(&k->rmu);
+    if (reply_refused(err) || kept >= KSERVE_RETRY_MAX) {
+        reply_delivered(k, num);
+        ingest_metric_add(k->o.replies, "given_up", 1);
+        const unsigned long long n = atomic_fetch_add(&k->replies_lost, 1) + 1;
+        if (n % 100 == 1)
+            core_log(k->core, INGEST_LOG_ERROR, "kafka: a reply to device %.*s was refused by %s (%s)%s: given up, "
+                     "the device ships its batch again after its reply timeout (%llu given up so far)", kn, dev,
+                     k->reply_topic, rd_kafka_err2str(err),
+                     reply_refused(err) ? "" : " and too many replies wait to be published again", n);
+        return;
+    }
+    rretry *r = ingest__malloc(k->ctx, sizeof(*r) + keylen + len);
+    if (r == NULL) {
+        core_log(k->core, INGEST_LOG_ERROR, "kafka: a reply to device %.*s was not delivered to %s (%s) and cannot "
+                 "be kept (out of memory): offsets are not committed until a restart, which answers its batch "
+                 "again", kn, dev, k->reply_topic, rd_kafka_err2str(err));
+        return;
+    }
+    r->next = NULL;
+    r->num = num;
+    r->part = part;
+    r->keylen = keylen;
+    r->len = len;
+    if (keylen)
+        memcpy(r->data, key, keylen);
+    if (len)
+        memcpy(r->data + keylen, rec, len);
+    pthread_mutex_lock(&k->rmu);
+    *k->retry_tail = r;
+    k->retry_tail = &r->next;
+    k->nretry++;
+    pthread_mutex_unlock(&k->rmu);
+    ingest_metric_add(k->o.replies, "again", 1);
+    const unsigned long long n = atomic_fetch_add(&k->replies_again, 1) + 1;
+    if (n % 100 == 1)
+        core_log(k->core, err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT || err == RD_KAFKA_RESP_ERR__QUEUE_FULL
+                              ? INGEST_LOG_WARN : INGEST_LOG_ERROR,
+                 "kafka: a reply to device %.*s was not delivered to %s (%s); it is published again (%llu so far)",
+                 kn, dev, k->reply_topic, rd_kafka_err2str(err), n);
+}
+
+/*
+ * A serve's reply (the serve's thread).  While the producer's queue is full the serve waits (back-pressure),
+ * unless its serve or the receiver is stopping: the reply is then kept for the consumer loop, as is one the
+ * producer refuses outright (an unknown topic, a fatal producer error), so that the serve can end its batch
+ * and no commit passes it.
+ */
 static int reply_produce(void *ud, const char *key, const uint8_t *rec, size_t len, uint64_t token, char *why,
                          size_t whycap)
 {
-    ingest_core_kafka *k = ud;
+    ksess *s = ud;
+    ingest_core_kafka *k = s->k;
     (void)token;
     const int32_t part = ingest_kafka_reply_partition(key, k->reply_parts);
     uint64_t num;
@@ -240,92 +322,65 @@ static int reply_produce(void *ud, const char *key, const uint8_t *rec, size_t l
         snprintf(why, whycap, "out of memory");
         return INGEST_ENOMEM;
     }
+    const size_t keylen = strlen(key);
     for (;;) {
-        const rd_kafka_resp_err_t err = reply_send(k, part, key, strlen(key), rec, len, num);
+        const rd_kafka_resp_err_t err = reply_send(k, part, key, keylen, rec, len, num);
         if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
             return 0;
-        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-            reply_delivered(k, num); /* never sent: the serve knows */
-            snprintf(why, whycap, "%s", rd_kafka_err2str(err));
-            return INGEST_EIO;
+        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL || atomic_load(&s->halt) || atomic_load(&k->stop)) {
+            reply_keep(k, num, part, key, keylen, rec, len, err);
+            return 0;
         }
         rd_kafka_poll(k->prod, 50);
     }
 }
 
-/*
- * A reply's delivery report (on whichever thread polls the producer).  A reply not delivered (timed out:
- * its broker unreachable for message.timeout.ms; or refused) is kept to be published again by the consumer
- * loop (reply_retry), under its number, so that no commit passes it meanwhile.
- */
+/* A reply's delivery report (on whichever thread polls the producer). */
 static void reply_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     (void)rk;
     ingest_core_kafka *k = opaque;
     const uint64_t num = (uint64_t)(uintptr_t)m->_private;
-    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
         reply_delivered(k, num);
-        return;
-    }
-    const size_t keylen = m->key != NULL ? m->key_len : 0;
-    rretry *r = ingest__malloc(k->ctx, sizeof(*r) + keylen + m->len);
-    const int kn = keylen < 64 ? (int)keylen : 64;
-    const char *key = m->key != NULL ? (const char *)m->key : "";
-    if (r == NULL) {
-        core_log(k->core, INGEST_LOG_ERROR, "kafka: a reply to device %.*s was not delivered to %s (%s) and cannot "
-                 "be kept (out of memory): offsets are not committed until a restart, which answers its batch "
-                 "again", kn, key, k->reply_topic, rd_kafka_err2str(m->err));
-        return;
-    }
-    r->num = num;
-    r->part = m->partition;
-    r->keylen = keylen;
-    r->len = m->len;
-    if (keylen)
-        memcpy(r->data, m->key, keylen);
-    if (m->len)
-        memcpy(r->data + keylen, m->payload, m->len);
-    pthread_mutex_lock(&k->rmu);
-    r->next = k->retry;
-    k->retry = r;
-    pthread_mutex_unlock(&k->rmu);
-    const unsigned long long n = atomic_fetch_add(&k->replies_again, 1) + 1;
-    if (n % 100 == 1)
-        core_log(k->core, m->err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT ? INGEST_LOG_WARN : INGEST_LOG_ERROR,
-                 "kafka: a reply to device %.*s was not delivered to %s (%s); it is published again (%llu so far)",
-                 kn, key, k->reply_topic, rd_kafka_err2str(m->err), n);
+    else
+        reply_keep(k, num, m->partition, m->key, m->key != NULL ? m->key_len : 0, m->payload, m->len, m->err);
 }
 
-/* Publish again the replies not delivered (the consumer thread; at most once a second unless now). */
+/* Publish again, oldest first, the replies not delivered (the consumer thread; at most once a second unless
+ * now): up to the first one the producer does not take now (its queue full: the next call goes on from it). */
 static void reply_retry(ingest_core_kafka *k, int now)
 {
     if (!now && core_now() - k->last_retry < 1.0)
         return;
     k->last_retry = core_now();
-    pthread_mutex_lock(&k->rmu);
-    rretry *list = k->retry;
-    k->retry = NULL;
-    pthread_mutex_unlock(&k->rmu);
-    rretry *keep = NULL;
-    while (list != NULL) {
-        rretry *r = list;
-        list = r->next;
-        if (reply_send(k, r->part, r->data, r->keylen, r->data + r->keylen, r->len, r->num) ==
-            RD_KAFKA_RESP_ERR_NO_ERROR) {
-            ingest__free(k->ctx, r);
-            continue;
-        }
-        r->next = keep; /* (the queue is full, or the topic refuses it: next time) */
-        keep = r;
-    }
-    if (keep != NULL) {
+    for (;;) {
         pthread_mutex_lock(&k->rmu);
-        rretry **tail = &keep;
-        while (*tail != NULL)
-            tail = &(*tail)->next;
-        *tail = k->retry;
-        k->retry = keep;
+        rretry *r = k->retry;
+        if (r != NULL) {
+            k->retry = r->next;
+            if (k->retry == NULL)
+                k->retry_tail = &k->retry;
+            k->nretry--;
+        }
         pthread_mutex_unlock(&k->rmu);
+        if (r == NULL)
+            return;
+        const rd_kafka_resp_err_t err = reply_send(k, r->part, r->data, r->keylen, r->data + r->keylen, r->len,
+                                                   r->num);
+        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            pthread_mutex_lock(&k->rmu); /* back at the head, to go first next time */
+            r->next = k->retry;
+            if (k->retry == NULL)
+                k->retry_tail = &r->next;
+            k->retry = r;
+            k->nretry++;
+            pthread_mutex_unlock(&k->rmu);
+            return;
+        }
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) /* (kept again at the end, or given up) */
+            reply_keep(k, r->num, r->part, r->data, r->keylen, r->data + r->keylen, r->len, err);
+        ingest__free(k->ctx, r);
     }
 }
 
@@ -472,13 +527,20 @@ static void *sess_main(void *arg)
     return NULL;
 }
 
+/* Stop s's serve (it ends soon after; sess_join waits for it). */
+static void sess_halt(ksess *s)
+{
+    atomic_store(&s->halt, 1);
+    ingest_klink_core_stop(s->link);
+}
+
 /* End s's serve (stop: for good, now; else it has ended by itself) and free its link. */
 static void sess_join(ksess *s, int stop)
 {
     if (s->link == NULL)
         return;
     if (stop)
-        ingest_klink_core_stop(s->link);
+        sess_halt(s);
     pthread_join(s->thread, NULL);
     ingest_link_destroy(s->link);
     s->link = NULL;
@@ -488,13 +550,14 @@ static void sess_join(ksess *s, int stop)
 static int sess_start(ingest_core_kafka *k, ksess *s)
 {
     const ingest_klink_core_opts o = {
-        .device = s->device, .keys = &s->keys, .bus = { reply_produce, k }, .queue_max = k->o.queue_max,
+        .device = s->device, .keys = &s->keys, .bus = { reply_produce, s }, .queue_max = k->o.queue_max,
         .batch_done = batch_done, .before_needed = before_needed, .ud = s,
         .test_pause_file = k->pause_file != NULL && (strcmp(k->pause_device, s->device) == 0 ||
                                                      strcmp(k->pause_device, "*") == 0) ? k->pause_file : NULL,
     };
     INGEST__FORWARD(ingest_klink_core_create(k->ctx, &o, &s->link));
     atomic_store(&s->ended, 0);
+    atomic_store(&s->halt, 0);
     s->nfed = 0;
     s->fed_many = 0;
     if (core_thread_start(&s->thread, sess_main, s, "ingest-ksess") != 0) {
@@ -510,7 +573,7 @@ static void sessions_stop(ingest_core_kafka *k)
 {
     for (ksess *s = k->sessions; s != NULL; s = s->next)
         if (s->link != NULL)
-            ingest_klink_core_stop(s->link);
+            sess_halt(s);
     for (ksess *s = k->sessions; s != NULL; s = s->next)
         sess_join(s, 0);
 }
@@ -914,7 +977,7 @@ static void revoke(ingest_core_kafka *k, const rd_kafka_topic_partition_list_t *
     }
     for (ksess *s = k->sessions; s != NULL; s = s->next)
         if (s->stopping)
-            ingest_klink_core_stop(s->link);
+            sess_halt(s);
     for (ksess *s = k->sessions; s != NULL; s = s->next)
         if (s->stopping) {
             sess_join(s, 0);
@@ -1022,6 +1085,7 @@ int ingest_core_kafka_create(ingest_core *core, const ingest_core_kafka_opts *op
     }
     pthread_mutex_init(&k->mu, NULL);
     pthread_mutex_init(&k->rmu, NULL);
+    k->retry_tail = &k->retry;
     snprintf(k->topic, sizeof(k->topic), "%s",
              opts->kc.topic && opts->kc.topic[0] ? opts->kc.topic : INGEST_KAFKA_TOPIC_DEFAULT);
     char err[512];
@@ -1125,6 +1189,8 @@ void ingest_core_kafka_stats_get(ingest_core_kafka *k, ingest_core_kafka_stats *
     st->batches_begun = atomic_load(&k->begun);
     st->batches_done = atomic_load(&k->done);
     st->commits = atomic_load(&k->commits);
+    st->replies_again = atomic_load(&k->replies_again);
+    st->replies_given_up = atomic_load(&k->replies_lost);
     st->rebalances = atomic_load(&k->rebalances);
     st->pauses = atomic_load(&k->pauses);
     st->sessions = atomic_load(&k->nsessions);

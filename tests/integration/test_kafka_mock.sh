@@ -92,6 +92,9 @@ cmd "up all" '^ok up all$'
 cmd "leader ingest 1 x" '^error: line 10: bad broker id "x" \(1\.\.3\)$'
 cmd "coordinator txn a 1" '^error: line 11: coordinator: "txn" is not "group"$'
 cmd "leader ingest 1" '^error: line 12: usage: leader TOPIC PARTITION ID$'
+cmd "produce-errors 29" '^error: line 13: usage: produce-errors CODE COUNT$'
+cmd "produce-errors 29 0" '^error: line 14: bad count "0" \(1\.\.1000\)$'
+cmd "produce-errors x 1" '^error: line 15: bad error code "x" \(1\.\.32767\)$'
 pass "bad commands answered 'error: line N: ...' and it went on"
 cmd "leader ingest 0 3" '^ok leader ingest 0 3$'
 cmd "leader ingest 1 3" '^ok leader ingest 1 3$'
@@ -100,6 +103,7 @@ pass "leader and coordinator answered ok"
 
 probe 200
 pass "after a broker went down and up and leaders moved, every message still comes back"
+cmd "produce-errors 29 2" '^ok produce-errors 29 2$'
 
 exec 3>&-
 wait_until_exit "$MOCK_PID"

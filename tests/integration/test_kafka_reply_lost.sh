@@ -13,7 +13,10 @@
 # published again, and the agent is answered once broker 2 is up, with no
 # restart (a reply dropped after its timeout left the agent waiting).  And
 # stopped cleanly during such an outage, the receiver commits nothing past
-# the reply: started again, it answers the batch.
+# the reply: started again, it answers the batch.  A reply the broker
+# refuses (not authorized, as an ACL not yet granted) is published again
+# until it is taken; one refused for good (too large) is given up, and the
+# commits pass its batch: a restarted receiver does not read it again.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/kafka_lib.sh"
 setup_keys
@@ -35,9 +38,10 @@ metrics_ok() {
     bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n" >&3; cat <&3' \
         "$maddr" | tr -d '\r' | awk '$1 == "ingest_receiver_kafka_records_total{outcome=\"ok\"}" { v = $2 } END { print v + 0 }'
 }
-# held_ship NAME BYTES SEED: r1 (its config written) started with dev1's serve held (tests only), the agent
-# shipping src/NAME in the background ($A); once r1 read its records (the agent reads the reply topic's end
-# before it ships), broker 2 goes down and the serve is released: the batch lands, its reply cannot go out
+# held_ship NAME BYTES SEED [MOCK-COMMAND]: r1 (its config written) started with dev1's serve held (tests
+# only), the agent shipping src/NAME in the background ($A); once r1 read its records (the agent reads the
+# reply topic's end before it ships), broker 2 goes down (or the mock is given MOCK-COMMAND) and the serve
+# is released: the batch lands, its reply cannot go out
 held_ship() {
     : > "$T/r1.log"
     touch "$T/pause"
@@ -55,7 +59,7 @@ held_ship() {
         sleep 0.05
     done
     sleep 1
-    mock_cmd "down 2"
+    mock_cmd "${4:-down 2}"
     sleep 0.5
     rm "$T/pause"
     wait_file_log "$T/r1.log" "batch .* landed: " 1200
@@ -129,3 +133,27 @@ mock_cmd "up 2"
 start_kafka_receiver r1
 answered "after the restart"
 pass "stopped while a reply waited for its broker: the offsets stayed before the batch, and the restarted receiver answered it"
+
+# 4. refused (not authorized) three times: published again until the broker takes it
+stop_r1 TERM
+mock_cmd "up 2"
+held_ship log4.txt 90000 10 "produce-errors 29 3"
+answered "after three refusals"
+grep -q "a reply to device dev1 was not delivered to ingest-replies (.*[Aa]uthorization.*); it is published again" \
+    "$T/r1.log" || { tail -n 20 "$T/r1.log"; fail "the refused reply was not published again"; }
+pass "a reply refused as not authorized was published again until the broker took it"
+
+# 5. refused for good (too large): given up, and the commits pass its batch
+stop_r1 TERM
+held_ship log5.txt 80000 11 "produce-errors 10 1"
+wait_file_log "$T/r1.log" "a reply to device dev1 was refused by ingest-replies (.*): given up" 400
+kill "$A"
+wait "$A" 2>/dev/null || true
+sleep 2 # (commits at most every 0.2 s)
+stop_r1 KILL
+: > "$T/r1.log"
+start_kafka_receiver r1
+wait_file_log "$T/r1.log" "1 partitions of ingest assigned" 1200
+sleep 4
+[ "$(metrics_ok)" = 0 ] || { tail -n 20 "$T/r1.log"; fail "the batch whose reply was given up was read again: its offsets were not committed"; }
+pass "a reply refused as too large was given up, and the commits passed its batch"

@@ -19,6 +19,10 @@
  *                 broker ID (1..N) leads that partition from now on
  *   coordinator group GROUP ID
  *                 broker ID (1..N) coordinates consumer group GROUP
+ *   produce-errors CODE COUNT
+ *                 the next COUNT (1..1000) Produce requests, to any broker,
+ *                 fail with Kafka error code CODE (1..32767; 29 is
+ *                 TOPIC_AUTHORIZATION_FAILED, 10 MSG_SIZE_TOO_LARGE)
  *
  * Each command is answered with one line on stdout: "ok CMD ARGS" or
  * "error: line N: why".  Blank lines are ignored; a bad line does not stop
@@ -204,11 +208,29 @@ static void run_command(rd_kafka_mock_cluster_t *mc, int brokers, unsigned long 
             reply("error: line %lu: %s %s %s: %s", lineno, cmd, argv[1], argv[2], rd_kafka_err2str(err));
         return;
     }
+    if (strcmp(cmd, "produce-errors") == 0) {
+        if (argc != 3) {
+            reply("error: line %lu: usage: produce-errors CODE COUNT", lineno);
+            return;
+        }
+        const long code = parse_num(argv[1], 1, 32767), count = parse_num(argv[2], 1, 1000);
+        if (code < 0 || count < 0) {
+            reply("error: line %lu: bad %s \"%.32s\" (%s)", lineno, code < 0 ? "error code" : "count",
+                  code < 0 ? argv[1] : argv[2], code < 0 ? "1..32767" : "1..1000");
+            return;
+        }
+        rd_kafka_resp_err_t errs[1000];
+        for (long i = 0; i < count; i++)
+            errs[i] = (rd_kafka_resp_err_t)code;
+        rd_kafka_mock_push_request_errors_array(mc, 0 /* Produce */, (size_t)count, errs);
+        reply("ok produce-errors %ld %ld", code, count);
+        return;
+    }
     int is_down = strcmp(cmd, "down") == 0, is_up = strcmp(cmd, "up") == 0;
     int is_rtt = strcmp(cmd, "rtt") == 0;
     if (!is_down && !is_up && !is_rtt) {
         reply("error: line %lu: unknown command \"%.32s\" (down ID, up ID, rtt ID MS, leader TOPIC PARTITION ID, "
-              "coordinator group GROUP ID)", lineno, cmd);
+              "coordinator group GROUP ID, produce-errors CODE COUNT)", lineno, cmd);
         return;
     }
     int want = is_rtt ? 3 : 2;
