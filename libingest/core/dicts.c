@@ -31,7 +31,8 @@ typedef struct entry {
 struct ingest_dictstore {
     ingest_ctx *ctx; /* for log lines only */
     ingest_metric *held_gauge; /* set to the lookups held at each change, under the lock (NULL: none) */
-    pthread_mutex_t lock;
+    pthread_mutex_t lock;   /* the entries (lookups and releases take only this) */
+    pthread_mutex_t adding; /* one add at a time, its file's write and fsync included, outside lock */
     char dir[4200];
     entry e[INGEST_DICTSTORE_MAX];
     unsigned n;
@@ -180,6 +181,7 @@ int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **o
         return ingest__fail(ctx, INGEST_ENOMEM, "dictionary store: out of memory");
     ds->ctx = ctx;
     pthread_mutex_init(&ds->lock, NULL);
+    pthread_mutex_init(&ds->adding, NULL);
     snprintf(ds->dir, sizeof(ds->dir), "%s", dir);
     if (mkdir(ds->dir, 0700) != 0 && errno != EEXIST) {
         const int e = errno;
@@ -256,6 +258,7 @@ void ingest_dictstore_close(ingest_dictstore *ds)
     for (unsigned i = 0; i < ds->n; i++)
         ingest__free(ds->ctx, ds->e[i].bytes);
     pthread_mutex_destroy(&ds->lock);
+    pthread_mutex_destroy(&ds->adding);
     ingest__free(ds->ctx, ds);
 }
 
@@ -474,7 +477,11 @@ int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t
     }
     if (!usable(bytes, len, why, whycap))
         return -1; /* (as a file that would be skipped at the next start) */
-    /* One add at a time, file included: two devices sending the same dictionary store it once. */
+    /* One add at a time, file included: two devices sending the same dictionary store it once.  Only adds
+     * put entries in or take them out, so under adding the entries stay while lock is let go for the
+     * write and its fsyncs, and sessions' lookups do not wait for the disk; what lookups change meanwhile
+     * (which entries are held) is looked at again before anything is removed. */
+    pthread_mutex_lock(&ds->adding);
     pthread_mutex_lock(&ds->lock);
     entry *have = find(ds, hash);
     if (have != NULL) {
@@ -488,7 +495,7 @@ int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t
     /* A device keeps at most INGEST_DICTSTORE_PER_DEVICE of those it added: its own least recently used goes
      * first, so that one device offering new ones over and over turns over its own, not the fleet's. */
     unsigned mine_lru;
-    const unsigned mine = owned(ds, owner, &mine_lru);
+    unsigned mine = owned(ds, owner, &mine_lru);
     if (mine >= INGEST_DICTSTORE_PER_DEVICE && mine_lru == ds->n) {
         snprintf(why, whycap, "device %s already has %u dictionaries in the store, all in use on sessions", owner,
                  mine);
@@ -499,19 +506,26 @@ int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t
                  ds->n, ds->bytes, INGEST_DICTSTORE_MAX, INGEST_DICTSTORE_MAX_BYTES);
         goto out;
     }
-    if ((copy = ingest__malloc(ds->ctx, len)) == NULL) {
-        snprintf(why, whycap, "out of memory");
-        goto out;
-    }
-    memcpy(copy, bytes, len);
+    pthread_mutex_unlock(&ds->lock);
+    copy = ingest__malloc(ds->ctx, len);
     char name[HEX_LEN + sizeof(SUFFIX)];
     file_name(hash, name);
     /* written before anything is removed: a failed write costs the store nothing */
-    if (write_durable(ds->dir, name, bytes, len, why, whycap) != 0)
+    const int written = copy != NULL ? write_durable(ds->dir, name, bytes, len, why, whycap) : -1;
+    pthread_mutex_lock(&ds->lock);
+    if (copy == NULL)
+        snprintf(why, whycap, "out of memory");
+    if (written != 0)
         goto out;
+    memcpy(copy, bytes, len);
+    mine = owned(ds, owner, &mine_lru); /* (a lookup may hold now what it did not hold before the write) */
+    if (mine >= INGEST_DICTSTORE_PER_DEVICE && mine_lru == ds->n)
+        snprintf(why, whycap, "device %s already has %u dictionaries in the store, all in use on sessions", owner,
+                 mine);
     if ((mine >= INGEST_DICTSTORE_PER_DEVICE &&
-         drop_entry(ds, mine_lru, "to keep its device's share: that device's least recently offered", why, whycap) !=
-             0) ||
+         (mine_lru == ds->n ||
+          drop_entry(ds, mine_lru, "to keep its device's share: that device's least recently offered", why,
+                     whycap) != 0)) ||
         !make_room(ds, len, why, whycap)) {
         char path[4400];
         snprintf(path, sizeof(path), "%s/%s", ds->dir, name);
@@ -530,6 +544,7 @@ int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t
     rc = 0;
 out:
     pthread_mutex_unlock(&ds->lock);
+    pthread_mutex_unlock(&ds->adding);
     ingest__free(ds->ctx, copy);
     return rc;
 }
