@@ -239,6 +239,19 @@ static int auth_install(server *s, ingest_authset *set)
     return 0;
 }
 
+/* Why device, authorized in set old, is not the same device in set cur: NULL when it is. */
+static const char *auth_changed(const ingest_authset *old, const ingest_authset *cur, const char *device)
+{
+    uint8_t pk[INGEST_PUBKEY_BYTES], opk[INGEST_PUBKEY_BYTES];
+    if (old == cur)
+        return NULL;
+    if (ingest_authset_lookup(cur, device, strlen(device), pk) != 0)
+        return "it is no longer authorized";
+    if (ingest_authset_lookup(old, device, strlen(device), opk) != 0 || memcmp(pk, opk, sizeof(pk)) != 0)
+        return "it has a new key";
+    return NULL;
+}
+
 /* Append the ids of a that b lacks to out ("a, b, ..."); returns how many. */
 static size_t auth_missing(const ingest_authset *a, const ingest_authset *b, char *out, size_t cap)
 {
@@ -256,11 +269,13 @@ static size_t auth_missing(const ingest_authset *a, const ingest_authset *b, cha
     return n;
 }
 
+static unsigned conns_cut(struct server *s, const ingest_authset *set);
+
 /*
  * SIGHUP: re-read authorized_devices.  New connections shake hands with the
- * new set; TCP sessions already authenticated go on (a revoked device's open
- * session ends when it disconnects or idles out); the Kafka consumer looks
- * each record's device up in the new set (kserve.c).  A file that does not
+ * new set; the TCP sessions of devices it revokes or gives a new key are cut
+ * (conns_cut), and so are the Kafka consumer's serves of them (kserve.c),
+ * which looks each record's device up in the new set too.  A file that does not
  * load leaves the set in force as it was, and the log says why.
  */
 static void auth_reload(server *s)
@@ -287,12 +302,15 @@ static void auth_reload(server *s)
                  "before stay authorized");
         return;
     }
+    const unsigned cut = conns_cut(s, set);
+    if (s->kafka != NULL)
+        ingest_core_kafka_recheck(s->kafka);
     prog_log(INGEST_LOG_INFO,
              "SIGHUP: authorized devices re-read from %s: %zu device%s, %zu added%s%s%s, %zu removed%s%s%s, %zu "
-             "with a new key; TCP sessions already open go on (Kafka: from the next record)",
+             "with a new key; %u session%s of those cut",
              s->cfg->authorized_devices, count, count == 1 ? "" : "s", nadd, nadd ? " (" : "", added, nadd ? ")" : "",
              nrem,
-             nrem ? " (" : "", removed, nrem ? ")" : "", nkey);
+             nrem ? " (" : "", removed, nrem ? ")" : "", nkey, cut, cut == 1 ? "" : "s");
 }
 
 static void usage(FILE *f)
@@ -528,6 +546,10 @@ typedef struct conn {
     char peer[96]; /* "host:port": h[64] + ":" + pt[16] */
     admit_entry ae;  /* while it has not authenticated */
     double t_accept; /* prog_now() at accept */
+    /* once authenticated (under conns_lock): its device and the set it shook hands with, so that a SIGHUP
+     * that revokes the device or gives it a new key cuts the session */
+    char device[INGEST_DEVICE_ID_MAX + 1];
+    const ingest_authset *auth; /* NULL before, once cut, and once serve let go of the set */
 } conn;
 
 /* Refusals come in floods (a scan, a connection flood): per kind, 5 lines at once, then one per 10 s. */
@@ -605,6 +627,50 @@ static void session_release(server *s)
     pthread_mutex_unlock(&s->sess_lock);
 }
 
+/* Log a session cut because a SIGHUP revoked its device or gave it a new key. */
+static void conn_cut_log(const conn *c, const char *why)
+{
+    prog_log(INGEST_LOG_WARN, "SIGHUP: the session of device %s from %s is cut: %s (a batch in progress is not "
+             "acknowledged)", c->device, c->peer, why);
+}
+
+/*
+ * c authenticated as device with set: recorded for conns_cut.  A SIGHUP that replaced the set meanwhile
+ * (its conns_cut ran before this) is applied here: -1 when the device is no longer the same one.
+ */
+static int conn_authenticated(conn *c, const char *device, const ingest_authset *set)
+{
+    server *s = c->srv;
+    pthread_mutex_lock(&s->conns_lock);
+    snprintf(c->device, sizeof(c->device), "%s", device);
+    pthread_mutex_lock(&s->auth_lock);
+    const char *why = auth_changed(set, s->auth->set, device);
+    pthread_mutex_unlock(&s->auth_lock);
+    c->auth = why == NULL ? set : NULL;
+    if (why != NULL)
+        conn_cut_log(c, why);
+    pthread_mutex_unlock(&s->conns_lock);
+    return why != NULL ? -1 : 0;
+}
+
+/* After a SIGHUP installed set: cut (shut down) the sessions of devices it revokes or gives a new key. */
+static unsigned conns_cut(server *s, const ingest_authset *set)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&s->conns_lock); /* a connection thread closes its fd only after leaving the list */
+    for (conn *c = s->conns; c != NULL; c = c->next) {
+        const char *why = c->auth != NULL ? auth_changed(c->auth, set, c->device) : NULL;
+        if (why == NULL)
+            continue;
+        conn_cut_log(c, why);
+        shutdown(c->fd, SHUT_RDWR);
+        c->auth = NULL; /* (cut once) */
+        n++;
+    }
+    pthread_mutex_unlock(&s->conns_lock);
+    return n;
+}
+
 /*
  * A connection: the handshake, a session slot, then the core serves the
  * device over a tcp link until it goes (include/ingest/core.h).
@@ -629,6 +695,8 @@ static void serve(conn *c)
     if (authenticate(c, ss, ctx) != 0)
         goto out;
     const char *device = ingest_session_peer_id(ss);
+    if (conn_authenticated(c, device, auth->set) != 0)
+        goto out;
     if (ingest_link_tcp_create(ctx, ss, c->fd, c->peer, &link) < 0)
         goto out;
     if (session_claim(s) != 0) {
@@ -650,6 +718,9 @@ static void serve(conn *c)
 out:
     ingest_link_destroy(link);
     ingest_session_destroy(ss);
+    pthread_mutex_lock(&s->conns_lock); /* (conns_cut reads the set) */
+    c->auth = NULL;
+    pthread_mutex_unlock(&s->conns_lock);
     auth_put(s, auth);
     ingest_ctx_destroy(ctx);
     if (in_session)

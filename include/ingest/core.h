@@ -216,6 +216,10 @@ INGEST_API int ingest_core_kafka_create(ingest_core *core, const ingest_core_kaf
 INGEST_API int ingest_core_kafka_run(ingest_core_kafka *k);
 /* From any thread (a signal handler must not): run ends its batches' serves, commits and returns. */
 INGEST_API void ingest_core_kafka_stop(ingest_core_kafka *k);
+/* From any thread (a signal handler must not): device_key's answers changed (authorized devices re-read);
+ * the serves of devices revoked or given a new key end at the consumer's next pass (within ~0.1 s), their
+ * queued records dropped (a batch fed in part is shipped again), not only when their next record comes. */
+INGEST_API void ingest_core_kafka_recheck(ingest_core_kafka *k);
 INGEST_API void ingest_core_kafka_destroy(ingest_core_kafka *k);
 INGEST_API void ingest_core_kafka_stats_get(ingest_core_kafka *k, ingest_core_kafka_stats *st);
 

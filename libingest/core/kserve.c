@@ -68,6 +68,7 @@ struct ingest_core_kafka {
     int dirty;
     ksess *sessions;   /* the consumer thread's */
     atomic_int stop;
+    atomic_int recheck; /* authorized devices were re-read */
     uint8_t *plain;    /* INGEST_KREC_MAX */
     double last_commit, last_retry, pend_since;
     rd_kafka_topic_partition_list_t *pend; /* offsets to commit once the replies numbered below pend_upto are out */
@@ -578,6 +579,35 @@ static void sessions_stop(ingest_core_kafka *k)
         sess_join(s, 0);
 }
 
+/* s's device was revoked (!authorized) or given a new key: s is fed no more and its queued records are dropped
+ * (a batch fed in part is over: the device ships it again); reaped once its serve ended. */
+static void sess_retire(ingest_core_kafka *k, ksess *s, int authorized)
+{
+    s->retired = 1;
+    atomic_store(&s->halt, 1);
+    if (s->link != NULL)
+        ingest_klink_core_drop(s->link);
+    core_log(k->core, INGEST_LOG_INFO, "kafka: device %s %s (authorized devices re-read): records queued for its "
+             "serve are dropped (a batch begun is shipped again)", s->device,
+             authorized ? "has a new key" : "is no longer authorized");
+}
+
+/* Authorized devices were re-read (ingest_core_kafka_recheck): retire the sessions of devices revoked or given a
+ * new key now, not at their next record (a device that sends none would be served what was queued). */
+static void sessions_recheck(ingest_core_kafka *k)
+{
+    if (!atomic_exchange(&k->recheck, 0))
+        return;
+    for (ksess *s = k->sessions; s != NULL; s = s->next) {
+        uint8_t pk[INGEST_PUBKEY_BYTES];
+        if (s->retired)
+            continue;
+        const int authorized = k->o.device_key(k->o.ud, s->device, pk) == 0;
+        if (!authorized || memcmp(s->pk, pk, sizeof(pk)) != 0)
+            sess_retire(k, s, authorized);
+    }
+}
+
 /*
  * The session of device (made, with its keys, on first sight): NULL when the device is not authorized.  The
  * key is looked up for every record, so authorized devices re-read (SIGHUP) apply at once: a session of a
@@ -593,11 +623,7 @@ static ksess *sess_find(ingest_core_kafka *k, const char *device)
             continue;
         if (authorized && memcmp(s->pk, pk, sizeof(pk)) == 0)
             return s;
-        s->retired = 1;
-        if (s->link != NULL)
-            ingest_klink_core_drop(s->link); /* its queued records are not served; reaped once its serve ends */
-        core_log(k->core, INGEST_LOG_INFO, "kafka: device %s %s (authorized devices re-read): records queued for "
-                 "its serve are dropped (a batch begun is shipped again)", device, authorized ? "has a new key" : "is no longer authorized");
+        sess_retire(k, s, authorized);
         break;
     }
     if (!authorized)
@@ -1157,6 +1183,7 @@ int ingest_core_kafka_run(ingest_core_kafka *k)
             rd_kafka_message_destroy(m);
         }
         rd_kafka_poll(k->prod, 0);
+        sessions_recheck(k);
         parts_resume(k, NULL);
         sessions_reap(k);
         reply_retry(k, 0);
@@ -1171,6 +1198,11 @@ int ingest_core_kafka_run(ingest_core_kafka *k)
 void ingest_core_kafka_stop(ingest_core_kafka *k)
 {
     atomic_store(&k->stop, 1);
+}
+
+void ingest_core_kafka_recheck(ingest_core_kafka *k)
+{
+    atomic_store(&k->recheck, 1);
 }
 
 void ingest_core_kafka_destroy(ingest_core_kafka *k)
