@@ -169,7 +169,7 @@ static int define_metrics(server *s)
 /* Set by signal handlers, which may run on any thread, and read by every thread: lock-free atomics (C11
  * 7.14.1.1), not volatile sig_atomic_t, which is only for a handler on the thread that reads it. */
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "signal handlers need lock-free atomics");
-static atomic_int stopping, reload_requested;
+static atomic_int stopping, reload_requested, kafka_failed;
 static int stop_pipe[2] = { -1, -1 }; /* wakes the accept loop: to stop, or to reload */
 
 static void wake_main(void)
@@ -845,8 +845,13 @@ static void *kafka_main(void *arg)
 {
     (void)pthread_setname_np(pthread_self(), "ingest-kafka"); /* docs/architecture.md "Threads" */
     server *s = arg;
-    if (ingest_core_kafka_run(s->kafka) < 0)
-        prog_log(INGEST_LOG_ERROR, "kafka: the consumer stopped; devices shipping through Kafka are not served");
+    if (ingest_core_kafka_run(s->kafka) < 0 && !stopping) {
+        /* started again by its supervisor (Restart=on-failure), it joins the group anew */
+        prog_log(INGEST_LOG_ERROR, "kafka: the consumer stopped on a failure: the receiver stops (exit 1)");
+        kafka_failed = 1;
+        stopping = 1;
+        wake_main();
+    }
     return NULL;
 }
 
@@ -1207,7 +1212,7 @@ int main(int argc, char **argv)
     slog = NULL;
     metrics_http_stop(mh);
     mh = NULL;
-    status = ready_failed ? 1 : 0;
+    status = ready_failed || kafka_failed ? 1 : 0;
 out:
     stats_logger_stop(slog);
     metrics_http_stop(mh); /* (a start that failed after it began serving /metrics: before the metrics go) */

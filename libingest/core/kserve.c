@@ -71,6 +71,9 @@ struct ingest_core_kafka {
     atomic_int recheck; /* authorized devices were re-read */
     uint8_t *plain;    /* INGEST_KREC_MAX */
     double last_commit, last_retry, pend_since;
+    unsigned long retry_errs; /* reply_retry's sends that failed (logged one in a hundred) */
+    atomic_int frozen;        /* a reply could not be numbered: nothing is committed until a restart */
+    int failed;               /* the reply producer failed for good (the consumer thread's) */
     rd_kafka_topic_partition_list_t *pend; /* offsets to commit once the replies numbered below pend_upto are out */
     uint64_t pend_upto;
     int replies_behind; /* a snapshot waited KSERVE_REPLY_WAIT_S for its replies (logged once) */
@@ -269,9 +272,9 @@ static void reply_keep(ingest_core_kafka *k, uint64_t num, int32_t part, const v
         ingest_metric_add(k->o.replies, "given_up", 1);
         const unsigned long long n = atomic_fetch_add(&k->replies_lost, 1) + 1;
         if (n % 100 == 1)
-            core_log(k->core, INGEST_LOG_ERROR, "kafka: a reply to device %.*s was refused by %s (%s)%s: given up, "
-                     "the device ships its batch again after its reply timeout (%llu given up so far)", kn, dev,
-                     k->reply_topic, rd_kafka_err2str(err),
+            core_log(k->core, INGEST_LOG_ERROR, "kafka: a reply to device %.*s was %s %s (%s)%s: given up, the "
+                     "device ships its batch again after its reply timeout (%llu given up so far)", kn, dev,
+                     reply_refused(err) ? "refused by" : "not delivered to", k->reply_topic, rd_kafka_err2str(err),
                      reply_refused(err) ? "" : " and too many replies wait to be published again", n);
         return;
     }
@@ -320,6 +323,10 @@ static int reply_produce(void *ud, const char *key, const uint8_t *rec, size_t l
     const int32_t part = ingest_kafka_reply_partition(key, k->reply_parts);
     uint64_t num;
     if (reply_number(k, &num) < 0) {
+        /* its batch may end without its reply: no commit may pass it, nor any later one */
+        if (!atomic_exchange(&k->frozen, 1))
+            core_log(k->core, INGEST_LOG_ERROR, "kafka: a reply to device %s cannot be numbered (out of memory): "
+                     "offsets are not committed until a restart, which answers its batch again", key);
         snprintf(why, whycap, "out of memory");
         return INGEST_ENOMEM;
     }
@@ -348,14 +355,21 @@ static void reply_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
         reply_keep(k, num, m->partition, m->key, m->key != NULL ? m->key_len : 0, m->payload, m->len, m->err);
 }
 
-/* Publish again, oldest first, the replies not delivered (the consumer thread; at most once a second unless
- * now): up to the first one the producer does not take now (its queue full: the next call goes on from it). */
+/*
+ * Publish again, oldest first, the replies not delivered (the consumer thread; at most once a second unless
+ * now): one pass over those kept when it starts, up to the first one the producer does not take now (its
+ * queue full, or an error that may pass: that one stays at the head, for the next call).  A reply the
+ * producer refuses for good (reply_refused) is given up.
+ */
 static void reply_retry(ingest_core_kafka *k, int now)
 {
     if (!now && core_now() - k->last_retry < 1.0)
         return;
     k->last_retry = core_now();
-    for (;;) {
+    pthread_mutex_lock(&k->rmu);
+    size_t left = k->nretry;
+    pthread_mutex_unlock(&k->rmu);
+    for (; left > 0; left--) {
         pthread_mutex_lock(&k->rmu);
         rretry *r = k->retry;
         if (r != NULL) {
@@ -369,7 +383,7 @@ static void reply_retry(ingest_core_kafka *k, int now)
             return;
         const rd_kafka_resp_err_t err = reply_send(k, r->part, r->data, r->keylen, r->data + r->keylen, r->len,
                                                    r->num);
-        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR && !reply_refused(err)) {
             pthread_mutex_lock(&k->rmu); /* back at the head, to go first next time */
             r->next = k->retry;
             if (k->retry == NULL)
@@ -377,9 +391,12 @@ static void reply_retry(ingest_core_kafka *k, int now)
             k->retry = r;
             k->nretry++;
             pthread_mutex_unlock(&k->rmu);
+            if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL && k->retry_errs++ % 100 == 0)
+                core_log(k->core, INGEST_LOG_WARN, "kafka: replies cannot be published again to %s now (%s): "
+                         "tried again in a second", k->reply_topic, rd_kafka_err2str(err));
             return;
         }
-        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) /* (kept again at the end, or given up) */
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) /* (given up) */
             reply_keep(k, r->num, r->part, r->data, r->keylen, r->data + r->keylen, r->len, err);
         ingest__free(k->ctx, r);
     }
@@ -414,6 +431,8 @@ static rd_kafka_topic_partition_list_t *offsets_snapshot(ingest_core_kafka *k, u
 
 static void offsets_commit(ingest_core_kafka *k, rd_kafka_topic_partition_list_t *l)
 {
+    if (atomic_load(&k->frozen))
+        return; /* (reply_produce said why) */
     const rd_kafka_resp_err_t err = rd_kafka_commit(k->cons, l, 0);
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         atomic_fetch_add(&k->commits, 1);
@@ -482,6 +501,8 @@ static void commit_offsets(ingest_core_kafka *k)
         rd_kafka_topic_partition_list_destroy(k->pend);
         k->pend = NULL;
     }
+    if (k->failed)
+        return; /* (its replies will not be delivered: the next owner reads those batches again) */
     uint64_t upto = 0;
     rd_kafka_topic_partition_list_t *l = offsets_snapshot(k, &upto);
     if (l == NULL)
@@ -1183,6 +1204,16 @@ int ingest_core_kafka_run(ingest_core_kafka *k)
             rd_kafka_message_destroy(m);
         }
         rd_kafka_poll(k->prod, 0);
+        char fatal[256];
+        const rd_kafka_resp_err_t ferr = rd_kafka_fatal_error(k->prod, fatal, sizeof(fatal));
+        if (ferr != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            /* an idempotent producer that failed for good takes no reply again: only a new one would */
+            core_log(k->core, INGEST_LOG_ERROR, "kafka: the reply producer failed for good (%s: %s): the consumer "
+                     "stops, offsets not committed past replies not delivered (a restart answers those batches "
+                     "again)", rd_kafka_err2name(ferr), fatal);
+            k->failed = 1;
+            break;
+        }
         sessions_recheck(k);
         parts_resume(k, NULL);
         sessions_reap(k);
@@ -1192,7 +1223,7 @@ int ingest_core_kafka_run(ingest_core_kafka *k)
     sessions_stop(k);
     commit_offsets(k);
     rd_kafka_consumer_close(k->cons);
-    return 0;
+    return k->failed ? INGEST_EIO : 0;
 }
 
 void ingest_core_kafka_stop(ingest_core_kafka *k)

@@ -157,3 +157,25 @@ wait_file_log "$T/r1.log" "1 partitions of ingest assigned" 1200
 sleep 4
 [ "$(metrics_ok)" = 0 ] || { tail -n 20 "$T/r1.log"; fail "the batch whose reply was given up was read again: its offsets were not committed"; }
 pass "a reply refused as too large was given up, and the commits passed its batch"
+# (the agent killed above ships that batch again at its next start: answered "landed before")
+"$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" || { cat "$T/dev1.err"; fail "the agent's replay failed"; }
+
+# 6. the reply producer fails for good (an idempotent producer's out-of-order sequence, error 45): the
+# receiver says so and exits 1 (its supervisor starts it again), committing nothing past the reply; started
+# again, it answers the batch
+stop_r1 TERM
+held_ship log6.txt 70000 12 "produce-errors 45 1"
+wait_file_log "$T/r1.log" "the reply producer failed for good" 400
+i=0
+while kill -0 "$KPID_r1" 2>/dev/null; do
+    i=$((i + 1)); [ $i -gt 800 ] && { tail -n 20 "$T/r1.log"; fail "r1 did not stop within 40 s of its producer's fatal error"; }
+    sleep 0.05
+done
+rc=0
+wait "$KPID_r1" || rc=$?
+[ "$rc" = 1 ] || { tail -n 20 "$T/r1.log"; fail "r1 exited $rc after its producer's fatal error, expected 1"; }
+[ "$(grep -c "published again" "$T/r1.log")" -lt 50 ] || fail "r1 published its replies again in a loop"
+: > "$T/r1.log"
+start_kafka_receiver r1
+answered "after the restart that followed the fatal error"
+pass "a reply producer failed for good: the receiver exited 1 without committing past the reply, and started again it answered the batch"
