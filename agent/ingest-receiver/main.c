@@ -1054,6 +1054,9 @@ int main(int argc, char **argv)
     if (crashed < 0 || (crashed && catch_up_index(&s) != 0))
         goto out;
     s.cat = rcatalog_open(s.cfg->bronze);
+    /* (before the Kafka thread, which may wake the main loop; never blocking the waker) */
+    if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+        goto out;
     if (make_core(&s) != 0 || running_marker(&s, 1) != 0 || start_kafka(&s) != 0)
         goto out;
     char bound[300], err[512];
@@ -1062,8 +1065,6 @@ int main(int argc, char **argv)
         prog_log(INGEST_LOG_ERROR, "%s", err);
         goto out;
     }
-    if (pipe(stop_pipe) != 0)
-        goto out;
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;

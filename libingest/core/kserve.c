@@ -470,6 +470,8 @@ static void replies_caught_up(ingest_core_kafka *k)
  * replies are out (a later snapshot waits for it: under steady traffic each commits a little behind). */
 static void commit_step(ingest_core_kafka *k)
 {
+    if (atomic_load(&k->frozen))
+        return; /* (reply_produce said why) */
     const double now = core_now();
     if (k->pend == NULL) {
         pthread_mutex_lock(&k->mu);
@@ -1211,6 +1213,12 @@ int ingest_core_kafka_run(ingest_core_kafka *k)
             core_log(k->core, INGEST_LOG_ERROR, "kafka: the reply producer failed for good (%s: %s): the consumer "
                      "stops, offsets not committed past replies not delivered (a restart answers those batches "
                      "again)", rd_kafka_err2name(ferr), fatal);
+            k->failed = 1;
+            break;
+        }
+        if (rd_kafka_fatal_error(k->cons, fatal, sizeof(fatal)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            /* (static membership, group.instance.id, fenced by another member with the same id) */
+            core_log(k->core, INGEST_LOG_ERROR, "kafka: the consumer failed for good (%s): it stops", fatal);
             k->failed = 1;
             break;
         }

@@ -87,6 +87,35 @@ kill "$AGENT_PID"
 wait "$AGENT_PID" 2>/dev/null || true
 pass "dev1 removed while connected: its open session is cut, and it lands nothing more"
 
+# a daemon for dev3, connected when dev3 is given a new key: cut; with the new key it ships again
+"$AGENT" --config "$T/dev3.yaml" > "$T/dev3d.out" 2> "$T/dev3d.err" &
+AGENT_PID=$!
+printf 'before the new key\n' > "$T/src-dev3/data/d.txt"
+i=0
+while ! cmp -s "$T/src-dev3/data/d.txt" "$T/bronze/dev3/data/d.txt"; do
+    i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/dev3d.err"; fail "the dev3 daemon did not ship"; }; sleep 0.05
+done
+mkdir -p "$T/keys/new"
+(cd "$T/keys/new" && "$CTL" keygen dev3 > /dev/null) || fail "keygen failed"
+printf 'dev3 %s\n' "$(cat "$T/keys/new/dev3.pub")" > "$T/keys/authorized"
+hup "1 device, 0 added, 0 removed, 1 with a new key; 1 session of those cut"
+grep -q "SIGHUP: the session of device dev3 from .* is cut: it has a new key" "$T/receiver.log" \
+    || { tail -5 "$T/receiver.log"; fail "dev3's open session was not cut at its new key"; }
+printf 'after the new key\n' > "$T/src-dev3/data/e.txt"
+i=0
+until grep -q "handshake from .* device dev3 refused" "$T/receiver.log"; do
+    i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/dev3d.err"; tail "$T/receiver.log"; fail "dev3 did not try again with its old key"; }
+    sleep 0.05
+done
+kill "$AGENT_PID"
+wait "$AGENT_PID" 2>/dev/null || true
+[ ! -e "$T/bronze/dev3/data/e.txt" ] || fail "dev3 landed a file under its old key"
+cp "$T/keys/new/dev3.key" "$T/keys/dev3.key"
+cp "$T/keys/new/dev3.pub" "$T/keys/dev3.pub"
+ship dev3 > /dev/null
+cmp "$T/src-dev3/data/e.txt" "$T/bronze/dev3/data/e.txt" || fail "dev3 did not ship under its new key"
+pass "dev3 given a new key while connected: its session is cut, and it ships again under the new key"
+
 { line dev3; echo 'dev2 not-a-key'; } > "$T/keys/authorized"
 hup "not re-read: $T/keys/authorized:2: public key is not base64"
 grep 'SIGHUP' "$T/receiver.log" | tail -1 | grep -q "the devices authorized before (1) stay authorized" \
