@@ -550,6 +550,7 @@ typedef struct conn {
      * that revokes the device or gives it a new key cuts the session */
     char device[INGEST_DEVICE_ID_MAX + 1];
     const ingest_authset *auth; /* NULL before, once cut, and once serve let go of the set */
+    atomic_int cut;             /* cut by a SIGHUP (conns_cut) */
 } conn;
 
 /* Refusals come in floods (a scan, a connection flood): per kind, 5 lines at once, then one per 10 s. */
@@ -602,8 +603,9 @@ static int authenticate(conn *c, ingest_session *ss, ingest_ctx *ctx)
     return -1;
 }
 
-/* Take one of max_connections session slots, waiting up to SESSION_WAIT_S: 0, or -1. */
-static int session_claim(server *s)
+/* Take one of max_connections session slots for c, waiting up to SESSION_WAIT_S (not once c is cut):
+ * 0, or -1. */
+static int session_claim(server *s, conn *c)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -611,7 +613,8 @@ static int session_claim(server *s)
     pthread_mutex_lock(&s->sess_lock);
     int rc = 0;
     while (s->nsessions >= s->cfg->max_connections && rc == 0)
-        if (stopping || pthread_cond_timedwait(&s->sess_cond, &s->sess_lock, &until) == ETIMEDOUT)
+        if (stopping || atomic_load(&c->cut) ||
+            pthread_cond_timedwait(&s->sess_cond, &s->sess_lock, &until) == ETIMEDOUT)
             rc = -1;
     if (rc == 0)
         s->nsessions++;
@@ -664,10 +667,16 @@ static unsigned conns_cut(server *s, const ingest_authset *set)
             continue;
         conn_cut_log(c, why);
         shutdown(c->fd, SHUT_RDWR);
+        atomic_store(&c->cut, 1);
         c->auth = NULL; /* (cut once) */
         n++;
     }
     pthread_mutex_unlock(&s->conns_lock);
+    if (n > 0) { /* a cut connection waiting for a session slot gives up at once */
+        pthread_mutex_lock(&s->sess_lock);
+        pthread_cond_broadcast(&s->sess_cond);
+        pthread_mutex_unlock(&s->sess_lock);
+    }
     return n;
 }
 
@@ -699,7 +708,9 @@ static void serve(conn *c)
         goto out;
     if (ingest_link_tcp_create(ctx, ss, c->fd, c->peer, &link) < 0)
         goto out;
-    if (session_claim(s) != 0) {
+    if (session_claim(s, c) != 0) {
+        if (atomic_load(&c->cut))
+            goto out; /* (logged by the cut) */
         char why[160];
         snprintf(why, sizeof(why), "receiver busy: all %u sessions (max_connections) are in use; try again later",
                  s->cfg->max_connections);
