@@ -130,6 +130,7 @@ struct agent {
     void *userdata; /* the daemon's state */
     double batch_t0; /* when the batch being shipped began to be built */
     agent_net net;
+    ingest_kafka_edge_stats kafka_was; /* the counts of the Kafka clients closed before net.kafka (failed for good) */
     agent_state state;
     agent_report report;
     agent_throttle thr;

@@ -625,8 +625,32 @@ static void kafka_unheld(void *ud, const uint8_t id[INGEST_ID_BYTES])
 }
 
 /* transport: kafka: the producer (made once) and a link over it. */
+/* Add the counts of the current Kafka client to a->kafka_was (those of the clients closed before it). */
+static void kafka_stats_add(agent *a, ingest_kafka_edge_stats *to)
+{
+    *to = a->kafka_was;
+    if (a->net.kafka == NULL)
+        return;
+    ingest_kafka_edge_stats ks;
+    ingest_kafka_edge_stats_get(a->net.kafka, &ks);
+    to->produced += ks.produced;
+    to->delivered += ks.delivered;
+    to->failed += ks.failed;
+    to->replies += ks.replies;
+    to->replies_bad += ks.replies_bad;
+}
+
 static int connect_kafka(agent *a)
 {
+    char fatal[400];
+    if (a->net.kafka != NULL && ingest_kafka_edge_failed(a->net.kafka, fatal, sizeof(fatal))) {
+        /* an idempotent producer that failed for good refuses every record: a new client publishes again
+         * (the batches not acknowledged are in the journal and go again) */
+        prog_log(INGEST_LOG_WARN, "kafka: the producer failed for good (%s); starting a new one", fatal);
+        kafka_stats_add(a, &a->kafka_was);
+        ingest_kafka_edge_close(a->net.kafka);
+        a->net.kafka = NULL;
+    }
     if (a->net.kafka == NULL) {
         const ingest_kafka_edge_opts ko = {
             .kc = { .brokers = a->cfg->kafka_brokers, .topic = a->cfg->kafka_topic,
@@ -1336,12 +1360,13 @@ out:
     free(a.report.lat);
     disconnect_core(&a);
     ingest_edge_destroy(a.net.edge); /* before the codec it borrows */
-    if (a.net.kafka != NULL) {
-        ingest_kafka_edge_stats ks;
-        ingest_kafka_edge_stats_get(a.net.kafka, &ks);
+    if (a.net.kafka != NULL || a.kafka_was.produced > 0) {
+        ingest_kafka_edge_stats kall;
+        kafka_stats_add(&a, &kall);
+        const ingest_kafka_edge_stats *ks = &kall;
         prog_log(INGEST_LOG_INFO, "kafka: %llu records produced, %llu delivered, %llu failed; %llu replies",
-                 (unsigned long long)ks.produced, (unsigned long long)ks.delivered, (unsigned long long)ks.failed,
-                 (unsigned long long)ks.replies);
+                 (unsigned long long)ks->produced, (unsigned long long)ks->delivered, (unsigned long long)ks->failed,
+                 (unsigned long long)ks->replies);
     }
     ingest_kafka_edge_close(a.net.kafka); /* waits for records still queued */
     ingest_session_destroy(a.net.ss);

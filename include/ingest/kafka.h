@@ -91,6 +91,10 @@ INGEST_API int ingest_kafka_edge_link(ingest_kafka_edge *k, const ingest_klink_e
                                       ingest_link **out) INGEST_WUR;
 INGEST_API void ingest_kafka_edge_unlink(ingest_kafka_edge *k);
 INGEST_API void ingest_kafka_edge_stats_get(ingest_kafka_edge *k, ingest_kafka_edge_stats *st);
+/* 1 when the producer failed for good (librdkafka's fatal error of an idempotent producer: every record
+ * is refused from then on), with librdkafka's reason in why; 0 otherwise.  Only a new client (close,
+ * open) publishes again. */
+INGEST_API int ingest_kafka_edge_failed(ingest_kafka_edge *k, char *why, size_t whycap);
 
 #ifdef __cplusplus
 }

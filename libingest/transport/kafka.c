@@ -425,6 +425,18 @@ void ingest_kafka_edge_unlink(ingest_kafka_edge *k)
     pthread_mutex_unlock(&k->mu);
 }
 
+int ingest_kafka_edge_failed(ingest_kafka_edge *k, char *why, size_t whycap)
+{
+    if (k == NULL || k->prod == NULL)
+        return 0;
+    char reason[256] = "";
+    const rd_kafka_resp_err_t err = rd_kafka_fatal_error(k->prod, reason, sizeof(reason));
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        return 0;
+    snprintf(why, whycap, "%s: %s", rd_kafka_err2name(err), reason);
+    return 1;
+}
+
 void ingest_kafka_edge_stats_get(ingest_kafka_edge *k, ingest_kafka_edge_stats *st)
 {
     st->produced = atomic_load(&k->produced);

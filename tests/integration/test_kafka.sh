@@ -101,9 +101,24 @@ while [ -e "$T/dsrc/x.log" ]; do
 done
 cmp "$T/x.expect" "$T/bronze/dev2/dsrc/x.log" || fail "x.log was deleted but did not land"
 grep -q "batch .* landed: 1 files" "$T/r1.log" || fail "the receiver did not land dev2's batch"
+pass "the daemon ships through Kafka; after_ship: delete acts on the landed reply"
+
+# The daemon's producer fails for good (the next Produce request, its own, answered with an out-of-order
+# sequence, error 45: fatal for an idempotent producer): it starts a new one and the file still lands.
+mock_cmd "produce-errors 45 1"
+gen_log "$T/dsrc/y.log" 200000 10
+cp "$T/dsrc/y.log" "$T/y.expect"
+wait_file_log "$T/dev2.err" "kafka: the producer failed for good (.*); starting a new one" 600
+i=0
+while [ -e "$T/dsrc/y.log" ]; do
+    i=$((i + 1)); [ $i -gt 1200 ] && { grep -v CONFWARN "$T/dev2.err" | tail; fail "y.log did not ship after the producer failed"; }
+    sleep 0.05
+done
+cmp "$T/y.expect" "$T/bronze/dev2/dsrc/y.log" || fail "y.log was deleted but did not land"
 kill "$DPID"
 wait "$DPID" 2>/dev/null || true
-pass "the daemon ships through Kafka; after_ship: delete acts on the landed reply"
+grep -q "kafka: [0-9]* records produced" "$T/dev2.err" || fail "the daemon did not say what it produced"
+pass "a daemon whose Kafka producer failed for good starts a new one and ships on"
 
 # Authorized devices re-read (SIGHUP) apply to devices the group has served
 # already: dev1 given a new key ships under it (its records would not open
