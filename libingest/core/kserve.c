@@ -274,8 +274,7 @@ static void reply_keep(ingest_core_kafka *k, uint64_t num, int32_t part, const v
         if (n % 100 == 1)
             core_log(k->core, INGEST_LOG_ERROR, "kafka: a reply to device %.*s was %s %s (%s)%s: given up, the "
                      "device ships its batch again after its reply timeout (%llu given up so far)", kn, dev,
-                     reply_refused(err) ? "refused by" : "not delivered to", k->reply_topic,
-                     err ? rd_kafka_err2str(err) : "behind replies not delivered",
+                     reply_refused(err) ? "refused by" : "not delivered to", k->reply_topic, rd_kafka_err2str(err),
                      reply_refused(err) ? "" : " and too many replies wait to be published again", n);
         return;
     }
@@ -300,8 +299,6 @@ static void reply_keep(ingest_core_kafka *k, uint64_t num, int32_t part, const v
     k->retry_tail = &r->next;
     k->nretry++;
     pthread_mutex_unlock(&k->rmu);
-    if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-        return; /* (not tried: queued behind the replies kept, reply_produce) */
     ingest_metric_add(k->o.replies, "again", 1);
     const unsigned long long n = atomic_fetch_add(&k->replies_again, 1) + 1;
     if (n % 100 == 1)
@@ -312,8 +309,7 @@ static void reply_keep(ingest_core_kafka *k, uint64_t num, int32_t part, const v
 }
 
 /*
- * A serve's reply (the serve's thread).  While replies not delivered are kept, it is kept behind them (the
- * consumer loop publishes them oldest first).  While the producer's queue is full the serve waits (back-pressure),
+ * A serve's reply (the serve's thread).  While the producer's queue is full the serve waits (back-pressure),
  * unless its serve or the receiver is stopping: the reply is then kept for the consumer loop, as is one the
  * producer refuses outright (an unknown topic, a fatal producer error), so that the serve can end its batch
  * and no commit passes it.
@@ -335,14 +331,6 @@ static int reply_produce(void *ud, const char *key, const uint8_t *rec, size_t l
         return INGEST_ENOMEM;
     }
     const size_t keylen = strlen(key);
-    pthread_mutex_lock(&k->rmu);
-    const size_t kept = k->nretry;
-    pthread_mutex_unlock(&k->rmu);
-    if (kept > 0) {
-        /* behind those, in their order: a device answered out of order ships the batches before again */
-        reply_keep(k, num, part, key, keylen, rec, len, RD_KAFKA_RESP_ERR_NO_ERROR);
-        return 0;
-    }
     for (;;) {
         const rd_kafka_resp_err_t err = reply_send(k, part, key, keylen, rec, len, num);
         if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
