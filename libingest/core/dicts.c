@@ -460,7 +460,7 @@ static int write_durable(const char *dir, const char *name, const uint8_t *bytes
         snprintf(why, whycap, "fsync %s: %s", dir, strerror(errno));
         if (dfd >= 0)
             close(dfd);
-        unlink(path); /* (not stored: no entry, and no file the next start would load) */
+        unlink(path); /* (not stored: no entry; a crash may leave the file, a whole and valid one) */
         return -1;
     }
     close(dfd);
