@@ -92,14 +92,19 @@ sed -i 's|^  - path: .*|&\n    settle: 300ms\n    after_ship: delete|' "$T/dev2.
 DPID=$!
 EXTRA_PIDS="$EXTRA_PIDS $DPID"
 wait_file_log "$T/dev2.err" "running: "
+# deleted_landed NAME TRIES: dsrc/NAME (its bytes kept in $T/NAME.expect) is deleted within TRIES x 50 ms
+# (after_ship: delete, once acknowledged) and landed byte-identical
+deleted_landed() {
+    i=0
+    while [ -e "$T/dsrc/$1" ]; do
+        i=$((i + 1)); [ $i -gt "$2" ] && { grep -v CONFWARN "$T/dev2.err" | tail; fail "$1 was not deleted: it did not ship"; }
+        sleep 0.05
+    done
+    cmp "$T/$1.expect" "$T/bronze/dev2/dsrc/$1" || fail "$1 was deleted but did not land"
+}
 gen_log "$T/dsrc/x.log" 300000 9
-cp "$T/dsrc/x.log" "$T/x.expect"
-i=0
-while [ -e "$T/dsrc/x.log" ]; do
-    i=$((i + 1)); [ $i -gt 400 ] && { grep -v CONFWARN "$T/dev2.err" | tail; fail "x.log was not deleted after it shipped"; }
-    sleep 0.05
-done
-cmp "$T/x.expect" "$T/bronze/dev2/dsrc/x.log" || fail "x.log was deleted but did not land"
+cp "$T/dsrc/x.log" "$T/x.log.expect"
+deleted_landed x.log 400
 grep -q "batch .* landed: 1 files" "$T/r1.log" || fail "the receiver did not land dev2's batch"
 pass "the daemon ships through Kafka; after_ship: delete acts on the landed reply"
 
@@ -107,14 +112,9 @@ pass "the daemon ships through Kafka; after_ship: delete acts on the landed repl
 # sequence, error 45: fatal for an idempotent producer): it starts a new one and the file still lands.
 mock_cmd "produce-errors 45 1"
 gen_log "$T/dsrc/y.log" 200000 10
-cp "$T/dsrc/y.log" "$T/y.expect"
+cp "$T/dsrc/y.log" "$T/y.log.expect"
 wait_file_log "$T/dev2.err" "kafka: the producer failed for good (.*); starting a new one" 600
-i=0
-while [ -e "$T/dsrc/y.log" ]; do
-    i=$((i + 1)); [ $i -gt 1200 ] && { grep -v CONFWARN "$T/dev2.err" | tail; fail "y.log did not ship after the producer failed"; }
-    sleep 0.05
-done
-cmp "$T/y.expect" "$T/bronze/dev2/dsrc/y.log" || fail "y.log was deleted but did not land"
+deleted_landed y.log 1200
 kill "$DPID"
 wait "$DPID" 2>/dev/null || true
 grep -q "kafka: [0-9]* records produced" "$T/dev2.err" || fail "the daemon did not say what it produced"

@@ -27,6 +27,14 @@ refused() {
     fi
     [ ! -e "$T/bronze/$1/data/a.txt" ] || fail "$1's file landed"
 }
+# logged PATTERN DAEMON WHAT: PATTERN in the receiver's log within 15 s, else fail with what DAEMON's log says
+logged() {
+    i=0
+    until grep -q -- "$1" "$T/receiver.log"; do
+        i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/$2.err"; tail "$T/receiver.log"; fail "$3"; }
+        sleep 0.05
+    done
+}
 # hup PATTERN: SIGHUP the receiver, wait for PATTERN in its log, check it lives
 hup() {
     n=$(grep -c 'SIGHUP: authorized devices' "$T/receiver.log" || true)
@@ -76,11 +84,7 @@ grep -q "SIGHUP: the session of device dev1 from .* is cut: it is no longer auth
 grep 'SIGHUP: authorized devices' "$T/receiver.log" | tail -1 | grep -q "; 1 session of those cut" \
     || fail "the SIGHUP line does not count the session cut"
 printf 'later\n' > "$T/src-dev1/data/b.txt"
-i=0
-until grep -q "dev1.*not authorized" "$T/receiver.log"; do
-    i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/dev1d.err"; tail "$T/receiver.log"; fail "dev1 did not try again after the cut"; }
-    sleep 0.05
-done
+logged "dev1.*not authorized" dev1d "dev1 did not try again after the cut"
 sleep 1
 [ ! -e "$T/bronze/dev1/data/b.txt" ] || fail "dev1 landed a file after it was removed"
 kill "$AGENT_PID"
@@ -102,11 +106,7 @@ hup "1 device, 0 added, 0 removed, 1 with a new key; 1 session of those cut"
 grep -q "SIGHUP: the session of device dev3 from .* is cut: it has a new key" "$T/receiver.log" \
     || { tail -5 "$T/receiver.log"; fail "dev3's open session was not cut at its new key"; }
 printf 'after the new key\n' > "$T/src-dev3/data/e.txt"
-i=0
-until grep -q "handshake from .* device dev3 refused" "$T/receiver.log"; do
-    i=$((i + 1)); [ $i -gt 300 ] && { cat "$T/dev3d.err"; tail "$T/receiver.log"; fail "dev3 did not try again with its old key"; }
-    sleep 0.05
-done
+logged "handshake from .* device dev3 refused" dev3d "dev3 did not try again with its old key"
 kill "$AGENT_PID"
 wait "$AGENT_PID" 2>/dev/null || true
 [ ! -e "$T/bronze/dev3/data/e.txt" ] || fail "dev3 landed a file under its old key"
