@@ -624,8 +624,7 @@ static void kafka_unheld(void *ud, const uint8_t id[INGEST_ID_BYTES])
     pthread_mutex_unlock(&a->state.store_lock);
 }
 
-/* transport: kafka: the producer (made once) and a link over it. */
-/* Add the counts of the current Kafka client to a->kafka_was (those of the clients closed before it). */
+/* The counts of this run's Kafka clients: those closed before (a->kafka_was) and the current one's. */
 static void kafka_stats_add(agent *a, ingest_kafka_edge_stats *to)
 {
     *to = a->kafka_was;
@@ -640,6 +639,7 @@ static void kafka_stats_add(agent *a, ingest_kafka_edge_stats *to)
     to->replies_bad += ks.replies_bad;
 }
 
+/* transport: kafka: the producer (made once, again after it failed for good) and a link over it. */
 static int connect_kafka(agent *a)
 {
     char fatal[400];
@@ -1361,12 +1361,11 @@ out:
     disconnect_core(&a);
     ingest_edge_destroy(a.net.edge); /* before the codec it borrows */
     if (a.net.kafka != NULL || a.kafka_was.produced > 0) {
-        ingest_kafka_edge_stats kall;
-        kafka_stats_add(&a, &kall);
-        const ingest_kafka_edge_stats *ks = &kall;
+        ingest_kafka_edge_stats ks;
+        kafka_stats_add(&a, &ks);
         prog_log(INGEST_LOG_INFO, "kafka: %llu records produced, %llu delivered, %llu failed; %llu replies",
-                 (unsigned long long)ks->produced, (unsigned long long)ks->delivered, (unsigned long long)ks->failed,
-                 (unsigned long long)ks->replies);
+                 (unsigned long long)ks.produced, (unsigned long long)ks.delivered, (unsigned long long)ks.failed,
+                 (unsigned long long)ks.replies);
     }
     ingest_kafka_edge_close(a.net.kafka); /* waits for records still queued */
     ingest_session_destroy(a.net.ss);

@@ -422,6 +422,16 @@ static int make_room(ingest_dictstore *ds, size_t len, char *why, size_t whycap)
     return 1;
 }
 
+/* 1 (why set) when device owner has its share of entries and every one of them is held (owned's mine, lru). */
+static int share_full(const ingest_dictstore *ds, const char *owner, unsigned mine, unsigned lru, char *why,
+                      size_t whycap)
+{
+    if (mine < INGEST_DICTSTORE_PER_DEVICE || lru != ds->n)
+        return 0;
+    snprintf(why, whycap, "device %s already has %u dictionaries in the store, all in use on sessions", owner, mine);
+    return 1;
+}
+
 /* Write bytes to path durably: temporary file, fsync, rename, fsync of the directory.  0, or -1 with why. */
 static int write_durable(const char *dir, const char *name, const uint8_t *bytes, size_t len, char *why,
                          size_t whycap)
@@ -497,11 +507,8 @@ int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t
      * first, so that one device offering new ones over and over turns over its own, not the fleet's. */
     unsigned mine_lru;
     unsigned mine = owned(ds, owner, &mine_lru);
-    if (mine >= INGEST_DICTSTORE_PER_DEVICE && mine_lru == ds->n) {
-        snprintf(why, whycap, "device %s already has %u dictionaries in the store, all in use on sessions", owner,
-                 mine);
+    if (share_full(ds, owner, mine, mine_lru, why, whycap))
         goto out;
-    }
     if (len > INGEST_DICTSTORE_MAX_BYTES || !room_possible(ds, len)) { /* (counts its own unheld ones too) */
         snprintf(why, whycap, "the store is full (%u dictionaries, %zu bytes, all in use on sessions; bounds %d and %u)",
                  ds->n, ds->bytes, INGEST_DICTSTORE_MAX, INGEST_DICTSTORE_MAX_BYTES);
@@ -520,13 +527,10 @@ int ingest_dictstore_add(ingest_dictstore *ds, const char *device, const uint8_t
         goto out;
     memcpy(copy, bytes, len);
     mine = owned(ds, owner, &mine_lru); /* (a lookup may hold now what it did not hold before the write) */
-    if (mine >= INGEST_DICTSTORE_PER_DEVICE && mine_lru == ds->n)
-        snprintf(why, whycap, "device %s already has %u dictionaries in the store, all in use on sessions", owner,
-                 mine);
-    if ((mine >= INGEST_DICTSTORE_PER_DEVICE &&
-         (mine_lru == ds->n ||
-          drop_entry(ds, mine_lru, "to keep its device's share: that device's least recently offered", why,
-                     whycap) != 0)) ||
+    if (share_full(ds, owner, mine, mine_lru, why, whycap) ||
+        (mine >= INGEST_DICTSTORE_PER_DEVICE &&
+         drop_entry(ds, mine_lru, "to keep its device's share: that device's least recently offered", why,
+                    whycap) != 0) ||
         !make_room(ds, len, why, whycap)) {
         char path[4400];
         snprintf(path, sizeof(path), "%s/%s", ds->dir, name);
