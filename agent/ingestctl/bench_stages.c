@@ -30,6 +30,12 @@
  *   verify      the chunk id of each decoded chunk again (the core)
  *   land        write() of each decoded chunk to a file under --land DIR
  *               (page cache; one syncfs at the end, wall time reported apart)
+ * Making the landed bytes durable costs CPU this thread does not spend: the
+ * kernel's workers write the pages back (on a loop-mounted filesystem they
+ * also copy them into the image's page cache).  With --land, the machine's
+ * busy CPU during that syncfs (/proc/stat, all CPUs, less the busy rate of
+ * a quiet 200 ms before it) is reported apart as durable_cpu_seconds, with
+ * a second ceiling that counts it (ceiling_durable_mbps_2cores).
  * Every decoded chunk is compared with the source (a check, not timed).
  *
  * One JSON object on stdout; with --runs N every stage figure is the
@@ -126,6 +132,52 @@ static double wall_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/*
+ * CPU seconds the whole machine has spent busy (every CPU; user, nice,
+ * system, irq, softirq and steal of /proc/stat's "cpu" line), or -1 where
+ * that cannot be read.  What the syncfs after the land stage costs is not
+ * the caller's CPU: kernel workers write the pages back (and, on a
+ * loop-mounted filesystem, copy them again into the image's page cache).
+ */
+static double machine_busy_now(void)
+{
+    FILE *f = fopen("/proc/stat", "re");
+    if (f == NULL)
+        return -1;
+    unsigned long long v[8] = { 0 };
+    const int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                         &v[6], &v[7]);
+    fclose(f);
+    const long hz = sysconf(_SC_CLK_TCK);
+    if (n != 8 || hz <= 0)
+        return -1;
+    /* v: user nice system idle iowait irq softirq steal */
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)hz;
+}
+
+/*
+ * The machine's busy CPU seconds during syncfs(fd), less what it spends
+ * anyway: the busy rate of a quiet 200 ms just before (this thread
+ * asleep) times the syncfs's wall time.  *wall gets that wall time; *cpu
+ * the seconds, or -1 where /proc/stat cannot be read.
+ */
+static int syncfs_cost(int fd, double *wall, double *cpu)
+{
+    const double q0 = machine_busy_now(), w0 = wall_now();
+    const struct timespec quiet = { 0, 200 * 1000 * 1000 };
+    nanosleep(&quiet, NULL);
+    const double q1 = machine_busy_now(), w1 = wall_now();
+    const int rc = syncfs(fd);
+    const double b1 = machine_busy_now(), w2 = wall_now();
+    *wall = w2 - w1;
+    *cpu = -1;
+    if (q0 >= 0 && q1 >= 0 && b1 >= 0 && w1 > w0) {
+        const double c = (b1 - q1) - (q1 - q0) / (w1 - w0) * (w2 - w1);
+        *cpu = c > 0 ? c : 0;
+    }
+    return rc;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -601,7 +653,7 @@ int cmd_bench_stages(int argc, char **argv)
     s.batch_files = batch_files;
     s.batch_bytes = batch_bytes;
     char landdir[4200] = "";
-    double sec[S_N][MAX_RUNS], sync_wall[MAX_RUNS];
+    double sec[S_N][MAX_RUNS], sync_wall[MAX_RUNS], sync_cpu[MAX_RUNS];
     if (collect(tree, 0, &p) != 0)
         goto out;
     if (p.n > 1)
@@ -695,13 +747,10 @@ int cmd_bench_stages(int argc, char **argv)
             }
         }
         sync_wall[r] = 0;
-        if (s.landfd >= 0) {
-            const double t0 = wall_now();
-            if (syncfs(s.landfd) != 0) {
-                fprintf(stderr, "ingestctl bench stages: syncfs: %s\n", strerror(errno));
-                goto out;
-            }
-            sync_wall[r] = wall_now() - t0;
+        sync_cpu[r] = -1;
+        if (s.landfd >= 0 && syncfs_cost(s.landfd, &sync_wall[r], &sync_cpu[r]) != 0) {
+            fprintf(stderr, "ingestctl bench stages: syncfs: %s\n", strerror(errno));
+            goto out;
         }
         for (int k = 0; k < S_N; k++)
             sec[k][r] = s.sec[k];
@@ -716,6 +765,9 @@ int cmd_bench_stages(int argc, char **argv)
         total += med[k];
     }
     qsort(sync_wall, (size_t)runs, sizeof(double), cmp_dbl);
+    qsort(sync_cpu, (size_t)runs, sizeof(double), cmp_dbl);
+    /* the machine's CPU for making the landed bytes durable: known only with --land and /proc/stat */
+    const double durable = s.landfd >= 0 && sync_cpu[0] >= 0 ? sync_cpu[runs / 2] : -1;
     printf("{\"bytes\":%llu,\"files\":%llu,\"chunks\":%llu,\"encoded_bytes\":%llu,\"level\":%ld,\"runs\":%ld,"
            "\"cipher\":\"%s\",\"seconds\":{",
            (unsigned long long)s.bytes, (unsigned long long)s.files, (unsigned long long)s.chunks,
@@ -740,8 +792,13 @@ int cmd_bench_stages(int argc, char **argv)
         printf("\"land_sync_wall_seconds\":%.3f,", sync_wall[runs / 2]);
     else
         printf("\"land_sync_wall_seconds\":null,");
-    printf("\"ceiling_mbps_1core\":%.1f,\"ceiling_mbps_2cores\":%.1f}\n",
+    printf("\"ceiling_mbps_1core\":%.1f,\"ceiling_mbps_2cores\":%.1f,",
            total > 0 ? (double)s.bytes / total / 1e6 : 0.0, total > 0 ? cores * (double)s.bytes / total / 1e6 : 0.0);
+    if (durable >= 0 && total + durable > 0)
+        printf("\"durable_cpu_seconds\":%.3f,\"ceiling_durable_mbps_2cores\":%.1f}\n", durable,
+               cores * (double)s.bytes / (total + durable) / 1e6);
+    else
+        printf("\"durable_cpu_seconds\":null,\"ceiling_durable_mbps_2cores\":null}\n");
     status = 0;
 out:
     if (s.grpfd >= 0)

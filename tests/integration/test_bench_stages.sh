@@ -29,11 +29,19 @@ done
 awk -v t="$(get total_seconds)" -v c="$(get ceiling_mbps_2cores)" -v b="$bytes" 'BEGIN {
     r = (t > 0 && c > 0) ? 2 * b / t / 1e6 / c : 0; exit !(r > 0.95 && r < 1.05) }' ||
     fail "ceiling_mbps_2cores $(get ceiling_mbps_2cores) is not 2 x bytes / total_seconds $(get total_seconds)"
+# With --land on Linux: the machine's CPU for the final syncfs, and a ceiling counting it that is not above the other
+dur=$(get durable_cpu_seconds)
+echo "$dur" | grep -Eq '^[0-9]+\.[0-9]{3}$' || fail "durable_cpu_seconds is not a number of seconds: $dur"
+awk -v t="$(get total_seconds)" -v d="$dur" -v c="$(get ceiling_durable_mbps_2cores)" -v c0="$(get ceiling_mbps_2cores)" -v b="$bytes" 'BEGIN {
+    r = (t + d > 0 && c > 0) ? 2 * b / (t + d) / 1e6 / c : 0; exit !(r > 0.95 && r < 1.05 && c <= c0) }' ||
+    fail "ceiling_durable_mbps_2cores $(get ceiling_durable_mbps_2cores) is not 2 x bytes / (total_seconds + durable_cpu_seconds $dur), or is above ceiling_mbps_2cores"
 [ -z "$(ls -A "$T/land")" ] || fail "bench stages left files under --land: $(ls -A "$T/land")"
 pass "bench stages: $bytes bytes, $files files, $chunks chunks, ceiling $(get ceiling_mbps_2cores) MB/s on 2 cores"
 
 "$CTL" bench stages "$T/tree" > "$T/out2.json" || fail "bench stages without --land failed"
 grep -q '"land":null' "$T/out2.json" || fail "without --land the land stage is not null: $(cat "$T/out2.json")"
+grep -q '"durable_cpu_seconds":null,"ceiling_durable_mbps_2cores":null' "$T/out2.json" ||
+    fail "without --land durable_cpu_seconds and its ceiling are not null: $(cat "$T/out2.json")"
 rc=0; "$CTL" bench stages --runs 0 "$T/tree" 2> "$T/err" || rc=$?
 [ $rc -eq 2 ] && grep -q -- '--runs must be' "$T/err" || fail "--runs 0: exit $rc, $(cat "$T/err")"
 rc=0; "$CTL" bench stages "$T/nope" 2> "$T/err" || rc=$?
