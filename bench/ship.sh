@@ -1087,7 +1087,7 @@ write_svg "$SVG_TMP"
             if [ "$dur" != n/a ]; then
                 cd2=$(awk -v b="$GEN0_BYTES" -v s="$tot" -v d="$dur" -v c="$(nproc)" 'BEGIN { printf "%.1f", c * b / (s + d) / 1e6 }')
                 echo
-                echo "The sum leaves out what making the landed bytes durable costs the machine, which ours pays within its run (it acknowledges only what is durable) and the other tools after theirs, in their \`sync -f\`: the kernel's workers write the pages back and, on these loop devices, copy every byte once more into the image's page cache. The machine's busy CPU during the syncfs that ends the land stage (every CPU, /proc/stat, less the busy rate of a quiet 200 ms before it) was **$dur s**. Counted, the ceiling on $(nproc) cores is **$cd2 MB/s**, and ours reached $(ratio "$(med ours initial mbps)" "$cd2")x of it."
+                echo "The sum leaves out what making the landed bytes durable costs the machine, which ours pays within its run (it acknowledges only what is durable) and the other tools after theirs, in their \`sync -f\`: the kernel's workers write the pages back and, on these loop devices, copy every byte once more into the image's page cache. What the stages' run cost the machine beyond its own process, up to the end of the syncfs that closes it (every CPU's busy time from /proc/stat, less the process's CPU and the busy rate of a quiet 200 ms before the run), was **$dur s**. Counted, the ceiling on $(nproc) cores is **$cd2 MB/s**, and ours reached $(ratio "$(med ours initial mbps)" "$cd2")x of it."
             fi
             if has rsync-az; then
                 t2=$(awk -v a="$(med rsync-az initial mbps)" 'BEGIN { printf "%.1f", 2 * a }')

@@ -32,10 +32,11 @@
  *               (page cache; one syncfs at the end, wall time reported apart)
  * Making the landed bytes durable costs CPU this thread does not spend: the
  * kernel's workers write the pages back (on a loop-mounted filesystem they
- * also copy them into the image's page cache).  With --land, the machine's
- * busy CPU during that syncfs (/proc/stat, all CPUs, less the busy rate of
- * a quiet 200 ms before it) is reported apart as durable_cpu_seconds, with
- * a second ceiling that counts it (ceiling_durable_mbps_2cores).
+ * also copy them into the image's page cache).  With --land, what each run
+ * up to its syncfs costs the machine beyond this process (/proc/stat, all
+ * CPUs, less the busy rate of a quiet 200 ms before the run) is reported
+ * apart as durable_cpu_seconds, with a second ceiling that counts it
+ * (ceiling_durable_mbps_2cores).
  * Every decoded chunk is compared with the source (a check, not timed).
  *
  * One JSON object on stdout; with --runs N every stage figure is the
@@ -137,9 +138,7 @@ static double wall_now(void)
 /*
  * CPU seconds the whole machine has spent busy (every CPU; user, nice,
  * system, irq, softirq and steal of /proc/stat's "cpu" line), or -1 where
- * that cannot be read.  What the syncfs after the land stage costs is not
- * the caller's CPU: kernel workers write the pages back (and, on a
- * loop-mounted filesystem, copy them again into the image's page cache).
+ * that cannot be read.
  */
 static double machine_busy_now(void)
 {
@@ -157,27 +156,45 @@ static double machine_busy_now(void)
     return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)hz;
 }
 
+static double process_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /*
- * The machine's busy CPU seconds during syncfs(fd), less what it spends
- * anyway: the busy rate of a quiet 200 ms just before (this thread
- * asleep) times the syncfs's wall time.  *wall gets that wall time; *cpu
- * the seconds, or -1 where /proc/stat cannot be read.
+ * What a run costs the machine beyond this process: its busy CPU seconds
+ * from meter_start to meter_stop less this process's own CPU, less the
+ * busy rate of a quiet 200 ms before the start (whatever else runs) times
+ * the wall time.  With the land stage in the run that is the kernel's
+ * workers making the landed bytes durable, whether they start writing
+ * back during the run or at its syncfs.
  */
-static int syncfs_cost(int fd, double *wall, double *cpu)
+struct meter {
+    double rate; /* busy CPU seconds per second while quiet; < 0: /proc/stat unreadable */
+    double busy0, cpu0, wall0;
+};
+
+static void meter_start(struct meter *m)
 {
     const double q0 = machine_busy_now(), w0 = wall_now();
     const struct timespec quiet = { 0, 200 * 1000 * 1000 };
     nanosleep(&quiet, NULL);
-    const double q1 = machine_busy_now(), w1 = wall_now();
-    const int rc = syncfs(fd);
-    const double b1 = machine_busy_now(), w2 = wall_now();
-    *wall = w2 - w1;
-    *cpu = -1;
-    if (q0 >= 0 && q1 >= 0 && b1 >= 0 && w1 > w0) {
-        const double c = (b1 - q1) - (q1 - q0) / (w1 - w0) * (w2 - w1);
-        *cpu = c > 0 ? c : 0;
-    }
-    return rc;
+    m->busy0 = machine_busy_now();
+    m->wall0 = wall_now();
+    m->cpu0 = process_cpu_now();
+    m->rate = q0 >= 0 && m->busy0 >= 0 && m->wall0 > w0 ? (m->busy0 - q0) / (m->wall0 - w0) : -1;
+}
+
+/* the seconds described above (0 at least), or -1 where /proc/stat cannot be read */
+static double meter_stop(const struct meter *m)
+{
+    const double busy = machine_busy_now(), cpu = process_cpu_now(), wall = wall_now();
+    if (m->rate < 0 || busy < 0)
+        return -1;
+    const double c = (busy - m->busy0) - (cpu - m->cpu0) - m->rate * (wall - m->wall0);
+    return c > 0 ? c : 0;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -714,6 +731,9 @@ int cmd_bench_stages(int argc, char **argv)
         close(fd);
     }
     for (long r = 0; r < runs; r++) {
+        struct meter meter = { -1, 0, 0, 0 };
+        if (s.landfd >= 0)
+            meter_start(&meter);
         memset(s.sec, 0, sizeof s.sec);
         s.bytes = s.files = s.chunks = s.encoded = 0;
         s.hint_file = UINT64_MAX;
@@ -748,9 +768,14 @@ int cmd_bench_stages(int argc, char **argv)
         }
         sync_wall[r] = 0;
         sync_cpu[r] = -1;
-        if (s.landfd >= 0 && syncfs_cost(s.landfd, &sync_wall[r], &sync_cpu[r]) != 0) {
-            fprintf(stderr, "ingestctl bench stages: syncfs: %s\n", strerror(errno));
-            goto out;
+        if (s.landfd >= 0) {
+            const double t0 = wall_now();
+            if (syncfs(s.landfd) != 0) {
+                fprintf(stderr, "ingestctl bench stages: syncfs: %s\n", strerror(errno));
+                goto out;
+            }
+            sync_wall[r] = wall_now() - t0;
+            sync_cpu[r] = meter_stop(&meter);
         }
         for (int k = 0; k < S_N; k++)
             sec[k][r] = s.sec[k];
