@@ -45,6 +45,7 @@ TOOLS=${TOOLS:-ours ours-metrics rsync-a rsync-az tar-zstd restic casync}
 VERIFY=${VERIFY:-first}
 LOOP=${LOOP:-auto}
 LOOP_DIO=${LOOP_DIO:-0}
+LOOP_COPY=""  # the report's words for the loop device's second copy, when it makes one
 PERF=${PERF:-auto}
 STAGES=${STAGES:-auto}
 case $PROFILE in
@@ -133,6 +134,9 @@ if [ "$LOOP" != 0 ] && [ "$(id -u)" = 0 ]; then
             LOOP_DIO=0
         fi
         rm -f "$W/probe.img"
+    fi
+    if [ "$LOOP_DIO" = 0 ]; then
+        LOOP_COPY=" and, on these loop devices that cache their images, copy every byte once more into the image's page cache"
     fi
     if [ "$LOOP_DIO" != 0 ]; then
         FS_KIND="$FS_KIND, the loop device in direct I/O mode (losetup --direct-io=on: the image is written without a second page cache and its copy, as a disk is)"
@@ -224,7 +228,7 @@ drop_fs() {
 # machine_ticks: clock ticks every CPU has been busy so far (/proc/stat's cpu line: user, nice,
 # system, irq, softirq, steal): what the machine spent, the kernel's workers included (writeback, and
 # the loop device's copy of every byte into its image), which no process's own CPU time shows
-machine_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
+machine_ticks() { awk '$1 == "cpu" { printf "%.0f\n", $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
 # machine_fields T0 T1: the record's machine_cpu_s (ticks T0..T1: the tool's timed run) and
 # sync_machine_cpu_s (what sync_fs measured last, in $W/sync-machine)
 machine_fields() {
@@ -235,6 +239,7 @@ machine_fields() {
 # busy CPU seconds during it go to $W/sync-machine
 sync_fs() {
     local t0 t1 m0 m1
+    rm -f "$W/sync-machine"
     m0=$(machine_ticks); t0=$(now_us); sync -f "$1"; t1=$(now_us); m1=$(machine_ticks)
     awk -v t=$((m1 - m0)) -v h="$CLK_TCK" 'BEGIN { printf "%.2f\n", t / h }' > "$W/sync-machine"
     us2s $((t1 - t0))
@@ -450,7 +455,7 @@ run_ours() {
         if ! wait "$tp"; then
             cat "$d/err-$phase" >&2; tail -20 "$d/receiver.log" >&2; die "agent failed ($phase, run $run)"
         fi
-        t1=$(now_us); m1=$(machine_ticks)
+        t1=$(now_us)
         if [ -n "$mp" ]; then
             kill "$mp" 2>/dev/null; wait "$mp" 2>/dev/null || true; untrack "$mp"; mp=""
             grep -q '^# TYPE ingest_receiver_' "$d/scrape-$phase.$RMPORT" 2>/dev/null ||
@@ -459,6 +464,7 @@ run_ours() {
         wait "$sp" || true
         untrack "$tp"; untrack "$sp"
         recv_down
+        m1=$(machine_ticks) # after the receiver's clean stop, as its cpu_s
         local syncs; syncs=$(sync_fs "$fs")
         local fields wire bytes acpu rcpu du_b rw rk br_b br_a
         fields=$(summary_fields "$d/out-$phase")
@@ -608,13 +614,13 @@ EOT
         m0=$(machine_ticks); t0=$(now_us)
         /usr/bin/time -v -o "$d/time-$phase" rsync $opt --stats "$W/src/" "rsync://127.0.0.1:$port/mod/" \
             > "$d/stats-$phase" 2>&1 || { cat "$d/stats-$phase" >&2; die "$tool failed"; }
-        t1=$(now_us); m1=$(machine_ticks)
+        t1=$(now_us)
         # the daemon's child must be reaped for its CPU to show in cutime
         i=0
         while [ -n "$(children_of "$dpid")" ] && [ $i -lt 500 ]; do
             read -r -t 0.01 -u 9 || true; i=$((i + 1))
         done
-        c1=$(cpu_ticks "$dpid")
+        c1=$(cpu_ticks "$dpid"); m1=$(machine_ticks)
         local syncs; syncs=$(sync_fs "$fs")
         local sent recv bytes ccpu dcpu
         sent=$(sed -n 's/^Total bytes sent: //p' "$d/stats-$phase" | tr -d ,)
@@ -1012,7 +1018,7 @@ write_svg "$SVG_TMP"
     fi
     echo "Seconds for \`sync -f\` of the landing filesystem right after each tool finished (not included above; ours is durable before it returns): $(for t in $TOOLS; do has "$t" && printf '%s %s / %s; ' "$t" "$(med "$t" initial sync_after_s)" "$(med "$t" incremental sync_after_s)"; done)"
     echo "MB/s when each tool's \`sync -f\` is counted (source bytes / (wall seconds + those seconds), medians), initial / incremental: $(for t in $TOOLS; do has "$t" && printf '%s %s / %s; ' "$t" "$(med "$t" initial durable_mbps)" "$(med "$t" incremental durable_mbps)"; done)"
-    echo "The machine's busy CPU seconds (every CPU, /proc/stat: the tools' processes and the kernel's workers, which write the pages back and, on a loop device, copy every byte once more into its image) during each tool's timed run + during its \`sync -f\` after, medians, initial: $(for t in $TOOLS; do has "$t" && printf '%s %s + %s; ' "$t" "$(med "$t" initial machine_cpu_s)" "$(med "$t" initial sync_machine_cpu_s)"; done)"
+    echo "The machine's busy CPU seconds (every CPU, /proc/stat: the tools' processes and the kernel's workers, which write the pages back${LOOP_COPY}) during each tool's timed run + during its \`sync -f\` after, medians, initial: $(for t in $TOOLS; do has "$t" && printf '%s %s + %s; ' "$t" "$(med "$t" initial machine_cpu_s)" "$(med "$t" initial sync_machine_cpu_s)"; done)"
     echo
     if [ $USE_LOOP = 1 ]; then
         echo "Bytes written to the landing filesystem's device (/sys/block/loopN/stat, after \`sync -f\`; data, metadata, journal, and for ours the receiver's state_dir; restic and casync store compressed):"
@@ -1087,7 +1093,7 @@ write_svg "$SVG_TMP"
             if [ "$dur" != n/a ]; then
                 cd2=$(awk -v b="$GEN0_BYTES" -v s="$tot" -v d="$dur" -v c="$(nproc)" 'BEGIN { printf "%.1f", c * b / (s + d) / 1e6 }')
                 echo
-                echo "The sum leaves out what making the landed bytes durable costs the machine, which ours pays within its run (it acknowledges only what is durable) and the other tools after theirs, in their \`sync -f\`: the kernel's workers write the pages back and, on these loop devices, copy every byte once more into the image's page cache. What the stages' run cost the machine beyond its own process, up to the end of the syncfs that closes it (every CPU's busy time from /proc/stat, less the process's CPU and the busy rate of a quiet 200 ms before the run), was **$dur s**. Counted, the ceiling on $(nproc) cores is **$cd2 MB/s**, and ours reached $(ratio "$(med ours initial mbps)" "$cd2")x of it."
+                echo "The sum leaves out what making the landed bytes durable costs the machine, which ours pays within its run (it acknowledges only what is durable) and the other tools mostly after theirs, in their \`sync -f\`: the kernel's workers write the pages back${LOOP_COPY}. What the stages' run cost the machine beyond its own process, up to the end of the syncfs that closes it (every CPU's busy time from /proc/stat, less the process's CPU and the busy rate of a quiet second before the run), was **$dur s**. Counted, the ceiling on $(nproc) cores is **$cd2 MB/s**, and ours reached $(ratio "$(med ours initial mbps)" "$cd2")x of it."
             fi
             if has rsync-az; then
                 t2=$(awk -v a="$(med rsync-az initial mbps)" 'BEGIN { printf "%.1f", 2 * a }')

@@ -34,7 +34,7 @@
  * kernel's workers write the pages back (on a loop-mounted filesystem they
  * also copy them into the image's page cache).  With --land, what each run
  * up to its syncfs costs the machine beyond this process (/proc/stat, all
- * CPUs, less the busy rate of a quiet 200 ms before the run) is reported
+ * CPUs, less the busy rate of a quiet second before the run) is reported
  * apart as durable_cpu_seconds, with a second ceiling that counts it
  * (ceiling_durable_mbps_2cores).
  * Every decoded chunk is compared with the source (a check, not timed).
@@ -166,7 +166,7 @@ static double process_cpu_now(void)
 /*
  * What a run costs the machine beyond this process: its busy CPU seconds
  * from meter_start to meter_stop less this process's own CPU, less the
- * busy rate of a quiet 200 ms before the start (whatever else runs) times
+ * busy rate of a quiet second before the start (whatever else runs) times
  * the wall time.  With the land stage in the run that is the kernel's
  * workers making the landed bytes durable, whether they start writing
  * back during the run or at its syncfs.
@@ -179,7 +179,7 @@ struct meter {
 static void meter_start(struct meter *m)
 {
     const double q0 = machine_busy_now(), w0 = wall_now();
-    const struct timespec quiet = { 0, 200 * 1000 * 1000 };
+    const struct timespec quiet = { 1, 0 }; /* ticks are 10 ms: a shorter window gives a coarse rate */
     nanosleep(&quiet, NULL);
     m->busy0 = machine_busy_now();
     m->wall0 = wall_now();

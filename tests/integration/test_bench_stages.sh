@@ -29,7 +29,8 @@ done
 awk -v t="$(get total_seconds)" -v c="$(get ceiling_mbps_2cores)" -v b="$bytes" 'BEGIN {
     r = (t > 0 && c > 0) ? 2 * b / t / 1e6 / c : 0; exit !(r > 0.95 && r < 1.05) }' ||
     fail "ceiling_mbps_2cores $(get ceiling_mbps_2cores) is not 2 x bytes / total_seconds $(get total_seconds)"
-# With --land on Linux: the machine's CPU for the final syncfs, and a ceiling counting it that is not above the other
+# With --land where /proc/stat is readable: what the run up to its syncfs cost the machine beyond the process, and a
+# ceiling counting it that is not above the other
 dur=$(get durable_cpu_seconds)
 echo "$dur" | grep -Eq '^[0-9]+\.[0-9]{3}$' || fail "durable_cpu_seconds is not a number of seconds: $dur"
 awk -v t="$(get total_seconds)" -v d="$dur" -v c="$(get ceiling_durable_mbps_2cores)" -v c0="$(get ceiling_mbps_2cores)" -v b="$bytes" 'BEGIN {
