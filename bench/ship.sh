@@ -135,12 +135,10 @@ if [ "$LOOP" != 0 ] && [ "$(id -u)" = 0 ]; then
         fi
         rm -f "$W/probe.img"
     fi
-    if [ "$LOOP_DIO" = 0 ]; then
-        LOOP_COPY=" and, on these loop devices that cache their images, copy every byte once more into the image's page cache"
-    fi
     if [ "$LOOP_DIO" != 0 ]; then
         FS_KIND="$FS_KIND, the loop device in direct I/O mode (losetup --direct-io=on: the image is written without a second page cache and its copy, as a disk is)"
     else
+        LOOP_COPY=" and, on these loop devices that cache their images, copy every byte once more into the image's page cache"
         FS_KIND="$FS_KIND, the loop device caching its image in the page cache (LOOP_DIO=0: each byte landed is copied once more, by a kernel worker, into the image's page cache)"
     fi
 else
@@ -231,8 +229,9 @@ drop_fs() {
 machine_ticks() { awk '$1 == "cpu" { printf "%.0f\n", $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
 # machine_fields T0 T1: the record's machine_cpu_s (ticks T0..T1: the tool's timed run) and
 # sync_machine_cpu_s (what sync_fs measured last, in $W/sync-machine)
+ticks_s() { awk -v t="$1" -v h="$CLK_TCK" 'BEGIN { printf "%.2f\n", t / h }'; }
 machine_fields() {
-    echo "machine_cpu_s=$(awk -v t=$(($2 - $1)) -v h="$CLK_TCK" 'BEGIN { printf "%.2f", t / h }')" \
+    echo "machine_cpu_s=$(ticks_s $(($2 - $1)))" \
         "sync_machine_cpu_s=$(cat "$W/sync-machine" 2>/dev/null || echo n/a)"
 }
 # sync_fs DIR: seconds to make DIR's filesystem durable (what the tool left dirty); the machine's
@@ -241,7 +240,7 @@ sync_fs() {
     local t0 t1 m0 m1
     rm -f "$W/sync-machine"
     m0=$(machine_ticks); t0=$(now_us); sync -f "$1"; t1=$(now_us); m1=$(machine_ticks)
-    awk -v t=$((m1 - m0)) -v h="$CLK_TCK" 'BEGIN { printf "%.2f\n", t / h }' > "$W/sync-machine"
+    ticks_s $((m1 - m0)) > "$W/sync-machine"
     us2s $((t1 - t0))
 }
 
@@ -852,6 +851,8 @@ med() {
 mib() { [ "$1" = n/a ] && { echo n/a; return; }; awk -v k="$1" 'BEGIN { printf "%.1f MiB", k / 1024 }'; }
 # per_file VALUE SCALE: VALUE x SCALE / files of generation 0
 per_file() { awk -v v="$1" -v s="$2" -v f="$GEN0_FILES" 'BEGIN { if (v == "n/a" || f == 0) print "n/a"; else printf "%.1f", v * s / f }'; }
+# ceiling STAGE_SECONDS [DURABLE_SECONDS]: the MB/s this machine's cores bound a ship of generation 0 at
+ceiling() { awk -v b="$GEN0_BYTES" -v s="$1" -v d="${2:-0}" -v c="$(nproc)" 'BEGIN { printf "%.1f", c * b / (s + d) / 1e6 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "n/a" || b == "n/a" || b == 0) print "n/a"; else printf "%.2f", a / b }'; }
 verdict() { awk -v v="$1" -v op="$2" -v lim="$3" 'BEGIN {
     if (v == "n/a") { print "n/a"; exit }
@@ -1085,13 +1086,13 @@ write_svg "$SVG_TMP"
                 echo "| $k | $sd | $v | $(awk -v b="$GEN0_BYTES" -v s="$v" 'BEGIN { if (s == "n/a" || s == 0) print "n/a"; else printf "%.1f", b / s / 1e6 }') |"
             done
             tot=$(med stages stages total_seconds)
-            ceil=$(awk -v b="$GEN0_BYTES" -v s="$tot" -v c="$(nproc)" 'BEGIN { printf "%.1f", c * b / s / 1e6 }')
+            ceil=$(ceiling "$tot")
             echo "| **sum** | device $(med stages stages device_seconds), core $(med stages stages core_seconds) | $tot | $(awk -v b="$GEN0_BYTES" -v s="$tot" 'BEGIN { printf "%.1f", b / s / 1e6 }') |"
             echo
             echo "Ceiling on $(nproc) cores: **$ceil MB/s**. Ours reached $(med ours initial mbps) MB/s, $(ratio "$(med ours initial mbps)" "$ceil")x of it."
             dur=$(med stages stages durable_cpu_seconds)
             if [ "$dur" != n/a ]; then
-                cd2=$(awk -v b="$GEN0_BYTES" -v s="$tot" -v d="$dur" -v c="$(nproc)" 'BEGIN { printf "%.1f", c * b / (s + d) / 1e6 }')
+                cd2=$(ceiling "$tot" "$dur")
                 echo
                 echo "The sum leaves out what making the landed bytes durable costs the machine, which ours pays within its run (it acknowledges only what is durable) and the other tools mostly after theirs, in their \`sync -f\`: the kernel's workers write the pages back${LOOP_COPY}. What the stages' run cost the machine beyond its own process, up to the end of the syncfs that closes it (every CPU's busy time from /proc/stat, less the process's CPU and the busy rate of a quiet second before the run), was **$dur s**. Counted, the ceiling on $(nproc) cores is **$cd2 MB/s**, and ours reached $(ratio "$(med ours initial mbps)" "$cd2")x of it."
             fi
@@ -1109,7 +1110,7 @@ write_svg "$SVG_TMP"
             r=$(ratio "$(med ours initial mbps)" "$(med rsync-az initial mbps)")
             echo "| ours >= 2x rsync -az MB/s (initial) | ${r}x | $(verdict "$r" '>=' 2) |"
             if [ "$(med stages stages total_seconds)" != n/a ]; then
-                c2=$(awk -v b="$GEN0_BYTES" -v s="$(med stages stages total_seconds)" -v c="$(nproc)" 'BEGIN { printf "%.1f", c * b / s / 1e6 }')
+                c2=$(ceiling "$(med stages stages total_seconds)")
                 r=$(ratio "$c2" "$(med rsync-az initial mbps)")
                 echo "| the ceiling (above) >= 2x rsync -az MB/s: can any design doing this work reach the target here? | ${r}x | $(verdict "$r" '>=' 2) |"
             fi
@@ -1144,12 +1145,12 @@ write_svg "$SVG_TMP"
         # issue 19's targets (default profile)
         if [ "$PROFILE" = default ]; then
             if [ "$(med stages stages total_seconds)" != n/a ]; then
-                c2=$(awk -v b="$GEN0_BYTES" -v s="$(med stages stages total_seconds)" -v c="$(nproc)" 'BEGIN { printf "%.1f", c * b / s / 1e6 }')
+                c2=$(ceiling "$(med stages stages total_seconds)")
                 r=$(ratio "$(med ours initial mbps)" "$c2")
                 echo "| ours >= 0.85x the ceiling that \`bench stages\` reports in the same run (initial) | ${r}x ($(med ours initial mbps) of $c2 MB/s) | $(verdict "$r" '>=' 0.85) |"
                 cd2=$(med stages stages durable_cpu_seconds)
                 if [ "$cd2" != n/a ]; then
-                    cd2=$(awk -v b="$GEN0_BYTES" -v s="$(med stages stages total_seconds)" -v d="$cd2" -v c="$(nproc)" 'BEGIN { printf "%.1f", c * b / (s + d) / 1e6 }')
+                    cd2=$(ceiling "$(med stages stages total_seconds)" "$cd2")
                     r=$(ratio "$(med ours initial mbps)" "$cd2")
                     echo "| (for the record, not the target) ours against the ceiling with durability counted (the paragraph under the ceiling) | ${r}x ($(med ours initial mbps) of $cd2 MB/s) | n/a |"
                 fi

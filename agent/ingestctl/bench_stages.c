@@ -670,7 +670,7 @@ int cmd_bench_stages(int argc, char **argv)
     s.batch_files = batch_files;
     s.batch_bytes = batch_bytes;
     char landdir[4200] = "";
-    double sec[S_N][MAX_RUNS], sync_wall[MAX_RUNS], sync_cpu[MAX_RUNS];
+    double sec[S_N][MAX_RUNS], sync_wall[MAX_RUNS], run_durable[MAX_RUNS];
     if (collect(tree, 0, &p) != 0)
         goto out;
     if (p.n > 1)
@@ -767,7 +767,7 @@ int cmd_bench_stages(int argc, char **argv)
             }
         }
         sync_wall[r] = 0;
-        sync_cpu[r] = -1;
+        run_durable[r] = -1;
         if (s.landfd >= 0) {
             const double t0 = wall_now();
             if (syncfs(s.landfd) != 0) {
@@ -775,7 +775,7 @@ int cmd_bench_stages(int argc, char **argv)
                 goto out;
             }
             sync_wall[r] = wall_now() - t0;
-            sync_cpu[r] = meter_stop(&meter);
+            run_durable[r] = meter_stop(&meter);
         }
         for (int k = 0; k < S_N; k++)
             sec[k][r] = s.sec[k];
@@ -790,9 +790,9 @@ int cmd_bench_stages(int argc, char **argv)
         total += med[k];
     }
     qsort(sync_wall, (size_t)runs, sizeof(double), cmp_dbl);
-    qsort(sync_cpu, (size_t)runs, sizeof(double), cmp_dbl);
+    qsort(run_durable, (size_t)runs, sizeof(double), cmp_dbl);
     /* the machine's CPU for making the landed bytes durable: known only with --land and /proc/stat */
-    const double durable = s.landfd >= 0 && sync_cpu[0] >= 0 ? sync_cpu[runs / 2] : -1;
+    const double durable = s.landfd >= 0 && run_durable[0] >= 0 ? run_durable[runs / 2] : -1;
     printf("{\"bytes\":%llu,\"files\":%llu,\"chunks\":%llu,\"encoded_bytes\":%llu,\"level\":%ld,\"runs\":%ld,"
            "\"cipher\":\"%s\",\"seconds\":{",
            (unsigned long long)s.bytes, (unsigned long long)s.files, (unsigned long long)s.chunks,
