@@ -485,6 +485,8 @@ typedef struct ingest_lander_stats {
     uint64_t bytes_cloned;   /* bytes of unchanged runs shared with the landed file they came from (FICLONERANGE,
                               * reflink filesystems): not written, not in bytes_written */
     uint64_t files_helped;   /* small files made by the batch's small-file helper thread (docs/landing.md) */
+    uint64_t dirs_remade;    /* directories found removed before the batch made its first file there, made again
+                              * (docs/landing.md, "A directory removed under a batch") */
 } ingest_lander_stats;
 
 INGEST_API void ingest_lander_batch_stats(const ingest_lander_batch *b, ingest_lander_stats *st);

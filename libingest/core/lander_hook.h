@@ -18,6 +18,8 @@ enum {
     INGEST__LANDER_HOOK_WRITE = 3, /* a chunk is about to be written to its file */
     INGEST__LANDER_HOOK_PLACE = 4, /* the commit: final names checked, no rename yet, the lander's lock held */
     INGEST__LANDER_HOOK_UNDO = 5,  /* an aborted append in place is about to be cut back (its file not opened yet) */
+    INGEST__LANDER_HOOK_CREATE = 6, /* a file's directory entered, its temporary file about to be created (or handed
+                                     * to the small-file helper); not again when the create is retried */
 };
 
 typedef void (*ingest__lander_hook_fn)(void *ud, const char *device, int phase);

@@ -385,6 +385,18 @@ int lander__enter_dir(ingest_lander_batch *b, const char *file, const char *dir,
 int lander__enter_dir_found(ingest_lander_batch *b, const char *file, const char *dir, bool *missing);
 /* Make b->dirfd the directory file fi's data is written in (dir: its final one), staging a missing one. */
 int lander__enter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir);
+/*
+ * A create in b->dirfd found the directory removed (ENOENT) since it was
+ * entered: by another batch that failed and removed the empty directories
+ * it had made, or by a job that tidies bronze.  Enter the file's directory
+ * again as if for the first time (made again, staged or not); the create is
+ * tried again, LANDER_REENTER_TRIES times at most.
+ */
+#define LANDER_REENTER_TRIES 3u
+int lander__reenter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir);
+/* After such a re-entry for file landed: the directories made since b->made held from (none: 0) are new, no
+ * longer known durable; counted (stats.dirs_remade) and logged.  Returns how many. */
+size_t lander__remade(ingest_lander_batch *b, size_t from, const char *landed);
 /* The directory file fi's data is in now (dir: its final one): dir, or its place in a stage not yet in place. */
 void lander__data_dir(const ingest_lander_batch *b, uint32_t fi, const char *dir, char *out, size_t cap);
 /* Remove the directories made under stage s's temporary name (empty now), deepest first, and forget them. */

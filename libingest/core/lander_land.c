@@ -49,26 +49,34 @@ static int open_tmp(ingest_lander_batch *b, uint32_t fi)
     lander__tmp_name(b, name, fi, tn, sizeof tn);
     const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC;
     b->direct = false;
-    if (b->l->direct_io && f->size >= b->l->dio_min) {
-        if (b->dio == NULL) {
-            /* the context's allocator has no alignment: over-allocate and align inside */
-            b->dio_mem = ingest__malloc(b->ctx, 2 * DIO_BUF + DIO_ALIGN);
-            if (b->dio_mem == NULL)
-                return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory (direct I/O buffer)");
-            const uintptr_t a = (uintptr_t)b->dio_mem;
-            b->dio = (uint8_t *)b->dio_mem + ((DIO_ALIGN - a % DIO_ALIGN) % DIO_ALIGN);
-            b->dio_other = b->dio + DIO_BUF;
-        }
-        b->fd = openat(b->dirfd, tn, flags | O_DIRECT, (mode_t)landed_mode(f->mode));
-        if (b->fd >= 0)
-            b->direct = true;
-        else if (errno != EINVAL) /* EINVAL: the filesystem does not take O_DIRECT; write through the cache */
-            return lander__sys_fail(b->ctx, errno, "create temporary file for", f->landed);
+    const bool direct = b->l->direct_io && f->size >= b->l->dio_min;
+    if (direct && b->dio == NULL) {
+        /* the context's allocator has no alignment: over-allocate and align inside */
+        b->dio_mem = ingest__malloc(b->ctx, 2 * DIO_BUF + DIO_ALIGN);
+        if (b->dio_mem == NULL)
+            return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory (direct I/O buffer)");
+        const uintptr_t a = (uintptr_t)b->dio_mem;
+        b->dio = (uint8_t *)b->dio_mem + ((DIO_ALIGN - a % DIO_ALIGN) % DIO_ALIGN);
+        b->dio_other = b->dio + DIO_BUF;
     }
-    if (b->fd < 0)
-        b->fd = openat(b->dirfd, tn, flags, (mode_t)landed_mode(f->mode));
-    if (b->fd < 0)
-        return lander__sys_fail(b->ctx, errno, "create temporary file for", f->landed);
+    lander__hook(b, INGEST__LANDER_HOOK_CREATE);
+    for (unsigned tries = 0;; tries++) {
+        if (direct) {
+            b->fd = openat(b->dirfd, tn, flags | O_DIRECT, (mode_t)landed_mode(f->mode));
+            if (b->fd >= 0)
+                b->direct = true;
+        }
+        /* EINVAL: the filesystem does not take O_DIRECT; write through the cache */
+        if (b->fd < 0 && (!direct || errno == EINVAL))
+            b->fd = openat(b->dirfd, tn, flags, (mode_t)landed_mode(f->mode));
+        if (b->fd >= 0)
+            break;
+        /* ENOENT: the directory was removed since it was entered (lander__reenter_land_dir) */
+        if (errno != ENOENT || tries >= LANDER_REENTER_TRIES)
+            return lander__sys_fail(b->ctx, errno, "create temporary file for", f->landed);
+        INGEST__FORWARD(lander__reenter_land_dir(b, fi, dir));
+        lander__tmp_name(b, name, fi, tn, sizeof tn); /* staged now, perhaps: then its final name */
+    }
     f->created = true;
     f->ident_set = false; /* read when it is finished */
     if (f->size < DIO_ALIGN) {
@@ -949,6 +957,7 @@ static int sf_try(ingest_lander_batch *b, uint32_t fi)
     INGEST__FORWARD(lander__enter_land_dir(b, fi, dir));
     INGEST__FORWARD(lander__add_dir(b, dir));
     lander__tmp_name(b, name, fi, tn, sizeof tn);
+    lander__hook(b, INGEST__LANDER_HOOK_CREATE);
     lander__hook(b, INGEST__LANDER_HOOK_WRITE);
     /* before the hand-over: from then on the helper writes them */
     f->created = true; /* removed on failure whether the helper made it yet or not */

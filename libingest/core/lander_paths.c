@@ -591,6 +591,30 @@ int lander__enter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir)
     return lander__enter_dir(b, f->path, dir, true);
 }
 
+size_t lander__remade(ingest_lander_batch *b, size_t from, const char *landed)
+{
+    if (b->nmade <= from)
+        return 0;
+    /* new directories: a mark of the old ones as durable (the set of ingest__syncs) is not theirs */
+    for (size_t k = from; k < b->nmade; k++)
+        ingest__syncs_dir_forget(b->l->syncs, b->made[k]);
+    ingest__log(b->ctx, INGEST_LOG_INFO,
+                "lander: batch %s: directory of %s removed before its file was made there: made again", b->name, landed);
+    b->stats.dirs_remade++;
+    return b->nmade - from;
+}
+
+int lander__reenter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir)
+{
+    lander__close_fd(&b->dirfd);
+    ingest__free(b->ctx, b->cur_dir);
+    b->cur_dir = NULL;
+    const size_t before = b->nmade;
+    INGEST__FORWARD(lander__enter_land_dir(b, fi, dir));
+    (void)lander__remade(b, before, b->files[fi].landed);
+    return lander__add_dir(b, dir);
+}
+
 void lander__remove_stage_dirs(ingest_lander_batch *b, size_t s)
 {
     const char *real = b->stages[s].real;

@@ -16,12 +16,20 @@
  * a file's temporary copy or identity waits first (lander__sf_wait): a
  * repeat copied from it, the commit, a withdrawal; a failed batch stops the
  * helper before its temporary files are removed.
+ *
+ * A create that finds the job's directory removed since the landing thread
+ * entered it (ENOENT: another batch removed the empty directories it had
+ * made, or a job tidying bronze did) is not a failure: the job, bytes and
+ * all, is put aside and the landing thread makes the file itself at the
+ * next hand-over or wait, walking to the directory again and making what
+ * is missing (lander__reenter_land_dir does the same for its own files).
  */
 #include "core_int.h"
 #include "lander_int.h"
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
 
 #define SF_SLOTS 8u /* > SF_AHEAD */
 
@@ -45,6 +53,8 @@ struct lander_sf {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* both ways */
     sfjob jobs[SF_SLOTS];
+    sfjob redo[SF_SLOTS]; /* put aside: the directory was removed (the landing thread makes them); dirfd -1 */
+    unsigned nredo;
     unsigned head, n; /* queued jobs; the one at head is being landed while busy */
     bool busy, stop; /* stop: what is still queued is dropped */
     bool helper_waiting, poster_waiting;
@@ -54,11 +64,13 @@ struct lander_sf {
     lfile *files;
 };
 
-/* One file: 0, or errno with *what set. */
+static const char SF_CREATE[] = "create temporary file for";
+
+/* One file: 0, or errno with *what set (SF_CREATE: the create failed). */
 static int sf_land(struct lander_sf *sf, sfjob *j, const char **what)
 {
     lfile *f = &sf->files[j->fi];
-    *what = "create temporary file for";
+    *what = SF_CREATE;
     const int fd = openat(j->dirfd, j->name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, j->mode);
     if (fd < 0)
         return errno;
@@ -115,6 +127,13 @@ static void *sf_main(void *arg)
         close(j->dirfd);
         j->dirfd = -1;
         pthread_mutex_lock(&sf->mu);
+        if (e == ENOENT && what == SF_CREATE && sf->nredo < SF_SLOTS) {
+            /* its directory was removed: the landing thread makes it again, and the file, from these bytes */
+            sf->redo[sf->nredo++] = *j;
+            j->data = NULL;
+            j->cap = 0;
+            e = 0;
+        }
         if (e != 0 && sf->err == 0) {
             sf->err = e;
             sf->err_fi = j->fi;
@@ -138,6 +157,73 @@ static int sf_report(ingest_lander_batch *b, struct lander_sf *sf)
     return lander__sys_fail(b->ctx, e, sf->err_what, b->files[sf->err_fi].landed);
 }
 
+/*
+ * Make the files put aside by the helper (their directory was removed), on
+ * the landing thread: enter the file's directory again as the landing
+ * thread would for the first time (made again, or staged where a missing
+ * directory is; the name is the one that goes with that), and land the
+ * file as the helper would.  The landing thread's own directory (b->dirfd,
+ * that of the file at its cursor) is kept, unless it is the removed one.
+ * 0, or < 0 (the batch's error set).
+ */
+static int sf_redo(ingest_lander_batch *b, struct lander_sf *sf)
+{
+    sfjob r[SF_SLOTS];
+    pthread_mutex_lock(&sf->mu);
+    const unsigned n = sf->nredo;
+    memcpy(r, sf->redo, n * sizeof r[0]);
+    sf->nredo = 0;
+    pthread_mutex_unlock(&sf->mu);
+    if (n == 0)
+        return 0;
+    int keep_fd = b->dirfd;
+    char *keep_dir = b->cur_dir;
+    struct stat sb;
+    if (keep_fd >= 0 && fstat(keep_fd, &sb) == 0 && sb.st_nlink == 0) {
+        lander__close_fd(&keep_fd); /* the removed directory: entered again when next needed */
+        ingest__free(b->ctx, keep_dir);
+        keep_dir = NULL;
+    }
+    b->dirfd = -1;
+    b->cur_dir = NULL;
+    int rc = 0;
+    for (unsigned k = 0; k < n && rc == 0; k++) {
+        sfjob *j = &r[k];
+        const lfile *f = &b->files[j->fi];
+        char dir[LANDED_MAX];
+        const char *name;
+        lander__split_path(f->landed, dir, sizeof dir, &name);
+        b->stats.files_helped--; /* made here after all */
+        for (unsigned tries = 0;; tries++) {
+            const size_t before = b->nmade;
+            if ((rc = lander__enter_land_dir(b, j->fi, dir)) < 0)
+                break;
+            (void)lander__remade(b, before, f->landed);
+            lander__tmp_name(b, name, j->fi, j->name, sizeof j->name); /* staged now, perhaps: its final name */
+            j->dirfd = b->dirfd; /* lent */
+            const char *what = NULL;
+            const int e = sf_land(sf, j, &what);
+            j->dirfd = -1;
+            if (e == 0)
+                break;
+            if (e != ENOENT || what != SF_CREATE || tries >= LANDER_REENTER_TRIES) {
+                rc = lander__sys_fail(b->ctx, e, what, f->landed);
+                break;
+            }
+            lander__close_fd(&b->dirfd); /* removed again: walk to it anew */
+            ingest__free(b->ctx, b->cur_dir);
+            b->cur_dir = NULL;
+        }
+    }
+    lander__close_fd(&b->dirfd);
+    ingest__free(b->ctx, b->cur_dir);
+    b->dirfd = keep_fd;
+    b->cur_dir = keep_dir;
+    for (unsigned k = 0; k < n; k++)
+        ingest__free(b->ctx, r[k].data);
+    return rc;
+}
+
 sfslot *lander__sf_take(ingest_lander_batch *b, int *rc)
 {
     *rc = 0;
@@ -155,6 +241,8 @@ sfslot *lander__sf_take(ingest_lander_batch *b, int *rc)
         b->sf = sf;
     }
     if (!sf->started)
+        return NULL;
+    if ((*rc = sf_redo(b, sf)) < 0)
         return NULL;
     pthread_mutex_lock(&sf->mu);
     if (sf->err > 0)
@@ -223,6 +311,8 @@ int lander__sf_wait(ingest_lander_batch *b)
     else if (sf->err < 0)
         rc = ingest__fail(b->ctx, INGEST_EIO, "lander: batch %s: a small file failed to land before", b->name);
     pthread_mutex_unlock(&sf->mu);
+    if (rc == 0)
+        rc = sf_redo(b, sf); /* the helper is idle (nothing queued): what it put aside is made here */
     return rc;
 }
 
@@ -243,6 +333,8 @@ void lander__sf_stop(ingest_lander_batch *b)
             close(sf->jobs[k].dirfd);
         ingest__free(b->ctx, sf->jobs[k].data);
     }
+    for (unsigned k = 0; k < sf->nredo; k++)
+        ingest__free(b->ctx, sf->redo[k].data); /* put aside and not made: the batch failed */
     pthread_mutex_destroy(&sf->mu);
     pthread_cond_destroy(&sf->cv);
     ingest__free(b->ctx, sf);

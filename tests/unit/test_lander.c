@@ -2678,6 +2678,147 @@ static void test_stage_taken(void **state)
 }
 
 /*
+ * A directory removed after the batch entered it and before it made its
+ * file there (another batch that failed removing the empty directories it
+ * had made, or a job tidying bronze): the create finds ENOENT.  The batch
+ * makes the directory again and lands, whichever thread was making the
+ * file: the landing thread (files of two chunks, and small ones it keeps)
+ * or the small-file helper (small ones handed over).  Before, the batch
+ * failed ("create temporary file for ...: No such file or directory") and
+ * the device sent it again.  Each file has a directory of its own, there
+ * before the batch and empty; the hook removes a file's directory just
+ * before its create (but every eighth).
+ */
+#define RM_N 64
+typedef struct remover {
+    env *e;
+    int calls, removed;
+} remover;
+
+static void remove_dir_at_create(void *ud, const char *device, int phase)
+{
+    remover *r = ud;
+    (void)device;
+    if (phase != INGEST__LANDER_HOOK_CREATE)
+        return;
+    const int k = r->calls++ % RM_N;
+    if (k % 8 == 4)
+        return; /* kept: the helper makes some files where it was given them */
+    char p[512];
+    snprintf(p, sizeof p, "%s/" DAY "g/d%02d", r->e->bronze, k);
+    if (rmdir(p) == 0)
+        r->removed++;
+}
+
+static void test_dir_removed_before_create(void **state)
+{
+    env *e = *state;
+    uint8_t *d[RM_N];
+    size_t len[RM_N];
+    char paths[RM_N][32];
+    tfile f[RM_N];
+    char p[512];
+    snprintf(p, sizeof p, "%s/" DAY "g", e->bronze);
+    for (char *c = p + strlen(e->bronze) + 1; *c; c++)
+        if (*c == '/') {
+            *c = '\0';
+            (void)mkdir(p, 0755);
+            *c = '/';
+        }
+    assert_int_equal(mkdir(p, 0755), 0);
+    for (int k = 0; k < RM_N; k++) {
+        len[k] = k % 4 == 3 ? CH + 500 : 700; /* two chunks: the landing thread's own create */
+        d[k] = pattern(len[k], 9100u + (uint32_t)k);
+        snprintf(paths[k], sizeof paths[k], "g/d%02d/f", k);
+        f[k] = (tfile){paths[k], d[k], len[k], T2024, 0644u};
+        snprintf(p, sizeof p, "%s/" DAY "g/d%02d", e->bronze, k);
+        assert_int_equal(mkdir(p, 0755), 0);
+    }
+    tbatch tb;
+    make_batch(e, "dev1", "rm1", f, RM_N, &tb);
+    ingest_lander_batch *b = NULL;
+    sf_begin(e, &tb, &b);
+    remover r = {e, 0, 0};
+    ingest__lander_set_hook(e->l, remove_dir_at_create, &r);
+    land_all(e, b, &tb);
+    ingest__lander_set_hook(e->l, NULL, NULL);
+    ingest_lander_stats st;
+    ingest_lander_batch_stats(b, &st);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+
+    assert_int_equal(r.calls, RM_N);         /* one create a file */
+    assert_true(r.removed >= RM_N / 2);     /* the files land in order: nearly every directory went */
+    assert_int_equal(st.dirs_remade, r.removed); /* and each was made again */
+    assert_true(st.files_helped > 0);       /* some by the helper (those it was to make and could not: not counted) */
+    for (int k = 0; k < RM_N; k++) {
+        snprintf(p, sizeof p, DAY "%s", paths[k]);
+        assert_file(e, p, d[k], len[k], T2024, 0644);
+        snprintf(p, sizeof p, DAY "g/d%02d", k);
+        assert_int_equal(tagged_entries(e, p), 0);
+        free(d[k]);
+    }
+    assert_int_equal(tagged_entries(e, DAY "g"), 0);
+    assert_int_equal(count_files(e), RM_N);
+}
+
+/*
+ * The same with every file in one directory, removed once, at the first
+ * create: the directory is made again once (not once per file whose
+ * create found the removed directory's descriptor), and every file lands.
+ */
+static void remove_h_once(void *ud, const char *device, int phase)
+{
+    remover *r = ud;
+    (void)device;
+    if (phase != INGEST__LANDER_HOOK_CREATE || r->calls++ > 0)
+        return;
+    char p[512];
+    snprintf(p, sizeof p, "%s/" DAY "h", r->e->bronze);
+    if (rmdir(p) == 0)
+        r->removed++;
+}
+
+static void test_dir_removed_once(void **state)
+{
+    env *e = *state;
+    uint8_t *d[SF_N];
+    char paths[SF_N][32];
+    tfile f[SF_N];
+    same_size_files("h", 700, 9300, d, paths, f);
+    char p[512];
+    snprintf(p, sizeof p, "%s/" DAY "h", e->bronze);
+    for (char *c = p + strlen(e->bronze) + 1; *c; c++)
+        if (*c == '/') {
+            *c = '\0';
+            (void)mkdir(p, 0755);
+            *c = '/';
+        }
+    assert_int_equal(mkdir(p, 0755), 0);
+    tbatch tb;
+    make_batch(e, "dev1", "rm2", f, SF_N, &tb);
+    ingest_lander_batch *b = NULL;
+    sf_begin(e, &tb, &b);
+    remover r = {e, 0, 0};
+    ingest__lander_set_hook(e->l, remove_h_once, &r);
+    land_all(e, b, &tb);
+    ingest__lander_set_hook(e->l, NULL, NULL);
+    ingest_lander_stats st;
+    ingest_lander_batch_stats(b, &st);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+    assert_int_equal(r.removed, 1);
+    assert_int_equal(st.dirs_remade, 1);
+    for (int k = 0; k < SF_N; k++) {
+        snprintf(p, sizeof p, DAY "%s", paths[k]);
+        assert_file(e, p, d[k], 700, T2024, 0644);
+        free(d[k]);
+    }
+    assert_int_equal(tagged_entries(e, DAY "h"), 0);
+    assert_int_equal(count_files(e), SF_N);
+}
+
+/*
  * A file put where a staged directory goes, after the batch wrote it: the
  * commit refuses the batch before any rename, naming the directory; nothing
  * of the batch stays, its staged directory included.  Once the way is
@@ -4062,6 +4203,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_land_modes_under_umask, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_files_helper, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_files_many, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dir_removed_before_create, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dir_removed_once, setup, teardown),
         cmocka_unit_test(test_durable_dirs_set),
         cmocka_unit_test_setup_teardown(test_small_files_helper_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_files_helper_named, setup, teardown),
