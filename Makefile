@@ -58,6 +58,7 @@ TESTLIB_OBJ := $(TESTLIB_SRC:%.c=$(BUILD)/obj/%.o)
 TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
 TOOL_BINS := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
 POWERCUT_SO := $(BUILD)/tools/powercut.so
+DIRSNATCH_SO := $(BUILD)/tools/dirsnatch.so
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
@@ -69,7 +70,7 @@ all: lib programs man
 
 lib: $(BUILD)/libingest.a $(BUILD)/libingest.so.$(SOVERSION) $(BUILD)/libingest.pc
 programs: $(PROG_BINS)
-tests: $(UNIT_BINS) $(FUZZ_BINS) $(TOOL_BINS) $(POWERCUT_SO)
+tests: $(UNIT_BINS) $(FUZZ_BINS) $(TOOL_BINS) $(POWERCUT_SO) $(DIRSNATCH_SO)
 
 # Man pages: docs/man/*.[158] as they are; ingest.yaml(5) from its template,
 # its key entries written by docs/man/mankeys.c from the config tables.
@@ -130,6 +131,12 @@ $(TOOL_BINS): $(BUILD)/tools/%: $(BUILD)/obj/tests/tools/%.o $(PROG_COMMON_OBJ) 
 # program under test, built without sanitizers (the program's own run-time
 # comes first either way).
 $(POWERCUT_SO): tests/tools/powercut/powercut.c tests/tools/powercut/pclog.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -fvisibility=hidden -fPIC -shared -o $@ $< -ldl -lpthread
+
+# The directory snatcher (tests/tools/dirsnatch/): removes directories of
+# bronze at the worst moment; preloaded into the receiver, built like the above.
+$(DIRSNATCH_SO): tests/tools/dirsnatch/dirsnatch.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -fvisibility=hidden -fPIC -shared -o $@ $< -ldl -lpthread
 

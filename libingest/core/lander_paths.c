@@ -357,7 +357,22 @@ int lander__add_dir(ingest_lander_batch *b, const char *dir)
  * their parents for fsync).  Without create, a missing component gives
  * *fd = -1 and 0.  A symlink or non-directory: INGEST_EINVAL naming file.
  */
+static int walk_once(ingest_lander_batch *b, const char *file, const char *dir, bool create, int *fd, bool *again);
+
 int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create, int *fd)
+{
+    /* again: making it, a directory on the way went (removed while empty, see lander__reenter_land_dir): anew */
+    for (unsigned tries = 0;; tries++) {
+        bool again = false;
+        const int rc = walk_once(b, file, dir, create, fd, &again);
+        if (rc < 0 || !again)
+            return rc;
+        if (tries >= LANDER_REENTER_TRIES)
+            return lander__sys_fail(b->ctx, ENOENT, "make directory", dir);
+    }
+}
+
+static int walk_once(ingest_lander_batch *b, const char *file, const char *dir, bool create, int *fd, bool *again)
 {
     ingest_lander *l = b->l;
     *fd = -1;
@@ -381,6 +396,10 @@ int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, 
             if (!made && errno != EEXIST) {
                 const int err = errno;
                 close(cur);
+                if (err == ENOENT) { /* cur was removed */
+                    *again = true;
+                    return 0;
+                }
                 return lander__sys_fail(b->ctx, err, "mkdir under bronze root:", dir);
             }
             /* the new entry lives in the parent directory: sync it */
@@ -400,8 +419,10 @@ int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, 
         if (nfd < 0) {
             const int err = errno;
             close(cur);
-            if (err == ENOENT && !create)
+            if (err == ENOENT) { /* missing; or, when making it, made and removed at once */
+                *again = create;
                 return 0;
+            }
             if (err == ELOOP || err == ENOTDIR)
                 return ingest__fail(b->ctx, INGEST_EINVAL,
                                     "lander: file %.200s%s: \"%.200s\" on its way in the bronze tree is a symlink or "

@@ -280,13 +280,16 @@ static int finish_batch(ingest_core *s, ingest_lander_batch *b, ingest_ctx *lctx
     ingest_metric_add(s->m.wire, device, st.bytes_received);
     ingest_metric_add(s->m.written, device, st.bytes_written);
     ingest_metric_observe(s->m.latency, device, core_now() - batch_t0);
+    char remade[64] = ""; /* directories removed under the batch (docs/landing.md): only when there were */
+    if (st.dirs_remade > 0)
+        snprintf(remade, sizeof remade, ", %llu directories made again", (unsigned long long)st.dirs_remade);
     core_log(s, INGEST_LOG_INFO,
              "device %s batch %s landed: %llu files, %llu bytes, %llu chunks new, %llu known, %llu re-asked, "
-             "%llu written, %llu cloned, commit %.3fs",
+             "%llu written, %llu cloned, commit %.3fs%s",
              device, batch, (unsigned long long)st.files, (unsigned long long)st.bytes,
              (unsigned long long)st.chunks_new, (unsigned long long)st.chunks_known,
              (unsigned long long)st.chunks_rewanted, (unsigned long long)st.bytes_written,
-             (unsigned long long)st.bytes_cloned, core_now() - t0);
+             (unsigned long long)st.bytes_cloned, core_now() - t0, remade);
     return 0;
 }
 
