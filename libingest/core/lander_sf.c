@@ -242,15 +242,16 @@ sfslot *lander__sf_take(ingest_lander_batch *b, int *rc)
     }
     if (!sf->started)
         return NULL;
-    if ((*rc = sf_redo(b, sf)) < 0)
-        return NULL;
     pthread_mutex_lock(&sf->mu);
     if (sf->err > 0)
         *rc = sf_report(b, sf);
+    const bool redo = sf->nredo > 0;
     const unsigned n = sf->n;
     /* the slot after the queued ones: head + n stays where it is while the helper takes jobs */
     const unsigned tail = (sf->head + n) % SF_SLOTS;
     pthread_mutex_unlock(&sf->mu);
+    if (*rc == 0 && redo)
+        *rc = sf_redo(b, sf); /* files put aside (their directory was removed): made here first */
     if (*rc < 0 || n >= SF_AHEAD)
         return NULL;
     return (sfslot *)&sf->jobs[tail]; /* the helper touches only queued slots */
