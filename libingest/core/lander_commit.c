@@ -555,9 +555,7 @@ static int place_stage(ingest_lander_batch *b, lstage *st)
         return 0;
     }
     st->placed = true;
-    lander__close_fd(&b->dirfd); /* a cached descriptor may name a directory by a path now gone */
-    ingest__free(b->ctx, b->cur_dir);
-    b->cur_dir = NULL;
+    lander__forget_dir(b); /* a cached descriptor may name a directory by a path now gone */
     return move_dirs(b, st->real, st->final);
 }
 

@@ -381,6 +381,8 @@ int lander__landed_path(ingest_lander *l, const char *device, const char *batch,
 int lander__add_dir(ingest_lander_batch *b, const char *dir);
 int lander__walk_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create, int *fd);
 int lander__enter_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create);
+/* Forget the cached directory (b->dirfd closed, b->cur_dir freed): the next enter walks to its directory. */
+void lander__forget_dir(ingest_lander_batch *b);
 /* Make b->dirfd the directory dir (cached by name) if it is there; *missing (b->dirfd untouched) if not. */
 int lander__enter_dir_found(ingest_lander_batch *b, const char *file, const char *dir, bool *missing);
 /* Make b->dirfd the directory file fi's data is written in (dir: its final one), staging a missing one. */
@@ -394,9 +396,6 @@ int lander__enter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir)
  */
 #define LANDER_REENTER_TRIES 3u
 int lander__reenter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir);
-/* After such a re-entry for file landed: the directories made since b->made held from (none: 0) are new, no
- * longer known durable; counted (stats.dirs_remade) and logged.  Returns how many. */
-size_t lander__remade(ingest_lander_batch *b, size_t from, const char *landed);
 /* The directory file fi's data is in now (dir: its final one): dir, or its place in a stage not yet in place. */
 void lander__data_dir(const ingest_lander_batch *b, uint32_t fi, const char *dir, char *out, size_t cap);
 /* Remove the directories made under stage s's temporary name (empty now), deepest first, and forget them. */

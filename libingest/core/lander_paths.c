@@ -303,9 +303,7 @@ void lander__remove_made_dirs(ingest_lander_batch *b)
  */
 void lander__drop_made_tail(ingest_lander_batch *b)
 {
-    lander__close_fd(&b->dirfd);
-    ingest__free(b->ctx, b->cur_dir);
-    b->cur_dir = NULL;
+    lander__forget_dir(b);
     while (b->nmade > 0) {
         char *d = b->made[b->nmade - 1];
         if (strncmp(d, "_manifests", 10) == 0 && (d[10] == '/' || d[10] == '\0'))
@@ -458,14 +456,19 @@ int lander__enter_dir_found(ingest_lander_batch *b, const char *file, const char
     return b->cur_dir ? 0 : ingest__fail(b->ctx, INGEST_ENOMEM, "lander: out of memory");
 }
 
+void lander__forget_dir(ingest_lander_batch *b)
+{
+    lander__close_fd(&b->dirfd);
+    ingest__free(b->ctx, b->cur_dir);
+    b->cur_dir = NULL;
+}
+
 /* Make b->dirfd the directory dir (cached by name). */
 int lander__enter_dir(ingest_lander_batch *b, const char *file, const char *dir, bool create)
 {
     if (b->dirfd >= 0 && b->cur_dir && strcmp(b->cur_dir, dir) == 0)
         return 0;
-    lander__close_fd(&b->dirfd);
-    ingest__free(b->ctx, b->cur_dir);
-    b->cur_dir = NULL;
+    lander__forget_dir(b);
     INGEST__FORWARD(lander__walk_dir(b, file, dir, create, &b->dirfd));
     if (b->dirfd < 0)
         return ingest__fail(b->ctx, INGEST_ENOTFOUND, "lander: file %s: directory %s missing", file, dir);
@@ -612,27 +615,20 @@ int lander__enter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir)
     return lander__enter_dir(b, f->path, dir, true);
 }
 
-size_t lander__remade(ingest_lander_batch *b, size_t from, const char *landed)
-{
-    if (b->nmade <= from)
-        return 0;
-    /* new directories: a mark of the old ones as durable (the set of ingest__syncs) is not theirs */
-    for (size_t k = from; k < b->nmade; k++)
-        ingest__syncs_dir_forget(b->l->syncs, b->made[k]);
-    ingest__log(b->ctx, INGEST_LOG_INFO,
-                "lander: batch %s: directory of %s removed before its file was made there: made again", b->name, landed);
-    b->stats.dirs_remade++;
-    return b->nmade - from;
-}
-
 int lander__reenter_land_dir(ingest_lander_batch *b, uint32_t fi, const char *dir)
 {
-    lander__close_fd(&b->dirfd);
-    ingest__free(b->ctx, b->cur_dir);
-    b->cur_dir = NULL;
+    lander__forget_dir(b);
     const size_t before = b->nmade;
     INGEST__FORWARD(lander__enter_land_dir(b, fi, dir));
-    (void)lander__remade(b, before, b->files[fi].landed);
+    if (b->nmade > before) {
+        /* new directories: a mark of the old ones as durable (the set of ingest__syncs) is not theirs */
+        for (size_t k = before; k < b->nmade; k++)
+            ingest__syncs_dir_forget(b->l->syncs, b->made[k]);
+        ingest__log(b->ctx, INGEST_LOG_INFO,
+                    "lander: batch %s: directory of %s removed before its file was made there: made again", b->name,
+                    b->files[fi].landed);
+        b->stats.dirs_remade++;
+    }
     return lander__add_dir(b, dir);
 }
 

@@ -195,10 +195,8 @@ static int sf_redo(ingest_lander_batch *b, struct lander_sf *sf)
         lander__split_path(f->landed, dir, sizeof dir, &name);
         b->stats.files_helped--; /* made here after all */
         for (unsigned tries = 0;; tries++) {
-            const size_t before = b->nmade;
-            if ((rc = lander__enter_land_dir(b, j->fi, dir)) < 0)
+            if ((rc = lander__reenter_land_dir(b, j->fi, dir)) < 0)
                 break;
-            (void)lander__remade(b, before, f->landed);
             lander__tmp_name(b, name, j->fi, j->name, sizeof j->name); /* staged now, perhaps: its final name */
             j->dirfd = b->dirfd; /* lent */
             const char *what = NULL;
@@ -210,13 +208,9 @@ static int sf_redo(ingest_lander_batch *b, struct lander_sf *sf)
                 rc = lander__sys_fail(b->ctx, e, what, f->landed);
                 break;
             }
-            lander__close_fd(&b->dirfd); /* removed again: walk to it anew */
-            ingest__free(b->ctx, b->cur_dir);
-            b->cur_dir = NULL;
         }
     }
-    lander__close_fd(&b->dirfd);
-    ingest__free(b->ctx, b->cur_dir);
+    lander__forget_dir(b);
     b->dirfd = keep_fd;
     b->cur_dir = keep_dir;
     for (unsigned k = 0; k < n; k++)

@@ -2690,6 +2690,21 @@ static void test_stage_taken(void **state)
  * before its create (but every eighth).
  */
 #define RM_N 64
+
+/* Make directory rel under bronze (new), and its parents as needed. */
+static void make_dirs(const env *e, const char *rel)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    for (char *c = p + strlen(e->bronze) + 1; *c; c++)
+        if (*c == '/') {
+            *c = '\0';
+            (void)mkdir(p, 0755);
+            *c = '/';
+        }
+    assert_int_equal(mkdir(p, 0755), 0);
+}
+
 typedef struct remover {
     env *e;
     int calls, removed;
@@ -2718,14 +2733,7 @@ static void test_dir_removed_before_create(void **state)
     char paths[RM_N][32];
     tfile f[RM_N];
     char p[512];
-    snprintf(p, sizeof p, "%s/" DAY "g", e->bronze);
-    for (char *c = p + strlen(e->bronze) + 1; *c; c++)
-        if (*c == '/') {
-            *c = '\0';
-            (void)mkdir(p, 0755);
-            *c = '/';
-        }
-    assert_int_equal(mkdir(p, 0755), 0);
+    make_dirs(e, DAY "g");
     for (int k = 0; k < RM_N; k++) {
         len[k] = k % 4 == 3 ? CH + 500 : 700; /* two chunks: the landing thread's own create */
         d[k] = pattern(len[k], 9100u + (uint32_t)k);
@@ -2787,14 +2795,7 @@ static void test_dir_removed_once(void **state)
     tfile f[SF_N];
     same_size_files("h", 700, 9300, d, paths, f);
     char p[512];
-    snprintf(p, sizeof p, "%s/" DAY "h", e->bronze);
-    for (char *c = p + strlen(e->bronze) + 1; *c; c++)
-        if (*c == '/') {
-            *c = '\0';
-            (void)mkdir(p, 0755);
-            *c = '/';
-        }
-    assert_int_equal(mkdir(p, 0755), 0);
+    make_dirs(e, DAY "h");
     tbatch tb;
     make_batch(e, "dev1", "rm2", f, SF_N, &tb);
     ingest_lander_batch *b = NULL;
