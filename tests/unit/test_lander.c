@@ -2710,6 +2710,22 @@ typedef struct remover {
     int calls, removed;
 } remover;
 
+/* Land batch name of files f[0, n) of dev1 with hook on the lander meanwhile; its statistics in *st. */
+static void land_hooked(env *e, const char *name, const tfile *f, size_t n, ingest__lander_hook_fn hook, void *ud,
+                        ingest_lander_stats *st)
+{
+    tbatch tb;
+    make_batch(e, "dev1", name, f, n, &tb);
+    ingest_lander_batch *b = NULL;
+    sf_begin(e, &tb, &b);
+    ingest__lander_set_hook(e->l, hook, ud);
+    land_all(e, b, &tb);
+    ingest__lander_set_hook(e->l, NULL, NULL);
+    ingest_lander_batch_stats(b, st);
+    ingest_lander_batch_destroy(b);
+    free(tb.manifest);
+}
+
 static void remove_dir_at_create(void *ud, const char *device, int phase)
 {
     remover *r = ud;
@@ -2742,19 +2758,9 @@ static void test_dir_removed_before_create(void **state)
         snprintf(p, sizeof p, "%s/" DAY "g/d%02d", e->bronze, k);
         assert_int_equal(mkdir(p, 0755), 0);
     }
-    tbatch tb;
-    make_batch(e, "dev1", "rm1", f, RM_N, &tb);
-    ingest_lander_batch *b = NULL;
-    sf_begin(e, &tb, &b);
     remover r = {e, 0, 0};
-    ingest__lander_set_hook(e->l, remove_dir_at_create, &r);
-    land_all(e, b, &tb);
-    ingest__lander_set_hook(e->l, NULL, NULL);
     ingest_lander_stats st;
-    ingest_lander_batch_stats(b, &st);
-    ingest_lander_batch_destroy(b);
-    free(tb.manifest);
-
+    land_hooked(e, "rm1", f, RM_N, remove_dir_at_create, &r, &st);
     assert_int_equal(r.calls, RM_N);         /* one create a file */
     assert_true(r.removed >= RM_N / 2);     /* the files land in order: nearly every directory went */
     assert_int_equal(st.dirs_remade, r.removed); /* and each was made again */
@@ -2796,18 +2802,9 @@ static void test_dir_removed_once(void **state)
     same_size_files("h", 700, 9300, d, paths, f);
     char p[512];
     make_dirs(e, DAY "h");
-    tbatch tb;
-    make_batch(e, "dev1", "rm2", f, SF_N, &tb);
-    ingest_lander_batch *b = NULL;
-    sf_begin(e, &tb, &b);
     remover r = {e, 0, 0};
-    ingest__lander_set_hook(e->l, remove_h_once, &r);
-    land_all(e, b, &tb);
-    ingest__lander_set_hook(e->l, NULL, NULL);
     ingest_lander_stats st;
-    ingest_lander_batch_stats(b, &st);
-    ingest_lander_batch_destroy(b);
-    free(tb.manifest);
+    land_hooked(e, "rm2", f, SF_N, remove_h_once, &r, &st);
     assert_int_equal(r.removed, 1);
     assert_int_equal(st.dirs_remade, 1);
     for (int k = 0; k < SF_N; k++) {
