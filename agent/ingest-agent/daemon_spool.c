@@ -537,8 +537,6 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
     char full[PATH_MAX], dst[PATH_MAX];
     struct stat st, at;
     ingest_file_state fs;
-    if (ingest_filetable_get(d->a->state.ft, f->path, &fs) == 0 && fs.dev == INGEST_FILE_STATE_REFUSED)
-        return 0; /* the core refused this version: it never landed, so it stays */
     if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full))
         return 0;
     if (s->after == AFTER_MOVE && (size_t)snprintf(dst, sizeof(dst), "%s/%s", s->move_dir, rel) >= sizeof(dst)) {
@@ -564,6 +562,21 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
         }
         return 0;
     }
+    /* Only a version that landed: the ACK's store transaction records in the file table exactly the
+     * versions the core landed.  The batch's journal record lists every file taken for it, also one left
+     * out when the batch was built (unreadable for a moment, gone and back), withdrawn while it was sent,
+     * or refused (marked INGEST_FILE_STATE_REFUSED): such a file has no entry of this version, stays where
+     * it is, and is found and shipped again (resettle_missing). */
+    const int got = ingest_filetable_get(d->a->state.ft, f->path, &fs);
+    if (got < 0 && got != INGEST_ENOTFOUND) {
+        if (!quiet && (*nfail)++ == 0)
+            prog_log(INGEST_LOG_WARN, "after_ship %s of %s: state store: %s; tried again later", what, prog_esc(full),
+                     ingest_ctx_errmsg(d->a->ctx));
+        return 2;
+    }
+    if (got != 0 || fs.dev == INGEST_FILE_STATE_REFUSED || fs.size != f->size || fs.mtime_ns != f->mtime_ns ||
+        fs.ctime_ns != f->ctime_ns)
+        return 0;
     if (!is_shipped_version(&st, f))
         return 0; /* a newer version: leave it */
     const int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
