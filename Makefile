@@ -59,7 +59,7 @@ TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
 TOOL_BINS := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tools/%)
 POWERCUT_SO := $(BUILD)/tools/powercut.so
 DIRSNATCH_SO := $(BUILD)/tools/dirsnatch.so
-OPENFAIL_SO := $(BUILD)/tools/openfail.so
+FSFAULT_SO := $(BUILD)/tools/fsfault.so
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
@@ -71,7 +71,7 @@ all: lib programs man
 
 lib: $(BUILD)/libingest.a $(BUILD)/libingest.so.$(SOVERSION) $(BUILD)/libingest.pc
 programs: $(PROG_BINS)
-tests: $(UNIT_BINS) $(FUZZ_BINS) $(TOOL_BINS) $(POWERCUT_SO) $(DIRSNATCH_SO) $(OPENFAIL_SO)
+tests: $(UNIT_BINS) $(FUZZ_BINS) $(TOOL_BINS) $(POWERCUT_SO) $(DIRSNATCH_SO) $(FSFAULT_SO)
 
 # Man pages: docs/man/*.[158] as they are; ingest.yaml(5) from its template,
 # its key entries written by docs/man/mankeys.c from the config tables.
@@ -141,9 +141,9 @@ $(DIRSNATCH_SO): tests/tools/dirsnatch/dirsnatch.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -fvisibility=hidden -fPIC -shared -o $@ $< -ldl -lpthread
 
-# The open failer (tests/tools/openfail/): makes a source file unreadable
-# for a moment; preloaded into the agent, built like the above.
-$(OPENFAIL_SO): tests/tools/openfail/openfail.c
+# The fault layer (tests/tools/fsfault/): a source file unreadable or a
+# removal slowed at the worst moment; preloaded into the agent, built like the above.
+$(FSFAULT_SO): tests/tools/fsfault/fsfault.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -fvisibility=hidden -fPIC -shared -o $@ $< -ldl -lpthread
 

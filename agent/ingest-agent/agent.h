@@ -21,6 +21,16 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/*
+ * The name an after-ship action gives a file beside it just before it
+ * deletes or moves it: this prefix and the 16 hex digits of its inode
+ * (daemon_spool.c, claim_file).  A run that stops in between leaves the
+ * file under it, for the next run's action to finish: never a file to
+ * ship (agent_is_claim_name).
+ */
+#define AGENT_CLAIM_PREFIX ".ingest-after."
+int agent_is_claim_name(const char *path);
+
 #define HANDSHAKE_TIMEOUT_MS 15000
 #define STOP_GRACE_S 3 /* a stop waits this long for the core's answers, then cuts the connection */
 

@@ -510,6 +510,73 @@ static int is_shipped_version(const struct stat *st, const ingest_journal_file *
            (f->ino == 0 || (uint64_t)st->st_ino == f->ino);
 }
 
+/* Is st, found under the claim name of f's inode, f's version?  Its ctime is the claim's (a rename sets it);
+ * the inode in the name, with its size and mtime, says it is the file the journal recorded. */
+static int is_claimed_version(const struct stat *st, const ingest_journal_file *f)
+{
+    return S_ISREG(st->st_mode) && f->ino != 0 && (uint64_t)st->st_ino == f->ino &&
+           (uint64_t)st->st_size == f->size &&
+           (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec == f->mtime_ns;
+}
+
+/* The name beside a file under which its after-ship action holds it (claim_file): short, and found again
+ * from the inode the journal recorded, should the agent stop between the claim and the action. */
+static int claim_name(const char *full, uint64_t ino, char *out, size_t cap)
+{
+    const char *slash = strrchr(full, '/');
+    const int dirlen = slash != NULL ? (int)(slash - full) + 1 : 0;
+    return (size_t)snprintf(out, cap, "%.*s" AGENT_CLAIM_PREFIX "%016llx", dirlen, full, (unsigned long long)ino) <
+                   cap
+               ? 0
+               : -1;
+}
+
+enum { CLAIM_OK, CLAIM_GONE, CLAIM_OTHER, CLAIM_NONE };
+
+/*
+ * Take the file at full, the inode of want, to its claim name cl (rename
+ * without replacing), so that the action removes or moves that inode and
+ * no other: a writer that replaces the path by rename (a new file renamed
+ * over it) between the checks and the action keeps its new file.
+ * CLAIM_OK: cl holds it.  CLAIM_GONE: nothing is at full any more.
+ * CLAIM_OTHER: the file at full was another (a newer version): it is put
+ * back, or, when yet another came meanwhile, renamed from cl to
+ * NAME.ingest-kept.INODE beside it (logged), where it ships like any new
+ * file (a claim name is never shipped).  CLAIM_NONE: the filesystem cannot rename without
+ * replacing (EINVAL), or the claim name is taken: the action goes by the
+ * path, as before.
+ */
+static int claim_file(const char *full, const struct stat *want, const char *cl)
+{
+    if (renameat2(AT_FDCWD, full, AT_FDCWD, cl, RENAME_NOREPLACE) != 0)
+        return errno == ENOENT ? CLAIM_GONE : CLAIM_NONE;
+    struct stat c;
+    if (lstat(cl, &c) == 0 && c.st_dev == want->st_dev && c.st_ino == want->st_ino)
+        return CLAIM_OK;
+    if (renameat2(AT_FDCWD, cl, AT_FDCWD, full, RENAME_NOREPLACE) != 0) {
+        char kept[PATH_MAX];
+        const char *as = cl;
+        if ((size_t)snprintf(kept, sizeof(kept), "%s.ingest-kept.%016llx", full, (unsigned long long)c.st_ino) <
+                sizeof(kept) &&
+            renameat2(AT_FDCWD, cl, AT_FDCWD, kept, RENAME_NOREPLACE) == 0)
+            as = kept;
+        prog_log(INGEST_LOG_WARN, "after_ship: %s was replaced twice while it was acted on: the version between is "
+                 "kept as %s", prog_esc(full), prog_esc(as));
+    }
+    return CLAIM_OTHER;
+}
+
+/* A move that failed: logged (the first of a pass), its directory forgotten (it may be gone). */
+static void move_failed(daemon_t *d, int quiet, size_t *nfail, const char *full, const char *dst)
+{
+    const int e = errno;
+    d->moved_dir[0] = '\0';
+    if (!quiet && (*nfail)++ == 0)
+        prog_log(INGEST_LOG_WARN, "after_ship move %s -> %s: %s; tried again later", prog_esc(full), prog_esc(dst),
+                 strerror(e));
+    errno = e;
+}
+
 /*
  * Delete or move (s->after) the acked file rel of source s, when it is
  * still the version shipped (f) and no other process has it open.
@@ -524,17 +591,18 @@ static int is_shipped_version(const struct stat *st, const ingest_journal_file *
  * description of the file exists, in any process, so a writer that paused
  * with its file open keeps it from being deleted under it.  Under the lease
  * the file is checked again (the version shipped, and still the one at
- * this path) before it goes.  Where the lease cannot be taken at all
- * (EINVAL: the filesystem has no leases; EACCES: the agent neither owns the
- * file nor has CAP_LEASE) the action runs without that check, as it always
- * did, and a warning says so once (docs/operations.md).
+ * this path), then claimed (claim_file) and deleted or moved by its claim
+ * name.  Where the lease cannot be taken at all (EINVAL: the filesystem has
+ * no leases; EACCES: the agent neither owns the file nor has CAP_LEASE) the
+ * action runs without that check, as it always did, and a warning says so
+ * once (docs/operations.md).
  */
 static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_journal_file *f, int quiet,
                         size_t *nfail, char *removed, size_t cap)
 {
     removed[0] = '\0';
     const char *what = s->after == AFTER_DELETE ? "delete" : "move";
-    char full[PATH_MAX], dst[PATH_MAX];
+    char full[PATH_MAX], dst[PATH_MAX], cl[PATH_MAX];
     struct stat st, at;
     ingest_file_state fs;
     if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full))
@@ -545,11 +613,23 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
                      "where it is", prog_esc(full), prog_esc(s->move_dir), PATH_MAX - 1);
         return 0;
     }
-    if (lstat(full, &st) != 0) {
+    const char *path = full; /* where the file is acted on: full, or its claim name cl */
+    int claimed = 0;
+    int gone = lstat(full, &st) != 0;
+    if (gone && errno != ENOENT)
+        return 0;
+    if ((gone || !is_shipped_version(&st, f)) && f->ino != 0 && claim_name(full, f->ino, cl, sizeof(cl)) == 0) {
+        struct stat c; /* left under its claim name by a run that stopped before the action */
+        if (lstat(cl, &c) == 0 && is_claimed_version(&c, f)) {
+            st = c;
+            path = cl;
+            claimed = 1;
+            gone = 0;
+        }
+    }
+    if (gone) {
         /* gone: perhaps deleted by a run that died before making the deletion durable; its directory is
          * fsynced all the same before the batch's record goes (a cut must not bring it back) */
-        if (errno != ENOENT)
-            return 0;
         snprintf(removed, cap, "%s", full);
         /* or moved by a run that died (or whose fsync failed) between the rename and the fsync of the
          * directory moved into: that one too, or the cut that keeps the unlink could lose the new name */
@@ -566,20 +646,21 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
      * versions the core landed.  The batch's journal record lists every file taken for it, also one left
      * out when the batch was built (unreadable for a moment, gone and back), withdrawn while it was sent,
      * or refused (marked INGEST_FILE_STATE_REFUSED): such a file has no entry of this version, stays where
-     * it is, and is found and shipped again (resettle_missing). */
-    const int got = ingest_filetable_get(d->a->state.ft, f->path, &fs);
+     * it is, and is found and shipped again (resettle_missing).  (A claimed file passed this check before
+     * it was claimed; its entry went when a walk found its name gone.) */
+    const int got = claimed ? 0 : ingest_filetable_get(d->a->state.ft, f->path, &fs);
     if (got < 0 && got != INGEST_ENOTFOUND) {
         if (!quiet && (*nfail)++ == 0)
             prog_log(INGEST_LOG_WARN, "after_ship %s of %s: state store: %s; tried again later", what, prog_esc(full),
                      ingest_ctx_errmsg(d->a->ctx));
         return 2;
     }
-    if (got != 0 || fs.dev == INGEST_FILE_STATE_REFUSED || fs.size != f->size || fs.mtime_ns != f->mtime_ns ||
-        fs.ctime_ns != f->ctime_ns)
+    if (!claimed && (got != 0 || fs.dev == INGEST_FILE_STATE_REFUSED || fs.size != f->size ||
+                     fs.mtime_ns != f->mtime_ns || fs.ctime_ns != f->ctime_ns))
         return 0;
-    if (!is_shipped_version(&st, f))
+    if (!claimed && !is_shipped_version(&st, f))
         return 0; /* a newer version: leave it */
-    const int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0 && (errno == ENOENT || errno == ELOOP))
         return 0; /* gone, or replaced by a symlink, since */
     int leased = 0;
@@ -605,12 +686,42 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
                  s->after == AFTER_DELETE ? "deleted" : "moved");
     }
     /* (under the lease) still the version shipped, still at this path */
-    const int same = (fd < 0 || (fstat(fd, &st) == 0 && is_shipped_version(&st, f))) && lstat(full, &at) == 0 &&
-                     at.st_dev == st.st_dev && at.st_ino == st.st_ino && is_shipped_version(&at, f);
+    int (*const is_version)(const struct stat *, const ingest_journal_file *) =
+        claimed ? is_claimed_version : is_shipped_version;
+    int same = (fd < 0 || (fstat(fd, &st) == 0 && is_version(&st, f))) && lstat(path, &at) == 0 &&
+               at.st_dev == st.st_dev && at.st_ino == st.st_ino && is_version(&at, f);
     int rc = 0;
+    /* A move's destination directory first (the directories above dst below move_dir are made and synced
+     * once, then known, d->moved_dir, until another; one known that is gone, removed by hand, is made
+     * again): a move that cannot be made leaves the file as it is. */
+    char dir[PATH_MAX];
+    char *slash = NULL;
+    int known = 0;
+    const size_t below = s->after == AFTER_MOVE ? strlen(s->move_dir) : 0;
+    if (same && s->after == AFTER_MOVE) {
+        snprintf(dir, sizeof(dir), "%s", dst);
+        if ((slash = strrchr(dir, '/')) != NULL)
+            *slash = '\0';
+        known = slash != NULL && strcmp(dir, d->moved_dir) == 0;
+        if (sync_move_chain(s) != 0 || (!known && mkdirs(dst, below) != 0)) {
+            move_failed(d, quiet, nfail, full, dst);
+            same = 0;
+            rc = 2;
+        }
+    }
+    if (same && !claimed && f->ino != 0) {
+        /* from here on acted on by its claim name: a file renamed over full after the check stays; a failed
+         * action leaves it under that name, where the next try finds it */
+        const int c = claim_name(full, f->ino, cl, sizeof(cl)) == 0 ? claim_file(full, &at, cl) : CLAIM_NONE;
+        if (c == CLAIM_OK) {
+            path = cl;
+            claimed = 1;
+        }
+        same = c == CLAIM_OK || c == CLAIM_NONE;
+    }
     if (same) {
         if (s->after == AFTER_DELETE) {
-            if (unlink(full) == 0) {
+            if (unlink(path) == 0) {
                 d->deleted++;
                 snprintf(removed, cap, "%s", full);
                 if (quiet)
@@ -622,20 +733,10 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
                              strerror(errno));
             }
         } else {
-            char dir[PATH_MAX];
-            snprintf(dir, sizeof(dir), "%s", dst);
-            char *slash = strrchr(dir, '/');
-            if (slash != NULL)
-                *slash = '\0';
-            /* the directories above dst (below move_dir) are made and synced once, then known (d->moved_dir)
-             * until another; one known that is gone (removed by hand) is made again */
-            int known = slash != NULL && strcmp(dir, d->moved_dir) == 0;
-            const size_t below = strlen(s->move_dir);
-            int ok = sync_move_chain(s) == 0 && (known || mkdirs(dst, below) == 0) &&
-                     prog_move_file(full, fd, dst) == 0; /* across filesystems too; durable */
+            int ok = prog_move_file(path, fd, dst) == 0; /* across filesystems too; durable */
             if (!ok && known && errno == ENOENT) {
                 known = 0;
-                ok = mkdirs(dst, below) == 0 && prog_move_file(full, fd, dst) == 0;
+                ok = mkdirs(dst, below) == 0 && prog_move_file(path, fd, dst) == 0;
             }
             if (ok) {
                 if (!known && slash != NULL)
@@ -645,11 +746,8 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
                     prog_log(INGEST_LOG_INFO, "after_ship: %s moved to %s (on a later try)", prog_esc(full),
                              prog_esc(dst));
             } else {
-                d->moved_dir[0] = '\0'; /* (its directory may be gone) */
+                move_failed(d, quiet, nfail, full, dst);
                 rc = 2;
-                if (!quiet && (*nfail)++ == 0)
-                    prog_log(INGEST_LOG_WARN, "after_ship move %s -> %s: %s; tried again later", prog_esc(full),
-                             prog_esc(dst), strerror(errno));
             }
         }
     }

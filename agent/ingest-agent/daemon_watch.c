@@ -575,8 +575,8 @@ static int select_file(void *ud, const char *path, const ingest_sender_stat *st)
     daemon_t *d = ((agent *)ud)->userdata;
     const char *rel = NULL;
     dsource *s = dmn_source_of(d, path, &rel);
-    if (s == NULL || stopping)
-        return 0;
+    if (s == NULL || stopping || agent_is_claim_name(path))
+        return 0; /* (a claimed file: an after-ship action is deleting or moving it, daemon_spool.c) */
     agent *a = d->a;
     if (a->report.metrics != NULL)
         ingest_metric_add(a->report.m.files_seen, s->name, 1);

@@ -524,10 +524,26 @@ static void record_acked(agent *a, ingest_sender_batch *b)
     a->report.t.record_s += prog_now() - t0;
 }
 
-/* The sender's want_file hook: pass over files unchanged since their ack. */
+int agent_is_claim_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *b = slash != NULL ? slash + 1 : path;
+    const size_t n = sizeof(AGENT_CLAIM_PREFIX) - 1;
+    if (strncmp(b, AGENT_CLAIM_PREFIX, n) != 0 || strlen(b + n) != 16)
+        return 0;
+    for (b += n; *b != '\0'; b++)
+        if (!((*b >= '0' && *b <= '9') || (*b >= 'a' && *b <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* The sender's want_file hook: pass over files unchanged since their ack, and files an after-ship action
+ * holds under its claim name. */
 static int want_file(void *ud, const char *path, const ingest_sender_stat *st)
 {
     agent *a = ud;
+    if (agent_is_claim_name(path))
+        return 0;
     if (a->report.metrics != NULL) {
         char name[64];
         const char *slash = strchr(path, '/');

@@ -7,14 +7,14 @@
 #   2. withdrawn (its open at send time says ENOENT) from a batch whose
 #      after-ship action is deferred (another of its files is held open),
 #      so that the action runs again from the journal's record.
-# The layer tests/tools/openfail makes the failing open.  Each time the file
+# The layer tests/tools/fsfault makes the failing open.  Each time the file
 # stays, is found again, lands byte-identical, and only then is deleted.
 . "$(dirname "$0")/lib.sh"
-OPENFAIL="$BUILD/tools/openfail.so"
+FSFAULT="$BUILD/tools/fsfault.so"
 # a sanitizer build's run-time need not come first: the layer only wraps openat
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
 export ASAN_OPTIONS
-[ -f "$OPENFAIL" ] || fail "$OPENFAIL is not built (make tests)"
+[ -f "$FSFAULT" ] || fail "$FSFAULT is not built (make tests)"
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
 start_receiver
@@ -53,7 +53,7 @@ stop_agent() {
 }
 
 # 1. unreadable while its batch is built
-OPENFAIL_NAME=v.bin OPENFAIL_LOG="$T/fail1.log" LD_PRELOAD="$OPENFAIL" \
+FSFAULT_OPEN_NAME=v.bin FSFAULT_LOG="$T/fail1.log" LD_PRELOAD="$FSFAULT" \
     "$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
 AGENT_PID=$!
 wait_gone a.bin w.log
@@ -74,7 +74,7 @@ cp "$S/v2.bin" "$S/held.bin" "$K/"
 sleep 30 < "$S/held.bin" &                 # holds held.bin open: its deletion waits, and the batch's with it
 HOLD_PID=$!
 # the opens after the build's (those that read it again to send it) find ENOENT
-OPENFAIL_NAME=v2.bin OPENFAIL_NTH=2 OPENFAIL_COUNT=2 OPENFAIL_ERRNO=2 OPENFAIL_LOG="$T/fail2.log" LD_PRELOAD="$OPENFAIL" \
+FSFAULT_OPEN_NAME=v2.bin FSFAULT_OPEN_NTH=2 FSFAULT_OPEN_COUNT=2 FSFAULT_OPEN_ERRNO=2 FSFAULT_LOG="$T/fail2.log" LD_PRELOAD="$FSFAULT" \
     "$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
 AGENT_PID=$!
 i=0
