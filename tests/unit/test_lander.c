@@ -2817,6 +2817,76 @@ static void test_dir_removed_once(void **state)
 }
 
 /*
+ * A staged directory removed with files the batch had made in it (the
+ * crash sweep of another receiver sharing the tree, docs/kafka.md), while
+ * later files of the batch still go there: the stage is made again for
+ * them, but the files made before are gone, and the batch fails at its
+ * commit.  (It did not: the stage made again was put in place with the
+ * later files only, and the batch was acknowledged without the others.)
+ * Sent again, it lands whole.
+ */
+typedef struct sweeper {
+    env *e;
+    int calls, at;
+    uint64_t swept;
+} sweeper;
+
+static void sweep_at_create(void *ud, const char *device, int phase)
+{
+    sweeper *w = ud;
+    (void)device;
+    if (phase != INGEST__LANDER_HOOK_CREATE || ++w->calls != w->at)
+        return;
+    ingest_ctx *c = ingest_ctx_create(NULL); /* (the hook may run on the small-file helper's thread) */
+    assert_non_null(c);
+    uint64_t failed = 0;
+    assert_int_equal(ingest_lander_sweep(c, w->e->bronze, &w->swept, &failed), 0);
+    assert_int_equal(failed, 0);
+    ingest_ctx_destroy(c);
+}
+
+static void test_dir_swept_with_files(void **state)
+{
+    env *e = *state;
+    uint8_t *d[SF_N];
+    char paths[SF_N][32], p[512];
+    tfile f[SF_N];
+    same_size_files("k", 700, 9500, d, paths, f);
+    tbatch tb;
+    make_batch(e, "dev1", "sw1", f, SF_N, &tb);
+    ingest_lander_batch *b = NULL;
+    sf_begin(e, &tb, &b);
+    sweeper w = {e, 0, SF_N / 2, 0};
+    ingest__lander_set_hook(e->l, sweep_at_create, &w);
+    const uint32_t *wl;
+    size_t n;
+    ingest_lander_wants(b, &wl, &n);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, b, &tb, wl[k]), 0);
+    int rc;
+    while ((rc = ingest_lander_commit(b)) == INGEST_EBUSY) {
+        ingest_lander_rewants(b, &wl, &n);
+        for (size_t k = 0; k < n; k++)
+            assert_int_equal(put(e, b, &tb, wl[k]), 0);
+    }
+    ingest__lander_set_hook(e->l, NULL, NULL);
+    assert_true(w.swept > 0);                  /* the files made before, and their stage */
+    assert_int_equal(rc, INGEST_EIO);
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "is gone: a directory of the batch was removed with it"));
+    ingest_lander_batch_destroy(b);
+    assert_int_equal(count_files(e), 0); /* nothing of it stays: no file, */
+    assert_false(exists(e, DAY "k"));     /* no directory */
+    land_hooked(e, "sw1", f, SF_N, NULL, NULL, &(ingest_lander_stats){0});
+    for (int k = 0; k < SF_N; k++) {
+        snprintf(p, sizeof p, DAY "%s", paths[k]);
+        assert_file(e, p, d[k], 700, T2024, 0644);
+        free(d[k]);
+    }
+    assert_int_equal(count_files(e), SF_N);
+    free(tb.manifest);
+}
+
+/*
  * A file put where a staged directory goes, after the batch wrote it: the
  * commit refuses the batch before any rename, naming the directory; nothing
  * of the batch stays, its staged directory included.  Once the way is
@@ -4203,6 +4273,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_small_files_many, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dir_removed_before_create, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dir_removed_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dir_swept_with_files, setup, teardown),
         cmocka_unit_test(test_durable_dirs_set),
         cmocka_unit_test_setup_teardown(test_small_files_helper_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_files_helper_named, setup, teardown),
