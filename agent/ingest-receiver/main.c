@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -436,6 +437,37 @@ static int open_index(server *s, int force_rebuild)
  * there), so a clean restart does not walk a large bronze tree.
  */
 #define RUNNING_MARKER "receiver.running"
+
+/*
+ * One receiver per state_dir: a second one (started by mistake, by hand
+ * beside the service, or by a second unit) would take the first one's
+ * marker for a crash's and sweep its temporary files out of bronze, cut
+ * back its appends in place, and share its index.  So the state_dir's
+ * "lock" file is locked (flock, exclusive) before anything else, and held
+ * until the process ends.  The descriptor, or -1 logged.
+ */
+static int lock_state_dir(const server *s)
+{
+    const char *dir = s->cfg->state_dir;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        prog_log(INGEST_LOG_ERROR, "state_dir %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    char lockp[4200];
+    snprintf(lockp, sizeof(lockp), "%s/lock", dir);
+    const int fd = open(lockp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int e = errno;
+        prog_log(INGEST_LOG_ERROR, "state_dir %s %s", dir,
+                 fd >= 0 && e == EWOULDBLOCK ? "is in use by another ingest-receiver: one receiver per state_dir "
+                                               "(this one stops, and touches nothing of bronze)"
+                                             : strerror(e));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
 
 /* Remove what a crashed run left under bronze, if the previous run crashed: 1 if it did, -1 on failure. */
 static int sweep_after_crash(server *s)
@@ -1021,7 +1053,8 @@ int main(int argc, char **argv)
     int status = 1, lfd = -1, ready_failed = 0;
     stats_logger *slog = NULL;
     metrics_http *mh = NULL;
-    if (load_keys(&s) != 0)
+    const int state_lock = lock_state_dir(&s);
+    if (state_lock < 0 || load_keys(&s) != 0)
         goto out;
     if ((s.adm = admit_create(s.cfg->handshake_max_pending, s.cfg->handshake_max_per_address)) == NULL)
         goto out;
@@ -1246,5 +1279,7 @@ out:
         admit_destroy(s.adm);
         ingest_ctx_destroy(s.ctx);
     }
+    if (state_lock >= 0)
+        close(state_lock); /* last: the store is closed */
     return status;
 }
