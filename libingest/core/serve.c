@@ -895,9 +895,15 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 const uint32_t *idx;
                 size_t n;
                 ingest_lander_wants(b, &idx, &n);
-                if (u32vec_push(&wants, idx, n) != 0 || ingest_lander_advance(b) < 0 ||
-                    collect_rewants(b, &wants) != 0) {
-                    rc = INGEST_ENOMEM;
+                /* each failure with its own code: landing what it can already may meet a read-only or
+                 * full bronze, which is no "out of memory" */
+                int r = u32vec_push(&wants, idx, n) != 0 ? INGEST_ENOMEM : 0;
+                if (r == 0 && (r = ingest_lander_advance(b)) > 0)
+                    r = 0;
+                if (r == 0 && collect_rewants(b, &wants) != 0)
+                    r = INGEST_ENOMEM;
+                if (r < 0) {
+                    rc = r;
                     snprintf(why, sizeof(why), "%s", ingest_ctx_errmsg(lctx[k]));
                 }
             }

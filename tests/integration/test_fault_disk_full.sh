@@ -43,3 +43,21 @@ same_tree "$S" "$(landed_root dev1)/data"
 [ "$(find "$(landed_root dev1)" -type f | wc -l)" -eq 5 ] || fail "not exactly 5 files in bronze"
 [ "$(count_tmp "$T/bronze")" -eq 0 ] || fail "temporary files left"
 pass "room back: the rest lands once, byte-identical; what had landed was not sent again"
+
+# bronze read-only (remounted): the batch fails with the filesystem's reason, not another's ("out of memory")
+pin_receiver_port
+stop_receiver # (it holds files of bronze open for writing)
+mount -o remount,ro "$T/bronze" || fail "cannot remount the tmpfs read-only"
+start_receiver
+head -c 300000 /dev/urandom > "$S/f6.bin"
+rc=0
+"$AGENT" --config "$T/dev1.yaml" --once > "$T/dev1.out" 2> "$T/dev1.err" || rc=$?
+[ "$rc" -ne 0 ] || { cat "$T/dev1.err"; fail "the agent exited 0 although bronze was read-only"; }
+grep -q "Read-only file system" "$T/dev1.err" || { cat "$T/dev1.err"; fail "the agent does not say bronze is read-only"; }
+! grep -q "out of memory" "$T/dev1.err" "$T/receiver.log" || { cat "$T/dev1.err"; fail "a read-only bronze was called out of memory"; }
+stop_receiver
+mount -o remount,rw "$T/bronze" || fail "cannot remount the tmpfs read-write"
+start_receiver
+ship dev1
+same_tree "$S" "$(landed_root dev1)/data"
+pass "bronze read-only: the batch fails naming it (not 'out of memory'); writable again, it lands"
