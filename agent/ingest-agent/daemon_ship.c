@@ -119,7 +119,15 @@ int dmn_open_add(daemon_t *d, const dsource *s, const char *rel, const char *pat
 
 /* ---- shipping ----------------------------------------------------------------- */
 
-static void backoff(daemon_t *d)
+/*
+ * Wait before the next connection, doubling from BACKOFF_MIN_MS to
+ * BACKOFF_MAX_MS: a failed connect (what: "core unreachable"), or a link
+ * that failed or a batch the core failed (what says so; the core's reason
+ * was logged by the edge).  Only an acknowledged batch sets it back
+ * (record_ack): a core that takes the connection and fails the batch each
+ * time (bronze full) is not sent the batch again twice a second for ever.
+ */
+static void backoff(daemon_t *d, const char *what)
 {
     if (stopping)
         return; /* (a connection cut by the stop) */
@@ -129,7 +137,7 @@ static void backoff(daemon_t *d)
     /* jitter: 50%..100% of the step */
     const double ms = d->backoff_ms * (0.5 + 0.5 * (double)rand() / RAND_MAX);
     d->next_connect = d->now + ms / 1000.0;
-    prog_log(INGEST_LOG_WARN, "core unreachable; next attempt in %.1f s (%llu files, %llu bytes queued)", ms / 1000.0,
+    prog_log(INGEST_LOG_WARN, "%s; next attempt in %.1f s (%llu files, %llu bytes queued)", what, ms / 1000.0,
              (unsigned long long)d->q_files, (unsigned long long)d->q_bytes);
 }
 
@@ -455,6 +463,7 @@ static int record_ack(daemon_t *d, dship *x, ingest_sender_batch *b)
     uint64_t withdrawn = 0, withdrawn_bytes = 0;
     int rc = 0;
     d->last_ack_ns = dmn_wall_now_ns();
+    d->backoff_ms = 0; /* progress: a failure after it starts the back-off afresh */
     ingest_sender_batch_stats bs;
     ingest_sender_batch_stats_get(b, &bs); /* the refusals came with the answer */
     if (bs.refused > 0 || x->neref > 0) {
@@ -616,7 +625,8 @@ static int drain(daemon_t *d)
         drop_prebuilt(d);
         dmn_disconnect(d);
         if (!stopping && !reload_requested)
-            backoff(d);
+            backoff(d, "the connection to the core failed, or the core failed a batch, before the acks of the "
+                       "batches sent");
         return 1;
     }
     return settle(d, 0);
@@ -891,13 +901,12 @@ static int ship_one(daemon_t *d, uint64_t seq)
                 return 1;
             }
             if (connect_core(a) != 0) {
-                backoff(d);
+                backoff(d, "core unreachable");
                 ingest_journal_batch_free(d->j, jb);
                 return 1;
             }
             if (d->backoff_ms)
                 prog_log(INGEST_LOG_INFO, "connected to the core again");
-            d->backoff_ms = 0;
         }
         if ((rc = prepare_start(d, seq, jb, &x)) < 0)
             return rc;
@@ -944,7 +953,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
         drop_prebuilt(d);
         dmn_disconnect(d);
         if (!stopping && !reload_requested && !a->thr.window_closed)
-            backoff(d);
+            backoff(d, "batch not acknowledged: the connection to the core failed, or the core failed the batch");
         rc = 1;
     }
     if (x != NULL) {
