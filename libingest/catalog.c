@@ -1057,7 +1057,7 @@ int ingest_catalog_catch_up(ingest_catalog *cat, ingest_catalog_stats *stats)
         struct stat sb;
         if (lstat(dpath, &sb) != 0 || !S_ISDIR(sb.st_mode))
             continue;
-        const int64_t mt = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+        const int64_t mt = ingest_time_ns(&sb.st_mtim);
         const int64_t t0 = now_ns();
         int64_t seen = 0;
         if ((ret = dir_mark_get(cat, dn.v[i], &seen)) < 0)

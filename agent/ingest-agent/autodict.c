@@ -266,8 +266,8 @@ static void walk(samples *sm, walk_plan *w, size_t src, const char *srcpath, con
             }
         } else if (S_ISREG(st.st_mode) && st.st_size >= (off_t)AUTO_FILE_MIN && st.st_size <= (off_t)AUTO_FILE_MAX) {
             const ingest_sender_stat ss = { (uint64_t)st.st_size,
-                                            (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
-                                            (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec,
+                                            ingest_time_ns(&st.st_mtim),
+                                            ingest_time_ns(&st.st_ctim),
                                             (uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint32_t)st.st_mode };
             if (filter != NULL && agent_filter_check(filter, srcpath, path, &ss, now_ns) != INGEST_FILTER_TAKE)
                 continue;

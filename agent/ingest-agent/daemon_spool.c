@@ -247,8 +247,8 @@ int dmn_spool_init(daemon_t *d)
 static int same_version(const struct stat *st, const ingest_sender_stat *w)
 {
     return (uint64_t)st->st_size == w->size &&
-           (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec == w->mtime_ns &&
-           (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec == w->ctime_ns;
+           ingest_time_ns(&st->st_mtim) == w->mtime_ns &&
+           ingest_time_ns(&st->st_ctim) == w->ctime_ns;
 }
 
 /*
@@ -505,8 +505,8 @@ int dmn_defer_due(const daemon_t *d, uint64_t seq)
 static int is_shipped_version(const struct stat *st, const ingest_journal_file *f)
 {
     return S_ISREG(st->st_mode) && (uint64_t)st->st_size == f->size &&
-           (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec == f->mtime_ns &&
-           (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec == f->ctime_ns &&
+           ingest_time_ns(&st->st_mtim) == f->mtime_ns &&
+           ingest_time_ns(&st->st_ctim) == f->ctime_ns &&
            (f->ino == 0 || (uint64_t)st->st_ino == f->ino);
 }
 
@@ -516,7 +516,7 @@ static int is_claimed_version(const struct stat *st, const ingest_journal_file *
 {
     return S_ISREG(st->st_mode) && f->ino != 0 && (uint64_t)st->st_ino == f->ino &&
            (uint64_t)st->st_size == f->size &&
-           (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec == f->mtime_ns;
+           ingest_time_ns(&st->st_mtim) == f->mtime_ns;
 }
 
 /* The name beside a file under which its after-ship action holds it (claim_file): short, and found again

@@ -472,7 +472,7 @@ void dmn_inotify_drain(daemon_t *d)
                     (size_t)snprintf(mpath, sizeof(mpath), "%s/%s", d->src[w->src].name, rel) < sizeof(mpath) &&
                     lstat(full, &st) == 0 && S_ISREG(st.st_mode))
                     (void)ingest_journal_mark_renamed(d->j, mpath, (uint64_t)st.st_size,
-                                                      (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                                                      ingest_time_ns(&st.st_mtim),
                                                       dmn_wall_now_ns());
             }
             char mp[PATH_MAX];
@@ -531,7 +531,7 @@ static int file_hash(daemon_t *d, const dsource *s, const char *rel, const inges
     struct stat a, b;
     int rc = -1;
     if (fstat(fd, &a) == 0 && S_ISREG(a.st_mode) && (uint64_t)a.st_size == st->size &&
-        (int64_t)a.st_mtim.tv_sec * 1000000000 + a.st_mtim.tv_nsec == st->mtime_ns &&
+        ingest_time_ns(&a.st_mtim) == st->mtime_ns &&
         ingest_chunkhash_create(d->a->ctx, &o, fhash_chunk, &u, &ch) == 0 && ingest_chunkhash_fd(ch, fd) == 0 &&
         fstat(fd, &b) == 0 && b.st_size == a.st_size && b.st_mtim.tv_sec == a.st_mtim.tv_sec &&
         b.st_mtim.tv_nsec == a.st_mtim.tv_nsec && b.st_ctim.tv_sec == a.st_ctim.tv_sec &&
@@ -781,8 +781,8 @@ int dmn_walk_paths(daemon_t *d)
         if (!S_ISREG(st.st_mode) && !(S_ISLNK(st.st_mode) && d->ssrc[si].symlinks == INGEST_SENDER_SYMLINKS_SHIP))
             continue;
         const ingest_sender_stat sst = { (uint64_t)st.st_size,
-                                         (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
-                                         (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec,
+                                         ingest_time_ns(&st.st_mtim),
+                                         ingest_time_ns(&st.st_ctim),
                                          (uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint32_t)st.st_mode };
         rc = select_file(d->a, v[i], &sst);
     }

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -132,6 +133,15 @@ INGEST_API int ingest_from_hex(const char *hex, size_t hexlen, uint8_t *out, siz
  * 4 * strlen(text) + 4 bytes always suffice.  Returns out.  Thread-safe.
  */
 INGEST_API const char *ingest_escape(char *out, size_t cap, const char *text);
+
+/*
+ * A file time in ns since 1970 UTC, as manifests, the file table and the
+ * index keep it (int64): saturated at 2262-04-11T23:47:15.999999999Z and
+ * 1677-09-21T00:12:45Z, near the ends of that range, rather than
+ * overflowing (a device whose clock is far off can date its files past
+ * them; ext4 takes dates up to 2446).  Thread-safe.
+ */
+INGEST_API int64_t ingest_time_ns(const struct timespec *t);
 
 #ifdef __cplusplus
 }

@@ -223,7 +223,7 @@ int ingest_dictstore_open(ingest_ctx *ctx, const char *dir, ingest_dictstore **o
         }
         struct stat st;
         const int ok = fstatat(dirfd(d), nm, &st, AT_SYMLINK_NOFOLLOW) == 0;
-        names[n].mtime_ns = ok ? (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec : 0;
+        names[n].mtime_ns = ok ? ingest_time_ns(&st.st_mtim) : 0;
         if ((names[n].name = ingest__strdup(ctx, nm)) == NULL)
             break;
         n++;

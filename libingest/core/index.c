@@ -553,7 +553,7 @@ static int check_identity(ingest_index *idx, uint64_t file_no, const file_rec *f
     if (!S_ISREG(sb.st_mode))
         return ingest__fail(idx->ctx, INGEST_ESTALE, "index: file %llu (%s): no longer a regular file",
                             (unsigned long long)file_no, path);
-    const int64_t mt = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    const int64_t mt = ingest_time_ns(&sb.st_mtim);
     if ((uint64_t)sb.st_dev != f->id.dev || (uint64_t)sb.st_ino != f->id.ino || (uint64_t)sb.st_size != f->id.size ||
         mt != f->id.mtime_ns)
         return ingest__fail(idx->ctx, INGEST_ESTALE,
@@ -991,7 +991,7 @@ static int manifest_apply(rebuild_state *rs, const char *mpath)
             struct stat sb;
             if (ingest__lstat_beneath(idx->bronze, rec.landed, &sb) != 0 || !S_ISREG(sb.st_mode) ||
                 (uint64_t)sb.st_size != rec.size ||
-                (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec != rec.mtime_ns) {
+                ingest_time_ns(&sb.st_mtim) != rec.mtime_ns) {
                 rs->stats->stale++;
                 ingest__log(idx->ctx, INGEST_LOG_INFO, "index rebuild: %s: %s missing or changed, left out", mpath,
                             rec.landed);

@@ -438,7 +438,7 @@ void lander__ident_of(lfile *f, const struct stat *sb)
     f->ident.dev = (uint64_t)sb->st_dev;
     f->ident.ino = (uint64_t)sb->st_ino;
     f->ident.size = (uint64_t)sb->st_size;
-    f->ident.mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+    f->ident.mtime_ns = ingest_time_ns(&sb->st_mtim);
 }
 
 void lander__enter(ingest_lander *l)

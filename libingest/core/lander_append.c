@@ -88,7 +88,7 @@ static int app_claim(ingest_lander_batch *b, uint32_t fi, const struct stat *st)
     f->app_reg = true;
     f->app_no = loc.file_no;
     f->app_size = (uint64_t)st->st_size;
-    f->app_mtime = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    f->app_mtime = ingest_time_ns(&st->st_mtim);
     f->app_mode = (uint32_t)(st->st_mode & 07777);
     return 1;
 }

@@ -203,7 +203,7 @@ static int on_chunk(void *ud, const ingest_chunk_info *c);
  */
 #define SENDER_SMALL_CACHE (2u * 1024u * 1024u)
 
-static int64_t ts_ns(const struct timespec *t) { return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec; }
+static int64_t ts_ns(const struct timespec *t) { return ingest_time_ns(t); } /* (saturated: far-off clocks) */
 
 static int name_ok(const char *p, size_t maxlen)
 {
