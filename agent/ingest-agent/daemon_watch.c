@@ -185,7 +185,11 @@ static int watch_one(daemon_t *d, size_t si, const char *rel)
     char p[PATH_MAX];
     if ((size_t)snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel) >= sizeof(p))
         return -1;
-    const int wd = inotify_add_watch(d->ino, p, IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DONT_FOLLOW | IN_ONLYDIR);
+    /* The source directory itself may be a symlink (walks follow it) and may be renamed away, a new one
+     * made in its place (IN_MOVE_SELF: watched again, dmn_inotify_drain); below it links are not followed. */
+    const uint32_t mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_ONLYDIR |
+                          (rel[0] != '\0' ? (uint32_t)IN_DONT_FOLLOW : (uint32_t)IN_MOVE_SELF);
+    const int wd = inotify_add_watch(d->ino, p, mask);
     if (wd < 0) {
         if (errno == ENOSPC) {
             long lim = -1;
@@ -236,7 +240,7 @@ static char *subdirs(daemon_t *d, size_t si, const char *rel, size_t *len)
     char p[PATH_MAX];
     if ((size_t)snprintf(p, sizeof(p), "%s%s%s", d->src[si].path, rel[0] ? "/" : "", rel) >= sizeof(p))
         return NULL;
-    const int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (rel[0] != '\0' ? O_NOFOLLOW : 0));
     DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
     if (dir == NULL) {
         if (fd >= 0)
@@ -428,6 +432,19 @@ static watch *watch_find(daemon_t *d, int wd)
     return NULL;
 }
 
+/* Drop every watch of source si (renamed away): what it watches is no longer that source. */
+static void unwatch_source(daemon_t *d, size_t si)
+{
+    for (size_t i = d->nw; i-- > 0;) {
+        if (d->w[i].src != si)
+            continue;
+        (void)inotify_rm_watch(d->ino, d->w[i].wd); /* (its IN_IGNORED then finds no watch) */
+        free(d->w[i].rel);
+        d->w[i] = d->w[--d->nw];
+    }
+    d->src[si].root_watched = 0;
+}
+
 void dmn_inotify_drain(daemon_t *d)
 {
     char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
@@ -446,6 +463,13 @@ void dmn_inotify_drain(daemon_t *d)
             watch *w = watch_find(d, ev->wd);
             if (w == NULL)
                 continue;
+            if ((ev->mask & IN_MOVE_SELF) && w->rel[0] == '\0' && w->src < d->nsrc) {
+                /* the source directory was renamed away (a new one perhaps made in its place): its watches
+                 * go, and a walk now watches whatever is at its path */
+                unwatch_source(d, w->src);
+                dmn_schedule_scan(d, d->now);
+                continue;
+            }
             if (ev->mask & IN_IGNORED) {
                 if (w->rel[0] == '\0' && w->src < d->nsrc)
                     d->src[w->src].root_watched = 0; /* the source directory went: watched again once back */
