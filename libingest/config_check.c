@@ -1,6 +1,9 @@
 /* The configuration's cross-key checks, once an object is read (config_int.h). */
 #include "config_int.h"
 
+#include <limits.h>
+#include <stdlib.h>
+
 /* ---- cross-key checks ---------------------------------------------------- */
 
 static int finish_source_name(cfg_parser *p, cfg_inst *inst)
@@ -107,6 +110,55 @@ int cfg__finish_receiver(cfg_parser *p, cfg_inst *inst)
     return INGEST_OK;
 }
 
+
+/*
+ * The same rule on the paths as they resolve now (symlinks followed, where
+ * they exist): a source that is a symlink into another source's tree, or a
+ * move directory reached through one, overlaps as much as one written
+ * inside it.  A path that does not exist yet is left to the check above.
+ */
+static int check_resolved_overlap(cfg_parser *p, cfg_inst *inst, const ingest_agent_config *cfg)
+{
+    const size_t n = cfg->sources_count;
+    char(*real)[PATH_MAX] = n ? ingest__calloc(p->ctx, n, sizeof(*real)) : NULL;
+    char(*mreal)[PATH_MAX] = n ? ingest__calloc(p->ctx, n, sizeof(*mreal)) : NULL;
+    int rc = INGEST_OK;
+    if (n && (real == NULL || mreal == NULL)) {
+        rc = ingest__fail(p->ctx, INGEST_ENOMEM, "config: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (realpath(cfg->sources[i].path, real[i]) == NULL)
+            real[i][0] = '\0';
+        if (cfg->sources[i].after_ship_mode != INGEST_AFTER_SHIP_MOVE ||
+            realpath(cfg->sources[i].after_ship_dir, mreal[i]) == NULL)
+            mreal[i][0] = '\0';
+    }
+    for (size_t i = 0; i < n && rc == INGEST_OK; i++)
+        for (size_t j = 0; j < n && rc == INGEST_OK; j++) {
+            if (real[j][0] == '\0')
+                continue;
+            if (j != i && real[i][0] != '\0' && path_within(real[i], real[j]))
+                rc = cfg__perr(p, cfg__mark_of(p, inst, "sources"),
+                               "key 'sources[%zu].path': '%s' (that is '%s') is %s sources[%zu]'s '%s' (that is "
+                               "'%s'): sources must not overlap (one file, one source; use include/exclude to "
+                               "split a tree)",
+                               i, cfg->sources[i].path, real[i],
+                               path_len_trimmed(real[i]) == path_len_trimmed(real[j]) ? "the same as" : "inside", j,
+                               cfg->sources[j].path, real[j]);
+            else if (mreal[i][0] != '\0' && path_within(mreal[i], real[j]))
+                rc = cfg__perr(p, cfg__mark_of(p, inst, "sources"),
+                               "key 'sources[%zu].after_ship': the directory '%s' (that is '%s') is inside "
+                               "sources[%zu]'s '%s' (that is '%s'; its files would be shipped again)",
+                               /* (j == i too: its own source, reached through a link) */
+                               i, cfg->sources[i].after_ship_dir, mreal[i], j, cfg->sources[j].path, real[j]);
+        }
+out:
+    ingest__free(p->ctx, real);
+    ingest__free(p->ctx, mreal);
+    return rc;
+}
+
 int cfg__finish_agent(cfg_parser *p, cfg_inst *inst)
 {
     ingest_agent_config *cfg = inst->base;
@@ -171,6 +223,6 @@ int cfg__finish_agent(cfg_parser *p, cfg_inst *inst)
                             "files would be shipped again)",
                             i, a->after_ship_dir, j, b->path);
         }
-    return INGEST_OK;
+    return check_resolved_overlap(p, inst, cfg);
 }
 

@@ -754,6 +754,36 @@ static void test_errors_required_and_sources(void **state)
         sprintf(big + strlen(big), "  - path: /s%d\n", i);
     agent_err(big, "key 'sources' has more than 256 entries");
     free(big);
+    /* Overlap through a symlink: a source that is a link into another source's tree, or a move directory
+     * reached through one, is refused like one written inside it (the paths as they resolve now). */
+    char dir[] = "/tmp/ingest-cfg-XXXXXX", a[256], link[256], move[256], y[2048];
+    assert_non_null(mkdtemp(dir));
+    snprintf(a, sizeof a, "%s/a", dir);
+    assert_int_equal(mkdir(a, 0755), 0);
+    snprintf(link, sizeof link, "%s/a/sub", dir);
+    assert_int_equal(mkdir(link, 0755), 0);
+    snprintf(link, sizeof link, "%s/b", dir);
+    assert_int_equal(symlink("a/sub", link), 0);
+    snprintf(y, sizeof y, "%ssources:\n  - path: %s\n  - path: %s\n", head, a, link);
+    char expect[1024];
+    snprintf(expect, sizeof expect, "key 'sources[1].path': '%s' (that is '%s/a/sub') is inside sources[0]'s '%s'", link,
+             dir, a);
+    agent_err(y, expect);
+    snprintf(move, sizeof move, "%s/b/done", dir);
+    assert_int_equal(mkdir(move, 0755), 0);
+    /* one source whose move directory is, through the link, inside itself */
+    snprintf(y, sizeof y, "%ssources:\n  - {path: %s, after_ship: 'move:%s'}\n", head, a, move);
+    snprintf(expect, sizeof expect, "key 'sources[0].after_ship': the directory '%s' (that is '%s/a/sub/done') is "
+             "inside sources[0]'s '%s'", move, dir, a);
+    agent_err(y, expect);
+    snprintf(y, sizeof y, "%ssources:\n  - {path: %s/x, name: x, after_ship: 'move:%s'}\n  - path: %s\n", head, dir,
+             move, a);
+    snprintf(expect, sizeof expect, "key 'sources[0].after_ship': the directory '%s' (that is '%s/a/sub/done') is inside "
+             "sources[1]'s '%s'", move, dir, a);
+    agent_err(y, expect);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 static void test_errors_receiver(void **state)
