@@ -134,10 +134,18 @@ static int check_resolved_overlap(cfg_parser *p, cfg_inst *inst, const ingest_ag
             realpath(cfg->sources[i].after_ship_dir, mreal[i]) == NULL)
             mreal[i][0] = '\0';
     }
+    char sreal[PATH_MAX];
+    if (realpath(cfg->state_dir, sreal) == NULL)
+        sreal[0] = '\0';
     for (size_t i = 0; i < n && rc == INGEST_OK; i++)
         for (size_t j = 0; j < n && rc == INGEST_OK; j++) {
             if (real[j][0] == '\0')
                 continue;
+            if (j == i && sreal[0] != '\0' && path_within(sreal, real[i]))
+                rc = cfg__perr(p, cfg__mark_of(p, inst, "state_dir"),
+                               "key 'state_dir': '%s' (that is '%s') is inside sources[%zu]'s '%s' (that is '%s'; "
+                               "the agent's own store and spool would be shipped, and acted on by after_ship)",
+                               cfg->state_dir, sreal, i, cfg->sources[i].path, real[i]);
             if (j != i && real[i][0] != '\0' && path_within(real[i], real[j]))
                 rc = cfg__perr(p, cfg__mark_of(p, inst, "sources"),
                                "key 'sources[%zu].path': '%s' (that is '%s') is %s sources[%zu]'s '%s' (that is "
@@ -217,6 +225,11 @@ int cfg__finish_agent(cfg_parser *p, cfg_inst *inst)
                             i, a->path, path_len_trimmed(a->path) == path_len_trimmed(b->path) ? "the same as"
                                                                                           : "inside",
                             j, b->path);
+            if (j == i && path_within(cfg->state_dir, a->path))
+                return cfg__perr(p, cfg__mark_of(p, inst, "state_dir"),
+                            "key 'state_dir': '%s' is inside sources[%zu]'s '%s' (the agent's own store and spool "
+                            "would be shipped, and acted on by after_ship)",
+                            cfg->state_dir, i, a->path);
             if (j != i && a->after_ship_mode == INGEST_AFTER_SHIP_MOVE && path_within(a->after_ship_dir, b->path))
                 return cfg__perr(p, cfg__mark_of(p, inst, "sources"),
                             "key 'sources[%zu].after_ship': the directory '%s' is inside sources[%zu]'s '%s' (its "

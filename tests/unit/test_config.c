@@ -781,6 +781,16 @@ static void test_errors_required_and_sources(void **state)
     snprintf(expect, sizeof expect, "key 'sources[0].after_ship': the directory '%s' (that is '%s/a/sub/done') is inside "
              "sources[1]'s '%s'", move, dir, a);
     agent_err(y, expect);
+    /* the agent's state_dir inside a source: as written, and through a link */
+    snprintf(y, sizeof y, "device: {id: gw, key: k}\ncore: {address: 'h:1', receiver_key: r}\ndedup_key: d\n"
+             "state_dir: %s/state\nsources:\n  - path: %s\n", a, a);
+    snprintf(expect, sizeof expect, "key 'state_dir': '%s/state' is inside sources[0]'s '%s'", a, a);
+    agent_err(y, expect);
+    snprintf(y, sizeof y, "device: {id: gw, key: k}\ncore: {address: 'h:1', receiver_key: r}\ndedup_key: d\n"
+             "state_dir: %s\nsources:\n  - path: %s\n", link, a);
+    snprintf(expect, sizeof expect, "key 'state_dir': '%s' (that is '%s/a/sub') is inside sources[0]'s '%s'", link,
+             dir, a);
+    agent_err(y, expect);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
