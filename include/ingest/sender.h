@@ -62,7 +62,8 @@ enum {
     INGEST_SKIP_UNREADABLE = 1, /* open or read failed (EACCES, EIO, ...) */
     INGEST_SKIP_SPECIAL = 2,    /* symlink, fifo, socket or device */
     INGEST_SKIP_VANISHED = 3,   /* listed, then gone before it was opened */
-    INGEST_SKIP_NAME = 4,       /* path too long (every other name is shipped, control bytes included) */
+    INGEST_SKIP_NAME = 4,       /* path too long (every other name is shipped, control bytes included); in
+                                 * list mode also a path that is not plain under its source */
     INGEST_SKIP_DIR = 5,        /* a directory that could not be opened or read */
     INGEST_SKIP_CHANGED = 6,    /* size/mtime/ctime changed while it was chunked */
     INGEST_SKIP_TOOBIG = 7,     /* more chunks than a manifest line count holds */
@@ -219,9 +220,11 @@ INGEST_API int ingest_sender_scan(ingest_sender *s);
  * ("{source}/{relative path}"), in the order given, instead of the
  * sources' trees: the daemon re-ships a journaled batch this way (same
  * files, same order).  paths is borrowed until the next scan or the
- * sender's destruction.  want_file is not called; a path that is absent,
- * not a regular file or outside every source is reported through on_skip
- * (INGEST_SKIP_VANISHED, _SPECIAL, _NAME) and passed over.  Returns 0 or
+ * sender's destruction.  want_file is not called; a path that is absent
+ * or under no configured source (INGEST_SKIP_VANISHED: its source was
+ * taken out of the configuration, say), not a regular file (_SPECIAL), or
+ * not a plain path under its source ('.', '..', '//', a leading '/', or
+ * too long: _NAME) is reported through on_skip and passed over.  Returns 0 or
  * INGEST_EINVAL (paths NULL with n > 0).
  */
 INGEST_API int ingest_sender_scan_list(ingest_sender *s, const char *const *paths, size_t n);

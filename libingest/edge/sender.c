@@ -246,7 +246,8 @@ static int grow(ingest_ctx *ctx, void **arr, size_t *cap, size_t n, size_t sz)
     return 0;
 }
 
-static void report(ingest_sender *s, const char *path, int reason, int err)
+/* Count and log a file passed over (what: the log's words, NULL: the reason's own), and tell on_skip. */
+static void report_as(ingest_sender *s, const char *path, int reason, int err, const char *what_said)
 {
     uint64_t *ctr = NULL;
     const char *what = "skipped";
@@ -266,6 +267,8 @@ static void report(ingest_sender *s, const char *path, int reason, int err)
     }
     if (ctr)
         (*ctr)++;
+    if (what_said != NULL)
+        what = what_said;
     if (err)
         ingest__log(s->ctx, level, "sender: %s: %s (%s)", path, what, strerror(err));
     else
@@ -273,6 +276,8 @@ static void report(ingest_sender *s, const char *path, int reason, int err)
     if (s->on_skip)
         s->on_skip(s->ud, path, reason);
 }
+
+static void report(ingest_sender *s, const char *path, int reason, int err) { report_as(s, path, reason, err, NULL); }
 
 /* A symlink, FIFO, socket or device (its st_mode): counted by kind, and reported as INGEST_SKIP_SPECIAL. */
 static void report_special(ingest_sender *s, const char *path, mode_t mode)
@@ -954,15 +959,22 @@ static int list_peek(ingest_sender *s)
                 si = i;
                 break;
             }
-        const char *rel = si < s->nsrc ? p + s->srcs[si].name_len + 1 : NULL;
-        int bad = rel == NULL || rel[0] == '/' || strstr(rel, "//") != NULL;
-        for (size_t k = 0; rel != NULL && rel[k] && !bad; k++)
+        if (si == s->nsrc) {
+            /* (a journaled file of a source since taken out of the configuration) */
+            s->ilist++;
+            report_as(s, p, INGEST_SKIP_VANISHED, 0, "not under a configured source (its source was removed from "
+                                                     "the configuration?): not shipped");
+            continue;
+        }
+        const char *rel = p + s->srcs[si].name_len + 1;
+        int bad = rel[0] == '/' || strstr(rel, "//") != NULL;
+        for (size_t k = 0; rel[k] && !bad; k++)
             if ((rel[k] == '.' && (k == 0 || rel[k - 1] == '/') && (rel[k + 1] == '/' || rel[k + 1] == '\0' ||
                                                                     (rel[k + 1] == '.' && (rel[k + 2] == '/' || rel[k + 2] == '\0')))))
                 bad = 1;
         if (bad) {
             s->ilist++;
-            report(s, p, INGEST_SKIP_NAME, 0);
+            report_as(s, p, INGEST_SKIP_NAME, 0, "not a path under its source ('.', '..', '//' or a leading '/')");
             continue;
         }
         source *src = &s->srcs[si];

@@ -224,6 +224,44 @@ static void walk_all(ingest_ctx *ctx, const ingest_sender_opts *o, char *paths, 
 
 /* ---- tests --------------------------------------------------------------- */
 
+/*
+ * List mode (ingest_sender_scan_list, a daemon's journaled files): a path
+ * under no configured source (its source taken out of the configuration)
+ * is passed over as gone, saying so, and one with '..' as a bad name, not
+ * both as "path too long"; the others are batched.
+ */
+static void test_list_skips(void **state)
+{
+    (void)state;
+    struct failing fa = { 0 };
+    ingest_ctx *ctx = make_ctx(&fa);
+    char *d = mk_tmpdir();
+    mkdirs(d, "src");
+    put_file(d, "src/a.txt", "aaaa", 4);
+    char p[4096];
+    join(p, sizeof(p), d, "src");
+    struct rec r;
+    memset(&r, 0, sizeof(r));
+    const ingest_sender_source src[] = { { "s", p, 0 } };
+    const ingest_sender_opts o = base_opts(src, 1, &r);
+    ingest_sender *snd = NULL;
+    assert_int_equal(ingest_sender_create(ctx, &o, &snd), 0);
+    const char *paths[] = { "gone/x.txt", "s/../a.txt", "s/a.txt" };
+    assert_int_equal(ingest_sender_scan_list(snd, paths, 3), 0);
+    ingest_sender_batch *b = NULL;
+    assert_int_equal(ingest_sender_next_batch(snd, &b), 1);
+    ingest_sender_batch_stats bs;
+    ingest_sender_batch_stats_get(b, &bs);
+    assert_int_equal(bs.files, 1);
+    char want[256];
+    snprintf(want, sizeof want, "%d:gone/x.txt\n%d:s/../a.txt\n", INGEST_SKIP_VANISHED, INGEST_SKIP_NAME);
+    assert_string_equal(r.skips, want);
+    ingest_sender_batch_destroy(b);
+    ingest_sender_destroy(snd);
+    rm_tree(d);
+    ingest_ctx_destroy(ctx);
+}
+
 static void test_walk_order_and_skips(void **state)
 {
     (void)state;
@@ -1831,6 +1869,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_walk_order_and_skips),
+        cmocka_unit_test(test_list_skips),
         cmocka_unit_test(test_walk_listing_ahead),
         cmocka_unit_test(test_unreadable),
         cmocka_unit_test(test_batch_limits),
