@@ -294,18 +294,19 @@ static int sync_temps(ingest_lander_batch *b)
             continue;
         lander__split_path(f->landed, dir, sizeof dir, &name);
         lander__data_name(b, name, i, tn, sizeof tn);
-        /* A directory made again (lander__reenter_land_dir) was removed, perhaps with files of the batch
-         * in it (a peer's crash sweep of a shared tree, a hand): every file is looked at, and one gone
-         * fails the batch (a stage made again would be put in place without it). */
-        if (!f->ident_set || f->link || f->append || b->stats.dirs_remade > 0) {
+        /* A file in a stage (a new directory, put in place whole in step 2, not file by file), or in any
+         * directory when one was made again (lander__reenter_land_dir: removed, perhaps with files of the
+         * batch in it): looked at, and one gone fails the batch.  Files can go from a stage that stays (a
+         * peer's crash sweep of a shared tree removes them, and the stage's rmdir loses to a file made
+         * meanwhile), and a stage put in place without them would be acknowledged. */
+        if (!f->ident_set || f->link || f->append || f->stage != 0 || b->stats.dirs_remade > 0) {
             INGEST__FORWARD(enter_data_dir(b, i, dir));
             struct stat sb;
             if (fstatat(b->dirfd, tn, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
-                if (errno == ENOENT && b->stats.dirs_remade > 0)
+                if (errno == ENOENT && f->ident_set)
                     return ingest__fail(b->ctx, INGEST_EIO,
-                                        "lander: batch %s: the temporary file of %s is gone: a directory of the "
-                                        "batch was removed with it (and made again for a later file); the batch "
-                                        "fails",
+                                        "lander: batch %s: the temporary file of %s is gone (removed from bronze "
+                                        "under the batch, perhaps with its directory); the batch fails",
                                         b->name, f->landed);
                 return lander__sys_fail(b->ctx, errno, "stat temporary file of", f->landed);
             }

@@ -2828,8 +2828,33 @@ static void test_dir_removed_once(void **state)
 typedef struct sweeper {
     env *e;
     int calls, at;
+    int files_only; /* remove the files in the batch's stages, not the stages */
     uint64_t swept;
 } sweeper;
+
+/* Unlink the files in the staged directories (tagged names) under bronze/DAY, leaving the directories. */
+static uint64_t unlink_staged_files(const env *e)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/" DAY, e->bronze);
+    DIR *d = opendir(p);
+    assert_non_null(d);
+    uint64_t n = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        if (strstr(de->d_name, ".ingest-tmp-") == NULL)
+            continue;
+        const int sfd = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY);
+        assert_true(sfd >= 0);
+        DIR *sd = fdopendir(sfd);
+        assert_non_null(sd);
+        for (struct dirent *fe; (fe = readdir(sd)) != NULL;)
+            if (fe->d_name[0] != '.' && unlinkat(dirfd(sd), fe->d_name, 0) == 0)
+                n++;
+        closedir(sd);
+    }
+    closedir(d);
+    return n;
+}
 
 static void sweep_at_create(void *ud, const char *device, int phase)
 {
@@ -2837,26 +2862,29 @@ static void sweep_at_create(void *ud, const char *device, int phase)
     (void)device;
     if (phase != INGEST__LANDER_HOOK_CREATE || ++w->calls != w->at)
         return;
+    if (w->files_only) {
+        w->swept = unlink_staged_files(w->e);
+        return;
+    }
     ingest_ctx *c = ingest_ctx_create(NULL); /* (the hook may run on the small-file helper's thread) */
     assert_non_null(c);
-    uint64_t failed = 0;
+    uint64_t failed = 0; /* (the stage's rmdir can lose to a file the helper makes meanwhile: then it stays) */
     assert_int_equal(ingest_lander_sweep(c, w->e->bronze, &w->swept, &failed), 0);
-    assert_int_equal(failed, 0);
     ingest_ctx_destroy(c);
 }
 
-static void test_dir_swept_with_files(void **state)
+static void swept_case(env *e, int files_only)
 {
-    env *e = *state;
     uint8_t *d[SF_N];
     char paths[SF_N][32], p[512];
     tfile f[SF_N];
-    same_size_files("k", 700, 9500, d, paths, f);
+    same_size_files(files_only ? "m" : "k", 700, 9500, d, paths, f);
     tbatch tb;
-    make_batch(e, "dev1", "sw1", f, SF_N, &tb);
+    const char *name = files_only ? "sw2" : "sw1";
+    make_batch(e, "dev1", name, f, SF_N, &tb);
     ingest_lander_batch *b = NULL;
     sf_begin(e, &tb, &b);
-    sweeper w = {e, 0, SF_N / 2, 0};
+    sweeper w = {e, 0, SF_N / 2, files_only, 0};
     ingest__lander_set_hook(e->l, sweep_at_create, &w);
     const uint32_t *wl;
     size_t n;
@@ -2870,13 +2898,13 @@ static void test_dir_swept_with_files(void **state)
             assert_int_equal(put(e, b, &tb, wl[k]), 0);
     }
     ingest__lander_set_hook(e->l, NULL, NULL);
-    assert_true(w.swept > 0);                  /* the files made before, and their stage */
+    assert_true(w.swept > 0);                  /* the files made before (and their stage, when swept) */
     assert_int_equal(rc, INGEST_EIO);
-    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "is gone: a directory of the batch was removed with it"));
+    assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "is gone (removed from bronze under the batch"));
     ingest_lander_batch_destroy(b);
-    assert_int_equal(count_files(e), 0); /* nothing of it stays: no file, */
-    assert_false(exists(e, DAY "k"));     /* no directory */
-    land_hooked(e, "sw1", f, SF_N, NULL, NULL, &(ingest_lander_stats){0});
+    assert_int_equal(count_files(e), 0);                      /* nothing of it stays: no file, */
+    assert_false(exists(e, files_only ? DAY "m" : DAY "k")); /* no directory */
+    land_hooked(e, name, f, SF_N, NULL, NULL, &(ingest_lander_stats){0});
     for (int k = 0; k < SF_N; k++) {
         snprintf(p, sizeof p, DAY "%s", paths[k]);
         assert_file(e, p, d[k], 700, T2024, 0644);
@@ -2884,6 +2912,18 @@ static void test_dir_swept_with_files(void **state)
     }
     assert_int_equal(count_files(e), SF_N);
     free(tb.manifest);
+}
+
+static void test_dir_swept_with_files(void **state)
+{
+    swept_case(*state, 0);
+}
+
+/* The same with the files removed from the stage and the stage left (no directory made again): the batch
+ * fails too (it was acknowledged with the files made after the removal only). */
+static void test_stage_files_removed(void **state)
+{
+    swept_case(*state, 1);
 }
 
 /*
@@ -4274,6 +4314,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dir_removed_before_create, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dir_removed_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dir_swept_with_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stage_files_removed, setup, teardown),
         cmocka_unit_test(test_durable_dirs_set),
         cmocka_unit_test_setup_teardown(test_small_files_helper_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_small_files_helper_named, setup, teardown),
