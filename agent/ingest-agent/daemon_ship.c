@@ -944,9 +944,12 @@ static int ship_one(daemon_t *d, uint64_t seq)
         if (rc == 0)
             rc = r;
     } else if (rc == 1 || rc == 2) {
-        /* abandoned (a file changed) or refused: its files go back to discovery */
+        /* abandoned (a file changed) or refused: its files go back to discovery; a refusal waits the
+         * back-off first (a bronze the core cannot write refuses every batch: not ten times a second) */
         drop_prebuilt(d);
         dmn_disconnect(d);
+        if (rc == 2 && !stopping && !reload_requested)
+            backoff(d, "batch refused by the core (its reason above): its files are taken again");
         rc = forget(d, seq);
         dmn_schedule_scan(d, d->now);
     } else {

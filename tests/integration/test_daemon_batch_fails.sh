@@ -5,7 +5,9 @@
 # step 50..100%: at most 6 tries in 6 s), not about twice a second for
 # ever (it reset its back-off on every successful connect, and re-sent the
 # whole batch each time), and its log gives the core's reason, not "core
-# unreachable".  With room back, the batch lands.
+# unreachable".  With room back, the batch lands.  A bronze the core
+# cannot write (read-only) refuses each batch whole: those go again after
+# the same back-off too (they went about ten times a second).
 # Needs root (mount); skipped with the reason otherwise.
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "skip: mounting a tmpfs for bronze needs root"; exit 0; }
@@ -15,6 +17,7 @@ trap 'if [ -n "${APID:-}" ]; then kill "$APID" 2>/dev/null; wait "$APID" 2>/dev/
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
 start_receiver
+pin_receiver_port
 S="$T/src/data"
 mkdir -p "$S"
 head -c 6000000 /dev/urandom > "$S/big.bin"
@@ -38,3 +41,14 @@ until cmp -s "$S/big.bin" "$(landed_root dev1)/data/big.bin"; do
     sleep 0.05
 done
 pass "with room back the batch lands (within the back-off's step)"
+
+stop_receiver # (it holds files of bronze open for writing)
+mount -o remount,ro "$T/bronze" || fail "cannot remount the tmpfs read-only"
+start_receiver
+head -c 30000 /dev/urandom > "$S/after.bin"
+wait_log 'refused: .*Read-only file system'
+sleep 6
+tries=$(grep -c 'refused: .*Read-only file system' "$T/receiver.log")
+[ "$tries" -le 7 ] || { tail -5 "$T/dev1.err"; fail "$tries refusals of the batch in about 6 s (a growing back-off makes at most 7)"; }
+grep -q 'batch refused by the core' "$T/dev1.err" || { tail -5 "$T/dev1.err"; fail "the agent did not say the batch was refused"; }
+pass "a bronze the core cannot write: $tries refusals in about 6 s, not ten a second"
