@@ -551,12 +551,14 @@ static int claim_file(const char *full, const struct stat *want, const char *cl)
     if (renameat2(AT_FDCWD, full, AT_FDCWD, cl, RENAME_NOREPLACE) != 0)
         return errno == ENOENT ? CLAIM_GONE : CLAIM_NONE;
     struct stat c;
-    if (lstat(cl, &c) == 0 && c.st_dev == want->st_dev && c.st_ino == want->st_ino)
+    const int seen = lstat(cl, &c) == 0;
+    if (seen && c.st_dev == want->st_dev && c.st_ino == want->st_ino)
         return CLAIM_OK;
     if (renameat2(AT_FDCWD, cl, AT_FDCWD, full, RENAME_NOREPLACE) != 0) {
         char kept[PATH_MAX];
         const char *as = cl;
-        if ((size_t)snprintf(kept, sizeof(kept), "%s.ingest-kept.%016llx", full, (unsigned long long)c.st_ino) <
+        if (seen &&
+            (size_t)snprintf(kept, sizeof(kept), "%s.ingest-kept.%016llx", full, (unsigned long long)c.st_ino) <
                 sizeof(kept) &&
             renameat2(AT_FDCWD, cl, AT_FDCWD, kept, RENAME_NOREPLACE) == 0)
             as = kept;
@@ -759,6 +761,29 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
 }
 
 /*
+ * Source s keeps its files now (after_ship changed to keep while the
+ * batch's action was pending): a file an earlier action left under its
+ * claim name (a move that failed after the claim) goes back to its name,
+ * or nothing would ever bring it back (the batch's record goes next).
+ * Always 0.
+ */
+static int unclaim_kept(const dsource *s, const char *rel, const ingest_journal_file *f)
+{
+    char full[PATH_MAX], cl[PATH_MAX];
+    struct stat c;
+    if (f->ino == 0 || (size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full) ||
+        claim_name(full, f->ino, cl, sizeof(cl)) != 0 || lstat(cl, &c) != 0 || !is_claimed_version(&c, f))
+        return 0;
+    if (renameat2(AT_FDCWD, cl, AT_FDCWD, full, RENAME_NOREPLACE) == 0)
+        prog_log(INGEST_LOG_INFO, "after_ship: %s put back from %s (its source keeps its files now)", prog_esc(full),
+                 prog_esc(cl));
+    else
+        prog_log(INGEST_LOG_WARN, "after_ship: %s could not be put back from %s (%s): it stays there", prog_esc(full),
+                 prog_esc(cl), strerror(errno));
+    return 0;
+}
+
+/*
  * Apply the source's after-ship action to the acked files f[0, n) of batch
  * seq (only to files still the version shipped, and nobody has open);
  * returns how many were deferred because some process still has them open,
@@ -784,7 +809,8 @@ size_t dmn_after_ship(daemon_t *d, uint64_t seq, const ingest_journal_file *f, s
             dsource *s = dmn_source_of(d, f[i].path, &rel);
             const int r = s != NULL && s->after != AFTER_KEEP
                               ? release_file(d, s, rel, &f[i], quiet, &nfail, removed, sizeof(removed))
-                              : 0;
+                              : s != NULL ? unclaim_kept(s, rel, &f[i])
+                                          : 0;
             deferred += r != 0;
             failures += r == 2;
         }

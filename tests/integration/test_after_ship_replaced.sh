@@ -13,7 +13,9 @@
 #      agent finds the file under that name and deletes it; nothing lands
 #      under the claim name;
 #   4. a move that fails after the claim waits under the claim name and is
-#      done on a later try, the file shipped once.
+#      done on a later try, the file shipped once;
+#   5. and when the source is set to keep its files meanwhile, the file goes
+#      back to its name.
 . "$(dirname "$0")/lib.sh"
 FSFAULT="$BUILD/tools/fsfault.so"
 [ -f "$FSFAULT" ] || fail "$FSFAULT is not built (make tests)"
@@ -62,7 +64,7 @@ no_claims() { # DIR: no file of the agent's claim names is left there
 # replace_during ACTION WHERE: version 1 ships; while the agent is held in its removal of v.txt, version 2 is
 # renamed over it; at the end version 2 is landed and at WHERE (gone for delete, the move directory for move)
 replace_during() {
-    rm -f "$T/mark"
+    rm -f "$T/mark" "$T/fault.log"
     printf 'version 1 of %s\n' "$1" > "$S/v.txt"
     start_agent LD_PRELOAD="$FSFAULT" FSFAULT_SLOW_NAME=v.txt FSFAULT_SLOW_MARK="$T/mark" FSFAULT_LOG="$T/fault.log"
     wait_for "$T/mark"
@@ -145,3 +147,35 @@ no_claims "$S"
 [ "$(grep -c '"path":"data/m.log"' "$T"/bronze/_manifests/dev1/*.jsonl | awk -F: '{ s += $2 } END { print s }')" = 1 ] ||
     fail "m.log was shipped more than once"
 pass "a move that failed after the claim: the file waited under its claim name and moved once it could, shipped once"
+
+# 5. the same failed move, then the source set to keep its files (the agent restarted with after_ship:
+#    keep): the file goes back to its name, where the operator expects it (nothing else would bring it back)
+cp "$T/dev1.base.yaml" "$T/dev1.yaml"
+sed -i "s|^  - path: .*|&\n    settle: 100ms\n    after_ship: move:$T/moved|" "$T/dev1.yaml"
+gen_log "$S/k.log" 20000 5
+cp "$S/k.log" "$T/k.expect"
+mkdir -p "$T/moved/k.log/in-the-way"
+: > "$T/dev1.err"
+start_agent
+i=0
+until grep -q "after_ship move .*k.log -> .*: Is a directory; tried again later" "$T/dev1.err"; do
+    i=$((i + 1)); [ $i -gt 400 ] && { cat "$T/dev1.err"; fail "the move of k.log did not fail"; }
+    sleep 0.05
+done
+stop_agent
+[ ! -e "$S/k.log" ] && [ -n "$(find "$S" -name '.ingest-after.*')" ] || { ls -la "$S"; fail "k.log is not under its claim name"; }
+cp "$T/dev1.base.yaml" "$T/dev1.yaml"
+sed -i 's|^  - path: .*|&\n    settle: 100ms\n    after_ship: keep|' "$T/dev1.yaml"
+start_agent
+i=0
+until cmp -s "$T/k.expect" "$S/k.log"; do
+    i=$((i + 1)); [ $i -gt 400 ] && { cat "$T/dev1.err"; ls -la "$S"; fail "k.log was not put back once its source keeps its files"; }
+    sleep 0.05
+done
+sleep 1.5 # (its record went while it was away: a walk may ship it once more, its chunks known)
+stop_agent
+no_claims "$S"
+grep -q "k.log put back from" "$T/dev1.err" || fail "the agent did not say it put k.log back"
+cmp -s "$T/k.expect" "$L/k.log" || fail "k.log is not landed byte-identical"
+rm -r "$T/moved/k.log"
+pass "a move that failed after the claim, then after_ship: keep: the file is put back under its name"
