@@ -255,7 +255,7 @@ static int64_t mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return ingest_time_ns(&ts);
 }
 
 /* Report and free the finished jobs (called with v.mu held; drops it around the callbacks). */

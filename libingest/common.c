@@ -292,10 +292,9 @@ const char *ingest_escape(char *out, size_t cap, const char *text)
 
 int64_t ingest_time_ns(const struct timespec *t)
 {
-    const int64_t max_s = INT64_MAX / 1000000000 - 1, min_s = INT64_MIN / 1000000000 + 1;
-    if (t->tv_sec > max_s)
-        return max_s * 1000000000 + 999999999;
-    if (t->tv_sec < min_s)
-        return min_s * 1000000000;
-    return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
+    /* modulo 2^64 (unsigned arithmetic: defined), then back to int64 (two's complement, as every target) */
+    const uint64_t ns = (uint64_t)t->tv_sec * 1000000000u + (uint64_t)t->tv_nsec;
+    int64_t v;
+    memcpy(&v, &ns, sizeof v);
+    return v;
 }

@@ -410,7 +410,7 @@ static int collect(agent *a, samples *sm)
     }
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    const int64_t now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    const int64_t now_ns = ingest_time_ns(&now);
     walk_plan w;
     memset(&w, 0, sizeof(w));
     for (w.take = 0; w.take < 2; w.take++) {

@@ -5,7 +5,7 @@ int64_t dmn_wall_now_ns(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+    return ingest_time_ns(&t);
 }
 
 void dmn_schedule_scan(daemon_t *d, double at)

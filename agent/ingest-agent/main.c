@@ -220,7 +220,7 @@ static int64_t mono_ns(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+    return ingest_time_ns(&t);
 }
 
 /* Sleep up to ms (at most 100 ms per call, so signals are seen), counting it as throttle wait. */
@@ -560,7 +560,7 @@ static int want_file(void *ud, const char *path, const ingest_sender_stat *st)
             struct timespec now;
             clock_gettime(CLOCK_REALTIME, &now);
             const int r = agent_filter_check(a->filters[i], c->path, path + nl + 1, st,
-                                             (int64_t)now.tv_sec * 1000000000 + now.tv_nsec);
+                                             ingest_time_ns(&now));
             if (r == INGEST_FILTER_TAKE)
                 break;
             if (r > 0 && r < INGEST_FILTER_NREASONS) {

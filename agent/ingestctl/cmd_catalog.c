@@ -352,7 +352,7 @@ static int64_t wall_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return ingest_time_ns(&ts);
 }
 
 static void catalog_usage(FILE *f)

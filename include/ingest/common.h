@@ -135,11 +135,12 @@ INGEST_API int ingest_from_hex(const char *hex, size_t hexlen, uint8_t *out, siz
 INGEST_API const char *ingest_escape(char *out, size_t cap, const char *text);
 
 /*
- * A file time in ns since 1970 UTC, as manifests, the file table and the
- * index keep it (int64): saturated at 2262-04-11T23:47:15.999999999Z and
- * 1677-09-21T00:12:45Z, near the ends of that range, rather than
- * overflowing (a device whose clock is far off can date its files past
- * them; ext4 takes dates up to 2446).  Thread-safe.
+ * A time in ns since 1970 UTC, as manifests, the file table and the index
+ * keep it (int64).  A time past that range (1677-09-21 to 2262-04-11: a
+ * device whose clock is far off can date its files up to 2446 on ext4)
+ * wraps around, modulo 2^64, without undefined behaviour: its date is then
+ * wrong (as the clock that made it), but two different times stay
+ * different, which the checks for a changed file need.  Thread-safe.
  */
 INGEST_API int64_t ingest_time_ns(const struct timespec *t);
 

@@ -698,7 +698,7 @@ int ingest_index_batch_mark(ingest_index *idx, const char *device, const char *b
         return INGEST_EINVAL;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return batch_mark_at(idx, device, batch, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+    return batch_mark_at(idx, device, batch, ingest_time_ns(&ts));
 }
 
 /* ---- check ---- */

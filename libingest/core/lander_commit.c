@@ -33,7 +33,7 @@ static int write_manifest(ingest_lander_batch *b)
     rec.batch = b->name;
     rec.nfiles = b->nfiles;
     rec.total_bytes = b->stats.bytes;
-    rec.created_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    rec.created_ns = ingest_time_ns(&now);
     /* the device's digest, kept so that a replay of exactly this batch is recognised by it (same_landed_batch) */
     rec.has_digest = b->has_digest;
     memcpy(rec.digest, b->digest, sizeof rec.digest);

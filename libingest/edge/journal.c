@@ -242,7 +242,7 @@ static int add_state(ingest_journal *j, uint64_t seq, const char *id, const inge
     ingest__put_u16(v + 2, (uint16_t)idlen);
     ingest__put_u32(v + 4, (uint32_t)n);
     ingest__put_u64(v + 8, bytes);
-    ingest__put_u64(v + 16, (uint64_t)((int64_t)now.tv_sec * 1000000000 + now.tv_nsec));
+    ingest__put_u64(v + 16, (uint64_t)(ingest_time_ns(&now)));
     memcpy(v + J_HEAD, id, idlen);
     size_t off = J_HEAD + idlen;
     for (size_t i = 0; i < n; i++) {
