@@ -1,8 +1,10 @@
 /* The configuration's cross-key checks, once an object is read (config_int.h). */
 #include "config_int.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- cross-key checks ---------------------------------------------------- */
 
@@ -112,11 +114,47 @@ int cfg__finish_receiver(cfg_parser *p, cfg_inst *inst)
 
 
 /*
- * The same rule on the paths as they resolve now (symlinks followed, where
- * they exist): a source that is a symlink into another source's tree, or a
- * move directory reached through one, overlaps as much as one written
- * inside it.  A path that does not exist yet is left to the check above.
+ * The same rule on the paths as they resolve now (symlinks followed, as
+ * far as they exist: resolve_existing): a source that is a symlink into
+ * another source's tree, or a move directory reached through one (made
+ * later or not), overlaps as much as one written inside it.
  */
+/*
+ * path as it resolves now (symlinks followed) into out: the longest part
+ * of it that exists, through realpath, and the rest as written (a move
+ * directory made later, a source not there yet).  0, or -1 (nothing of it
+ * resolves: a relative path, or too long).
+ */
+static int resolve_existing(const char *path, char out[PATH_MAX])
+{
+    char head[PATH_MAX];
+    if (path[0] != '/' || strlen(path) >= sizeof(head))
+        return -1;
+    strcpy(head, path);
+    size_t cut = strlen(head); /* head[0, cut) is tried; path + cut is the rest */
+    for (;;) {
+        if (realpath(head, out) != NULL)
+            break;
+        if (errno != ENOENT && errno != ENOTDIR)
+            return -1;
+        char *slash = strrchr(head, '/');
+        if (slash == NULL || slash == head) {
+            strcpy(out, "/"); /* only the root resolved */
+            cut = 0;
+            break;
+        }
+        *slash = '\0';
+        cut = (size_t)(slash - head);
+    }
+    const char *rest = path + cut;
+    while (*rest == '/')
+        rest++;
+    if (*rest == '\0')
+        return 0;
+    const size_t n = strlen(out);
+    return (size_t)snprintf(out + n, PATH_MAX - n, "%s%s", n > 1 ? "/" : "", rest) < PATH_MAX - n ? 0 : -1;
+}
+
 static int check_resolved_overlap(cfg_parser *p, cfg_inst *inst, const ingest_agent_config *cfg)
 {
     const size_t n = cfg->sources_count;
@@ -128,14 +166,14 @@ static int check_resolved_overlap(cfg_parser *p, cfg_inst *inst, const ingest_ag
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
-        if (realpath(cfg->sources[i].path, real[i]) == NULL)
+        if (resolve_existing(cfg->sources[i].path, real[i]) != 0)
             real[i][0] = '\0';
         if (cfg->sources[i].after_ship_mode != INGEST_AFTER_SHIP_MOVE ||
-            realpath(cfg->sources[i].after_ship_dir, mreal[i]) == NULL)
+            resolve_existing(cfg->sources[i].after_ship_dir, mreal[i]) != 0)
             mreal[i][0] = '\0';
     }
     char sreal[PATH_MAX];
-    if (realpath(cfg->state_dir, sreal) == NULL)
+    if (resolve_existing(cfg->state_dir, sreal) != 0)
         sreal[0] = '\0';
     for (size_t i = 0; i < n && rc == INGEST_OK; i++)
         for (size_t j = 0; j < n && rc == INGEST_OK; j++) {

@@ -781,6 +781,12 @@ static void test_errors_required_and_sources(void **state)
     snprintf(expect, sizeof expect, "key 'sources[0].after_ship': the directory '%s' (that is '%s/a/sub/done') is inside "
              "sources[1]'s '%s'", move, dir, a);
     agent_err(y, expect);
+    /* a move directory not made yet, reached through the link: refused too (the agent would make it inside) */
+    snprintf(y, sizeof y, "%ssources:\n  - {path: %s/x, name: x, after_ship: 'move:%s/new/out'}\n  - path: %s\n",
+             head, dir, link, a);
+    snprintf(expect, sizeof expect, "the directory '%s/new/out' (that is '%s/a/sub/new/out') is inside sources[1]'s",
+             link, dir);
+    agent_err(y, expect);
     /* the agent's state_dir inside a source: as written, and through a link */
     snprintf(y, sizeof y, "device: {id: gw, key: k}\ncore: {address: 'h:1', receiver_key: r}\ndedup_key: d\n"
              "state_dir: %s/state\nsources:\n  - path: %s\n", a, a);
