@@ -210,8 +210,10 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
         d.now = prog_now();
         if (reload_requested)
             reload(&d);
-        if (d.ino >= 0)
+        if (d.ino >= 0) {
             dmn_inotify_drain(&d);
+            dmn_sources_poll(&d);
+        }
         if (d.now - d.last_full >= d.rescan_ms / 1000.0)
             dmn_schedule_scan(&d, d.now);
         /* a walk of everything at most every WALK_SPACING times its own duration (a slow tree is not walked

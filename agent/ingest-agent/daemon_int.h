@@ -77,6 +77,7 @@ typedef struct dsource {
     int spool;               /* spool: copy */
     int missing;             /* its directory is not there: not walked nor watched, checked every walk */
     int root_watched;        /* its directory has an inotify watch */
+    uint64_t root_dev, root_ino; /* of the directory watched (dmn_sources_poll: replaced?) */
 } dsource;
 
 typedef struct watch {
@@ -148,6 +149,7 @@ typedef struct daemon {
     uint64_t rescan_ms, max_wait_ms, queue_files, queue_bytes;
     double scan_at;      /* monotonic seconds of the next walk (0: none due) */
     double last_full;    /* time of the last walk */
+    double src_poll_at;  /* next dmn_sources_poll */
     /* Paths named by events, or settling, looked at alone (dmn_walk_paths)
      * instead of walking every source: manifest paths, at dirty_at. */
     char **dirty;
@@ -249,6 +251,7 @@ dsource *dmn_source_of(daemon_t *d, const char *path, const char **rel);
 void dmn_watches_clear(daemon_t *d);
 void dmn_watches_setup(daemon_t *d);
 void dmn_sources_check(daemon_t *d);
+void dmn_sources_poll(daemon_t *d);
 void dmn_inotify_drain(daemon_t *d);
 void dmn_on_skip(void *ud, const char *path, int reason);
 void dmn_vanished_say(daemon_t *d, const char *where);

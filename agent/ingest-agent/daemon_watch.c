@@ -228,8 +228,12 @@ static int watch_one(daemon_t *d, size_t si, const char *rel)
     if (d->w[d->nw].rel == NULL)
         return -1;
     d->nw++;
-    if (rel[0] == '\0')
+    if (rel[0] == '\0') {
+        struct stat rs;
         d->src[si].root_watched = 1;
+        d->src[si].root_dev = stat(p, &rs) == 0 ? (uint64_t)rs.st_dev : 0;
+        d->src[si].root_ino = d->src[si].root_dev != 0 ? (uint64_t)rs.st_ino : 0;
+    }
     return 0;
 }
 
@@ -415,6 +419,52 @@ void dmn_sources_check(daemon_t *d)
     }
 }
 
+/* Drop every watch of source si (renamed away): what it watches is no longer that source. */
+static void unwatch_source(daemon_t *d, size_t si)
+{
+    for (size_t i = d->nw; i-- > 0;) {
+        if (d->w[i].src != si)
+            continue;
+        (void)inotify_rm_watch(d->ino, d->w[i].wd); /* (its IN_IGNORED then finds no watch) */
+        free(d->w[i].rel);
+        d->w[i] = d->w[--d->nw];
+    }
+    d->src[si].root_watched = 0;
+}
+
+/*
+ * Once a second, a stat per source: a source directory that came back, or
+ * was replaced (renamed away and made again, a symlink pointed elsewhere, a
+ * directory above renamed), is watched and walked at once, not at the next
+ * rescan (IN_MOVE_SELF tells of the first only, and a walk that came before
+ * the new directory left the source missing).
+ */
+void dmn_sources_poll(daemon_t *d)
+{
+    if (d->ino < 0 || d->ino_full || d->now < d->src_poll_at)
+        return;
+    d->src_poll_at = d->now + 1.0;
+    for (size_t i = 0; i < d->nsrc; i++) {
+        dsource *s = &d->src[i];
+        struct stat st;
+        if (stat(s->path, &st) != 0 || !S_ISDIR(st.st_mode))
+            continue; /* (missing: the walks say so) */
+        const int replaced = s->root_watched && s->root_dev != 0 &&
+                             ((uint64_t)st.st_dev != s->root_dev || (uint64_t)st.st_ino != s->root_ino);
+        if (!replaced && !s->missing)
+            continue; /* watched (or unwatchable: the walks try again) */
+        if (replaced)
+            unwatch_source(d, i);
+        if (s->missing) {
+            prog_log(INGEST_LOG_INFO, "source %s: %s is here now: watching and walking it", s->name,
+                     prog_esc(s->path));
+            s->missing = 0;
+        }
+        watch_tree(d, i, "", 0);
+        dmn_schedule_scan(d, d->now);
+    }
+}
+
 void dmn_watches_setup(daemon_t *d)
 {
     dmn_watches_clear(d);
@@ -430,19 +480,6 @@ static watch *watch_find(daemon_t *d, int wd)
         if (d->w[i].wd == wd)
             return &d->w[i];
     return NULL;
-}
-
-/* Drop every watch of source si (renamed away): what it watches is no longer that source. */
-static void unwatch_source(daemon_t *d, size_t si)
-{
-    for (size_t i = d->nw; i-- > 0;) {
-        if (d->w[i].src != si)
-            continue;
-        (void)inotify_rm_watch(d->ino, d->w[i].wd); /* (its IN_IGNORED then finds no watch) */
-        free(d->w[i].rel);
-        d->w[i] = d->w[--d->nw];
-    }
-    d->src[si].root_watched = 0;
 }
 
 void dmn_inotify_drain(daemon_t *d)

@@ -6,7 +6,9 @@
 #     without a word: "0 directories watched");
 #   - a source directory renamed away and a new one made in its place: the
 #     new one is watched, its files ship at once, and a file written in the
-#     renamed one does not ship (the watches stayed on the old directory).
+#     renamed one does not ship (the watches stayed on the old directory);
+#   - a source symlink pointed at another directory (ln -sfn): that one is
+#     watched within a second or so (a stat per source a second).
 . "$(dirname "$0")/lib.sh"
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
@@ -58,3 +60,11 @@ sleep 0.5
 gen_log "$S/d.log" 2000 5
 lands "$S" d.log "the directory made where the symlink points, in place of the one renamed away"
 pass "a source directory renamed away and made again (plain, or behind a symlink): the new one is watched, the old one no longer"
+
+# the symlink pointed elsewhere: no event tells of it, the once-a-second look does
+mkdir -p "$T/other"
+ln -sfn "$T/other" "$T/src/data"
+sleep 1.5
+gen_log "$S/e.log" 2000 6
+lands "$S" e.log "the directory the source symlink points to now"
+pass "a source symlink pointed at another directory: that one is watched"
