@@ -14,6 +14,7 @@
 #include <malloc.h> /* mallopt */
 #endif
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -368,6 +369,23 @@ int prog_write_file_atomic(const char *path, const char *text) { return write_fi
 int prog_write_file_durable(const char *path, const char *text) { return write_file(path, text, strlen(text), 1); }
 
 int prog_write_bytes_durable(const char *path, const void *p, size_t n) { return write_file(path, p, n, 1); }
+
+int prog_lock_state_dir(const char *dir, const char *who)
+{
+    char lockp[4200];
+    snprintf(lockp, sizeof(lockp), "%s/lock", dir);
+    const int fd = open(lockp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+        return fd;
+    const int e = errno;
+    if (fd >= 0 && e == EWOULDBLOCK)
+        prog_log(INGEST_LOG_ERROR, "state_dir %s is in use by another %s", dir, who);
+    else
+        prog_log(INGEST_LOG_ERROR, "state_dir %s: lock: %s", dir, strerror(e));
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
 
 size_t prog_read_upto(int fd, void *buf, size_t cap)
 {

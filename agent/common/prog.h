@@ -116,5 +116,12 @@ int prog_write_file_durable(const char *path, const char *text);
 int prog_write_bytes_durable(const char *path, const void *p, size_t n);
 /* Read from fd until cap bytes or its end (or an error); the bytes read. */
 size_t prog_read_upto(int fd, void *buf, size_t cap);
+/*
+ * One process per state directory: an exclusive flock on dir/lock, held
+ * while the descriptor returned is open (it goes with the process).  -1,
+ * logged, when it cannot be taken: "state_dir DIR is in use by another
+ * WHO" when another process holds it, else the error.
+ */
+int prog_lock_state_dir(const char *dir, const char *who);
 
 #endif

@@ -647,9 +647,9 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
     /* Only a version that landed: the ACK's store transaction records in the file table exactly the
      * versions the core landed.  The batch's journal record lists every file taken for it, also one left
      * out when the batch was built (unreadable for a moment, gone and back), withdrawn while it was sent,
-     * or refused (marked INGEST_FILE_STATE_REFUSED): such a file has no entry of this version, stays where
-     * it is, and is found and shipped again (resettle_missing).  (A claimed file passed this check before
-     * it was claimed; its entry went when a walk found its name gone.) */
+     * or refused (marked INGEST_FILE_STATE_REFUSED): such a file has no entry of this version and stays
+     * where it is (one that left its batch unchanged is found and shipped again: resettle_missing).  (A
+     * claimed file passed this check before it was claimed; its entry went when a walk found its name gone.) */
     const int got = claimed ? 0 : ingest_filetable_get(d->a->state.ft, f->path, &fs);
     if (got < 0 && got != INGEST_ENOTFOUND) {
         if (!quiet && (*nfail)++ == 0)

@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -1109,19 +1108,10 @@ int load_state(agent *a)
     }
     /* one agent per state_dir: two (the daemon and a --once, say) would hand out the same batch numbers for
      * different data and replay each other's batches; the lock goes with the process */
-    char lockp[4200];
-    snprintf(lockp, sizeof(lockp), "%s/lock", a->cfg->state_dir);
-    const int lfd = open(lockp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (lfd < 0 || flock(lfd, LOCK_EX | LOCK_NB) != 0) {
-        const int e = errno;
-        prog_log(INGEST_LOG_ERROR, "state_dir %s %s", a->cfg->state_dir,
-                 lfd >= 0 && e == EWOULDBLOCK ? "is in use by another ingest-agent (a daemon or another --once): "
-                                                "one agent per state_dir"
-                                              : strerror(e));
-        if (lfd >= 0)
-            close(lfd);
+    const int lfd = prog_lock_state_dir(a->cfg->state_dir, "ingest-agent (a daemon or another --once): one agent "
+                                                            "per state_dir");
+    if (lfd < 0)
         return -1;
-    }
     a->state.lockfd = lfd;
     ingest_store_opts so = { 0 };
     so.map_size = 1ull << 30;

@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -453,20 +452,8 @@ static int lock_state_dir(const server *s)
         prog_log(INGEST_LOG_ERROR, "state_dir %s: %s", dir, strerror(errno));
         return -1;
     }
-    char lockp[4200];
-    snprintf(lockp, sizeof(lockp), "%s/lock", dir);
-    const int fd = open(lockp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        const int e = errno;
-        prog_log(INGEST_LOG_ERROR, "state_dir %s %s", dir,
-                 fd >= 0 && e == EWOULDBLOCK ? "is in use by another ingest-receiver: one receiver per state_dir "
-                                               "(this one stops, and touches nothing of bronze)"
-                                             : strerror(e));
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    return fd;
+    return prog_lock_state_dir(dir, "ingest-receiver: one receiver per state_dir (this one stops, and touches "
+                                    "nothing of bronze)");
 }
 
 /* Remove what a crashed run left under bronze, if the previous run crashed: 1 if it did, -1 on failure. */

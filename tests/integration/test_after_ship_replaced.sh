@@ -57,6 +57,13 @@ wait_gone() { # FILE: until it is gone
         sleep 0.05
     done
 }
+agent_says() { # PATTERN WHAT: until the agent's log has PATTERN
+    i=0
+    until grep -q "$1" "$T/dev1.err"; do
+        i=$((i + 1)); [ $i -gt 400 ] && { cat "$T/dev1.err"; fail "$2"; }
+        sleep 0.05
+    done
+}
 no_claims() { # DIR: no file of the agent's claim names is left there
     [ -z "$(find "$1" -name '.ingest-after.*' | head -1)" ] || { ls -la "$1"; fail "a claimed file was left in $1"; }
 }
@@ -128,11 +135,7 @@ gen_log "$S/m.log" 20000 4
 cp "$S/m.log" "$T/m.expect"
 mkdir -p "$T/moved/m.log/in-the-way"
 start_agent
-i=0
-until grep -q "after_ship move .*m.log -> .*: Is a directory; tried again later" "$T/dev1.err"; do
-    i=$((i + 1)); [ $i -gt 400 ] && { cat "$T/dev1.err"; fail "the move of m.log did not fail"; }
-    sleep 0.05
-done
+agent_says "after_ship move .*m.log -> .*: Is a directory; tried again later" "the move of m.log did not fail"
 [ -n "$(find "$S" -name '.ingest-after.*')" ] || { ls -la "$S"; fail "m.log is not under its claim name after its move failed"; }
 sleep 1.5 # retries fail meanwhile; a walk must not take the claimed file for a new one
 rm -r "$T/moved/m.log"
@@ -157,11 +160,7 @@ cp "$S/k.log" "$T/k.expect"
 mkdir -p "$T/moved/k.log/in-the-way"
 : > "$T/dev1.err"
 start_agent
-i=0
-until grep -q "after_ship move .*k.log -> .*: Is a directory; tried again later" "$T/dev1.err"; do
-    i=$((i + 1)); [ $i -gt 400 ] && { cat "$T/dev1.err"; fail "the move of k.log did not fail"; }
-    sleep 0.05
-done
+agent_says "after_ship move .*k.log -> .*: Is a directory; tried again later" "the move of k.log did not fail"
 stop_agent
 [ ! -e "$S/k.log" ] && [ -n "$(find "$S" -name '.ingest-after.*')" ] || { ls -la "$S"; fail "k.log is not under its claim name"; }
 cp "$T/dev1.base.yaml" "$T/dev1.yaml"
