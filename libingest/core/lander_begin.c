@@ -549,6 +549,7 @@ int ingest_lander_parse_ex(ingest_lander *l, const char *device, const void *man
     b->src_no = UINT64_MAX;
     b->push = (flags & INGEST_LANDER_PARSE_PUSH) != 0;
     b->state = B_DEAD; /* nothing to remove until landing starts */
+    b->sweep_mark = lander__sweep_mark(l->rootfd);
     int rc;
     b->device = ingest__strdup(l->ctx, device);
     if (!b->device) {

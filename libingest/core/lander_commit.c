@@ -288,18 +288,21 @@ static int sync_temps(ingest_lander_batch *b)
     if (fstat(l->rootfd, &rs) < 0)
         return lander__sys_fail(b->ctx, errno, "stat", l->root);
     bool use_syncfs = b->nfiles >= INGEST_LANDER_SYNCFS_MIN;
+    const lander_mark now = lander__sweep_mark(l->rootfd);
+    const bool swept = now.ino != b->sweep_mark.ino || now.ctime_ns != b->sweep_mark.ctime_ns;
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
         if (f->refused != NULL)
             continue;
         lander__split_path(f->landed, dir, sizeof dir, &name);
         lander__data_name(b, name, i, tn, sizeof tn);
-        /* A file in a stage (a new directory, put in place whole in step 2, not file by file), or in any
-         * directory when one was made again (lander__reenter_land_dir: removed, perhaps with files of the
-         * batch in it): looked at, and one gone fails the batch.  Files can go from a stage that stays (a
-         * peer's crash sweep of a shared tree removes them, and the stage's rmdir loses to a file made
-         * meanwhile), and a stage put in place without them would be acknowledged. */
-        if (!f->ident_set || f->link || f->append || f->stage != 0 || b->stats.dirs_remade > 0) {
+        /* After a sweep since the batch began (a peer's crash sweep of a shared tree: lander__sweep_mark),
+         * a file in a stage (a new directory, put in place whole in step 2, not file by file), and after a
+         * directory was made again (lander__reenter_land_dir: removed, perhaps with files of the batch in
+         * it) any file, is looked at, and one gone fails the batch: files can go from a stage that stays
+         * (the sweep's rmdir of the stage losing to a file made meanwhile), and a stage put in place
+         * without them would be acknowledged.  A file outside a stage is found gone by its rename. */
+        if (!f->ident_set || f->link || f->append || (swept && f->stage != 0) || b->stats.dirs_remade > 0) {
             INGEST__FORWARD(enter_data_dir(b, i, dir));
             struct stat sb;
             if (fstatat(b->dirfd, tn, &sb, AT_SYMLINK_NOFOLLOW) < 0) {

@@ -191,6 +191,18 @@ typedef struct lstage {
     bool gone;   /* removed again (its only file withdrawn): never used */
 } lstage;
 
+/*
+ * A sweep (ingest_lander_sweep) makes _manifests/.sweep anew before it
+ * removes anything: a batch that finds it changed between its begin and
+ * its commit may have lost temporary files to it (a peer's sweep of a
+ * shared tree) and looks at each of them (commit step 1).  Zero: none.
+ */
+typedef struct lander_mark {
+    uint64_t ino;
+    int64_t ctime_ns;
+} lander_mark;
+lander_mark lander__sweep_mark(int rootfd);
+
 struct ingest_lander_batch_s {
     void *mem; /* the allocation the batch lies in, aligned inside it (ingest_lander_parse_ex) */
     ingest_lander *l;
@@ -294,6 +306,7 @@ struct ingest_lander_batch_s {
     char **made;
     size_t nmade, made_cap;
     ingest_lander_stats stats;
+    lander_mark sweep_mark; /* _manifests/.sweep when the batch began (lander__sweep_mark) */
     /* from the manifest's header, for the replay check of lookup */
     uint64_t hdr_files, hdr_bytes;
 };

@@ -178,6 +178,29 @@ static void sweep_dir(sweep *w, char *dir)
     closedir(d);
 }
 
+#define SWEEP_MARK "_manifests/.sweep"
+
+lander_mark lander__sweep_mark(int rootfd)
+{
+    struct stat st;
+    lander_mark m = { 0, 0 };
+    if (fstatat(rootfd, SWEEP_MARK, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        m.ino = (uint64_t)st.st_ino;
+        m.ctime_ns = ingest_time_ns(&st.st_ctim);
+    }
+    return m;
+}
+
+/* Make SWEEP_MARK anew (a new inode, a new ctime): landers of other receivers sharing the tree see it. */
+static void renew_sweep_mark(int rootfd)
+{
+    const int fd = openat(rootfd, SWEEP_MARK ".new", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return; /* (no _manifests: no lander ever made a temporary file here) */
+    close(fd);
+    (void)renameat(rootfd, SWEEP_MARK ".new", rootfd, SWEEP_MARK);
+}
+
 int ingest_lander_sweep(ingest_ctx *ctx, const char *bronze_root, uint64_t *removed, uint64_t *failed)
 {
     if (removed)
@@ -192,6 +215,7 @@ int ingest_lander_sweep(ingest_ctx *ctx, const char *bronze_root, uint64_t *remo
     w.rootfd = open(bronze_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (w.rootfd < 0)
         return lander__sys_fail(ctx, errno, "open bronze root", bronze_root);
+    renew_sweep_mark(w.rootfd);
     /* first the appends a crash interrupted: cut back to their landed length (lander_append.c) */
     uint64_t cut = 0, left = 0;
     int rc = lander__app_sweep(ctx, w.rootfd, &cut, &left);
