@@ -73,8 +73,8 @@ head -c 20000 /dev/urandom > "$S/held.bin"
 cp "$S/v2.bin" "$S/held.bin" "$K/"
 sleep 30 < "$S/held.bin" &                 # holds held.bin open: its deletion waits, and the batch's with it
 HOLD_PID=$!
-# the opens after the build's (those that read it again to send it) find ENOENT
-FSFAULT_OPEN_NAME=v2.bin FSFAULT_OPEN_NTH=2 FSFAULT_OPEN_COUNT=2 FSFAULT_OPEN_ERRNO=2 FSFAULT_LOG="$T/fail2.log" LD_PRELOAD="$FSFAULT" \
+# every open after the build's (the readers that read it again to send it) finds ENOENT
+FSFAULT_OPEN_NAME=v2.bin FSFAULT_OPEN_NTH=2 FSFAULT_OPEN_COUNT=1000000 FSFAULT_OPEN_ERRNO=2 FSFAULT_LOG="$T/fail2.log" LD_PRELOAD="$FSFAULT" \
     "$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
 AGENT_PID=$!
 i=0
