@@ -5,7 +5,7 @@
 # between the agent's checks and its deletion or move keeps its new file,
 # which ships in its turn:
 #   1. after_ship: delete, and 2. after_ship: move:DIR: the layer
-#      tests/tools/fsfault holds the agent's first removal of v.txt for 1 s,
+#      tests/tools/fsfault holds the agent's first removal of v.txt for 3 s,
 #      and the test renames version 2 over it meanwhile; version 2 must stay,
 #      land, and only then go;
 #   3. an agent killed (-9) after it took an acked file under its claim name
@@ -73,7 +73,7 @@ no_claims() { # DIR: no file of the agent's claim names is left there
 replace_during() {
     rm -f "$T/mark" "$T/fault.log"
     printf 'version 1 of %s\n' "$1" > "$S/v.txt"
-    start_agent LD_PRELOAD="$FSFAULT" FSFAULT_SLOW_NAME=v.txt FSFAULT_SLOW_MARK="$T/mark" FSFAULT_LOG="$T/fault.log"
+    start_agent LD_PRELOAD="$FSFAULT" FSFAULT_SLOW_NAME=v.txt FSFAULT_SLOW_MS=3000 FSFAULT_SLOW_MARK="$T/mark" FSFAULT_LOG="$T/fault.log"
     wait_for "$T/mark"
     printf 'version 2 of %s, never shipped yet\n' "$1" > "$T/src/v.new"
     mv "$T/src/v.new" "$S/v.txt" # the writer's atomic replace, in the agent's moment
