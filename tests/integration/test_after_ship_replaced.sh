@@ -22,6 +22,8 @@ FSFAULT="$BUILD/tools/fsfault.so"
 # a sanitizer build's run-time need not come first: the layer only wraps a few calls
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
 export ASAN_OPTIONS
+AGENT_PID=""
+trap 'kill "${AGENT_PID:-}" 2>/dev/null; cleanup' EXIT # (a failed check leaves no daemon behind)
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
 start_receiver

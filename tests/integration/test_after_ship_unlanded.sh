@@ -14,6 +14,8 @@ FSFAULT="$BUILD/tools/fsfault.so"
 # a sanitizer build's run-time need not come first: the layer only wraps openat
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
 export ASAN_OPTIONS
+AGENT_PID=""
+trap 'kill "${AGENT_PID:-}" 2>/dev/null; kill "${HOLD_PID:-}" 2>/dev/null; cleanup' EXIT # (a failed check leaves no daemon behind)
 [ -f "$FSFAULT" ] || fail "$FSFAULT is not built (make tests)"
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
