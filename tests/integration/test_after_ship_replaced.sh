@@ -23,7 +23,7 @@ FSFAULT="$BUILD/tools/fsfault.so"
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
 export ASAN_OPTIONS
 AGENT_PID=""
-trap 'kill "${AGENT_PID:-}" 2>/dev/null; cleanup' EXIT # (a failed check leaves no daemon behind)
+trap 'if [ -n "${AGENT_PID:-}" ]; then kill "$AGENT_PID" 2>/dev/null || true; fi; cleanup' EXIT # (a failed check leaves no daemon behind)
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
 start_receiver

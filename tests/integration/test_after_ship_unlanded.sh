@@ -15,7 +15,7 @@ FSFAULT="$BUILD/tools/fsfault.so"
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
 export ASAN_OPTIONS
 AGENT_PID=""
-trap 'kill "${AGENT_PID:-}" 2>/dev/null; kill "${HOLD_PID:-}" 2>/dev/null; cleanup' EXIT # (a failed check leaves no daemon behind)
+trap 'for p in "${AGENT_PID:-}" "${HOLD_PID:-}"; do if [ -n "$p" ]; then kill "$p" 2>/dev/null || true; fi; done; cleanup' EXIT # (a failed check leaves no daemon behind)
 [ -f "$FSFAULT" ] || fail "$FSFAULT is not built (make tests)"
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'

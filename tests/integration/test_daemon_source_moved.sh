@@ -23,7 +23,7 @@ rescan_interval: 1h'
 sed -i "s|^  - path: .*|&\n    settle: 100ms\n  - path: $P\n    settle: 100ms|" "$T/dev1.yaml"
 "$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
 AGENT_PID=$!
-trap 'kill "$AGENT_PID" 2>/dev/null; wait "$AGENT_PID" 2>/dev/null; cleanup' EXIT
+trap 'kill "$AGENT_PID" 2>/dev/null || true; wait "$AGENT_PID" 2>/dev/null || true; cleanup' EXIT
 i=0
 until grep -q "running: 2 sources" "$T/dev1.err"; do
     i=$((i + 1)); [ $i -gt 200 ] && { cat "$T/dev1.err"; fail "the daemon did not start"; }
