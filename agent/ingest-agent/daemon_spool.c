@@ -531,6 +531,13 @@ static int claim_name(const char *full, uint64_t ino, char *out, size_t cap)
                : -1;
 }
 
+/* The version f under its claim name beside full (into cl and *c), left by an action that stopped or
+ * failed after its claim: 1, else 0. */
+static int find_claim(const char *full, const ingest_journal_file *f, char *cl, size_t cap, struct stat *c)
+{
+    return f->ino != 0 && claim_name(full, f->ino, cl, cap) == 0 && lstat(cl, c) == 0 && is_claimed_version(c, f);
+}
+
 enum { CLAIM_OK, CLAIM_GONE, CLAIM_OTHER, CLAIM_NONE };
 
 /*
@@ -620,14 +627,12 @@ static int release_file(daemon_t *d, dsource *s, const char *rel, const ingest_j
     int gone = lstat(full, &st) != 0;
     if (gone && errno != ENOENT)
         return 0;
-    if ((gone || !is_shipped_version(&st, f)) && f->ino != 0 && claim_name(full, f->ino, cl, sizeof(cl)) == 0) {
-        struct stat c; /* left under its claim name by a run that stopped before the action */
-        if (lstat(cl, &c) == 0 && is_claimed_version(&c, f)) {
-            st = c;
-            path = cl;
-            claimed = 1;
-            gone = 0;
-        }
+    struct stat left;
+    if ((gone || !is_shipped_version(&st, f)) && find_claim(full, f, cl, sizeof(cl), &left)) {
+        st = left; /* left under its claim name by a run that stopped before the action */
+        path = cl;
+        claimed = 1;
+        gone = 0;
     }
     if (gone) {
         /* gone: perhaps deleted by a run that died before making the deletion durable; its directory is
@@ -771,8 +776,8 @@ static int unclaim_kept(const dsource *s, const char *rel, const ingest_journal_
 {
     char full[PATH_MAX], cl[PATH_MAX];
     struct stat c;
-    if (f->ino == 0 || (size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full) ||
-        claim_name(full, f->ino, cl, sizeof(cl)) != 0 || lstat(cl, &c) != 0 || !is_claimed_version(&c, f))
+    if ((size_t)snprintf(full, sizeof(full), "%s/%s", s->path, rel) >= sizeof(full) ||
+        !find_claim(full, f, cl, sizeof(cl), &c))
         return 0;
     if (renameat2(AT_FDCWD, cl, AT_FDCWD, full, RENAME_NOREPLACE) == 0)
         prog_log(INGEST_LOG_INFO, "after_ship: %s put back from %s (its source keeps its files now)", prog_esc(full),

@@ -203,7 +203,6 @@ static int on_chunk(void *ud, const ingest_chunk_info *c);
  */
 #define SENDER_SMALL_CACHE (2u * 1024u * 1024u)
 
-static int64_t ts_ns(const struct timespec *t) { return ingest_time_ns(t); } /* (saturated: far-off clocks) */
 
 static int name_ok(const char *p, size_t maxlen)
 {
@@ -553,7 +552,7 @@ static int landing_refuses(ingest_sender *s)
         s->land_bid_seq = s->seq + 1;
     }
     const int rc = ingest__path_landed(s->land_ctx, s->land_layout, s->device, s->land_bid, s->path,
-                                       ts_ns(&s->peek_st.st_mtim), s->land_name_max, out, (size_t)s->land_path_max + 1);
+                                       ingest_time_ns(&s->peek_st.st_mtim), s->land_name_max, out, (size_t)s->land_path_max + 1);
     char why[INGEST__ERRMSG_MAX];
     if (rc != 0)
         snprintf(why, sizeof why, "%s", ingest_ctx_errmsg(s->land_ctx));
@@ -565,7 +564,7 @@ static int landing_refuses(ingest_sender *s)
                 why);
     if (s->on_refuse != NULL) {
         const struct stat *st = &s->peek_st;
-        const ingest_sender_stat ws = { (uint64_t)st->st_size, ts_ns(&st->st_mtim), ts_ns(&st->st_ctim),
+        const ingest_sender_stat ws = { (uint64_t)st->st_size, ingest_time_ns(&st->st_mtim), ingest_time_ns(&st->st_ctim),
                                         (uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint32_t)st->st_mode };
         s->on_refuse(s->ud, s->path, &ws, why);
     }
@@ -917,7 +916,7 @@ static int walk_peek(ingest_sender *s)
         }
         s->st.files_seen++;
         if (s->want_file != NULL) {
-            const ingest_sender_stat ws = { (uint64_t)st.st_size, ts_ns(&st.st_mtim), ts_ns(&st.st_ctim),
+            const ingest_sender_stat ws = { (uint64_t)st.st_size, ingest_time_ns(&st.st_mtim), ingest_time_ns(&st.st_ctim),
                                             (uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint32_t)st.st_mode };
             const int want = s->want_file(s->ud, s->path, &ws);
             if (want < 0)
@@ -1184,7 +1183,7 @@ static int chunk_pipe(ingest_sender *s, ingest_sender_batch *b, int fd, const ch
 static int same_stat(const struct stat *a, const struct stat *b)
 {
     return a->st_size == b->st_size && a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
-           ts_ns(&a->st_mtim) == ts_ns(&b->st_mtim) && ts_ns(&a->st_ctim) == ts_ns(&b->st_ctim);
+           ingest_time_ns(&a->st_mtim) == ingest_time_ns(&b->st_mtim) && ingest_time_ns(&a->st_ctim) == ingest_time_ns(&b->st_ctim);
 }
 
 /*
@@ -1208,8 +1207,8 @@ static int batch_record(ingest_sender *s, ingest_sender_batch *b, const struct s
             return ingest__fail(ctx, ingest__errno(errno), "sender: dup: %s", strerror(errno));
     }
     bf->size = (uint64_t)st->st_size;
-    bf->mtime_ns = ts_ns(&st->st_mtim);
-    bf->ctime_ns = ts_ns(&st->st_ctim);
+    bf->mtime_ns = ingest_time_ns(&st->st_mtim);
+    bf->ctime_ns = ingest_time_ns(&st->st_ctim);
     bf->mode = (uint32_t)st->st_mode;
     bf->dev = st->st_dev;
     bf->ino = st->st_ino;
@@ -1495,7 +1494,7 @@ int ingest_sender_next_batch(ingest_sender *s, ingest_sender_batch **out)
         goto fail;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    b->created_ns = ts_ns(&now);
+    b->created_ns = ingest_time_ns(&now);
     next_batch_id(s, b->id, sizeof(b->id));
     s->seq++;
     s->st.batches++;
@@ -1753,7 +1752,7 @@ static int read_link_chunk(ingest_sender_batch *b, ingest__sender_reader *r, uin
         return ingest__fail(r->ctx, ingest__errno(e), "sender: lstat %s: %s", path, strerror(e));
     }
     if (!S_ISLNK(st.st_mode) || st.st_dev != f->dev || st.st_ino != f->ino || (uint64_t)st.st_size != f->size ||
-        ts_ns(&st.st_mtim) != f->mtime_ns || ts_ns(&st.st_ctim) != f->ctime_ns)
+        ingest_time_ns(&st.st_mtim) != f->mtime_ns || ingest_time_ns(&st.st_ctim) != f->ctime_ns)
         return ingest__fail(r->ctx, INGEST_ESTALE, "sender: %s: symlink replaced or changed since it was chunked",
                             path);
     const ssize_t n = readlinkat(dfd, rel, target, sizeof(target));
@@ -1806,8 +1805,8 @@ static int read_chunk(ingest_sender_batch *b, ingest__sender_reader *r, uint64_t
         /* Size, mtime and ctime as when chunked, before (batch_open) and after the read. */
         struct stat st;
         const bfile *bf = &b->files[fi];
-        if (fstat(r->fd, &st) != 0 || (uint64_t)st.st_size != bf->size || ts_ns(&st.st_mtim) != bf->mtime_ns ||
-            ts_ns(&st.st_ctim) != bf->ctime_ns)
+        if (fstat(r->fd, &st) != 0 || (uint64_t)st.st_size != bf->size || ingest_time_ns(&st.st_mtim) != bf->mtime_ns ||
+            ingest_time_ns(&st.st_ctim) != bf->ctime_ns)
             return ingest__fail(r->ctx, INGEST_ESTALE, "sender: %s: changed since it was chunked (chunk %" PRIu64
                                 " at offset %" PRIu64 ")", path, ci, b->offs[ci]);
     } else {
