@@ -37,6 +37,7 @@ const char *ingest_strerror(int code)
     case INGEST_ECLOSED: return "connection closed";
     case INGEST_EVERSION: return "unsupported version";
     case INGEST_EBUSY: return "busy";
+    case INGEST_EBATCHID: return "batch id used before for other data";
     default: return "unknown error";
     }
 }

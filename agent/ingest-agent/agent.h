@@ -91,6 +91,8 @@ typedef struct agent_state {
     pthread_mutex_t store_lock;
     uint64_t seq;
     char instance[24], prefix[32];
+    double instance_at;     /* when agent_take_instance took the instance (0: loaded, or made at start) */
+    uint64_t id_taken_seen; /* report.t.ship.batches_id_taken when agent_take_instance last looked */
 } agent_state;
 
 /* What the agent tells: totals, metrics, latencies, progress, the daemon's status. */
@@ -233,6 +235,9 @@ void agent_refusals_record(agent *a);
 
 uint64_t load_seq(const char *state_dir);
 int save_seq(const char *state_dir, uint64_t seq);
+/* After ACKs: the core answered a batch id as used before for other data (batches_id_taken grew):
+ * batch ids made from now on take a new instance.  0 nothing new, 1 taken, -1 not (back off). */
+int agent_take_instance(agent *a);
 int load_state(agent *a);
 int connect_core(agent *a);
 void disconnect_core(agent *a);

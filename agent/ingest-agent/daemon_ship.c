@@ -221,6 +221,9 @@ typedef struct dship {
     brec *rec;
     size_t nrec, caprec;
     int rec_lost; /* a record could not be kept (no memory) */
+    /* the prefix its id is built from (taken on the main thread: a new instance may come meanwhile): a
+     * SENT batch's own (a replay keeps its id), else the instance's now; id: a PENDING batch's new id */
+    char prefix[INGEST_JOURNAL_ID_MAX + 1], id[INGEST_JOURNAL_ID_MAX + 1];
     /* the sender's context: its messages (building on the builder thread, reading at send time on an
      * encoder thread) are its own, never mixed with the daemon's (a->ctx) */
     ingest_ctx *ctx;
@@ -292,6 +295,7 @@ static int build_batch(daemon_t *d, dship *x)
     o.on_refuse = rec_refuse;
     o.userdata = x;
     o.sources = x->bsrc;
+    o.batch_prefix = x->prefix;
     o.batch_seq = jb->seq;
     o.max_files = x->npaths;
     o.max_bytes = UINT64_MAX / 4;
@@ -678,6 +682,15 @@ static int prepare_start(daemon_t *d, uint64_t seq, ingest_journal_batch *jb, ds
     x->npaths = jb->nfiles;
     for (size_t i = 0; i < jb->nfiles; i++)
         x->paths[i] = jb->files[i].path;
+    snprintf(x->prefix, sizeof(x->prefix), "%s", d->a->state.prefix);
+    if (jb->state == INGEST_JOURNAL_SENT) {
+        /* a replay goes under its id, whatever the instance is now: "{prefix}{seq, at least 6 digits}" */
+        char num[24];
+        const size_t nl = (size_t)snprintf(num, sizeof(num), "%06llu", (unsigned long long)seq);
+        const size_t il = strlen(jb->id);
+        if (il > nl && strcmp(jb->id + il - nl, num) == 0)
+            snprintf(x->prefix, sizeof(x->prefix), "%.*s", (int)(il - nl), jb->id);
+    }
     *out = x;
     return 0;
 }
@@ -777,6 +790,17 @@ static int prepare_finish(daemon_t *d, dship *x)
         prog_log(INGEST_LOG_INFO, "batch %s: none of its %zu files is left to ship", jb->id, jb->nfiles);
         rc = forget(d, seq);
         goto out;
+    }
+    if (strcmp(ingest_sender_batch_id(x->b), jb->id) != 0 && jb->state == INGEST_JOURNAL_PENDING) {
+        /* journaled under an earlier instance (agent_take_instance), never sent: it goes under its new id */
+        snprintf(x->id, sizeof(x->id), "%s", ingest_sender_batch_id(x->b));
+        prog_log(INGEST_LOG_DEBUG, "batch %s goes as %s (a new instance)", jb->id, x->id);
+        if ((rc = ingest_journal_add(d->j, seq, x->id, x->got, x->ngot)) < 0) {
+            prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
+            goto out;
+        }
+        jb->id = x->id;
+        dmn_queue_recount(d);
     }
     if (strcmp(ingest_sender_batch_id(x->b), jb->id) != 0) {
         prog_log(INGEST_LOG_ERROR, "batch %s rebuilt as %s: dropped (its files will be found again)", jb->id,
@@ -1017,7 +1041,14 @@ int dmn_ship_queue(daemon_t *d)
         if (d->a->thr.window_closed)
             prog_log(INGEST_LOG_INFO, "throttle.window %s is open: shipping", d->a->cfg->throttle_window);
         d->a->thr.window_closed = 0;
-        const int rc = ship_one(d, seq);
+        int rc = ship_one(d, seq);
+        if (agent_take_instance(d->a) < 0 && rc >= 0) {
+            /* the core keeps answering new batch ids as used before: not in a loop */
+            drop_prebuilt(d);
+            dmn_disconnect(d);
+            backoff(d, "batch id answered as used before, again (see above)");
+            rc = 1;
+        }
         if (rc != 0) {
             drop_prebuilt(d);
             if (rc < 0)

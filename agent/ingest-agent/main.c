@@ -126,6 +126,8 @@ int save_seq(const char *state_dir, uint64_t seq)
  * made when the state directory is new, so a device whose state was lost
  * never reuses the id of a batch the core already landed.
  */
+static int make_instance(const char *state_dir, char *out, size_t cap);
+
 static int load_instance(const char *state_dir, char *out, size_t cap)
 {
     char p[4096];
@@ -142,6 +144,14 @@ static int load_instance(const char *state_dir, char *out, size_t cap)
         }
         prog_log(INGEST_LOG_WARN, "%s is malformed; making a new instance id", p);
     }
+    return make_instance(state_dir, out, cap);
+}
+
+/* A new random instance, durable in state_dir/instance before any batch id is made with it. */
+static int make_instance(const char *state_dir, char *out, size_t cap)
+{
+    char p[4096];
+    snprintf(p, sizeof(p), "%s/instance", state_dir);
     unsigned char r[8];
     const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd < 0 || read(fd, r, sizeof(r)) != (ssize_t)sizeof(r)) {
@@ -158,6 +168,46 @@ static int load_instance(const char *state_dir, char *out, size_t cap)
         return -1;
     snprintf(out, cap, "%s", hex);
     return 0;
+}
+
+/*
+ * The core answered a batch INGEST_EBATCHID (the edge counts them in
+ * batches_id_taken): it landed that id before, with other data.  Batch
+ * numbers went back (state_dir restored from an older copy, or an image
+ * flashed again), and every batch numbered up to what the core saw would
+ * collide.  Batch ids made from now on take a new instance; the batch's
+ * files go again (abandoned).  0 nothing new, 1 a new instance, -1 none
+ * taken: the last one was taken less than a minute ago (a core that keeps
+ * answering so is not obeyed in a loop: the caller backs off), or it could
+ * not be saved (logged).
+ */
+#define INSTANCE_RETAKE_S 60.0
+
+int agent_take_instance(agent *a)
+{
+    const uint64_t n = a->report.t.ship.batches_id_taken;
+    if (n == a->state.id_taken_seen)
+        return 0;
+    a->state.id_taken_seen = n;
+    const double now = prog_now();
+    if (a->state.instance_at > 0 && now - a->state.instance_at < INSTANCE_RETAKE_S) {
+        prog_log(INGEST_LOG_WARN, "the receiver answered a batch id of instance %s (taken %.0f s ago) as used before: "
+                 "not taking another one yet", a->state.instance, now - a->state.instance_at);
+        return -1;
+    }
+    char old[sizeof(a->state.instance)], fresh[sizeof(a->state.instance)];
+    snprintf(old, sizeof(old), "%s", a->state.instance);
+    if (make_instance(a->cfg->state_dir, fresh, sizeof(fresh)) != 0) {
+        prog_log(INGEST_LOG_ERROR, "cannot make a new %s/instance: %s", a->cfg->state_dir, strerror(errno));
+        return -1;
+    }
+    memcpy(a->state.instance, fresh, sizeof(fresh));
+    snprintf(a->state.prefix, sizeof(a->state.prefix), "%s-", a->state.instance);
+    a->state.instance_at = now;
+    prog_log(INGEST_LOG_WARN, "the receiver landed batch ids of this device before with other data: state_dir is "
+             "older than what the core holds (restored from a copy?); batch ids are made with a new instance, %s "
+             "(was %s)", a->state.instance, old);
+    return 1;
 }
 
 /* ---- progress ------------------------------------------------------------ */
@@ -939,7 +989,14 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     uint64_t pend[INGEST_EDGE_PENDING_MAX] = { 0 }; /* batches received and waiting for their ACKs (pending_settled) */
     const uint64_t failed_before = a->report.t.ship.batches_failed;
     const uint64_t abandoned_before = a->report.t.ship.batches_abandoned;
+    const uint64_t taken_before = a->report.t.ship.batches_id_taken;
     for (;;) {
+        if (a->report.t.ship.batches_id_taken > taken_before) {
+            /* the core landed one of this pass's batch ids before: the ones after it were numbered on from
+             * the same point and would collide too.  The pass ends; the next one numbers from a new instance */
+            rc = 0;
+            break;
+        }
         ingest_sender_batch *b = NULL;
         const double t0 = prog_now();
         const int took = builder_take(&bl, &b);
@@ -1045,6 +1102,11 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
     pthread_mutex_unlock(&a->state.store_lock);
     if (rc < 0)
         return rc;
+    const int taken = agent_take_instance(a);
+    if (taken < 0)
+        failed = 1;
+    else if (taken > 0)
+        again = 1;
     if (failed)
         return -2;
     return again;
@@ -1304,10 +1366,14 @@ int main(int argc, char **argv)
                 break;
             }
         }
+        const double inst_at = a.state.instance_at;
         rc = ship_pass(&a, &so);
         if (rc <= 0)
             break;
-        prog_log(INGEST_LOG_INFO, "files changed while shipping; shipping them again (pass %d)", pass + 2);
+        if (a.state.instance_at != inst_at)
+            prog_log(INGEST_LOG_INFO, "shipping again under the new instance (pass %d)", pass + 2);
+        else
+            prog_log(INGEST_LOG_INFO, "files changed while shipping; shipping them again (pass %d)", pass + 2);
     }
     disconnect_core(&a);
     progress(&a, 1);

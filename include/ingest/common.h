@@ -60,6 +60,7 @@ enum {
     INGEST_ECLOSED = -15,  /* connection closed */
     INGEST_EVERSION = -16, /* unsupported format or protocol version */
     INGEST_EBUSY = -17,    /* resource locked or in use */
+    INGEST_EBATCHID = -18, /* a batch id the core landed before with other data: take a new one */
 };
 
 /* A static English name for an error code; never NULL. */

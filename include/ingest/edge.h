@@ -61,6 +61,10 @@ typedef struct ingest_edge_stats {
     double wait_want_s, send_s, wait_ack_s;
     /* chunks sent as CHUNK_DELTA (among chunks_sent; their map and literal bytes in chunk_bytes_sent) */
     uint64_t chunks_delta;
+    /* batches the core answered INGEST_EBATCHID: it landed their id before with other data (the device's
+     * batch numbers went back: its state restored from an older copy).  Among batches_abandoned (their
+     * files go again); the caller must make its next batch ids from a new prefix. */
+    uint64_t batches_id_taken;
 } ingest_edge_stats;
 
 typedef struct ingest_edge_opts {
@@ -148,8 +152,8 @@ INGEST_API int ingest_edge_offer_dict(ingest_edge *e);
 INGEST_API int ingest_edge_send_manifest(ingest_edge *e, ingest_sender_batch *b);
 /*
  * After ingest_edge_send_manifest: serve the WANTs, COMMIT, read the ACK.
- * Returns 0 acknowledged (on_acked ran), 1 abandoned (a file changed: ship
- * its files again later), 2 refused by the core (logged), 3 received
+ * Returns 0 acknowledged (on_acked ran), 1 abandoned (a file changed, or
+ * the batch id was used before: ship its files again later), 2 refused by the core (logged), 3 received
  * (pipelined: b is now the edge's pending batch, destroyed by the edge once
  * its ACK came; the caller must not destroy it), < 0 the link failed (b is
  * the caller's; ship it again on a new link).  t0: when b began to be

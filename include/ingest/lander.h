@@ -248,8 +248,8 @@ INGEST_API int ingest_lander_landed_path(ingest_lander *l, const char *device, c
  * ingest_lander_lookup: the part that reads the index, under the lock of
  * the store and index (the caller's, or the lander's own, which it takes
  * itself): was (device, batch) landed before (INGEST_LANDER_ALREADY: a
- * replay of the same batch, ack it; INGEST_EEXIST: the id was used for
- * other data), and which chunks the index holds (the want list).  0: the
+ * replay of the same batch, ack it; INGEST_EBATCHID: the id was used for
+ * other data: the device must ship it under a new id), and which chunks the index holds (the want list).  0: the
  * batch is landing (as after begin).  On any other return the batch can
  * only be destroyed.  A replay is recognised only once its manifest parses
  * under the current limits.
@@ -265,7 +265,7 @@ INGEST_API int ingest_lander_parse(ingest_lander *l, const char *device, const v
  * the caller's), and a file with pushed chunks and no "hash" gets its hash
  * when it has landed.  A replay of a landed batch with pushed chunks is
  * recognised by the header's "digest" (ingest_manifest_digest_*); without
- * one it is INGEST_EEXIST.
+ * one it is INGEST_EBATCHID.
  */
 #define INGEST_LANDER_PARSE_PUSH 0x1u
 INGEST_API int ingest_lander_parse_ex(ingest_lander *l, const char *device, const void *manifest, size_t len,

@@ -252,7 +252,7 @@ static int lookup_known(ingest_lander_batch *b)
  * before calling this a replay.  A replay may hold fewer files than the
  * landed batch: the device leaves out a file that changed or vanished
  * since it sent the batch (its new version ships in a batch of its own),
- * and the rest, already landed, is acknowledged.  INGEST_EEXIST when the id
+ * and the rest, already landed, is acknowledged.  INGEST_EBATCHID when the id
  * was reused for other data (a file not among the landed ones, or with
  * other bytes); a missing landed manifest cannot be compared and is taken
  * as the same batch.  The batch is parsed whole: every file's hash is
@@ -341,7 +341,7 @@ static int same_landed_batch(ingest_lander_batch *b)
         return ingest__fail(b->ctx, INGEST_ENOMEM, "lander: batch %s: out of memory comparing it with its landed manifest",
                             b->name);
     if (!same)
-        return ingest__fail(b->ctx, INGEST_EEXIST,
+        return ingest__fail(b->ctx, INGEST_EBATCHID,
                             "lander: batch id %s of device %s was already used for other data; refusing to treat "
                             "it as a replay (the device must use a new batch id)", b->name, b->device);
     return 0;

@@ -1344,7 +1344,8 @@ int ingest_edge_finish_batch(ingest_edge *a, ingest_sender_batch *b, double t0)
 /*
  * Account for the ACK m of batch b (sent: chunks sent for it; t0: when its
  * building began): 0 landed (or landed before), 1 to be shipped again
- * (INGEST_ESTALE: the core lacks chunks it was thought to hold), 2 refused
+ * (INGEST_ESTALE: the core lacks chunks it was thought to hold;
+ * INGEST_EBATCHID: the id was used before, for other data), 2 refused
  * by the receiver.
  */
 static int batch_acked(ingest_edge *a, ingest_sender_batch *b, const ingest_wire_msg *m, uint32_t sent, double t0)
@@ -1356,6 +1357,17 @@ static int batch_acked(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
         /* the core lacks chunks it was thought to hold (Kafka's NEEDED, docs/kafka.md): ship it again */
         edge_log(a, INGEST_LOG_WARN, "batch %s not landed: %s", id, edge_esc(m->u.ack.message));
         a->st->batches_abandoned++;
+        return 1;
+    }
+    if (m->u.ack.status == INGEST_EBATCHID) {
+        /* the core landed this id before with other files: the device's batch numbers went back (its state
+         * directory restored from an older copy).  Not a refusal of the files: they go again, under new ids
+         * (the caller takes a new instance: batches_id_taken) */
+        edge_log(a, INGEST_LOG_WARN, "batch %s not landed: the receiver landed this batch id before, with other data "
+                 "(was this device's state directory restored from an older copy?); its files go again under a new "
+                 "batch id", id);
+        a->st->batches_abandoned++;
+        a->st->batches_id_taken++;
         return 1;
     }
     if (m->u.ack.status < 0) {

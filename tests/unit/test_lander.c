@@ -1073,7 +1073,7 @@ static void assert_landed_ids(const env *e, const char *batch, const tfile *f, s
  * the index holds them), their ids taken from their bytes (put_chunk, or
  * the caller's with put_verified); the landed manifest has every id and
  * hash.  A replay is recognised by the digest; a reused id with other
- * bytes, or a pushed replay without a digest, is EEXIST; a lander not told
+ * bytes, or a pushed replay without a digest, is EBATCHID; a lander not told
  * of push refuses such a manifest.
  */
 static void test_pushed(void **state)
@@ -1131,7 +1131,7 @@ static void test_pushed(void **state)
     };
     make_batch(e, "dev1", "b1", g, 3, &tb);
     assert_int_equal(ingest_lander_parse_ex(e->l, "dev1", tb.manifest, tb.mlen, INGEST_LANDER_PARSE_PUSH, &b), 0);
-    assert_int_equal(ingest_lander_lookup(b), INGEST_EEXIST);
+    assert_int_equal(ingest_lander_lookup(b), INGEST_EBATCHID);
     assert_non_null(strstr(ingest_ctx_errmsg(e->ctx), "already used for other data"));
     ingest_lander_batch_destroy(b);
     free(tb.manifest);
