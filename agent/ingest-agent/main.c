@@ -205,8 +205,9 @@ int agent_take_instance(agent *a)
     snprintf(a->state.prefix, sizeof(a->state.prefix), "%s-", a->state.instance);
     a->state.instance_at = now;
     prog_log(INGEST_LOG_WARN, "the receiver landed batch ids of this device before with other data: state_dir is "
-             "older than what the core holds (restored from a copy?); batch ids are made with a new instance, %s "
-             "(was %s)", a->state.instance, old);
+             "older than what the core holds (restored from a copy? or another device runs with this device's id, "
+             "key and state, a cloned image: their files would land in one tree); batch ids are made with a new "
+             "instance, %s (was %s)", a->state.instance, old);
     return 1;
 }
 
