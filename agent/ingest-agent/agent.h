@@ -241,6 +241,8 @@ int agent_take_instance(agent *a);
 int load_state(agent *a);
 int connect_core(agent *a);
 void disconnect_core(agent *a);
+/* Close the Kafka client, if any (after disconnect_core): the next connect makes one from a->cfg. */
+void agent_kafka_close(agent *a);
 /* daemon_ship.c: the edge's on_acked hook in daemon mode (a pending batch's ACK came). */
 void dmn_edge_acked(agent *a, ingest_sender_batch *b);
 /* Send BATCH_BEGIN, the manifest and MANIFEST_END. */

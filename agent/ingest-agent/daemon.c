@@ -33,6 +33,63 @@ static void apply_config(daemon_t *d)
     d->spool_quota = cfg->spool_quota;
 }
 
+static int str_differ(const char *x, const char *y)
+{
+    return strcmp(x != NULL ? x : "", y != NULL ? y : "") != 0;
+}
+
+/* 1 when the transport or any kafka.* setting differs between o and n. */
+static int kafka_differ(const ingest_agent_config *o, const ingest_agent_config *n)
+{
+    if (o->transport != n->transport || str_differ(o->kafka_brokers, n->kafka_brokers) ||
+        str_differ(o->kafka_topic, n->kafka_topic) || str_differ(o->kafka_reply_topic, n->kafka_reply_topic) ||
+        o->kafka_properties_count != n->kafka_properties_count)
+        return 1;
+    for (size_t i = 0; i < o->kafka_properties_count; i++)
+        if (str_differ(o->kafka_properties[i], n->kafka_properties[i]))
+            return 1;
+    return 0;
+}
+
+/*
+ * Settings read once, at the start (keys, codec, the edge's buffers, the
+ * status and metrics endpoints): a reload that changes them says so, and
+ * the numbers stay as they are in force (n takes o's), so that what the
+ * daemon uses agrees with itself until the restart.
+ */
+static void keep_start_settings(const ingest_agent_config *o, ingest_agent_config *n)
+{
+    char what[512] = "";
+    size_t w = 0;
+#define START_SETTING(cond, name)                                                                                  \
+    do {                                                                                                           \
+        if ((cond) && w < sizeof(what))                                                                            \
+            w += (size_t)snprintf(what + w, sizeof(what) - w, "%s%s", w ? ", " : "", name);                       \
+    } while (0)
+    START_SETTING(str_differ(o->device_key, n->device_key), "device.key");
+    START_SETTING(str_differ(o->core_receiver_key, n->core_receiver_key), "core.receiver_key");
+    START_SETTING(str_differ(o->dedup_key, n->dedup_key), "dedup_key");
+    START_SETTING(o->chunking.min != n->chunking.min || o->chunking.avg != n->chunking.avg ||
+                      o->chunking.max != n->chunking.max,
+                  "chunking");
+    START_SETTING(o->compression_level != n->compression_level, "compression.level");
+    START_SETTING(o->compression_encoders != n->compression_encoders, "compression.encoders");
+    START_SETTING(str_differ(o->compression_dictionary, n->compression_dictionary), "compression.dictionary");
+    START_SETTING(o->batch_push_max != n->batch_push_max, "batch.push_max");
+    START_SETTING(o->havecache_max_entries != n->havecache_max_entries, "havecache.max_entries");
+    START_SETTING(str_differ(o->metrics_listen, n->metrics_listen), "metrics.listen");
+    START_SETTING(str_differ(o->status_socket, n->status_socket), "status.socket");
+#undef START_SETTING
+    n->chunking = o->chunking;
+    n->compression_level = o->compression_level;
+    n->compression_encoders = o->compression_encoders;
+    n->batch_push_max = o->batch_push_max;
+    n->havecache_max_entries = o->havecache_max_entries;
+    if (w > 0)
+        prog_log(INGEST_LOG_WARN, "config reload: %s changed: read at the start only, they take effect at the next "
+                 "start (the rest of the configuration is applied now)", what);
+}
+
 static void reload(daemon_t *d)
 {
     reload_requested = 0;
@@ -56,13 +113,17 @@ static void reload(daemon_t *d)
         ingest_agent_config_free(ncfg);
         return;
     }
-    if (strcmp(ncfg->compression_dictionary, a->cfg->compression_dictionary) != 0)
-        prog_log(INGEST_LOG_WARN, "config reload: compression.dictionary changed: it takes effect at the next start "
-                 "(the codec and the session keep %s until then)", a->dict != NULL ? a->dict_name : "none");
+    keep_start_settings(a->cfg, ncfg);
     /* the open batch is journaled under the old sources: close it */
     dmn_open_close(d);
-    if (strcmp(ncfg->core_address, a->cfg->core_address) != 0)
-        disconnect_core(a);
+    const int kafka_changed = kafka_differ(a->cfg, ncfg);
+    if (kafka_changed || strcmp(ncfg->core_address, a->cfg->core_address) != 0)
+        disconnect_core(a); /* a batch sent and not acknowledged stays journaled: it goes again on the new link */
+    if (kafka_changed) {
+        agent_kafka_close(a);
+        prog_log(INGEST_LOG_INFO, "config reload: the transport or kafka settings changed: the next connection uses "
+                 "them");
+    }
     dmn_sources_free(d);
     ingest_agent_config_free(a->cfg);
     a->cfg = ncfg;

@@ -705,6 +705,16 @@ static void kafka_stats_add(agent *a, ingest_kafka_edge_stats *to)
     to->replies_bad += ks.replies_bad;
 }
 
+/* Close the Kafka client (its counts kept): the next connect makes a new one from the configuration. */
+void agent_kafka_close(agent *a)
+{
+    if (a->net.kafka == NULL)
+        return;
+    kafka_stats_add(a, &a->kafka_was);
+    ingest_kafka_edge_close(a->net.kafka); /* waits up to 5 s for records still queued */
+    a->net.kafka = NULL;
+}
+
 /* transport: kafka: the producer (made once, again after it failed for good) and a link over it. */
 static int connect_kafka(agent *a)
 {
@@ -713,9 +723,7 @@ static int connect_kafka(agent *a)
         /* an idempotent producer that failed for good refuses every record: a new client publishes again
          * (the batches not acknowledged are in the journal and go again) */
         prog_log(INGEST_LOG_WARN, "kafka: the producer failed for good (%s); starting a new one", fatal);
-        kafka_stats_add(a, &a->kafka_was);
-        ingest_kafka_edge_close(a->net.kafka);
-        a->net.kafka = NULL;
+        agent_kafka_close(a);
     }
     if (a->net.kafka == NULL) {
         const ingest_kafka_edge_opts ko = {

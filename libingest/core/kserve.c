@@ -893,8 +893,10 @@ static void handle(ingest_core_kafka *k, const rd_kafka_message_t *m)
     }
     pthread_mutex_unlock(&k->mu);
     ingest_krec_hdr h;
-    if (ingest_krec_peek(k->kctx, m->payload, m->len, &h) != 0 || h.type < INGEST_KREC_MANIFEST ||
-        h.type > INGEST_KREC_END) {
+    int bad = ingest_krec_peek(k->kctx, m->payload, m->len, &h) != 0;
+    if (!bad && (h.type < INGEST_KREC_MANIFEST || h.type > INGEST_KREC_END))
+        bad = ingest__fail(k->kctx, INGEST_EPROTO, "record of type %u, a reply, on the devices' topic", h.type) != 0;
+    if (bad) {
         count(k, &k->malformed, "malformed");
         klog_limited(k, "malformed", "kafka: %s [%d] offset %lld: not a device record (%s); skipped", k->topic,
                      (int)m->partition, (long long)m->offset, ingest_ctx_errmsg(k->kctx));

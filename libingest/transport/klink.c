@@ -753,7 +753,10 @@ typedef struct kitem {
 } kitem;
 
 enum { KS_NONE, KS_MANIFEST, KS_WAIT_WANT, KS_CHUNKS, KS_COMMITTED, KS_DONE };
-enum { KA_NONE, KA_STALE, KA_NEEDED };
+/* Why a batch is given up: KA_STALE and KA_NEEDED are answered (LANDED with INGEST_ESTALE, NEEDED);
+ * KA_AGAIN is not: the device began the same batch again, waits for that copy's answer, and would take
+ * one about the copy cut off (answered by batch id) for it. */
+enum { KA_NONE, KA_STALE, KA_NEEDED, KA_AGAIN };
 
 typedef struct kcore {
     ingest_link base;
@@ -925,9 +928,11 @@ static int core_take(kcore *c, kitem *it)
     if (begin && open) {
         /* a batch began while this one waits for the rest of its records: the device began again (a
          * restart), or the rest was lost on the way while the device pipelined; this batch ends here
-         * (the device is told, in case it waits for it) and the beginning is read again */
-        core_abort(c, KA_STALE, "batch %s was cut off at record %u by the beginning of batch %s", c->batch,
-                   c->next_seq, it->batch);
+         * and the beginning is read again.  The device is told, in case it waits for it, unless the new
+         * beginning is this very batch's: the device sends it again, and waits for the new copy's answer */
+        core_abort(c, strcmp(it->batch, c->batch) == 0 ? KA_AGAIN : KA_STALE,
+                   "batch %s was cut off at record %u by the beginning of batch %s", c->batch, c->next_seq,
+                   it->batch);
         return -2;
     }
     if (!begin && open && strcmp(it->batch, c->batch) != 0) {

@@ -42,9 +42,14 @@ record() { # record DEVICE: a record header with DEVICE, then a nonce and a "sea
 record dev1 | "$PUT" --bootstrap "$BOOT" --topic ingest --key dev1 || fail "kafka-put failed"
 record dev9 | "$PUT" --bootstrap "$BOOT" --topic ingest --key dev9 || fail "kafka-put failed"
 printf 'hello' | "$PUT" --bootstrap "$BOOT" --topic ingest --key dev1 || fail "kafka-put failed"
+# a reply's record (LANDED) on the devices' topic: its own reason, not the record's before
+{ printf 'IKR1\004\000\004dev1\005b-bad\000\000\000\000'; head -c 80 /dev/urandom; } |
+    "$PUT" --bootstrap "$BOOT" --topic ingest --key dev1 || fail "kafka-put failed"
 wait_file_log "$T/r1.log" "does not open under its key"
 wait_file_log "$T/r1.log" "device dev9, which is not authorized"
 wait_file_log "$T/r1.log" "not a device record"
+wait_file_log "$T/r1.log" "not a device record (record of type 4, a reply, on the devices' topic)"
+[ "$(grep -c "not a device record" "$T/r1.log")" = 2 ] || { grep "not a device record" "$T/r1.log"; fail "not two malformed records logged"; }
 gen_log "$T/src/after.txt" 50000 77
 ship dev1
 [ "$(field dev1 files)" = 1 ] || fail "the file written after the bad records was not acknowledged"
@@ -53,11 +58,11 @@ maddr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$T/r1.log" | ta
 [ -n "$maddr" ] || fail "the receiver did not report its metrics address"
 bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n" >&3; cat <&3' "$maddr" |
     tr -d '\r' > "$T/metrics"
-for o in forged unknown_device malformed; do
-    grep -q "^ingest_receiver_kafka_records_total{outcome=\"$o\"} 1\$" "$T/metrics" ||
-        { grep kafka "$T/metrics"; fail "$o records are not counted once"; }
+for o in forged:1 unknown_device:1 malformed:2; do
+    grep -q "^ingest_receiver_kafka_records_total{outcome=\"${o%:*}\"} ${o#*:}\$" "$T/metrics" ||
+        { grep kafka "$T/metrics"; fail "${o%:*} records are not counted ${o#*:} time(s)"; }
 done
-pass "a forged record, one of an unknown device and a malformed one are skipped with a log line; the next batch lands"
+pass "a forged record, one of an unknown device, a malformed one and a reply's are skipped with a log line each; the next batch lands"
 
 # A producer whose message.max.bytes is under the default (set to match a
 # broker's smaller limit): records are cut to fit it, and the tree lands;
