@@ -12,6 +12,7 @@
  * (a block is found by the last key <= a landed path).
  */
 #include "catalog_int.h"
+#include "store.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -108,6 +109,11 @@ static int meta_get_u64(ingest_catalog *cat, MDB_txn *txn, const char *key, uint
     return 0;
 }
 
+int ingest__cat_next_batch(ingest_catalog *cat, MDB_txn *txn, uint64_t *next)
+{
+    return meta_get_u64(cat, txn, META_NEXT, next);
+}
+
 static int meta_put_u64(ingest_catalog *cat, MDB_txn *txn, const char *key, uint64_t v)
 {
     uint8_t b[8];
@@ -136,6 +142,10 @@ static int env_open(ingest_catalog *cat)
     rc = mdb_env_open(cat->env, cat->dir, fl, 0644);
     if (rc != 0)
         return ingest__cat_mdb(cat, rc, "open");
+    uint64_t have = 0, need = 0;
+    if (ingest__mdb_short(cat->env, &have, &need))
+        return ingest__fail(cat->ctx, INGEST_ECORRUPT, "catalog %s: data.mdb is cut short (%llu bytes; its pages "
+                            "need %llu)", cat->dir, (unsigned long long)have, (unsigned long long)need);
     const bool ro = (cat->flags & INGEST_CATALOG_RDONLY) != 0;
     MDB_txn *txn = NULL;
     if ((rc = mdb_txn_begin(cat->env, NULL, ro ? MDB_RDONLY : 0, &txn)) != 0)
@@ -265,6 +275,16 @@ int ingest_catalog_open(ingest_ctx *ctx, const char *bronze_root, unsigned flags
     if (stat(bronze_root, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         ret = ingest__fail(ctx, INGEST_EINVAL, "catalog: bronze root %s: not a directory", bronze_root);
         goto fail;
+    }
+    if (flags & INGEST_CATALOG_EXISTING) {
+        char p[INGEST__CAT_PBUF];
+        snprintf(p, sizeof(p), "%s/_manifests", bronze_root);
+        if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            ret = ingest__fail(ctx, INGEST_ENOTFOUND,
+                               "%s holds no _manifests directory: not a bronze tree a receiver landed into (the "
+                               "wrong directory, or a filesystem not mounted?)", bronze_root);
+            goto fail;
+        }
     }
     if (flags & INGEST_CATALOG_RDONLY) {
         char p[INGEST__CAT_PBUF];

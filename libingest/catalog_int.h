@@ -54,6 +54,8 @@ struct ingest_catalog_s {
 };
 
 int ingest__cat_mdb(ingest_catalog *cat, int rc, const char *what);
+/* The number the next batch added will get (batches are numbered from 1), read in txn. */
+int ingest__cat_next_batch(ingest_catalog *cat, MDB_txn *txn, uint64_t *next);
 int ingest__cat_block_corrupt(ingest_catalog *cat, const ingest__catblock_r *r, const MDB_val *key);
 /* The record of batch batch_no (cached in cat->bcache): 0, or INGEST_ECORRUPT when absent or malformed. */
 int ingest__cat_batch_get(ingest_catalog *cat, MDB_txn *txn, uint64_t batch_no, const ingest__cat_batch **out);

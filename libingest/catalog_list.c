@@ -306,6 +306,18 @@ static int feed_locked(ingest_catalog *cat, uint64_t last, uint64_t max_batches,
     if (rc != 0)
         return ingest__cat_mdb(cat, rc, "begin");
     int ret = 0;
+    uint64_t next_no = 0;
+    if ((ret = ingest__cat_next_batch(cat, txn, &next_no)) < 0)
+        goto out;
+    if (last >= next_no) {
+        /* a cursor past every batch this catalog numbered: the catalog (or bronze) was put back from an
+         * older copy since, and the batches numbered from here on would never be fed past it */
+        ret = ingest__fail(cat->ctx, INGEST_ESTALE,
+                           "cursor at batch %llu is past this catalog's last batch (%llu): bronze or its catalog "
+                           "was put back from an older copy since; read the feed from the start, or list with "
+                           "--since", (unsigned long long)last, (unsigned long long)(next_no - 1));
+        goto out;
+    }
     if ((rc = mdb_cursor_open(txn, cat->feed, &cur)) != 0) {
         ret = ingest__cat_mdb(cat, rc, "cursor");
         goto out;

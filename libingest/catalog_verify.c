@@ -373,8 +373,9 @@ static vjob *job_new(ingest_ctx *ctx, const ingest_manifest_rec *rec, const inge
 
 /* Queue the current files of one batch from its manifest. */
 static int verify_batch(vrun *R, MDB_txn *txn, uint64_t bno, const char *device, const char *batch,
-                        int64_t landed_ns, const char *prefix)
+                        int64_t landed_ns, const char *prefix, uint64_t *matched)
 {
+    *matched = UINT64_MAX; /* the batch was not read whole: counted skipped as a whole */
     ingest_catalog *const cat = R->v.cat;
     char path[INGEST__CAT_PBUF];
     snprintf(path, sizeof(path), "%s/_manifests/%s/%s.jsonl", cat->bronze, device, batch);
@@ -390,6 +391,7 @@ static int verify_batch(vrun *R, MDB_txn *txn, uint64_t bno, const char *device,
     const size_t plen = strlen(prefix);
     vjob *j = NULL;
     int ret = 0;
+    uint64_t seen = 0; /* records that are the catalog's current entry of this batch */
     while ((rc = ingest_manifest_reader_next(mr, &rec)) > 0) {
         if (rec.type == INGEST_MREC_FILE) {
             job_free(cat->ctx, j); /* NULL: the reader checks the sequence */
@@ -408,6 +410,7 @@ static int verify_batch(vrun *R, MDB_txn *txn, uint64_t bno, const char *device,
             }
             if (found == 0 || replaced || r.batch_no != bno)
                 continue;
+            seen++;
             if (!relpath_ok(rec.landed, ll)) {
                 ingest__log(cat->ctx, INGEST_LOG_WARN, "verify: %s: landed path '%.200s' refused", path, rec.landed);
                 R->st->skipped++;
@@ -441,9 +444,39 @@ static int verify_batch(vrun *R, MDB_txn *txn, uint64_t bno, const char *device,
         ingest__log(cat->ctx, INGEST_LOG_WARN, "verify: batch %s of %s: %s", batch, device,
                     ingest_ctx_errmsg(cat->ctx));
         R->st->skipped++;
+    } else if (rc == 0) {
+        *matched = seen;
     }
     ingest_manifest_reader_close(mr);
     return ret;
+}
+
+/*
+ * The files the catalog holds as current in batch bno (the feed record in
+ * cat->fr, just begun) under prefix: each must be met in the batch's
+ * manifest, or it is not checked (a manifest edited since it landed).
+ */
+static int catalog_batch_files(ingest_catalog *cat, MDB_txn *txn, uint64_t bno, const char *prefix, uint64_t *n)
+{
+    ingest__catfeed_r *const fr = cat->fr;
+    const size_t plen = strlen(prefix);
+    *n = 0;
+    int rc;
+    while ((rc = ingest__catfeed_r_next(fr)) > 0) {
+        if (plen > 0 && (fr->landed_len < plen || memcmp(fr->landed, prefix, plen) != 0))
+            continue;
+        ingest__catrec r;
+        bool replaced = false;
+        const int found = ingest__cat_find(cat, txn, fr->landed, fr->landed_len, fr->version, &r, &replaced);
+        if (found < 0)
+            return found;
+        if (found > 0 && !replaced && r.batch_no == bno)
+            (*n)++;
+    }
+    if (rc < 0)
+        return ingest__fail(cat->ctx, INGEST_ECORRUPT, "catalog %s: batch record %llu, byte %zu: %s", cat->dir,
+                            (unsigned long long)bno, fr->err_off, fr->err);
+    return 0;
 }
 
 static int count_cb(void *ud, const ingest_catalog_entry *e)
@@ -486,8 +519,18 @@ static int for_each_batch(vrun *R, MDB_txn *txn, const ingest_catalog_filter *f)
         char device[INGEST__CAT_NAME_MAX + 1], batch[INGEST__CAT_NAME_MAX + 1];
         memcpy(device, fr->device, sizeof(device));
         memcpy(batch, fr->batch, sizeof(batch));
-        if ((ret = verify_batch(R, txn, bno, device, batch, fr->landed_ns, prefix)) < 0)
+        const int64_t landed_ns = fr->landed_ns;
+        uint64_t held = 0, matched = 0;
+        if ((ret = catalog_batch_files(cat, txn, bno, prefix, &held)) < 0 ||
+            (ret = verify_batch(R, txn, bno, device, batch, landed_ns, prefix, &matched)) < 0)
             break;
+        if (matched != UINT64_MAX && matched < held) {
+            ingest__log(cat->ctx, INGEST_LOG_WARN,
+                        "verify: batch %s of %s: %llu of its %llu files in the catalog are not in its manifest (the "
+                        "manifest was changed since it landed?): not checked", batch, device,
+                        (unsigned long long)(held - matched), (unsigned long long)held);
+            R->st->skipped += held - matched;
+        }
     }
     if (ret == 0 && rc != 0 && rc != MDB_NOTFOUND)
         ret = ingest__cat_mdb(cat, rc, "next batch");

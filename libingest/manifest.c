@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -122,11 +123,19 @@ int ingest_manifest_reader_open(ingest_ctx *ctx, const char *path, ingest_manife
         return ingest__fail(ctx, INGEST_EINVAL, "manifest: no context or path");
     ingest_manifest_reader *r = NULL;
     INGEST__FORWARD(reader_new(ctx, path, &r));
-    r->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* a manifest is a regular file: never a symlink followed out of the tree, never a FIFO waited on */
+    r->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (r->fd < 0) {
         const int e = errno;
         ingest_manifest_reader_close(r);
+        if (e == ELOOP)
+            return ingest__fail(ctx, INGEST_EINVAL, "manifest %s: a symbolic link, not a manifest; not read", path);
         return ingest__fail(ctx, ingest__errno(e), "manifest %s: open: %s", path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(r->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ingest_manifest_reader_close(r);
+        return ingest__fail(ctx, INGEST_EINVAL, "manifest %s: not a regular file; not read", path);
     }
     *out = r;
     return 0;

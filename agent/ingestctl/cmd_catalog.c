@@ -428,9 +428,9 @@ static int parse_opts(const char *cmd, int argc, char **argv, copts *c, ingest_c
                 return 2;
             }
             if (a[2] == 's')
-                c->since = ns;
+                c->since = ns; /* (0, the epoch, bounds nothing landed: as no bound) */
             else
-                c->until = ns;
+                c->until = ns != 0 ? ns : INT64_MIN; /* before the epoch: nothing (0 would be no bound) */
         } else if (strcmp(a, "--format") == 0) {
             const char *f = NULL;
             TAKE(f);
@@ -506,7 +506,7 @@ static ingest_catalog *open_catalog(const char *cmd, ingest_ctx *ctx, const copt
         }
     }
     if (!c->no_catch_up) {
-        rc = ingest_catalog_open(ctx, c->bronze, 0, &cat);
+        rc = ingest_catalog_open(ctx, c->bronze, INGEST_CATALOG_EXISTING, &cat);
         if (rc == 0) {
             ingest_catalog_stats st;
             if ((rc = ingest_catalog_catch_up(cat, &st)) < 0) {
@@ -523,7 +523,7 @@ static ingest_catalog *open_catalog(const char *cmd, ingest_ctx *ctx, const copt
         fprintf(stderr, "ingestctl %s: warning: cannot write the catalog (%s); reading it as it is\n", cmd,
                 ingest_ctx_errmsg(ctx));
     }
-    if ((rc = ingest_catalog_open(ctx, c->bronze, INGEST_CATALOG_RDONLY, &cat)) < 0) {
+    if ((rc = ingest_catalog_open(ctx, c->bronze, INGEST_CATALOG_RDONLY | INGEST_CATALOG_EXISTING, &cat)) < 0) {
         fprintf(stderr, "ingestctl %s: %s\n", cmd, ingest_ctx_errmsg(ctx));
         return NULL;
     }

@@ -46,6 +46,9 @@ extern "C" {
 /* ingest_catalog_open flags */
 #define INGEST_CATALOG_RDONLY 0x1u /* no writes: catch_up and add fail INGEST_EINVAL; a missing catalog is INGEST_ENOTFOUND */
 #define INGEST_CATALOG_NOSYNC 0x2u /* commits are not synced (tests, benchmarks): a power cut may lose them */
+/* bronze_root must hold _manifests/ already (a tree a receiver landed into): else INGEST_ENOTFOUND, and
+ * nothing is made there (a tool pointed at the wrong directory, or at an unmounted one, says so) */
+#define INGEST_CATALOG_EXISTING 0x4u
 
 typedef struct ingest_catalog_s ingest_catalog;
 

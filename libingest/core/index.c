@@ -554,12 +554,20 @@ static int check_identity(ingest_index *idx, uint64_t file_no, const file_rec *f
         return ingest__fail(idx->ctx, INGEST_ESTALE, "index: file %llu (%s): no longer a regular file",
                             (unsigned long long)file_no, path);
     const int64_t mt = ingest_time_ns(&sb.st_mtim);
-    if ((uint64_t)sb.st_dev != f->id.dev || (uint64_t)sb.st_ino != f->id.ino || (uint64_t)sb.st_size != f->id.size ||
-        mt != f->id.mtime_ns)
+    if ((uint64_t)sb.st_size != f->id.size || mt != f->id.mtime_ns)
         return ingest__fail(idx->ctx, INGEST_ESTALE,
                             "index: file %llu (%s): changed (size %llu, recorded %llu; mtime %lld, recorded %lld)",
                             (unsigned long long)file_no, path, (unsigned long long)sb.st_size,
                             (unsigned long long)f->id.size, (long long)mt, (long long)f->id.mtime_ns);
+    if ((uint64_t)sb.st_dev != f->id.dev || (uint64_t)sb.st_ino != f->id.ino)
+        /* same size and mtime, another file: copied (cp -a, a restore), or this index is of another tree */
+        return ingest__fail(idx->ctx, INGEST_ESTALE,
+                            "index: file %llu (%s): another file than the one landed (device %llu inode %llu, recorded "
+                            "device %llu inode %llu; size and mtime as recorded): copied or restored since, or the "
+                            "index is of another bronze tree",
+                            (unsigned long long)file_no, path, (unsigned long long)sb.st_dev,
+                            (unsigned long long)sb.st_ino, (unsigned long long)f->id.dev,
+                            (unsigned long long)f->id.ino);
     return 0;
 }
 

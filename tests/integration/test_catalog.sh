@@ -174,3 +174,41 @@ grep -q "byte 6" "$T/arg.err" || fail "bad cursor message: $(cat "$T/arg.err")"
 "$CTL" catalog --bronze "$B" --since 2026-13-01 > /dev/null 2> "$T/arg.err" && fail "a bad time was taken"
 grep -q "no such date" "$T/arg.err" || fail "bad time message: $(cat "$T/arg.err")"
 pass "bad cursor and time arguments refused with their position"
+
+# 5. what an operator's tools meet in a bronze tree they did not expect
+# a cursor past the catalog's last batch (bronze put back from an older copy): refused, not read as "nothing new"
+cur=$(tail -1 "$T/cursor" 2>/dev/null || cat "$T/cursor")
+past="${cur%-*}-999999"
+"$CTL" catalog --bronze "$B" --after "$past" > /dev/null 2> "$T/arg.err" && fail "a cursor past the last batch was taken"
+grep -q "is past this catalog's last batch" "$T/arg.err" || fail "cursor past the end: $(cat "$T/arg.err")"
+# --until the epoch: nothing landed before it (0 was taken for no bound: every file)
+[ -z "$("$CTL" catalog --bronze "$B" --format paths --until @0)" ] || fail "--until @0 listed files"
+[ -z "$("$CTL" catalog --bronze "$B" --format paths --until 1970-01-01)" ] || fail "--until 1970-01-01 listed files"
+pass "a cursor past the last batch is refused; --until the epoch lists nothing"
+# a directory that is no bronze tree (a typo, an unmounted filesystem): an error, and nothing made there
+mkdir -p "$T/notbronze"
+"$CTL" catalog --bronze "$T/notbronze" > /dev/null 2> "$T/nb.err" && fail "catalog of a directory without _manifests succeeded"
+"$CTL" verify --bronze "$B/dev1" --dedup-key "$T/keys/fleet.dedup" > /dev/null 2>> "$T/nb.err" &&
+    fail "verify of a device's landed tree succeeded"
+[ "$(grep -c "holds no _manifests directory" "$T/nb.err")" = 2 ] || fail "not a bronze tree: $(cat "$T/nb.err")"
+[ ! -e "$T/notbronze/_manifests" ] && [ ! -e "$B/dev1/_manifests" ] || fail "a catalog was made in a directory that is no bronze tree"
+pass "catalog and verify on a directory that is no bronze tree: an error, nothing written there"
+# a FIFO and a symlink named like manifests: skipped with a warning, never waited on or followed
+mkfifo "$B/_manifests/dev1/stray.jsonl"
+ln -s /etc/passwd "$B/_manifests/dev1/link.jsonl"
+timeout 20 "$CTL" catalog --bronze "$B" --format paths > /dev/null 2> "$T/odd.err" || fail "catalog with a FIFO manifest: exit $?"
+grep -q "stray.jsonl: not a regular file" "$T/odd.err" || fail "the FIFO was not named: $(cat "$T/odd.err")"
+grep -q "link.jsonl: a symbolic link" "$T/odd.err" || fail "the symlink was not named: $(cat "$T/odd.err")"
+stop_receiver
+start_receiver # its catalog catch-up at start must not wait on the FIFO either
+rm -f "$B/_manifests/dev1/stray.jsonl" "$B/_manifests/dev1/link.jsonl"
+pass "a FIFO and a symlink named *.jsonl in _manifests are skipped and named, not waited on or followed"
+# a file record edited in its manifest since it landed: the catalog's file is not met there, and verify says so
+m=$(grep -l '"type":"file"' "$B"/_manifests/dev1/*.jsonl | head -1)
+sed -i '0,/"type":"file"/s/"version":\([0-9]*\)/"version":9\1/' "$m"
+rc=0
+"$CTL" verify --bronze "$B" --dedup-key "$T/keys/fleet.dedup" --no-catch-up > "$T/verify.ed" 2> "$T/verify.ed.err" || rc=$?
+[ "$rc" = 1 ] || { cat "$T/verify.ed" "$T/verify.ed.err"; fail "verify with an edited manifest record exited $rc, expected 1"; }
+grep -q "files in the catalog are not in its manifest" "$T/verify.ed.err" || fail "verify did not say: $(cat "$T/verify.ed.err")"
+grep -q '"skipped":1' "$T/verify.ed" || fail "the file not checked is not counted skipped: $(cat "$T/verify.ed")"
+pass "verify counts and names a file of the catalog its manifest no longer holds"
