@@ -241,10 +241,53 @@ static int check_kafka_property(cfg_parser *p, const char *shown, const char *va
     return INGEST_OK;
 }
 
+/*
+ * A property the transport sets after the file's (docs/kafka.md: what its
+ * guarantee rests on) may only be given its value: another one would be
+ * overridden without a word.  names[i] must be values[i] (one of the
+ * alternatives separated by '|').
+ */
+static int check_kept_property(cfg_parser *p, const char *shown, const char *value, cfg_mark at,
+                               const char *const names[], const char *const values[], size_t n)
+{
+    const char *eq = strchr(value, '=');
+    if (eq == NULL)
+        return INGEST_OK;
+    const size_t nl = (size_t)(eq - value);
+    for (size_t i = 0; i < n; i++) {
+        if (strlen(names[i]) != nl || strncmp(value, names[i], nl) != 0)
+            continue;
+        const char *v = eq + 1, *alt = values[i];
+        while (*alt != '\0') {
+            const size_t al = strcspn(alt, "|");
+            if (strlen(v) == al && strncmp(v, alt, al) == 0)
+                return INGEST_OK;
+            alt += al + (alt[al] == '|');
+        }
+        return cfg__perr(p, at, "key '%s': the transport keeps %s = %.*s (what its no-loss, no-duplicate "
+                         "guarantee rests on, docs/kafka.md); it cannot be '%.60s'", shown, names[i],
+                         (int)strcspn(values[i], "|"), values[i], v);
+    }
+    return INGEST_OK;
+}
+
+static const char *const kept_producer[] = { "enable.idempotence", "acks" };
+static const char *const kept_producer_v[] = { "true", "all|-1" };
+
+/* The receiver's kafka.properties: as librdkafka takes them, and not against what the transport keeps. */
+static int check_receiver_kafka_property(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
+{
+    INGEST__FORWARD(check_kafka_property(p, shown, value, at));
+    static const char *const names[] = { "enable.idempotence", "acks", "enable.auto.commit" };
+    static const char *const values[] = { "true", "all|-1", "false" };
+    return check_kept_property(p, shown, value, at, names, values, 3);
+}
+
 /* The agent's kafka.properties: as above, and a message.max.bytes that leaves room for a record. */
 static int check_agent_kafka_property(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
 {
     INGEST__FORWARD(check_kafka_property(p, shown, value, at));
+    INGEST__FORWARD(check_kept_property(p, shown, value, at, kept_producer, kept_producer_v, 2));
     static const char mmb[] = "message.max.bytes=";
     if (strncmp(value, mmb, sizeof(mmb) - 1) == 0) {
         const unsigned long long v = strtoull(value + sizeof(mmb) - 1, NULL, 10);
@@ -466,7 +509,7 @@ static const cfg_row receiver_rows[] = {
               "and the others go on" },
     { .name = "kafka.properties", .type = T_MAP, FIELD(R, kafka_properties),
       .count_off = offsetof(R, kafka_properties_count), .max = INGEST_KAFKA_PROPERTIES_MAX,
-      .check = check_kafka_property, .def_doc = "{}",
+      .check = check_receiver_kafka_property, .def_doc = "{}",
       .desc = "librdkafka properties passed verbatim (TLS, SASL, tuning); manual offset commits are kept" },
 };
 #undef R

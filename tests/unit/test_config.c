@@ -579,6 +579,7 @@ static void test_agent_kafka(void **state)
                                "  properties:\n"
                                "    security.protocol: ssl\n"
                                "    linger.ms: 20\n"
+                               "    acks: all\n" /* the value the transport keeps: accepted */
                                "dedup_key: d\n"
                                "sources: [{path: /s}]\n"
                                "state_dir: /st\n";
@@ -588,9 +589,10 @@ static void test_agent_kafka(void **state)
     assert_string_equal(cfg->kafka_brokers, "k1:9092,k2:9092");
     assert_string_equal(cfg->kafka_topic, "ingest");
     assert_string_equal(cfg->kafka_reply_topic, "");
-    assert_int_equal(cfg->kafka_properties_count, 2);
+    assert_int_equal(cfg->kafka_properties_count, 3);
     assert_string_equal(cfg->kafka_properties[0], "security.protocol=ssl");
     assert_string_equal(cfg->kafka_properties[1], "linger.ms=20");
+    assert_string_equal(cfg->kafka_properties[2], "acks=all");
     ingest_agent_config_free(cfg);
     /* tcp (the default) still needs core.address */
     agent_err("device: {id: gw-1, key: k}\ncore: {receiver_key: r}\ndedup_key: d\nsources: [{path: /s}]\n"
@@ -599,6 +601,9 @@ static void test_agent_kafka(void **state)
     receiver_err("key: k\nauthorized_devices: a\ndedup_key: d\nstate_dir: s\nbronze: b\n"
                  "kafka:\n  brokers: k:1\n  properties:\n    linger.ms: soon\n",
                  "key 'kafka.properties.linger.ms': librdkafka refuses it");
+    receiver_err("key: k\nauthorized_devices: a\ndedup_key: d\nstate_dir: s\nbronze: b\n"
+                 "kafka:\n  brokers: k:1\n  properties:\n    enable.auto.commit: \"true\"\n",
+                 "key 'kafka.properties.enable.auto.commit': the transport keeps enable.auto.commit = false");
     ingest_receiver_config *rc = NULL;
     static const char ryaml[] = "key: k\nauthorized_devices: a\ndedup_key: d\nstate_dir: s\nbronze: b\n"
                                 "kafka:\n  brokers: k:1\n  group: fleet-a\n";
@@ -623,6 +628,13 @@ static void test_errors_agent(void **state)
     agent_err_plus("transport: kafka\nkafka:\n  brokers: b:9092\n  properties:\n    acks: [all]\n",
                    "key 'kafka.properties.acks' must be a string, not a list");
     agent_err_plus("kafka:\n  topic: a/b\n", "key 'kafka.topic': 'a/b' is not a topic or group name");
+    /* what the transport keeps may be given its value only (it would be overridden without a word) */
+    agent_err_plus("transport: kafka\nkafka:\n  brokers: b:9092\n  properties:\n    enable.idempotence: \"false\"\n",
+                   "agent.yaml:15:25: key 'kafka.properties.enable.idempotence': the transport keeps "
+                   "enable.idempotence = true (what its no-loss, no-duplicate guarantee rests on, docs/kafka.md); it "
+                   "cannot be 'false'");
+    agent_err_plus("transport: kafka\nkafka:\n  brokers: b:9092\n  properties:\n    acks: \"1\"\n",
+                   "key 'kafka.properties.acks': the transport keeps acks = all");
     agent_err_plus("bogus:\n  x: 1\n", "agent.yaml:11:1: unknown key 'bogus'");
     agent_err_plus("sources[].path: /x\n", "agent.yaml:11:1: unknown key 'sources[].path'");
     agent_err_plus("batch.max_filez: 3\n", "agent.yaml:11:1: unknown key 'batch.max_filez'");
