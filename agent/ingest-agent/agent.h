@@ -236,8 +236,9 @@ void agent_refusals_record(agent *a);
 uint64_t load_seq(const char *state_dir);
 int save_seq(const char *state_dir, uint64_t seq);
 /* After ACKs: the core answered a batch id as used before for other data (batches_id_taken grew):
- * batch ids made from now on take a new instance.  0 nothing new, 1 taken, -1 not (back off). */
-int agent_take_instance(agent *a);
+ * batch ids made from now on take a new instance, unless that batch's id was made with another prefix
+ * than the current one (made_with; NULL: the current).  0 nothing new, 1 taken, -1 not (back off). */
+int agent_take_instance(agent *a, const char *made_with);
 int load_state(agent *a);
 int connect_core(agent *a);
 void disconnect_core(agent *a);

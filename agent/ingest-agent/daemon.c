@@ -86,8 +86,8 @@ static void keep_start_settings(const ingest_agent_config *o, ingest_agent_confi
     n->batch_push_max = o->batch_push_max;
     n->havecache_max_entries = o->havecache_max_entries;
     if (w > 0)
-        prog_log(INGEST_LOG_WARN, "config reload: %s changed: read at the start only, they take effect at the next "
-                 "start (the rest of the configuration is applied now)", what);
+        prog_log(INGEST_LOG_WARN, "config reload: %s changed: read only at the start, so the change takes effect at "
+                 "the next start (the rest of the configuration is applied now)", what);
 }
 
 static void reload(daemon_t *d)

@@ -890,9 +890,33 @@ void dmn_ship_release(daemon_t *d)
 }
 
 /*
+ * Batch x was answered INGEST_EBATCHID: take a new instance (unless x was
+ * made under an earlier one) and journal x again, PENDING, under the id
+ * of now.  0 renewed (the queue ships it next), 1 not (the instance was
+ * not taken: the caller handles x as refused), < 0 a journal failure.
+ */
+static int renew_batch(daemon_t *d, dship *x)
+{
+    agent *a = d->a;
+    if (agent_take_instance(a, x->prefix) < 0)
+        return 1;
+    char id[INGEST_JOURNAL_ID_MAX + 1];
+    snprintf(id, sizeof(id), "%s%06llu", a->state.prefix, (unsigned long long)x->seq);
+    const int rc = ingest_journal_renew(d->j, x->seq, id);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
+        return rc;
+    }
+    prog_log(INGEST_LOG_INFO, "batch %s goes again as %s", x->jb->id, id);
+    dmn_queue_recount(d);
+    return 0;
+}
+
+/*
  * Ship journaled batch seq.  Returns 0 done (acked, received and pending
  * in d->pend, or dropped and its files left to discovery), 1 the
- * connection failed (the batch stays queued), < 0 a local failure.  The
+ * connection failed (the batch stays queued), 2 journaled again under a
+ * new id (renew_batch: ship seq again), < 0 a local failure.  The
  * batch after it is built on the builder thread meanwhile (build_ahead).
  */
 static int ship_one(daemon_t *d, uint64_t seq)
@@ -952,10 +976,23 @@ static int ship_one(daemon_t *d, uint64_t seq)
     snprintf(d->inflight, sizeof(d->inflight), "%s", jb->id);
     dmn_publish(d);
     build_ahead(d, seq);
+    const uint64_t taken0 = a->report.t.ship.batches_id_taken;
     rc = send_manifest(a, b);
     if (rc == 0)
         rc = finish_batch(a, b);
     d->inflight[0] = '\0';
+    if (rc == 1 && a->report.t.ship.batches_id_taken > taken0) {
+        /* its id was landed before with other data (the edge said so): the batch goes again as it is, its
+         * files and spool copies kept (a spooled file may have no other copy left), under a new id */
+        drop_prebuilt(d); /* built under the instance of then */
+        dmn_disconnect(d);
+        rc = renew_batch(d, x);
+        if (rc <= 0) {
+            const int e = dship_end(d, x);
+            return rc < 0 ? rc : e < 0 ? e : 2;
+        }
+        rc = 2; /* not renewed: as a refusal (back-off, its files found again) */
+    }
     if (rc == 3) {
         /* received: its ACK comes while the next batches ship (the edge holds it, dmn_edge_acked) */
         rc = settle(d, 0); /* the ACKs of earlier ones may have come meanwhile */
@@ -1041,13 +1078,10 @@ int dmn_ship_queue(daemon_t *d)
         if (d->a->thr.window_closed)
             prog_log(INGEST_LOG_INFO, "throttle.window %s is open: shipping", d->a->cfg->throttle_window);
         d->a->thr.window_closed = 0;
-        int rc = ship_one(d, seq);
-        if (agent_take_instance(d->a) < 0 && rc >= 0) {
-            /* the core keeps answering new batch ids as used before: not in a loop */
-            drop_prebuilt(d);
-            dmn_disconnect(d);
-            backoff(d, "batch id answered as used before, again (see above)");
-            rc = 1;
+        const int rc = ship_one(d, seq);
+        if (rc == 2) {
+            seq--; /* journaled again under a new id: it goes next */
+            continue;
         }
         if (rc != 0) {
             drop_prebuilt(d);

@@ -175,20 +175,24 @@ static int make_instance(const char *state_dir, char *out, size_t cap)
  * batches_id_taken): it landed that id before, with other data.  Batch
  * numbers went back (state_dir restored from an older copy, or an image
  * flashed again), and every batch numbered up to what the core saw would
- * collide.  Batch ids made from now on take a new instance; the batch's
- * files go again (abandoned).  0 nothing new, 1 a new instance, -1 none
- * taken: the last one was taken less than a minute ago (a core that keeps
- * answering so is not obeyed in a loop: the caller backs off), or it could
- * not be saved (logged).
+ * collide.  Batch ids made from now on take a new instance.  made_with:
+ * the prefix the answered batch's id was made with (NULL: the current
+ * one); a batch of an earlier instance needs no new one.  0 nothing new
+ * (or none needed), 1 a new instance, -1 none taken: a batch of the
+ * current instance answered so less than a minute after it was taken (a
+ * core that keeps answering so is not obeyed in a loop: the caller backs
+ * off), or it could not be saved (logged).
  */
 #define INSTANCE_RETAKE_S 60.0
 
-int agent_take_instance(agent *a)
+int agent_take_instance(agent *a, const char *made_with)
 {
     const uint64_t n = a->report.t.ship.batches_id_taken;
     if (n == a->state.id_taken_seen)
         return 0;
     a->state.id_taken_seen = n;
+    if (made_with != NULL && strcmp(made_with, a->state.prefix) != 0)
+        return 0; /* made under an earlier instance: this one is new already */
     const double now = prog_now();
     if (a->state.instance_at > 0 && now - a->state.instance_at < INSTANCE_RETAKE_S) {
         prog_log(INGEST_LOG_WARN, "the receiver answered a batch id of instance %s (taken %.0f s ago) as used before: "
@@ -1109,9 +1113,9 @@ static int ship_pass(agent *a, ingest_sender_opts *o)
                  ingest_ctx_errmsg(a->ctx));
     a->refuse_uncommitted = 0;
     pthread_mutex_unlock(&a->state.store_lock);
+    const int taken = agent_take_instance(a, NULL); /* (this pass's batches were made with the current one) */
     if (rc < 0)
         return rc;
-    const int taken = agent_take_instance(a);
     if (taken < 0)
         failed = 1;
     else if (taken > 0)

@@ -86,6 +86,15 @@ INGEST_API int ingest_journal_add_sent(ingest_journal *j, uint64_t seq, const ch
                                        const ingest_journal_file *files, size_t n) INGEST_WUR;
 
 /*
+ * Batch seq (PENDING or SENT) back to PENDING under a new id, its files
+ * and their in-flight marks kept; one transaction.  For a batch the core
+ * answered INGEST_EBATCHID (its id was landed before with other data):
+ * it goes again under id.  INGEST_ENOTFOUND, INGEST_EINVAL (ACKED, or a
+ * bad id).
+ */
+INGEST_API int ingest_journal_renew(ingest_journal *j, uint64_t seq, const char *id) INGEST_WUR;
+
+/*
  * Move batch seq forward to SENT or ACKED (committed on return).  ACKED
  * also records every file of the batch in the file table, with the state
  * given in files[] (the versions the core acknowledged; NULL: those of the

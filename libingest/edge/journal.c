@@ -203,7 +203,7 @@ static int clear_inflight(ingest_journal *j, const char *path, uint64_t seq)
 
 /* ingest_journal_add and ingest_journal_add_sent: the record in state (PENDING or SENT). */
 static int add_state(ingest_journal *j, uint64_t seq, const char *id, const ingest_journal_file *files, size_t n,
-                     int state)
+                     int state, bool renew)
 {
     const size_t idlen = id != NULL ? strlen(id) : 0;
     if (idlen == 0 || idlen > INGEST_JOURNAL_ID_MAX)
@@ -223,7 +223,7 @@ static int add_state(ingest_journal *j, uint64_t seq, const char *id, const inge
     }
     ingest_journal_batch *old = NULL;
     int rc = ingest_journal_get(j, seq, &old);
-    if (rc == 0 && old->state != INGEST_JOURNAL_PENDING) {
+    if (rc == 0 && old->state != INGEST_JOURNAL_PENDING && !(renew && old->state == INGEST_JOURNAL_SENT)) {
         rc = ingest__fail(j->ctx, INGEST_EEXIST, "journal: batch %llu (%s) was already sent", (unsigned long long)seq,
                           old->id);
         goto out;
@@ -275,13 +275,28 @@ out:
 
 int ingest_journal_add(ingest_journal *j, uint64_t seq, const char *id, const ingest_journal_file *files, size_t n)
 {
-    return add_state(j, seq, id, files, n, INGEST_JOURNAL_PENDING);
+    return add_state(j, seq, id, files, n, INGEST_JOURNAL_PENDING, false);
 }
 
 int ingest_journal_add_sent(ingest_journal *j, uint64_t seq, const char *id, const ingest_journal_file *files,
                             size_t n)
 {
-    return add_state(j, seq, id, files, n, INGEST_JOURNAL_SENT);
+    return add_state(j, seq, id, files, n, INGEST_JOURNAL_SENT, false);
+}
+
+int ingest_journal_renew(ingest_journal *j, uint64_t seq, const char *id)
+{
+    ingest_journal_batch *b = NULL;
+    INGEST__FORWARD(ingest_journal_get(j, seq, &b));
+    int rc;
+    if (b->state != INGEST_JOURNAL_PENDING && b->state != INGEST_JOURNAL_SENT) {
+        rc = ingest__fail(j->ctx, INGEST_EINVAL, "journal: batch %llu (%s) was acknowledged: not renewed",
+                          (unsigned long long)seq, b->id);
+    } else {
+        rc = add_state(j, seq, id, b->files, b->nfiles, INGEST_JOURNAL_PENDING, true);
+    }
+    ingest_journal_batch_free(j, b);
+    return rc;
 }
 
 static int seen_del(ingest_journal *j, const char *path)

@@ -64,7 +64,7 @@ pass "SIGHUP: an invalid config is rejected and the agent goes on; a valid one i
 cp "$T/dev1.yaml.good" "$T/dev1.yaml"
 printf 'compression:\n  dictionary: auto\n' >> "$T/dev1.yaml"
 kill -HUP $AGENT_PID
-agent_log "compression.dictionary changed: it takes effect at the next start"
+agent_log "compression.dictionary changed: read only at the start, so the change takes effect at the next start"
 mkdir -p "$S/ev"
 for i in $(seq 1 100); do
     printf '{"sensor":"t%d","site":"north","value":%d.%d,"unit":"C","ok":true,"seq":%d}\n' $((i % 17)) \

@@ -71,7 +71,7 @@ printf 'compression:\n  level: 3\n' >> "$T/dev1.yaml"
 "$AGENT" --config "$T/dev1.yaml" --check-config > /dev/null || fail "the new configuration does not check"
 kill -HUP "$APID"
 wait_file_log "$T/dev1.err" "the transport or kafka settings changed"
-grep -q "config reload: compression.level changed: read at the start only" "$T/dev1.err" ||
+grep -q "config reload: compression.level changed: read only at the start" "$T/dev1.err" ||
     { tail -5 "$T/dev1.err"; fail "the reload did not say compression.level waits for the restart"; }
 echo two > "$T/src/two.txt"
 i=0

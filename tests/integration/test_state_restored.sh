@@ -78,3 +78,35 @@ kill "$APID"
 wait "$APID" || fail "the daemon exited non-zero on SIGTERM"
 APID=
 pass "the daemon after a restore: $n batch(es) answered as reused ids, a new instance, every file landed at once"
+
+# ---- the daemon, a spooled source: the spool copy is the only one left ---------------
+# The batch answered as a reused id goes again as it is, under a new id: its spool copy kept (it was
+# forgotten with its copy, and a file whose original was rotated away never landed).
+kill "$APID" 2>/dev/null || true
+wait "$APID" 2>/dev/null || true
+APID=
+restore
+sed -i 's|^    settle: 100ms$|&\n    spool: copy|' "$T/dev1.yaml"
+stop_receiver
+head -c 20000 /dev/urandom > "$S/0c1.bin"
+cp "$S/0c1.bin" "$T/0c1.orig"
+"$AGENT" --config "$T/dev1.yaml" > "$T/d3.out" 2> "$T/d3.err" &
+APID=$!
+i=0
+until ls "$T"/astate-dev1/spool/*/*/0c1.bin > /dev/null 2>&1 && grep -q "core unreachable" "$T/d3.err"; do
+    i=$((i + 1)); [ $i -gt 300 ] && { tail -5 "$T/d3.err"; fail "0c1.bin was not spooled"; }
+    sleep 0.05
+done
+rm "$S/0c1.bin" # rotated away: the spool copy is the data now
+start_receiver
+i=0
+until cmp -s "$T/0c1.orig" "$(landed_root dev1)/data/0c1.bin"; do
+    i=$((i + 1)); [ $i -gt 300 ] && { tail -5 "$T/d3.err"; fail "the spooled 0c1.bin did not land after the reused-id answer"; }
+    sleep 0.05
+done
+grep -q "landed this batch id before" "$T/d3.err" || fail "no batch was answered as a reused id: the test did not test it"
+grep -q "goes again as" "$T/d3.err" || { tail -5 "$T/d3.err"; fail "the batch was not journaled again under a new id"; }
+kill "$APID"
+wait "$APID" || fail "the daemon exited non-zero on SIGTERM"
+APID=
+pass "a spooled file whose original is gone lands from its spool copy after a reused-id answer"

@@ -162,6 +162,20 @@ static void test_add_sent(void **state)
     assert_int_equal(ingest_journal_add(f->j, 9, "inst-000009", files3, 1), INGEST_EEXIST);
     assert_int_equal(ingest_journal_add_sent(f->j, 9, "inst-000009", files3, 1), INGEST_EEXIST);
     assert_int_equal(ingest_journal_add_sent(f->j, 10, "inst-000010", files3, 0), INGEST_EINVAL);
+    /* renewed (the core answered its id as used before): PENDING under the new id, files and marks kept */
+    assert_int_equal(ingest_journal_renew(f->j, 9, "next-000009"), 0);
+    assert_int_equal(ingest_journal_get(f->j, 9, &b), 0);
+    assert_int_equal(b->state, INGEST_JOURNAL_PENDING);
+    assert_string_equal(b->id, "next-000009");
+    assert_int_equal(b->nfiles, 3);
+    assert_string_equal(b->files[2].path, "src/d/c");
+    assert_int_equal(b->files[1].size, 20);
+    ingest_journal_batch_free(f->j, b);
+    assert_int_equal(ingest_journal_inflight(f->j, "src/d/c", &seq), 1);
+    assert_int_equal(seq, 9);
+    assert_int_equal(ingest_journal_renew(f->j, 9, ""), INGEST_EINVAL);
+    assert_int_equal(ingest_journal_renew(f->j, 77, "next-000077"), INGEST_ENOTFOUND);
+    assert_int_equal(ingest_journal_set_state(f->j, 9, INGEST_JOURNAL_SENT, NULL, 0), 0);
     assert_int_equal(ingest_journal_remove(f->j, 9), 0);
     assert_int_equal(ingest_journal_inflight(f->j, "src/d/c", &seq), 0);
     assert_int_equal(ingest_journal_get(f->j, 9, &b), INGEST_ENOTFOUND);
