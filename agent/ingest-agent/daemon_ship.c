@@ -889,6 +889,22 @@ void dmn_ship_release(daemon_t *d)
     drop_prebuilt(d);
 }
 
+/* 1 when batch seq has spool copies (state_dir/spool/{seq} is there). */
+static int spooled(const daemon_t *d, uint64_t seq)
+{
+    char p[PATH_MAX];
+    struct stat st;
+    return (size_t)snprintf(p, sizeof(p), "%s/%llu", d->spool_dir, (unsigned long long)seq) < sizeof(p) &&
+           lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* 1 for a whole-batch refusal whose cause passes at the core (room, a bronze writable again, load). */
+static int refusal_passes(int code)
+{
+    return code == INGEST_EIO || code == INGEST_ENOSPC || code == INGEST_EBUSY || code == INGEST_ETIMEDOUT ||
+           code == INGEST_ENOMEM;
+}
+
 /*
  * Batch x was answered INGEST_EBATCHID: take a new instance (unless x was
  * made under an earlier one) and journal x again, PENDING, under the id
@@ -1004,6 +1020,18 @@ static int ship_one(daemon_t *d, uint64_t seq)
         const int r = record_ack(d, x, b);
         if (rc == 0)
             rc = r;
+    } else if ((rc == 1 || (rc == 2 && refusal_passes(a->report.t.ship.last_refusal))) && spooled(d, seq)) {
+        /* abandoned, or refused for a reason that passes (bronze full or read-only at the core), with spool
+         * copies: they may be the only copies left (the originals rotated away), so the batch is kept and
+         * goes again as it is (a refusal after the back-off), never forgotten with them */
+        drop_prebuilt(d);
+        dmn_disconnect(d);
+        if (rc == 2 && !stopping && !reload_requested)
+            backoff(d, "batch refused by the core (its reason above): kept with its spool copies, it goes again");
+        rc = ingest_journal_renew(d->j, seq, jb->id);
+        if (rc < 0)
+            prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
+        dmn_queue_recount(d);
     } else if (rc == 1 || rc == 2) {
         /* abandoned (a file changed) or refused: its files go back to discovery; a refusal waits the
          * back-off first (a bronze the core cannot write refuses every batch: not ten times a second) */
@@ -1011,6 +1039,9 @@ static int ship_one(daemon_t *d, uint64_t seq)
         dmn_disconnect(d);
         if (rc == 2 && !stopping && !reload_requested)
             backoff(d, "batch refused by the core (its reason above): its files are taken again");
+        if (spooled(d, seq))
+            prog_log(INGEST_LOG_WARN, "batch %s: refused for good (%s): its spool copies go with it; files whose "
+                     "originals are gone are lost", jb->id, ingest_strerror(a->report.t.ship.last_refusal));
         rc = forget(d, seq);
         dmn_schedule_scan(d, d->now);
     } else {

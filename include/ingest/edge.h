@@ -65,6 +65,8 @@ typedef struct ingest_edge_stats {
      * batch numbers went back: its state restored from an older copy).  Among batches_abandoned (their
      * files go again); the caller must make its next batch ids from a new prefix. */
     uint64_t batches_id_taken;
+    /* the INGEST_E* code of the last batch refused whole (among batches_failed; 0: none yet) */
+    int last_refusal;
 } ingest_edge_stats;
 
 typedef struct ingest_edge_opts {

@@ -1374,6 +1374,7 @@ static int batch_acked(ingest_edge *a, ingest_sender_batch *b, const ingest_wire
         edge_log(a, INGEST_LOG_ERROR, "batch %s refused by the receiver: %s: %s", id, ingest_strerror(m->u.ack.status),
                  edge_esc(m->u.ack.message));
         a->st->batches_failed++;
+        a->st->last_refusal = m->u.ack.status;
         return 2;
     }
     a->st->batches_acked++;

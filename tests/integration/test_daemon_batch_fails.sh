@@ -52,3 +52,36 @@ tries=$(grep -c 'refused: .*Read-only file system' "$T/receiver.log")
 [ "$tries" -le 7 ] || { tail -5 "$T/dev1.err"; fail "$tries refusals of the batch in about 6 s (a growing back-off makes at most 7)"; }
 grep -q 'batch refused by the core' "$T/dev1.err" || { tail -5 "$T/dev1.err"; fail "the agent did not say the batch was refused"; }
 pass "a bronze the core cannot write: $tries refusals in about 6 s, not ten a second"
+
+# A spooled source (its files may vanish: the spool copy is then the only one) and a bronze the core cannot
+# write: the refused batch is kept with its spool copies and goes again; the original removed meanwhile,
+# the file lands from its copy once bronze is writable (the batch was forgotten with its copies: lost).
+kill "$APID"
+wait "$APID" 2>/dev/null || true
+APID=
+S2="$T/src/rot"
+mkdir -p "$S2"
+head -c 30000 /dev/urandom > "$S2/frame.bin"
+cp "$S2/frame.bin" "$T/frame.orig"
+write_agent_config dev2 "$S2" 'batch:
+  max_wait: 100ms'
+sed -i 's|^  - path: .*|&\n    settle: 100ms\n    spool: copy|' "$T/dev2.yaml"
+: > "$T/receiver.log"
+"$AGENT" --config "$T/dev2.yaml" > "$T/dev2.out" 2> "$T/dev2.err" &
+APID=$!
+wait_log 'refused: .*Read-only file system'
+i=0
+until grep -q 'kept with its spool copies' "$T/dev2.err"; do
+    i=$((i + 1)); [ $i -gt 200 ] && { tail -5 "$T/dev2.err"; fail "the refused spooled batch was not kept"; }
+    sleep 0.05
+done
+rm "$S2/frame.bin" # rotated away: the spool copy is the only one left
+stop_receiver
+mount -o remount,rw "$T/bronze" || fail "cannot remount the tmpfs read-write"
+start_receiver
+i=0
+until cmp -s "$T/frame.orig" "$(landed_root dev2)/rot/frame.bin"; do
+    i=$((i + 1)); [ $i -gt 400 ] && { tail -5 "$T/dev2.err"; fail "the spooled file did not land from its copy"; }
+    sleep 0.05
+done
+pass "a refused batch of a spooled source is kept with its copies: the file lands once bronze is writable, its original gone"
