@@ -109,6 +109,12 @@ static int meta_get_u64(ingest_catalog *cat, MDB_txn *txn, const char *key, uint
     return 0;
 }
 
+int ingest__cat_feed_bad(ingest_catalog *cat, uint64_t bno, const ingest__catfeed_r *fr)
+{
+    return ingest__fail(cat->ctx, INGEST_ECORRUPT, "catalog %s: batch record %llu, byte %zu: %s", cat->dir,
+                        (unsigned long long)bno, fr->err_off, fr->err);
+}
+
 int ingest__cat_next_batch(ingest_catalog *cat, MDB_txn *txn, uint64_t *next)
 {
     return meta_get_u64(cat, txn, META_NEXT, next);

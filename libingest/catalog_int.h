@@ -54,6 +54,8 @@ struct ingest_catalog_s {
 };
 
 int ingest__cat_mdb(ingest_catalog *cat, int rc, const char *what);
+/* INGEST_ECORRUPT for batch record bno that fr could not read (where and why, from fr). */
+int ingest__cat_feed_bad(ingest_catalog *cat, uint64_t bno, const ingest__catfeed_r *fr);
 /* The number the next batch added will get (batches are numbered from 1), read in txn. */
 int ingest__cat_next_batch(ingest_catalog *cat, MDB_txn *txn, uint64_t *next);
 int ingest__cat_block_corrupt(ingest_catalog *cat, const ingest__catblock_r *r, const MDB_val *key);

@@ -39,8 +39,7 @@ int ingest__cat_batch_get(ingest_catalog *cat, MDB_txn *txn, uint64_t batch_no, 
         return ingest__cat_mdb(cat, rc, "read batch record");
     ingest__catfeed_r *const fr = cat->fr;
     if (ingest__catfeed_r_begin(fr, v.mv_data, v.mv_size) < 0)
-        return ingest__fail(cat->ctx, INGEST_ECORRUPT, "catalog %s: batch record %llu, byte %zu: %s", cat->dir,
-                            (unsigned long long)batch_no, fr->err_off, fr->err);
+        return ingest__cat_feed_bad(cat, batch_no, fr);
     memcpy(b->device, fr->device, sizeof(b->device));
     memcpy(b->batch, fr->batch, sizeof(b->batch));
     b->landed_ns = fr->landed_ns;
@@ -345,8 +344,7 @@ static int feed_locked(ingest_catalog *cat, uint64_t last, uint64_t max_batches,
         }
         const uint64_t bno = get_be64(k.mv_data);
         if (ingest__catfeed_r_begin(fr, v.mv_data, v.mv_size) < 0) {
-            ret = ingest__fail(cat->ctx, INGEST_ECORRUPT, "catalog %s: batch record %llu, byte %zu: %s", cat->dir,
-                               (unsigned long long)bno, fr->err_off, fr->err);
+            ret = ingest__cat_feed_bad(cat, bno, fr);
             goto out;
         }
         n++;
@@ -380,8 +378,7 @@ static int feed_locked(ingest_catalog *cat, uint64_t last, uint64_t max_batches,
                 }
             }
             if (rc < 0) {
-                ret = ingest__fail(cat->ctx, INGEST_ECORRUPT, "catalog %s: batch record %llu, byte %zu: %s",
-                                   cat->dir, (unsigned long long)bno, fr->err_off, fr->err);
+                ret = ingest__cat_feed_bad(cat, bno, fr);
                 goto out;
             }
         }

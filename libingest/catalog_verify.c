@@ -474,8 +474,7 @@ static int catalog_batch_files(ingest_catalog *cat, MDB_txn *txn, uint64_t bno, 
             (*n)++;
     }
     if (rc < 0)
-        return ingest__fail(cat->ctx, INGEST_ECORRUPT, "catalog %s: batch record %llu, byte %zu: %s", cat->dir,
-                            (unsigned long long)bno, fr->err_off, fr->err);
+        return ingest__cat_feed_bad(cat, bno, fr);
     return 0;
 }
 
@@ -508,8 +507,7 @@ static int for_each_batch(vrun *R, MDB_txn *txn, const ingest_catalog_filter *f)
             bno = bno << 8 | ((const uint8_t *)k.mv_data)[i];
         ingest__catfeed_r *const fr = cat->fr;
         if (ingest__catfeed_r_begin(fr, v.mv_data, v.mv_size) < 0) {
-            ret = ingest__fail(cat->ctx, INGEST_ECORRUPT, "catalog %s: batch record %llu, byte %zu: %s", cat->dir,
-                               (unsigned long long)bno, fr->err_off, fr->err);
+            ret = ingest__cat_feed_bad(cat, bno, fr);
             break;
         }
         if (f != NULL && ((f->device != NULL && strcmp(f->device, fr->device) != 0) ||

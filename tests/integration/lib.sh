@@ -183,6 +183,17 @@ wait_log() {
     done
 }
 
+# wait_same EXPECTED FILE TRIES LOG WHAT: wait (50 ms steps) until FILE holds EXPECTED's bytes; after TRIES,
+# LOG's tail and fail with WHAT
+wait_same() {
+    i=0
+    until cmp -s "$1" "$2"; do
+        i=$((i + 1))
+        [ $i -gt "$3" ] && { tail -5 "$4"; fail "$5"; }
+        sleep 0.05
+    done
+}
+
 # distinct_chunks FILE...: number of distinct chunk ids of the files
 # (default chunking parameters, as the agents in these tests use)
 distinct_chunks() { "$CTL" chunk "$@" | grep -v '^#' | awk '{ print $3 }' | sort -u | wc -l; }

@@ -35,11 +35,7 @@ tries=$(grep -c 'failed: .*out of space' "$T/receiver.log")
 grep -q 'out of space' "$T/dev1.err" || { tail -5 "$T/dev1.err"; fail "the agent's log does not give the core's reason"; }
 pass "a batch the core fails: $tries tries in about 6 s, with the core's reason in the log"
 mount -o remount,size=64m "$T/bronze" || fail "cannot grow the tmpfs"
-i=0
-until cmp -s "$S/big.bin" "$(landed_root dev1)/data/big.bin"; do
-    i=$((i + 1)); [ $i -gt 800 ] && { tail -5 "$T/dev1.err"; fail "the batch did not land once there was room"; }
-    sleep 0.05
-done
+wait_same "$S/big.bin" "$(landed_root dev1)/data/big.bin" 800 "$T/dev1.err" "the batch did not land once there was room"
 pass "with room back the batch lands (within the back-off's step)"
 
 stop_receiver # (it holds files of bronze open for writing)
@@ -79,9 +75,5 @@ rm "$S2/frame.bin" # rotated away: the spool copy is the only one left
 stop_receiver
 mount -o remount,rw "$T/bronze" || fail "cannot remount the tmpfs read-write"
 start_receiver
-i=0
-until cmp -s "$T/frame.orig" "$(landed_root dev2)/rot/frame.bin"; do
-    i=$((i + 1)); [ $i -gt 400 ] && { tail -5 "$T/dev2.err"; fail "the spooled file did not land from its copy"; }
-    sleep 0.05
-done
+wait_same "$T/frame.orig" "$(landed_root dev2)/rot/frame.bin" 400 "$T/dev2.err" "the spooled file did not land from its copy"
 pass "a refused batch of a spooled source is kept with its copies: the file lands once bronze is writable, its original gone"

@@ -34,11 +34,7 @@ wait_file_log "$T/dev1.err" "running: "
 head -c 9000000 /dev/urandom > "$T/src/big.bin"
 sleep 1.5 # the batch is being published (9 MB at 3 MiB/s)
 kill -HUP "$APID"
-i=0
-until cmp -s "$T/src/big.bin" "$T/bronze/dev1/src/big.bin"; do
-    i=$((i + 1)); [ $i -gt 1200 ] && { tail -5 "$T/dev1.err"; fail "big.bin did not land after the reload"; }
-    sleep 0.05
-done
+wait_same "$T/src/big.bin" "$T/bronze/dev1/src/big.bin" 1200 "$T/dev1.err" "big.bin did not land after the reload"
 sleep 3 # a second landing, if one came, would come now
 grep -q "was cut off at record" "$T/r1.log" ||
     { tail -5 "$T/r1.log"; fail "the reload did not cut a batch off mid-way: the test did not test it"; }
@@ -74,10 +70,6 @@ wait_file_log "$T/dev1.err" "the transport or kafka settings changed"
 grep -q "config reload: compression.level changed: read only at the start" "$T/dev1.err" ||
     { tail -5 "$T/dev1.err"; fail "the reload did not say compression.level waits for the restart"; }
 echo two > "$T/src/two.txt"
-i=0
-until cmp -s "$T/src/two.txt" "$T/bronze2/dev1/src/two.txt"; do
-    i=$((i + 1)); [ $i -gt 600 ] && { tail -5 "$T/dev1.err"; fail "two.txt did not land through the new brokers"; }
-    sleep 0.05
-done
+wait_same "$T/src/two.txt" "$T/bronze2/dev1/src/two.txt" 600 "$T/dev1.err" "two.txt did not land through the new brokers"
 [ ! -e "$T/bronze/dev1/src/two.txt" ] || fail "two.txt landed through the old brokers too"
 pass "a reload to other brokers: the next batch goes there; compression.level waits for the restart (said)"

@@ -99,11 +99,7 @@ until ls "$T"/astate-dev1/spool/*/*/0c1.bin > /dev/null 2>&1 && grep -q "core un
 done
 rm "$S/0c1.bin" # rotated away: the spool copy is the data now
 start_receiver
-i=0
-until cmp -s "$T/0c1.orig" "$(landed_root dev1)/data/0c1.bin"; do
-    i=$((i + 1)); [ $i -gt 300 ] && { tail -5 "$T/d3.err"; fail "the spooled 0c1.bin did not land after the reused-id answer"; }
-    sleep 0.05
-done
+wait_same "$T/0c1.orig" "$(landed_root dev1)/data/0c1.bin" 300 "$T/d3.err" "the spooled 0c1.bin did not land after the reused-id answer"
 grep -q "landed this batch id before" "$T/d3.err" || fail "no batch was answered as a reused id: the test did not test it"
 grep -q "goes again as" "$T/d3.err" || { tail -5 "$T/d3.err"; fail "the batch was not journaled again under a new id"; }
 kill "$APID"
