@@ -12,7 +12,6 @@
  * (a block is found by the last key <= a landed path).
  */
 #include "catalog_int.h"
-#include "store.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -148,10 +147,6 @@ static int env_open(ingest_catalog *cat)
     rc = mdb_env_open(cat->env, cat->dir, fl, 0644);
     if (rc != 0)
         return ingest__cat_mdb(cat, rc, "open");
-    uint64_t have = 0, need = 0;
-    if (ingest__mdb_short(cat->env, &have, &need))
-        return ingest__fail(cat->ctx, INGEST_ECORRUPT, "catalog %s: data.mdb is cut short (%llu bytes; its pages "
-                            "need %llu)", cat->dir, (unsigned long long)have, (unsigned long long)need);
     const bool ro = (cat->flags & INGEST_CATALOG_RDONLY) != 0;
     MDB_txn *txn = NULL;
     if ((rc = mdb_txn_begin(cat->env, NULL, ro ? MDB_RDONLY : 0, &txn)) != 0)

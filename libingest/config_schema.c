@@ -243,43 +243,45 @@ static int check_kafka_property(cfg_parser *p, const char *shown, const char *va
 
 /*
  * A property the transport sets after the file's (docs/kafka.md: what its
- * guarantee rests on) may only be given its value: another one would be
- * overridden without a word.  names[i] must be values[i] (one of the
- * alternatives separated by '|').
+ * guarantee rests on) may only be given its value, in any spelling
+ * librdkafka takes (acks: all, ALL or -1; request.required.acks is acks):
+ * another one would be overridden without a word.  names[i] (or an alias
+ * in aliases[]: "alias=name") must read as values[i].
  */
 static int check_kept_property(cfg_parser *p, const char *shown, const char *value, cfg_mark at,
                                const char *const names[], const char *const values[], size_t n)
 {
+    static const char *const aliases[][2] = { { "request.required.acks", "acks" } };
     const char *eq = strchr(value, '=');
     if (eq == NULL)
         return INGEST_OK;
-    const size_t nl = (size_t)(eq - value);
+    char name[128];
+    snprintf(name, sizeof(name), "%.*s", (int)(eq - value), value);
+    const char *as = name;
+    for (size_t k = 0; k < sizeof(aliases) / sizeof(aliases[0]); k++)
+        if (strcmp(name, aliases[k][0]) == 0)
+            as = aliases[k][1];
     for (size_t i = 0; i < n; i++) {
-        if (strlen(names[i]) != nl || strncmp(value, names[i], nl) != 0)
+        if (strcmp(as, names[i]) != 0)
             continue;
-        const char *v = eq + 1, *alt = values[i];
-        while (*alt != '\0') {
-            const size_t al = strcspn(alt, "|");
-            if (strlen(v) == al && strncmp(v, alt, al) == 0)
-                return INGEST_OK;
-            alt += al + (alt[al] == '|');
-        }
-        return cfg__perr(p, at, "key '%s': the transport keeps %s = %.*s (what its no-loss, no-duplicate "
-                         "guarantee rests on, docs/kafka.md); it cannot be '%.60s'", shown, names[i],
-                         (int)strcspn(values[i], "|"), values[i], v);
+        if (ingest__kafka_same_setting(name, eq + 1, as, values[i]) == 0)
+            return cfg__perr(p, at, "key '%s': the transport keeps %s = %s (what its no-loss, no-duplicate "
+                             "guarantee rests on, docs/kafka.md); it cannot be '%.60s'", shown, names[i], values[i],
+                             eq + 1);
+        return INGEST_OK;
     }
     return INGEST_OK;
 }
 
 static const char *const kept_producer[] = { "enable.idempotence", "acks" };
-static const char *const kept_producer_v[] = { "true", "all|-1" };
+static const char *const kept_producer_v[] = { "true", "all" };
 
 /* The receiver's kafka.properties: as librdkafka takes them, and not against what the transport keeps. */
 static int check_receiver_kafka_property(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
 {
     INGEST__FORWARD(check_kafka_property(p, shown, value, at));
     static const char *const names[] = { "enable.idempotence", "acks", "enable.auto.commit" };
-    static const char *const values[] = { "true", "all|-1", "false" };
+    static const char *const values[] = { "true", "all", "false" };
     return check_kept_property(p, shown, value, at, names, values, 3);
 }
 

@@ -45,6 +45,14 @@ int ingest__fail(ingest_ctx *ctx, int code, const char *fmt, ...) INGEST__PRINTF
 /* Convert an errno value to an INGEST_E* code. */
 int ingest__errno(int err);
 
+/*
+ * transport/kafka.c: 1 when librdkafka reads value for property name as
+ * it reads kept for property as (an alias or another spelling of the same
+ * setting, e.g. acks=ALL and request.required.acks=-1), 0 when not, -1
+ * when it cannot tell (it refuses one of them).
+ */
+int ingest__kafka_same_setting(const char *name, const char *value, const char *as, const char *kept);
+
 /* Value of a hex digit (either case), or -1. */
 int ingest__hexval(char c);
 

@@ -800,20 +800,6 @@ static int sync_new_dir(ingest_ctx *ctx, const char *dir)
     return 0;
 }
 
-int ingest__mdb_short(struct MDB_env *env, uint64_t *have, uint64_t *need)
-{
-    MDB_envinfo ei;
-    MDB_stat ms;
-    mdb_filehandle_t fd;
-    struct stat sb;
-    if (mdb_env_info(env, &ei) != 0 || mdb_env_stat(env, &ms) != 0 || mdb_env_get_fd(env, &fd) != 0 ||
-        fstat(fd, &sb) != 0)
-        return 0;
-    *need = ((uint64_t)ei.me_last_pgno + 1) * ms.ms_psize;
-    *have = (uint64_t)sb.st_size;
-    return *have < *need;
-}
-
 int ingest_store_open(ingest_ctx *ctx, const char *dir, const ingest_store_opts *opts, ingest_store **out)
 {
     ingest_store *st = NULL;
@@ -886,12 +872,6 @@ int ingest_store_open(ingest_ctx *ctx, const char *dir, const ingest_store_opts 
         /* LMDB says EINVAL for files it cannot make sense of. */
         if (ret == INGEST_EINVAL)
             ret = ingest__fail(ctx, INGEST_ECORRUPT, "store %s: open environment: %s", dir, mdb_strerror(rc));
-        goto fail;
-    }
-    uint64_t have = 0, need = 0;
-    if (ingest__mdb_short(st->env, &have, &need)) {
-        ret = ingest__fail(ctx, INGEST_ECORRUPT, "store %s: data.mdb is cut short (%llu bytes; its pages need %llu)",
-                           dir, (unsigned long long)have, (unsigned long long)need);
         goto fail;
     }
     if (st->created && !(st->flags & (INGEST_STORE_RDONLY | INGEST_STORE_NOSYNC)) &&

@@ -32,15 +32,6 @@ typedef unsigned ingest__dbi;
 /* Key of the meta table's format record: u32 LE, INGEST_STORE_FORMAT. */
 #define INGEST__META_FORMAT "format"
 
-/*
- * 1 when env's data.mdb is shorter than the pages its meta page names (cut
- * by a full disk or a bad copy, *have and *need its size and the size the
- * meta needs): LMDB maps past the file's end, and reading such a page kills
- * the process (SIGBUS).  0 when it is whole, or when it cannot tell.
- */
-struct MDB_env;
-int ingest__mdb_short(struct MDB_env *env, uint64_t *have, uint64_t *need);
-
 ingest_ctx *ingest__store_ctx(const ingest_store *st);
 bool ingest__store_readonly(const ingest_store *st);
 /* 1 when this open created the environment (it was absent or empty). */

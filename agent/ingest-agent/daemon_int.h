@@ -179,6 +179,8 @@ typedef struct daemon {
 
     double next_connect;
     unsigned backoff_ms;
+    uint64_t kept_seq;  /* the spooled batch kept last (keep_spooled), and how many times in a row */
+    unsigned kept_n;
     int core_down_logged;
 
     /* spool: state_dir/spool/{batch seq}/{source name}/{path in the source} */

@@ -571,6 +571,50 @@ void dmn_edge_acked(agent *a, ingest_sender_batch *b)
     }
 }
 
+/* 1 when batch seq has spool copies (state_dir/spool/{seq} is there). */
+static int spooled(const daemon_t *d, uint64_t seq)
+{
+    char p[PATH_MAX];
+    struct stat st;
+    return (size_t)snprintf(p, sizeof(p), "%s/%llu", d->spool_dir, (unsigned long long)seq) < sizeof(p) &&
+           lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* 1 for a whole-batch refusal whose cause passes at the core (room, a bronze writable again, load). */
+static int refusal_passes(int code)
+{
+    return code == INGEST_EIO || code == INGEST_ENOSPC || code == INGEST_EBUSY || code == INGEST_ETIMEDOUT ||
+           code == INGEST_ENOMEM;
+}
+
+/*
+ * Batch seq (journaled as id), not landed, has spool copies: they may be
+ * the only copies left (the originals rotated away), so it is kept when
+ * the cause passes (abandoned: refusal 0; refused for a reason that
+ * passes) and goes again under its id, never forgotten with them.  The
+ * same batch kept again and again waits a growing back-off (a topic that
+ * keeps dropping its records).  1 kept, 0 not (forget it), < 0 a journal
+ * failure.
+ */
+static int keep_spooled(daemon_t *d, uint64_t seq, const char *id, int refusal)
+{
+    if (!spooled(d, seq) || (refusal != 0 && !refusal_passes(refusal)))
+        return 0;
+    d->kept_n = d->kept_seq == seq ? d->kept_n + 1 : 1;
+    d->kept_seq = seq;
+    const int rc = ingest_journal_renew(d->j, seq, id);
+    if (rc < 0) {
+        prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(d->a->ctx));
+        return rc;
+    }
+    dmn_queue_recount(d);
+    if ((refusal != 0 || d->kept_n > 3) && !stopping && !reload_requested)
+        backoff(d, "batch not landed (its reason above): kept with its spool copies, it goes again");
+    else
+        prog_log(INGEST_LOG_INFO, "batch %s not landed: kept with its spool copies, it goes again", id);
+    return 1;
+}
+
 /*
  * After each call that may read ACKs of pending batches: a batch the edge
  * holds no more had its ACK.  Landed: its after-ship action runs.  Not
@@ -595,10 +639,13 @@ static int settle(daemon_t *d, int link_gone)
         }
         int r = x->rc;
         if (x->b != NULL && !link_gone) { /* not landed: the ACK said why */
-            const int f = forget(d, x->seq);
-            if (r == 0)
+            int f = keep_spooled(d, x->seq, x->jb->id, d->a->report.t.ship.last_refusal);
+            if (f == 0) {
+                f = forget(d, x->seq);
+                dmn_schedule_scan(d, d->now);
+            }
+            if (r == 0 && f < 0)
                 r = f;
-            dmn_schedule_scan(d, d->now);
         }
         x->b = NULL;
         const int e = dship_end(d, x);
@@ -889,22 +936,6 @@ void dmn_ship_release(daemon_t *d)
     drop_prebuilt(d);
 }
 
-/* 1 when batch seq has spool copies (state_dir/spool/{seq} is there). */
-static int spooled(const daemon_t *d, uint64_t seq)
-{
-    char p[PATH_MAX];
-    struct stat st;
-    return (size_t)snprintf(p, sizeof(p), "%s/%llu", d->spool_dir, (unsigned long long)seq) < sizeof(p) &&
-           lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* 1 for a whole-batch refusal whose cause passes at the core (room, a bronze writable again, load). */
-static int refusal_passes(int code)
-{
-    return code == INGEST_EIO || code == INGEST_ENOSPC || code == INGEST_EBUSY || code == INGEST_ETIMEDOUT ||
-           code == INGEST_ENOMEM;
-}
-
 /*
  * Batch x was answered INGEST_EBATCHID: take a new instance (unless x was
  * made under an earlier one) and journal x again, PENDING, under the id
@@ -993,6 +1024,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
     dmn_publish(d);
     build_ahead(d, seq);
     const uint64_t taken0 = a->report.t.ship.batches_id_taken;
+    a->report.t.ship.last_refusal = 0; /* this batch's, if refused */
     rc = send_manifest(a, b);
     if (rc == 0)
         rc = finish_batch(a, b);
@@ -1008,6 +1040,7 @@ static int ship_one(daemon_t *d, uint64_t seq)
             return rc < 0 ? rc : e < 0 ? e : 2;
         }
         rc = 2; /* not renewed: as a refusal (back-off, its files found again) */
+        a->report.t.ship.last_refusal = INGEST_EBATCHID;
     }
     if (rc == 3) {
         /* received: its ACK comes while the next batches ship (the edge holds it, dmn_edge_acked) */
@@ -1020,18 +1053,23 @@ static int ship_one(daemon_t *d, uint64_t seq)
         const int r = record_ack(d, x, b);
         if (rc == 0)
             rc = r;
-    } else if ((rc == 1 || (rc == 2 && refusal_passes(a->report.t.ship.last_refusal))) && spooled(d, seq)) {
-        /* abandoned, or refused for a reason that passes (bronze full or read-only at the core), with spool
-         * copies: they may be the only copies left (the originals rotated away), so the batch is kept and
-         * goes again as it is (a refusal after the back-off), never forgotten with them */
+    } else if ((rc == 1 || rc == 2) && spooled(d, seq) &&
+               (rc == 1 || a->report.t.ship.last_refusal == INGEST_EBATCHID ||
+                refusal_passes(a->report.t.ship.last_refusal))) {
+        /* abandoned, refused for a reason that passes (bronze full or read-only at the core), or its id
+         * answered as used again within the minute: kept with its spool copies (keep_spooled), it goes
+         * again first (a refusal after the back-off); later batches wait behind it */
         drop_prebuilt(d);
         dmn_disconnect(d);
-        if (rc == 2 && !stopping && !reload_requested)
-            backoff(d, "batch refused by the core (its reason above): kept with its spool copies, it goes again");
-        rc = ingest_journal_renew(d->j, seq, jb->id);
-        if (rc < 0)
-            prog_log(INGEST_LOG_ERROR, "journal: %s", ingest_ctx_errmsg(a->ctx));
-        dmn_queue_recount(d);
+        const int k = keep_spooled(d, seq, jb->id,
+                                   rc == 1 ? 0 : a->report.t.ship.last_refusal == INGEST_EBATCHID
+                                                     ? INGEST_EBUSY
+                                                     : a->report.t.ship.last_refusal);
+        rc = k < 0 ? k : 2;
+        if (rc == 2) {
+            const int e = dship_end(d, x);
+            return e < 0 ? e : 2;
+        }
     } else if (rc == 1 || rc == 2) {
         /* abandoned (a file changed) or refused: its files go back to discovery; a refusal waits the
          * back-off first (a bronze the core cannot write refuses every batch: not ten times a second) */

@@ -75,6 +75,28 @@ int ingest_kafka_check_properties(ingest_ctx *ctx, const char *const *props, siz
     return rc;
 }
 
+/* name=value in a fresh configuration, read back as property as: 0 with out, or -1. */
+static int setting_read(const char *name, const char *value, const char *as, char *out, size_t cap)
+{
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    if (c == NULL)
+        return -1;
+    char err[256];
+    size_t sz = cap;
+    const int ok = rd_kafka_conf_set(c, name, value, err, sizeof(err)) == RD_KAFKA_CONF_OK &&
+                   rd_kafka_conf_get(c, as, out, &sz) == RD_KAFKA_CONF_OK;
+    rd_kafka_conf_destroy(c);
+    return ok ? 0 : -1;
+}
+
+int ingest__kafka_same_setting(const char *name, const char *value, const char *as, const char *kept)
+{
+    char got[128], want[128];
+    if (setting_read(name, value, as, got, sizeof(got)) != 0 || setting_read(as, kept, as, want, sizeof(want)) != 0)
+        return -1;
+    return strcmp(got, want) == 0;
+}
+
 /* Whether the properties set name (so our default gives way). */
 static int props_set(const ingest_kafka_conf *kc, const char *name)
 {

@@ -579,7 +579,8 @@ static void test_agent_kafka(void **state)
                                "  properties:\n"
                                "    security.protocol: ssl\n"
                                "    linger.ms: 20\n"
-                               "    acks: all\n" /* the value the transport keeps: accepted */
+                               "    acks: ALL\n" /* the value the transport keeps, spelt otherwise: accepted */
+                               "    enable.idempotence: \"1\"\n"
                                "dedup_key: d\n"
                                "sources: [{path: /s}]\n"
                                "state_dir: /st\n";
@@ -589,10 +590,11 @@ static void test_agent_kafka(void **state)
     assert_string_equal(cfg->kafka_brokers, "k1:9092,k2:9092");
     assert_string_equal(cfg->kafka_topic, "ingest");
     assert_string_equal(cfg->kafka_reply_topic, "");
-    assert_int_equal(cfg->kafka_properties_count, 3);
+    assert_int_equal(cfg->kafka_properties_count, 4);
     assert_string_equal(cfg->kafka_properties[0], "security.protocol=ssl");
     assert_string_equal(cfg->kafka_properties[1], "linger.ms=20");
-    assert_string_equal(cfg->kafka_properties[2], "acks=all");
+    assert_string_equal(cfg->kafka_properties[2], "acks=ALL");
+    assert_string_equal(cfg->kafka_properties[3], "enable.idempotence=1");
     ingest_agent_config_free(cfg);
     /* tcp (the default) still needs core.address */
     agent_err("device: {id: gw-1, key: k}\ncore: {receiver_key: r}\ndedup_key: d\nsources: [{path: /s}]\n"
@@ -635,6 +637,8 @@ static void test_errors_agent(void **state)
                    "cannot be 'false'");
     agent_err_plus("transport: kafka\nkafka:\n  brokers: b:9092\n  properties:\n    acks: \"1\"\n",
                    "key 'kafka.properties.acks': the transport keeps acks = all");
+    agent_err_plus("transport: kafka\nkafka:\n  brokers: b:9092\n  properties:\n    request.required.acks: \"0\"\n",
+                   "key 'kafka.properties.request.required.acks': the transport keeps acks = all");
     agent_err_plus("bogus:\n  x: 1\n", "agent.yaml:11:1: unknown key 'bogus'");
     agent_err_plus("sources[].path: /x\n", "agent.yaml:11:1: unknown key 'sources[].path'");
     agent_err_plus("batch.max_filez: 3\n", "agent.yaml:11:1: unknown key 'batch.max_filez'");
