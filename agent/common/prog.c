@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/types.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -573,4 +574,32 @@ void prog_write_all(int fd, const void *p, size_t n)
         c += w;
         n -= (size_t)w;
     }
+}
+
+static char sigbus_msg[512], sigbus_mark[4096];
+
+static void on_sigbus(int sig)
+{
+    (void)sig;
+    if (sigbus_mark[0] != '\0') {
+        const int fd = open(sigbus_mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            (void)fsync(fd);
+            close(fd);
+        }
+    }
+    const ssize_t w = write(2, sigbus_msg, strlen(sigbus_msg));
+    (void)w;
+    _exit(70);
+}
+
+void prog_sigbus_guard(const char *msg, const char *mark)
+{
+    snprintf(sigbus_msg, sizeof(sigbus_msg), "%s\n", msg);
+    snprintf(sigbus_mark, sizeof(sigbus_mark), "%s", mark != NULL ? mark : "");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_sigbus;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
 }

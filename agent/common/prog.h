@@ -124,4 +124,13 @@ size_t prog_read_upto(int fd, void *buf, size_t cap);
  */
 int prog_lock_state_dir(const char *dir, const char *who);
 
+/*
+ * A SIGBUS (a mapped file shorter than the pages read from it: an LMDB
+ * data.mdb cut by a full disk or a bad copy) ends the process with msg on
+ * stderr and exit status 70, after making the file mark (NULL: none), so
+ * that the next start can act on it; it is not left to kill the process
+ * without a word.  Copied; async-signal-safe in the handler.
+ */
+void prog_sigbus_guard(const char *msg, const char *mark);
+
 #endif

@@ -1228,6 +1228,11 @@ int load_state(agent *a)
 int main(int argc, char **argv)
 {
     prog_malloc_tune(); /* before any large allocation */
+    prog_sigbus_guard("ingest-agent: SIGBUS: a state file mapped in memory is shorter than its pages (state_dir's "
+                      "data.mdb cut short by a full disk or a bad copy?): the file table and the batch journal in it "
+                      "are damaged; restore state_dir or start with an empty one (files are then shipped again, "
+                      "their chunks known to the core)",
+                      NULL);
     const char *config = NULL;
     int once = 0, check = 0, all = 0;
     double stats_interval = 0;

@@ -343,6 +343,47 @@ static const char *scope_name(int scope)
     return scope == INGEST_DEDUP_DEVICE ? "device" : "fleet";
 }
 
+/*
+ * The chunk index and the catalog are LMDB files mapped in memory: one cut
+ * short (a full disk, a bad copy) kills the process with SIGBUS at the
+ * first page read past its end, and LMDB cannot tell at open (a healthy
+ * file may end before its last page number: pages freed in the
+ * transaction that made them are never written).  The guard says so and
+ * leaves state_dir/sigbus; this start then removes both, which are caches
+ * of the manifests, and makes them again.  0, or -1.
+ */
+static int sigbus_recover(server *s)
+{
+    char mark[4096], msg[512];
+    snprintf(mark, sizeof(mark), "%s/sigbus", s->cfg->state_dir);
+    snprintf(msg, sizeof(msg),
+             "ingest-receiver: SIGBUS: a state file mapped in memory is shorter than its pages (the chunk index "
+             "%.100s/data.mdb or the catalog in %.100s/_manifests/.catalog cut short?); the next start makes both "
+             "again from the manifests", s->cfg->state_dir, s->cfg->bronze);
+    prog_sigbus_guard(msg, mark);
+    if (access(mark, F_OK) != 0)
+        return 0;
+    prog_log(INGEST_LOG_WARN, "the last run died of SIGBUS reading a state file: the chunk index in %s and the catalog "
+             "of %s are made again from the manifests", s->cfg->state_dir, s->cfg->bronze);
+    if (ingest_store_wipe(s->ctx, s->cfg->state_dir) < 0) {
+        prog_log(INGEST_LOG_ERROR, "chunk index in %s: %s", s->cfg->state_dir, ingest_ctx_errmsg(s->ctx));
+        return -1;
+    }
+    for (int i = 0; i < 2; i++) {
+        char p[4096];
+        snprintf(p, sizeof(p), "%s/_manifests/.catalog/%s", s->cfg->bronze, i ? "lock.mdb" : "data.mdb");
+        if (unlink(p) != 0 && errno != ENOENT) {
+            prog_log(INGEST_LOG_ERROR, "remove %s: %s", p, strerror(errno));
+            return -1;
+        }
+    }
+    if (unlink(mark) != 0) {
+        prog_log(INGEST_LOG_ERROR, "remove %s: %s", mark, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static int open_index(server *s, int force_rebuild)
 {
     const char *dir = s->cfg->state_dir, *bronze = s->cfg->bronze;
@@ -1052,6 +1093,8 @@ int main(int argc, char **argv)
         prog_log(INGEST_LOG_ERROR, "bronze %s: not a directory", s.cfg->bronze);
         goto out;
     }
+    if (sigbus_recover(&s) != 0)
+        goto out;
     if (define_metrics(&s) != 0 || open_index(&s, rebuild) != 0 || open_dicts(&s) != 0)
         goto out;
     if (s.cfg->metrics_listen[0] != '\0') {

@@ -1,5 +1,6 @@
 /* ingestctl: keys, the daemon's status, index checks, dictionaries, chunking and the benchmark hooks. */
 #include "ingestctl.h"
+#include "../common/prog.h"
 
 #include <ingest.h>
 #include <stdio.h>
@@ -60,6 +61,10 @@ static int cmd_bench(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    prog_sigbus_guard("ingestctl: SIGBUS: a state file mapped in memory is shorter than its pages (a data.mdb cut "
+                      "short?): `ingestctl catalog --rebuild` makes the catalog again; the receiver makes its chunk "
+                      "index again at its next start, or with --rebuild-index",
+                      NULL);
     if (argc < 2) {
         usage(stderr);
         return 2;
