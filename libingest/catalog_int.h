@@ -56,6 +56,14 @@ struct ingest_catalog_s {
 int ingest__cat_mdb(ingest_catalog *cat, int rc, const char *what);
 /* INGEST_ECORRUPT for batch record bno that fr could not read (where and why, from fr). */
 int ingest__cat_feed_bad(ingest_catalog *cat, uint64_t bno, const ingest__catfeed_r *fr);
+/*
+ * The next file of batch record bno (in fr, begun) whose landed path
+ * starts with prefix (plen bytes) and that the catalog holds in that
+ * batch: 1 with *r (valid until cat->br is used again) and *replaced, 0
+ * at the record's end, < 0 (a malformed record: INGEST_ECORRUPT).
+ */
+int ingest__catfeed_next_held(ingest_catalog *cat, MDB_txn *txn, ingest__catfeed_r *fr, uint64_t bno,
+                              const char *prefix, size_t plen, ingest__catrec *r, bool *replaced);
 /* The number the next batch added will get (batches are numbered from 1), read in txn. */
 int ingest__cat_next_batch(ingest_catalog *cat, MDB_txn *txn, uint64_t *next);
 int ingest__cat_block_corrupt(ingest_catalog *cat, const ingest__catblock_r *r, const MDB_val *key);

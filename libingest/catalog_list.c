@@ -295,6 +295,23 @@ out:
     return ret;
 }
 
+int ingest__catfeed_next_held(ingest_catalog *cat, MDB_txn *txn, ingest__catfeed_r *fr, uint64_t bno,
+                              const char *prefix, size_t plen, ingest__catrec *r, bool *replaced)
+{
+    int rc;
+    while ((rc = ingest__catfeed_r_next(fr)) > 0) {
+        if (plen > 0 && (fr->landed_len < plen || memcmp(fr->landed, prefix, plen) != 0))
+            continue;
+        *replaced = false;
+        const int found = ingest__cat_find(cat, txn, fr->landed, fr->landed_len, fr->version, r, replaced);
+        if (found < 0)
+            return found;
+        if (found > 0 && r->batch_no == bno)
+            return 1; /* (else a later manifest named the same version: logged when it was added) */
+    }
+    return rc < 0 ? ingest__cat_feed_bad(cat, bno, fr) : 0;
+}
+
 static int feed_locked(ingest_catalog *cat, uint64_t last, uint64_t max_batches, const ingest_catalog_filter *f,
                        ingest_catalog_fn fn, void *ud, uint64_t *out_last)
 {
@@ -349,18 +366,9 @@ static int feed_locked(ingest_catalog *cat, uint64_t last, uint64_t max_batches,
         }
         n++;
         if (batch_passes(f, fr->device, fr->landed_ns)) {
-            while ((rc = ingest__catfeed_r_next(fr)) > 0) {
-                if (plen > 0 && (fr->landed_len < plen || memcmp(fr->landed, prefix, plen) != 0))
-                    continue;
-                ingest__catrec r;
-                bool replaced = false;
-                const int found = ingest__cat_find(cat, txn, fr->landed, fr->landed_len, fr->version, &r, &replaced);
-                if (found < 0) {
-                    ret = found;
-                    goto out;
-                }
-                if (found == 0 || r.batch_no != bno)
-                    continue; /* a later manifest named the same version (logged when it was added) */
+            ingest__catrec r;
+            bool replaced = false;
+            while ((rc = ingest__catfeed_next_held(cat, txn, fr, bno, prefix, plen, &r, &replaced)) > 0) {
                 ingest_catalog_entry e;
                 fill_entry(&e, &r);
                 e.replaced = replaced;
@@ -378,7 +386,7 @@ static int feed_locked(ingest_catalog *cat, uint64_t last, uint64_t max_batches,
                 }
             }
             if (rc < 0) {
-                ret = ingest__cat_feed_bad(cat, bno, fr);
+                ret = rc;
                 goto out;
             }
         }

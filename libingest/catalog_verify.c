@@ -458,24 +458,14 @@ static int verify_batch(vrun *R, MDB_txn *txn, uint64_t bno, const char *device,
  */
 static int catalog_batch_files(ingest_catalog *cat, MDB_txn *txn, uint64_t bno, const char *prefix, uint64_t *n)
 {
-    ingest__catfeed_r *const fr = cat->fr;
     const size_t plen = strlen(prefix);
-    *n = 0;
+    ingest__catrec r;
+    bool replaced = false;
     int rc;
-    while ((rc = ingest__catfeed_r_next(fr)) > 0) {
-        if (plen > 0 && (fr->landed_len < plen || memcmp(fr->landed, prefix, plen) != 0))
-            continue;
-        ingest__catrec r;
-        bool replaced = false;
-        const int found = ingest__cat_find(cat, txn, fr->landed, fr->landed_len, fr->version, &r, &replaced);
-        if (found < 0)
-            return found;
-        if (found > 0 && !replaced && r.batch_no == bno)
-            (*n)++;
-    }
-    if (rc < 0)
-        return ingest__cat_feed_bad(cat, bno, fr);
-    return 0;
+    *n = 0;
+    while ((rc = ingest__catfeed_next_held(cat, txn, cat->fr, bno, prefix, plen, &r, &replaced)) > 0)
+        *n += !replaced;
+    return rc < 0 ? rc : 0;
 }
 
 static int count_cb(void *ud, const ingest_catalog_entry *e)
