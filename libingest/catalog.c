@@ -132,21 +132,35 @@ static int meta_put_u64(ingest_catalog *cat, MDB_txn *txn, const char *key, uint
 
 static int env_open(ingest_catalog *cat)
 {
-    int rc = mdb_env_create(&cat->env);
-    if (rc != 0) {
-        cat->env = NULL;
-        return ingest__cat_mdb(cat, rc, "mdb_env_create");
-    }
-    mdb_env_set_maxdbs(cat->env, 8);
-    mdb_env_set_mapsize(cat->env, sizeof(size_t) >= 8 ? (64ull << 30) : (1ull << 30));
     unsigned fl = MDB_NOTLS;
     if (cat->flags & INGEST_CATALOG_RDONLY)
         fl |= MDB_RDONLY;
     if (cat->flags & INGEST_CATALOG_NOSYNC)
         fl |= MDB_NOSYNC;
-    rc = mdb_env_open(cat->env, cat->dir, fl, 0644);
+    /* address space, not memory: halved where less is allowed (ulimit -v, valgrind), as the store's */
+    const uint64_t map = sizeof(size_t) >= 8 ? (64ull << 30) : (1ull << 30);
+    uint64_t m = map;
+    int rc;
+    for (;;) {
+        if ((rc = mdb_env_create(&cat->env)) != 0) {
+            cat->env = NULL;
+            return ingest__cat_mdb(cat, rc, "mdb_env_create");
+        }
+        mdb_env_set_maxdbs(cat->env, 8);
+        mdb_env_set_mapsize(cat->env, (size_t)m);
+        rc = mdb_env_open(cat->env, cat->dir, fl, 0644);
+        if (rc == 0 || (rc != ENOMEM && rc != EINVAL) || m / 2 < (256ull << 20))
+            break;
+        mdb_env_close(cat->env);
+        cat->env = NULL;
+        m /= 2;
+    }
     if (rc != 0)
         return ingest__cat_mdb(cat, rc, "open");
+    if (m < map)
+        ingest__log(cat->ctx, INGEST_LOG_WARN, "catalog %s: the address space allows a map of %llu MiB, not %llu "
+                    "(ulimit -v?): the catalog can grow to that", cat->dir, (unsigned long long)(m >> 20),
+                    (unsigned long long)(map >> 20));
     const bool ro = (cat->flags & INGEST_CATALOG_RDONLY) != 0;
     MDB_txn *txn = NULL;
     if ((rc = mdb_txn_begin(cat->env, NULL, ro ? MDB_RDONLY : 0, &txn)) != 0)

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #define STORE_DEFAULT_MAP (64ull << 30)
+#define STORE_MIN_MAP (256ull << 20) /* the least map tried where the address space is short */
 #define STORE_DEFAULT_TXN 1000u
 #define STORE_MAX_DBS 32
 #define STORE_PATH_MAX 4096
@@ -852,21 +853,34 @@ int ingest_store_open(ingest_ctx *ctx, const char *dir, const ingest_store_opts 
         goto fail;
     }
 
-    rc = mdb_env_create(&st->env);
-    if (rc != 0) {
+    /* The map is address space, not memory; where less is allowed (ulimit -v, valgrind) mmap fails, and the
+     * map is halved down to STORE_MIN_MAP (LMDB keeps it at least the file's size) */
+    uint64_t m = map;
+    for (;;) {
+        rc = mdb_env_create(&st->env);
+        if (rc != 0) {
+            st->env = NULL;
+            ret = map_mdb(ctx, rc, dir, "env create");
+            goto fail;
+        }
+        if ((rc = mdb_env_set_mapsize(st->env, (size_t)m)) != 0 ||
+            (rc = mdb_env_set_maxdbs(st->env, STORE_MAX_DBS)) != 0) {
+            ret = map_mdb(ctx, rc, dir, "env setup");
+            goto fail;
+        }
+        rc = mdb_env_open(st->env, dir,
+                          MDB_NOTLS | ((st->flags & INGEST_STORE_RDONLY) ? MDB_RDONLY : 0) |
+                              ((st->flags & INGEST_STORE_NOSYNC) ? MDB_NOSYNC : 0),
+                          0600);
+        if (rc == 0 || (rc != ENOMEM && rc != EINVAL) || m / 2 < STORE_MIN_MAP)
+            break;
+        mdb_env_close(st->env);
         st->env = NULL;
-        ret = map_mdb(ctx, rc, dir, "env create");
-        goto fail;
+        m /= 2;
     }
-    if ((rc = mdb_env_set_mapsize(st->env, (size_t)map)) != 0 ||
-        (rc = mdb_env_set_maxdbs(st->env, STORE_MAX_DBS)) != 0) {
-        ret = map_mdb(ctx, rc, dir, "env setup");
-        goto fail;
-    }
-    rc = mdb_env_open(st->env, dir,
-                      MDB_NOTLS | ((st->flags & INGEST_STORE_RDONLY) ? MDB_RDONLY : 0) |
-                          ((st->flags & INGEST_STORE_NOSYNC) ? MDB_NOSYNC : 0),
-                      0600);
+    if (rc == 0 && m < map)
+        ingest__log(ctx, INGEST_LOG_WARN, "store %s: the address space allows a map of %llu MiB, not %llu (ulimit -v?): "
+                    "the store can grow to that", dir, (unsigned long long)(m >> 20), (unsigned long long)(map >> 20));
     if (rc != 0) {
         ret = map_mdb(ctx, rc, dir, "open environment");
         /* LMDB says EINVAL for files it cannot make sense of. */

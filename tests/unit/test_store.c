@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -288,6 +289,49 @@ static void test_iterate(void **state)
 
 /* The child writes 25 single puts with a cap of 10 per transaction, then
  * is killed: the auto-commits at 10 and 20 are durable, the rest lost. */
+static void log_to_int(void *ud, int level, const char *msg)
+{
+    if (level == INGEST_LOG_WARN && strstr(msg, "the address space allows a map of") != NULL)
+        *(int *)ud = 1;
+}
+
+/*
+ * The default map (64 GiB of address space) where the process may have
+ * less (ulimit -v; valgrind): the store opens with a smaller map, says so,
+ * and works.  In a child under RLIMIT_AS (not with a sanitizer, whose
+ * shadow memory needs the address space).
+ */
+static void test_map_shrinks_to_address_space(void **state)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    (void)state;
+    skip();
+#else
+    fixture *f = *state;
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        const struct rlimit rl = { 8ull << 30, 8ull << 30 };
+        if (setrlimit(RLIMIT_AS, &rl) != 0)
+            _exit(3);
+        ingest_ctx *ctx = ingest_ctx_create(NULL);
+        int warned = 0;
+        ingest_ctx_set_log(ctx, log_to_int, &warned, INGEST_LOG_WARN);
+        ingest_store *st = NULL;
+        ingest__dbi db;
+        const int ok = ingest_store_open(ctx, f->sub, NULL, &st) == 0 && ingest__store_db(st, "t", &db) == 0 &&
+                       ingest__store_put(st, db, "k", 1, "v", 1) == 0 && ingest_store_commit(st) == 0;
+        ingest_store_close(st);
+        ingest_ctx_destroy(ctx);
+        _exit(!ok ? 1 : !warned ? 2 : 0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+#endif
+}
+
 static void test_autocommit_and_kill(void **state)
 {
     fixture *f = *state;
@@ -579,6 +623,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nocreate_rdonly, setup, teardown),
         cmocka_unit_test_setup_teardown(test_iterate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_autocommit_and_kill, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_map_shrinks_to_address_space, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deferred_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_alloc_failure, setup, teardown),
     };
