@@ -47,7 +47,8 @@ int agent_metrics_init(agent *a)
         { &m->wire, INGEST_METRIC_COUNTER, "ingest_agent_wire_bytes_total",
           "Bytes on the wire (frames, with their overhead)", "direction" },
         { &m->batches, INGEST_METRIC_COUNTER, "ingest_agent_batches_total",
-          "Batches by outcome: sent (manifest sent), acked, failed (refused), abandoned (a file changed)",
+          "Batches by outcome: sent (manifest sent), acked, failed (refused), abandoned (a file changed), id_taken "
+          "(among abandoned: the id was landed before with other data; a new instance is taken)",
           "outcome" },
         { &m->errors, INGEST_METRIC_COUNTER, "ingest_agent_errors_total",
           "Errors by kind: connect, session (lost connection or protocol), refused, store", "kind" },
@@ -116,6 +117,7 @@ void agent_metrics_sync(agent *a)
     SYNC(ship.batches_acked, batches, "acked");
     SYNC(ship.batches_failed, batches, "failed");
     SYNC(ship.batches_abandoned, batches, "abandoned");
+    SYNC(ship.batches_id_taken, batches, "id_taken");
     SYNC(err_connect, errors, "connect");
     SYNC(err_session, errors, "session");
     SYNC(err_store, errors, "store");

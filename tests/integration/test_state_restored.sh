@@ -59,6 +59,7 @@ pass "--once after a restore: one batch answered as a reused id, a new instance,
 restore
 for i in 1 2 3 4 5 6; do head -c 20000 /dev/urandom > "$S/b$i.bin"; done
 sed -i 's|^  max_files: 1$|&\n  max_wait: 100ms|' "$T/dev1.yaml"
+printf 'metrics:\n  listen: 127.0.0.1:0\n' >> "$T/dev1.yaml"
 sed -i 's|^  - path: .*|&\n    settle: 100ms|' "$T/dev1.yaml"
 before=$(collisions)
 "$AGENT" --config "$T/dev1.yaml" > "$T/d.out" 2> "$T/d.err" &
@@ -74,6 +75,12 @@ n=$(( $(collisions) - before ))
 [ "$n" -ge 1 ] || fail "no batch collided: the test does not test the restore"
 grep -q "batch ids are made with a new instance" "$T/d.err" || { tail -5 "$T/d.err"; fail "the daemon did not take a new instance"; }
 grep -q "batch refused by the core" "$T/d.err" && { tail -5 "$T/d.err"; fail "the daemon backed off as for a refused batch"; }
+maddr=$(sed -n 's|.*metrics on http://\([^/]*\)/metrics.*|\1|p' "$T/d.err" | tail -1)
+[ -n "$maddr" ] || fail "the daemon did not report its metrics address"
+bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n" >&3; cat <&3' "$maddr" |
+    tr -d '\r' > "$T/metrics"
+grep -q "^ingest_agent_batches_total{outcome=\"id_taken\"} $n\$" "$T/metrics" ||
+    { grep batches_total "$T/metrics"; fail "the metrics do not count the $n batch(es) answered as reused ids"; }
 kill "$APID"
 wait "$APID" || fail "the daemon exited non-zero on SIGTERM"
 APID=
