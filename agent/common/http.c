@@ -29,7 +29,8 @@ static void answer(void *ud, int c)
     req[0] = '\0';
     const double deadline = prog_now() + 2.0;
     /* Read until the end of the headers, the bound or the deadline. */
-    while (len < REQ_MAX && strstr(req, "\r\n\r\n") == NULL) {
+    while (len < REQ_MAX && strstr(req, "\r\n\r\n") == NULL && strstr(req, "\n\n") == NULL &&
+           strlen(req) == len) { /* (a NUL byte ends it too: answered as not found) */
         const int left = (int)((deadline - prog_now()) * 1000);
         struct pollfd p = { c, POLLIN, 0 };
         if (left <= 0 || poll(&p, 1, left) != 1)
@@ -73,7 +74,9 @@ metrics_http *metrics_http_start(const char *address, ingest_metrics *m, char *b
     }
     h->m = m;
     const int fd = prog_listen(address, bound, bound_cap, err, errcap);
-    if (fd < 0 || (h->srv = prog_server_start(fd, answer, h, err, errcap)) == NULL) {
+    static const char busy[] = "HTTP/1.0 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 5\r\n"
+                               "Connection: close\r\n\r\nbusy\n";
+    if (fd < 0 || (h->srv = prog_server_start(fd, answer, h, busy, err, errcap)) == NULL) {
         free(h);
         return NULL;
     }

@@ -416,8 +416,10 @@ void prog_print_config_keys(int program, const char *title)
     ingest_config_keys(program, print_key, NULL);
 }
 
-/* Clients answered at once; one more is closed at once (a scraper retries). */
-#define SERVER_CLIENTS_MAX 8
+/* Clients answered at once; one more gets the server's busy reply (prog_server_set_busy) and is closed at once
+ * (a scraper and ingestctl status retry).  A silent client holds its place for up to 2 s: enough places that a
+ * few idle connections do not lock the others out. */
+#define SERVER_CLIENTS_MAX 32
 /* A client that does not take its answer is given up after this. */
 #define SERVER_SEND_TIMEOUT_S 2
 
@@ -430,6 +432,7 @@ struct prog_server {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     unsigned active; /* client threads running, under mu */
+    char busy[128];  /* written to a client over SERVER_CLIENTS_MAX before it is closed ("": nothing) */
 };
 
 typedef struct server_client {
@@ -477,6 +480,18 @@ static void serve_client(prog_server *s, int fd)
     if (started)
         return;
     free(c);
+    if (s->busy[0] != '\0') {
+        /* the request read first (it may take 20 ms to come): closing with it unread resets the connection,
+         * and the client may lose the busy answer with it */
+        char drain[512];
+        struct pollfd p = { fd, POLLIN, 0 };
+        if (poll(&p, 1, 20) == 1)
+            (void)recv(fd, drain, sizeof(drain), MSG_DONTWAIT);
+        (void)send(fd, s->busy, strlen(s->busy), MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)shutdown(fd, SHUT_WR);
+        if (poll(&p, 1, 20) == 1)
+            (void)recv(fd, drain, sizeof(drain), MSG_DONTWAIT);
+    }
     close(fd);
     if (room) {
         pthread_mutex_lock(&s->mu);
@@ -506,8 +521,8 @@ static void *server_main(void *arg)
     return NULL;
 }
 
-prog_server *prog_server_start(int listen_fd, void (*answer)(void *userdata, int fd), void *userdata, char *err,
-                               size_t errcap)
+prog_server *prog_server_start(int listen_fd, void (*answer)(void *userdata, int fd), void *userdata, const char *busy,
+                               char *err, size_t errcap)
 {
     prog_server *s = calloc(1, sizeof(*s));
     if (s == NULL) {
@@ -518,6 +533,7 @@ prog_server *prog_server_start(int listen_fd, void (*answer)(void *userdata, int
     s->fd = listen_fd;
     s->answer = answer;
     s->ud = userdata;
+    snprintf(s->busy, sizeof(s->busy), "%s", busy != NULL ? busy : "");
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (pipe2(s->stop_pipe, O_CLOEXEC) != 0) {

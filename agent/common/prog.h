@@ -92,14 +92,14 @@ void prog_print_config_keys(int program, const char *title);
 /*
  * A listening socket served by a thread of its own: answer(userdata, fd)
  * handles each accepted connection in a thread of its own (at most 8 at
- * once; more are closed at once; a client that does not take its answer
+ * once; more get busy (an HTTP 503, "busy\n"; NULL: nothing) and are closed; a client that does not take its answer
  * is given up after 2 s), and the connection is closed after it.  answer
  * may run concurrently with itself.  prog_server_start takes over listen_fd (closed on
  * failure too); prog_server_stop ends the thread and closes it.
  */
 typedef struct prog_server prog_server;
-prog_server *prog_server_start(int listen_fd, void (*answer)(void *userdata, int fd), void *userdata, char *err,
-                               size_t errcap);
+prog_server *prog_server_start(int listen_fd, void (*answer)(void *userdata, int fd), void *userdata, const char *busy,
+                               char *err, size_t errcap);
 void prog_server_stop(prog_server *s);
 /* Write n bytes to fd, giving up at the first error. */
 void prog_write_all(int fd, const void *p, size_t n);

@@ -12,9 +12,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STATUS_MAX (256u * 1024u)
+/* what a client gets when the agent answers as many as it can already */
+#define STATUS_BUSY "busy\n"
 
 struct status_server {
     prog_server *srv;
@@ -77,7 +80,7 @@ status_server *status_server_start(const char *path, status_render_fn fn, void *
         free(s);
         return NULL;
     }
-    if ((s->srv = prog_server_start(fd, answer, s, err, errcap)) == NULL) {
+    if ((s->srv = prog_server_start(fd, answer, s, STATUS_BUSY, err, errcap)) == NULL) {
         unlink(path);
         free(s);
         return NULL;
@@ -94,7 +97,8 @@ void status_server_stop(status_server *s)
     free(s);
 }
 
-int status_query(const char *path, int json, char *out, size_t cap, char *err, size_t errcap)
+/* One try: 0 with the answer in out (empty: none came), or -1 with err. */
+static int query_once(const char *path, int json, char *out, size_t cap, char *err, size_t errcap)
 {
     struct sockaddr_un sa;
     memset(&sa, 0, sizeof(sa));
@@ -112,7 +116,8 @@ int status_query(const char *path, int json, char *out, size_t cap, char *err, s
         return -1;
     }
     const char *req = json ? "json\n" : "text\n";
-    if (write(fd, req, strlen(req)) < 0) {
+    /* (never SIGPIPE: the agent may have closed a client it had no room for) */
+    if (send(fd, req, strlen(req), MSG_NOSIGNAL) < 0 && errno != EPIPE && errno != ECONNRESET) {
         snprintf(err, errcap, "%s: %s", path, strerror(errno));
         close(fd);
         return -1;
@@ -135,4 +140,20 @@ int status_query(const char *path, int json, char *out, size_t cap, char *err, s
     out[len] = '\0';
     close(fd);
     return 0;
+}
+
+int status_query(const char *path, int json, char *out, size_t cap, char *err, size_t errcap)
+{
+    /* An agent answering many clients at once says STATUS_BUSY (or closes at once): try again a few times
+     * over about 3 s, then say so; an empty answer is never taken for one. */
+    for (int i = 0; i < 15; i++) {
+        if (query_once(path, json, out, cap, err, errcap) != 0)
+            return -1;
+        if (out[0] != '\0' && strcmp(out, STATUS_BUSY) != 0)
+            return 0;
+        struct timespec ts = { 0, 200 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    snprintf(err, errcap, "%s: the agent did not answer (busy with other status clients?)", path);
+    return -1;
 }

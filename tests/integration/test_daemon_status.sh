@@ -65,6 +65,27 @@ grep -q "^shipped (acked)  *6  *$bytes\$" "$T/status.txt" || { cat "$T/status.tx
 grep -q '^backpressure  *off' "$T/status.txt" || fail "no backpressure line"
 pass "status: JSON counts match what landed (6 files, $bytes bytes, 1 excluded); text table; socket 0600"
 
+# 40 at once, 12 silent clients holding places meanwhile: each gets its answer (an agent answering as many
+# as it can says busy, and ingestctl asks again), never an empty one with exit 0 or a SIGPIPE
+python3 -c 'import socket, sys, time
+held = [socket.socket(socket.AF_UNIX) for _ in range(12)]
+for h in held: h.connect(sys.argv[1])
+time.sleep(3)' "$SOCK" &
+HOLD=$!
+sleep 0.2
+for i in $(seq 1 40); do
+    ( rc=0; "$CTL" status --json --socket "$SOCK" > "$T/many.$i" 2> "$T/many.$i.err" || rc=$?; echo "$rc" > "$T/many.$i.rc" ) &
+done
+wait_all=0
+for i in $(seq 1 40); do
+    while [ ! -s "$T/many.$i.rc" ]; do wait_all=$((wait_all + 1)); [ $wait_all -gt 600 ] && fail "status clients did not end"; sleep 0.05; done
+    [ "$(cat "$T/many.$i.rc")" = 0 ] || fail "status client $i exited $(cat "$T/many.$i.rc"): $(cat "$T/many.$i.err")"
+    python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$T/many.$i" || fail "status client $i got no JSON: $(head -c 80 "$T/many.$i")"
+done
+kill "$HOLD" 2> /dev/null || true
+wait "$HOLD" 2> /dev/null || true
+pass "40 status clients at once beside 12 silent ones: each got its JSON"
+
 # a window that excludes now: +2 h .. +3 h
 W="$(date -d '+2 hours' +%H:%M)-$(date -d '+3 hours' +%H:%M)"
 cp "$T/dev1.yaml" "$T/dev1.yaml.open"

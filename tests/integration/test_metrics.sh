@@ -39,6 +39,34 @@ timeout 1.5 bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTT
 head -1 "$T/m-busy.txt" | grep -q '^HTTP/1.0 200' || fail "a scrape beside 4 silent clients did not answer 200"
 wait "$MFLOOD"
 pass "a scrape is answered at once beside 4 silent clients"
+# 12 silent clients (the responder answered 8 at once, and closed a ninth without a word, so 8 idle
+# connections failed every scrape): answered; past what it takes at once (32), a 503 that says to retry,
+# not a silent close; a request ended by bare newlines is answered at once, not after the 2 s deadline
+silent_then_scrape() { # N: N connections that say nothing (held by a bash), then one scrape into $T/m-flood.txt
+    bash -c 'for i in $(seq 10 $((9 + $1))); do eval "exec $i<>/dev/tcp/${0%:*}/${0##*:}"; done; echo up; sleep 3' \
+        "$maddr" "$1" > "$T/silent.out" 2>&1 &
+    SPID=$!
+    i=0
+    until grep -q up "$T/silent.out"; do
+        i=$((i + 1)); [ $i -gt 100 ] && { cat "$T/silent.out"; fail "the $1 silent clients did not connect"; }
+        sleep 0.05
+    done
+    sleep 0.2 # (each taken by the responder)
+    # (a busy answer is followed by a reset, the request unread: what came before it counts)
+    timeout 1.5 bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\r\n\r\n" >&3; cat <&3' "$maddr" \
+        > "$T/m-flood.txt" 2> /dev/null || true
+    [ -s "$T/m-flood.txt" ] || fail "a scrape beside $1 silent clients got no answer within 1.5 s"
+    wait "$SPID"
+}
+silent_then_scrape 12
+head -1 "$T/m-flood.txt" | grep -q '^HTTP/1.0 200' || fail "a scrape beside 12 silent clients: $(head -1 "$T/m-flood.txt")"
+silent_then_scrape 40
+head -1 "$T/m-flood.txt" | grep -q '^HTTP/1.0 503' || fail "a scrape beside 40 silent clients: $(head -1 "$T/m-flood.txt")"
+grep -q '^Retry-After: 1' "$T/m-flood.txt" || fail "the 503 does not say when to retry"
+timeout 1 bash -c 'exec 3<>/dev/tcp/${0%:*}/${0##*:}; printf "GET /metrics HTTP/1.0\n\n" >&3; cat <&3' "$maddr" \
+    > "$T/m-lf.txt" || fail "a request ended by bare newlines waited for the deadline"
+head -1 "$T/m-lf.txt" | grep -q '^HTTP/1.0 200' || fail "a request ended by bare newlines: $(head -1 "$T/m-lf.txt")"
+pass "12 silent clients: a scrape is answered; past 32, a 503 with Retry-After; bare newlines end a request"
 val() { awk -v k="$1" '$1 == k { print $2 }' "$T/m1"; }
 [ "$(val 'ingest_receiver_files_landed_total{device="dev1"}')" = "$(field dev1 files)" ] || fail "files_landed_total differs from what was shipped"
 [ "$(val 'ingest_receiver_bytes_landed_total{device="dev1"}')" = "$(field dev1 bytes)" ] || fail "bytes_landed_total differs"
