@@ -292,9 +292,12 @@ int daemon_run(agent *a, const char *config_path, const ingest_sender_opts *base
         }
         if (d.open_seq != 0 && (d.now - d.open_at) * 1000.0 >= (double)d.max_wait_ms)
             dmn_open_close(&d);
+        const uint64_t shipped_before = d.shipped_files;
         const int shipped = dmn_ship_queue(&d);
         if (shipped < 0)
             prog_log(INGEST_LOG_ERROR, "shipping failed; retrying");
+        if (d.shipped_files != shipped_before)
+            dmn_count_records(&d); /* the status's file records, as the acks left them */
         if (d.npend == 0 && agent_dict_auto_ready(a))
             (void)agent_dict_auto_again(a); /* compression.dictionary auto, none at the start: enough small files came */
         if (d.defer_pending)

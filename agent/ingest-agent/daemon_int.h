@@ -261,6 +261,8 @@ int dmn_walk(daemon_t *d);
 /* Look at path (a manifest path) alone at `at` (or earlier); past DIRTY_MAX paths, a walk of everything. */
 void dmn_mark_dirty(daemon_t *d, const char *path, double at);
 int dmn_walk_paths(daemon_t *d);
+/* The status's counts of file records and settle records, read from the store now. */
+void dmn_count_records(daemon_t *d);
 void dmn_spool_resume_check(daemon_t *d);
 void dmn_spool_size(daemon_t *d);
 int dmn_spool_nospace(daemon_t *d, const char *path, uint64_t size, int err);

@@ -858,7 +858,15 @@ int dmn_walk_paths(daemon_t *d)
         rc = -1;
     (void)dmn_store_check(d, ingest_journal_flush(d->j), "state store");
     dmn_queue_recount(d);
+    d->settling = d->ndirty; /* those still settling were marked to be looked at again */
+    dmn_count_records(d);
     return rc < 0 ? rc : 0;
+}
+
+void dmn_count_records(daemon_t *d)
+{
+    d->seen_records = ingest_journal_seen_count(d->j);
+    d->file_records = ingest_filetable_count(d->a->state.ft);
 }
 
 int dmn_walk(daemon_t *d)
@@ -931,8 +939,7 @@ int dmn_walk(daemon_t *d)
         prune(d);
         d->prune_next = prog_now() + d->rescan_ms / 1000.0;
     }
-    d->seen_records = ingest_journal_seen_count(d->j);
-    d->file_records = ingest_filetable_count(d->a->state.ft);
+    dmn_count_records(d);
     return rc < 0 ? rc : 0;
 }
 

@@ -55,6 +55,9 @@ bytes=$(cat "$S"/sub/*.log | wc -c)
 [ "$(jget backpressure.on)" = false ] || fail "backpressure shown on"
 [ "$(jget in_flight)" = null ] || fail "a batch shown in flight with an empty queue"
 [ "$(jget last_ack)" != null ] || fail "no last ack"
+# what settled and shipped since the walk counts as shipped, not settling (they stayed so until the next walk)
+[ "$(jget settling.files)" = 0 ] || { cat "$T/status.json"; fail "settling.files is $(jget settling.files) with everything shipped"; }
+[ "$(jget records.shipped)" = 6 ] || { cat "$T/status.json"; fail "records.shipped is $(jget records.shipped), not 6"; }
 wire=$(jget totals.wire_bytes_out)
 [ "$wire" -gt 0 ] || fail "wire bytes out is 0"
 [ "$(stat -c %a "$SOCK")" = 600 ] || fail "socket mode is $(stat -c %a "$SOCK"), not 600"
