@@ -428,6 +428,8 @@ static int make_edge(agent *a)
         .log = prog_lib_log,
         .log_level = prog_log_level(),
         .test_pause_file = getenv("INGEST_TEST_SHIP_PAUSE"), /* tests only: tests/integration/test_daemon_withdraw.sh */
+        /* tests only (tests/integration/test_kafka.sh): the warning of a silent core sooner than a minute */
+        .quiet_warn_ms = getenv("INGEST_TEST_QUIET_WARN_MS") ? atoi(getenv("INGEST_TEST_QUIET_WARN_MS")) : 0,
     };
     if (ingest_edge_create(a->ctx, &o, &a->net.edge) < 0) {
         prog_log(INGEST_LOG_ERROR, "%s", ingest_ctx_errmsg(a->ctx));

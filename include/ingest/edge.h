@@ -44,6 +44,7 @@ extern "C" {
 #define INGEST_EDGE_MANIFEST_PART_MAX (1024u * 1024u) /* bytes of manifest per MANIFEST_PART */
 #define INGEST_EDGE_ACK_TIMEOUT_MS 600000              /* a WANT, RECEIVED or ACK takes at most this */
 #define INGEST_EDGE_REPLY_TIMEOUT_MS 15000             /* an answer to a dictionary offer */
+#define INGEST_EDGE_QUIET_WARN_MS 60000                /* an answer awaited this long is warned of (sliced links) */
 #define INGEST_EDGE_FRAME_OVERHEAD 28 /* bytes a tcp frame adds: length prefix, header, AEAD tag */
 
 /* What went over the link, and what came of it (cumulative). */
@@ -105,6 +106,9 @@ typedef struct ingest_edge_opts {
     /* With push_max: 1 when a path was never shipped by this device (the agent's file table; optional,
      * NULL: every small file is): only such files are pushed, a file shipped again keeps its ids.  Added last. */
     int (*fresh)(void *userdata, const char *path);
+    /* On a link whose receive is sliced (Kafka's), an answer awaited this long is warned of once per wait,
+     * with the link's word on what the silence may mean (0: INGEST_EDGE_QUIET_WARN_MS).  Added last. */
+    int quiet_warn_ms;
 } ingest_edge_opts;
 
 /*

@@ -65,6 +65,9 @@ struct ingest_link {
      * long wait may be made of short ones: the edge does, to notice a stop.  A TCP link's timeout in the
      * middle of a frame closes it, so it is waited for in one piece (a stop shuts its socket down). */
     unsigned char recv_sliceable;
+    /* What a long silence of the peer may mean on this transport, for the edge's warning when an answer is
+     * overdue ("" if nothing to add).  A Kafka receiver answers nothing to a device it does not know. */
+    char silence[320];
 };
 
 INGEST_API int ingest_link_send(ingest_link *l, const ingest_wire_msg *m);

@@ -273,14 +273,22 @@ static int link_recv(ingest_edge *a, ingest_wire_msg *m, int timeout_ms)
 {
     if (a->o.stopping == NULL || !a->link->recv_sliceable || timeout_ms <= EDGE_STOP_SLICE_MS)
         return ingest_link_recv(a->link, m, timeout_ms);
-    const double end = edge_now() + timeout_ms / 1e3;
+    const double start = edge_now(), end = start + timeout_ms / 1e3;
+    const double warn_s = (a->o.quiet_warn_ms > 0 ? a->o.quiet_warn_ms : INGEST_EDGE_QUIET_WARN_MS) / 1e3;
     double stop_seen = 0;
+    bool warned = false;
     for (;;) {
         const double left = (end - edge_now()) * 1e3;
         const int slice = left > EDGE_STOP_SLICE_MS ? EDGE_STOP_SLICE_MS : left > 1 ? (int)left : 1;
         const int rc = ingest_link_recv(a->link, m, slice);
         if (rc != INGEST_ETIMEDOUT || slice < EDGE_STOP_SLICE_MS) /* (the last slice: the timeout stands) */
             return rc;
+        if (!warned && edge_now() - start >= warn_s && warn_s * 1e3 < timeout_ms) {
+            /* a silent core is told apart from a slow one only by the timeout: say early what it may be */
+            warned = true;
+            edge_log(a, INGEST_LOG_WARN, "no answer from the core for %.0f s%s%s; still waiting, %.0f s at most in all",
+                     edge_now() - start, a->link->silence[0] ? ": " : "", a->link->silence, timeout_ms / 1e3);
+        }
         /* a stop gives the core EDGE_STOP_GRACE_S to answer (an ACK of a batch it landed is worth having) */
         if (edge_stopping(a) && stop_seen == 0)
             stop_seen = edge_now();

@@ -734,6 +734,10 @@ int ingest_klink_edge_create(ingest_ctx *ctx, const ingest_klink_edge_opts *o, i
     e->base.peer_max_payload = INGEST_WIRE_MAX_PAYLOAD;
     e->base.recv_sliceable = 1;
     snprintf(e->base.peer, sizeof(e->base.peer), "kafka");
+    snprintf(e->base.silence, sizeof(e->base.silence),
+             "the receivers skip, unanswered, the records of a device they do not authorize: is device %s in "
+             "their authorized_devices, with this device's public key? Else they are stopped or far behind",
+             e->p.device);
     snprintf(e->base.detail, sizeof(e->base.detail), "sealed records, XChaCha20-Poly1305");
     *out = &e->base;
     return 0;
