@@ -1,5 +1,6 @@
 /* The configuration's schema: value validators and the two programs' key tables (config_int.h). */
 #include "config_int.h"
+#include "ingest/codec.h"
 #include "ingest/kafka.h"
 #include "ingest/sender.h"
 #include "ingest/wire.h"
@@ -327,6 +328,10 @@ _Static_assert(INGEST_CONFIG_MAX_SOURCES == INGEST_SENDER_MAX_SOURCES,
 
 #define A ingest_agent_config
 #define S ingest_source_config
+/* A chunk travels whole in one CHUNK message (its index, then the encoded chunk: stored raw at worst, with
+ * the codec's header), which a receiver bounds at INGEST_WIRE_MAX_PAYLOAD: 4 MiB less 16 bytes. */
+#define CHUNK_WIRE_MAX (INGEST_WIRE_MAX_PAYLOAD - 4u - INGEST_CODEC_HEADER)
+
 static const cfg_row agent_rows[] = {
     { .name = "device.id", .type = T_STRING, .flags = F_REQUIRED, FIELD(A, device_id),
       .check = check_device_id,
@@ -394,11 +399,12 @@ static const cfg_row agent_rows[] = {
     { .name = "state_dir", .type = T_PATH, .flags = F_REQUIRED, FIELD(A, state_dir),
       .desc = "Directory of the agent's journal and caches (LMDB)" },
     { .name = "chunking.min", .type = T_SIZE, .def = "16KiB", FIELD(A, chunking.min), .min = 64,
-      .max = 64 * MiB, .desc = "Smallest chunk; files below it are one chunk" },
+      .max = CHUNK_WIRE_MAX, .desc = "Smallest chunk; files below it are one chunk" },
     { .name = "chunking.avg", .type = T_SIZE, .def = "64KiB", FIELD(A, chunking.avg), .min = 64,
-      .max = 64 * MiB, .desc = "Target average chunk size, a power of two" },
+      .max = CHUNK_WIRE_MAX, .desc = "Target average chunk size, a power of two" },
     { .name = "chunking.max", .type = T_SIZE, .def = "256KiB", FIELD(A, chunking.max), .min = 64,
-      .max = 64 * MiB, .desc = "Largest chunk (forced cut); min < avg < max" },
+      .max = CHUNK_WIRE_MAX, .desc = "Largest chunk (forced cut); min < avg < max; a chunk travels whole in one message of "
+              "at most 4 MiB, its 16 header bytes included" },
     { .name = "compression.level", .type = T_INT, .def = "1", FIELD(A, compression_level),
       .min = -7, .max = 19, .desc = "zstd level; 1 is the measured sweet spot, negative = faster" },
     { .name = "compression.encoders", .type = T_INT, .def = "0", FIELD(A, compression_encoders), .min = 0,

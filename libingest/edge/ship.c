@@ -170,6 +170,13 @@ void ingest_edge_destroy(ingest_edge *a)
 int ingest_edge_attach(ingest_edge *a, ingest_link *link)
 {
     drop_pending(a); /* a batch received on an earlier link was not acknowledged: it is shipped again */
+    if (a->o.chunk_cap > link->peer_max_payload || link->peer_max_payload - a->o.chunk_cap < 4)
+        /* a chunk goes whole in one CHUNK (its index, then the chunk): one that does not fit would fail its
+         * batch every time it is shipped */
+        return ingest__fail(a->ctx, INGEST_EINVAL,
+                            "chunks of up to %zu bytes encoded (the chunker's largest chunk, chunking.max) do not "
+                            "fit the %zu bytes the other end takes per message",
+                            a->o.chunk_cap, link->peer_max_payload);
     a->link = link;
     a->landing_taken = 0;
     a->pipeline = (link->features & INGEST_SESSION_FEATURE_PIPELINE) != 0;

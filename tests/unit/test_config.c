@@ -656,6 +656,18 @@ static void test_errors_agent(void **state)
     agent_err_plus("batch:\n  max_files: 0\n", "agent.yaml:12:14: key 'batch.max_files': 0 is out of range");
     agent_err_plus("batch:\n  max_files: 99999999999999999999999\n", "key 'batch.max_files'");
     agent_err_plus("chunking:\n  max: 128MiB\n", "agent.yaml:12:8: key 'chunking.max': 128MiB is out of range");
+    /* a chunk travels whole in one message of at most 4 MiB, its 16 header bytes included */
+    agent_err_plus("chunking:\n  min: 1MiB\n  avg: 2MiB\n  max: 4MiB\n",
+                   "agent.yaml:14:8: key 'chunking.max': 4MiB is out of range (64..4194288 bytes)");
+    {
+        char buf[4096];
+        snprintf(buf, sizeof(buf), "%schunking:\n  min: 1MiB\n  avg: 2MiB\n  max: 4194288B\n", agent_min);
+        ingest_ctx *ctx = ingest_ctx_create(NULL);
+        ingest_agent_config *c = agent_ok(ctx, buf);
+        assert_int_equal(c->chunking.max, 4194288);
+        ingest_agent_config_free(c);
+        ingest_ctx_destroy(ctx);
+    }
     agent_err_plus("batch:\n  max_wait: 25h\n", "agent.yaml:12:13: key 'batch.max_wait': 25h is out of range");
     /* units */
     agent_err_plus("batch:\n  max_bytes: 12 parsecs\n",

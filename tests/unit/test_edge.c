@@ -307,6 +307,42 @@ static ingest_sender_batch *manifest_out(env *e, char *id, size_t cap)
     return b;
 }
 
+/* A chunk travels whole in one CHUNK (its 4-byte index, then the encoded chunk): an edge whose chunks could
+ * not fit the link's bound refuses to attach, naming the sizes, rather than failing every batch later. */
+static void test_attach_refuses_chunks_past_the_bound(void **state)
+{
+    (void)state;
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    assert_non_null(ctx);
+    ingest_link *dev = NULL, *srv = NULL;
+    assert_int_equal(ingest_link_mem_pair(ctx, 0, &dev, &srv), 0);
+    assert_int_equal(dev->peer_max_payload, INGEST_WIRE_MAX_PAYLOAD);
+    ingest_codec *codec = NULL;
+    assert_int_equal(ingest_codec_create(ctx, 1, &codec), 0);
+    for (int over = 0; over <= 1; over++) {
+        const ingest_edge_opts eo = { .codec = codec, .chunk_cap = INGEST_WIRE_MAX_PAYLOAD - 4 + (size_t)over };
+        ingest_edge *edge = NULL;
+        assert_int_equal(ingest_edge_create(ctx, &eo, &edge), 0);
+        if (over) {
+            assert_int_equal(ingest_edge_attach(edge, dev), INGEST_EINVAL);
+            assert_non_null(strstr(ingest_ctx_errmsg(ctx), "chunks of up to 4194301 bytes encoded"));
+            assert_non_null(strstr(ingest_ctx_errmsg(ctx), "do not fit the 4194304 bytes"));
+        } else {
+            assert_int_equal(ingest_edge_attach(edge, dev), 0);
+            ingest_edge_detach(edge);
+        }
+        ingest_edge_destroy(edge);
+    }
+    /* the agent's largest chunking.max, stored raw, is the largest chunk that fits */
+    ingest_chunk_params p = { .min = 1u << 20, .avg = 2u << 20, .max = INGEST_WIRE_MAX_PAYLOAD - 16 };
+    assert_int_equal(ingest_chunk_params_check(ctx, &p), 0);
+    assert_int_equal(ingest_codec_bound(p.max) + 4, INGEST_WIRE_MAX_PAYLOAD);
+    ingest_codec_destroy(codec);
+    ingest_link_destroy(dev);
+    ingest_link_destroy(srv);
+    ingest_ctx_destroy(ctx);
+}
+
 static void test_want_past_the_batch(void **state)
 {
     (void)state;
@@ -669,6 +705,7 @@ int main(void)
         cmocka_unit_test(test_pipelined_and_packed),
         cmocka_unit_test(test_changed_file_abandons_the_batch),
         cmocka_unit_test(test_lost_ack_times_out),
+        cmocka_unit_test(test_attach_refuses_chunks_past_the_bound),
         cmocka_unit_test(test_want_past_the_batch),
         cmocka_unit_test(test_ack_for_another_batch),
         cmocka_unit_test(test_received_without_pipelining),
