@@ -179,6 +179,16 @@ static int check_resolved_overlap(cfg_parser *p, cfg_inst *inst, const ingest_ag
         for (size_t j = 0; j < n && rc == INGEST_OK; j++) {
             if (real[j][0] == '\0')
                 continue;
+            if (j == i && sreal[0] != '\0' && mreal[i][0] != '\0' &&
+                (path_within(mreal[i], sreal) || path_within(sreal, mreal[i]))) {
+                rc = cfg__perr(p, cfg__mark_of(p, inst, "sources"),
+                               "key 'sources[%zu].after_ship': the directory '%s' (that is '%s') %s state_dir '%s' "
+                               "(that is '%s'; files moved there could overwrite the agent's own store and "
+                               "journal)",
+                               i, cfg->sources[i].after_ship_dir, mreal[i],
+                               path_within(mreal[i], sreal) ? "is inside" : "holds", cfg->state_dir, sreal);
+                break;
+            }
             if (j == i && sreal[0] != '\0' && path_within(sreal, real[i]))
                 rc = cfg__perr(p, cfg__mark_of(p, inst, "state_dir"),
                                "key 'state_dir': '%s' (that is '%s') is inside sources[%zu]'s '%s' (that is '%s'; "
@@ -221,6 +231,12 @@ int cfg__finish_agent(cfg_parser *p, cfg_inst *inst)
     if (cfg->status_socket[0] == '\0') {
         /* Default: {state_dir}/agent.sock. */
         const size_t n = path_len_trimmed(cfg->state_dir);
+        if (n + sizeof("/agent.sock") - 1 > CFG_SUN_PATH_MAX)
+            return cfg__perr(p, cfg__mark_of(p, inst, "state_dir"),
+                             "key 'state_dir': '%.60s...' is %zu bytes long: the status socket made in it "
+                             "(agent.sock) would pass the %d bytes a unix socket path may have; set status.socket "
+                             "to a shorter path",
+                             cfg->state_dir, n, CFG_SUN_PATH_MAX);
         char *sock = ingest__malloc(p->ctx, n + sizeof("/agent.sock"));
         if (sock == NULL)
             return ingest__fail(p->ctx, INGEST_ENOMEM, "%s: out of memory", p->file);
@@ -268,6 +284,14 @@ int cfg__finish_agent(cfg_parser *p, cfg_inst *inst)
                             "key 'state_dir': '%s' is inside sources[%zu]'s '%s' (the agent's own store and spool "
                             "would be shipped, and acted on by after_ship)",
                             cfg->state_dir, i, a->path);
+            if (j == i && a->after_ship_mode == INGEST_AFTER_SHIP_MOVE &&
+                (path_within(a->after_ship_dir, cfg->state_dir) || path_within(cfg->state_dir, a->after_ship_dir)))
+                return cfg__perr(p, cfg__mark_of(p, inst, "sources"),
+                            "key 'sources[%zu].after_ship': the directory '%s' %s state_dir '%s' (files moved "
+                            "there could overwrite the agent's own store and journal)",
+                            i, a->after_ship_dir, path_within(a->after_ship_dir, cfg->state_dir) ? "is inside"
+                                                                                                : "holds",
+                            cfg->state_dir);
             if (j != i && a->after_ship_mode == INGEST_AFTER_SHIP_MOVE && path_within(a->after_ship_dir, b->path))
                 return cfg__perr(p, cfg__mark_of(p, inst, "sources"),
                             "key 'sources[%zu].after_ship': the directory '%s' is inside sources[%zu]'s '%s' (its "

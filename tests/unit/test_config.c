@@ -742,6 +742,33 @@ static void test_errors_required_and_sources(void **state)
     agent_err("core: {address: '::1:7443'}\n", "write IPv6 addresses in brackets");
     agent_err("core: {address: 'a b:1'}\n", "bad character in the host name");
 
+    /* a move directory that is, holds or is inside the agent's state_dir: its files would overwrite the store */
+    static const char *const moves[][2] = {
+        { "/var/lib/ia", "the directory '/var/lib/ia' is inside state_dir '/var/lib/ia'" },
+        { "/var/lib/ia/done", "the directory '/var/lib/ia/done' is inside state_dir '/var/lib/ia'" },
+        { "/var", "the directory '/var' holds state_dir '/var/lib/ia'" },
+    };
+    for (size_t i = 0; i < sizeof moves / sizeof moves[0]; i++) {
+        char y[512];
+        snprintf(y, sizeof y, "device: {id: gw, key: k}\ncore: {address: 'h:1', receiver_key: r}\ndedup_key: d\n"
+                 "state_dir: /var/lib/ia\nsources:\n  - {path: /data/a, after_ship: 'move:%s'}\n", moves[i][0]);
+        agent_err(y, moves[i][1]);
+    }
+    /* the status socket made in a long state_dir would not fit a unix socket path */
+    {
+        char y[512], sd[128];
+        snprintf(sd, sizeof sd, "/%0100d", 0);
+        snprintf(y, sizeof y, "device: {id: gw, key: k}\ncore: {address: 'h:1', receiver_key: r}\ndedup_key: d\n"
+                 "state_dir: %s\nsources:\n  - path: /data/a\n", sd);
+        agent_err(y, "0000...' is 101 bytes long: the status socket made in it (agent.sock) would pass the 107 bytes");
+        snprintf(y, sizeof y, "device: {id: gw, key: k}\ncore: {address: 'h:1', receiver_key: r}\ndedup_key: d\n"
+                 "state_dir: %s\nstatus: {socket: /run/ia.sock}\nsources:\n  - path: /data/a\n", sd);
+        ingest_ctx *ctx = ingest_ctx_create(NULL);
+        ingest_agent_config *c = agent_ok(ctx, y);
+        ingest_agent_config_free(c);
+        ingest_ctx_destroy(ctx);
+    }
+
     static const char head[] = "device: {id: gw, key: k}\n"
                                "core: {address: 'h:1', receiver_key: r}\n"
                                "dedup_key: d\n"
@@ -824,6 +851,12 @@ static void test_errors_required_and_sources(void **state)
              "state_dir: %s\nsources:\n  - path: %s\n", link, a);
     snprintf(expect, sizeof expect, "key 'state_dir': '%s' (that is '%s/a/sub') is inside sources[0]'s '%s'", link,
              dir, a);
+    agent_err(y, expect);
+    /* a move directory inside the agent's state_dir through a link: its files would overwrite the store */
+    snprintf(y, sizeof y, "device: {id: gw, key: k}\ncore: {address: 'h:1', receiver_key: r}\ndedup_key: d\n"
+             "state_dir: %s/a/sub\nsources:\n  - {path: %s/x, name: x, after_ship: 'move:%s'}\n", dir, dir, move);
+    snprintf(expect, sizeof expect, "key 'sources[0].after_ship': the directory '%s' (that is '%s/a/sub/done') is "
+             "inside state_dir '%s/a/sub'", move, dir, dir);
     agent_err(y, expect);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
