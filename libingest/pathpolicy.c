@@ -151,6 +151,12 @@ int ingest__path_check_layout(const char *layout, char *why, size_t cap)
         snprintf(why, cap, "the layout must be relative to the bronze root");
         return INGEST_EINVAL;
     }
+    if (strncmp(layout, "_manifests/", 11) == 0) {
+        /* every file would be refused when it lands (ingest__path_landed): the tree of the batch manifests */
+        snprintf(why, cap, "the layout puts files under _manifests, the bronze tree's own directory of batch "
+                           "manifests");
+        return INGEST_EINVAL;
+    }
     for (const char *c = layout; *c != '\0';) {
         if (*c == '}') {
             snprintf(why, cap, "unmatched '}' at offset %zu", (size_t)(c - layout));

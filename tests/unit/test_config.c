@@ -879,6 +879,9 @@ static void test_errors_receiver(void **state)
     receiver_err(buf, "the layout must be relative to the bronze root");
     snprintf(buf, sizeof(buf), "%slayout: '{device}/../{path}'\n", receiver_min);
     receiver_err(buf, "'..' is not allowed in the layout");
+    /* every file would be refused as it lands (the tree of the manifests): refused at load */
+    snprintf(buf, sizeof(buf), "%slayout: '_manifests/{device}/{path}'\n", receiver_min);
+    receiver_err(buf, "receiver.yaml:6:9: key 'layout': the layout puts files under _manifests");
     snprintf(buf, sizeof(buf), "%slayout: '{device}}/{path}'\n", receiver_min);
     receiver_err(buf, "unmatched '}'");
     snprintf(buf, sizeof(buf), "%smax_connections: 0\n", receiver_min);
