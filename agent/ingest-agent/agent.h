@@ -138,6 +138,7 @@ struct agent {
     /* --once: each source's filter (NULL: no rule), and the files they passed over, by reason */
     ingest_filter **filters;
     uint64_t skipped_filter[INGEST_FILTER_NREASONS];
+    uint64_t dirs_not_walked; /* directories the walks could not open or read, a source's own included */
     int daemon;     /* daemon mode: acks are recorded through the journal, not record_acked */
     void *userdata; /* the daemon's state */
     double batch_t0; /* when the batch being shipped began to be built */

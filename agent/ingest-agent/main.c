@@ -1135,9 +1135,11 @@ void say_too_deep(int level, const char *dir)
 
 void on_skip(void *ud, const char *path, int reason)
 {
-    (void)ud;
+    agent *a = ud;
+    if (reason == INGEST_SKIP_DIR)
+        a->dirs_not_walked++; /* (--once: not everything was shipped) */
     static const char *const why[] = { "", "unreadable", "not a regular file", "vanished", "bad name",
-                                       "directory unreadable", "changed while chunked", "too many chunks",
+                                       "directory could not be opened or read", "changed while chunked", "too many chunks",
                                        "directory too deep", "symlink target cannot be shipped" };
     if (reason == INGEST_SKIP_DEPTH) {
         say_too_deep(INGEST_LOG_WARN, path);
@@ -1369,6 +1371,18 @@ int main(int argc, char **argv)
         if (agent_filter_create(&a, &a.cfg->sources[i], &a.filters[i]) < 0)
             goto out;
     const double cpu0 = prog_cpu_seconds();
+    for (size_t i = 0; i < a.cfg->sources_count; i++) {
+        /* a source that is not there (a typo, a disk not mounted) is said as such, with its path, and the
+         * run does not end in success (the walk goes on with the others) */
+        struct stat sb;
+        const char *sp = a.cfg->sources[i].path;
+        if (stat(sp, &sb) != 0 && errno == ENOENT)
+            prog_log(INGEST_LOG_ERROR, "source %s: %s does not exist", a.cfg->sources[i].name, prog_esc(sp));
+        else if (stat(sp, &sb) != 0)
+            prog_log(INGEST_LOG_ERROR, "source %s: %s: %s", a.cfg->sources[i].name, prog_esc(sp), strerror(errno));
+        else if (!S_ISDIR(sb.st_mode))
+            prog_log(INGEST_LOG_ERROR, "source %s: %s is not a directory", a.cfg->sources[i].name, prog_esc(sp));
+    }
     /* batches an earlier run sent whose ACK never came (and the daemon's queue) go first, under their ids */
     uint64_t replayed = 0;
     const int replay_rc = daemon_replay(&a, &so, &replayed);
@@ -1431,6 +1445,12 @@ int main(int argc, char **argv)
                 (unsigned long long)(a.report.t.ship.files_refused + a.report.t.refused_edge),
                 (unsigned long long)a.report.t.refused_edge);
         status = 3;
+    } else if (rc == 0 && a.dirs_not_walked > 0) {
+        fprintf(stderr,
+                "ingest-agent: %llu director%s could not be walked (a source missing or unreadable: logged above); "
+                "what the walk reached was shipped\n",
+                (unsigned long long)a.dirs_not_walked, a.dirs_not_walked == 1 ? "y" : "ies");
+        status = 1;
     } else if (rc == 0) {
         status = 0;
     } else if (rc == -2 || a.report.t.ship.batches_failed) {
