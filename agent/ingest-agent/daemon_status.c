@@ -74,7 +74,8 @@ void dmn_publish(daemon_t *d)
     sn->store_full = d->store_full;
     sn->spool_room = d->spool_room;
     sn->fs_free = d->fs_free;
-    sn->window_closed = a->thr.window_closed;
+    /* as it is now, not only as the last batch met it: nothing may have been queued since it closed */
+    sn->window_closed = a->thr.window_closed || !throttle_window_open(a, NULL);
     sn->q_batches = d->q_batches;
     sn->q_files = d->q_files;
     sn->q_bytes = d->q_bytes;

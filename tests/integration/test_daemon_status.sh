@@ -95,6 +95,12 @@ cp "$T/dev1.yaml" "$T/dev1.yaml.open"
 printf 'throttle:\n  window: "%s"\n' "$W" >> "$T/dev1.yaml"
 kill -HUP $AGENT_PID
 agent_log "configuration reloaded"
+# with nothing to ship yet, the status says the window is closed (it said open until a batch met it)
+i=0
+while status_json && [ "$(jget throttle.window_open)" != false ]; do
+    i=$((i + 1)); [ $i -gt 60 ] && { cat "$T/status.json"; fail "with nothing queued, status says the window is open"; }
+    sleep 0.05
+done
 for i in 1 2 3; do gen_log "$S/w$i.log" 4000 $((i + 20)); done
 agent_log "throttle.window $W is closed"
 sleep 3
