@@ -1271,6 +1271,11 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (all && !once && !check) {
+        fprintf(stderr, "ingest-agent: --all goes with --once (a daemon ships what changed; touch files to ship "
+                        "them again)\n");
+        return 2;
+    }
     prog_log_init("ingest-agent", INGEST_LOG_INFO);
     agent a;
     memset(&a, 0, sizeof(a));

@@ -3,7 +3,7 @@
 # mounted) or is a file: each is named with its path, the other sources
 # ship, and the run exits 1 (it used to exit 0 with a warning that named
 # the source only, so a cron job never heard of it); once every source is
-# there, it exits 0.
+# there, it exits 0.  And --all without --once is a usage error.
 . "$(dirname "$0")/lib.sh"
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
@@ -29,3 +29,10 @@ gen_log "$T/src/late/b.log" 2000 2
 ship dev1
 cmp "$T/src/late/b.log" "$T/bronze/dev1/late/b.log" || fail "late/b.log did not land"
 pass "once every source is there, --once exits 0"
+
+# --all means something only with --once: without it, a usage error rather than a daemon that ignores it
+rc=0
+"$AGENT" --config "$T/dev1.yaml" --all > "$T/all.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] || { cat "$T/all.out"; fail "--all without --once exited $rc, not 2"; }
+grep -q "\-\-all goes with \-\-once" "$T/all.out" || { cat "$T/all.out"; fail "the refusal of --all does not say why"; }
+pass "--all without --once is a usage error"
