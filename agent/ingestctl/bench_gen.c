@@ -10,9 +10,11 @@
  * arguments always give the same bytes.  Usage and the profiles: the USAGE
  * text below and bench/README.md.
  */
+#include "ingest.h"
 #include "ingestctl.h"
 #include "bench_gen.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -338,17 +340,38 @@ static int gen_log(rng *r, const char *dir, const char *name, uint64_t bytes, ui
 
 uint64_t bench_parse_size(const char *s, int *ok)
 {
+    /* the config's sizes (a whole number, then B, KiB.. or kB..), and K, M, G for KiB, MiB, GiB */
+    char buf[64];
+    const size_t n = strlen(s);
+    if (n == 0 || n + 3 > sizeof buf) {
+        *ok = 0;
+        return 0;
+    }
+    memcpy(buf, s, n + 1);
+    if (buf[n - 1] == 'K' || buf[n - 1] == 'M' || buf[n - 1] == 'G')
+        memcpy(buf + n, "iB", 3);
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    uint64_t v = 0;
+    *ok = ctx != NULL && ingest_parse_size(ctx, buf, &v) == INGEST_OK;
+    if (!*ok && ctx != NULL)
+        fprintf(stderr, "ingestctl bench: %s\n", ingest_ctx_errmsg(ctx));
+    ingest_ctx_destroy(ctx);
+    return *ok ? v : 0;
+}
+
+/* A whole decimal number that fits 64 bits: 1, or 0 (said on stderr, naming the option). */
+static int parse_count(const char *opt, const char *s, uint64_t max, uint64_t *out)
+{
     char *end;
     errno = 0;
-    const double v = strtod(s, &end);
-    uint64_t mul = 1;
-    if (*end == '\0' || strcmp(end, "B") == 0) mul = 1;
-    else if (strcmp(end, "KiB") == 0 || strcmp(end, "K") == 0) mul = 1ull << 10;
-    else if (strcmp(end, "MiB") == 0 || strcmp(end, "M") == 0) mul = 1ull << 20;
-    else if (strcmp(end, "GiB") == 0 || strcmp(end, "G") == 0) mul = 1ull << 30;
-    else { *ok = 0; return 0; }
-    *ok = errno == 0 && v >= 0 && end != s;
-    return (uint64_t)(v * (double)mul);
+    const unsigned long long v = strtoull(s, &end, 10);
+    if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno != 0 || v > max) {
+        fprintf(stderr, "ingestctl bench gen: %s %s: expected a whole number from 0 to %llu\n", opt, s,
+                (unsigned long long)max);
+        return 0;
+    }
+    *out = v;
+    return 1;
 }
 
 /* Initial generation: budget split by share. */
@@ -510,7 +533,9 @@ static const char USAGE[] =
     "  --profile empty    --files N empty files (default 1,000,000), 1,000 per directory.\n"
     "\n"
     "Prints one JSON line: {\"dir\":..., \"generation\":N, \"files\":N} (\"changes\":N for --evolve).\n"
-    "Sizes: BYTES with an optional B, K/KiB, M/MiB or G/GiB suffix (binary).  See bench/README.md.\n";
+    "Sizes: a whole number of bytes with an optional unit as in the configuration (B, KiB, MiB, GiB,\n"
+    "TiB; kB, MB, GB, TB), or K, M, G for KiB, MiB, GiB; at most 1 PiB.  --seed, --files and\n"
+    "--generation take whole numbers; --evolve changes a tree made before.  See bench/README.md.\n";
 
 int cmd_bench_gen(int argc, char **argv)
 {
@@ -527,16 +552,21 @@ int cmd_bench_gen(int argc, char **argv)
             size = bench_parse_size(argv[++i], &ok);
             size_given = 1;
         } else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
-            seed = strtoull(argv[++i], NULL, 10);
+            if (!parse_count("--seed", argv[++i], UINT64_MAX, &seed))
+                return 2;
         } else if (strcmp(argv[i], "--profile") == 0 && i + 1 < argc) {
             profile = argv[++i];
         } else if (strcmp(argv[i], "--files") == 0 && i + 1 < argc) {
-            nfiles = strtoull(argv[++i], NULL, 10);
+            if (!parse_count("--files", argv[++i], 100000000, &nfiles))
+                return 2;
             files_given = 1;
         } else if (strcmp(argv[i], "--evolve") == 0) {
             gen = 1;
         } else if (strcmp(argv[i], "--generation") == 0 && i + 1 < argc) {
-            gen = (unsigned)strtoul(argv[++i], NULL, 10);
+            uint64_t g = 0;
+            if (!parse_count("--generation", argv[++i], 1000000, &g))
+                return 2;
+            gen = (unsigned)g;
         } else if (argv[i][0] != '-' && root == NULL) {
             root = argv[i];
         } else {
@@ -557,6 +587,25 @@ int cmd_bench_gen(int argc, char **argv)
     if (root == NULL) {
         fputs(USAGE, stderr);
         return 2;
+    }
+    if (size_given && size > (1ull << 50)) {
+        fprintf(stderr, "ingestctl bench gen: --size %llu: at most 1 PiB\n", (unsigned long long)size);
+        return 2;
+    }
+    if (gen > 0) {
+        /* a later generation changes a tree made before: one that is not there is not made up */
+        DIR *d = opendir(root);
+        struct dirent *e = NULL;
+        while (d != NULL && (e = readdir(d)) != NULL && (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0))
+            ;
+        if (d != NULL)
+            closedir(d);
+        if (e == NULL) {
+            fprintf(stderr, "ingestctl bench gen: %s: no tree to evolve (%s); make it first: ingestctl bench gen "
+                            "--profile %s %s\n",
+                    root, d == NULL ? strerror(errno) : "empty", profile, root);
+            return 1;
+        }
     }
     if (strcmp(profile, "empty") == 0) {
         if (!files_given)

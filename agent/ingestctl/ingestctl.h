@@ -25,8 +25,9 @@ int cmd_bench_crypto(int argc, char **argv);   /* bench_crypto.c */
 /*
  * bench_gen.c: the "sensors" tree of `bench gen --size SIZE --seed SEED ROOT`
  * (generation 0), the number of files made into *files; 0 or -1 after saying
- * why on stderr.  bench_parse_size: BYTES with an optional B, K/KiB, M/MiB or
- * G/GiB suffix; *ok set to 0 when it does not parse.
+ * why on stderr.  bench_parse_size: a size as in the configuration
+ * (ingest_parse_size: a whole number, then B, KiB.., kB..), or with K, M or G
+ * for KiB, MiB, GiB; *ok set to 0 when it does not parse (said on stderr).
  */
 int bench_gen_tree(const char *root, uint64_t size, uint64_t seed, unsigned *files);
 

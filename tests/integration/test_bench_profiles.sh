@@ -120,3 +120,17 @@ secs=$(($(date +%s) - t0))
 [ "$(repo_sum)" = "$before" ] || fail "the runs changed bench/results-gateway.* or bench/results-small.*"
 ! grep -F "$T/" /proc/mounts || fail "mounts left behind under $T"
 pass "bench gen profiles (default unchanged, gateway and small shaped and deterministic); ship.sh PROFILE=small and gateway: ${secs} s"
+
+# arguments that do not parse are refused (exit 2), not read as 0 or wrapped; --evolve needs a tree
+for a in "--size inf" "--size 18446744073709551615" "--size 1.5MiB" "--seed abc" "--seed -1" "--files 10x"; do
+    rc=0
+    # shellcheck disable=SC2086 # the option and its value, split on purpose
+    "$CTL" bench gen $a "$T/bad" > "$T/bad.out" 2>&1 || rc=$?
+    [ "$rc" = 2 ] || { cat "$T/bad.out"; fail "bench gen $a exited $rc, not 2"; }
+done
+[ ! -e "$T/bad" ] || fail "a refused bench gen made its directory"
+rc=0
+"$CTL" bench gen --evolve "$T/none" > "$T/none.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "no tree to evolve" "$T/none.out" || { cat "$T/none.out"; fail "--evolve of no tree exited $rc"; }
+[ ! -e "$T/none" ] || fail "--evolve of no tree made one"
+pass "bench gen refuses sizes, seeds and counts that do not parse, and --evolve without a tree"
