@@ -487,7 +487,7 @@ static const cfg_row receiver_rows[] = {
       .desc = "Decoded chunks all device sessions together may hold ahead of the landing; past it a session stops "
               "reading from its device until landing drains some (each session always moves)" },
     { .name = "direct_io", .type = T_BOOL, .def = "true", FIELD(R, direct_io),
-      .desc = "Write landed files (4 KiB or more) with O_DIRECT, past the page cache, where the filesystem allows" },
+      .desc = "Write landed files of 256 KiB or more with O_DIRECT, past the page cache, where the filesystem allows" },
     { .name = "append_in_place", .type = T_BOOL, .def = "false", FIELD(R, append_in_place),
       .desc = "Land a growing file (its landed version a prefix of the new one) by appending to the landed file, "
               "not by writing it whole; readers then see the file grow (docs/landing.md)" },
