@@ -4,6 +4,7 @@
 #include <ingest.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void print_problem(void *ud, const char *problem)
 {
@@ -27,6 +28,19 @@ static int index_check(int argc, char **argv)
     if (dir == NULL) {
         fprintf(stderr, "usage: ingestctl index check DIR [--bronze ROOT]\n");
         return 2;
+    }
+    if (bronze != NULL) {
+        /* a typo or a filesystem not mounted would show every entry as stale, as if the index were wrong */
+        char p[4200];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/_manifests", bronze);
+        if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            fprintf(stderr,
+                    "ingestctl index check: --bronze %s holds no _manifests directory: not a bronze tree a "
+                    "receiver landed into (the wrong directory, or a filesystem not mounted?)\n",
+                    bronze);
+            return 1;
+        }
     }
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     ingest_store *st = NULL;

@@ -32,6 +32,13 @@ nbatches=$(ls "$T/bronze/_manifests/dev1" | wc -l)
 "$CTL" index check "$T/rstate" --bronze "$T/bronze" > "$T/check.out" || { cat "$T/check.out"; fail "index check not clean after a ship"; }
 grep -q "bad 0, stale 0" "$T/check.out" || fail "index check output: $(cat "$T/check.out")"
 pass "index check clean after a ship: $(tail -1 "$T/check.out")"
+# a --bronze that is not a bronze tree (a typo) is said as such, not reported as every entry stale
+rc=0
+"$CTL" index check "$T/rstate" --bronze "$T/bronzee" > "$T/check.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "holds no _manifests directory: not a bronze tree" "$T/check.out" ||
+    { cat "$T/check.out"; fail "index check with a --bronze that is no bronze tree (exit $rc)"; }
+grep -q "stale" "$T/check.out" && fail "index check reported stale entries against no bronze tree"
+pass "index check refuses a --bronze that is no bronze tree"
 
 # restart_and_reship WHAT: restart the receiver, re-ship everything (--all), expect no chunk data
 restart_and_reship() {
