@@ -477,6 +477,11 @@ static int parse_opts(const char *cmd, int argc, char **argv, copts *c, ingest_c
         fprintf(stderr, "ingestctl %s: --until is not after --since\n", cmd);
         return 2;
     }
+    if (c->limit != 0 && !c->feed) {
+        fprintf(stderr, "ingestctl %s: --limit bounds the batches of a feed: give it with --after CURSOR or "
+                        "--cursor-file FILE\n", cmd);
+        return 2;
+    }
     return 0;
 }
 

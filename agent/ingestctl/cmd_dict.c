@@ -276,12 +276,14 @@ out:
     return rc;
 }
 
+/* A size as the configuration writes it (a whole number, then B, KiB.. or kB..: ingest_parse_size). */
 static int parse_size(const char *s, size_t *out)
 {
-    char *end;
-    errno = 0;
-    const unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v > SIZE_MAX)
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    uint64_t v = 0;
+    const int ok = ctx != NULL && ingest_parse_size(ctx, s, &v) == INGEST_OK && v <= SIZE_MAX;
+    ingest_ctx_destroy(ctx);
+    if (!ok)
         return -1;
     *out = (size_t)v;
     return 0;
@@ -308,8 +310,10 @@ static int dict_train(int argc, char **argv)
             out = argv[++i];
         } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
             if (parse_size(argv[++i], &size) != 0 || size < 256 || size > INGEST_DICT_MAX_BYTES) {
-                fprintf(stderr, "ingestctl dict: --size must be 256..%u bytes, not '%s'\n", INGEST_DICT_MAX_BYTES,
-                        argv[i]);
+                fprintf(stderr,
+                        "ingestctl dict: --size must be 256..%u bytes (units as in the configuration: 1KiB, "
+                        "64KiB), not '%s'\n",
+                        INGEST_DICT_MAX_BYTES, argv[i]);
                 return 2;
             }
         } else if (strcmp(argv[i], "--force") == 0) {

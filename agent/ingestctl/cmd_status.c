@@ -25,6 +25,10 @@ int cmd_status(int argc, char **argv)
             return 2;
         }
     }
+    if (socket != NULL && config != NULL) {
+        fprintf(stderr, "ingestctl status: --socket and --config name the agent two ways: give one\n");
+        return 2;
+    }
     char path[4200];
     if (socket == NULL) {
         if (config == NULL)

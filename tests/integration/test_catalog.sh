@@ -173,7 +173,11 @@ pass "verify names a flipped byte, a truncated and a deleted file, and nothing e
 grep -q "byte 6" "$T/arg.err" || fail "bad cursor message: $(cat "$T/arg.err")"
 "$CTL" catalog --bronze "$B" --since 2026-13-01 > /dev/null 2> "$T/arg.err" && fail "a bad time was taken"
 grep -q "no such date" "$T/arg.err" || fail "bad time message: $(cat "$T/arg.err")"
-pass "bad cursor and time arguments refused with their position"
+rc=0
+"$CTL" catalog --bronze "$B" --limit 1 > /dev/null 2> "$T/arg.err" || rc=$?
+[ "$rc" = 2 ] && grep -q "\-\-limit bounds the batches of a feed" "$T/arg.err" ||
+    fail "--limit without a feed was not refused (exit $rc): $(cat "$T/arg.err")"
+pass "bad cursor and time arguments refused with their position; --limit without a feed refused"
 
 # 5. what an operator's tools meet in a bronze tree they did not expect
 # a cursor past the catalog's last batch (bronze put back from an older copy): refused, not read as "nothing new"

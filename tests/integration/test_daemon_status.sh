@@ -88,6 +88,9 @@ done
 kill "$HOLD" 2> /dev/null || true
 wait "$HOLD" 2> /dev/null || true
 pass "40 status clients at once beside 12 silent ones: each got its JSON"
+rc=0
+"$CTL" status --socket "$SOCK" --config "$T/dev1.yaml" > "$T/both.out" 2>&1 || rc=$?
+[ "$rc" = 2 ] && grep -q "give one" "$T/both.out" || { cat "$T/both.out"; fail "status with --socket and --config (exit $rc)"; }
 
 # a window that excludes now: +2 h .. +3 h
 W="$(date -d '+2 hours' +%H:%M)-$(date -d '+3 hours' +%H:%M)"

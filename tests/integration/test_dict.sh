@@ -188,7 +188,7 @@ plain_bytes=$(field dev2 chunk_bytes); plain_raw=$(field dev2 chunk_raw_bytes)
 pass "the dictionary was used: $dict_bytes of $dict_raw bytes with it, $plain_bytes of $plain_raw without"
 
 # ---- 6. DICT_DATA that does not match the offer ----
-"$CTL" dict train --size 8192 --out "$T/evil.dict" "$T/samples"/t000* > /dev/null 2>&1 || fail "evil dict train failed"
+"$CTL" dict train --size 8KiB --out "$T/evil.dict" "$T/samples"/t000* > /dev/null 2>&1 || fail "evil dict train failed (--size 8KiB)"
 for off in 4 -1; do
     rc=0
     "$EVIL" --address "$(cat "$T/receiver.addr")" --device dev1 --key "$T/keys/dev1.key" \
