@@ -826,6 +826,11 @@ int cmd_verify(int argc, char **argv)
     if (st.skipped > 0)
         fprintf(stderr, "verify: %llu batches or files could not be checked (see the warnings above)\n",
                 (unsigned long long)st.skipped);
+    if (st.corrupt > 1 && st.ok == 0 && st.changed == 0)
+        /* file hashes are keyed: a wrong key makes every file look corrupt, a real corruption rarely all */
+        fprintf(stderr, "verify: every file read (%llu) differs from its manifest's hash: is the dedup key the "
+                        "receiver's (--dedup-key, or the config's dedup_key)? File hashes are keyed with it\n",
+                (unsigned long long)st.corrupt);
     status = st.missing || st.changed || st.corrupt || st.skipped || V.problems.failed ? 1 : 0;
 out:
     free(V.problems.buf);

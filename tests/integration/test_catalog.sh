@@ -149,7 +149,13 @@ grep -q '"missing":0,"changed":0,"corrupt":0,"skipped":0' "$T/verify.ok" || fail
 grep -q '"problems":\[\]' "$T/verify.ok" || fail "verify named problems on an intact tree"
 files=$(sed 's/.*"files":\([0-9]*\).*/\1/' "$T/verify.ok")
 [ "$files" = "$(landed_by_find | wc -l)" ] || fail "verify checked $files files, the tree has $(landed_by_find | wc -l)"
-pass "verify: intact tree clean ($files files)"
+# another fleet key: every file looks corrupt (file hashes are keyed), and verify says what that likely means
+(cd "$T/keys" && "$CTL" keygen --dedup other.dedup > /dev/null) || fail "keygen failed"
+rc=0
+"$CTL" verify --bronze "$B" --dedup-key "$T/keys/other.dedup" > "$T/verify.key" 2> "$T/verify.key.err" || rc=$?
+[ "$rc" = 1 ] && grep -q "is the dedup key the receiver's" "$T/verify.key.err" ||
+    { cat "$T/verify.key.err"; fail "verify with another dedup key (exit $rc) gave no hint"; }
+pass "verify: intact tree clean ($files files); with another fleet key it says the key may be wrong"
 # flip one byte of a.log (same size), truncate b2.log, delete c.conf
 printf 'X' | dd of="$B/dev1/src/logs/a.log" bs=1 seek=500 conv=notrunc 2> /dev/null
 truncate -s 100 "$B/dev1/src/logs/b2.log"
