@@ -13,7 +13,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +53,13 @@ int cmd_bench_scan(int argc, char **argv)
         return 2;
     }
     const char *dir = argv[1];
+    struct stat sb;
+    const int st_rc = stat(dir, &sb);
+    if (st_rc != 0 || !S_ISDIR(sb.st_mode)) {
+        /* the walk would skip it with a warning and report a scan of 0 files */
+        fprintf(stderr, "ingestctl bench scan: %s: %s\n", dir, st_rc != 0 ? strerror(errno) : "not a directory");
+        return 1;
+    }
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     if (ctx == NULL)
         return 1;

@@ -134,3 +134,12 @@ rc=0
 [ "$rc" = 1 ] && grep -q "no tree to evolve" "$T/none.out" || { cat "$T/none.out"; fail "--evolve of no tree exited $rc"; }
 [ ! -e "$T/none" ] || fail "--evolve of no tree made one"
 pass "bench gen refuses sizes, seeds and counts that do not parse, and --evolve without a tree"
+
+# bench scan: a tree it walks, and a directory that is not there (said, exit 1; it reported a scan of 0 files)
+"$CTL" bench gen --profile small --files 200 "$T/scan" > /dev/null || fail "bench gen for the scan failed"
+"$CTL" bench scan "$T/scan" > "$T/scan.out" 2>&1 || { cat "$T/scan.out"; fail "bench scan of a tree failed"; }
+grep -q '"files":200,' "$T/scan.out" || { cat "$T/scan.out"; fail "bench scan did not count 200 files"; }
+rc=0
+"$CTL" bench scan "$T/nowhere" > "$T/scan.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "nowhere: No such file or directory" "$T/scan.out" || { cat "$T/scan.out"; fail "bench scan of no directory (exit $rc)"; }
+pass "bench scan walks a tree and refuses a directory that is not there"
