@@ -146,13 +146,34 @@ static int resolve_existing(const char *path, char out[PATH_MAX])
         *slash = '\0';
         cut = (size_t)(slash - head);
     }
+    /* the rest does not exist, so no link is in it: its "." and ".." components are taken as written
+     * (a directory made later under "new/b/../a" is "new/a") */
     const char *rest = path + cut;
-    while (*rest == '/')
-        rest++;
-    if (*rest == '\0')
-        return 0;
-    const size_t n = strlen(out);
-    return (size_t)snprintf(out + n, PATH_MAX - n, "%s%s", n > 1 ? "/" : "", rest) < PATH_MAX - n ? 0 : -1;
+    while (*rest != '\0') {
+        while (*rest == '/')
+            rest++;
+        const char *end = strchr(rest, '/');
+        const size_t len = end != NULL ? (size_t)(end - rest) : strlen(rest);
+        size_t n = strlen(out);
+        if (len == 0 || (len == 1 && rest[0] == '.')) {
+            /* nothing */
+        } else if (len == 2 && rest[0] == '.' && rest[1] == '.') {
+            char *slash = strrchr(out, '/');
+            if (slash != NULL && slash != out)
+                *slash = '\0';
+            else
+                strcpy(out, "/");
+        } else {
+            if (n + 1 + len >= PATH_MAX)
+                return -1;
+            if (n > 1)
+                out[n++] = '/';
+            memcpy(out + n, rest, len);
+            out[n + len] = '\0';
+        }
+        rest += len;
+    }
+    return 0;
 }
 
 static int check_resolved_overlap(cfg_parser *p, cfg_inst *inst, const ingest_agent_config *cfg)

@@ -852,6 +852,12 @@ static void test_errors_required_and_sources(void **state)
     snprintf(expect, sizeof expect, "key 'state_dir': '%s' (that is '%s/a/sub') is inside sources[0]'s '%s'", link,
              dir, a);
     agent_err(y, expect);
+    /* directories not made yet, written with "." and "..": the same directory once made */
+    snprintf(y, sizeof y, "%ssources:\n  - {path: %s/new/b/../a, name: x}\n  - {path: %s/new/./a/, name: y}\n",
+             head, dir, dir);
+    snprintf(expect, sizeof expect, "key 'sources[0].path': '%s/new/b/../a' (that is '%s/new/a') is the same as "
+             "sources[1]'s '%s/new/./a/' (that is '%s/new/a')", dir, dir, dir, dir);
+    agent_err(y, expect);
     /* a move directory inside the agent's state_dir through a link: its files would overwrite the store */
     snprintf(y, sizeof y, "device: {id: gw, key: k}\ncore: {address: 'h:1', receiver_key: r}\ndedup_key: d\n"
              "state_dir: %s/a/sub\nsources:\n  - {path: %s/x, name: x, after_ship: 'move:%s'}\n", dir, dir, move);
