@@ -455,6 +455,15 @@ INGEST_API int ingest_lander_refused(const ingest_lander_batch *b, uint32_t k, u
                                      const char **reason);
 
 /*
+ * The index in b of the file with this path at the device (a manifest
+ * record's "path"), or -1 when b lists none.  A replay may hold fewer files
+ * than the batch that landed under its id (the others changed since), in
+ * another order: the refusals of the landed batch are told about the
+ * replay's own indexes (ingest_lander_lookup's INGEST_LANDER_ALREADY).
+ */
+INGEST_API int64_t ingest_lander_file_of_path(const ingest_lander_batch *b, const char *path);
+
+/*
  * The device withdrew file i of active batch b after the WANT (protocol
  * FILE_WITHDRAWN: the file vanished at the edge before its chunks could be
  * read).  It does not land: it is refused with code and reason (listed by

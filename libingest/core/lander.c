@@ -801,6 +801,16 @@ int lander__refuse_file(ingest_lander_batch *b, uint32_t i, int code)
     return 0;
 }
 
+int64_t ingest_lander_file_of_path(const ingest_lander_batch *b, const char *path)
+{
+    if (b == NULL || path == NULL)
+        return -1;
+    for (uint32_t i = 0; i < b->nfiles; i++)
+        if (b->files[i].path != NULL && strcmp(b->files[i].path, path) == 0)
+            return i;
+    return -1;
+}
+
 uint32_t ingest_lander_refused_count(const ingest_lander_batch *b)
 {
     return b ? b->nrefused : 0;

@@ -82,7 +82,9 @@ static bool sweep_match(const sweep *w, const char *dir, int depth, const char *
         return false;
     if (depth == 1 && strcmp(dir, "./_manifests") == 0)
         return strncmp(name, TMP_TAG_FILE ".", sizeof TMP_TAG_FILE) == 0;
-    if (depth == 2 && strncmp(dir, "./_manifests/", 13) == 0)
+    /* (a device's manifests; not .refused, whose scratch copies of refused files are named like any
+     * temporary file) */
+    if (depth == 2 && strncmp(dir, "./_manifests/", 13) == 0 && strcmp(dir + 13, ".refused") != 0)
         return has_suffix_s(name, ".jsonl.tmp");
     return w->mark[0] != '\0' && strstr(name, w->mark) != NULL;
 }

@@ -175,8 +175,14 @@ static int send_refusals(ingest_core *s, ingest_link *lk, const char *device, co
  * after_ship would delete them).  Best effort: a manifest that cannot be
  * read tells nothing.
  */
+/*
+ * The refusals of a batch landed before, told again to its replay b: each by
+ * the index of its path in b (a replay may hold fewer files, in another
+ * order: the files that changed since are left out of it), none for a file
+ * b does not hold.
+ */
 static int send_landed_refusals(ingest_core *s, ingest_link *lk, ingest_ctx *ctx, const char *device,
-                                const char *batch)
+                                const char *batch, const ingest_lander_batch *b)
 {
     char path[4096];
     if (s->o.bronze == NULL ||
@@ -186,23 +192,22 @@ static int send_landed_refusals(ingest_core *s, ingest_link *lk, ingest_ctx *ctx
     ingest_manifest_rec rec;
     int rc = 0;
     if (ingest_manifest_reader_open(ctx, path, &r) == 0) {
-        uint32_t fi = 0;
         while (rc == 0 && ingest_manifest_reader_next(r, &rec) == 1) {
-            if (rec.type != INGEST_MREC_FILE)
+            if (rec.type != INGEST_MREC_FILE || rec.refused == NULL)
                 continue;
-            if (rec.refused != NULL) {
+            const int64_t fi = ingest_lander_file_of_path(b, rec.path);
+            if (fi >= 0) {
                 ingest_wire_msg m;
                 memset(&m, 0, sizeof(m));
                 m.type = INGEST_MSG_FILE_REFUSED;
                 snprintf(m.u.refused.batch_id, sizeof(m.u.refused.batch_id), "%s", batch);
-                m.u.refused.file_index = fi;
+                m.u.refused.file_index = (uint32_t)fi;
                 /* the manifest keeps the reason, not the code: a withdrawal is told as one again */
                 m.u.refused.code =
                     strcmp(rec.refused, INGEST_WIRE_WITHDRAWN_REASON) == 0 ? INGEST_ENOTFOUND : INGEST_EINVAL;
                 snprintf(m.u.refused.message, sizeof(m.u.refused.message), "%s", rec.refused);
                 rc = ingest_link_send(lk, &m);
             }
-            fi++;
         }
         ingest_manifest_reader_close(r);
     }
@@ -886,7 +891,7 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 if (rc >= 0)
                     rc = INGEST_EINVAL;
             }
-            if (rc != 0) {
+            if (rc != 0 && rc != INGEST_LANDER_ALREADY) {
                 ingest_lander_batch_destroy(b);
                 b = NULL;
             }
@@ -912,7 +917,11 @@ int ingest_core_serve(ingest_core *s, ingest_link *link, const char *device_id)
                 core_log(s, INGEST_LOG_INFO, "device %s batch %s was landed before; acknowledged again", device, batch);
                 ingest_metric_add(s->m.landed, device, 1);
                 committer_wait_idle(&cm); /* ACKs in batch order */
-                rc = (link->features & INGEST_SESSION_FEATURE_REFUSE) ? send_landed_refusals(s, link, lctx[k], device, batch) : 0;
+                rc = (link->features & INGEST_SESSION_FEATURE_REFUSE)
+                         ? send_landed_refusals(s, link, lctx[k], device, batch, b)
+                         : 0;
+                ingest_lander_batch_destroy(b); /* (kept for the paths of its files) */
+                b = NULL;
                 if (rc == 0)
                     rc = send_ack(link, batch, INGEST_ACK_DUPLICATE, "already landed");
                 batch[0] = '\0';
