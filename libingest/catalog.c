@@ -20,6 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+
+/* Free bytes the bronze filesystem must have for the catalog to be opened for writing. */
+#define CATALOG_FREE_MIN (1u << 20)
 #include <time.h>
 #include <unistd.h>
 
@@ -314,6 +318,19 @@ int ingest_catalog_open(ingest_ctx *ctx, const char *bronze_root, unsigned flags
         if ((mkdir(p, 0755) != 0 && errno != EEXIST) || (mkdir(cat->dir, 0755) != 0 && errno != EEXIST)) {
             ret = ingest__fail(ctx, ingest__errno(errno), "catalog: mkdir %s: %s", cat->dir, strerror(errno));
             goto fail;
+        }
+        /* Its files are mapped in memory: a page first touched on a full filesystem (the lock file's,
+         * or one past a write that failed) kills the process with SIGBUS.  A cache is not worth that. */
+        struct statvfs v;
+        if (statvfs(cat->dir, &v) == 0) {
+            const uint64_t avail = (uint64_t)v.f_bavail * (v.f_frsize ? v.f_frsize : v.f_bsize);
+            if (avail < CATALOG_FREE_MIN) {
+                ret = ingest__fail(ctx, INGEST_ENOSPC,
+                                   "catalog %s: the filesystem has %llu bytes free, less than %u MiB: not opened (a "
+                                   "cache of the manifests, made again once there is room)",
+                                   cat->dir, (unsigned long long)avail, CATALOG_FREE_MIN >> 20);
+                goto fail;
+            }
         }
     }
     ret = env_open(cat);

@@ -358,8 +358,9 @@ static int sigbus_recover(server *s)
     snprintf(mark, sizeof(mark), "%s/sigbus", s->cfg->state_dir);
     snprintf(msg, sizeof(msg),
              "ingest-receiver: SIGBUS: a state file mapped in memory is shorter than its pages (the chunk index "
-             "%.100s/data.mdb or the catalog in %.100s/_manifests/.catalog cut short?); the next start makes both "
-             "again from the manifests", s->cfg->state_dir, s->cfg->bronze);
+             "%.100s/data.mdb or the catalog in %.100s/_manifests/.catalog cut short, or on a full filesystem?); "
+             "the next start makes both again from the manifests",
+             s->cfg->state_dir, s->cfg->bronze);
     prog_sigbus_guard(msg, mark);
     if (access(mark, F_OK) != 0)
         return 0;

@@ -61,3 +61,23 @@ start_receiver
 ship dev1
 same_tree "$S" "$(landed_root dev1)/data"
 pass "bronze read-only: the batch fails naming it (not 'out of memory'); writable again, it lands"
+
+# a restart with bronze full and its catalog gone (or behind): the catalog, whose files are mapped in
+# memory, is not opened (a page first touched on a full filesystem is SIGBUS), the receiver runs and
+# the chunk index is kept; with room back the next start makes the catalog again
+stop_receiver
+rm -rf "$T/bronze/_manifests/.catalog"
+dd if=/dev/zero of="$T/bronze/filler" bs=64k 2>/dev/null || true
+start_receiver
+grep -q "catalog .* less than 1 MiB: not opened" "$T/receiver.log" || { tail -5 "$T/receiver.log"; fail "no word of the catalog not opened on a full bronze"; }
+sleep 0.5
+kill -0 "$RECV_PID" 2>/dev/null || { tail -5 "$T/receiver.log"; fail "the receiver died starting on a full bronze"; }
+! grep -q "SIGBUS" "$T/receiver.log" || fail "SIGBUS starting on a full bronze"
+[ ! -e "$T/rstate/sigbus" ] || fail "the chunk index was marked to be made again"
+stop_receiver
+rm "$T/bronze/filler"
+start_receiver
+grep -q "catalog of .* caught up" "$T/receiver.log" || { tail -5 "$T/receiver.log"; fail "the catalog was not made again with room back"; }
+"$CTL" catalog --bronze "$T/bronze" --format paths > "$T/cat.out" || fail "ingestctl catalog failed"
+[ "$(grep -c . "$T/cat.out")" -ge 6 ] || { cat "$T/cat.out"; fail "the catalog made again does not list the landed files"; }
+pass "a start on a full bronze without its catalog: not opened, said, no SIGBUS; made again once there is room"
