@@ -128,6 +128,11 @@ struct ingest_sender_s {
     const char *const *list;
     size_t nlist, ilist;
     char relbuf[PATH_CAP];
+    /* list mode: the directory of the last path, opened beneath its source with no symlink followed on the
+     * way (lp_fd, -1: none), kept for the next path of the same directory */
+    int lp_fd;
+    size_t lp_src;
+    char lp_dir[PATH_CAP];
 
     ingest_chunkhash *pipe; /* threads != 1: chunk+hash on two threads */
     file_ctx fc;
@@ -397,6 +402,7 @@ int ingest_sender_create(ingest_ctx *ctx, const ingest_sender_opts *o, ingest_se
         s->srcs[i].ship_links = o->sources[i].symlinks == INGEST_SENDER_SYMLINKS_SHIP;
     }
     s->cur_src = s->nsrc;
+    s->lp_fd = -1;
 
     if (o->codec != NULL) {
         s->codec = o->codec;
@@ -469,6 +475,7 @@ static void walk_reset(ingest_sender *s)
     s->cur_src = s->nsrc;
     s->list = NULL;
     s->nlist = s->ilist = 0;
+    close_fd(&s->lp_fd);
 }
 
 void ingest_sender_destroy(ingest_sender *s)
@@ -986,8 +993,34 @@ static int list_peek(ingest_sender *s)
                 continue;
             }
         }
+        /*
+         * Its directory, reached from the source without following a symlink on the way: a directory of the
+         * path swapped for a link since the path was named (to a tree outside the source) is not entered.
+         * The walk opens each directory itself; a path named by an event is looked at so here.
+         */
+        const char *last = strrchr(rel, '/');
+        const size_t dl = last != NULL ? (size_t)(last - rel) : 0;
+        last = last != NULL ? last + 1 : rel;
+        if (s->lp_fd < 0 || s->lp_src != si || strlen(s->lp_dir) != dl || memcmp(s->lp_dir, rel, dl) != 0) {
+            close_fd(&s->lp_fd);
+            const char *ignored;
+            s->lp_fd = ingest__open_parent_beneath(src->fd, rel, &ignored);
+            if (s->lp_fd < 0) {
+                const int e = errno;
+                s->ilist++;
+                if (e == ELOOP || e == EXDEV)
+                    report_as(s, p, INGEST_SKIP_VANISHED, e,
+                              "a directory on its path is now a symlink, which is not followed: not shipped");
+                else
+                    report(s, p, e == ENOENT || e == ENOTDIR ? INGEST_SKIP_VANISHED : INGEST_SKIP_UNREADABLE, e);
+                continue;
+            }
+            s->lp_src = si;
+            memcpy(s->lp_dir, rel, dl);
+            s->lp_dir[dl] = '\0';
+        }
         struct stat st;
-        if (fstatat(src->fd, rel, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (fstatat(s->lp_fd, last, &st, AT_SYMLINK_NOFOLLOW) != 0) {
             const int e = errno;
             s->ilist++;
             report(s, p, e == ENOENT || e == ENOTDIR ? INGEST_SKIP_VANISHED : INGEST_SKIP_UNREADABLE, e);
@@ -999,10 +1032,10 @@ static int list_peek(ingest_sender *s)
             continue;
         }
         s->st.files_seen++;
-        memcpy(s->relbuf, rel, strlen(rel) + 1);
+        memcpy(s->relbuf, last, strlen(last) + 1);
         s->cur_src = si;
         s->peek_st = st;
-        s->peek_dirfd = src->fd;
+        s->peek_dirfd = s->lp_fd;
         s->peek_name = s->relbuf;
         s->peeked = 1;
         return 1;
