@@ -375,9 +375,10 @@ static size_t drop_changed(const ingest_journal_batch *jb, const ingest_journal_
 }
 
 /* Files of jb not in got[0, n) start settling afresh when discovery sees them again. */
-static void resettle_missing(daemon_t *d, const ingest_journal_batch *jb, const ingest_journal_file *got, size_t n)
+static void resettle_missing(daemon_t *d, const dship *x, const ingest_journal_file *got, size_t n)
 {
-    int any = 0;
+    const ingest_journal_batch *jb = x->jb;
+    int any = 0, now = 0;
     for (size_t i = 0, k = 0; i < jb->nfiles; i++) {
         if (k < n && strcmp(jb->files[i].path, got[k].path) == 0) {
             k++;
@@ -385,11 +386,20 @@ static void resettle_missing(daemon_t *d, const ingest_journal_batch *jb, const 
         }
         (void)ingest_journal_forget_seen(d->j, jb->files[i].path);
         any = 1;
+        /* One that could not be read (no permission, an I/O error) is taken again by the next periodic walk
+         * (rescan_interval) or when it is written again: a walk at once would take it, fail and walk again
+         * without end, every file of the tree looked at each time.  One that changed or went is looked at
+         * now. */
+        int unreadable = 0;
+        for (size_t r = 0; r < x->nrec && !unreadable; r++)
+            unreadable = x->rec[r].reason == INGEST_SKIP_UNREADABLE &&
+                         strcmp(x->rec[r].path, jb->files[i].path) == 0;
+        now |= !unreadable;
     }
-    if (any) {
+    if (any)
         (void)dmn_store_check(d, ingest_journal_flush(d->j), "state store");
+    if (now)
         dmn_schedule_scan(d, d->now);
-    }
 }
 
 /*
@@ -820,7 +830,7 @@ static int prepare_finish(daemon_t *d, dship *x)
     }
     if (rc < 0)
         goto out;
-    resettle_missing(d, jb, x->got, x->ngot);
+    resettle_missing(d, x, x->got, x->ngot);
     /* the files refused at the edge while building it: its ACK may come after the next batch was built */
     if (rc > 0 && a->nedge_refused > 0) {
         if ((x->eref = calloc(a->nedge_refused, sizeof(*x->eref))) == NULL) {
