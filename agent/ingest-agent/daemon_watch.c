@@ -177,6 +177,33 @@ static int watch_renamed(daemon_t *d, size_t i, size_t si, const char *rel)
     return 0;
 }
 
+/*
+ * Drop the watches of directory rel of source si and of those under it (by
+ * name): it left the sources, or another directory has its name now.  Their
+ * IN_IGNORED then finds no watch.  Watches freed while they had run out let
+ * the next walk watch again.
+ */
+static void unwatch_subtree(daemon_t *d, size_t si, const char *rel, int except_wd)
+{
+    const size_t rl = strlen(rel);
+    int any = 0;
+    for (size_t i = d->nw; i-- > 0;) {
+        watch *w = &d->w[i];
+        if (w->src != si || w->wd == except_wd || strncmp(w->rel, rel, rl) != 0 ||
+            (w->rel[rl] != '\0' && w->rel[rl] != '/') || rl == 0)
+            continue;
+        (void)inotify_rm_watch(d->ino, w->wd);
+        free(w->rel);
+        *w = d->w[--d->nw];
+        any = 1;
+    }
+    if (any && d->ino_full) {
+        d->ino_full = 0;
+        d->rewatch = 1;
+        dmn_schedule_scan(d, d->now);
+    }
+}
+
 /* Watch directory rel of source si: 0 watched now, 1 before (its name updated), -1 not (full, gone, path too long). */
 static int watch_one(daemon_t *d, size_t si, const char *rel)
 {
@@ -187,7 +214,7 @@ static int watch_one(daemon_t *d, size_t si, const char *rel)
         return -1;
     /* The source directory itself may be a symlink (walks follow it) and may be renamed away, a new one
      * made in its place (IN_MOVE_SELF: watched again, dmn_inotify_drain); below it links are not followed. */
-    const uint32_t mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_ONLYDIR |
+    const uint32_t mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_CREATE | IN_ONLYDIR |
                           (rel[0] != '\0' ? (uint32_t)IN_DONT_FOLLOW : (uint32_t)IN_MOVE_SELF);
     const int wd = inotify_add_watch(d->ino, p, mask);
     if (wd < 0) {
@@ -210,10 +237,18 @@ static int watch_one(daemon_t *d, size_t si, const char *rel)
     for (size_t i = 0; i < d->nw; i++)
         if (d->w[i].wd == wd) {
             /* already watched (with its subdirectories): under another name when it was renamed since */
-            if (d->w[i].src != si || strcmp(d->w[i].rel, rel) != 0)
-                (void)watch_renamed(d, i, si, rel);
+            if (d->w[i].src != si || strcmp(d->w[i].rel, rel) != 0) {
+                unwatch_subtree(d, si, rel, wd); /* (a directory that had that name before: gone) */
+                for (i = 0; i < d->nw && d->w[i].wd != wd; i++)
+                    ;
+                if (i < d->nw)
+                    (void)watch_renamed(d, i, si, rel);
+            }
             return 1;
         }
+    /* another directory had this name (moved away or removed, its events not read yet): its watches go, so
+     * that a later rename of it does not rename this one's */
+    unwatch_subtree(d, si, rel, wd);
     if (d->nw == d->capw) {
         const size_t nc = d->capw ? d->capw * 2 : 64;
         watch *nw = realloc(d->w, nc * sizeof(*nw));
@@ -482,13 +517,38 @@ static watch *watch_find(daemon_t *d, int wd)
     return NULL;
 }
 
+/* A directory renamed away from a watched one (IN_MOVED_FROM), waiting for its IN_MOVED_TO (same cookie). */
+typedef struct moved_out {
+    uint32_t cookie;
+    int wd; /* its watch */
+} moved_out;
+#define MOVED_OUT_MAX 16
+
 void dmn_inotify_drain(daemon_t *d)
 {
     char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
+    /*
+     * A directory renamed within the sources comes as IN_MOVED_FROM then IN_MOVED_TO with one cookie (queued
+     * together: both are read before the queue is empty); its watches are kept and renamed (watch_one).
+     * One whose IN_MOVED_TO never comes left the sources: its watches go once the queue is read, or they
+     * would leak (watches running out) and map events of a tree outside to paths inside.
+     */
+    moved_out out[MOVED_OUT_MAX];
+    size_t nout = 0;
     for (;;) {
         const ssize_t n = read(d->ino, buf, sizeof(buf));
-        if (n <= 0)
+        if (n <= 0) {
+            for (size_t k = 0; k < nout; k++) {
+                /* (gone already when a directory made since under its name took its place: watch_one) */
+                const watch *m = watch_find(d, out[k].wd);
+                char mrel[PATH_MAX];
+                if (m != NULL && m->rel[0] != '\0' && strlen(m->rel) < sizeof(mrel)) {
+                    memcpy(mrel, m->rel, strlen(m->rel) + 1);
+                    unwatch_subtree(d, m->src, mrel, -1);
+                }
+            }
             return;
+        }
         for (char *p = buf; p < buf + n;) {
             const struct inotify_event *ev = (const struct inotify_event *)p;
             p += sizeof(*ev) + ev->len;
@@ -519,6 +579,27 @@ void dmn_inotify_drain(daemon_t *d)
             char rel[PATH_MAX];
             if ((size_t)snprintf(rel, sizeof(rel), "%s%s%s", w->rel, w->rel[0] ? "/" : "", ev->name) >= sizeof(rel))
                 continue;
+            if (ev->mask & IN_MOVED_FROM) {
+                if (ev->mask & IN_ISDIR) {
+                    const watch *m = NULL;
+                    for (size_t k = 0; k < d->nw && m == NULL; k++)
+                        if (d->w[k].src == w->src && strcmp(d->w[k].rel, rel) == 0)
+                            m = &d->w[k];
+                    if (m != NULL && nout < MOVED_OUT_MAX) {
+                        out[nout].cookie = ev->cookie;
+                        out[nout].wd = m->wd;
+                        nout++;
+                    } else if (m != NULL) {
+                        unwatch_subtree(d, w->src, rel, -1); /* (watched again by its IN_MOVED_TO, if any) */
+                    }
+                    dmn_schedule_scan(d, d->now + DEBOUNCE_MS / 1000.0);
+                }
+                continue;
+            }
+            if ((ev->mask & (IN_ISDIR | IN_MOVED_TO)) == (IN_ISDIR | IN_MOVED_TO))
+                for (size_t k = 0; k < nout; k++)
+                    if (out[k].cookie == ev->cookie)
+                        out[k] = out[--nout]; /* renamed within the sources: watch_one renames its watches */
             if (ev->mask & IN_ISDIR) {
                 if (ev->mask & (IN_CREATE | IN_MOVED_TO))
                     watch_tree(d, w->src, rel, 0);

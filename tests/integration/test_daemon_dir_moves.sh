@@ -1,0 +1,72 @@
+#!/bin/sh
+# Directories moved out of a source while the daemon watches it:
+#   - their watches go (they leaked: watches ran out after enough moves,
+#     the daemon fell back to rescans for good, and a stale watch mapped
+#     events of the tree outside to paths inside);
+#   - a directory made in the place of one moved out, then the old one
+#     moved back under another name: the new one's files land from their
+#     own events (the rename of the old one renamed the new one's watch too,
+#     and its files waited for the next rescan, an hour here).
+. "$(dirname "$0")/lib.sh"
+setup_keys
+write_receiver_config 'layout: "{device}/{path}"'
+start_receiver
+S="$T/src/data"
+O="$T/outside"
+mkdir -p "$S" "$O"
+write_agent_config dev1 "$S" 'batch:
+  max_wait: 100ms
+rescan_interval: 1h'
+sed -i "s|^  - path: .*|&\n    settle: 200ms|" "$T/dev1.yaml"
+"$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
+AGENT_PID=$!
+trap 'kill $AGENT_PID 2>/dev/null || true; cleanup' EXIT
+i=0
+while ! grep -q "running: " "$T/dev1.err"; do
+    i=$((i + 1)); [ $i -gt 200 ] && { cat "$T/dev1.err"; fail "the daemon did not start"; }
+    sleep 0.05
+done
+# watches: the daemon's inotify watches (its fdinfo)
+watches() { cat /proc/"$AGENT_PID"/fdinfo/* 2>/dev/null | grep -c "^inotify wd:" || true; }
+# landed FILE: wait until data/FILE landed equal to its source copy in $T/expect/FILE
+landed() {
+    i=0
+    while ! cmp -s "$T/expect/$1" "$T/bronze/dev1/data/$1"; do
+        i=$((i + 1)); [ $i -gt 200 ] && { tail -5 "$T/dev1.err"; fail "data/$1 did not land within 10 s"; }
+        sleep 0.05
+    done
+}
+mkdir -p "$T/expect"
+for k in $(seq 1 20); do mkdir -p "$S/day$k/sub"; done
+i=0
+while [ "$(watches)" -lt 41 ]; do
+    i=$((i + 1)); [ $i -gt 200 ] && fail "the 40 new directories were not watched: $(watches) watches"
+    sleep 0.05
+done
+for k in $(seq 1 20); do mv "$S/day$k" "$O/"; done
+i=0
+while [ "$(watches)" -gt 1 ]; do
+    i=$((i + 1)); [ $i -gt 100 ] && fail "$(watches) watches left after 40 directories moved out of the source"
+    sleep 0.05
+done
+pass "40 directories moved out of the source: their watches went"
+
+mkdir "$S/d1"
+sleep 0.3
+printf 'one\n' > "$S/d1/a.txt"
+mkdir -p "$T/expect/d1" "$T/expect/d2"
+cp "$S/d1/a.txt" "$T/expect/d1/a.txt"
+landed d1/a.txt
+mv "$S/d1" "$O/d1"
+mkdir "$S/d1"
+mv "$O/d1" "$S/d2"
+sleep 0.5
+printf 'late\n' > "$S/d1/late.txt"
+printf 'b\n' > "$S/d2/b.txt"
+cp "$S/d1/late.txt" "$T/expect/d1/late.txt"
+cp "$S/d2/b.txt" "$T/expect/d2/b.txt"
+landed d1/late.txt
+landed d2/b.txt
+kill "$AGENT_PID"
+wait "$AGENT_PID" 2>/dev/null || true
+pass "a directory made where one was moved out, the old one moved back as another: both ship from their events"
