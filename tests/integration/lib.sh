@@ -183,6 +183,20 @@ wait_log() {
     done
 }
 
+# start_daemon DEVICE: the agent as a daemon with $T/DEVICE.yaml, logging to $T/DEVICE.err, in the background
+# (its pid in DAEMON_PID, killed at exit); returns once it runs
+start_daemon() {
+    "$AGENT" --config "$T/$1.yaml" > "$T/$1.out" 2> "$T/$1.err" &
+    DAEMON_PID=$!
+    trap 'kill $DAEMON_PID 2>/dev/null || true; cleanup' EXIT
+    i=0
+    while ! grep -q "running: " "$T/$1.err"; do
+        i=$((i + 1))
+        [ $i -gt 200 ] && { cat "$T/$1.err"; fail "the daemon did not start"; }
+        sleep 0.05
+    done
+}
+
 # wait_same EXPECTED FILE TRIES LOG WHAT: wait (50 ms steps) until FILE holds EXPECTED's bytes; after TRIES,
 # LOG's tail and fail with WHAT
 wait_same() {

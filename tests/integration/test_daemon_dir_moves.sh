@@ -18,24 +18,11 @@ write_agent_config dev1 "$S" 'batch:
   max_wait: 100ms
 rescan_interval: 1h'
 sed -i "s|^  - path: .*|&\n    settle: 200ms|" "$T/dev1.yaml"
-"$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
-AGENT_PID=$!
-trap 'kill $AGENT_PID 2>/dev/null || true; cleanup' EXIT
-i=0
-while ! grep -q "running: " "$T/dev1.err"; do
-    i=$((i + 1)); [ $i -gt 200 ] && { cat "$T/dev1.err"; fail "the daemon did not start"; }
-    sleep 0.05
-done
+start_daemon dev1
 # watches: the daemon's inotify watches (its fdinfo)
-watches() { cat /proc/"$AGENT_PID"/fdinfo/* 2>/dev/null | grep -c "^inotify wd:" || true; }
+watches() { cat /proc/"$DAEMON_PID"/fdinfo/* 2>/dev/null | grep -c "^inotify wd:" || true; }
 # landed FILE: wait until data/FILE landed equal to its source copy in $T/expect/FILE
-landed() {
-    i=0
-    while ! cmp -s "$T/expect/$1" "$T/bronze/dev1/data/$1"; do
-        i=$((i + 1)); [ $i -gt 200 ] && { tail -5 "$T/dev1.err"; fail "data/$1 did not land within 10 s"; }
-        sleep 0.05
-    done
-}
+landed() { wait_same "$T/expect/$1" "$T/bronze/dev1/data/$1" 200 "$T/dev1.err" "data/$1 did not land within 10 s"; }
 mkdir -p "$T/expect"
 for k in $(seq 1 20); do mkdir -p "$S/day$k/sub"; done
 i=0
@@ -67,6 +54,6 @@ cp "$S/d1/late.txt" "$T/expect/d1/late.txt"
 cp "$S/d2/b.txt" "$T/expect/d2/b.txt"
 landed d1/late.txt
 landed d2/b.txt
-kill "$AGENT_PID"
-wait "$AGENT_PID" 2>/dev/null || true
+kill "$DAEMON_PID"
+wait "$DAEMON_PID" 2>/dev/null || true
 pass "a directory made where one was moved out, the old one moved back as another: both ship from their events"

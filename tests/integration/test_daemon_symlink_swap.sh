@@ -17,15 +17,7 @@ write_agent_config dev1 "$S" 'batch:
   max_wait: 200ms
 rescan_interval: 1h'
 sed -i "s|^  - path: .*|&\n    settle: 1s\n    after_ship: delete|" "$T/dev1.yaml"
-"$AGENT" --config "$T/dev1.yaml" > "$T/dev1.out" 2> "$T/dev1.err" &
-AGENT_PID=$!
-EXTRA_PIDS="$AGENT_PID"
-trap 'kill $EXTRA_PIDS 2>/dev/null || true; cleanup' EXIT
-i=0
-while ! grep -q "running: " "$T/dev1.err"; do
-    i=$((i + 1)); [ $i -gt 200 ] && { cat "$T/dev1.err"; fail "the daemon did not start"; }
-    sleep 0.05
-done
+start_daemon dev1
 mkdir "$S/d"
 sleep 0.3 # (its watch is made)
 printf 'ordinary\n' > "$S/d/notes.txt" # an event names data/d/notes.txt; it settles for 1 s
@@ -42,6 +34,6 @@ sleep 1.5 # (the swapped path's settle has passed: it was looked at)
 grep -q "data/d/notes.txt" "$T/dev1.err" || { cat "$T/dev1.err"; fail "the swapped path was not said"; }
 [ ! -e "$T/bronze/dev1/data/d/notes.txt" ] || fail "a file reached through a symlink landed: $(cat "$T/bronze/dev1/data/d/notes.txt")"
 [ -f "$T/secret/notes.txt" ] || fail "the file outside the source was deleted by after_ship"
-kill "$AGENT_PID"
-wait "$AGENT_PID" 2>/dev/null || true
+kill "$DAEMON_PID"
+wait "$DAEMON_PID" 2>/dev/null || true
 pass "a directory swapped for a symlink out of the source: the file beyond it neither ships nor is deleted"

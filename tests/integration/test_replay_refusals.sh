@@ -14,14 +14,6 @@ start_receiver
 pin_receiver_port
 S="$T/src"
 mkdir -p "$S"
-# the log of receiver $1 has line $2
-recv_log() {
-    i=0
-    while ! grep -q -- "$1" "$T/receiver.log"; do
-        i=$((i + 1)); [ $i -gt 400 ] && { tail -20 "$T/receiver.log"; fail "no '$1' in the receiver's log"; }
-        sleep 0.05
-    done
-}
 # lost_ack DEVICE: ship with the receiver holding ACKs 5 s after the batch is durable, kill -9 it in that
 # window, restart it
 lost_ack() {

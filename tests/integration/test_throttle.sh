@@ -39,19 +39,12 @@ write_agent_config dev2 "$D" 'throttle:
 batch:
   max_wait: 100ms'
 sed -i "s|^  - path: .*|&\n    settle: 100ms|" "$T/dev2.yaml"
-"$AGENT" --config "$T/dev2.yaml" > "$T/dev2.out" 2> "$T/dev2.err" &
-APID=$!
-trap 'kill $APID 2>/dev/null || true; cleanup' EXIT
-i=0
-while ! grep -q "running: " "$T/dev2.err"; do
-    i=$((i + 1)); [ $i -gt 200 ] && { cat "$T/dev2.err"; fail "the daemon did not start"; }
-    sleep 0.05
-done
+start_daemon dev2
 head -c 3145728 /dev/urandom > "$D/big.bin"
 n=0
 while [ ! -f "$(landed_root dev2)/d3/big.bin" ]; do
     n=$((n + 1)); [ $n -gt 30 ] && { tail "$T/dev2.err"; fail "big.bin did not land while reloads came every 0.7 s"; }
-    kill -HUP "$APID"
+    kill -HUP "$DAEMON_PID"
     sleep 0.7
 done
 cmp "$D/big.bin" "$(landed_root dev2)/d3/big.bin" || fail "big.bin landed different"
@@ -59,6 +52,6 @@ cmp "$D/big.bin" "$(landed_root dev2)/d3/big.bin" || fail "big.bin landed differ
 [ "$(jget totals.batches_replayed)" = 0 ] || { cat "$T/status.json"; fail "the batch was parked and replayed"; }
 sent=$(jget totals.chunk_bytes_sent)
 [ "$sent" -le 3300000 ] || fail "$sent chunk bytes sent for a 3 MiB file"
-kill "$APID"
-wait "$APID" 2>/dev/null || true
+kill "$DAEMON_PID"
+wait "$DAEMON_PID" 2>/dev/null || true
 pass "SIGHUPs every 0.7 s during a throttled batch: it lands once, its chunks sent once ($sent bytes, $n reloads)"
