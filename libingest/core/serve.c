@@ -169,17 +169,13 @@ static int send_refusals(ingest_core *s, ingest_link *lk, const char *device, co
 }
 
 /*
- * A replay of a batch landed before: the files its landed manifest records
- * as refused are told again (FILE_REFUSED) before the duplicate ACK, so a
- * device whose first answer was lost never takes them for landed (its
- * after_ship would delete them).  Best effort: a manifest that cannot be
- * read tells nothing.
- */
-/*
- * The refusals of a batch landed before, told again to its replay b: each by
- * the index of its path in b (a replay may hold fewer files, in another
- * order: the files that changed since are left out of it), none for a file
- * b does not hold.
+ * A replay b of a batch landed before: the files its landed manifest
+ * records as refused are told again (FILE_REFUSED) before the duplicate
+ * ACK, so a device whose first answer was lost never takes them for landed
+ * (its after_ship would delete them).  Each by the index of its path in b:
+ * a replay may hold fewer files, in another order (the files that changed
+ * since are left out of it); none for a file b does not hold.  Best effort:
+ * a manifest that cannot be read tells nothing.
  */
 static int send_landed_refusals(ingest_core *s, ingest_link *lk, ingest_ctx *ctx, const char *device,
                                 const char *batch, const ingest_lander_batch *b)
