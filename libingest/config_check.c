@@ -100,9 +100,23 @@ int cfg__finish_source(cfg_parser *p, cfg_inst *inst)
  * one device lands over another device's file of the same path.  Only with
  * layout_shared: true, said on purpose.
  */
+static int resolve_existing(const char *path, char out[PATH_MAX]);
+
 int cfg__finish_receiver(cfg_parser *p, cfg_inst *inst)
 {
     const ingest_receiver_config *cfg = inst->base;
+    /* The receiver's state beside the landed trees would be listed, verified and tidied with them, and a
+     * device whose id is one of its file names (dicts, data.mdb) would land over it: neither holds the
+     * other, as written nor as the paths resolve now. */
+    char sreal[PATH_MAX], breal[PATH_MAX];
+    const int both = resolve_existing(cfg->state_dir, sreal) == 0 && resolve_existing(cfg->bronze, breal) == 0;
+    if (path_within(cfg->state_dir, cfg->bronze) || path_within(cfg->bronze, cfg->state_dir) ||
+        (both && (path_within(sreal, breal) || path_within(breal, sreal))))
+        return cfg__perr(p, cfg__mark_of(p, inst, "state_dir"),
+                         "key 'state_dir': '%s' and bronze '%s' overlap (one is, or is inside, the other): the "
+                         "receiver's chunk index and dictionaries would sit among the landed trees; give it a "
+                         "directory of its own",
+                         cfg->state_dir, cfg->bronze);
     if (strstr(cfg->layout, "{device}") == NULL && !cfg->layout_shared)
         return cfg__perr(p, cfg__mark_of(p, inst, "layout"),
                     "key 'layout': \"%s\" has no {device}, so devices would overwrite each other's files of "

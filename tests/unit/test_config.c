@@ -885,6 +885,13 @@ static void test_errors_receiver(void **state)
     receiver_err(buf, "the layout must be relative to the bronze root");
     snprintf(buf, sizeof(buf), "%slayout: '{device}/../{path}'\n", receiver_min);
     receiver_err(buf, "'..' is not allowed in the layout");
+    /* the receiver's state and the landed trees overlap: refused */
+    receiver_err("key: receiver.key\nauthorized_devices: /etc/ingest/devices\ndedup_key: /etc/ingest/dedup.key\n"
+                 "state_dir: /srv/bronze/.state\nbronze: /srv/bronze\n",
+                 "key 'state_dir': '/srv/bronze/.state' and bronze '/srv/bronze' overlap");
+    receiver_err("key: receiver.key\nauthorized_devices: /etc/ingest/devices\ndedup_key: /etc/ingest/dedup.key\n"
+                 "state_dir: /srv/bronze\nbronze: /srv/bronze/\n",
+                 "and bronze '/srv/bronze/' overlap");
     /* every file would be refused as it lands (the tree of the manifests): refused at load */
     snprintf(buf, sizeof(buf), "%slayout: '_manifests/{device}/{path}'\n", receiver_min);
     receiver_err(buf, "receiver.yaml:6:9: key 'layout': the layout puts files under _manifests");
