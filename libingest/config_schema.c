@@ -217,6 +217,71 @@ static int check_window(cfg_parser *p, const char *shown, const char *value, cfg
     return INGEST_OK;
 }
 
+/*
+ * kafka.brokers: "" (the default: none), or host[:port] entries separated by
+ * commas (blanks around them allowed), each perhaps after a protocol name
+ * ("SSL://"), the host a name or an address ([IPv6] in brackets), the port
+ * 1..65535.  What librdkafka would only say later, as a connection that
+ * never comes, is said at load.
+ */
+static int check_brokers(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
+{
+    const char *c = value;
+    unsigned n = 0;
+    while (*c != '\0') {
+        while (*c == ' ')
+            c++;
+        const char *start = c, *proto = strstr(c, "://"), *comma = strchr(c, ',');
+        const char *end = comma != NULL ? comma : c + strlen(c);
+        if (proto != NULL && proto < end) {
+            for (const char *q = c; q < proto; q++)
+                if (!((*q >= 'A' && *q <= 'Z') || (*q >= 'a' && *q <= 'z') || *q == '_'))
+                    goto bad;
+            c = proto + 3;
+        }
+        if (*c == '[') {
+            const char *close = memchr(c, ']', (size_t)(end - c));
+            if (close == NULL || close == c + 1)
+                goto bad;
+            for (const char *q = c + 1; q < close; q++)
+                if (!((*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f') || (*q >= 'A' && *q <= 'F') || *q == ':' ||
+                      *q == '.'))
+                    goto bad;
+            c = close + 1;
+        } else {
+            const char *h = c;
+            while (c < end && ((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                               *c == '.' || *c == '-' || *c == '_'))
+                c++;
+            if (c == h)
+                goto bad;
+        }
+        if (c < end && *c == ':') {
+            char *pe;
+            const unsigned long port = strtoul(c + 1, &pe, 10);
+            if (pe == c + 1 || port < 1 || port > 65535)
+                goto bad;
+            c = pe;
+        }
+        while (c < end && *c == ' ')
+            c++;
+        if (c != end)
+            goto bad;
+        n++;
+        c = comma != NULL ? comma + 1 : end;
+        if (comma != NULL && *c == '\0') {
+            start = end = c; /* a comma last: an empty entry after it */
+            goto bad;
+        }
+        continue;
+    bad:
+        return cfg__perr(p, at, "key '%s': broker %u ('%.*s') is not host:port (a name or [IPv6 address], a port "
+                                "1-65535, perhaps after PROTOCOL://; entries separated by commas)",
+                         shown, n + 1, (int)(end - start), start);
+    }
+    return INGEST_OK;
+}
+
 /* A Kafka topic or group name: 1..249 of [A-Za-z0-9._-]. */
 static int check_kafka_topic(cfg_parser *p, const char *shown, const char *value, cfg_mark at)
 {
@@ -347,7 +412,7 @@ static const cfg_row agent_rows[] = {
       .enums = transport_enum,
       .desc = "How batches travel: tcp (a session with core.address) or kafka (records to kafka.topic, "
               "docs/kafka.md)" },
-    { .name = "kafka.brokers", .type = T_STRING, .def = "", FIELD(A, kafka_brokers),
+    { .name = "kafka.brokers", .type = T_STRING, .def = "", FIELD(A, kafka_brokers), .check = check_brokers,
       .desc = "Kafka bootstrap servers, host:port,...; required with transport: kafka" },
     { .name = "kafka.topic", .type = T_STRING, .def = "ingest", FIELD(A, kafka_topic), .check = check_kafka_topic,
       .desc = "Topic the device's records go to, keyed by device id" },
@@ -503,7 +568,7 @@ static const cfg_row receiver_rows[] = {
       .desc = "Least severe messages logged: error, warn, info or debug" },
     { .name = "metrics.listen", .type = T_STRING, .def = "", FIELD(R, metrics_listen),
       .check = check_listen_or_empty, .desc = "Prometheus endpoint host:port (\"\" = off; port 0: any free port)" },
-    { .name = "kafka.brokers", .type = T_STRING, .def = "", FIELD(R, kafka_brokers),
+    { .name = "kafka.brokers", .type = T_STRING, .def = "", FIELD(R, kafka_brokers), .check = check_brokers,
       .desc = "Kafka bootstrap servers, host:port,...: consume devices' records as well as TCP (\"\" = off)" },
     { .name = "kafka.topic", .type = T_STRING, .def = "ingest", FIELD(R, kafka_topic), .check = check_kafka_topic,
       .desc = "Topic of the devices' records" },

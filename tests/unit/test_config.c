@@ -606,6 +606,27 @@ static void test_agent_kafka(void **state)
     receiver_err("key: k\nauthorized_devices: a\ndedup_key: d\nstate_dir: s\nbronze: b\n"
                  "kafka:\n  brokers: k:1\n  properties:\n    enable.auto.commit: \"true\"\n",
                  "key 'kafka.properties.enable.auto.commit': the transport keeps enable.auto.commit = false");
+    /* brokers: host:port entries (a protocol before, IPv6 in brackets); anything else at load */
+    static const char *const bad_brokers[][2] = {
+        { "not a broker list!!", "broker 1 ('not a broker list!!') is not host:port" },
+        { "k:0", "broker 1 ('k:0') is not host:port" },
+        { "k:1,", "broker 2 ('') is not host:port" },
+        { "k:1,,k:2", "broker 2 ('') is not host:port" },
+        { "[zz]:1", "broker 1 ('[zz]:1') is not host:port" },
+    };
+    for (size_t i = 0; i < sizeof bad_brokers / sizeof bad_brokers[0]; i++) {
+        char y[256];
+        snprintf(y, sizeof y, "key: k\nauthorized_devices: a\ndedup_key: d\nstate_dir: s\nbronze: b\n"
+                 "kafka:\n  brokers: \"%s\"\n", bad_brokers[i][0]);
+        receiver_err(y, bad_brokers[i][1]);
+    }
+    {
+        ingest_receiver_config *okc = NULL;
+        static const char oky[] = "key: k\nauthorized_devices: a\ndedup_key: d\nstate_dir: s\nbronze: b\n"
+                                  "kafka:\n  brokers: \"SSL://k1.example:9093, [::1]:9092,k3\"\n";
+        assert_int_equal(ingest_receiver_config_parse(ctx, "r.yaml", oky, strlen(oky), &okc), 0);
+        ingest_receiver_config_free(okc);
+    }
     ingest_receiver_config *rc = NULL;
     static const char ryaml[] = "key: k\nauthorized_devices: a\ndedup_key: d\nstate_dir: s\nbronze: b\n"
                                 "kafka:\n  brokers: k:1\n  group: fleet-a\n";
