@@ -358,7 +358,8 @@ static int check_agent_kafka_property(cfg_parser *p, const char *shown, const ch
     INGEST__FORWARD(check_kept_property(p, shown, value, at, kept_producer, kept_producer_v, 2));
     static const char mmb[] = "message.max.bytes=";
     if (strncmp(value, mmb, sizeof(mmb) - 1) == 0) {
-        const unsigned long long v = strtoull(value + sizeof(mmb) - 1, NULL, 10);
+        /* (read as librdkafka reads a number: 0x... in hex) */
+        const unsigned long long v = strtoull(value + sizeof(mmb) - 1, NULL, 0);
         if (v < INGEST_KAFKA_RECORD_MIN + INGEST_KAFKA_RECORD_ROOM)
             return cfg__perr(p, at, "key '%s': %llu is too small: the agent's records need at least %u (%u of "
                              "record and %u of key and framing)", shown, v,

@@ -606,6 +606,18 @@ static void test_agent_kafka(void **state)
     receiver_err("key: k\nauthorized_devices: a\ndedup_key: d\nstate_dir: s\nbronze: b\n"
                  "kafka:\n  brokers: k:1\n  properties:\n    enable.auto.commit: \"true\"\n",
                  "key 'kafka.properties.enable.auto.commit': the transport keeps enable.auto.commit = false");
+    /* the agent's message.max.bytes is read as librdkafka reads it (0x... in hex) */
+    agent_err("device: {id: gw-1, key: k}\ncore: {receiver_key: r}\ntransport: kafka\ndedup_key: d\n"
+              "sources: [{path: /s}]\nstate_dir: /st\nkafka:\n  brokers: k:1\n  properties:\n"
+              "    message.max.bytes: \"0x1000\"\n",
+              "key 'kafka.properties.message.max.bytes': 4096 is too small");
+    {
+        static const char y[] = "device: {id: gw-1, key: k}\ncore: {receiver_key: r}\ntransport: kafka\n"
+                                "dedup_key: d\nsources: [{path: /s}]\nstate_dir: /st\nkafka:\n  brokers: k:1\n"
+                                "  properties:\n    message.max.bytes: \"0x100000\"\n";
+        ingest_agent_config *c = agent_ok(ctx, y);
+        ingest_agent_config_free(c);
+    }
     /* brokers: host:port entries (a protocol before, IPv6 in brackets); anything else at load */
     static const char *const bad_brokers[][2] = {
         { "not a broker list!!", "broker 1 ('not a broker list!!') is not host:port" },
