@@ -84,6 +84,7 @@ typedef struct watch {
     int wd;
     size_t src;
     char *rel; /* directory relative to the source, "" for its root */
+    uint64_t dev, ino; /* the directory watched (0, 0: not known) */
 } watch;
 
 #define RATE_SAMPLES 64

@@ -237,13 +237,8 @@ static int watch_one(daemon_t *d, size_t si, const char *rel)
     for (size_t i = 0; i < d->nw; i++)
         if (d->w[i].wd == wd) {
             /* already watched (with its subdirectories): under another name when it was renamed since */
-            if (d->w[i].src != si || strcmp(d->w[i].rel, rel) != 0) {
-                unwatch_subtree(d, si, rel, wd); /* (a directory that had that name before: gone) */
-                for (i = 0; i < d->nw && d->w[i].wd != wd; i++)
-                    ;
-                if (i < d->nw)
-                    (void)watch_renamed(d, i, si, rel);
-            }
+            if (d->w[i].src != si || strcmp(d->w[i].rel, rel) != 0)
+                (void)watch_renamed(d, i, si, rel);
             return 1;
         }
     /* another directory had this name (moved away or removed, its events not read yet): its watches go, so
@@ -257,8 +252,12 @@ static int watch_one(daemon_t *d, size_t si, const char *rel)
         d->w = nw;
         d->capw = nc;
     }
+    struct stat ws;
+    const int known = stat(p, &ws) == 0;
     d->w[d->nw].wd = wd;
     d->w[d->nw].src = si;
+    d->w[d->nw].dev = known ? (uint64_t)ws.st_dev : 0;
+    d->w[d->nw].ino = known ? (uint64_t)ws.st_ino : 0;
     d->w[d->nw].rel = strdup(rel);
     if (d->w[d->nw].rel == NULL)
         return -1;
@@ -541,11 +540,18 @@ void dmn_inotify_drain(daemon_t *d)
             for (size_t k = 0; k < nout; k++) {
                 /* (gone already when a directory made since under its name took its place: watch_one) */
                 const watch *m = watch_find(d, out[k].wd);
-                char mrel[PATH_MAX];
-                if (m != NULL && m->rel[0] != '\0' && strlen(m->rel) < sizeof(mrel)) {
-                    memcpy(mrel, m->rel, strlen(m->rel) + 1);
-                    unwatch_subtree(d, m->src, mrel, -1);
-                }
+                char mrel[PATH_MAX], full[PATH_MAX];
+                struct stat ms;
+                if (m == NULL || m->rel[0] == '\0' || strlen(m->rel) >= sizeof(mrel) ||
+                    (size_t)snprintf(full, sizeof(full), "%s/%s", d->src[m->src].path, m->rel) >= sizeof(full))
+                    continue;
+                /* back in the sources under the name its watch has now (moved out and back, or a directory
+                 * moved in with it inside): kept */
+                if (lstat(full, &ms) == 0 && S_ISDIR(ms.st_mode) && (uint64_t)ms.st_dev == m->dev &&
+                    (uint64_t)ms.st_ino == m->ino)
+                    continue;
+                memcpy(mrel, m->rel, strlen(m->rel) + 1);
+                unwatch_subtree(d, m->src, mrel, -1);
             }
             return;
         }

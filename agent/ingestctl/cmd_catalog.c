@@ -521,7 +521,7 @@ static ingest_catalog *open_catalog(const char *cmd, ingest_ctx *ctx, const copt
             }
             return cat;
         }
-        if (rc != INGEST_EIO) {
+        if (rc != INGEST_EIO && rc != INGEST_ENOSPC) { /* (a full bronze: read as it is) */
             fprintf(stderr, "ingestctl %s: %s\n", cmd, ingest_ctx_errmsg(ctx));
             return NULL;
         }

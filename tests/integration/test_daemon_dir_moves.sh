@@ -6,7 +6,9 @@
 #   - a directory made in the place of one moved out, then the old one
 #     moved back under another name: the new one's files land from their
 #     own events (the rename of the old one renamed the new one's watch too,
-#     and its files waited for the next rescan, an hour here).
+#     and its files waited for the next rescan, an hour here);
+#   - moves read in one go (out and back, a directory flattened, one brought
+#     back inside another) keep the watches of what is still in the sources.
 . "$(dirname "$0")/lib.sh"
 setup_keys
 write_receiver_config 'layout: "{device}/{path}"'
@@ -54,6 +56,29 @@ cp "$S/d1/late.txt" "$T/expect/d1/late.txt"
 cp "$S/d2/b.txt" "$T/expect/d2/b.txt"
 landed d1/late.txt
 landed d2/b.txt
+pass "a directory made where one was moved out, the old one moved back as another: both ship from their events"
+
+# moves the daemon reads in one go (stopped meanwhile): a directory moved out and back under its name, a
+# directory flattened into its parent's name, one moved out and then brought back inside another: each keeps
+# (or gets) its watches, and files written in it later land from their own events
+mkdir -p "$S/e1" "$S/b/a/sub" "$S/m/inner" "$O/x"
+sleep 0.5
+kill -STOP "$DAEMON_PID"
+mv "$S/e1" "$O/e1"
+mv "$O/e1" "$S/e1"
+mv "$S/b/a" "$S/a"
+rmdir "$S/b"
+mv "$S/a" "$S/b"
+mv "$S/m" "$O/x/m"
+mv "$O/x" "$S/p"
+kill -CONT "$DAEMON_PID"
+sleep 1
+mkdir -p "$T/expect/e1" "$T/expect/b/sub" "$T/expect/p/m/inner"
+for f in e1/one.txt b/sub/two.txt p/m/inner/three.txt; do
+    printf '%s\n' "$f" > "$S/$f"
+    cp "$S/$f" "$T/expect/$f"
+done
+for f in e1/one.txt b/sub/two.txt p/m/inner/three.txt; do landed "$f"; done
 kill "$DAEMON_PID"
 wait "$DAEMON_PID" 2>/dev/null || true
-pass "a directory made where one was moved out, the old one moved back as another: both ship from their events"
+pass "moved out and back, flattened, brought back inside another, in one read: their files ship from their events"
