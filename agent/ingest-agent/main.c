@@ -317,18 +317,14 @@ int throttle_wait_window(agent *a)
 /*
  * Before a frame of n bytes: wait what the throttle says.  The daemon does
  * not wait for a window that closed mid-batch: the batch is parked
- * (INGEST_ECLOSED, it stays SENT) and replayed when the window opens.  A
- * stop parks it too; a reload does not (it is applied once the batch in
- * flight is done): parked at each SIGHUP, a batch that takes longer than
- * the time between reloads at the throttled rate never landed, its chunks
- * sent again and again.
+ * (INGEST_ECLOSED, it stays SENT) and replayed when the window opens.
  */
 static int throttle_wait(agent *a, uint64_t n)
 {
     if (a->thr.throttle == NULL)
         return 0;
     for (;;) {
-        if (stopping)
+        if (throttle_interrupted(a))
             return INGEST_ECLOSED;
         if (!throttle_window_open(a, NULL)) {
             a->thr.window_closed = 1;
