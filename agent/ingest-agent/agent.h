@@ -117,9 +117,6 @@ typedef struct agent_throttle {
     ingest_throttle *throttle; /* NULL: neither set */
     uint64_t throttle_wait_ms; /* time spent waiting for the throttle */
     int window_closed;         /* the last check found the window closed */
-    /* the reload asked for (SIGHUP) while a batch is on the wire: 1 looked at, cut tells whether it changes
-     * the connection (then the batch is given up, to go again on the new one); reset when it is applied */
-    int reload_seen, reload_cut;
 } agent_throttle;
 
 struct agent {
@@ -248,9 +245,6 @@ int connect_core(agent *a);
 void disconnect_core(agent *a);
 /* Close the Kafka client, if any (after disconnect_core): the next connect makes one from a->cfg. */
 void agent_kafka_close(agent *a);
-/* daemon.c: 1 when the configuration a reload would load changes the connection (transport, brokers, topics,
- * kafka.properties, core.address) or does not load; 0 when the batch on the wire can finish first. */
-int dmn_reload_changes_link(agent *a);
 /* daemon_ship.c: the edge's on_acked hook in daemon mode (a pending batch's ACK came). */
 void dmn_edge_acked(agent *a, ingest_sender_batch *b);
 /* Send BATCH_BEGIN, the manifest and MANIFEST_END. */

@@ -90,23 +90,10 @@ static void keep_start_settings(const ingest_agent_config *o, ingest_agent_confi
                  "the next start (the rest of the configuration is applied now)", what);
 }
 
-int dmn_reload_changes_link(agent *a)
-{
-    const daemon_t *d = a->userdata;
-    ingest_agent_config *ncfg = NULL;
-    if (d == NULL || ingest_agent_config_load(a->ctx, d->config_path, &ncfg) < 0) {
-        return 1; /* (the reload says why, when it is applied) */
-    }
-    const int r = kafka_differ(a->cfg, ncfg) || strcmp(ncfg->core_address, a->cfg->core_address) != 0;
-    ingest_agent_config_free(ncfg);
-    return r;
-}
-
 static void reload(daemon_t *d)
 {
     reload_requested = 0;
     agent *a = d->a;
-    a->thr.reload_seen = 0;
     ingest_agent_config *ncfg = NULL;
     if (ingest_agent_config_load(a->ctx, d->config_path, &ncfg) < 0) {
         prog_log(INGEST_LOG_ERROR, "config reload rejected: %s; the current configuration stays in force",

@@ -315,36 +315,16 @@ int throttle_wait_window(agent *a)
 }
 
 /*
- * A reload asked for while a batch is on the wire: 1 when the batch is to be
- * given up (parked, INGEST_ECLOSED), that is when the reload changes the
- * connection; otherwise the batch finishes and the reload is applied after
- * it.  Parked at every SIGHUP, a throttled batch that takes longer than the
- * time between reloads was sent again from its first chunk each time and
- * never landed.  The new configuration is read once per reload.
- */
-static int reload_cuts_batch(agent *a)
-{
-    if (!a->daemon || !reload_requested)
-        return 0;
-    if (!a->thr.reload_seen) {
-        a->thr.reload_cut = dmn_reload_changes_link(a);
-        a->thr.reload_seen = 1;
-    }
-    return a->thr.reload_cut;
-}
-
-/*
  * Before a frame of n bytes: wait what the throttle says.  The daemon does
  * not wait for a window that closed mid-batch: the batch is parked
- * (INGEST_ECLOSED, it stays SENT) and replayed when the window opens; so
- * it is at a stop, and at a reload that changes the connection.
+ * (INGEST_ECLOSED, it stays SENT) and replayed when the window opens.
  */
 static int throttle_wait(agent *a, uint64_t n)
 {
     if (a->thr.throttle == NULL)
         return 0;
     for (;;) {
-        if (stopping || reload_cuts_batch(a))
+        if (throttle_interrupted(a))
             return INGEST_ECLOSED;
         if (!throttle_window_open(a, NULL)) {
             a->thr.window_closed = 1;
