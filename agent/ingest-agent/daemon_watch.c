@@ -516,9 +516,8 @@ static watch *watch_find(daemon_t *d, int wd)
     return NULL;
 }
 
-/* A directory renamed away from a watched one (IN_MOVED_FROM), waiting for its IN_MOVED_TO (same cookie). */
+/* A directory renamed away from a watched one (IN_MOVED_FROM): looked at once the queue is read. */
 typedef struct moved_out {
-    uint32_t cookie;
     int wd; /* its watch */
 } moved_out;
 #define MOVED_OUT_MAX 16
@@ -527,10 +526,11 @@ void dmn_inotify_drain(daemon_t *d)
 {
     char buf[16384] __attribute__((aligned(__alignof__(struct inotify_event))));
     /*
-     * A directory renamed within the sources comes as IN_MOVED_FROM then IN_MOVED_TO with one cookie (queued
-     * together: both are read before the queue is empty); its watches are kept and renamed (watch_one).
-     * One whose IN_MOVED_TO never comes left the sources: its watches go once the queue is read, or they
-     * would leak (watches running out) and map events of a tree outside to paths inside.
+     * A directory renamed within the sources comes as IN_MOVED_FROM then IN_MOVED_TO (queued together: both
+     * are read before the queue is empty); its watches are kept and renamed (watch_one).  Once the queue is
+     * read, each directory an IN_MOVED_FROM named that is not at its watch's name any more (device and inode)
+     * left the sources, perhaps after a rename within them: its watches go, or they would leak (watches
+     * running out) and map events of a tree outside to paths inside.
      */
     moved_out out[MOVED_OUT_MAX];
     size_t nout = 0;
@@ -592,7 +592,6 @@ void dmn_inotify_drain(daemon_t *d)
                         if (d->w[k].src == w->src && strcmp(d->w[k].rel, rel) == 0)
                             m = &d->w[k];
                     if (m != NULL && nout < MOVED_OUT_MAX) {
-                        out[nout].cookie = ev->cookie;
                         out[nout].wd = m->wd;
                         nout++;
                     } else if (m != NULL) {
@@ -602,10 +601,6 @@ void dmn_inotify_drain(daemon_t *d)
                 }
                 continue;
             }
-            if ((ev->mask & (IN_ISDIR | IN_MOVED_TO)) == (IN_ISDIR | IN_MOVED_TO))
-                for (size_t k = 0; k < nout; k++)
-                    if (out[k].cookie == ev->cookie)
-                        out[k] = out[--nout]; /* renamed within the sources: watch_one renames its watches */
             if (ev->mask & IN_ISDIR) {
                 if (ev->mask & (IN_CREATE | IN_MOVED_TO))
                     watch_tree(d, w->src, rel, 0);

@@ -79,6 +79,23 @@ for f in e1/one.txt b/sub/two.txt p/m/inner/three.txt; do
     cp "$S/$f" "$T/expect/$f"
 done
 for f in e1/one.txt b/sub/two.txt p/m/inner/three.txt; do landed "$f"; done
+# renamed within the source, then moved out of it, in one read: its watches (and its subdirectory's) go
+w0=$(($(watches) + 2))
+mkdir -p "$S/r1/rsub"
+i=0
+while [ "$(watches)" -lt "$w0" ]; do
+    i=$((i + 1)); [ $i -gt 100 ] && fail "r1 and r1/rsub were not watched"
+    sleep 0.05
+done
+kill -STOP "$DAEMON_PID"
+mv "$S/r1" "$S/r2"
+mv "$S/r2" "$O/r2"
+kill -CONT "$DAEMON_PID"
+i=0
+while [ "$(watches)" -gt $((w0 - 2)) ]; do
+    i=$((i + 1)); [ $i -gt 100 ] && fail "$(watches) watches (of $w0) after a directory renamed and moved out in one read"
+    sleep 0.05
+done
 kill "$DAEMON_PID"
 wait "$DAEMON_PID" 2>/dev/null || true
-pass "moved out and back, flattened, brought back inside another, in one read: their files ship from their events"
+pass "moved out and back, flattened, brought back inside another, in one read: their files ship from their events; renamed then moved out: its watches go"
