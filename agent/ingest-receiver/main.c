@@ -994,6 +994,8 @@ static int make_core(server *s)
         .features = CORE_FEATURES,
         .queue_budget = (size_t)s->cfg->queue_budget,
         .test_ack_delay_ms = getenv("INGEST_TEST_ACK_DELAY_MS") ? atoi(getenv("INGEST_TEST_ACK_DELAY_MS")) : 0,
+        .test_placed_pause_ms =
+            getenv("INGEST_TEST_PLACED_PAUSE_MS") ? atoi(getenv("INGEST_TEST_PLACED_PAUSE_MS")) : 0,
         .log = prog_lib_log,
         .log_level = s->cfg->log_level,
         .lib_log_level = s->cfg->log_level >= INGEST_LOG_DEBUG ? INGEST_LOG_DEBUG : INGEST_LOG_WARN,

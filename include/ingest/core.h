@@ -116,6 +116,11 @@ typedef struct ingest_core_opts {
      * landed and is not acknowledged yet (the receiver takes it from the
      * environment variable INGEST_TEST_ACK_DELAY_MS).  0: none. */
     int test_ack_delay_ms;
+    /* Tests only: pause this long in each batch's commit once its files are
+     * renamed into place and before its manifest is written (docs/landing.md,
+     * "Replaced versions"), so a test can kill the receiver there (the
+     * receiver takes it from INGEST_TEST_PLACED_PAUSE_MS).  0: none. */
+    int test_placed_pause_ms;
     /* Log lines (device connected, batch landed, why a batch failed) at
      * most at log_level; the library's own detail goes to contexts at
      * lib_log_level.  log may be NULL. */

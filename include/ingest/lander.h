@@ -137,8 +137,9 @@ INGEST_API int ingest_lander_create(ingest_ctx *ctx, ingest_store *st, ingest_in
                                     ingest_lander **out) INGEST_WUR;
 /*
  * After a crash (kill, power cut) of a process that landed into
- * bronze_root: remove what its unfinished batches left, never following a
- * symlink: temporary files (their names hold the tree's random tag, kept in
+ * bronze_root: put back the landed versions its unfinished batches had
+ * replaced (as ingest_lander_sweep_appends does), then remove what those
+ * batches left, never following a symlink: temporary files (their names hold the tree's random tag, kept in
  * _manifests/.tmp-tag, which no device can know) and temporary manifests
  * (exactly _manifests/{device}/.{batch}.jsonl.tmp).  A file a device
  * landed is never removed, whatever its name.  Walks the whole tree with
@@ -150,13 +151,17 @@ INGEST_API int ingest_lander_create(ingest_ctx *ctx, ingest_store *st, ingest_in
 INGEST_API int ingest_lander_sweep(ingest_ctx *ctx, const char *bronze_root, uint64_t *removed,
                                    uint64_t *failed);
 /*
- * Only the appends in place left unfinished (their intents under
- * _manifests/.append: a crash, or a cut-back that failed): each file is cut
- * back to its landed length unless its batch landed, and its intent goes.
- * Cheap (one directory); run it at every start with no lander of the tree
- * at work.  *cut counts files cut back, *left intents that stay (their
- * cut-back failed, logged): while any stay, appending in place must stay
- * off.  0, or < 0 when the root or that directory cannot be opened.
+ * Only the intents left unfinished (a crash, or an undo that failed).
+ * First the replaced versions (_manifests/.replace, docs/landing.md
+ * "Replaced versions"): where a batch that did not land put a new version
+ * over a landed one, the landed one is put back (logged), and the backups
+ * and intents go.  Then the appends in place (_manifests/.append): each
+ * file is cut back to its landed length unless its batch landed, and its
+ * intent goes.  Cheap (two directories); run it at every start with no
+ * lander of the tree at work.  *cut counts files cut back, *left append
+ * intents that stay (their cut-back failed, logged): while any stay,
+ * appending in place must stay off.  0, or < 0 when the root or those
+ * directories cannot be opened.
  */
 INGEST_API int ingest_lander_sweep_appends(ingest_ctx *ctx, const char *bronze_root, uint64_t *cut,
                                            uint64_t *left);

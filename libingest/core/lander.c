@@ -630,6 +630,7 @@ int lander__fail_batch(ingest_lander_batch *b, int rc)
 {
     lander__inflight_release(b, false);
     if (b->state == B_ACTIVE || b->state == B_PREPARED) {
+        lander__old_undo(b); /* the landed versions its renames replaced, put back */
         lander__remove_temps(b);
         b->state = B_DEAD;
     }
@@ -646,6 +647,8 @@ void ingest_lander_abort(ingest_lander_batch *b)
         lander__app_release(b, false);
         return;
     }
+    if (b->state == B_ACTIVE || b->state == B_PREPARED)
+        lander__old_undo(b);
     lander__remove_temps(b);
     b->state = B_DEAD;
     lander__app_release(b, false);

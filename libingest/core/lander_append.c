@@ -472,7 +472,10 @@ int ingest_lander_sweep_appends(ingest_ctx *ctx, const char *bronze_root, uint64
     const int rootfd = open(bronze_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (rootfd < 0)
         return lander__sys_fail(ctx, errno, "open bronze root", bronze_root);
-    const int rc = lander__app_sweep(ctx, rootfd, &c, &k);
+    uint64_t restored = 0, old_left = 0;
+    int rc = lander__old_sweep(ctx, rootfd, &restored, &old_left); /* (lander_undo.c) */
+    if (rc == 0)
+        rc = lander__app_sweep(ctx, rootfd, &c, &k);
     close(rootfd);
     if (cut)
         *cut = c;

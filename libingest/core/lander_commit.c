@@ -330,7 +330,9 @@ static int sync_temps(ingest_lander_batch *b)
             INGEST__FORWARD(enter_data_dir(b, i, dir));
             INGEST__FORWARD(make_link(b, i, tn));
         }
-        return data_synced(b) ? 0 : lander_syncfs(b);
+        /* the landed versions the renames will replace, kept (lander_undo.c): durable with the syncfs */
+        INGEST__FORWARD(lander__old_keep(b, false));
+        return data_synced(b) && !b->old_intent ? 0 : lander_syncfs(b);
     }
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
@@ -358,7 +360,7 @@ static int sync_temps(ingest_lander_batch *b)
         if (!use_syncfs)
             b->stats.syncs++;
     }
-    return 0;
+    return lander__old_keep(b, true); /* (each backup's directory fsynced) */
 }
 
 /*
@@ -604,9 +606,10 @@ static void undo_renames(ingest_lander_batch *b)
             continue; /* taken back with the batch (lander__app_undo) */
         lander__split_path(f->landed, dir, sizeof dir, &name);
         if (!f->fresh) {
-            ingest__log(b->ctx, INGEST_LOG_WARN,
-                        "lander: batch %s failed during its renames: %s stays as the newer version", b->name,
-                        f->landed);
+            if (!lander__old_restore(b, i) && !f->backed)
+                ingest__log(b->ctx, INGEST_LOG_WARN,
+                            "lander: batch %s failed during its renames: %s stays as the newer version", b->name,
+                            f->landed);
             continue;
         }
         if (f->stage != 0) {
@@ -798,6 +801,7 @@ static int do_commit(ingest_lander_batch *b, const ingest_lander_lock *lk)
     if (rc < 0)
         return rc;
     lk_unlock(lk);
+    lander__hook(b, INGEST__LANDER_HOOK_PLACED);
     rc = sync_landed(b);
     if (rc == 0 && b->l->catalog != NULL) /* the manifest is durable; the catalog locks itself */
         (void)ingest_catalog_add_batch_later(b->l->catalog, b->device, b->name); /* queued when it has an adder */
@@ -885,6 +889,7 @@ int ingest_lander_commit_finish(ingest_lander_batch *b, const ingest_lander_lock
         return lander__fail_batch(b, rc);
     b->state = B_COMMITTED;
     lander__app_finished(b);
+    lander__old_done(b); /* the manifest lists the new versions: the landed ones kept for an undo go */
     lander__close_fd(&b->sdirfd);
     for (size_t s = 0; s < b->nstages; s++)
         if (!b->stages[s].placed)

@@ -20,6 +20,8 @@ enum {
     INGEST__LANDER_HOOK_UNDO = 5,  /* an aborted append in place is about to be cut back (its file not opened yet) */
     INGEST__LANDER_HOOK_CREATE = 6, /* a file's directory entered, its temporary file about to be created (or handed
                                      * to the small-file helper); not again when the create is retried */
+    INGEST__LANDER_HOOK_PLACED = 7, /* the commit: every file renamed into place, its manifest not written yet; no
+                                     * lock held */
 };
 
 typedef void (*ingest__lander_hook_fn)(void *ud, const char *device, int phase);

@@ -125,6 +125,7 @@ struct ingest_lander_s {
     dev_t clone_bad_dev;
     bool append; /* land growing files in place (ingest_lander_set_append, lander_append.c) */
     bool app_dir_synced; /* _manifests/.append's name fsynced into _manifests by this lander (lander__app_intent) */
+    bool old_dir_synced; /* _manifests/.replace's name fsynced into _manifests by this lander (lander_undo.c) */
     ingest__syncs own_syncs; /* the syncfs count of this lander alone ... */
     ingest__syncs *syncs;    /* ... or the one its core shares (ingest__lander_share_syncs) */
 };
@@ -153,6 +154,10 @@ typedef struct lfile {
      * has its final name, in the stage, until the stage is put in place. */
     uint32_t stage;
     bool linked;  /* its temporary is now a symlink (lander__tmp_link_name), the data file removed */
+    /* Replaced versions (lander_undo.c): old, its final name held a file or symlink in commit step 1 (it is in
+     * the batch's replace intent); backed, that version is linked under its backup name. */
+    bool old;
+    bool backed;
     /* Refused (ingest_lander_refused): why, and the code; landed is then a
      * scratch place under _manifests/.refused where its bytes are written
      * (later files may copy chunks from them) and removed at commit. */
@@ -239,6 +244,8 @@ struct ingest_lander_batch_s {
     uint32_t awaited;
     bool lookahead_done;
     bool syncfs; /* commit syncs with syncfs() */
+    bool old_intent; /* its replace intent is written (lander_undo.c), and not removed yet */
+    bool old_dirty;  /* a backup was linked in dirfd since it was last fsynced (lander__old_keep) */
     uint64_t syncs_seen; /* the lander's syncfs count when its last file was written (commit_prepare) */
     bool wrote;  /* store writes of ours not committed yet (see settle) */
     /* cursor */
@@ -386,6 +393,25 @@ void lander__app_finished(ingest_lander_batch *b);
 int lander__app_sweep(ingest_ctx *ctx, int rootfd, uint64_t *cut, uint64_t *left);
 /* The name under which file fi's data is in its directory now: its final name when appended in place, else its temporary. */
 void lander__data_name(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap);
+
+/*
+ * Replaced versions (lander_undo.c).  old_keep, in commit step 1 once every
+ * file's identity is known: the replace intent, durable, then a backup link
+ * of each landed version a file of b will replace; with dir_sync each
+ * backup's directory is fsynced, else the caller's syncfs that follows
+ * makes them durable (b->old_intent: any kept).  old_restore: file i's
+ * backup renamed back over its final name (it was renamed there): true
+ * when it was.  old_done: the batch landed: backups and intent removed.
+ * old_undo: the batch failed: each file renamed in place gets its landed
+ * version back, the other backups go, then the intent (unless an undo
+ * failed: the next start's sweep tries again).  old_sweep: the intents
+ * left under _manifests/.replace, acted on (ingest_lander_sweep_appends).
+ */
+int lander__old_keep(ingest_lander_batch *b, bool dir_sync);
+bool lander__old_restore(ingest_lander_batch *b, uint32_t i);
+void lander__old_done(ingest_lander_batch *b);
+void lander__old_undo(ingest_lander_batch *b);
+int lander__old_sweep(ingest_ctx *ctx, int rootfd, uint64_t *restored, uint64_t *left);
 int lander__peer_wait(ingest_lander_batch *b);
 uint32_t lander__file_of_chunk(const ingest_lander_batch *b, uint32_t j);
 int lander__refuse_file(ingest_lander_batch *b, uint32_t i, int code);

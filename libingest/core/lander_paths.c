@@ -218,9 +218,12 @@ int ingest_lander_sweep(ingest_ctx *ctx, const char *bronze_root, uint64_t *remo
     if (w.rootfd < 0)
         return lander__sys_fail(ctx, errno, "open bronze root", bronze_root);
     renew_sweep_mark(w.rootfd);
-    /* first the appends a crash interrupted: cut back to their landed length (lander_append.c) */
-    uint64_t cut = 0, left = 0;
-    int rc = lander__app_sweep(ctx, w.rootfd, &cut, &left);
+    /* first the replaced versions a batch that did not land leaves kept (lander_undo.c), then the appends
+     * a crash interrupted: cut back to their landed length (lander_append.c) */
+    uint64_t cut = 0, left = 0, restored = 0, old_left = 0;
+    int rc = lander__old_sweep(ctx, w.rootfd, &restored, &old_left);
+    if (rc == 0)
+        rc = lander__app_sweep(ctx, w.rootfd, &cut, &left);
     if (rc == 0)
         rc = lander__tmp_tag(ctx, w.rootfd, bronze_root, false, w.mark);
     if (rc == INGEST_ENOTFOUND) {

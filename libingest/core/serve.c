@@ -612,6 +612,18 @@ static int dict_data(ingest_core *s, conn_dicts *cd, readq *q, ingest_codec *con
     return 0;
 }
 
+/* Tests only (ingest_core_opts.test_placed_pause_ms): the commit held between its renames and its manifest. */
+static void placed_pause(void *ud, const char *device, int phase)
+{
+    const ingest_core *s = ud;
+    if (phase != INGEST__LANDER_HOOK_PLACED)
+        return;
+    core_log((ingest_core *)s, INGEST_LOG_INFO, "device %s: test: commit paused after its renames for %d ms", device,
+             s->o.test_placed_pause_ms);
+    const struct timespec ts = { s->o.test_placed_pause_ms / 1000, (long)(s->o.test_placed_pause_ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
 /*
  * The landers of a link (n: CORE_LANDERS pipelined, else one), their contexts and codecs, made at the link's
  * first batch, not when it connects: an idle device holds none (about 40
@@ -649,6 +661,8 @@ static int landers_start(ingest_core *s, ingest_link *link, const char *device, 
             ingest__lander_share_syncs(landers[i], &s->syncs);
             if (s->land_hook != NULL)
                 ingest__lander_set_hook(landers[i], s->land_hook, s->land_hook_ud);
+            else if (s->o.test_placed_pause_ms > 0)
+                ingest__lander_set_hook(landers[i], placed_pause, s);
         }
         if (rc < 0) {
             core_log(s, INGEST_LOG_ERROR, "device %s: cannot start landing: %s", device, ingest_ctx_errmsg(lctx[i]));

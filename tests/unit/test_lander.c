@@ -3457,6 +3457,197 @@ static void lock_case(env *e, int nf)
 static void test_finish_lock_fsync(void **state) { lock_case(*state, 3); }
 static void test_finish_lock_syncfs(void **state) { lock_case(*state, 20); }
 
+/* Entries of bronze-relative directory rel whose names begin with prefix (-1: no such directory). */
+static int prefixed_entries(const env *e, const char *rel, const char *prefix)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    DIR *d = opendir(p);
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* Intents under _manifests/.replace (0 when the directory is not there). */
+static int replace_intents(const env *e)
+{
+    const int n = prefixed_entries(e, "_manifests/.replace", "");
+    return n < 0 ? 0 : n - 2; /* . and .. */
+}
+
+enum { RP_CRASH, RP_FAIL, RP_LAND };
+typedef struct rpcase {
+    int mode;
+    int nf;
+    uint8_t **a, **bb;
+    char (*rel)[64];
+    int seen; /* the hook ran in window 2 */
+} rpcase;
+
+/* What bronze holds after the batch replacing a's versions with bb's stopped: a's versions, no backup, no intent. */
+static void assert_old_back(env *e, const rpcase *c)
+{
+    for (int i = 0; i < c->nf - 1; i++)
+        assert_file(e, c->rel[i], c->a[i], CH + 10 * (size_t)i, T2024, 0644);
+    assert_int_equal(prefixed_entries(e, DAY "o", ".ingest-old-"), 0);
+    assert_int_equal(replace_intents(e), 0);
+}
+
+static void replace_hook(lockrec *r, int window)
+{
+    rpcase *c = r->hook_ud;
+    if (window != 2)
+        return;
+    c->seen = 1;
+    /* the renames are done, the manifest not written: the new versions in place, the landed ones kept */
+    for (int i = 0; i < c->nf - 1; i++)
+        assert_file(r->e, c->rel[i], c->bb[i], CH + 10 * (size_t)i + 1, T2024, 0644);
+    assert_int_equal(prefixed_entries(r->e, DAY "o", ".ingest-old-"), c->nf - 1);
+    assert_int_equal(replace_intents(r->e), 1);
+    if (c->mode == RP_CRASH) {
+        /* a crash here, then the receiver's start: its sweep (in a context of its own, as a new process) */
+        ingest_ctx *ctx = ingest_ctx_create(NULL);
+        assert_non_null(ctx);
+        uint64_t cut = 9, left = 9, removed = 9, failed = 9;
+        assert_int_equal(ingest_lander_sweep_appends(ctx, r->e->bronze, &cut, &left), 0);
+        assert_int_equal(cut + left, 0);
+        assert_old_back(r->e, c);
+        assert_int_equal(ingest_lander_sweep(ctx, r->e->bronze, &removed, &failed), 0);
+        assert_int_equal(failed, 0);
+        assert_old_back(r->e, c);
+        ingest_ctx_destroy(ctx);
+    } else if (c->mode == RP_FAIL) {
+        /* the manifest cannot be written (its temporary name taken by a directory): the batch fails */
+        char p[512];
+        snprintf(p, sizeof p, "%s/_manifests/dev1/.o2.jsonl.tmp", r->e->bronze);
+        assert_int_equal(mkdir(p, 0755), 0);
+    }
+}
+
+/*
+ * Files renamed over landed versions in commit step 2 keep those versions
+ * under a backup name, with a durable intent, until the batch's manifest is
+ * in place: a crash after the renames (the receiver's start sweeps) and a
+ * failure after them (the manifest not written) put the landed versions
+ * back; a batch that lands removes the backups and the intent.  nf files:
+ * nf - 1 replace a landed version, one is new.
+ */
+static void replace_case(env *e, int nf, int mode)
+{
+    uint8_t *a[20], *bb[20];
+    char rel[20][64], names[20][32];
+    tfile fa[20], fb[20];
+    assert_true(nf <= 20);
+    for (int i = 0; i < nf; i++) {
+        a[i] = pattern(CH + 10 * (size_t)i, 900 + (uint32_t)i);
+        bb[i] = pattern(CH + 10 * (size_t)i + 1, 950 + (uint32_t)i);
+        snprintf(names[i], sizeof names[i], i < nf - 1 ? "o/f%02d" : "o/new", i);
+        snprintf(rel[i], sizeof rel[i], DAY "%s", names[i]);
+        fa[i] = (tfile){names[i], a[i], CH + 10 * (size_t)i, T2024, 0644};
+        fb[i] = (tfile){names[i], bb[i], CH + 10 * (size_t)i + 1, T2024, 0644};
+    }
+    tbatch ta, tb;
+    make_batch(e, "dev1", "o1", fa, (size_t)nf - 1, &ta);
+    make_batch(e, "dev1", "o2", fb, (size_t)nf, &tb);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", ta.manifest, ta.mlen, &b), 0);
+    land_all(e, b, &ta);
+    ingest_lander_batch_destroy(b);
+    rpcase c = {.mode = mode, .nf = nf, .a = a, .bb = bb, .rel = rel};
+    lockrec r = {.e = e, .locked = true, .hook = replace_hook, .hook_ud = &c};
+    const ingest_lander_lock lk = {rec_unlock, rec_lock, &r};
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
+    const uint32_t *w;
+    size_t n;
+    ingest_lander_wants(b, &w, &n);
+    for (size_t k = 0; k < n; k++)
+        assert_int_equal(put(e, b, &tb, w[k]), 0);
+    assert_int_equal(ingest_lander_commit_prepare(b), 0);
+    const int rc = ingest_lander_commit_finish(b, &lk);
+    assert_int_equal(c.seen, 1);
+    if (mode == RP_FAIL) {
+        assert_int_not_equal(rc, 0);
+        ingest_lander_batch_destroy(b);
+        assert_old_back(e, &c);
+        /* the new file of the batch stays, as every file renamed in place without an earlier version */
+        assert_file(e, rel[nf - 1], bb[nf - 1], CH + 10 * (size_t)(nf - 1) + 1, T2024, 0644);
+        char p[512];
+        snprintf(p, sizeof p, "%s/_manifests/dev1/.o2.jsonl.tmp", e->bronze);
+        assert_int_equal(rmdir(p), 0);
+    } else if (mode == RP_LAND) {
+        assert_int_equal(rc, 0);
+        ingest_lander_batch_destroy(b);
+        for (int i = 0; i < nf; i++)
+            assert_file(e, rel[i], bb[i], CH + 10 * (size_t)i + 1, T2024, 0644);
+        assert_int_equal(prefixed_entries(e, DAY "o", ".ingest-old-"), 0);
+        assert_int_equal(replace_intents(e), 0);
+        uint64_t cut = 9, left = 9;
+        assert_int_equal(ingest_lander_sweep_appends(e->ctx, e->bronze, &cut, &left), 0);
+        for (int i = 0; i < nf; i++)
+            assert_file(e, rel[i], bb[i], CH + 10 * (size_t)i + 1, T2024, 0644);
+    } else {
+        ingest_lander_batch_destroy(b); /* (whatever the commit made of the simulated crash) */
+    }
+    for (int i = 0; i < nf; i++) {
+        free(a[i]);
+        free(bb[i]);
+    }
+    free(ta.manifest);
+    free(tb.manifest);
+}
+
+static void test_replaced_crash_fsync(void **state) { replace_case(*state, 3, RP_CRASH); }
+static void test_replaced_crash_syncfs(void **state) { replace_case(*state, 20, RP_CRASH); }
+static void test_replaced_fail(void **state) { replace_case(*state, 20, RP_FAIL); }
+static void test_replaced_land(void **state) { replace_case(*state, 3, RP_LAND); }
+
+/* Intents the sweep cannot take whole (torn, or naming paths outside bronze) are removed, nothing acted on. */
+static void test_replaced_bad_intents(void **state)
+{
+    env *e = *state;
+    const char *bad[] = {
+        "", "ingest-replace 1\n", "ingest-replace 1\ndev1\nb9\n1\n",
+        "ingest-replace 1\ndev1\nb9\n1\n1 2 3 9 30\n../../etc/x\n.ingest-old-0000000000000000.x\n",
+        "ingest-replace 1\ndev1\nb9\n1\n1 2 3 5 6\ndev1/a\nnot-ok\n",
+        "ingest-replace 1\ndev1\nb9\n1\n1 2 3 5 99999\ndev1/a\n.ingest-old-\n",
+        "ingest-replace 1\ndev1\nb9\n2\n1 2 3 5 13\ndev1/a\n.ingest-old-x\n",
+        "ingest-replace 1\n../x\nb9\n1\n1 2 3 5 13\ndev1/a\n.ingest-old-x\n",
+        "ingest-replace 1\ndev1\nb9\n1\n1 2 3 5 13\ndev1/a\n.ingest-old-x\ntrailing",
+    };
+    char p[512];
+    touch(e, "dev1/a");
+    touch(e, "dev1/.ingest-old-x");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        touch(e, "_manifests/.replace/t.b9");
+        snprintf(p, sizeof p, "%s/_manifests/.replace/t.b9", e->bronze);
+        FILE *f = fopen(p, "w");
+        assert_non_null(f);
+        fputs(bad[i], f);
+        fclose(f);
+        uint64_t cut = 9, left = 9;
+        assert_int_equal(ingest_lander_sweep_appends(e->ctx, e->bronze, &cut, &left), 0);
+        assert_int_equal(replace_intents(e), 0);
+        assert_true(exists(e, "dev1/a"));
+        assert_true(exists(e, "dev1/.ingest-old-x")); /* not acted on */
+    }
+    /* a whole one whose batch has no manifest and whose final name does not hold the new version: the
+     * backup goes, the file stays */
+    snprintf(p, sizeof p, "%s/_manifests/.replace/t.b9", e->bronze);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("ingest-replace 1\ndev1\nb9\n1\n1 2 3 6 13\ndev1/a\n.ingest-old-x\n", f);
+    fclose(f);
+    uint64_t cut = 9, left = 9;
+    assert_int_equal(ingest_lander_sweep_appends(e->ctx, e->bronze, &cut, &left), 0);
+    assert_int_equal(replace_intents(e), 0);
+    assert_true(exists(e, "dev1/a"));
+    assert_false(exists(e, "dev1/.ingest-old-x"));
+}
+
 /*
  * The lander's own lock (ingest_lander_set_lock): parse takes it never,
  * lookup once, landing only for the lookups of known chunks, finish for
@@ -4368,6 +4559,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_phase_equals_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finish_lock_fsync, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finish_lock_syncfs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_crash_fsync, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_crash_syncfs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_fail, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_land, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_bad_intents, setup, teardown),
         cmocka_unit_test_setup_teardown(test_own_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shared_layout_interleaved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prepare_rewants, setup, teardown),

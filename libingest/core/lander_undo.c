@@ -1,0 +1,516 @@
+/*
+ * The lander's way back for replaced versions (docs/landing.md, "Replaced
+ * versions"): a file whose new version is renamed over a landed one keeps
+ * that landed one under a second name until the batch's manifest is in
+ * place, so a batch that never lands (a crash in or after commit step 2, a
+ * failure there) puts it back instead of leaving bytes no manifest lists
+ * where an acknowledged version was.
+ *
+ * Made in commit step 1, with no lock held, for each file whose final name
+ * holds a file or symlink then:
+ *
+ *   1. the intent _manifests/.replace/{devtag}.{batch}, written and fsynced
+ *      (and its directory) before anything else:
+ *
+ *        ingest-replace 1\n{device}\n{batch}\n{count}\n
+ *        then per file: {ino} {size} {mtime_ns} {landed bytes} {backup bytes}\n{landed}\n{backup}\n
+ *
+ *      ino, size and mtime are the new version's (its temporary file's);
+ *      the backup is a name in the final name's directory:
+ *      .ingest-old-{tree tag}.{devtag}.{batch}.{file index};
+ *   2. a hard link of the landed version under the backup name, made
+ *      durable with the step's syncfs, or an fsync of its directory.
+ *
+ * Once the manifest is in place the backups and the intent go (no sync: a
+ * start that finds them with the manifest there removes them).  A failed
+ * batch renames each backup whose final name holds its new version back
+ * over it and removes the others; so does the sweep at every start for an
+ * intent whose batch has no manifest (ingest_lander_sweep_appends), but
+ * only where the final name still holds the new version (inode, size and
+ * mtime), so a later version of the path is never undone.  A backup whose
+ * undo fails keeps its intent, for the next start; the crash sweep never
+ * removes backup names (they do not hold the temporaries' tag).
+ */
+#include "lander_int.h"
+#include "ingest/session.h"
+
+#define OLD_DIR "_manifests/.replace"
+#define OLD_MAGIC "ingest-replace 1\n"
+/* Bytes of an intent's lines besides the paths: the header's and each file's numbers. */
+#define OLD_HEAD_MAX (sizeof OLD_MAGIC + INGEST_DEVICE_ID_MAX + INGEST_WIRE_BATCH_ID_MAX + 32)
+#define OLD_ENTRY_FIXED (5 * 21 + 3)
+/* The longest intent: some 1.5 million replaced files of 150-byte paths in one batch.  A batch whose intent
+ * would be longer keeps no backups (logged), as before intents were made. */
+#define OLD_INTENT_MAX (256u * 1024u * 1024u)
+
+static void backup_name(const ingest_lander_batch *b, uint32_t fi, char *out, size_t cap)
+{
+    /* tmp_mark is ".ingest-tmp-{tag}." */
+    snprintf(out, cap, ".ingest-old-%.*s.%s.%s.%u", TMP_TAG_HEX, b->l->tmp_mark + 12, b->devtag, b->name, fi);
+}
+
+static void intent_name(const ingest_lander_batch *b, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%s.%s", OLD_DIR, b->devtag, b->name);
+}
+
+/* fsync directory fd, counted; 0 or the failure. */
+static int sync_dir_fd(ingest_lander_batch *b, int fd, const char *dir)
+{
+    if (fsync(fd) < 0)
+        return lander__sys_fail(b->ctx, errno, "fsync directory", dir[0] ? dir : ".");
+    b->stats.syncs++;
+    return 0;
+}
+
+/* The intent of b's files marked old, durable (the file and its name). */
+static int write_intent(ingest_lander_batch *b, uint32_t n)
+{
+    const int rootfd = b->l->rootfd;
+    if (mkdirat(rootfd, OLD_DIR, 0700) != 0 && errno != EEXIST)
+        return lander__sys_fail(b->ctx, errno, "create", OLD_DIR);
+    if (!b->l->old_dir_synced) {
+        /* its name in _manifests durable before an intent in it counts */
+        const int mfd = openat(rootfd, "_manifests", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        const int bad = mfd < 0 || fsync(mfd) < 0;
+        const int e = errno;
+        if (mfd >= 0)
+            close(mfd);
+        if (bad)
+            return lander__sys_fail(b->ctx, e, "sync", "_manifests");
+        b->l->old_dir_synced = true; /* (one batch of a lander commits at a time) */
+    }
+    ingest__buf t;
+    ingest__buf_init(&t, b->ctx, (size_t)OLD_INTENT_MAX);
+    char line[OLD_HEAD_MAX + OLD_ENTRY_FIXED + NAME_MAX_BYTES + 8];
+    int k = snprintf(line, sizeof line, OLD_MAGIC "%s\n%s\n%u\n", b->device, b->name, n);
+    int rc = ingest__buf_append(&t, line, (size_t)k);
+    for (uint32_t i = 0; rc == 0 && i < b->nfiles; i++) {
+        const lfile *f = &b->files[i];
+        if (!f->old)
+            continue;
+        char bak[NAME_MAX_BYTES + 1];
+        backup_name(b, i, bak, sizeof bak);
+        const size_t ll = strlen(f->landed);
+        k = snprintf(line, sizeof line, "%llu %llu %lld %zu %zu\n", (unsigned long long)f->ident.ino,
+                     (unsigned long long)f->ident.size, (long long)f->ident.mtime_ns, ll, strlen(bak));
+        rc = ingest__buf_append(&t, line, (size_t)k);
+        if (rc == 0)
+            rc = ingest__buf_append(&t, f->landed, ll);
+        k = snprintf(line, sizeof line, "\n%s\n", bak);
+        if (rc == 0)
+            rc = ingest__buf_append(&t, line, (size_t)k);
+    }
+    if (rc == INGEST_ETOOBIG) {
+        ingest__buf_free(&t);
+        ingest__log(b->ctx, INGEST_LOG_WARN,
+                    "lander: batch %s: its %u replaced files make an intent longer than %u MiB: their landed versions "
+                    "are not kept, and a crash before the batch lands leaves its newer versions in their place",
+                    b->name, n, OLD_INTENT_MAX >> 20);
+        return 1;
+    }
+    if (rc < 0) {
+        ingest__buf_free(&t);
+        return ingest__fail(b->ctx, rc, "lander: batch %s: out of memory for its replace intent", b->name);
+    }
+    char name[64 + INGEST_WIRE_BATCH_ID_MAX];
+    intent_name(b, name, sizeof name);
+    const int dfd = openat(rootfd, OLD_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    /* never over an intent of an earlier try of this batch: one left means versions it replaced could not all be
+     * put back, and its backups would be taken for this try's */
+    const int fd = dfd >= 0 ? openat(rootfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+    if (fd < 0 && errno == EEXIST)
+        rc = ingest__fail(b->ctx, INGEST_EEXIST,
+                          "lander: batch %s: an earlier try of it replaced landed versions that could not all be put "
+                          "back (logged then); it lands once the receiver's next start has put them back (%s)",
+                          b->name, name);
+    else if (fd < 0 || lander__write_full(fd, t.buf, t.len) < 0 || fsync(fd) < 0 || fsync(dfd) < 0)
+        rc = lander__sys_fail(b->ctx, errno, "write the replace intent", name);
+    else
+        b->stats.syncs += 2;
+    if (fd >= 0)
+        close(fd);
+    if (fd >= 0 && rc < 0)
+        (void)unlinkat(rootfd, name, 0); /* made by this try, and no backup was made: nothing to keep */
+    if (dfd >= 0)
+        close(dfd);
+    ingest__buf_free(&t);
+    return rc;
+}
+
+int lander__old_keep(ingest_lander_batch *b, bool dir_sync)
+{
+    char dir[LANDED_MAX], miss[LANDED_MAX] = "";
+    bool missed = false;
+    const char *name;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        f->old = false;
+        if (f->refused != NULL || f->append)
+            continue;
+        lander__split_path(f->landed, dir, sizeof dir, &name);
+        if (missed && strcmp(dir, miss) == 0)
+            continue; /* (a new directory's files: one look) */
+        /* No earlier version where the way to it is not a directory (or cannot be looked at): commit step 2
+         * finds out and says why, before any rename */
+        bool missing = false;
+        char keep[INGEST__ERRMSG_MAX];
+        memcpy(keep, b->ctx->errmsg, sizeof keep);
+        if (lander__enter_dir_found(b, f->path, dir, &missing) < 0) {
+            memcpy(b->ctx->errmsg, keep, sizeof keep);
+            missing = true;
+        }
+        if (missing) {
+            snprintf(miss, sizeof miss, "%s", dir);
+            missed = true;
+            continue;
+        }
+        struct stat sb;
+        if (fstatat(b->dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (!S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
+            continue; /* (refused before any rename: check_final_names) */
+        if (f->link) {
+            /* the new version is the symlink made from its data file: its identity, not the data file's */
+            char ddir[LANDED_MAX], tn[NAME_MAX_BYTES + 1];
+            struct stat lb;
+            lander__data_dir(b, i, dir, ddir, sizeof ddir);
+            lander__data_name(b, name, i, tn, sizeof tn);
+            INGEST__FORWARD(lander__enter_dir(b, f->path, ddir, false));
+            if (fstatat(b->dirfd, tn, &lb, AT_SYMLINK_NOFOLLOW) != 0)
+                return lander__sys_fail(b->ctx, errno, "stat the temporary symlink of", f->landed);
+            lander__ident_of(f, &lb);
+        }
+        f->old = true;
+        n++;
+    }
+    if (n == 0)
+        return 0;
+    const int w = write_intent(b, n);
+    if (w != 0) {
+        for (uint32_t i = 0; i < b->nfiles; i++)
+            b->files[i].old = false;
+        return w < 0 ? w : 0;
+    }
+    b->old_intent = true;
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        if (!f->old)
+            continue;
+        lander__split_path(f->landed, dir, sizeof dir, &name);
+        if (dir_sync && b->dirfd >= 0 && b->cur_dir != NULL && strcmp(b->cur_dir, dir) != 0 && b->old_dirty) {
+            INGEST__FORWARD(sync_dir_fd(b, b->dirfd, b->cur_dir));
+            b->old_dirty = false;
+        }
+        INGEST__FORWARD(lander__enter_dir(b, f->path, dir, false));
+        char bak[NAME_MAX_BYTES + 1];
+        backup_name(b, i, bak, sizeof bak);
+        int r = linkat(b->dirfd, name, b->dirfd, bak, 0);
+        if (r < 0 && errno == EEXIST && unlinkat(b->dirfd, bak, 0) == 0)
+            r = linkat(b->dirfd, name, b->dirfd, bak, 0); /* (left by an earlier try of this batch) */
+        if (r < 0 && errno == ENOENT)
+            continue; /* gone since it was looked at: nothing to keep */
+        if (r < 0)
+            return lander__sys_fail(b->ctx, errno, "keep the landed version of", f->landed);
+        f->backed = true;
+        b->old_dirty = true;
+    }
+    if (dir_sync && b->old_dirty && b->dirfd >= 0 && b->cur_dir != NULL) {
+        INGEST__FORWARD(sync_dir_fd(b, b->dirfd, b->cur_dir));
+        b->old_dirty = false;
+    }
+    return 0;
+}
+
+bool lander__old_restore(ingest_lander_batch *b, uint32_t i)
+{
+    lfile *f = &b->files[i];
+    if (!f->backed || !f->renamed)
+        return false;
+    char dir[LANDED_MAX], bak[NAME_MAX_BYTES + 1];
+    const char *name;
+    lander__split_path(f->landed, dir, sizeof dir, &name);
+    backup_name(b, i, bak, sizeof bak);
+    if (lander__enter_dir(b, f->path, dir, false) < 0 || renameat(b->dirfd, bak, b->dirfd, name) < 0 ||
+        fsync(b->dirfd) < 0) {
+        ingest__log(b->ctx, INGEST_LOG_WARN,
+                    "lander: batch %s failed after %s was put in place, and its landed version could not be put "
+                    "back: %s (the next start tries again)",
+                    b->name, f->landed, strerror(errno));
+        return false;
+    }
+    f->backed = false;
+    f->renamed = false;
+    ingest__log(b->ctx, INGEST_LOG_WARN,
+                "lander: batch %s failed after %s was put in place: its landed version is back", b->name, f->landed);
+    return true;
+}
+
+/* Remove the backups of b's files (all restored: keep) and then, when every one went, the intent. */
+static void drop_backups(ingest_lander_batch *b, bool restore)
+{
+    if (!b->old_intent)
+        return;
+    char keep[INGEST__ERRMSG_MAX];
+    memcpy(keep, b->ctx->errmsg, sizeof keep);
+    bool all = true;
+    char dir[LANDED_MAX], bak[NAME_MAX_BYTES + 1];
+    const char *name;
+    for (uint32_t i = 0; i < b->nfiles; i++) {
+        lfile *f = &b->files[i];
+        if (!f->backed)
+            continue;
+        if (restore && f->renamed) {
+            all &= lander__old_restore(b, i);
+            continue;
+        }
+        lander__split_path(f->landed, dir, sizeof dir, &name);
+        backup_name(b, i, bak, sizeof bak);
+        if (lander__enter_dir(b, f->path, dir, false) < 0 || (unlinkat(b->dirfd, bak, 0) < 0 && errno != ENOENT)) {
+            all = false;
+            continue;
+        }
+        f->backed = false;
+    }
+    if (all) {
+        char in[64 + INGEST_WIRE_BATCH_ID_MAX];
+        intent_name(b, in, sizeof in);
+        (void)unlinkat(b->l->rootfd, in, 0);
+        b->old_intent = false;
+    }
+    memcpy(b->ctx->errmsg, keep, sizeof keep);
+}
+
+void lander__old_done(ingest_lander_batch *b) { drop_backups(b, false); }
+
+void lander__old_undo(ingest_lander_batch *b) { drop_backups(b, true); }
+
+/* ---------------------------------------------------------------- sweep */
+
+/* Take the next line of t (up to '\n') at *pos: its start, NUL-terminated, or NULL. */
+static char *next_line(char *t, size_t len, size_t *pos)
+{
+    char *s = t + *pos;
+    char *nl = memchr(s, '\n', len - *pos);
+    if (nl == NULL)
+        return NULL;
+    *nl = '\0';
+    *pos = (size_t)(nl - t) + 1;
+    return s;
+}
+
+/* Take n bytes and a '\n' at *pos: their start, NUL-terminated, or NULL. */
+static char *take_bytes(char *t, size_t len, size_t *pos, size_t n)
+{
+    if (len - *pos < n + 1 || t[*pos + n] != '\n' || memchr(t + *pos, '\0', n) != NULL)
+        return NULL;
+    char *s = t + *pos;
+    s[n] = '\0';
+    *pos += n + 1;
+    return s;
+}
+
+static bool gone_err(int e) { return e == ENOENT || e == ENOTDIR || e == ELOOP || e == EXDEV; }
+
+/*
+ * One entry of an intent: restore the backup over the final name (batch
+ * not landed, the new version there), or remove it.  false: it could not
+ * be acted on (logged), the intent stays.
+ */
+static bool sweep_entry(ingest_ctx *ctx, int rootfd, const char *iname, bool landed_batch, const char *landed,
+                        const char *bak, unsigned long long ino, unsigned long long size, long long mtime,
+                        const char *device, const char *batch, uint64_t *restored)
+{
+    const char *last = NULL;
+    const int pfd = ingest__open_parent_beneath(rootfd, landed, &last);
+    if (pfd < 0) {
+        if (gone_err(errno))
+            return true; /* the directory went, and the backup with it */
+        ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: cannot open the directory of %s: %s", OLD_DIR,
+                    iname, landed, strerror(errno));
+        return false;
+    }
+    struct stat bs, fs;
+    bool ok = true;
+    if (fstatat(pfd, bak, &bs, AT_SYMLINK_NOFOLLOW) != 0) {
+        ok = errno == ENOENT;
+        if (!ok)
+            ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: cannot look at the kept version of %s: %s",
+                        OLD_DIR, iname, landed, strerror(errno));
+        close(pfd);
+        return ok;
+    }
+    const bool newer_there = !landed_batch && fstatat(pfd, last, &fs, AT_SYMLINK_NOFOLLOW) == 0 &&
+                             (unsigned long long)fs.st_ino == ino && (unsigned long long)fs.st_size == size &&
+                             ingest_time_ns(&fs.st_mtim) == (int64_t)mtime;
+    if (newer_there) {
+        if (renameat(pfd, bak, pfd, last) != 0 || fsync(pfd) != 0) {
+            ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: cannot put the landed version of %s back: %s",
+                        OLD_DIR, iname, landed, strerror(errno));
+            ok = false;
+        } else {
+            ingest__log(ctx, INGEST_LOG_WARN,
+                        "lander: sweep: %s: its landed version is back (batch %s of %s put a newer one in place and "
+                        "did not land)",
+                        landed, batch, device);
+            (*restored)++;
+        }
+    } else if (unlinkat(pfd, bak, 0) != 0 && errno != ENOENT) {
+        ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: cannot remove the kept version of %s: %s", OLD_DIR,
+                    iname, landed, strerror(errno));
+        ok = false;
+    }
+    close(pfd);
+    return ok;
+}
+
+/* One intent (name, in dfd): act on each entry; the intent goes unless one could not be acted on. */
+static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name, uint64_t *restored, uint64_t *left)
+{
+    char *t = NULL;
+    const int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd < 0 && errno == ENOENT)
+            return;
+        ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: cannot read it: %s; it stays, for the next start",
+                    OLD_DIR, name, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        (*left)++;
+        return;
+    }
+    const char *bad = NULL;
+    size_t len = 0;
+    if ((uint64_t)st.st_size > OLD_INTENT_MAX) {
+        bad = "longer than any batch's intent";
+    } else if ((t = ingest__malloc(ctx, (size_t)st.st_size + 1)) == NULL) {
+        close(fd);
+        ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: out of memory; it stays, for the next start",
+                    OLD_DIR, name);
+        (*left)++;
+        return;
+    } else {
+        while (len < (size_t)st.st_size) {
+            const ssize_t r = read(fd, t + len, (size_t)st.st_size - len);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            len += (size_t)r;
+        }
+        t[len] = '\0';
+    }
+    close(fd);
+    size_t pos = 0;
+    char *device = NULL, *batch = NULL, *cnt = NULL;
+    unsigned long n = 0;
+    char extra;
+    if (bad == NULL) {
+        if (len < sizeof OLD_MAGIC - 1 || memcmp(t, OLD_MAGIC, sizeof OLD_MAGIC - 1) != 0)
+            bad = "no 'ingest-replace 1' first line";
+        pos = sizeof OLD_MAGIC - 1;
+    }
+    if (bad == NULL && ((device = next_line(t, len, &pos)) == NULL || (batch = next_line(t, len, &pos)) == NULL ||
+                        (cnt = next_line(t, len, &pos)) == NULL || sscanf(cnt, "%lu%c", &n, &extra) != 1 || n == 0 ||
+                        n > len))
+        bad = "its header (device, batch, count) is incomplete";
+    if (bad == NULL && (ingest__path_check_id(ctx, "device", device) < 0 ||
+                        ingest__path_check_id(ctx, "batch", batch) < 0))
+        bad = "its device or batch is not a valid name";
+    /* every entry complete before any is acted on: a torn intent was cut before any backup was made */
+    typedef struct {
+        unsigned long long ino, size;
+        long long mtime;
+        const char *landed, *bak;
+    } entry;
+    entry *ent = NULL;
+    if (bad == NULL && n > len / 12) /* (an entry takes 12 bytes at the least) */
+        bad = "more entries than its bytes can hold";
+    if (bad == NULL && (ent = ingest__calloc(ctx, n, sizeof *ent)) == NULL) {
+        ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: out of memory; it stays, for the next start",
+                    OLD_DIR, name);
+        (*left)++;
+        ingest__free(ctx, t);
+        return;
+    }
+    for (unsigned long k = 0; bad == NULL && k < n; k++) {
+        size_t ll, bl;
+        char *l = next_line(t, len, &pos), *landed, *bak;
+        if (l == NULL ||
+            sscanf(l, "%llu %llu %lld %zu %zu%c", &ent[k].ino, &ent[k].size, &ent[k].mtime, &ll, &bl, &extra) != 5 ||
+            ll == 0 || ll >= LANDED_MAX || bl == 0 || bl > NAME_MAX_BYTES ||
+            (landed = take_bytes(t, len, &pos, ll)) == NULL || (bak = take_bytes(t, len, &pos, bl)) == NULL) {
+            bad = "an entry is incomplete";
+            break;
+        }
+        if (ingest__path_check_rel(ctx, "landed path", landed) < 0 || strncmp(bak, ".ingest-old-", 12) != 0 ||
+            strchr(bak, '/') != NULL)
+            bad = "an entry names a path outside bronze or a backup not of ours";
+        ent[k].landed = landed;
+        ent[k].bak = bak;
+    }
+    if (bad == NULL && pos != len)
+        bad = "bytes after its last entry";
+    if (bad != NULL) {
+        /* written whole and synced before any backup was made: one that is not whole kept nothing */
+        ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s is not a complete replace intent (%s): removed",
+                    OLD_DIR, name, bad);
+        (void)unlinkat(dfd, name, 0);
+        ingest__free(ctx, ent);
+        ingest__free(ctx, t);
+        return;
+    }
+    char mp[INGEST_DEVICE_ID_MAX + INGEST_WIRE_BATCH_ID_MAX + 32];
+    snprintf(mp, sizeof mp, "_manifests/%s/%s.jsonl", device, batch);
+    struct stat ms;
+    /* the batch landed: its manifest in place (an empty one was renamed in place before the syncfs that would
+     * have written it, cut by a crash: its batch did not land) */
+    const int mr = fstatat(rootfd, mp, &ms, AT_SYMLINK_NOFOLLOW);
+    if (mr != 0 && errno != ENOENT) {
+        ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: cannot look for %s: %s; it stays, for the next start",
+                    OLD_DIR, name, mp, strerror(errno));
+        (*left)++;
+        ingest__free(ctx, ent);
+        ingest__free(ctx, t);
+        return;
+    }
+    const bool landed_batch = mr == 0 && ms.st_size > 0;
+    bool all = true;
+    for (unsigned long k = 0; k < n; k++)
+        all &= sweep_entry(ctx, rootfd, name, landed_batch, ent[k].landed, ent[k].bak, ent[k].ino, ent[k].size,
+                           ent[k].mtime, device, batch, restored);
+    if (all)
+        (void)unlinkat(dfd, name, 0);
+    else
+        (*left)++;
+    ingest__free(ctx, ent);
+    ingest__free(ctx, t);
+}
+
+int lander__old_sweep(ingest_ctx *ctx, int rootfd, uint64_t *restored, uint64_t *left)
+{
+    const int dfd = openat(rootfd, OLD_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0 : lander__sys_fail(ctx, errno, "open", OLD_DIR);
+    const int dfd2 = dup(dfd);
+    DIR *d = dfd2 >= 0 ? fdopendir(dfd2) : NULL;
+    if (d == NULL) {
+        const int e = errno;
+        if (dfd2 >= 0)
+            close(dfd2);
+        close(dfd);
+        return lander__sys_fail(ctx, e, "read", OLD_DIR);
+    }
+    const struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        sweep_intent(ctx, rootfd, dfd, de->d_name, restored, left);
+    }
+    closedir(d);
+    (void)fsync(dfd);
+    close(dfd);
+    return 0;
+}
