@@ -176,20 +176,7 @@ int lander__app_intent(ingest_lander_batch *b, uint32_t fi)
     if (f->app_grown)
         return 0;
     const int rootfd = b->l->rootfd;
-    if (mkdirat(rootfd, APP_DIR, 0700) != 0 && errno != EEXIST)
-        return lander__sys_fail(b->ctx, errno, "create", APP_DIR);
-    if (!b->l->app_dir_synced) {
-        /* its entry in _manifests must be durable before an intent in it counts: made now, or found (made
-         * by a run that died, or whose fsync failed, before that) */
-        const int mfd = openat(rootfd, "_manifests", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        const int bad = mfd < 0 || fsync(mfd) < 0;
-        const int e = errno;
-        if (mfd >= 0)
-            close(mfd);
-        if (bad)
-            return lander__sys_fail(b->ctx, e, "sync", "_manifests");
-        b->l->app_dir_synced = true; /* (landers of one batch at a time: set by the landing thread) */
-    }
+    INGEST__FORWARD(lander__intent_dir(b, APP_DIR, &b->l->app_dir_synced));
     const int dfd = openat(rootfd, APP_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)
         return lander__sys_fail(b->ctx, errno, "open", APP_DIR);
@@ -436,28 +423,7 @@ done:
 int lander__app_sweep(ingest_ctx *ctx, int rootfd, uint64_t *cut, uint64_t *left)
 {
     *cut = *left = 0;
-    const int dfd = openat(rootfd, APP_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0)
-        return errno == ENOENT ? 0 : lander__sys_fail(ctx, errno, "open", APP_DIR);
-    const int dfd2 = dup(dfd);
-    DIR *d = dfd2 >= 0 ? fdopendir(dfd2) : NULL;
-    if (d == NULL) {
-        const int e = errno;
-        if (dfd2 >= 0)
-            close(dfd2);
-        close(dfd);
-        return lander__sys_fail(ctx, e, "read", APP_DIR);
-    }
-    const struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.')
-            continue;
-        sweep_intent(ctx, rootfd, dfd, de->d_name, cut, left);
-    }
-    closedir(d);
-    (void)fsync(dfd);
-    close(dfd);
-    return 0;
+    return lander__sweep_intents(ctx, rootfd, APP_DIR, sweep_intent, cut, left);
 }
 
 int ingest_lander_sweep_appends(ingest_ctx *ctx, const char *bronze_root, uint64_t *cut, uint64_t *left)

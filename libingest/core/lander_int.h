@@ -391,6 +391,17 @@ void lander__app_release(ingest_lander_batch *b, bool locked);
 void lander__app_release_file(ingest_lander_batch *b, uint32_t fi);
 void lander__app_finished(ingest_lander_batch *b);
 int lander__app_sweep(ingest_ctx *ctx, int rootfd, uint64_t *cut, uint64_t *left);
+/* Make intent directory dir of the bronze root (under _manifests) if missing, and its name durable once per
+ * lander (*synced, the lander's flag for dir). */
+int lander__intent_dir(ingest_lander_batch *b, const char *dir, bool *synced);
+/* Act on intent name (in dfd, a directory of the bronze root), counting in *done what it did and in *left an
+ * intent that stays. */
+typedef void (*lander_intent_fn)(ingest_ctx *ctx, int rootfd, int dfd, const char *name, uint64_t *done,
+                                 uint64_t *left);
+/* Call fn for each intent (a name not beginning with '.') in directory dir of the bronze root, then fsync dir:
+ * 0, or < 0 when dir is there and cannot be read. */
+int lander__sweep_intents(ingest_ctx *ctx, int rootfd, const char *dir, lander_intent_fn fn, uint64_t *done,
+                          uint64_t *left);
 /* The name under which file fi's data is in its directory now: its final name when appended in place, else its temporary. */
 void lander__data_name(const ingest_lander_batch *b, const char *name, uint32_t fi, char *out, size_t cap);
 

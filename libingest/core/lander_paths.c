@@ -180,6 +180,51 @@ static void sweep_dir(sweep *w, char *dir)
     closedir(d);
 }
 
+int lander__intent_dir(ingest_lander_batch *b, const char *dir, bool *synced)
+{
+    const int rootfd = b->l->rootfd;
+    if (mkdirat(rootfd, dir, 0700) != 0 && errno != EEXIST)
+        return lander__sys_fail(b->ctx, errno, "create", dir);
+    if (*synced)
+        return 0;
+    /* its entry in _manifests must be durable before an intent in it counts: made now, or found (made by a
+     * run that died, or whose fsync failed, before that) */
+    const int mfd = openat(rootfd, "_manifests", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int bad = mfd < 0 || fsync(mfd) < 0;
+    const int e = errno;
+    if (mfd >= 0)
+        close(mfd);
+    if (bad)
+        return lander__sys_fail(b->ctx, e, "sync", "_manifests");
+    *synced = true; /* (a lander has one batch at a time) */
+    return 0;
+}
+
+int lander__sweep_intents(ingest_ctx *ctx, int rootfd, const char *dir, lander_intent_fn fn, uint64_t *done,
+                          uint64_t *left)
+{
+    const int dfd = openat(rootfd, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0 : lander__sys_fail(ctx, errno, "open", dir);
+    const int dfd2 = dup(dfd);
+    DIR *d = dfd2 >= 0 ? fdopendir(dfd2) : NULL;
+    if (d == NULL) {
+        const int e = errno;
+        if (dfd2 >= 0)
+            close(dfd2);
+        close(dfd);
+        return lander__sys_fail(ctx, e, "read", dir);
+    }
+    const struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (de->d_name[0] != '.')
+            fn(ctx, rootfd, dfd, de->d_name, done, left);
+    closedir(d);
+    (void)fsync(dfd); /* the intents removed */
+    close(dfd);
+    return 0;
+}
+
 #define SWEEP_MARK "_manifests/.sweep"
 
 lander_mark lander__sweep_mark(int rootfd)

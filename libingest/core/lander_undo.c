@@ -67,19 +67,7 @@ static int sync_dir_fd(ingest_lander_batch *b, int fd, const char *dir)
 static int write_intent(ingest_lander_batch *b, uint32_t n)
 {
     const int rootfd = b->l->rootfd;
-    if (mkdirat(rootfd, OLD_DIR, 0700) != 0 && errno != EEXIST)
-        return lander__sys_fail(b->ctx, errno, "create", OLD_DIR);
-    if (!b->l->old_dir_synced) {
-        /* its name in _manifests durable before an intent in it counts */
-        const int mfd = openat(rootfd, "_manifests", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        const int bad = mfd < 0 || fsync(mfd) < 0;
-        const int e = errno;
-        if (mfd >= 0)
-            close(mfd);
-        if (bad)
-            return lander__sys_fail(b->ctx, e, "sync", "_manifests");
-        b->l->old_dir_synced = true; /* (one batch of a lander commits at a time) */
-    }
+    INGEST__FORWARD(lander__intent_dir(b, OLD_DIR, &b->l->old_dir_synced));
     ingest__buf t;
     ingest__buf_init(&t, b->ctx, (size_t)OLD_INTENT_MAX);
     char line[OLD_HEAD_MAX + OLD_ENTRY_FIXED + NAME_MAX_BYTES + 8];
@@ -491,26 +479,5 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
 
 int lander__old_sweep(ingest_ctx *ctx, int rootfd, uint64_t *restored, uint64_t *left)
 {
-    const int dfd = openat(rootfd, OLD_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0)
-        return errno == ENOENT ? 0 : lander__sys_fail(ctx, errno, "open", OLD_DIR);
-    const int dfd2 = dup(dfd);
-    DIR *d = dfd2 >= 0 ? fdopendir(dfd2) : NULL;
-    if (d == NULL) {
-        const int e = errno;
-        if (dfd2 >= 0)
-            close(dfd2);
-        close(dfd);
-        return lander__sys_fail(ctx, e, "read", OLD_DIR);
-    }
-    const struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.')
-            continue;
-        sweep_intent(ctx, rootfd, dfd, de->d_name, restored, left);
-    }
-    closedir(d);
-    (void)fsync(dfd);
-    close(dfd);
-    return 0;
+    return lander__sweep_intents(ctx, rootfd, OLD_DIR, sweep_intent, restored, left);
 }

@@ -3179,7 +3179,8 @@ static void test_many_files(void **state)
 /* ------------------------------------------------- two-phase commit */
 
 /* Land every want, then prepare (re-wants put as asked) and finish with lk. */
-static void land_two_phase(env *e, ingest_lander_batch *b, const tbatch *tb, const ingest_lander_lock *lk)
+/* Send every want and re-want until the batch is prepared (ingest_lander_commit_prepare). */
+static void prepare_all(env *e, ingest_lander_batch *b, const tbatch *tb)
 {
     const uint32_t *w;
     size_t n;
@@ -3196,6 +3197,11 @@ static void land_two_phase(env *e, ingest_lander_batch *b, const tbatch *tb, con
         for (size_t k = 0; k < n; k++)
             assert_int_equal(put(e, b, tb, w[k]), 0);
     }
+}
+
+static void land_two_phase(env *e, ingest_lander_batch *b, const tbatch *tb, const ingest_lander_lock *lk)
+{
+    prepare_all(e, b, tb);
     assert_int_equal(ingest_lander_commit_finish(b, lk), 0);
 }
 
@@ -3561,12 +3567,7 @@ static void replace_case(env *e, int nf, int mode)
     lockrec r = {.e = e, .locked = true, .hook = replace_hook, .hook_ud = &c};
     const ingest_lander_lock lk = {rec_unlock, rec_lock, &r};
     assert_int_equal(ingest_lander_begin(e->l, "dev1", tb.manifest, tb.mlen, &b), 0);
-    const uint32_t *w;
-    size_t n;
-    ingest_lander_wants(b, &w, &n);
-    for (size_t k = 0; k < n; k++)
-        assert_int_equal(put(e, b, &tb, w[k]), 0);
-    assert_int_equal(ingest_lander_commit_prepare(b), 0);
+    prepare_all(e, b, &tb);
     const int rc = ingest_lander_commit_finish(b, &lk);
     assert_int_equal(c.seen, 1);
     if (mode == RP_FAIL) {
