@@ -630,7 +630,12 @@ int lander__fail_batch(ingest_lander_batch *b, int rc)
 {
     lander__inflight_release(b, false);
     if (b->state == B_ACTIVE || b->state == B_PREPARED) {
-        lander__old_undo(b); /* the landed versions its renames replaced, put back */
+        /* the landed versions its renames replaced, put back; once its manifest is in place it landed (the
+         * start's sweep and a catch-up of the index take it so), and they go */
+        if (b->manifest_placed)
+            lander__old_done(b);
+        else
+            lander__old_undo(b);
         lander__remove_temps(b);
         b->state = B_DEAD;
     }
@@ -647,7 +652,9 @@ void ingest_lander_abort(ingest_lander_batch *b)
         lander__app_release(b, false);
         return;
     }
-    if (b->state == B_ACTIVE || b->state == B_PREPARED)
+    if ((b->state == B_ACTIVE || b->state == B_PREPARED) && b->manifest_placed)
+        lander__old_done(b);
+    else if (b->state == B_ACTIVE || b->state == B_PREPARED)
         lander__old_undo(b);
     lander__remove_temps(b);
     b->state = B_DEAD;
@@ -669,6 +676,7 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
     lander__close_fd(&b->run_fd);
     lander__close_fd(&b->spillfd);
     lander__close_fd(&b->base_fd);
+    lander__close_fd(&b->old_fd);
     ingest__free(ctx, b->dio_mem);
     for (size_t i = 0; i < b->nstages; i++) {
         ingest__free(ctx, b->stages[i].final);

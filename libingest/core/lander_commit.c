@@ -84,6 +84,7 @@ static int write_manifest(ingest_lander_batch *b)
         rc = lander__sys_fail(b->ctx, errno, "rename manifest in", dir);
         goto out;
     }
+    b->manifest_placed = true;
     rc = 0;
 out:
     if (fd >= 0) {
@@ -330,9 +331,11 @@ static int sync_temps(ingest_lander_batch *b)
             INGEST__FORWARD(enter_data_dir(b, i, dir));
             INGEST__FORWARD(make_link(b, i, tn));
         }
-        /* the landed versions the renames will replace, kept (lander_undo.c): durable with the syncfs */
-        INGEST__FORWARD(lander__old_keep(b, false));
-        return data_synced(b) && !b->old_intent ? 0 : lander_syncfs(b);
+        /* the landed versions the renames will replace, kept (lander_undo.c): durable with the syncfs, or with
+         * an fsync of their directories when the data is durable already */
+        const bool synced = data_synced(b);
+        INGEST__FORWARD(lander__old_keep(b, synced));
+        return synced ? 0 : lander_syncfs(b);
     }
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
@@ -686,6 +689,8 @@ static int place_files(ingest_lander_batch *b, bool commit_now)
                 goto fail;
             from = b->dirfd;
         }
+        if (!f->fresh && (r = lander__old_check(b, i, name)) < 0)
+            goto fail;
         if (renameat(from, tn, b->dirfd, name) < 0) {
             r = lander__sys_fail(b->ctx, errno, "rename into place", f->landed);
             goto fail;
@@ -738,6 +743,9 @@ static bool file_indexed(const lfile *f) { return f->refused == NULL && !f->link
 static int index_batch(ingest_lander_batch *b)
 {
     ingest_lander *l = b->l;
+    if (l->test_fail_index)
+        return ingest__fail(b->ctx, INGEST_EIO, "lander: batch %s: the index cannot be updated (a test's fault)",
+                            b->name);
     b->wrote = true;
     for (uint32_t i = 0; i < b->nfiles; i++) {
         lfile *f = &b->files[i];
@@ -905,4 +913,10 @@ int ingest_lander_commit(ingest_lander_batch *b)
 {
     const int rc = ingest_lander_commit_prepare(b);
     return rc < 0 ? rc : ingest_lander_commit_finish(b, NULL);
+}
+
+void ingest__lander_set_fail_index(ingest_lander *l, int on)
+{
+    if (l != NULL)
+        l->test_fail_index = on != 0;
 }

@@ -32,4 +32,11 @@ void ingest__lander_set_hook(ingest_lander *l, ingest__lander_hook_fn fn, void *
  * tests can take that path with small files. */
 void ingest__lander_set_dio_min(ingest_lander *l, uint64_t bytes);
 
+/* Tests: as a crash of its process would, release the lock the lander's open batch holds on its replace intent
+ * (lander_undo.c), so a sweep in this process acts on it. */
+void ingest__lander_release_intent(ingest_lander *l);
+
+/* Tests: commit step 4 (the index, after the manifest is in place) fails with INGEST_EIO while on. */
+void ingest__lander_set_fail_index(ingest_lander *l, int on);
+
 #endif

@@ -126,6 +126,7 @@ struct ingest_lander_s {
     bool append; /* land growing files in place (ingest_lander_set_append, lander_append.c) */
     bool app_dir_synced; /* _manifests/.append's name fsynced into _manifests by this lander (lander__app_intent) */
     bool old_dir_synced; /* _manifests/.replace's name fsynced into _manifests by this lander (lander_undo.c) */
+    bool test_fail_index; /* tests: step 4 fails (ingest__lander_set_fail_index) */
     ingest__syncs own_syncs; /* the syncfs count of this lander alone ... */
     ingest__syncs *syncs;    /* ... or the one its core shares (ingest__lander_share_syncs) */
 };
@@ -245,6 +246,8 @@ struct ingest_lander_batch_s {
     bool lookahead_done;
     bool syncfs; /* commit syncs with syncfs() */
     bool old_intent; /* its replace intent is written (lander_undo.c), and not removed yet */
+    int old_fd;      /* that intent, open with flock(LOCK_EX) while the batch may act on it, -1 */
+    bool manifest_placed; /* its manifest was renamed into place (commit step 3): landed, never taken back */
     bool old_dirty;  /* a backup was linked in dirfd since it was last fsynced (lander__old_keep) */
     uint64_t syncs_seen; /* the lander's syncfs count when its last file was written (commit_prepare) */
     bool wrote;  /* store writes of ours not committed yet (see settle) */
@@ -420,6 +423,9 @@ void lander__data_name(const ingest_lander_batch *b, const char *name, uint32_t 
  */
 int lander__old_keep(ingest_lander_batch *b, bool dir_sync);
 bool lander__old_restore(ingest_lander_batch *b, uint32_t i);
+/* Step 2, under the lock, b->dirfd the directory of file i (final name name): a backup no longer of the version
+ * at the final name (another batch put one there since step 1) is linked again to that one.  0 or the failure. */
+int lander__old_check(ingest_lander_batch *b, uint32_t i, const char *name);
 void lander__old_done(ingest_lander_batch *b);
 void lander__old_undo(ingest_lander_batch *b);
 int lander__old_sweep(ingest_ctx *ctx, int rootfd, uint64_t *restored, uint64_t *left);

@@ -34,6 +34,9 @@ typedef struct sweep {
     ingest_ctx *ctx;
     int rootfd;
     char mark[TMP_MARK_MAX]; /* "" when the tree has no tag yet */
+    /* ".ingest-old-{tag}.": backups of replaced versions, removed only when no replace intent is left (each
+     * kept one belongs to an intent: one left may still need its backups); "" not to remove them */
+    char old_mark[TMP_MARK_MAX];
     char **stack;             /* directories still to read, relative to the root */
     size_t n, cap;
     uint64_t removed, failed;
@@ -82,10 +85,15 @@ static bool sweep_match(const sweep *w, const char *dir, int depth, const char *
         return false;
     if (depth == 1 && strcmp(dir, "./_manifests") == 0)
         return strncmp(name, TMP_TAG_FILE ".", sizeof TMP_TAG_FILE) == 0;
+    /* a replace intent being written (lander_undo.c) */
+    if (depth == 2 && strcmp(dir, "./_manifests/.replace") == 0)
+        return name[0] == '.' && has_suffix_s(name, ".tmp");
     /* (a device's manifests; not .refused, whose scratch copies of refused files are named like any
      * temporary file) */
     if (depth == 2 && strncmp(dir, "./_manifests/", 13) == 0 && strcmp(dir + 13, ".refused") != 0)
         return has_suffix_s(name, ".jsonl.tmp");
+    if (w->old_mark[0] != '\0' && strncmp(name, w->old_mark, strlen(w->old_mark)) == 0)
+        return true; /* a backup whose intent is gone (lander_undo.c) */
     return w->mark[0] != '\0' && strstr(name, w->mark) != NULL;
 }
 
@@ -275,6 +283,8 @@ int ingest_lander_sweep(ingest_ctx *ctx, const char *bronze_root, uint64_t *remo
         w.mark[0] = '\0'; /* no tag: no temporary file was ever made here, manifests aside */
         rc = 0;
     }
+    if (rc == 0 && w.mark[0] != '\0' && old_left == 0)
+        snprintf(w.old_mark, sizeof w.old_mark, ".ingest-old-%.*s.", TMP_TAG_HEX, w.mark + 12);
     if (rc == 0) {
         char *top = ingest__strdup(ctx, ".");
         if (!top)

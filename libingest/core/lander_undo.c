@@ -10,7 +10,8 @@
  * holds a file or symlink then:
  *
  *   1. the intent _manifests/.replace/{devtag}.{batch}, written and fsynced
- *      (and its directory) before anything else:
+ *      (and its directory) before anything else, and kept open under an
+ *      exclusive flock while the batch may act on it:
  *
  *        ingest-replace 1\n{device}\n{batch}\n{count}\n
  *        then per file: {ino} {size} {mtime_ns} {landed bytes} {backup bytes}\n{landed}\n{backup}\n
@@ -21,27 +22,32 @@
  *   2. a hard link of the landed version under the backup name, made
  *      durable with the step's syncfs, or an fsync of its directory.
  *
- * Once the manifest is in place the backups and the intent go (no sync: a
- * start that finds them with the manifest there removes them).  A failed
- * batch renames each backup whose final name holds its new version back
- * over it and removes the others; so does the sweep at every start for an
- * intent whose batch has no manifest (ingest_lander_sweep_appends), but
- * only where the final name still holds the new version (inode, size and
- * mtime), so a later version of the path is never undone.  A backup whose
- * undo fails keeps its intent, for the next start; the crash sweep never
- * removes backup names (they do not hold the temporaries' tag).
+ * In step 2, under the lock, a backup no longer of the version at its final
+ * name (another batch landed the path since) is linked to that one.  Once
+ * the manifest is in place the backups and the intent go (no sync: a start
+ * that finds them with the manifest there removes them), also when the
+ * batch fails after that.  A batch that fails before renames each backup
+ * back over its final name where that name holds its new version (inode,
+ * size, mtime) and removes the others; so does the sweep at every start
+ * (ingest_lander_sweep_appends) for an unlocked intent whose batch has no
+ * manifest, in passes until nothing more is put back (two batches of one
+ * path undo in order), so a later version of the path is never undone.  A
+ * backup whose undo fails keeps its intent, for the next start; the crash
+ * sweep removes backup names only when no intent is left.
  */
 #include "lander_int.h"
 #include "ingest/session.h"
+
+#include <sys/file.h>
 
 #define OLD_DIR "_manifests/.replace"
 #define OLD_MAGIC "ingest-replace 1\n"
 /* Bytes of an intent's lines besides the paths: the header's and each file's numbers. */
 #define OLD_HEAD_MAX (sizeof OLD_MAGIC + INGEST_DEVICE_ID_MAX + INGEST_WIRE_BATCH_ID_MAX + 32)
 #define OLD_ENTRY_FIXED (5 * 21 + 3)
-/* The longest intent: some 1.5 million replaced files of 150-byte paths in one batch.  A batch whose intent
+/* The longest intent: some 400,000 replaced files of 150-byte paths in one batch.  A batch whose intent
  * would be longer keeps no backups (logged), as before intents were made. */
-#define OLD_INTENT_MAX (256u * 1024u * 1024u)
+#define OLD_INTENT_MAX (64u * 1024u * 1024u)
 
 static void backup_name(const ingest_lander_batch *b, uint32_t fi, char *out, size_t cap)
 {
@@ -101,25 +107,47 @@ static int write_intent(ingest_lander_batch *b, uint32_t n)
         ingest__buf_free(&t);
         return ingest__fail(b->ctx, rc, "lander: batch %s: out of memory for its replace intent", b->name);
     }
-    char name[64 + INGEST_WIRE_BATCH_ID_MAX];
+    char name[64 + INGEST_WIRE_BATCH_ID_MAX], tmp[80 + INGEST_WIRE_BATCH_ID_MAX];
     intent_name(b, name, sizeof name);
+    snprintf(tmp, sizeof tmp, "%s/.%s.%s.tmp", OLD_DIR, b->devtag, b->name);
     const int dfd = openat(rootfd, OLD_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    /* never over an intent of an earlier try of this batch: one left means versions it replaced could not all be
-     * put back, and its backups would be taken for this try's */
-    const int fd = dfd >= 0 ? openat(rootfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
-    if (fd < 0 && errno == EEXIST)
-        rc = ingest__fail(b->ctx, INGEST_EEXIST,
-                          "lander: batch %s: an earlier try of it replaced landed versions that could not all be put "
-                          "back (logged then); it lands once the receiver's next start has put them back (%s)",
-                          b->name, name);
-    else if (fd < 0 || lander__write_full(fd, t.buf, t.len) < 0 || fsync(fd) < 0 || fsync(dfd) < 0)
-        rc = lander__sys_fail(b->ctx, errno, "write the replace intent", name);
-    else
-        b->stats.syncs += 2;
+    /* Written and locked under a name the sweep passes over, then renamed into place: a sweep of another
+     * receiver of the tree never sees it unlocked or part-written.  (A filesystem without flock: unlocked.) */
+    const int fd = dfd >= 0 ? openat(rootfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
     if (fd >= 0)
+        (void)flock(fd, LOCK_EX | LOCK_NB);
+    if (fd < 0 || lander__write_full(fd, t.buf, t.len) < 0 || fsync(fd) < 0)
+        rc = lander__sys_fail(b->ctx, errno, "write the replace intent", tmp);
+    if (rc == 0) {
+        /* never over an intent of an earlier try of this batch: one left means versions it replaced could not
+         * all be put back, and its backups would be taken for this try's */
+        int r = renameat2(rootfd, tmp, rootfd, name, RENAME_NOREPLACE), e = errno;
+        if (r < 0 && e == EINVAL) { /* no RENAME_NOREPLACE on this filesystem: looked at first */
+            if (faccessat(rootfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+                e = EEXIST;
+            } else {
+                r = renameat(rootfd, tmp, rootfd, name);
+                e = errno;
+            }
+        }
+        if (r < 0 && e == EEXIST)
+            rc = ingest__fail(b->ctx, INGEST_EEXIST,
+                              "lander: batch %s: an earlier try of it replaced landed versions that could not all be "
+                              "put back (logged then); it lands once the receiver's next start has put them back (%s)",
+                              b->name, name);
+        else if (r < 0)
+            rc = lander__sys_fail(b->ctx, e, "put in place the replace intent", name);
+        else if (fsync(dfd) < 0)
+            rc = lander__sys_fail(b->ctx, errno, "sync the replace intent", name);
+        else
+            b->stats.syncs += 2;
+    }
+    if (fd >= 0 && rc < 0) {
+        (void)unlinkat(rootfd, tmp, 0); /* made by this try, and no backup was made: nothing to keep */
         close(fd);
-    if (fd >= 0 && rc < 0)
-        (void)unlinkat(rootfd, name, 0); /* made by this try, and no backup was made: nothing to keep */
+    } else if (fd >= 0) {
+        b->old_fd = fd; /* open, locked, until the intent goes: a sweep of another process leaves it alone */
+    }
     if (dfd >= 0)
         close(dfd);
     ingest__buf_free(&t);
@@ -211,6 +239,13 @@ int lander__old_keep(ingest_lander_batch *b, bool dir_sync)
     return 0;
 }
 
+/* Does the file st hold the new version of f (the batch's own, renamed in place)? */
+static bool is_new_version(const lfile *f, const struct stat *st)
+{
+    return (uint64_t)st->st_ino == f->ident.ino && (uint64_t)st->st_size == f->ident.size &&
+           ingest_time_ns(&st->st_mtim) == f->ident.mtime_ns;
+}
+
 bool lander__old_restore(ingest_lander_batch *b, uint32_t i)
 {
     lfile *f = &b->files[i];
@@ -220,12 +255,35 @@ bool lander__old_restore(ingest_lander_batch *b, uint32_t i)
     const char *name;
     lander__split_path(f->landed, dir, sizeof dir, &name);
     backup_name(b, i, bak, sizeof bak);
-    if (lander__enter_dir(b, f->path, dir, false) < 0 || renameat(b->dirfd, bak, b->dirfd, name) < 0 ||
-        fsync(b->dirfd) < 0) {
+    const char *what = "enter its directory";
+    int e = 0;
+    struct stat st;
+    if (lander__enter_dir(b, f->path, dir, false) < 0) {
+        e = EIO;
+    } else if (fstatat(b->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !is_new_version(f, &st)) {
+        /* another batch landed the path since: its version stays, this backup is of no use now */
+        what = "remove the kept version";
+        if (unlinkat(b->dirfd, bak, 0) < 0 && errno != ENOENT) {
+            e = errno;
+        } else {
+            f->backed = false;
+            f->renamed = false;
+            ingest__log(b->ctx, INGEST_LOG_INFO,
+                        "lander: batch %s failed after %s was put in place; a later batch has landed it since, "
+                        "and that version stays",
+                        b->name, f->landed);
+            return true;
+        }
+    } else {
+        what = "put it back";
+        if (renameat(b->dirfd, bak, b->dirfd, name) < 0 || fsync(b->dirfd) < 0)
+            e = errno;
+    }
+    if (e != 0) {
         ingest__log(b->ctx, INGEST_LOG_WARN,
                     "lander: batch %s failed after %s was put in place, and its landed version could not be put "
-                    "back: %s (the next start tries again)",
-                    b->name, f->landed, strerror(errno));
+                    "back (%s: %s); the next start tries again",
+                    b->name, f->landed, what, strerror(e));
         return false;
     }
     f->backed = false;
@@ -235,7 +293,26 @@ bool lander__old_restore(ingest_lander_batch *b, uint32_t i)
     return true;
 }
 
-/* Remove the backups of b's files (all restored: keep) and then, when every one went, the intent. */
+int lander__old_check(ingest_lander_batch *b, uint32_t i, const char *name)
+{
+    lfile *f = &b->files[i];
+    if (!f->backed)
+        return 0;
+    char bak[NAME_MAX_BYTES + 1];
+    backup_name(b, i, bak, sizeof bak);
+    struct stat fs, bs;
+    if (fstatat(b->dirfd, name, &fs, AT_SYMLINK_NOFOLLOW) != 0 || fstatat(b->dirfd, bak, &bs, AT_SYMLINK_NOFOLLOW) != 0 ||
+        fs.st_ino == bs.st_ino)
+        return 0;
+    /* Another batch put a version there since step 1 (it landed, or is landing: either way the one to keep):
+     * kept instead, its link not synced, so made durable only in the journal's order with the rename */
+    if ((unlinkat(b->dirfd, bak, 0) < 0 && errno != ENOENT) || linkat(b->dirfd, name, b->dirfd, bak, 0) < 0)
+        return lander__sys_fail(b->ctx, errno, "keep the landed version of", f->landed);
+    return 0;
+}
+
+/* Remove the backups of b's files (restore: put those renamed in place back first), then, when every one went,
+ * the intent (and its lock). */
 static void drop_backups(ingest_lander_batch *b, bool restore)
 {
     if (!b->old_intent)
@@ -256,6 +333,9 @@ static void drop_backups(ingest_lander_batch *b, bool restore)
         lander__split_path(f->landed, dir, sizeof dir, &name);
         backup_name(b, i, bak, sizeof bak);
         if (lander__enter_dir(b, f->path, dir, false) < 0 || (unlinkat(b->dirfd, bak, 0) < 0 && errno != ENOENT)) {
+            ingest__log(b->ctx, INGEST_LOG_WARN,
+                        "lander: batch %s: cannot remove %s, the kept version of %s: %s; the next start tries again",
+                        b->name, bak, f->landed, strerror(errno));
             all = false;
             continue;
         }
@@ -267,6 +347,7 @@ static void drop_backups(ingest_lander_batch *b, bool restore)
         (void)unlinkat(b->l->rootfd, in, 0);
         b->old_intent = false;
     }
+    lander__close_fd(&b->old_fd); /* (its lock: a sweep may act on an intent left) */
     memcpy(b->ctx->errmsg, keep, sizeof keep);
 }
 
@@ -302,13 +383,14 @@ static char *take_bytes(char *t, size_t len, size_t *pos, size_t n)
 static bool gone_err(int e) { return e == ENOENT || e == ENOTDIR || e == ELOOP || e == EXDEV; }
 
 /*
- * One entry of an intent: restore the backup over the final name (batch
- * not landed, the new version there), or remove it.  false: it could not
- * be acted on (logged), the intent stays.
+ * One entry of an intent.  Its batch not landed and the new version at the
+ * final name: the backup is renamed back over it (fsynced).  Otherwise,
+ * with finish, the backup is removed.  false: it could not be acted on
+ * (logged), the intent stays.
  */
-static bool sweep_entry(ingest_ctx *ctx, int rootfd, const char *iname, bool landed_batch, const char *landed,
-                        const char *bak, unsigned long long ino, unsigned long long size, long long mtime,
-                        const char *device, const char *batch, uint64_t *restored)
+static bool sweep_entry(ingest_ctx *ctx, int rootfd, const char *iname, bool finish, bool landed_batch,
+                        const char *landed, const char *bak, unsigned long long ino, unsigned long long size,
+                        long long mtime, const char *device, const char *batch, uint64_t *restored)
 {
     const char *last = NULL;
     const int pfd = ingest__open_parent_beneath(rootfd, landed, &last);
@@ -344,7 +426,7 @@ static bool sweep_entry(ingest_ctx *ctx, int rootfd, const char *iname, bool lan
                         landed, batch, device);
             (*restored)++;
         }
-    } else if (unlinkat(pfd, bak, 0) != 0 && errno != ENOENT) {
+    } else if (finish && unlinkat(pfd, bak, 0) != 0 && errno != ENOENT) {
         ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: cannot remove the kept version of %s: %s", OLD_DIR,
                     iname, landed, strerror(errno));
         ok = false;
@@ -353,20 +435,37 @@ static bool sweep_entry(ingest_ctx *ctx, int rootfd, const char *iname, bool lan
     return ok;
 }
 
-/* One intent (name, in dfd): act on each entry; the intent goes unless one could not be acted on. */
-static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name, uint64_t *restored, uint64_t *left)
+/* The least bytes an entry takes: "0 0 0 1 13\n", a 1-byte path, '\n', ".ingest-old-x" and '\n'. */
+#define OLD_ENTRY_MIN 27
+
+/*
+ * One intent (name, in dfd), locked while it is acted on; one locked by
+ * its batch (in this process or another: a receiver sharing the tree) is
+ * left alone.  Without finish (a restore pass): only the backups of
+ * batches not landed whose new versions are at their final names are put
+ * back.  With finish: then every other backup goes, and the intent unless
+ * one could not be acted on (*left).
+ */
+static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name, bool finish, uint64_t *restored,
+                         uint64_t *left)
 {
     char *t = NULL;
     const int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        close(fd); /* its batch is at work: its backups stay (and *left says some do) */
+        *left += finish;
+        return;
+    }
     if (fd < 0 || fstat(fd, &st) != 0) {
         if (fd < 0 && errno == ENOENT)
             return;
-        ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: cannot read it: %s; it stays, for the next start",
-                    OLD_DIR, name, strerror(errno));
+        if (finish)
+            ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: cannot read it: %s; it stays, for the next start",
+                        OLD_DIR, name, strerror(errno));
         if (fd >= 0)
             close(fd);
-        (*left)++;
+        *left += finish;
         return;
     }
     const char *bad = NULL;
@@ -375,22 +474,33 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
         bad = "longer than any batch's intent";
     } else if ((t = ingest__malloc(ctx, (size_t)st.st_size + 1)) == NULL) {
         close(fd);
-        ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: out of memory; it stays, for the next start",
-                    OLD_DIR, name);
-        (*left)++;
+        if (finish)
+            ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: out of memory; it stays, for the next start",
+                        OLD_DIR, name);
+        *left += finish;
         return;
     } else {
         while (len < (size_t)st.st_size) {
             const ssize_t r = read(fd, t + len, (size_t)st.st_size - len);
             if (r < 0 && errno == EINTR)
                 continue;
-            if (r <= 0)
+            if (r < 0) {
+                /* not a torn intent: one that cannot be read now (an I/O error) stays */
+                if (finish)
+                    ingest__log(ctx, INGEST_LOG_WARN,
+                                "lander: sweep: %s/%s: cannot read it: %s; it stays, for the next start", OLD_DIR,
+                                name, strerror(errno));
+                close(fd);
+                ingest__free(ctx, t);
+                *left += finish;
+                return;
+            }
+            if (r == 0)
                 break;
             len += (size_t)r;
         }
         t[len] = '\0';
     }
-    close(fd);
     size_t pos = 0;
     char *device = NULL, *batch = NULL, *cnt = NULL;
     unsigned long n = 0;
@@ -401,9 +511,10 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
         pos = sizeof OLD_MAGIC - 1;
     }
     if (bad == NULL && ((device = next_line(t, len, &pos)) == NULL || (batch = next_line(t, len, &pos)) == NULL ||
-                        (cnt = next_line(t, len, &pos)) == NULL || sscanf(cnt, "%lu%c", &n, &extra) != 1 || n == 0 ||
-                        n > len))
+                        (cnt = next_line(t, len, &pos)) == NULL || sscanf(cnt, "%lu%c", &n, &extra) != 1 || n == 0))
         bad = "its header (device, batch, count) is incomplete";
+    if (bad == NULL && n > (len - pos) / OLD_ENTRY_MIN)
+        bad = "more entries than its bytes can hold";
     if (bad == NULL && (ingest__path_check_id(ctx, "device", device) < 0 ||
                         ingest__path_check_id(ctx, "batch", batch) < 0))
         bad = "its device or batch is not a valid name";
@@ -414,12 +525,12 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
         const char *landed, *bak;
     } entry;
     entry *ent = NULL;
-    if (bad == NULL && n > len / 12) /* (an entry takes 12 bytes at the least) */
-        bad = "more entries than its bytes can hold";
     if (bad == NULL && (ent = ingest__calloc(ctx, n, sizeof *ent)) == NULL) {
-        ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: out of memory; it stays, for the next start",
-                    OLD_DIR, name);
-        (*left)++;
+        if (finish)
+            ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: out of memory; it stays, for the next start",
+                        OLD_DIR, name);
+        *left += finish;
+        close(fd);
         ingest__free(ctx, t);
         return;
     }
@@ -443,9 +554,12 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
         bad = "bytes after its last entry";
     if (bad != NULL) {
         /* written whole and synced before any backup was made: one that is not whole kept nothing */
-        ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s is not a complete replace intent (%s): removed",
-                    OLD_DIR, name, bad);
-        (void)unlinkat(dfd, name, 0);
+        if (finish) {
+            ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s is not a complete replace intent (%s): removed",
+                        OLD_DIR, name, bad);
+            (void)unlinkat(dfd, name, 0);
+        }
+        close(fd);
         ingest__free(ctx, ent);
         ingest__free(ctx, t);
         return;
@@ -457,27 +571,60 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
      * have written it, cut by a crash: its batch did not land) */
     const int mr = fstatat(rootfd, mp, &ms, AT_SYMLINK_NOFOLLOW);
     if (mr != 0 && errno != ENOENT) {
-        ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: cannot look for %s: %s; it stays, for the next start",
-                    OLD_DIR, name, mp, strerror(errno));
-        (*left)++;
+        if (finish)
+            ingest__log(ctx, INGEST_LOG_WARN,
+                        "lander: sweep: %s/%s: cannot look for %s: %s; it stays, for the next start", OLD_DIR, name, mp,
+                        strerror(errno));
+        *left += finish;
+        close(fd);
         ingest__free(ctx, ent);
         ingest__free(ctx, t);
         return;
     }
     const bool landed_batch = mr == 0 && ms.st_size > 0;
     bool all = true;
-    for (unsigned long k = 0; k < n; k++)
-        all &= sweep_entry(ctx, rootfd, name, landed_batch, ent[k].landed, ent[k].bak, ent[k].ino, ent[k].size,
-                           ent[k].mtime, device, batch, restored);
-    if (all)
+    for (unsigned long k = 0; k < n && (finish || !landed_batch); k++)
+        all &= sweep_entry(ctx, rootfd, name, finish, landed_batch, ent[k].landed, ent[k].bak, ent[k].ino,
+                           ent[k].size, ent[k].mtime, device, batch, restored);
+    if (finish && all)
         (void)unlinkat(dfd, name, 0);
-    else
+    else if (finish)
         (*left)++;
+    close(fd);
     ingest__free(ctx, ent);
     ingest__free(ctx, t);
 }
 
+static void restore_one(ingest_ctx *ctx, int rootfd, int dfd, const char *name, uint64_t *restored, uint64_t *left)
+{
+    sweep_intent(ctx, rootfd, dfd, name, false, restored, left);
+}
+
+static void finish_one(ingest_ctx *ctx, int rootfd, int dfd, const char *name, uint64_t *restored, uint64_t *left)
+{
+    sweep_intent(ctx, rootfd, dfd, name, true, restored, left);
+}
+
+/* Most restore passes: each restore takes a backup away, so they end; this bounds a tree changed meanwhile. */
+#define OLD_PASSES_MAX 64
+
 int lander__old_sweep(ingest_ctx *ctx, int rootfd, uint64_t *restored, uint64_t *left)
 {
-    return lander__sweep_intents(ctx, rootfd, OLD_DIR, sweep_intent, restored, left);
+    /* Restore passes until one puts nothing back, then one that removes the rest.  Two batches that replaced
+     * the same path (v1 by v2, then v2 by v3) and did not land: the later one's backup is put back first (v2,
+     * its new version v3 being there), then the earlier one's (v1), whatever order the directory lists them in */
+    for (int p = 0; p < OLD_PASSES_MAX; p++) {
+        uint64_t got = 0, ignored = 0;
+        INGEST__FORWARD(lander__sweep_intents(ctx, rootfd, OLD_DIR, restore_one, &got, &ignored));
+        *restored += got;
+        if (got == 0)
+            break;
+    }
+    return lander__sweep_intents(ctx, rootfd, OLD_DIR, finish_one, restored, left);
+}
+
+void ingest__lander_release_intent(ingest_lander *l)
+{
+    if (l != NULL && l->busy != NULL)
+        lander__close_fd(&l->busy->old_fd);
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -3515,7 +3516,9 @@ static void replace_hook(lockrec *r, int window)
     assert_int_equal(prefixed_entries(r->e, DAY "o", ".ingest-old-"), c->nf - 1);
     assert_int_equal(replace_intents(r->e), 1);
     if (c->mode == RP_CRASH) {
-        /* a crash here, then the receiver's start: its sweep (in a context of its own, as a new process) */
+        /* a crash here, then the receiver's start: its sweep (in a context of its own, as a new process); a
+         * crash releases the batch's lock on its intent */
+        ingest__lander_release_intent(r->e->l);
         ingest_ctx *ctx = ingest_ctx_create(NULL);
         assert_non_null(ctx);
         uint64_t cut = 9, left = 9, removed = 9, failed = 9;
@@ -3605,6 +3608,244 @@ static void test_replaced_crash_fsync(void **state) { replace_case(*state, 3, RP
 static void test_replaced_crash_syncfs(void **state) { replace_case(*state, 20, RP_CRASH); }
 static void test_replaced_fail(void **state) { replace_case(*state, 20, RP_FAIL); }
 static void test_replaced_land(void **state) { replace_case(*state, 3, RP_LAND); }
+
+/* Which of versions v[0, n) (lengths len) bronze-relative rel holds: its index, -1 another, -2 none. */
+static int which_version(const env *e, const char *rel, uint8_t *const *v, const size_t *len, int n)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    FILE *fp = fopen(p, "rb");
+    if (fp == NULL)
+        return -2;
+    uint8_t got[CH + 64];
+    const size_t gl = fread(got, 1, sizeof got, fp);
+    fclose(fp);
+    for (int i = 0; i < n; i++)
+        if (gl == len[i] && memcmp(got, v[i], gl) == 0)
+            return i;
+    return -1;
+}
+
+/* Land one file (path, bytes d) as batch name with lander l, whole. */
+static void land_one(env *e, ingest_lander *l, const char *name, const char *path, const uint8_t *d, size_t len)
+{
+    const tfile f[] = {{path, d, len, T2024, 0644}};
+    tbatch t;
+    make_batch(e, "dev1", name, f, 1, &t);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(l, "dev1", t.manifest, t.mlen, &b), 0);
+    land_all(e, b, &t);
+    ingest_lander_batch_destroy(b);
+    free(t.manifest);
+}
+
+/* Begin batch name of one file (path, d) with lander l and prepare it; the commit is the caller's. */
+static ingest_lander_batch *one_prepared(env *e, ingest_lander *l, const char *name, const char *path, const uint8_t *d,
+                                         size_t len, tbatch *t)
+{
+    const tfile f[] = {{path, d, len, T2024, 0644}};
+    make_batch(e, "dev1", name, f, 1, t);
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(l, "dev1", t->manifest, t->mlen, &b), 0);
+    prepare_all(e, b, t);
+    return b;
+}
+
+typedef struct later {
+    ingest_lander *l2;
+    uint8_t **v;
+    size_t *len;
+    const char *path;
+    /* 0: Y lands in X's window; 1: Y is held too, then both crash (sweep); 2: a sweep in X's window; 3: Y lands
+     * between X's steps 1 and 2 */
+    int mode;
+    int result;
+    env *e;
+    int seen;
+} later;
+
+static void later_y_hook(lockrec *r, int window)
+{
+    later *c = r->hook_ud;
+    if (window != 2)
+        return;
+    /* X (v1 -> v2) and Y (v2 -> v3) both renamed, neither manifest written: a crash, then the start's sweep */
+    ingest__lander_release_intent(r->e->l);
+    ingest__lander_release_intent(c->l2);
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    assert_non_null(ctx);
+    uint64_t cut = 0, left = 0;
+    assert_int_equal(ingest_lander_sweep_appends(ctx, r->e->bronze, &cut, &left), 0);
+    ingest_ctx_destroy(ctx);
+    char rel[96];
+    snprintf(rel, sizeof rel, DAY "%s", c->path);
+    c->result = which_version(r->e, rel, c->v, c->len, 3);
+}
+
+static void later_x_hook(lockrec *r, int window)
+{
+    later *c = r->hook_ud;
+    if (window != 2)
+        return;
+    c->seen = 1;
+    if (c->mode == 3) {
+        /* Y landed while X was between its final names' check and its renames: X's manifest cannot be
+         * written, and X fails after its renames */
+        char p[512];
+        snprintf(p, sizeof p, "%s/_manifests/dev1/.lx.jsonl.tmp", r->e->bronze);
+        assert_int_equal(mkdir(p, 0755), 0);
+        return;
+    }
+    if (c->mode == 2) {
+        /* another receiver of the tree starts: it leaves the intent of this live batch alone */
+        ingest_ctx *ctx = ingest_ctx_create(NULL);
+        assert_non_null(ctx);
+        uint64_t cut = 0, left = 0, removed = 0, failed = 0;
+        assert_int_equal(ingest_lander_sweep_appends(ctx, r->e->bronze, &cut, &left), 0);
+        assert_int_equal(ingest_lander_sweep(ctx, r->e->bronze, &removed, &failed), 0);
+        ingest_ctx_destroy(ctx);
+        assert_int_equal(prefixed_entries(r->e, DAY, ".ingest-old-"), 1);
+        return;
+    }
+    /* Y, another lander (a pipelined batch of the device), replaces the same path in X's window */
+    tbatch ty;
+    ingest_lander_batch *y = one_prepared(r->e, c->l2, "ly", c->path, c->v[2], c->len[2], &ty);
+    if (c->mode == 0) {
+        assert_int_equal(ingest_lander_commit_finish(y, NULL), 0);
+        /* X's manifest cannot be written: X fails after its renames */
+        char p[512];
+        snprintf(p, sizeof p, "%s/_manifests/dev1/.lx.jsonl.tmp", r->e->bronze);
+        assert_int_equal(mkdir(p, 0755), 0);
+    } else {
+        lockrec ry = {.e = r->e, .locked = true, .hook = later_y_hook, .hook_ud = c};
+        const ingest_lander_lock lky = {rec_unlock, rec_lock, &ry};
+        (void)ingest_lander_commit_finish(y, &lky);
+    }
+    ingest_lander_batch_destroy(y);
+    free(ty.manifest);
+}
+
+/* Lander hook: at X's PLACE (step 2, before its renames, after its backup of v1 was made in step 1), Y lands v3. */
+static void later_place_hook(void *ud, const char *device, int phase)
+{
+    later *c = ud;
+    (void)device;
+    if (phase != INGEST__LANDER_HOOK_PLACE || c->result == 7)
+        return;
+    c->result = 7; /* once */
+    tbatch ty;
+    ingest_lander_batch *y = one_prepared(c->e, c->l2, "ly", c->path, c->v[2], c->len[2], &ty);
+    assert_int_equal(ingest_lander_commit_finish(y, NULL), 0);
+    ingest_lander_batch_destroy(y);
+    free(ty.manifest);
+}
+
+/*
+ * Batches replacing one path one after the other (v1 landed; X puts v2,
+ * Y v3): X failing after Y landed leaves Y's v3 (X's undo puts nothing
+ * back over a version it did not put there); X and Y both cut by a crash
+ * leave v1, whatever order the sweep reads their intents in; a sweep by
+ * another receiver while X commits leaves X alone (it lands with v2); Y
+ * landing between X's step 1 (its backup of v1) and its renames, then X
+ * failing, leaves Y's v3 (X keeps v3 instead at its rename).
+ */
+static void later_case(env *e, int mode)
+{
+    ingest_lander *l2 = NULL;
+    assert_int_equal(ingest_lander_create(e->ctx, e->st, e->idx, e->bronze, NULL, e->key, e->codec, &l2), 0);
+    uint8_t *v[3] = {pattern(CH, 1200), pattern(CH + 1, 1201), pattern(CH + 2, 1202)};
+    size_t len[3] = {CH, CH + 1, CH + 2};
+    land_one(e, e->l, "l0", "lp", v[0], len[0]);
+    later c = {.l2 = l2, .v = v, .len = len, .path = "lp", .mode = mode, .result = -9, .e = e};
+    lockrec r = {.e = e, .locked = true, .hook = later_x_hook, .hook_ud = &c};
+    if (mode == 3)
+        ingest__lander_set_hook(e->l, later_place_hook, &c);
+    const ingest_lander_lock lk = {rec_unlock, rec_lock, &r};
+    tbatch tx;
+    ingest_lander_batch *x = one_prepared(e, e->l, "lx", "lp", v[1], len[1], &tx);
+    const int rc = ingest_lander_commit_finish(x, &lk);
+    ingest__lander_set_hook(e->l, NULL, NULL);
+    ingest_lander_batch_destroy(x);
+    assert_int_equal(c.seen, 1);
+    if (mode == 0 || mode == 3) {
+        assert_int_not_equal(rc, 0);
+        assert_int_equal(ingest_index_batch_landed(e->idx, "dev1", "ly"), 1);
+        assert_int_equal(which_version(e, DAY "lp", v, len, 3), 2);
+        char p[512];
+        snprintf(p, sizeof p, "%s/_manifests/dev1/.lx.jsonl.tmp", e->bronze);
+        assert_int_equal(rmdir(p), 0);
+    } else if (mode == 1) {
+        assert_int_equal(c.result, 0);
+    } else {
+        assert_int_equal(rc, 0);
+        assert_int_equal(which_version(e, DAY "lp", v, len, 3), 1);
+    }
+    assert_int_equal(prefixed_entries(e, DAY, ".ingest-old-"), 0);
+    assert_int_equal(replace_intents(e), 0);
+    ingest_lander_destroy(l2);
+    free(tx.manifest);
+    for (int i = 0; i < 3; i++)
+        free(v[i]);
+}
+
+static void test_replaced_later_stays(void **state) { later_case(*state, 0); }
+static void test_replaced_sweep_order(void **state) { later_case(*state, 1); }
+static void test_replaced_live_left_alone(void **state) { later_case(*state, 2); }
+static void test_replaced_between_steps(void **state) { later_case(*state, 3); }
+
+/* A failure after the manifest is in place (step 4): the batch landed, and its new version stays. */
+static void test_replaced_fail_after_manifest(void **state)
+{
+    env *e = *state;
+    uint8_t *v[2] = {pattern(CH, 1300), pattern(CH + 1, 1301)};
+    size_t len[2] = {CH, CH + 1};
+    land_one(e, e->l, "m0", "mp", v[0], len[0]);
+    tbatch t;
+    ingest_lander_batch *b = one_prepared(e, e->l, "m1", "mp", v[1], len[1], &t);
+    ingest__lander_set_fail_index(e->l, 1);
+    assert_int_equal(ingest_lander_commit_finish(b, NULL), INGEST_EIO);
+    ingest__lander_set_fail_index(e->l, 0);
+    ingest_lander_batch_destroy(b);
+    assert_true(exists(e, "_manifests/dev1/m1.jsonl"));
+    assert_int_equal(which_version(e, DAY "mp", v, len, 2), 1);
+    assert_int_equal(prefixed_entries(e, DAY, ".ingest-old-"), 0);
+    assert_int_equal(replace_intents(e), 0);
+    free(t.manifest);
+    free(v[0]);
+    free(v[1]);
+}
+
+/*
+ * The crash sweep removes backups of replaced versions that no intent names
+ * (a power cut can keep one whose removal was not synced), but none while
+ * an intent is left: one locked by a batch at work (another receiver of the
+ * tree) keeps every backup.
+ */
+static void test_replaced_orphans(void **state)
+{
+    env *e = *state;
+    char tag[64] = "", p[512], orphan[256];
+    read_tag(e, tag, p);
+    snprintf(orphan, sizeof orphan, "dev1/o/.ingest-old-%s.0123456789abcdef.b5.0", tag);
+    touch(e, orphan);
+    touch(e, "dev1/o/.ingest-old-0000000000000000.0123456789abcdef.b5.0"); /* not this tree's tag: data */
+    touch(e, "_manifests/.replace/.0123456789abcdef.b7.tmp"); /* an intent a crash cut while it was written */
+    touch(e, "_manifests/.replace/0123456789abcdef.b6");
+    snprintf(p, sizeof p, "%s/_manifests/.replace/0123456789abcdef.b6", e->bronze);
+    const int fd = open(p, O_RDONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX), 0);
+    uint64_t removed = 9, failed = 9;
+    assert_int_equal(ingest_lander_sweep(e->ctx, e->bronze, &removed, &failed), 0);
+    assert_true(exists(e, orphan));
+    assert_false(exists(e, "_manifests/.replace/.0123456789abcdef.b7.tmp"));
+    assert_int_equal(replace_intents(e), 1);
+    close(fd); /* the batch is gone; its intent (empty: never whole) goes, and then the orphan */
+    assert_int_equal(ingest_lander_sweep(e->ctx, e->bronze, &removed, &failed), 0);
+    assert_int_equal(replace_intents(e), 0);
+    assert_false(exists(e, orphan));
+    assert_true(exists(e, "dev1/o/.ingest-old-0000000000000000.0123456789abcdef.b5.0"));
+}
 
 /* Intents the sweep cannot take whole (torn, or naming paths outside bronze) are removed, nothing acted on. */
 static void test_replaced_bad_intents(void **state)
@@ -4565,6 +4806,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replaced_fail, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_land, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_bad_intents, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_orphans, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_later_stays, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_sweep_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_live_left_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_between_steps, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_fail_after_manifest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_own_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shared_layout_interleaved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prepare_rewants, setup, teardown),
