@@ -34,8 +34,8 @@ typedef struct sweep {
     ingest_ctx *ctx;
     int rootfd;
     char mark[TMP_MARK_MAX]; /* "" when the tree has no tag yet */
-    /* ".ingest-old-{tag}.": backups of replaced versions, removed only when no replace intent is left (each
-     * kept one belongs to an intent: one left may still need its backups); "" not to remove them */
+    /* ".ingest-old-{tag}.": backups of replaced versions, removed when their intent is gone (old_intent_there);
+     * "" not to remove any */
     char old_mark[TMP_MARK_MAX];
     char **stack;             /* directories still to read, relative to the root */
     size_t n, cap;
@@ -73,6 +73,25 @@ static bool has_suffix_s(const char *s, const char *suf)
 }
 
 /*
+ * Is the replace intent of a backup named ".ingest-old-{tag}." + rest there
+ * (rest: "{devtag}.{batch}.{file index}", the intent "{devtag}.{batch}")?
+ * Intents are made before their backups and go after them: a backup
+ * without one was left (a removal not synced), one with it may be needed,
+ * by a batch at work in another receiver of the tree or a start to come.
+ * Anything else about it (not that shape, cannot tell) counts as there.
+ */
+static bool old_intent_there(const sweep *w, const char *rest)
+{
+    const char *dot = strrchr(rest, '.');
+    char p[sizeof "_manifests/.replace/" + NAME_MAX_BYTES];
+    if (dot == NULL || dot == rest || (size_t)(dot - rest) > NAME_MAX_BYTES)
+        return true;
+    snprintf(p, sizeof p, "_manifests/.replace/%.*s", (int)(dot - rest), rest);
+    struct stat st;
+    return fstatat(w->rootfd, p, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT;
+}
+
+/*
  * Is name, in directory dir (relative, "." the root), something an
  * unfinished batch left?  Temporary files carry the tree's tag; temporary
  * manifests are exactly _manifests/{device}/.{batch}.jsonl.tmp (devices
@@ -93,7 +112,7 @@ static bool sweep_match(const sweep *w, const char *dir, int depth, const char *
     if (depth == 2 && strncmp(dir, "./_manifests/", 13) == 0 && strcmp(dir + 13, ".refused") != 0)
         return has_suffix_s(name, ".jsonl.tmp");
     if (w->old_mark[0] != '\0' && strncmp(name, w->old_mark, strlen(w->old_mark)) == 0)
-        return true; /* a backup whose intent is gone (lander_undo.c) */
+        return !old_intent_there(w, name + strlen(w->old_mark)); /* a backup whose intent is gone (lander_undo.c) */
     return w->mark[0] != '\0' && strstr(name, w->mark) != NULL;
 }
 
@@ -283,7 +302,7 @@ int ingest_lander_sweep(ingest_ctx *ctx, const char *bronze_root, uint64_t *remo
         w.mark[0] = '\0'; /* no tag: no temporary file was ever made here, manifests aside */
         rc = 0;
     }
-    if (rc == 0 && w.mark[0] != '\0' && old_left == 0)
+    if (rc == 0 && w.mark[0] != '\0')
         snprintf(w.old_mark, sizeof w.old_mark, ".ingest-old-%.*s.", TMP_TAG_HEX, w.mark + 12);
     if (rc == 0) {
         char *top = ingest__strdup(ctx, ".");

@@ -24,16 +24,18 @@
  *
  * In step 2, under the lock, a backup no longer of the version at its final
  * name (another batch landed the path since) is linked to that one.  Once
- * the manifest is in place the backups and the intent go (no sync: a start
- * that finds them with the manifest there removes them), also when the
- * batch fails after that.  A batch that fails before renames each backup
+ * the batch landed the backups and the intent go (no sync: a start that
+ * finds them with the manifest there removes them).  A batch that fails
+ * (taking its manifest away first if it was in place) renames each backup
  * back over its final name where that name holds its new version (inode,
- * size, mtime) and removes the others; so does the sweep at every start
- * (ingest_lander_sweep_appends) for an unlocked intent whose batch has no
- * manifest, in passes until nothing more is put back (two batches of one
- * path undo in order), so a later version of the path is never undone.  A
- * backup whose undo fails keeps its intent, for the next start; the crash
- * sweep removes backup names only when no intent is left.
+ * size, mtime) and removes the others, but leaves backup and intent where
+ * another batch's version is there (that batch may fail yet); so does the
+ * sweep at every start (ingest_lander_sweep_appends), and a later try of
+ * the batch that finds its intent, for an unlocked intent whose batch has
+ * no manifest, in passes until nothing more is put back (two batches of
+ * one path undo in order), so a later version of the path is never undone.
+ * A backup whose undo fails keeps its intent, for the next start; the crash
+ * sweep removes a backup only when its intent is gone.
  */
 #include "lander_int.h"
 #include "ingest/session.h"
@@ -119,9 +121,16 @@ static int write_intent(ingest_lander_batch *b, uint32_t n)
     if (fd < 0 || lander__write_full(fd, t.buf, t.len) < 0 || fsync(fd) < 0)
         rc = lander__sys_fail(b->ctx, errno, "write the replace intent", tmp);
     if (rc == 0) {
-        /* never over an intent of an earlier try of this batch: one left means versions it replaced could not
-         * all be put back, and its backups would be taken for this try's */
+        /* Never over an intent of an earlier try of this batch: one left means versions it replaced could not
+         * all be put back (or were left for a sweep), and its backups would be taken for this try's.  It is
+         * acted on first, as a start's sweep would (unless a batch at work holds it) */
         int r = renameat2(rootfd, tmp, rootfd, name, RENAME_NOREPLACE), e = errno;
+        if (r < 0 && e == EEXIST) {
+            uint64_t restored = 0, left = 0;
+            (void)lander__old_sweep(b->ctx, rootfd, &restored, &left);
+            r = renameat2(rootfd, tmp, rootfd, name, RENAME_NOREPLACE);
+            e = errno;
+        }
         if (r < 0 && e == EINVAL) { /* no RENAME_NOREPLACE on this filesystem: looked at first */
             if (faccessat(rootfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
                 e = EEXIST;
@@ -133,7 +142,7 @@ static int write_intent(ingest_lander_batch *b, uint32_t n)
         if (r < 0 && e == EEXIST)
             rc = ingest__fail(b->ctx, INGEST_EEXIST,
                               "lander: batch %s: an earlier try of it replaced landed versions that could not all be "
-                              "put back (logged then); it lands once the receiver's next start has put them back (%s)",
+                              "put back yet (logged then); it lands once they are (%s)",
                               b->name, name);
         else if (r < 0)
             rc = lander__sys_fail(b->ctx, e, "put in place the replace intent", name);
@@ -261,19 +270,14 @@ bool lander__old_restore(ingest_lander_batch *b, uint32_t i)
     if (lander__enter_dir(b, f->path, dir, false) < 0) {
         e = EIO;
     } else if (fstatat(b->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !is_new_version(f, &st)) {
-        /* another batch landed the path since: its version stays, this backup is of no use now */
-        what = "remove the kept version";
-        if (unlinkat(b->dirfd, bak, 0) < 0 && errno != ENOENT) {
-            e = errno;
-        } else {
-            f->backed = false;
-            f->renamed = false;
-            ingest__log(b->ctx, INGEST_LOG_INFO,
-                        "lander: batch %s failed after %s was put in place; a later batch has landed it since, "
-                        "and that version stays",
-                        b->name, f->landed);
-            return true;
-        }
+        /* Another batch put a version there since: it stays.  Whether that batch lands is not known yet (one
+         * that fails puts this batch's version back): the backup and the intent are left to the next sweep,
+         * whose passes undo such batches in order */
+        ingest__log(b->ctx, INGEST_LOG_INFO,
+                    "lander: batch %s failed after %s was put in place; another batch has put a version there since, "
+                    "which stays (the landed version is kept until a sweep of the replace intents)",
+                    b->name, f->landed);
+        return false;
     } else {
         what = "put it back";
         if (renameat(b->dirfd, bak, b->dirfd, name) < 0 || fsync(b->dirfd) < 0)
