@@ -630,11 +630,10 @@ int lander__fail_batch(ingest_lander_batch *b, int rc)
 {
     lander__inflight_release(b, false);
     if (b->state == B_ACTIVE || b->state == B_PREPARED) {
-        /* the landed versions its renames replaced, put back (with a manifest in place already, once it is
-         * taken away: the start's sweep and a catch-up of the index would take it for landed, and a replay
-         * of fewer files would be renamed over it) */
-        if (b->manifest_placed && b->old_intent && lander__manifest_remove(b) < 0)
-            lander__old_done(b); /* (it stays: so do the versions it lists) */
+        /* the landed versions its renames replaced, put back; once its manifest is in place it is a landed
+         * batch (for the start's sweep, the index's catch-up and the catalog), and they go */
+        if (b->manifest_placed)
+            lander__old_done(b);
         else
             lander__old_undo(b);
         lander__remove_temps(b);
@@ -653,8 +652,7 @@ void ingest_lander_abort(ingest_lander_batch *b)
         lander__app_release(b, false);
         return;
     }
-    if ((b->state == B_ACTIVE || b->state == B_PREPARED) && b->manifest_placed && b->old_intent &&
-        lander__manifest_remove(b) < 0)
+    if ((b->state == B_ACTIVE || b->state == B_PREPARED) && b->manifest_placed)
         lander__old_done(b);
     else if (b->state == B_ACTIVE || b->state == B_PREPARED)
         lander__old_undo(b);

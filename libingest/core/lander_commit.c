@@ -1,6 +1,5 @@
 /* The lander's commit: make a batch durable (sync, rename, manifest, index) in two phases. */
 #include "lander_int.h"
-#include "ingest/session.h"
 
 /* ---------------------------------------------------------------- commit */
 
@@ -97,31 +96,6 @@ out:
     ingest_manifest_writer_destroy(w);
     (void)l;
     return rc;
-}
-
-int lander__manifest_remove(ingest_lander_batch *b)
-{
-    char p[INGEST_DEVICE_ID_MAX + INGEST_WIRE_BATCH_ID_MAX + 32], dir[INGEST_DEVICE_ID_MAX + 16];
-    snprintf(dir, sizeof dir, "_manifests/%s", b->device);
-    snprintf(p, sizeof p, "%s/%s.jsonl", dir, b->name);
-    const int dfd = openat(b->l->rootfd, dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    char fn[NAME_MAX_BYTES + 1];
-    snprintf(fn, sizeof fn, "%s.jsonl", b->name);
-    const int r = dfd < 0 || (unlinkat(dfd, fn, 0) < 0 && errno != ENOENT) || fsync(dfd) < 0 ? -1 : 0;
-    const int e = errno;
-    if (dfd >= 0)
-        close(dfd);
-    if (r < 0) {
-        ingest__log(b->ctx, INGEST_LOG_WARN,
-                    "lander: batch %s failed after its manifest %s was in place, which cannot be taken away (%s): "
-                    "the versions it lists stay",
-                    b->name, p, strerror(e));
-        return -1;
-    }
-    b->manifest_placed = false;
-    ingest__log(b->ctx, INGEST_LOG_WARN, "lander: batch %s failed after its manifest was in place: %s taken away",
-                b->name, p);
-    return 0;
 }
 
 /*

@@ -247,6 +247,7 @@ struct ingest_lander_batch_s {
     bool syncfs; /* commit syncs with syncfs() */
     bool old_intent; /* its replace intent is written (lander_undo.c), and not removed yet */
     int old_fd;      /* that intent, open with flock(LOCK_EX) while the batch may act on it, -1 */
+    char old_try[9]; /* this try's tag in the intent's and the backups' names (8 random hex digits) */
     bool manifest_placed; /* its manifest was renamed into place (commit step 3): landed, never taken back */
     bool old_dirty;  /* a backup was linked in dirfd since it was last fsynced (lander__old_keep) */
     uint64_t syncs_seen; /* the lander's syncfs count when its last file was written (commit_prepare) */
@@ -426,9 +427,7 @@ bool lander__old_restore(ingest_lander_batch *b, uint32_t i);
 /* Step 2, under the lock, b->dirfd the directory of file i (final name name): a backup no longer of the version
  * at the final name (another batch put one there since step 1) is linked again to that one.  0 or the failure. */
 int lander__old_check(ingest_lander_batch *b, uint32_t i, const char *name);
-/* A batch failing after its manifest was renamed into place: the manifest taken away again, durably (its
- * directory fsynced), so the batch counts as not landed anywhere.  0, or -1 (logged: it stays). */
-int lander__manifest_remove(ingest_lander_batch *b);
+
 void lander__old_done(ingest_lander_batch *b);
 void lander__old_undo(ingest_lander_batch *b);
 int lander__old_sweep(ingest_ctx *ctx, int rootfd, uint64_t *restored, uint64_t *left);

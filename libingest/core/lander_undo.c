@@ -9,33 +9,34 @@
  * Made in commit step 1, with no lock held, for each file whose final name
  * holds a file or symlink then:
  *
- *   1. the intent _manifests/.replace/{devtag}.{batch}, written and fsynced
- *      (and its directory) before anything else, and kept open under an
- *      exclusive flock while the batch may act on it:
+ *   1. the intent _manifests/.replace/{devtag}.{batch}.{try} ({try}: 8
+ *      random hex digits per try), written and fsynced (and its directory)
+ *      before anything else, and kept open under an exclusive flock while
+ *      the batch may act on it:
  *
  *        ingest-replace 1\n{device}\n{batch}\n{count}\n
  *        then per file: {ino} {size} {mtime_ns} {landed bytes} {backup bytes}\n{landed}\n{backup}\n
  *
  *      ino, size and mtime are the new version's (its temporary file's);
  *      the backup is a name in the final name's directory:
- *      .ingest-old-{tree tag}.{devtag}.{batch}.{file index};
+ *      .ingest-old-{tree tag}.{devtag}.{batch}.{try}.{file index};
  *   2. a hard link of the landed version under the backup name, made
  *      durable with the step's syncfs, or an fsync of its directory.
  *
  * In step 2, under the lock, a backup no longer of the version at its final
  * name (another batch landed the path since) is linked to that one.  Once
- * the batch landed the backups and the intent go (no sync: a start that
- * finds them with the manifest there removes them).  A batch that fails
- * (taking its manifest away first if it was in place) renames each backup
+ * the manifest is in place the backups and the intent go (no sync: a start
+ * that finds them with the manifest there removes them), also when the
+ * batch fails after that.  A batch that fails before renames each backup
  * back over its final name where that name holds its new version (inode,
  * size, mtime) and removes the others, but leaves backup and intent where
- * another batch's version is there (that batch may fail yet); so does the
- * sweep at every start (ingest_lander_sweep_appends), and a later try of
- * the batch that finds its intent, for an unlocked intent whose batch has
- * no manifest, in passes until nothing more is put back (two batches of
- * one path undo in order), so a later version of the path is never undone.
- * A backup whose undo fails keeps its intent, for the next start; the crash
- * sweep removes a backup only when its intent is gone.
+ * another batch's version is there (that batch may fail yet); the sweep at
+ * every start (ingest_lander_sweep_appends) does the same for an unlocked
+ * intent whose batch has no manifest, in passes until nothing more is put
+ * back (two batches of one path undo in order), so a later version of the
+ * path is never undone.  A backup whose undo fails keeps its intent, for
+ * the next start; the crash sweep removes a backup only when its intent is
+ * gone.
  */
 #include "lander_int.h"
 #include "ingest/session.h"
@@ -54,12 +55,13 @@
 static void backup_name(const ingest_lander_batch *b, uint32_t fi, char *out, size_t cap)
 {
     /* tmp_mark is ".ingest-tmp-{tag}." */
-    snprintf(out, cap, ".ingest-old-%.*s.%s.%s.%u", TMP_TAG_HEX, b->l->tmp_mark + 12, b->devtag, b->name, fi);
+    snprintf(out, cap, ".ingest-old-%.*s.%s.%s.%s.%u", TMP_TAG_HEX, b->l->tmp_mark + 12, b->devtag, b->name,
+             b->old_try, fi);
 }
 
 static void intent_name(const ingest_lander_batch *b, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/%s.%s", OLD_DIR, b->devtag, b->name);
+    snprintf(out, cap, "%s/%s.%s.%s", OLD_DIR, b->devtag, b->name, b->old_try);
 }
 
 /* fsync directory fd, counted; 0 or the failure. */
@@ -74,6 +76,9 @@ static int sync_dir_fd(ingest_lander_batch *b, int fd, const char *dir)
 /* The intent of b's files marked old, durable (the file and its name). */
 static int write_intent(ingest_lander_batch *b, uint32_t n)
 {
+    /* Each try of a batch has its own intent and backups: one an earlier try left (an undo that failed, or
+     * waits for a sweep) is never taken for this one's, and never holds this one up */
+    snprintf(b->old_try, sizeof b->old_try, "%08x", (unsigned)randombytes_random());
     const int rootfd = b->l->rootfd;
     INGEST__FORWARD(lander__intent_dir(b, OLD_DIR, &b->l->old_dir_synced));
     ingest__buf t;
@@ -109,9 +114,9 @@ static int write_intent(ingest_lander_batch *b, uint32_t n)
         ingest__buf_free(&t);
         return ingest__fail(b->ctx, rc, "lander: batch %s: out of memory for its replace intent", b->name);
     }
-    char name[64 + INGEST_WIRE_BATCH_ID_MAX], tmp[80 + INGEST_WIRE_BATCH_ID_MAX];
+    char name[80 + INGEST_WIRE_BATCH_ID_MAX], tmp[96 + INGEST_WIRE_BATCH_ID_MAX];
     intent_name(b, name, sizeof name);
-    snprintf(tmp, sizeof tmp, "%s/.%s.%s.tmp", OLD_DIR, b->devtag, b->name);
+    snprintf(tmp, sizeof tmp, "%s/.%s.%s.%s.tmp", OLD_DIR, b->devtag, b->name, b->old_try);
     const int dfd = openat(rootfd, OLD_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     /* Written and locked under a name the sweep passes over, then renamed into place: a sweep of another
      * receiver of the tree never sees it unlocked or part-written.  (A filesystem without flock: unlocked.) */
@@ -121,16 +126,8 @@ static int write_intent(ingest_lander_batch *b, uint32_t n)
     if (fd < 0 || lander__write_full(fd, t.buf, t.len) < 0 || fsync(fd) < 0)
         rc = lander__sys_fail(b->ctx, errno, "write the replace intent", tmp);
     if (rc == 0) {
-        /* Never over an intent of an earlier try of this batch: one left means versions it replaced could not
-         * all be put back (or were left for a sweep), and its backups would be taken for this try's.  It is
-         * acted on first, as a start's sweep would (unless a batch at work holds it) */
+        /* never over another intent (the same random tag drawn twice: the next try draws another) */
         int r = renameat2(rootfd, tmp, rootfd, name, RENAME_NOREPLACE), e = errno;
-        if (r < 0 && e == EEXIST) {
-            uint64_t restored = 0, left = 0;
-            (void)lander__old_sweep(b->ctx, rootfd, &restored, &left);
-            r = renameat2(rootfd, tmp, rootfd, name, RENAME_NOREPLACE);
-            e = errno;
-        }
         if (r < 0 && e == EINVAL) { /* no RENAME_NOREPLACE on this filesystem: looked at first */
             if (faccessat(rootfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
                 e = EEXIST;
@@ -141,9 +138,7 @@ static int write_intent(ingest_lander_batch *b, uint32_t n)
         }
         if (r < 0 && e == EEXIST)
             rc = ingest__fail(b->ctx, INGEST_EEXIST,
-                              "lander: batch %s: an earlier try of it replaced landed versions that could not all be "
-                              "put back yet (logged then); it lands once they are (%s)",
-                              b->name, name);
+                              "lander: batch %s: its replace intent %s is there already (try again)", b->name, name);
         else if (r < 0)
             rc = lander__sys_fail(b->ctx, e, "put in place the replace intent", name);
         else if (fsync(dfd) < 0)
@@ -346,7 +341,7 @@ static void drop_backups(ingest_lander_batch *b, bool restore)
         f->backed = false;
     }
     if (all) {
-        char in[64 + INGEST_WIRE_BATCH_ID_MAX];
+        char in[80 + INGEST_WIRE_BATCH_ID_MAX];
         intent_name(b, in, sizeof in);
         (void)unlinkat(b->l->rootfd, in, 0);
         b->old_intent = false;
