@@ -677,6 +677,7 @@ void ingest_lander_batch_destroy(ingest_lander_batch *b)
     lander__close_fd(&b->spillfd);
     lander__close_fd(&b->base_fd);
     lander__close_fd(&b->old_fd);
+    lander__app_unlock(b);
     ingest__free(ctx, b->dio_mem);
     for (size_t i = 0; i < b->nstages; i++) {
         ingest__free(ctx, b->stages[i].final);

@@ -26,6 +26,8 @@
  */
 #include "lander_int.h"
 
+#include <sys/file.h>
+
 #define APP_DIR "_manifests/.append"
 #define APP_INTENT_MAX (3 * 24 + 2 * 130 + LANDED_MAX + 64)
 
@@ -170,6 +172,62 @@ static void app_intent_name(const ingest_lander_batch *b, uint32_t fi, char *out
     snprintf(out, cap, "%s.%s.%u", b->devtag, b->name, fi);
 }
 
+/* The batch's lock of its intents, "{APP_DIR}/.{devtag}.{batch}.lock"; an intent's from its name (NULL: not one). */
+static void app_lock_name(const ingest_lander_batch *b, char *out, size_t cap)
+{
+    snprintf(out, cap, ".%s.%s.lock", b->devtag, b->name);
+}
+
+static bool app_lock_of_intent(const char *intent, char *out, size_t cap)
+{
+    const char *dot = strrchr(intent, '.');
+    if (dot == NULL || dot == intent || (size_t)(dot - intent) + sizeof "..lock" > cap)
+        return false;
+    snprintf(out, cap, ".%.*s.lock", (int)(dot - intent), intent);
+    return true;
+}
+
+/*
+ * Hold the batch's lock (dfd: APP_DIR) before its first intent is made: a
+ * sweep (of another receiver of the tree, starting) leaves the intents of a
+ * batch at work alone.  The file is checked to be the one at its name once
+ * locked: a sweep may remove a stale lock file between its creation and
+ * the flock.
+ */
+static int app_lock(ingest_lander_batch *b, int dfd)
+{
+    if (b->app_lock_fd >= 0)
+        return 0;
+    char name[NAME_MAX_BYTES + 1];
+    app_lock_name(b, name, sizeof name);
+    for (int tries = 0; tries < 8; tries++) {
+        const int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return lander__sys_fail(b->ctx, errno, "create the append lock in", APP_DIR);
+        int r;
+        while ((r = flock(fd, LOCK_EX)) < 0 && errno == EINTR)
+            ;
+        struct stat a, n;
+        if (r < 0 || (fstat(fd, &a) == 0 && fstatat(dfd, name, &n, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == n.st_ino)) {
+            b->app_lock_fd = fd; /* (a filesystem without flock: unlocked) */
+            return 0;
+        }
+        close(fd); /* removed by a sweep meanwhile: again */
+    }
+    return ingest__fail(b->ctx, INGEST_EIO, "lander: batch %s: cannot hold the lock of its append intents", b->name);
+}
+
+void lander__app_unlock(ingest_lander_batch *b)
+{
+    if (b->app_lock_fd < 0)
+        return;
+    char name[NAME_MAX_BYTES + 1], p[NAME_MAX_BYTES + sizeof APP_DIR + 2];
+    app_lock_name(b, name, sizeof name);
+    snprintf(p, sizeof p, "%s/%s", APP_DIR, name);
+    (void)unlinkat(b->l->rootfd, p, 0); /* before it is unlocked: a sweep finds it locked, or not at all */
+    lander__close_fd(&b->app_lock_fd);
+}
+
 int lander__app_intent(ingest_lander_batch *b, uint32_t fi)
 {
     lfile *f = &b->files[fi];
@@ -180,6 +238,11 @@ int lander__app_intent(ingest_lander_batch *b, uint32_t fi)
     const int dfd = openat(rootfd, APP_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)
         return lander__sys_fail(b->ctx, errno, "open", APP_DIR);
+    const int lr = app_lock(b, dfd);
+    if (lr < 0) {
+        close(dfd);
+        return lr;
+    }
     char name[NAME_MAX_BYTES + 1];
     app_intent_name(b, fi, name, sizeof name);
     char *text = ingest__malloc(b->ctx, APP_INTENT_MAX);
@@ -285,6 +348,7 @@ void lander__app_undo(ingest_lander_batch *b)
                         b->name, f->landed, (unsigned long long)f->app_size, strerror(e));
         }
     }
+    lander__app_unlock(b); /* (intents left: for the next sweep) */
 }
 
 void lander__app_finished(ingest_lander_batch *b)
@@ -292,6 +356,7 @@ void lander__app_finished(ingest_lander_batch *b)
     for (uint32_t i = 0; i < b->nfiles; i++)
         if (b->files[i].append && b->files[i].app_grown)
             app_intent_remove(b, i);
+    lander__app_unlock(b);
 }
 
 /* --------------------------------------------------------------- sweep */
@@ -326,6 +391,9 @@ static int intent_parse(char *t, unsigned long long *dev, unsigned long long *in
     return 0;
 }
 
+static void sweep_intent_unlocked(ingest_ctx *ctx, int rootfd, int dfd, const char *name, uint64_t *cut,
+                                  uint64_t *left);
+
 /*
  * One intent (name, in dfd): cut its file back unless its batch's manifest
  * is in place; then remove it.  An intent that cannot be acted on (the
@@ -334,6 +402,21 @@ static int intent_parse(char *t, unsigned long long *dev, unsigned long long *in
  * failing) stays, counted in *left, and is tried at the next start.
  */
 static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name, uint64_t *cut, uint64_t *left)
+{
+    /* its batch at work (here or in another receiver of the tree): left alone, held while acted on */
+    char lk[NAME_MAX_BYTES + 1];
+    int lkfd = app_lock_of_intent(name, lk, sizeof lk) ? openat(dfd, lk, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (lkfd >= 0 && flock(lkfd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        close(lkfd);
+        return;
+    }
+    sweep_intent_unlocked(ctx, rootfd, dfd, name, cut, left);
+    if (lkfd >= 0)
+        close(lkfd);
+}
+
+static void sweep_intent_unlocked(ingest_ctx *ctx, int rootfd, int dfd, const char *name, uint64_t *cut,
+                                  uint64_t *left)
 {
     char *t = ingest__malloc(ctx, APP_INTENT_MAX + 1);
     const char *what = NULL;
@@ -420,10 +503,37 @@ done:
     ingest__free(ctx, t);
 }
 
+/* Remove the lock files no batch holds (their batches ended in a crash). */
+static void remove_stale_locks(int rootfd)
+{
+    const int dfd = openat(rootfd, APP_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int dfd2 = dfd >= 0 ? dup(dfd) : -1;
+    DIR *d = dfd2 >= 0 ? fdopendir(dfd2) : NULL;
+    if (d == NULL && dfd2 >= 0)
+        close(dfd2);
+    for (const struct dirent *de; d != NULL && (de = readdir(d)) != NULL;) {
+        const size_t n = strlen(de->d_name);
+        if (de->d_name[0] != '.' || n < sizeof ".lock" || strcmp(de->d_name + n - 5, ".lock") != 0)
+            continue;
+        const int fd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+            (void)unlinkat(dfd, de->d_name, 0);
+        if (fd >= 0)
+            close(fd);
+    }
+    if (d != NULL)
+        closedir(d);
+    if (dfd >= 0)
+        close(dfd);
+}
+
 int lander__app_sweep(ingest_ctx *ctx, int rootfd, uint64_t *cut, uint64_t *left)
 {
     *cut = *left = 0;
-    return lander__sweep_intents(ctx, rootfd, APP_DIR, sweep_intent, cut, left);
+    const int rc = lander__sweep_intents(ctx, rootfd, APP_DIR, sweep_intent, cut, left);
+    if (rc == 0)
+        remove_stale_locks(rootfd);
+    return rc;
 }
 
 int ingest_lander_sweep_appends(ingest_ctx *ctx, const char *bronze_root, uint64_t *cut, uint64_t *left)

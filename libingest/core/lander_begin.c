@@ -544,7 +544,7 @@ int ingest_lander_parse_ex(ingest_lander *l, const char *device, const void *man
     b->mem = mem;
     b->l = l;
     b->ctx = l->ctx;
-    b->fd = b->dirfd = b->sdirfd = b->srcfd = b->spillfd = b->run_fd = b->base_fd = b->old_fd = -1;
+    b->fd = b->dirfd = b->sdirfd = b->srcfd = b->spillfd = b->run_fd = b->base_fd = b->old_fd = b->app_lock_fd = -1;
     b->base_fi = UINT32_MAX;
     b->src_no = UINT64_MAX;
     b->push = (flags & INGEST_LANDER_PARSE_PUSH) != 0;

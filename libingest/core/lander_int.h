@@ -248,6 +248,7 @@ struct ingest_lander_batch_s {
     bool old_intent; /* its replace intent is written (lander_undo.c), and not removed yet */
     int old_fd;      /* that intent, open with flock(LOCK_EX) while the batch may act on it, -1 */
     char old_try[9]; /* this try's tag in the intent's and the backups' names (8 random hex digits) */
+    int app_lock_fd; /* its append intents' lock, held (flock) from its first intent to its end, -1 */
     bool manifest_placed; /* its manifest was renamed into place (commit step 3): landed, never taken back */
     bool old_dirty;  /* a backup was linked in dirfd since it was last fsynced (lander__old_keep) */
     uint64_t syncs_seen; /* the lander's syncfs count when its last file was written (commit_prepare) */
@@ -395,6 +396,9 @@ void lander__app_release(ingest_lander_batch *b, bool locked);
 void lander__app_release_file(ingest_lander_batch *b, uint32_t fi);
 void lander__app_finished(ingest_lander_batch *b);
 int lander__app_sweep(ingest_ctx *ctx, int rootfd, uint64_t *cut, uint64_t *left);
+/* The batch's append intents no longer its own to act on (landed, or taken back as far as it could): their
+ * lock released (its file removed first). */
+void lander__app_unlock(ingest_lander_batch *b);
 /* Make intent directory dir of the bronze root (under _manifests) if missing, and its name durable once per
  * lander (*synced, the lander's flag for dir). */
 int lander__intent_dir(ingest_lander_batch *b, const char *dir, bool *synced);

@@ -1323,6 +1323,21 @@ static void no_fd_at_undo(void *ud, const char *device, int phase)
 }
 
 /* Land b1 (v[0, n1)) at "log", then begin b2 (v[0, n2), the next second) appending in place: b2. */
+/* Entries of bronze-relative directory rel whose names begin with prefix (-1: no such directory). */
+static int prefixed_entries(const env *e, const char *rel, const char *prefix)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    DIR *d = opendir(p);
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
 static ingest_lander_batch *append_begun(env *e, const uint8_t *v, size_t n1, size_t n2, tbatch *t1, tbatch *t2)
 {
     assert_int_equal(ingest_lander_set_append(e->l, 1), 0);
@@ -1336,6 +1351,55 @@ static ingest_lander_batch *append_begun(env *e, const uint8_t *v, size_t n1, si
     ingest_lander_batch_destroy(b);
     assert_int_equal(ingest_lander_begin(e->l, "dev1", t2->manifest, t2->mlen, &b), 0);
     return b;
+}
+
+/*
+ * A receiver starting on the same bronze tree (its sweep at every start)
+ * while a batch appends in place: the batch's intent is locked, so the
+ * sweep leaves the file alone (it cut the live append back before); the
+ * batch lands the whole new version, and its intent and lock go.
+ */
+static void test_append_live_left_alone(void **state)
+{
+    env *e = *state;
+    const size_t n1 = 3 * CH, n2 = 8 * CH + 100;
+    uint8_t *v = pattern(n2, 84);
+    tbatch t1, t2;
+    ingest_lander_batch *b = append_begun(e, v, n1, n2, &t1, &t2);
+    const uint32_t *w;
+    size_t nw;
+    ingest_lander_wants(b, &w, &nw);
+    assert_true(nw >= 2);
+    assert_int_equal(put(e, b, &t2, w[0]), 0);
+    assert_int_equal(put(e, b, &t2, w[1]), 0);
+    const char *rel = "dev1/2024/02/29/log";
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    struct stat before, after;
+    assert_int_equal(stat(p, &before), 0);
+    assert_true((size_t)before.st_size > n1);
+    assert_int_equal(count_intents(e), 1);
+    ingest_ctx *ctx = ingest_ctx_create(NULL);
+    assert_non_null(ctx);
+    uint64_t cut = 9, left = 9, removed = 9, failed = 9;
+    assert_int_equal(ingest_lander_sweep_appends(ctx, e->bronze, &cut, &left), 0);
+    assert_int_equal(cut, 0);
+    assert_int_equal(left, 0);
+    assert_int_equal(ingest_lander_sweep(ctx, e->bronze, &removed, &failed), 0);
+    ingest_ctx_destroy(ctx);
+    assert_int_equal(stat(p, &after), 0);
+    assert_int_equal(after.st_size, before.st_size);
+    assert_int_equal(count_intents(e), 1);
+    for (size_t k = 2; k < nw; k++)
+        assert_int_equal(put(e, b, &t2, w[k]), 0);
+    assert_int_equal(ingest_lander_commit(b), 0);
+    ingest_lander_batch_destroy(b);
+    assert_file(e, rel, v, n2, T2024 + 1, 0644);
+    assert_int_equal(count_intents(e), 0);
+    assert_int_equal(prefixed_entries(e, "_manifests/.append", ".") - 2, 0); /* no lock file left */
+    free(t1.manifest);
+    free(t2.manifest);
+    free(v);
 }
 
 /*
@@ -3464,21 +3528,6 @@ static void lock_case(env *e, int nf)
 static void test_finish_lock_fsync(void **state) { lock_case(*state, 3); }
 static void test_finish_lock_syncfs(void **state) { lock_case(*state, 20); }
 
-/* Entries of bronze-relative directory rel whose names begin with prefix (-1: no such directory). */
-static int prefixed_entries(const env *e, const char *rel, const char *prefix)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
-    DIR *d = opendir(p);
-    if (d == NULL)
-        return -1;
-    int n = 0;
-    for (struct dirent *de; (de = readdir(d)) != NULL;)
-        n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
-    closedir(d);
-    return n;
-}
-
 /* Intents under _manifests/.replace (0 when the directory is not there). */
 static int replace_intents(const env *e)
 {
@@ -4826,6 +4875,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replaced_fail, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_land, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_bad_intents, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_append_live_left_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_orphans, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_later_stays, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_sweep_order, setup, teardown),
