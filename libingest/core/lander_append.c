@@ -178,6 +178,14 @@ static void app_lock_name(const ingest_lander_batch *b, char *out, size_t cap)
     snprintf(out, cap, ".%s.%s.lock", b->devtag, b->name);
 }
 
+/* Is name (in dfd) the file open at fd?  false when it is gone or another. */
+static bool same_file_at(int fd, int dfd, const char *name)
+{
+    struct stat a, n;
+    return fstat(fd, &a) == 0 && fstatat(dfd, name, &n, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == n.st_ino &&
+           a.st_dev == n.st_dev;
+}
+
 static bool app_lock_of_intent(const char *intent, char *out, size_t cap)
 {
     const char *dot = strrchr(intent, '.');
@@ -207,8 +215,7 @@ static int app_lock(ingest_lander_batch *b, int dfd)
         int r;
         while ((r = flock(fd, LOCK_EX)) < 0 && errno == EINTR)
             ;
-        struct stat a, n;
-        if (r < 0 || (fstat(fd, &a) == 0 && fstatat(dfd, name, &n, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == n.st_ino)) {
+        if (r < 0 || same_file_at(fd, dfd, name)) {
             b->app_lock_fd = fd; /* (a filesystem without flock: unlocked) */
             return 0;
         }
@@ -410,6 +417,11 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
         close(lkfd);
         return;
     }
+    if (lkfd >= 0 && !same_file_at(lkfd, dfd, lk)) {
+        /* the lock opened here was removed, and another made at its name since: a new try of the batch */
+        close(lkfd);
+        return;
+    }
     sweep_intent_unlocked(ctx, rootfd, dfd, name, cut, left);
     if (lkfd >= 0)
         close(lkfd);
@@ -516,8 +528,8 @@ static void remove_stale_locks(int rootfd)
         if (de->d_name[0] != '.' || n < sizeof ".lock" || strcmp(de->d_name + n - 5, ".lock") != 0)
             continue;
         const int fd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
-            (void)unlinkat(dfd, de->d_name, 0);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && same_file_at(fd, dfd, de->d_name))
+            (void)unlinkat(dfd, de->d_name, 0); /* (only the file locked here: a new one at its name is a batch's) */
         if (fd >= 0)
             close(fd);
     }

@@ -74,7 +74,8 @@ static bool has_suffix_s(const char *s, const char *suf)
 
 /*
  * Is the replace intent of a backup named ".ingest-old-{tag}." + rest there
- * (rest: "{devtag}.{batch}.{file index}", the intent "{devtag}.{batch}")?
+ * (rest: "{devtag}.{batch}.{try}.{file index}", the intent
+ * "{devtag}.{batch}.{try}")?
  * Intents are made before their backups and go after them: a backup
  * without one was left (a removal not synced), one with it may be needed,
  * by a batch at work in another receiver of the tree or a start to come.

@@ -434,6 +434,91 @@ static bool sweep_entry(ingest_ctx *ctx, int rootfd, const char *iname, bool fin
     return ok;
 }
 
+static int cmp_strp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The most bytes of a manifest the sweep reads for its landed paths (a bigger one: the intent stays). */
+#define OLD_MANIFEST_MAX (512u * 1024u * 1024u)
+
+/*
+ * The landed paths the manifest at mp (bronze-relative) lists (refused
+ * files have none), sorted, into *out (NULL when it lists none).  0, or < 0
+ * (the detail in ctx).
+ */
+static int manifest_landed_paths(ingest_ctx *ctx, int rootfd, const char *mp, char ***out, size_t *nout)
+{
+    *out = NULL;
+    *nout = 0;
+    const int fd = openat(rootfd, mp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        const int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return ingest__fail(ctx, ingest__errno(e), "%s", strerror(e));
+    }
+    if ((uint64_t)st.st_size > OLD_MANIFEST_MAX) {
+        close(fd);
+        return ingest__fail(ctx, INGEST_ETOOBIG, "%llu bytes, more than the sweep reads",
+                            (unsigned long long)st.st_size);
+    }
+    char *buf = ingest__malloc(ctx, (size_t)st.st_size + 1);
+    size_t len = 0;
+    while (buf != NULL && len < (size_t)st.st_size) {
+        const ssize_t r = read(fd, buf + len, (size_t)st.st_size - len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+    }
+    const int e = errno;
+    close(fd);
+    if (buf == NULL)
+        return ingest__fail(ctx, INGEST_ENOMEM, "out of memory");
+    if (len < (size_t)st.st_size) {
+        ingest__free(ctx, buf);
+        return ingest__fail(ctx, INGEST_EIO, "%s", strerror(e));
+    }
+    ingest_manifest_reader *r = NULL;
+    int rc = ingest_manifest_reader_mem(ctx, buf, len, &r);
+    char **v = NULL;
+    size_t n = 0, cap = 0;
+    ingest_manifest_rec rec;
+    while (rc == 0 && (rc = ingest_manifest_reader_next(r, &rec)) == 1) {
+        rc = 0;
+        if (rec.type != INGEST_MREC_FILE || rec.refused != NULL || rec.landed == NULL || rec.landed[0] == '\0')
+            continue;
+        if (n == cap) {
+            const size_t nc = cap ? cap * 2 : 64;
+            char **nv = ingest__realloc(ctx, v, cap * sizeof *v, nc * sizeof *v);
+            if (nv == NULL) {
+                rc = ingest__fail(ctx, INGEST_ENOMEM, "out of memory");
+                break;
+            }
+            v = nv;
+            cap = nc;
+        }
+        if ((v[n] = ingest__strdup(ctx, rec.landed)) == NULL) {
+            rc = ingest__fail(ctx, INGEST_ENOMEM, "out of memory");
+            break;
+        }
+        n++;
+    }
+    ingest_manifest_reader_close(r);
+    ingest__free(ctx, buf);
+    if (rc < 0) {
+        for (size_t k = 0; k < n; k++)
+            ingest__free(ctx, v[k]);
+        ingest__free(ctx, v);
+        return rc;
+    }
+    if (n > 0)
+        qsort(v, n, sizeof *v, cmp_strp);
+    *out = v;
+    *nout = n;
+    return 0;
+}
+
 /* The least bytes an entry takes: "0 0 0 1 13\n", a 1-byte path, '\n', ".ingest-old-x" and '\n'. */
 #define OLD_ENTRY_MIN 27
 
@@ -454,6 +539,12 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
     if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
         close(fd); /* its batch is at work: its backups stay (and *left says some do) */
         *left += finish;
+        return;
+    }
+    struct stat at;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || fstatat(dfd, name, &at, AT_SYMLINK_NOFOLLOW) != 0 ||
+                    at.st_ino != st.st_ino)) {
+        close(fd); /* removed by its batch (done with it) once opened here */
         return;
     }
     if (fd < 0 || fstat(fd, &st) != 0) {
@@ -580,11 +671,32 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
         ingest__free(ctx, t);
         return;
     }
-    const bool landed_batch = mr == 0 && ms.st_size > 0;
+    /* The batch landed (a try of it: maybe a later one, the intent being an earlier try's) when its manifest
+     * is in place; an entry is landed when that manifest lists its path, and only then is its backup of no
+     * more use whatever the final name holds */
+    char **listed = NULL;
+    size_t nlisted = 0;
+    if (mr == 0 && ms.st_size > 0 && manifest_landed_paths(ctx, rootfd, mp, &listed, &nlisted) < 0) {
+        if (finish)
+            ingest__log(ctx, INGEST_LOG_WARN,
+                        "lander: sweep: %s/%s: cannot read %s: %s; it stays, for the next start", OLD_DIR, name, mp,
+                        ingest_ctx_errmsg(ctx));
+        *left += finish;
+        close(fd);
+        ingest__free(ctx, ent);
+        ingest__free(ctx, t);
+        return;
+    }
     bool all = true;
-    for (unsigned long k = 0; k < n && (finish || !landed_batch); k++)
-        all &= sweep_entry(ctx, rootfd, name, finish, landed_batch, ent[k].landed, ent[k].bak, ent[k].ino,
-                           ent[k].size, ent[k].mtime, device, batch, restored);
+    for (unsigned long k = 0; k < n; k++) {
+        const bool landed = listed != NULL && bsearch(&ent[k].landed, listed, nlisted, sizeof *listed, cmp_strp);
+        if (finish || !landed)
+            all &= sweep_entry(ctx, rootfd, name, finish, landed, ent[k].landed, ent[k].bak, ent[k].ino,
+                               ent[k].size, ent[k].mtime, device, batch, restored);
+    }
+    for (size_t k = 0; k < nlisted; k++)
+        ingest__free(ctx, listed[k]);
+    ingest__free(ctx, listed);
     if (finish && all)
         (void)unlinkat(dfd, name, 0);
     else if (finish)

@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <linux/fs.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -3856,6 +3858,97 @@ static void test_replaced_sweep_order(void **state) { later_case(*state, 1); }
 static void test_replaced_live_left_alone(void **state) { later_case(*state, 2); }
 static void test_replaced_between_steps(void **state) { later_case(*state, 3); }
 
+/* Set or clear the immutable flag of bronze-relative directory rel: 0, or -1 (not here: not root, tmpfs). */
+static int set_immutable(const env *e, const char *rel, bool on)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    const int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int flags = 0, r = -1;
+    if (fd >= 0 && ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0) {
+        flags = on ? flags | FS_IMMUTABLE_FL : flags & ~FS_IMMUTABLE_FL;
+        r = ioctl(fd, FS_IOC_SETFLAGS, &flags);
+    }
+    if (fd >= 0)
+        close(fd);
+    return r;
+}
+
+typedef struct earlier {
+    env *e;
+    int immutable; /* the directory was made immutable in the window (1), or could not be (-1) */
+} earlier;
+
+static void earlier_hook(lockrec *r, int window)
+{
+    earlier *c = r->hook_ud;
+    if (window != 2)
+        return;
+    /* the renames are done: the version cannot be put back (the directory immutable), and the manifest
+     * cannot be written: the try fails, keeping its intent and backup */
+    c->immutable = set_immutable(r->e, DAY "ep", true) == 0 ? 1 : -1;
+    char p[512];
+    snprintf(p, sizeof p, "%s/_manifests/dev1/.ex.jsonl.tmp", r->e->bronze);
+    assert_int_equal(mkdir(p, 0755), 0);
+}
+
+/*
+ * An earlier try of a batch leaves its intent (its undo failed), the file
+ * it replaced is removed at the edge, and a later try of the same batch
+ * lands without it: the start's sweep takes the earlier try's entry for
+ * not landed (the batch's manifest does not list that path) and puts the
+ * acknowledged version back, instead of keeping bytes no manifest lists.
+ */
+static void test_replaced_earlier_try(void **state)
+{
+    env *e = *state;
+    uint8_t *v[2] = {pattern(CH, 1400), pattern(CH + 1, 1401)};
+    size_t len[2] = {CH, CH + 1};
+    uint8_t *q = pattern(100, 1402);
+    land_one(e, e->l, "e0", "ep/f", v[0], len[0]);
+    const tfile f1[] = {{"ep/f", v[1], len[1], T2024, 0644}, {"eq", q, 100, T2024, 0644}};
+    const tfile f2[] = {{"eq", q, 100, T2024, 0644}};
+    tbatch t1, t2;
+    make_batch(e, "dev1", "ex", f1, 2, &t1);
+    earlier c = {.e = e};
+    lockrec r = {.e = e, .locked = true, .hook = earlier_hook, .hook_ud = &c};
+    const ingest_lander_lock lk = {rec_unlock, rec_lock, &r};
+    ingest_lander_batch *b = NULL;
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t1.manifest, t1.mlen, &b), 0);
+    prepare_all(e, b, &t1);
+    assert_int_not_equal(ingest_lander_commit_finish(b, &lk), 0);
+    ingest_lander_batch_destroy(b);
+    set_immutable(e, DAY "ep", false);
+    char p[512];
+    snprintf(p, sizeof p, "%s/_manifests/dev1/.ex.jsonl.tmp", e->bronze);
+    assert_int_equal(rmdir(p), 0);
+    if (c.immutable < 0) {
+        free(t1.manifest);
+        free(v[0]);
+        free(v[1]);
+        free(q);
+        skip(); /* (no immutable flag here: not root, or a filesystem without it) */
+    }
+    assert_int_equal(which_version(e, DAY "ep/f", v, len, 2), 1); /* not put back */
+    assert_int_equal(replace_intents(e), 1);
+    /* ep/f removed at the edge: the next try of ex lands eq alone */
+    make_batch(e, "dev1", "ex", f2, 1, &t2);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t2.manifest, t2.mlen, &b), 0);
+    land_all(e, b, &t2);
+    ingest_lander_batch_destroy(b);
+    assert_true(exists(e, "_manifests/dev1/ex.jsonl"));
+    uint64_t cut = 0, left = 0;
+    assert_int_equal(ingest_lander_sweep_appends(e->ctx, e->bronze, &cut, &left), 0);
+    assert_int_equal(which_version(e, DAY "ep/f", v, len, 2), 0);
+    assert_int_equal(replace_intents(e), 0);
+    assert_int_equal(prefixed_entries(e, DAY "ep", ".ingest-old-"), 0);
+    free(t1.manifest);
+    free(t2.manifest);
+    free(v[0]);
+    free(v[1]);
+    free(q);
+}
+
 /* A failure after the manifest is in place (step 4): the batch landed, and its new version stays. */
 static void test_replaced_fail_after_manifest(void **state)
 {
@@ -4882,6 +4975,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replaced_live_left_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_between_steps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_fail_after_manifest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_earlier_try, setup, teardown),
         cmocka_unit_test_setup_teardown(test_own_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shared_layout_interleaved, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prepare_rewants, setup, teardown),
