@@ -659,28 +659,21 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
     struct stat ms;
     /* the batch landed: its manifest in place (an empty one was renamed in place before the syncfs that would
      * have written it, cut by a crash: its batch did not land) */
-    const int mr = fstatat(rootfd, mp, &ms, AT_SYMLINK_NOFOLLOW);
-    if (mr != 0 && errno != ENOENT) {
-        if (finish)
-            ingest__log(ctx, INGEST_LOG_WARN,
-                        "lander: sweep: %s/%s: cannot look for %s: %s; it stays, for the next start", OLD_DIR, name, mp,
-                        strerror(errno));
-        *left += finish;
-        close(fd);
-        ingest__free(ctx, ent);
-        ingest__free(ctx, t);
-        return;
-    }
+    const int mr = fstatat(rootfd, mp, &ms, AT_SYMLINK_NOFOLLOW), me = errno;
     /* The batch landed (a try of it: maybe a later one, the intent being an earlier try's) when its manifest
      * is in place; an entry is landed when that manifest lists its path, and only then is its backup of no
      * more use whatever the final name holds */
     char **listed = NULL;
     size_t nlisted = 0;
-    if (mr == 0 && ms.st_size > 0 && manifest_landed_paths(ctx, rootfd, mp, &listed, &nlisted) < 0) {
+    const char *cannot = NULL;
+    if (mr != 0 && me != ENOENT)
+        cannot = strerror(me);
+    else if (mr == 0 && ms.st_size > 0 && manifest_landed_paths(ctx, rootfd, mp, &listed, &nlisted) < 0)
+        cannot = ingest_ctx_errmsg(ctx);
+    if (cannot != NULL) {
         if (finish)
-            ingest__log(ctx, INGEST_LOG_WARN,
-                        "lander: sweep: %s/%s: cannot read %s: %s; it stays, for the next start", OLD_DIR, name, mp,
-                        ingest_ctx_errmsg(ctx));
+            ingest__log(ctx, INGEST_LOG_WARN, "lander: sweep: %s/%s: cannot read %s: %s; it stays, for the next start",
+                        OLD_DIR, name, mp, cannot);
         *left += finish;
         close(fd);
         ingest__free(ctx, ent);
