@@ -467,8 +467,21 @@ static void sweep_intent_unlocked(ingest_ctx *ctx, int rootfd, int dfd, const ch
     /* the batch landed: its manifest records the appended size (an empty one is a manifest renamed into
      * place before the syncfs that would have written it, cut by a crash: its batch did not land) */
     const int ms = fstatat(rootfd, mp, &st, AT_SYMLINK_NOFOLLOW);
-    if (ms == 0 && st.st_size > 0)
-        goto out;
+    if (ms == 0 && st.st_size > 0) {
+        /* ...and lists the file: a later try of the batch that left it out (removed at the edge) did not
+         * land this append */
+        char **listed = NULL;
+        size_t nl = 0;
+        if (lander__manifest_landed_paths(ctx, rootfd, mp, &listed, &nl) < 0) {
+            e = EIO;
+            what = "read its batch's manifest";
+            goto stays;
+        }
+        const bool there = listed != NULL && bsearch(&landed, listed, nl, sizeof *listed, lander__cmp_strp) != NULL;
+        lander__free_paths(ctx, listed, nl);
+        if (there)
+            goto out;
+    }
     if (ms != 0 && errno != ENOENT) {
         e = errno;
         what = "look for its batch's manifest";

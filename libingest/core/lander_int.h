@@ -435,6 +435,11 @@ int lander__old_check(ingest_lander_batch *b, uint32_t i, const char *name);
 void lander__old_done(ingest_lander_batch *b);
 void lander__old_undo(ingest_lander_batch *b);
 int lander__old_sweep(ingest_ctx *ctx, int rootfd, uint64_t *restored, uint64_t *left);
+/* The landed paths the manifest at mp (bronze-relative) lists (refused files have none), sorted
+ * (lander__cmp_strp), into *out (NULL when it lists none): 0, or < 0 (the detail in ctx).  Free them with
+ * lander__free_paths. */
+int lander__manifest_landed_paths(ingest_ctx *ctx, int rootfd, const char *mp, char ***out, size_t *nout);
+void lander__free_paths(ingest_ctx *ctx, char **v, size_t n);
 int lander__peer_wait(ingest_lander_batch *b);
 uint32_t lander__file_of_chunk(const ingest_lander_batch *b, uint32_t j);
 int lander__refuse_file(ingest_lander_batch *b, uint32_t i, int code);

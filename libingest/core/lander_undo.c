@@ -434,17 +434,17 @@ static bool sweep_entry(ingest_ctx *ctx, int rootfd, const char *iname, bool fin
     return ok;
 }
 
-static int cmp_strp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 /* The most bytes of a manifest the sweep reads for its landed paths (a bigger one: the intent stays). */
 #define OLD_MANIFEST_MAX (512u * 1024u * 1024u)
 
-/*
- * The landed paths the manifest at mp (bronze-relative) lists (refused
- * files have none), sorted, into *out (NULL when it lists none).  0, or < 0
- * (the detail in ctx).
- */
-static int manifest_landed_paths(ingest_ctx *ctx, int rootfd, const char *mp, char ***out, size_t *nout)
+void lander__free_paths(ingest_ctx *ctx, char **v, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        ingest__free(ctx, v[k]);
+    ingest__free(ctx, v);
+}
+
+int lander__manifest_landed_paths(ingest_ctx *ctx, int rootfd, const char *mp, char ***out, size_t *nout)
 {
     *out = NULL;
     *nout = 0;
@@ -507,13 +507,11 @@ static int manifest_landed_paths(ingest_ctx *ctx, int rootfd, const char *mp, ch
     ingest_manifest_reader_close(r);
     ingest__free(ctx, buf);
     if (rc < 0) {
-        for (size_t k = 0; k < n; k++)
-            ingest__free(ctx, v[k]);
-        ingest__free(ctx, v);
+        lander__free_paths(ctx, v, n);
         return rc;
     }
     if (n > 0)
-        qsort(v, n, sizeof *v, cmp_strp);
+        qsort(v, n, sizeof *v, lander__cmp_strp);
     *out = v;
     *nout = n;
     return 0;
@@ -668,7 +666,7 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
     const char *cannot = NULL;
     if (mr != 0 && me != ENOENT)
         cannot = strerror(me);
-    else if (mr == 0 && ms.st_size > 0 && manifest_landed_paths(ctx, rootfd, mp, &listed, &nlisted) < 0)
+    else if (mr == 0 && ms.st_size > 0 && lander__manifest_landed_paths(ctx, rootfd, mp, &listed, &nlisted) < 0)
         cannot = ingest_ctx_errmsg(ctx);
     if (cannot != NULL) {
         if (finish)
@@ -682,14 +680,12 @@ static void sweep_intent(ingest_ctx *ctx, int rootfd, int dfd, const char *name,
     }
     bool all = true;
     for (unsigned long k = 0; k < n; k++) {
-        const bool landed = listed != NULL && bsearch(&ent[k].landed, listed, nlisted, sizeof *listed, cmp_strp);
+        const bool landed = listed != NULL && bsearch(&ent[k].landed, listed, nlisted, sizeof *listed, lander__cmp_strp);
         if (finish || !landed)
             all &= sweep_entry(ctx, rootfd, name, finish, landed, ent[k].landed, ent[k].bak, ent[k].ino,
                                ent[k].size, ent[k].mtime, device, batch, restored);
     }
-    for (size_t k = 0; k < nlisted; k++)
-        ingest__free(ctx, listed[k]);
-    ingest__free(ctx, listed);
+    lander__free_paths(ctx, listed, nlisted);
     if (finish && all)
         (void)unlinkat(dfd, name, 0);
     else if (finish)

@@ -1356,6 +1356,60 @@ static ingest_lander_batch *append_begun(env *e, const uint8_t *v, size_t n1, si
 }
 
 /*
+ * An earlier try of a batch cannot cut its append back (no descriptor
+ * free), the file is then removed at the edge, and a later try of the batch
+ * lands without it: the start's sweep takes the intent for not landed (the
+ * batch's manifest does not list the file) and cuts the torn tail off,
+ * instead of keeping bytes no manifest lists.
+ */
+static void test_append_earlier_try(void **state)
+{
+    env *e = *state;
+    const size_t n1 = 3 * CH, n2 = 8 * CH + 100;
+    uint8_t *v = pattern(n2, 85), *q = pattern(100, 86);
+    tbatch t1, t2, t3;
+    ingest_lander_batch *b = append_begun(e, v, n1, n2, &t1, &t2);
+    const uint32_t *w;
+    size_t nw;
+    ingest_lander_wants(b, &w, &nw);
+    assert_true(nw >= 2);
+    assert_int_equal(put(e, b, &t2, w[0]), 0);
+    assert_int_equal(put(e, b, &t2, w[1]), 0);
+    const char *rel = "dev1/2024/02/29/log";
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
+    struct stat sb;
+    struct rlimit old;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    ingest__lander_set_hook(e->l, no_fd_at_undo, NULL);
+    ingest_lander_abort(b);
+    ingest_lander_batch_destroy(b);
+    ingest__lander_set_hook(e->l, NULL, NULL);
+    fds_release();
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_int_equal(count_intents(e), 1); /* the cut is still owed */
+    assert_int_equal(stat(p, &sb), 0);
+    assert_true((size_t)sb.st_size > n1);
+    /* the log removed at the edge: the next try of b2 lands another file alone */
+    const tfile f3[] = {{"other", q, 100, T2024, 0644}};
+    make_batch(e, "dev1", "b2", f3, 1, &t3);
+    assert_int_equal(ingest_lander_begin(e->l, "dev1", t3.manifest, t3.mlen, &b), 0);
+    land_all(e, b, &t3);
+    ingest_lander_batch_destroy(b);
+    uint64_t cut = 9, left = 9;
+    assert_int_equal(ingest_lander_sweep_appends(e->ctx, e->bronze, &cut, &left), 0);
+    assert_int_equal(cut, 1);
+    assert_int_equal(left, 0);
+    assert_int_equal(count_intents(e), 0);
+    assert_file(e, rel, v, n1, T2024, 0644);
+    free(t1.manifest);
+    free(t2.manifest);
+    free(t3.manifest);
+    free(q);
+    free(v);
+}
+
+/*
  * A receiver starting on the same bronze tree (its sweep at every start)
  * while a batch appends in place: the batch's intent is locked, so the
  * sweep leaves the file alone (it cut the live append back before); the
@@ -4969,6 +5023,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replaced_land, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_bad_intents, setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_live_left_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_append_earlier_try, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_orphans, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_later_stays, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replaced_sweep_order, setup, teardown),
