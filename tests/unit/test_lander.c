@@ -1355,6 +1355,46 @@ static ingest_lander_batch *append_begun(env *e, const uint8_t *v, size_t n1, si
     return b;
 }
 
+#define APPENDED_LOG "dev1/2024/02/29/log"
+
+/*
+ * append_begun, then the first two chunks of the second version appended
+ * to the landed log (its intent made): the batch, its wants in *w and *nw, and
+ * the log's length then (more than n1).
+ */
+static ingest_lander_batch *append_torn(env *e, const uint8_t *v, size_t n1, size_t n2, tbatch *t1, tbatch *t2,
+                                        const uint32_t **w, size_t *nw, off_t *torn)
+{
+    ingest_lander_batch *b = append_begun(e, v, n1, n2, t1, t2);
+    ingest_lander_wants(b, w, nw);
+    assert_true(*nw >= 2);
+    assert_int_equal(put(e, b, t2, (*w)[0]), 0);
+    assert_int_equal(put(e, b, t2, (*w)[1]), 0);
+    char p[512];
+    snprintf(p, sizeof p, "%s/" APPENDED_LOG, e->bronze);
+    struct stat sb;
+    assert_int_equal(stat(p, &sb), 0);
+    assert_true((size_t)sb.st_size > n1);
+    assert_int_equal(count_intents(e), 1);
+    *torn = sb.st_size;
+    return b;
+}
+
+/* Abort and destroy b with no descriptor free for its cut-back: the cut fails, the intent stays. */
+static void abort_uncut(env *e, ingest_lander_batch *b)
+{
+    struct rlimit old;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    ingest__lander_set_hook(e->l, no_fd_at_undo, NULL);
+    ingest_lander_abort(b);
+    ingest_lander_batch_destroy(b); /* (tries the cut again) */
+    ingest__lander_set_hook(e->l, NULL, NULL);
+    fds_release();
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_true(g_no_fd_undos >= 1);
+    assert_int_equal(count_intents(e), 1); /* kept: the cut is still owed */
+}
+
 /*
  * An earlier try of a batch cannot cut its append back (no descriptor
  * free), the file is then removed at the edge, and a later try of the batch
@@ -1368,28 +1408,17 @@ static void test_append_earlier_try(void **state)
     const size_t n1 = 3 * CH, n2 = 8 * CH + 100;
     uint8_t *v = pattern(n2, 85), *q = pattern(100, 86);
     tbatch t1, t2, t3;
-    ingest_lander_batch *b = append_begun(e, v, n1, n2, &t1, &t2);
     const uint32_t *w;
     size_t nw;
-    ingest_lander_wants(b, &w, &nw);
-    assert_true(nw >= 2);
-    assert_int_equal(put(e, b, &t2, w[0]), 0);
-    assert_int_equal(put(e, b, &t2, w[1]), 0);
-    const char *rel = "dev1/2024/02/29/log";
+    off_t torn;
+    ingest_lander_batch *b = append_torn(e, v, n1, n2, &t1, &t2, &w, &nw, &torn);
+    abort_uncut(e, b);
+    const char *rel = APPENDED_LOG;
     char p[512];
     snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
     struct stat sb;
-    struct rlimit old;
-    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-    ingest__lander_set_hook(e->l, no_fd_at_undo, NULL);
-    ingest_lander_abort(b);
-    ingest_lander_batch_destroy(b);
-    ingest__lander_set_hook(e->l, NULL, NULL);
-    fds_release();
-    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
-    assert_int_equal(count_intents(e), 1); /* the cut is still owed */
     assert_int_equal(stat(p, &sb), 0);
-    assert_true((size_t)sb.st_size > n1);
+    assert_int_equal(sb.st_size, torn);
     /* the log removed at the edge: the next try of b2 lands another file alone */
     const tfile f3[] = {{"other", q, 100, T2024, 0644}};
     make_batch(e, "dev1", "b2", f3, 1, &t3);
@@ -1421,20 +1450,14 @@ static void test_append_live_left_alone(void **state)
     const size_t n1 = 3 * CH, n2 = 8 * CH + 100;
     uint8_t *v = pattern(n2, 84);
     tbatch t1, t2;
-    ingest_lander_batch *b = append_begun(e, v, n1, n2, &t1, &t2);
     const uint32_t *w;
     size_t nw;
-    ingest_lander_wants(b, &w, &nw);
-    assert_true(nw >= 2);
-    assert_int_equal(put(e, b, &t2, w[0]), 0);
-    assert_int_equal(put(e, b, &t2, w[1]), 0);
-    const char *rel = "dev1/2024/02/29/log";
+    off_t torn;
+    ingest_lander_batch *b = append_torn(e, v, n1, n2, &t1, &t2, &w, &nw, &torn);
+    const char *rel = APPENDED_LOG;
     char p[512];
     snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
-    struct stat before, after;
-    assert_int_equal(stat(p, &before), 0);
-    assert_true((size_t)before.st_size > n1);
-    assert_int_equal(count_intents(e), 1);
+    struct stat after;
     ingest_ctx *ctx = ingest_ctx_create(NULL);
     assert_non_null(ctx);
     uint64_t cut = 9, left = 9, removed = 9, failed = 9;
@@ -1444,7 +1467,7 @@ static void test_append_live_left_alone(void **state)
     assert_int_equal(ingest_lander_sweep(ctx, e->bronze, &removed, &failed), 0);
     ingest_ctx_destroy(ctx);
     assert_int_equal(stat(p, &after), 0);
-    assert_int_equal(after.st_size, before.st_size);
+    assert_int_equal(after.st_size, torn);
     assert_int_equal(count_intents(e), 1);
     for (size_t k = 2; k < nw; k++)
         assert_int_equal(put(e, b, &t2, w[k]), 0);
@@ -1510,32 +1533,18 @@ static void test_append_undo_fails(void **state)
     const size_t n1 = 3 * CH, n2 = 8 * CH + 100, n3 = 9 * CH + 7;
     uint8_t *v = pattern(n3, 82);
     tbatch t1, t2, t3;
-    ingest_lander_batch *b = append_begun(e, v, n1, n2, &t1, &t2);
     const uint32_t *w;
     size_t nw;
-    ingest_lander_wants(b, &w, &nw);
-    assert_true(nw >= 2);
-    assert_int_equal(put(e, b, &t2, w[0]), 0);
-    assert_int_equal(put(e, b, &t2, w[1]), 0);
-    const char *rel = "dev1/2024/02/29/log";
+    off_t torn;
+    ingest_lander_batch *b = append_torn(e, v, n1, n2, &t1, &t2, &w, &nw, &torn);
+    const char *rel = APPENDED_LOG;
     char p[512];
     snprintf(p, sizeof p, "%s/%s", e->bronze, rel);
-    struct stat sb;
-    assert_int_equal(stat(p, &sb), 0);
-    const off_t torn = sb.st_size;
-    assert_true((size_t)torn > n1);
-    assert_int_equal(count_intents(e), 1);
     const ino_t ino1 = ino_of(e, rel);
+    abort_uncut(e, b);
     struct rlimit old;
     assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-    ingest__lander_set_hook(e->l, no_fd_at_undo, NULL);
-    ingest_lander_abort(b);
-    ingest_lander_batch_destroy(b); /* (tries the cut again) */
-    ingest__lander_set_hook(e->l, NULL, NULL);
-    fds_release();
-    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
-    assert_true(g_no_fd_undos >= 1);
-    assert_int_equal(count_intents(e), 1); /* kept: the cut is still owed */
+    struct stat sb;
     assert_int_equal(stat(p, &sb), 0);
     assert_int_equal(sb.st_size, torn);
     /* a start's sweep that cannot open the file either (four descriptors: the root, the intents' directory,
